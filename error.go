@@ -1,0 +1,74 @@
+package cocoonbox
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error codes. Every boundary (gRPC, MCP, activities, CLI) translates from these in one table.
+const (
+	EInvalid       = "invalid"       // the request is malformed; the message names the field
+	ENotFound      = "not_found"     // the thing does not exist or the caller may not see it
+	EConflict      = "conflict"      // the request contradicts the current state
+	EUnauthorized  = "unauthorized"  // no credential, or an unknown, expired or revoked one
+	EForbidden     = "forbidden"     // the caller is known but lacks the role
+	EUnavailable   = "unavailable"   // a dependency is down; retrying later may succeed
+	ENoCapacity    = "no_capacity"   // no sandbox can be had right now
+	EInternal      = "internal"      // a bug or an unexpected failure; details stay in the log
+	EUnimplemented = "unimplemented" // the operation exists in the API but not in this build
+)
+
+// Error is an application error with a code a client can branch on and a message a person can
+// read. Internal errors keep their cause for the log but never show it to callers.
+type Error struct {
+	Code    string
+	Message string
+	Err     error // optional cause, for logs
+}
+
+// Error implements error.
+func (e *Error) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("%s: %s: %v", e.Code, e.Message, e.Err)
+	}
+	return fmt.Sprintf("%s: %s", e.Code, e.Message)
+}
+
+// Unwrap returns the cause.
+func (e *Error) Unwrap() error { return e.Err }
+
+// Errorf returns an *Error with the given code and a formatted message.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// Invalid returns an EInvalid error naming the field and the reason.
+func Invalid(field, reason string) *Error {
+	return &Error{Code: EInvalid, Message: field + ": " + reason}
+}
+
+// ErrorCode returns the code of the first *Error in err's chain, EInternal for any other non-nil
+// error and "" for nil.
+func ErrorCode(err error) string {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return EInternal
+}
+
+// ErrorMessage returns the message a caller may see: the *Error's message, or "internal error"
+// for anything else so that internal details reach only the log.
+func ErrorMessage(err error) string {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) && e.Code != EInternal {
+		return e.Message
+	}
+	return "internal error"
+}

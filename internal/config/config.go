@@ -1,0 +1,380 @@
+// Package config fills one configuration struct per role (dev, api, worker, engine, CLI) from
+// defaults, a YAML file, the environment and flags, in that order of precedence. It is the only
+// package that reads the environment, so every other package takes its settings as values and
+// tests can construct them directly.
+package config
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"time"
+
+	"gopkg.in/yaml.v3"
+)
+
+// Lookup finds an environment variable; os.LookupEnv in production, a map in tests.
+type Lookup func(key string) (string, bool)
+
+// Env returns the process environment as a Lookup.
+func Env() Lookup { return os.LookupEnv }
+
+// MapEnv returns a Lookup over m, for tests.
+func MapEnv(m map[string]string) Lookup {
+	return func(k string) (string, bool) { v, ok := m[k]; return v, ok }
+}
+
+// Default listen addresses. Everything binds to loopback unless configured otherwise.
+const (
+	DefaultAPIListen        = "127.0.0.1:8420"
+	DefaultS3Listen         = "127.0.0.1:8421"
+	DefaultTemporalListen   = "127.0.0.1:7233"
+	DefaultTemporalUIListen = "127.0.0.1:8233"
+	DefaultNamespace        = "default"
+	DefaultBucket           = "cocoonbox"
+	DefaultRegion           = "us-east-1"
+)
+
+// Temporal says how to reach a Temporal cluster. The environment variable names are the Temporal
+// SDK's environment configuration, so a shell set up for the temporal CLI works unchanged.
+type Temporal struct {
+	Address       string `yaml:"address" env:"TEMPORAL_ADDRESS"`
+	Namespace     string `yaml:"namespace" env:"TEMPORAL_NAMESPACE"`
+	APIKey        string `yaml:"api_key" env:"TEMPORAL_API_KEY"`
+	TLS           bool   `yaml:"tls" env:"TEMPORAL_TLS"`
+	TLSCertPath   string `yaml:"tls_client_cert_path" env:"TEMPORAL_TLS_CLIENT_CERT_PATH"`
+	TLSKeyPath    string `yaml:"tls_client_key_path" env:"TEMPORAL_TLS_CLIENT_KEY_PATH"`
+	TLSCAPath     string `yaml:"tls_server_ca_cert_path" env:"TEMPORAL_TLS_SERVER_CA_CERT_PATH"`
+	TLSServerName string `yaml:"tls_server_name" env:"TEMPORAL_TLS_SERVER_NAME"`
+}
+
+// Postgres says where the database is. An empty URL in dev means the managed cluster.
+type Postgres struct {
+	URL string `yaml:"url" env:"COCOONBOX_DATABASE_URL"`
+}
+
+// S3 says where snapshot objects go. An empty endpoint in dev means the embedded S3 server.
+type S3 struct {
+	Endpoint  string `yaml:"endpoint" env:"COCOONBOX_S3_ENDPOINT"`
+	Region    string `yaml:"region" env:"COCOONBOX_S3_REGION"`
+	Bucket    string `yaml:"bucket" env:"COCOONBOX_S3_BUCKET"`
+	AccessKey string `yaml:"access_key" env:"COCOONBOX_S3_ACCESS_KEY"`
+	SecretKey string `yaml:"secret_key" env:"COCOONBOX_S3_SECRET_KEY"`
+	PathStyle bool   `yaml:"path_style" env:"COCOONBOX_S3_PATH_STYLE"`
+}
+
+// Sandbox says where the sandbox engine (sandboxd API) is.
+type Sandbox struct {
+	URL   string `yaml:"url" env:"COCOONBOX_SANDBOXD_URL"`
+	Token string `yaml:"token" env:"COCOONBOX_SANDBOXD_TOKEN"`
+}
+
+// Dev is the configuration of `cocoonbox dev`: every role in one process tree, with embedded
+// Temporal, PostgreSQL and S3 unless an external one is configured.
+type Dev struct {
+	Home             string   `yaml:"home" env:"COCOONBOX_HOME"`
+	LogLevel         string   `yaml:"log_level" env:"COCOONBOX_LOG_LEVEL"`
+	Listen           string   `yaml:"listen" env:"COCOONBOX_LISTEN"`
+	TemporalListen   string   `yaml:"temporal_listen" env:"COCOONBOX_TEMPORAL_LISTEN"`
+	TemporalUIListen string   `yaml:"temporal_ui_listen" env:"COCOONBOX_TEMPORAL_UI_LISTEN"`
+	S3Listen         string   `yaml:"s3_listen" env:"COCOONBOX_S3_LISTEN"`
+	CLIConfig        string   `yaml:"cli_config" env:"COCOONBOX_CLI_CONFIG"`
+	User             string   `yaml:"user" env:"COCOONBOX_DEV_USER"`
+	Temporal         Temporal `yaml:"temporal"`
+	Postgres         Postgres `yaml:"postgres"`
+	S3               S3       `yaml:"s3"`
+}
+
+// API is the configuration of `cocoonbox serve api`.
+type API struct {
+	Home     string   `yaml:"home" env:"COCOONBOX_HOME"`
+	LogLevel string   `yaml:"log_level" env:"COCOONBOX_LOG_LEVEL"`
+	Listen   string   `yaml:"listen" env:"COCOONBOX_LISTEN"`
+	Temporal Temporal `yaml:"temporal"`
+	Postgres Postgres `yaml:"postgres"`
+}
+
+// Worker is the configuration of `cocoonbox serve worker`.
+type Worker struct {
+	Home     string   `yaml:"home" env:"COCOONBOX_HOME"`
+	LogLevel string   `yaml:"log_level" env:"COCOONBOX_LOG_LEVEL"`
+	Temporal Temporal `yaml:"temporal"`
+	Postgres Postgres `yaml:"postgres"`
+	S3       S3       `yaml:"s3"`
+	Sandbox  Sandbox  `yaml:"sandbox"`
+}
+
+// Engine is the configuration of `cocoonbox serve engine`.
+type Engine struct {
+	Home      string `yaml:"home" env:"COCOONBOX_HOME"`
+	LogLevel  string `yaml:"log_level" env:"COCOONBOX_LOG_LEVEL"`
+	Listen    string `yaml:"listen" env:"COCOONBOX_ENGINE_LISTEN"`
+	RootToken string `yaml:"root_token" env:"COCOONBOX_ENGINE_TOKEN"`
+}
+
+// CLI is the configuration of the cocoonbox command-line client, kept in
+// ~/.config/cocoonbox/config.yaml and written there by `cocoonbox dev`.
+type CLI struct {
+	Endpoint string `yaml:"endpoint" env:"COCOONBOX_ENDPOINT"`
+	Token    string `yaml:"token" env:"COCOONBOX_TOKEN"`
+}
+
+// DefaultDev returns the dev configuration before any file, environment or flag applies.
+func DefaultDev(env Lookup) Dev {
+	return Dev{
+		Home:             defaultHome(env),
+		LogLevel:         "info",
+		Listen:           DefaultAPIListen,
+		TemporalListen:   DefaultTemporalListen,
+		TemporalUIListen: DefaultTemporalUIListen,
+		S3Listen:         DefaultS3Listen,
+		CLIConfig:        DefaultCLIConfigPath(env),
+		User:             "admin",
+		Temporal:         Temporal{Namespace: DefaultNamespace},
+		S3:               S3{Region: DefaultRegion, Bucket: DefaultBucket, PathStyle: true},
+	}
+}
+
+// LoadDev reads the dev configuration: defaults, then the YAML file at path (if path is not
+// empty), then the environment. Flags are applied by the caller, then Validate.
+func LoadDev(path string, env Lookup) (Dev, error) { return Load(path, env, DefaultDev(env)) }
+
+// Validate checks the dev configuration and names the first bad field.
+func (c *Dev) Validate() error {
+	if err := validateHome(c.Home); err != nil {
+		return err
+	}
+	if err := validateLogLevel(c.LogLevel); err != nil {
+		return err
+	}
+	for _, f := range []struct{ name, addr string }{
+		{"listen", c.Listen}, {"temporal_listen", c.TemporalListen},
+		{"temporal_ui_listen", c.TemporalUIListen}, {"s3_listen", c.S3Listen},
+	} {
+		if err := validateListen(f.name, f.addr); err != nil {
+			return err
+		}
+	}
+	if c.User == "" {
+		return errors.New("config user: is required")
+	}
+	if c.S3.Endpoint != "" && c.S3.Bucket == "" {
+		return errors.New("config s3.bucket: is required with s3.endpoint")
+	}
+	return nil
+}
+
+// DataDir returns the directory of one component's state under Home.
+func (c *Dev) DataDir(component string) string { return filepath.Join(c.Home, component) }
+
+// DefaultAPI returns the api role's defaults.
+func DefaultAPI(env Lookup) API {
+	return API{Home: defaultHome(env), LogLevel: "info", Listen: DefaultAPIListen,
+		Temporal: Temporal{Address: DefaultTemporalListen, Namespace: DefaultNamespace}}
+}
+
+// DefaultWorker returns the worker role's defaults.
+func DefaultWorker(env Lookup) Worker {
+	return Worker{Home: defaultHome(env), LogLevel: "info",
+		Temporal: Temporal{Address: DefaultTemporalListen, Namespace: DefaultNamespace},
+		S3:       S3{Region: DefaultRegion, Bucket: DefaultBucket, PathStyle: true}}
+}
+
+// DefaultEngine returns the engine role's defaults.
+func DefaultEngine(env Lookup) Engine {
+	return Engine{Home: defaultHome(env), LogLevel: "info", Listen: "127.0.0.1:7777"}
+}
+
+// Load reads a role's configuration: the given defaults, then the YAML file at path (if path is
+// not empty), then the environment. Flags are applied by the caller.
+func Load[T any](path string, env Lookup, defaults T) (T, error) {
+	c := defaults
+	if err := load(path, env, &c); err != nil {
+		var zero T
+		return zero, err
+	}
+	return c, nil
+}
+
+// LoadCLI reads the CLI configuration from path (missing is fine) and the environment.
+func LoadCLI(path string, env Lookup) (CLI, error) {
+	var c CLI
+	if _, err := os.Stat(path); errors.Is(err, os.ErrNotExist) {
+		path = ""
+	}
+	if err := load(path, env, &c); err != nil {
+		return CLI{}, err
+	}
+	return c, nil
+}
+
+// WriteCLI writes c to path with owner-only permissions, since it holds a token.
+func WriteCLI(path string, c CLI) error {
+	data, err := yaml.Marshal(c)
+	if err != nil {
+		return fmt.Errorf("encode cli config: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("write cli config: %w", err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("write cli config: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write cli config: %w", err)
+	}
+	return nil
+}
+
+// DefaultCLIConfigPath is $XDG_CONFIG_HOME/cocoonbox/config.yaml, else ~/.config/cocoonbox/config.yaml.
+func DefaultCLIConfigPath(env Lookup) string {
+	if x, ok := env("XDG_CONFIG_HOME"); ok && x != "" {
+		return filepath.Join(x, "cocoonbox", "config.yaml")
+	}
+	return filepath.Join(homeDir(env), ".config", "cocoonbox", "config.yaml")
+}
+
+func defaultHome(env Lookup) string {
+	if x, ok := env("XDG_DATA_HOME"); ok && x != "" {
+		return filepath.Join(x, "cocoonbox")
+	}
+	return filepath.Join(homeDir(env), ".local", "share", "cocoonbox")
+}
+
+func homeDir(env Lookup) string {
+	if h, ok := env("HOME"); ok && h != "" {
+		return h
+	}
+	return "/root"
+}
+
+// load applies the YAML file at path (if any) and then the environment to dst.
+func load(path string, env Lookup, dst any) error {
+	if path != "" {
+		data, err := os.ReadFile(path)
+		if err != nil {
+			return fmt.Errorf("config %s: %w", path, unwrapPathError(err))
+		}
+		dec := yaml.NewDecoder(bytes.NewReader(data))
+		dec.KnownFields(true)                                              // a misspelt key is an error, not a silently ignored setting
+		if err := dec.Decode(dst); err != nil && !errors.Is(err, io.EOF) { // io.EOF: an empty file
+			return fmt.Errorf("config %s: %s", path, yamlMessage(err))
+		}
+	}
+	return applyEnv(reflect.ValueOf(dst).Elem(), env)
+}
+
+// yamlMessage turns a YAML error into one line: "line 3: field lsten not found".
+func yamlMessage(err error) string {
+	var te *yaml.TypeError
+	if errors.As(err, &te) {
+		msgs := make([]string, len(te.Errors))
+		for i, m := range te.Errors {
+			msgs[i] = strings.TrimSpace(strings.Replace(m, " in type config.", " in ", 1))
+		}
+		return strings.Join(msgs, "; ")
+	}
+	return strings.TrimPrefix(err.Error(), "yaml: ")
+}
+
+func unwrapPathError(err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return pe.Err
+	}
+	return err
+}
+
+// applyEnv sets every field tagged env:"NAME" whose variable is set and not empty.
+func applyEnv(v reflect.Value, env Lookup) error {
+	t := v.Type()
+	for i := range t.NumField() {
+		f, fv := t.Field(i), v.Field(i)
+		if f.Type.Kind() == reflect.Struct && f.Type != reflect.TypeFor[time.Duration]() {
+			if err := applyEnv(fv, env); err != nil {
+				return err
+			}
+			continue
+		}
+		name := f.Tag.Get("env")
+		if name == "" {
+			continue
+		}
+		raw, ok := env(name)
+		if !ok || raw == "" {
+			continue
+		}
+		if err := setField(fv, raw); err != nil {
+			return fmt.Errorf("environment %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func setField(v reflect.Value, raw string) error {
+	switch {
+	case v.Type() == reflect.TypeFor[time.Duration]():
+		d, err := time.ParseDuration(raw)
+		if err != nil {
+			return fmt.Errorf("not a duration: %q", raw)
+		}
+		v.SetInt(int64(d))
+	case v.Kind() == reflect.String:
+		v.SetString(raw)
+	case v.Kind() == reflect.Bool:
+		b, err := strconv.ParseBool(raw)
+		if err != nil {
+			return fmt.Errorf("not a boolean: %q", raw)
+		}
+		v.SetBool(b)
+	case v.Kind() == reflect.Int:
+		n, err := strconv.Atoi(raw)
+		if err != nil {
+			return fmt.Errorf("not an integer: %q", raw)
+		}
+		v.SetInt(int64(n))
+	default:
+		return fmt.Errorf("unsupported field type %s", v.Type())
+	}
+	return nil
+}
+
+func validateHome(home string) error {
+	if home == "" {
+		return errors.New("config home: is required")
+	}
+	if !filepath.IsAbs(home) {
+		return fmt.Errorf("config home: must be an absolute path, got %q", home)
+	}
+	return nil
+}
+
+func validateLogLevel(level string) error {
+	switch level {
+	case "debug", "info", "warn", "error":
+		return nil
+	}
+	return fmt.Errorf("config log_level: must be debug, info, warn or error, got %q", level)
+}
+
+func validateListen(field, addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("config %s: want host:port, got %q", field, addr)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+		return fmt.Errorf("config %s: bad port in %q", field, addr)
+	}
+	if host == "" {
+		return fmt.Errorf("config %s: give a host (127.0.0.1 for loopback only), got %q", field, addr)
+	}
+	return nil
+}

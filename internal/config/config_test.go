@@ -1,0 +1,177 @@
+package config_test
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/loomhand/cocoonbox/internal/config"
+)
+
+func TestDevDefaults(t *testing.T) {
+	c, err := config.LoadDev("", config.MapEnv(map[string]string{"HOME": "/home/ann"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Home != "/home/ann/.local/share/cocoonbox" {
+		t.Errorf("home = %q", c.Home)
+	}
+	if c.CLIConfig != "/home/ann/.config/cocoonbox/config.yaml" {
+		t.Errorf("cli config = %q", c.CLIConfig)
+	}
+	for name, addr := range map[string]string{"listen": c.Listen, "temporal": c.TemporalListen, "ui": c.TemporalUIListen, "s3": c.S3Listen} {
+		if !strings.HasPrefix(addr, "127.0.0.1:") {
+			t.Errorf("%s listens on %q by default, want loopback", name, addr)
+		}
+	}
+	if c.Temporal.Address != "" || c.Postgres.URL != "" || c.S3.Endpoint != "" {
+		t.Errorf("external services configured by default: %+v %+v %+v", c.Temporal, c.Postgres, c.S3)
+	}
+	if c.Temporal.Namespace != "default" || c.S3.Bucket != "cocoonbox" || !c.S3.PathStyle {
+		t.Errorf("defaults: %+v %+v", c.Temporal, c.S3)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatalf("defaults do not validate: %v", err)
+	}
+}
+
+func TestXDGDirs(t *testing.T) {
+	c, err := config.LoadDev("", config.MapEnv(map[string]string{"HOME": "/h", "XDG_DATA_HOME": "/d", "XDG_CONFIG_HOME": "/c"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Home != "/d/cocoonbox" || c.CLIConfig != "/c/cocoonbox/config.yaml" {
+		t.Fatalf("home %q cli %q", c.Home, c.CLIConfig)
+	}
+}
+
+func TestPrecedenceFileThenEnv(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cocoonbox.yaml")
+	writeFile(t, path, "home: /srv/cb\nlisten: 127.0.0.1:9000\npostgres:\n  url: postgres://file\ns3:\n  endpoint: http://file:9000\n  bucket: snaps\n")
+	env := config.MapEnv(map[string]string{
+		"HOME":                    "/root",
+		"COCOONBOX_DATABASE_URL":  "postgres://env",
+		"TEMPORAL_ADDRESS":        "temporal.example:7233",
+		"TEMPORAL_TLS":            "true",
+		"COCOONBOX_S3_PATH_STYLE": "false",
+	})
+	c, err := config.LoadDev(path, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Home != "/srv/cb" || c.Listen != "127.0.0.1:9000" {
+		t.Errorf("file values not applied: %+v", c)
+	}
+	if c.Postgres.URL != "postgres://env" {
+		t.Errorf("environment must win over the file: %q", c.Postgres.URL)
+	}
+	if c.Temporal.Address != "temporal.example:7233" || !c.Temporal.TLS {
+		t.Errorf("temporal env: %+v", c.Temporal)
+	}
+	if c.S3.Endpoint != "http://file:9000" || c.S3.Bucket != "snaps" || c.S3.PathStyle {
+		t.Errorf("s3: %+v", c.S3)
+	}
+}
+
+func TestBadInput(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		name, file string
+		env        map[string]string
+		want       string
+	}{
+		{"malformed yaml", "listen: [oops\n", nil, "cocoonbox.yaml: line"},
+		{"unknown key", "lsten: 127.0.0.1:1\n", nil, `field lsten not found`},
+		{"wrong type", "listen:\n  a: b\n", nil, "cannot unmarshal"},
+		{"bad env bool", "", map[string]string{"TEMPORAL_TLS": "maybe"}, `environment TEMPORAL_TLS: not a boolean: "maybe"`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(dir, "cocoonbox.yaml")
+			writeFile(t, path, tc.file)
+			env := map[string]string{"HOME": "/root"}
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			_, err := config.LoadDev(path, config.MapEnv(env))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error containing %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error spans lines: %q", err)
+			}
+		})
+	}
+	if _, err := config.LoadDev(filepath.Join(dir, "missing.yaml"), config.MapEnv(nil)); err == nil || !strings.Contains(err.Error(), "missing.yaml: no such file or directory") {
+		t.Fatalf("missing file: %v", err)
+	}
+}
+
+func TestValidate(t *testing.T) {
+	base := config.DefaultDev(config.MapEnv(map[string]string{"HOME": "/root"}))
+	cases := []struct {
+		name   string
+		mutate func(*config.Dev)
+		want   string
+	}{
+		{"relative home", func(c *config.Dev) { c.Home = "data" }, "config home: must be an absolute path"},
+		{"bad listen", func(c *config.Dev) { c.Listen = "8420" }, "config listen: want host:port"},
+		{"bad port", func(c *config.Dev) { c.S3Listen = "127.0.0.1:99999" }, "config s3_listen: bad port"},
+		{"no host", func(c *config.Dev) { c.TemporalListen = ":7233" }, "config temporal_listen: give a host"},
+		{"log level", func(c *config.Dev) { c.LogLevel = "loud" }, "config log_level"},
+		{"bucket", func(c *config.Dev) { c.S3.Endpoint = "http://x"; c.S3.Bucket = "" }, "config s3.bucket"},
+	}
+	for _, tc := range cases {
+		c := base
+		tc.mutate(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want %q", tc.name, err, tc.want)
+		}
+	}
+}
+
+func TestCLIRoundTrip(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "sub", "config.yaml")
+	if err := config.WriteCLI(path, config.CLI{Endpoint: "http://127.0.0.1:8420", Token: "cbx_secret"}); err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 {
+		t.Fatalf("cli config mode %v, want 0600: it holds a token", fi.Mode().Perm())
+	}
+	c, err := config.LoadCLI(path, config.MapEnv(map[string]string{"COCOONBOX_ENDPOINT": "http://other:1"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Token != "cbx_secret" || c.Endpoint != "http://other:1" {
+		t.Fatalf("got %+v", c)
+	}
+	c, err = config.LoadCLI(filepath.Join(t.TempDir(), "none.yaml"), config.MapEnv(nil))
+	if err != nil || c != (config.CLI{}) {
+		t.Fatalf("missing cli config: %+v %v", c, err)
+	}
+}
+
+func TestOtherRoleDefaults(t *testing.T) {
+	env := config.MapEnv(map[string]string{"HOME": "/root"})
+	if a := config.DefaultAPI(env); a.Listen != config.DefaultAPIListen || a.Temporal.Address == "" {
+		t.Errorf("api: %+v", a)
+	}
+	if w := config.DefaultWorker(env); w.S3.Bucket == "" || w.Temporal.Namespace == "" {
+		t.Errorf("worker: %+v", w)
+	}
+	if e := config.DefaultEngine(env); !strings.HasPrefix(e.Listen, "127.0.0.1:") {
+		t.Errorf("engine: %+v", e)
+	}
+}
+
+func writeFile(t *testing.T, path, data string) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
