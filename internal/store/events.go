@@ -1,0 +1,57 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Event is one audit log entry: who did what to which box, and when.
+type Event struct {
+	ID     int64
+	Actor  string // a user ID, or the name of a system component such as "worker"
+	BoxID  string // empty when the action concerns no box
+	Action string // dotted lowercase, such as "box.create" or "token.revoke"
+	Detail json.RawMessage
+	At     time.Time
+}
+
+// AppendEvent records e. ID and At are assigned by the database and ignored here; a nil Detail
+// is stored as {}.
+func (q *Queries) AppendEvent(ctx context.Context, e Event) error {
+	detail := e.Detail
+	if len(detail) == 0 {
+		detail = json.RawMessage(`{}`)
+	}
+	_, err := q.db.Exec(ctx,
+		`INSERT INTO events (actor, box_id, action, detail) VALUES ($1, NULLIF($2, ''), $3, $4)`,
+		e.Actor, e.BoxID, e.Action, detail)
+	if err != nil {
+		return fmt.Errorf("append event %s: %w", e.Action, mapErr(err))
+	}
+	return nil
+}
+
+// EventsForBox returns up to limit of the newest events about boxID, newest first.
+func (q *Queries) EventsForBox(ctx context.Context, boxID string, limit int) ([]Event, error) {
+	rows, err := q.db.Query(ctx,
+		`SELECT id, actor, coalesce(box_id, ''), action, detail, at FROM events
+		 WHERE box_id = $1 ORDER BY at DESC, id DESC LIMIT $2`, boxID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("events for box %s: %w", boxID, mapErr(err))
+	}
+	defer rows.Close()
+	var events []Event
+	for rows.Next() {
+		var e Event
+		if err := rows.Scan(&e.ID, &e.Actor, &e.BoxID, &e.Action, &e.Detail, &e.At); err != nil {
+			return nil, fmt.Errorf("events for box %s: %w", boxID, mapErr(err))
+		}
+		events = append(events, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("events for box %s: %w", boxID, mapErr(err))
+	}
+	return events, nil
+}
