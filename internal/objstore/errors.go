@@ -1,0 +1,60 @@
+package objstore
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go"
+)
+
+// ErrNotFound means the object does not exist. Get reports a missing bucket
+// as a plain error, a configuration problem rather than an absent snapshot;
+// Stat cannot tell the two apart (a HEAD response has no body), which is what
+// Check is for.
+var ErrNotFound = errors.New("object not found")
+
+// ErrInvalidConfig marks a Config that cannot work, so callers can report it
+// as the user's mistake rather than an outage.
+var ErrInvalidConfig = errors.New("invalid objstore config")
+
+// errNoBucket lets EnsureBucket tell "create it" from "cannot reach it".
+var errNoBucket = errors.New("bucket does not exist")
+
+// This file is the only one that names S3 error types.
+
+// isNotFound reports whether err means the object is missing. GetObject says
+// NoSuchKey; HeadObject has no body, so it can only say NotFound (404).
+func isNotFound(err error) bool {
+	var nsk *types.NoSuchKey
+	var nf *types.NotFound
+	return errors.As(err, &nsk) || errors.As(err, &nf)
+}
+
+// isBucketOwned reports whether CreateBucket failed only because the bucket
+// already exists and belongs to us.
+func isBucketOwned(err error) bool {
+	var owned *types.BucketAlreadyOwnedByYou
+	return errors.As(err, &owned)
+}
+
+// isNoBucket reports whether a bucket-level call failed because the bucket is
+// missing. HeadBucket, like HeadObject, can only say NotFound.
+func isNoBucket(err error) bool {
+	var nsb *types.NoSuchBucket
+	var nf *types.NotFound
+	if errors.As(err, &nsb) || errors.As(err, &nf) {
+		return true
+	}
+	var apiErr smithy.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode() == "NoSuchBucket"
+}
+
+// objectError wraps an S3 error for op on key, mapping a missing object to
+// ErrNotFound so callers never see SDK types.
+func objectError(op, key string, err error) error {
+	if isNotFound(err) {
+		return fmt.Errorf("%s object %q: %w", op, key, ErrNotFound)
+	}
+	return fmt.Errorf("%s object %q: %w", op, key, err)
+}

@@ -1,0 +1,274 @@
+// Package s3server runs an embedded S3 server (versitygw with its posix
+// backend) so `cocoonbox dev` and the integration tests get real S3 snapshot
+// storage on a fresh machine without an external service.
+//
+// It lives apart from internal/objstore on purpose: versitygw is large, and
+// the worker, which only needs an S3 client, must not link it.
+//
+// versitygw imposes two process-wide constraints that callers must respect:
+// only one gateway may run per process, and its posix backend resolves
+// bucket paths relative to the working directory, so Start changes the
+// process working directory to Dir until Stop restores it. Code running
+// beside the server must therefore use absolute paths.
+package s3server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+
+	"github.com/versity/versitygw/auth"
+	"github.com/versity/versitygw/backend/posix"
+	"github.com/versity/versitygw/embedgw"
+	"github.com/versity/versitygw/s3api"
+)
+
+// Region is the region the embedded server reports; S3 clients talking to it
+// must sign requests for this region.
+const Region = "us-east-1"
+
+// DefaultAddr asks for a free loopback port.
+const DefaultAddr = "127.0.0.1:0"
+
+const (
+	// Generous for a single developer's machine, far below versitygw's
+	// production defaults (250000/100000), which size fasthttp's pools.
+	maxConnections = 1024
+	maxRequests    = 512
+	maxParts       = 10000
+
+	// A race with another process for an auto-picked port is retried;
+	// an explicit port is the caller's to fix.
+	autoPortAttempts = 3
+
+	// Snapshot blobs hold users' home directories: keep them private.
+	dirPerm  fs.FileMode = 0o700
+	filePerm fs.FileMode = 0o600
+)
+
+// Options configures Start.
+type Options struct {
+	// Dir is the posix backend root; each bucket is a subdirectory.
+	// It is created if missing.
+	Dir string
+	// Addr is the loopback host:port to listen on; DefaultAddr when empty.
+	Addr string
+	// AccessKey and SecretKey are the root credentials; both are required.
+	AccessKey, SecretKey string
+	// MetaDir holds sidecar metadata when Dir's filesystem has no user
+	// xattrs; default is Dir with ".meta" appended. It must be outside Dir.
+	MetaDir string
+	// Logger receives the server's few lifecycle messages; nil discards them.
+	Logger *slog.Logger
+}
+
+// Server is a running embedded S3 server.
+type Server struct {
+	endpoint string
+	dir      string
+	prevWD   string
+	log      *slog.Logger
+
+	cancel context.CancelFunc
+	done   chan struct{}
+	runErr error // set before done is closed
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// running guards the one-gateway-per-process limit before posix.New changes
+// the working directory out from under a server that is already running.
+var running sync.Mutex
+
+// Start starts the server and returns once it accepts connections. ctx bounds
+// the startup only; the server runs until Stop.
+func Start(ctx context.Context, opts Options) (*Server, error) {
+	if opts.AccessKey == "" {
+		return nil, errors.New("s3: access key is required")
+	}
+	if opts.SecretKey == "" {
+		return nil, errors.New("s3: secret key is required")
+	}
+	if opts.Dir == "" {
+		return nil, errors.New("s3: dir is required")
+	}
+	host, port, auto, err := parseAddr(opts.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("s3: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("s3: resolve dir: %w", err)
+	}
+	if err := os.MkdirAll(dir, dirPerm); err != nil {
+		return nil, fmt.Errorf("s3: create dir: %w", err)
+	}
+	metaDir := opts.MetaDir
+	if metaDir == "" {
+		metaDir = dir + ".meta"
+	}
+	ms, metaMode, err := chooseMeta(dir, metaDir)
+	if err != nil {
+		return nil, fmt.Errorf("s3: %w", err)
+	}
+	if !running.TryLock() {
+		return nil, errors.New("s3: an embedded S3 server is already running in this process (versitygw allows one)")
+	}
+	prevWD, err := os.Getwd()
+	if err != nil {
+		running.Unlock()
+		return nil, fmt.Errorf("s3: get working directory: %w", err)
+	}
+	release := func() {
+		restoreWD(prevWD, dir)
+		running.Unlock()
+	}
+
+	for attempt := 1; ; attempt++ {
+		addr, err := reservePort(host, port)
+		if err != nil {
+			release()
+			return nil, err
+		}
+		s, err := launch(ctx, dir, addr, ms, opts)
+		if err == nil {
+			s.prevWD, s.log = prevWD, log
+			log.Info("s3 server ready", "endpoint", s.endpoint, "dir", dir, "metadata", metaMode)
+			return s, nil
+		}
+		inUse := errors.Is(err, syscall.EADDRINUSE)
+		if auto && inUse && attempt < autoPortAttempts {
+			log.Debug("s3 port taken before bind, retrying", "addr", addr)
+			continue
+		}
+		release()
+		if inUse {
+			// Another process won the port between the check and the bind.
+			return nil, listenError(addr, err)
+		}
+		return nil, fmt.Errorf("s3: %w", err)
+	}
+}
+
+// launch runs one gateway on addr and waits until it listens or fails.
+func launch(ctx context.Context, dir, addr string, ms metaStorer, opts Options) (*Server, error) {
+	popts := posix.PosixOpts{}
+	popts.SetNewDirPerm(dirPerm)
+	popts.SetNewFilePerm(filePerm)
+	be, err := posix.New(dir, ms, popts)
+	if err != nil {
+		return nil, fmt.Errorf("open posix backend: %w", err)
+	}
+
+	ready := make(chan struct{})
+	var readyOnce sync.Once
+	cfg := &embedgw.Config{
+		RootUserAccess:    opts.AccessKey,
+		RootUserSecret:    opts.SecretKey,
+		Region:            Region,
+		Ports:             []string{addr},
+		MaxConnections:    maxConnections,
+		MaxRequests:       maxRequests,
+		MultipartMaxParts: maxParts,
+		KeepAlive:         true,
+		Quiet:             true,
+		// Built here because auth.New prints to stdout when it picks
+		// single-account mode.
+		IAMService: auth.NewIAMServiceSingle(auth.Account{
+			Access: opts.AccessKey,
+			Secret: opts.SecretKey,
+			Role:   auth.RoleAdmin,
+		}),
+		S3Options: []s3api.Option{
+			s3api.WithOnListen(func() { readyOnce.Do(func() { close(ready) }) }),
+		},
+	}
+
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s := &Server{
+		endpoint: "http://" + addr,
+		dir:      dir,
+		cancel:   cancel,
+		done:     make(chan struct{}),
+	}
+	go func() {
+		s.runErr = embedgw.RunVersityGW(runCtx, be, cfg)
+		// RunVersityGW skips the backend's shutdown when it rejects its
+		// config; closing the root twice is harmless.
+		be.Shutdown()
+		close(s.done)
+	}()
+
+	select {
+	case <-ready:
+		if err := ctx.Err(); err != nil {
+			// Both were ready and select chose at random: honour the cancel.
+			cancel()
+			<-s.done
+			return nil, err
+		}
+		return s, nil
+	case <-s.done:
+		cancel()
+		if s.runErr == nil {
+			return nil, errors.New("run gateway: stopped before listening")
+		}
+		return nil, fmt.Errorf("run gateway: %w", s.runErr)
+	case <-ctx.Done():
+		cancel()
+		<-s.done
+		return nil, ctx.Err()
+	}
+}
+
+// Endpoint returns the server's base URL, "http://127.0.0.1:port".
+func (s *Server) Endpoint() string { return s.endpoint }
+
+// Done is closed when the gateway has exited, after Stop or on its own; a
+// supervisor selects on it to notice a server that died.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Dir returns the absolute posix backend root.
+func (s *Server) Dir() string { return s.dir }
+
+// Stop shuts the server down and waits for it; calling it again returns the
+// first result.
+func (s *Server) Stop() error {
+	s.stopOnce.Do(func() {
+		s.cancel()
+		<-s.done
+		restoreWD(s.prevWD, s.dir)
+		running.Unlock()
+		if s.runErr != nil {
+			s.stopErr = fmt.Errorf("s3: stop: %w", s.runErr)
+		}
+		s.log.Debug("s3 server stopped", "endpoint", s.endpoint)
+	})
+	return s.stopErr
+}
+
+// restoreWD undoes posix.New's chdir, unless something else has moved the
+// working directory since, in which case that choice wins. It compares files,
+// not strings, because the kernel reports the working directory with
+// symlinks resolved.
+func restoreWD(prev, dir string) {
+	wd, err1 := os.Stat(".")
+	d, err2 := os.Stat(dir)
+	if err1 == nil && err2 == nil && os.SameFile(wd, d) {
+		_ = os.Chdir(prev)
+	}
+}
