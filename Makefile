@@ -1,0 +1,51 @@
+# cocoonbox — `make help` lists every target.
+SHELL := bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := help
+
+export PATH := $(CURDIR)/.bin:$(PATH)
+GO      ?= go
+BIN     := $(CURDIR)/bin
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+LDFLAGS := -X github.com/loomhand/cocoonbox/internal/buildinfo.Version=$(VERSION)
+BENCHTIME ?= 10x
+PROTOS  := $(shell find proto -name '*.proto')
+
+.PHONY: help deps build test test-unit test-integration lint gen gate dev bench clean
+
+help: ## list every target
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+deps: ## install every system package and tool that is missing (idempotent, fast when present)
+	@./scripts/deps.sh
+
+build: ## build bin/cocoonbox
+	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/cocoonbox ./cmd/cocoonbox
+
+test: deps ## install what is missing, then run every test (unit and integration)
+	$(GO) test -count=1 -timeout 30m ./...
+
+test-unit: ## run the tests that need no embedded services (fast)
+	$(GO) test -count=1 -short ./...
+
+lint: ## gofmt, go vet
+	@out="$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))"; if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+
+gen: ## regenerate protobuf code (committed)
+	protoc -I proto --go_out=proto --go_opt=paths=source_relative \
+		--go-grpc_out=proto --go-grpc_opt=paths=source_relative $(PROTOS)
+
+gate: gen lint ## fail when generated code is stale or lint is not clean
+	@if [[ -n "$$(git status --porcelain -- proto)" ]]; then echo "make gen left a diff; commit the generated code:"; git status --porcelain -- proto; exit 1; fi
+
+dev: deps build ## install what is missing, build, and run the whole system on its embedded defaults
+	$(BIN)/cocoonbox dev
+
+bench: deps ## run the benchmarks and write docs/benchmarks.md
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./internal/devstack/ | tee bench.out
+	./scripts/benchtable.sh < bench.out > docs/benchmarks.md
+	@echo "wrote docs/benchmarks.md"
+
+clean: ## remove build outputs (not the data dir)
+	rm -rf $(BIN)

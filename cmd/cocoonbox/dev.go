@@ -1,0 +1,120 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/loomhand/cocoonbox/internal/config"
+	"github.com/loomhand/cocoonbox/internal/devstack"
+)
+
+func devCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "dev",
+		Usage: "run the whole system on this machine: Temporal, PostgreSQL, S3 and the API",
+		Description: "State lives under --home (COCOONBOX_HOME); stopping and starting keeps every user, box,\n" +
+			"snapshot and workflow. Set TEMPORAL_ADDRESS, COCOONBOX_DATABASE_URL or COCOONBOX_S3_ENDPOINT\n" +
+			"to use an external Temporal, PostgreSQL or S3 instead of the embedded one.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "home", Usage: "data dir (default ~/.local/share/cocoonbox)"},
+			&cli.StringFlag{Name: "listen", Usage: "API address (default " + config.DefaultAPIListen + ")"},
+			&cli.StringFlag{Name: "temporal-listen", Usage: "embedded Temporal frontend (default " + config.DefaultTemporalListen + ")"},
+			&cli.StringFlag{Name: "temporal-ui-listen", Usage: "embedded Temporal UI (default " + config.DefaultTemporalUIListen + ")"},
+			&cli.StringFlag{Name: "s3-listen", Usage: "embedded S3 server (default " + config.DefaultS3Listen + ")"},
+			&cli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error"},
+		},
+		Action: runDev,
+	}
+}
+
+func runDev(c *cli.Context) error {
+	cfg, err := config.LoadDev(c.String("config"), config.Env())
+	if err != nil {
+		return err
+	}
+	for flag, dst := range map[string]*string{
+		"home": &cfg.Home, "listen": &cfg.Listen, "temporal-listen": &cfg.TemporalListen,
+		"temporal-ui-listen": &cfg.TemporalUIListen, "s3-listen": &cfg.S3Listen, "log-level": &cfg.LogLevel,
+	} {
+		if c.IsSet(flag) {
+			*dst = c.String(flag)
+		}
+	}
+	if abs, err := filepath.Abs(cfg.Home); err == nil {
+		cfg.Home = abs
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	logger, closeLog, err := devLogger(cfg)
+	if err != nil {
+		return err
+	}
+	defer closeLog()
+
+	out := c.App.Writer
+	fmt.Fprintf(out, "cocoonbox dev: starting (data dir %s)\n", cfg.Home)
+	start := time.Now()
+	d, err := devstack.Start(c.Context, cfg, logger)
+	if err != nil {
+		return err
+	}
+	printReady(out, d, time.Since(start))
+
+	select {
+	case <-c.Context.Done():
+		fmt.Fprintln(out, "cocoonbox dev: stopping")
+	case err := <-d.Done():
+		_ = d.Close()
+		return fmt.Errorf("api server stopped: %w", err)
+	}
+	if err := d.Close(); err != nil {
+		return err
+	}
+	fmt.Fprintln(out, "cocoonbox dev: stopped")
+	return nil
+}
+
+func printReady(w io.Writer, d *devstack.Dev, took time.Duration) {
+	u, b := d.URLs(), d.Bootstrap()
+	fmt.Fprintf(w, "cocoonbox dev: ready in %s\n\n", took.Round(10*time.Millisecond))
+	fmt.Fprintf(w, "  API          %s   (gRPC; health at %s/healthz)\n", u.API, u.API)
+	if u.TemporalUI != "" {
+		fmt.Fprintf(w, "  Temporal UI  %s\n", u.TemporalUI)
+	}
+	fmt.Fprintf(w, "  Temporal     %s\n", u.Temporal)
+	fmt.Fprintf(w, "  S3           %s\n\n", u.S3)
+	switch {
+	case b.CreatedUser:
+		fmt.Fprintf(w, "  Created user %q and wrote its token to %s\n", b.UserName, b.CLIConfig)
+	case b.CreatedToken:
+		fmt.Fprintf(w, "  Wrote a new token for %q to %s\n", b.UserName, b.CLIConfig)
+	default:
+		fmt.Fprintf(w, "  User %q; CLI config %s\n", b.UserName, b.CLIConfig)
+	}
+	fmt.Fprintf(w, "  Try: cocoonbox whoami\n\n  Press Ctrl-C to stop; state is kept for the next start.\n")
+}
+
+// devLogger writes the dev stack's log to <home>/cocoonbox.log so the terminal shows only what a
+// person needs; warnings and errors are also echoed to stderr.
+func devLogger(cfg config.Dev) (*slog.Logger, func(), error) {
+	if err := os.MkdirAll(cfg.Home, 0o700); err != nil {
+		return nil, nil, fmt.Errorf("data dir %s: cannot create it: %w", cfg.Home, err)
+	}
+	path := filepath.Join(cfg.Home, "cocoonbox.log")
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("data dir %s: not writable: %w", cfg.Home, err)
+	}
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	file := slog.NewJSONHandler(f, &slog.HandlerOptions{Level: level})
+	stderr := slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})
+	return slog.New(slog.NewMultiHandler(file, stderr)), func() { _ = f.Close() }, nil
+}

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// run executes the real command line in-process and returns what it printed and its error.
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	app := newApp()
+	var out bytes.Buffer
+	app.Writer, app.ErrWriter = &out, &out
+	err := app.Run(append([]string{"cocoonbox"}, args...))
+	return out.String(), err
+}
+
+func TestStartupErrorsAreOneLine(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	t.Setenv("XDG_DATA_HOME", "")
+	t.Setenv("XDG_CONFIG_HOME", "")
+	bad := filepath.Join(home, "bad.yaml")
+	if err := os.WriteFile(bad, []byte("listen: [127.0.0.1\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	file := filepath.Join(home, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"malformed config", []string{"--config", bad, "dev"}, "config " + bad + ": line"},
+		{"missing config", []string{"--config", filepath.Join(home, "none.yaml"), "dev"}, "none.yaml: no such file or directory"},
+		{"data dir under a file", []string{"dev", "--home", filepath.Join(file, "home")}, "data dir " + filepath.Join(file, "home") + ": "},
+		{"bad listen flag", []string{"dev", "--listen", "nonsense"}, "config listen: want host:port"},
+		{"whoami without a config", []string{"whoami"}, "no API endpoint"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := run(t, tc.args...)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error containing %q", err, tc.want)
+			}
+			if strings.Contains(err.Error(), "\n") {
+				t.Fatalf("error spans lines: %q", err)
+			}
+		})
+	}
+}
+
+func TestVersion(t *testing.T) {
+	out, err := run(t, "version")
+	if err != nil || !strings.HasPrefix(out, "cocoonbox ") {
+		t.Fatalf("version: %q %v", out, err)
+	}
+}

@@ -1,0 +1,50 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/loomhand/cocoonbox"
+)
+
+// grpcCodes is the one table from domain error codes to gRPC codes.
+var grpcCodes = map[string]codes.Code{
+	cocoonbox.EInvalid:       codes.InvalidArgument,
+	cocoonbox.ENotFound:      codes.NotFound,
+	cocoonbox.EConflict:      codes.FailedPrecondition,
+	cocoonbox.EUnauthorized:  codes.Unauthenticated,
+	cocoonbox.EForbidden:     codes.PermissionDenied,
+	cocoonbox.EUnavailable:   codes.Unavailable,
+	cocoonbox.ENoCapacity:    codes.ResourceExhausted,
+	cocoonbox.EUnimplemented: codes.Unimplemented,
+	cocoonbox.EInternal:      codes.Internal,
+}
+
+// toStatus turns any error from the service layer into the gRPC status a client sees. Internal
+// errors are logged in full and reach the client as "internal error".
+func toStatus(ctx context.Context, log *slog.Logger, method string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok && !isDomain(err) {
+		return err // already a status (e.g. from an interceptor)
+	}
+	code := cocoonbox.ErrorCode(err)
+	if code == cocoonbox.EInternal {
+		log.ErrorContext(ctx, "internal error", "method", method, "err", err)
+	}
+	c, ok := grpcCodes[code]
+	if !ok {
+		c = codes.Unknown
+	}
+	return status.Error(c, cocoonbox.ErrorMessage(err))
+}
+
+func isDomain(err error) bool {
+	var e *cocoonbox.Error
+	return errors.As(err, &e)
+}

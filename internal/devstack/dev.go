@@ -1,0 +1,348 @@
+package devstack
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
+
+	"github.com/loomhand/cocoonbox/internal/api"
+	"github.com/loomhand/cocoonbox/internal/buildinfo"
+	"github.com/loomhand/cocoonbox/internal/config"
+	"github.com/loomhand/cocoonbox/internal/objstore"
+	"github.com/loomhand/cocoonbox/internal/pgcluster"
+	"github.com/loomhand/cocoonbox/internal/s3server"
+	"github.com/loomhand/cocoonbox/internal/store"
+	"github.com/loomhand/cocoonbox/internal/tclient"
+)
+
+// SearchAttributes are the custom search attributes the box workflows upsert, registered when the
+// embedded server starts so operators can filter box workflows in the Temporal UI.
+var SearchAttributes = map[string]enumspb.IndexedValueType{
+	"Owner":    enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+	"BoxState": enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+	"BoxName":  enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+}
+
+// Dev is the running `cocoonbox dev` program: the backing services it embeds (unless configured
+// to use external ones), the store, and the API server.
+type Dev struct {
+	cfg config.Dev
+	log *slog.Logger
+
+	lock     *os.File
+	temporal *Temporal          // nil when Temporal is external
+	pg       *pgcluster.Cluster // nil when PostgreSQL is external
+	s3       *s3server.Server   // nil when S3 is external
+
+	Store    *store.Store
+	Temporal client.Client
+	Blobs    *objstore.S3
+	api      *api.Server
+	apiAddr  string
+	apiDone  chan error
+	cancel   context.CancelFunc
+	boot     Bootstrap
+	s3Config objstore.Config
+	tAddr    string
+}
+
+// URLs are the addresses a person or a test uses to reach the running system.
+type URLs struct {
+	API        string // http://host:port (gRPC h2c, /healthz)
+	TemporalUI string // "" when Temporal is external
+	Temporal   string // host:port of the Temporal frontend
+	S3         string // S3 endpoint
+}
+
+// Start brings up the whole dev system described by cfg and returns once the API answers. On any
+// error everything already started is stopped again, and the error is one line naming the problem.
+func Start(ctx context.Context, cfg config.Dev, log *slog.Logger) (_ *Dev, retErr error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	d := &Dev{cfg: cfg, log: log}
+	defer func() {
+		if retErr != nil {
+			_ = d.Close()
+		}
+	}()
+	if err := prepareHome(cfg.Home); err != nil {
+		return nil, err
+	}
+	lock, err := lockHome(cfg.Home)
+	if err != nil {
+		return nil, err
+	}
+	d.lock = lock
+	// Bind the API port first and check the others, so a busy port fails before anything slow starts.
+	apiLn, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return nil, listenError("api", cfg.Listen, err)
+	}
+	d.apiAddr = apiLn.Addr().String()
+	defer func() {
+		if retErr != nil {
+			_ = apiLn.Close()
+		}
+	}()
+	if err := d.checkPorts(); err != nil {
+		return nil, err
+	}
+
+	if err := d.startPostgres(ctx); err != nil {
+		return nil, err
+	}
+	if err := d.startS3(ctx); err != nil {
+		return nil, err
+	}
+	if err := d.startTemporal(ctx); err != nil {
+		return nil, err
+	}
+
+	d.Store, err = store.Open(ctx, d.databaseURL())
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	d.Blobs, err = objstore.NewS3(ctx, d.s3Config, &http.Client{Timeout: 5 * time.Minute})
+	if err != nil {
+		return nil, fmt.Errorf("s3: %w", err)
+	}
+	if err := d.Blobs.EnsureBucket(ctx); err != nil {
+		return nil, fmt.Errorf("s3 bucket %s: %w", d.s3Config.Bucket, err)
+	}
+	tcfg := cfg.Temporal
+	tcfg.Address = d.tAddr
+	d.Temporal, err = tclient.Dial(ctx, tcfg, log.With("component", "temporal-client"))
+	if err != nil {
+		return nil, err
+	}
+	d.boot, err = bootstrap(ctx, d.Store, cfg, "http://"+d.apiAddr)
+	if err != nil {
+		return nil, err
+	}
+
+	d.api = api.New(api.Options{
+		Store:   d.Store,
+		Version: buildinfo.String(),
+		Logger:  log.With("component", "api"),
+		Checks: map[string]api.Check{
+			"temporal": func(ctx context.Context) error {
+				_, err := d.Temporal.CheckHealth(ctx, &client.CheckHealthRequest{})
+				return err
+			},
+			"postgres": func(ctx context.Context) error { return d.Store.Ping(ctx) },
+			"s3":       func(ctx context.Context) error { return d.Blobs.Check(ctx) },
+		},
+	})
+	serveCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	d.cancel = cancel
+	d.apiDone = make(chan error, 1)
+	go func() { d.apiDone <- d.api.Serve(serveCtx, apiLn) }()
+	return d, nil
+}
+
+// URLs returns where the running system answers.
+func (d *Dev) URLs() URLs {
+	u := URLs{API: "http://" + d.apiAddr, Temporal: d.tAddr, S3: d.s3Config.Endpoint}
+	if d.temporal != nil {
+		u.TemporalUI = d.temporal.UIURL()
+	}
+	return u
+}
+
+// Home returns the data dir.
+func (d *Dev) Home() string { return d.cfg.Home }
+
+// Bootstrap reports what the first start created.
+func (d *Dev) Bootstrap() Bootstrap { return d.boot }
+
+// Done is closed with the API server's error when it stops on its own.
+func (d *Dev) Done() <-chan error { return d.apiDone }
+
+// Close stops everything Start started, in reverse order, and is safe to call more than once.
+func (d *Dev) Close() error {
+	var errs []error
+	if d.cancel != nil {
+		d.cancel()
+		if err := <-d.apiDone; err != nil && !errors.Is(err, http.ErrServerClosed) {
+			errs = append(errs, fmt.Errorf("stop api: %w", err))
+		}
+		d.cancel = nil
+	}
+	if d.Temporal != nil {
+		d.Temporal.Close()
+		d.Temporal = nil
+	}
+	if d.Store != nil {
+		d.Store.Close()
+		d.Store = nil
+	}
+	if d.temporal != nil {
+		if err := d.temporal.Stop(); err != nil {
+			errs = append(errs, fmt.Errorf("stop temporal: %w", err))
+		}
+		d.temporal = nil
+	}
+	if d.s3 != nil {
+		if err := d.s3.Stop(); err != nil {
+			errs = append(errs, fmt.Errorf("stop s3: %w", err))
+		}
+		d.s3 = nil
+	}
+	if d.pg != nil {
+		if err := d.pg.Stop(); err != nil {
+			errs = append(errs, fmt.Errorf("stop postgres: %w", err))
+		}
+		d.pg = nil
+	}
+	if d.lock != nil {
+		_ = d.lock.Close()
+		d.lock = nil
+	}
+	return errors.Join(errs...)
+}
+
+func (d *Dev) databaseURL() string {
+	if d.pg != nil {
+		return d.pg.URL("cocoonbox")
+	}
+	return d.cfg.Postgres.URL
+}
+
+func (d *Dev) startPostgres(ctx context.Context) error {
+	if d.cfg.Postgres.URL != "" {
+		return nil
+	}
+	dir := d.cfg.DataDir("postgres")
+	if err := pgcluster.Init(ctx, dir); err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	pg, err := pgcluster.Start(ctx, pgcluster.Options{Dir: dir, Database: "cocoonbox"})
+	if err != nil {
+		return fmt.Errorf("postgres: %w", err)
+	}
+	d.pg = pg
+	return nil
+}
+
+func (d *Dev) startS3(ctx context.Context) error {
+	d.s3Config = objstore.Config{
+		Endpoint: d.cfg.S3.Endpoint, Region: d.cfg.S3.Region, Bucket: d.cfg.S3.Bucket,
+		AccessKey: d.cfg.S3.AccessKey, SecretKey: d.cfg.S3.SecretKey, PathStyle: d.cfg.S3.PathStyle,
+	}
+	if d.cfg.S3.Endpoint != "" {
+		return nil
+	}
+	dir := d.cfg.DataDir("s3")
+	access, secret, err := s3server.LoadOrCreateCredentials(filepath.Join(dir, "credentials.yaml"))
+	if err != nil {
+		return fmt.Errorf("s3: %w", err)
+	}
+	srv, err := s3server.Start(ctx, s3server.Options{
+		Dir: filepath.Join(dir, "data"), Addr: d.cfg.S3Listen, AccessKey: access, SecretKey: secret,
+		Logger: d.log.With("component", "s3"),
+	})
+	if err != nil {
+		return err
+	}
+	d.s3 = srv
+	d.s3Config.Endpoint, d.s3Config.AccessKey, d.s3Config.SecretKey, d.s3Config.PathStyle = srv.Endpoint(), access, secret, true
+	return nil
+}
+
+func (d *Dev) startTemporal(ctx context.Context) error {
+	if d.cfg.Temporal.Address != "" {
+		d.tAddr = d.cfg.Temporal.Address
+		return nil
+	}
+	host, port := splitHostPort(d.cfg.TemporalListen)
+	_, uiPort := splitHostPort(d.cfg.TemporalUIListen)
+	t, err := StartTemporal(ctx, TemporalOptions{
+		DataDir: d.cfg.DataDir("temporal"), Host: host, Port: port, UIPort: uiPort,
+		Namespace: d.cfg.Temporal.Namespace, SearchAttributes: SearchAttributes,
+		Logger: d.log.With("component", "temporal"),
+	})
+	if err != nil {
+		return err
+	}
+	d.temporal = t
+	d.tAddr = t.Address()
+	return nil
+}
+
+// checkPorts fails fast, with the component named, when a port an embedded service needs is taken.
+func (d *Dev) checkPorts() error {
+	type want struct{ what, addr string }
+	var ws []want
+	if d.cfg.Temporal.Address == "" {
+		ws = append(ws, want{"temporal frontend", d.cfg.TemporalListen}, want{"temporal ui", d.cfg.TemporalUIListen})
+	}
+	if d.cfg.S3.Endpoint == "" {
+		ws = append(ws, want{"s3", d.cfg.S3Listen})
+	}
+	for _, w := range ws {
+		if _, port := splitHostPort(w.addr); port == 0 {
+			continue
+		}
+		ln, err := net.Listen("tcp", w.addr)
+		if err != nil {
+			return listenError(w.what, w.addr, err)
+		}
+		_ = ln.Close()
+	}
+	return nil
+}
+
+// prepareHome creates the data dir and proves it is writable, so the problem is named up front
+// rather than surfacing later as a database or Temporal error.
+func prepareHome(home string) error {
+	if err := os.MkdirAll(home, 0o700); err != nil {
+		return fmt.Errorf("data dir %s: cannot create it: %w", home, unwrapPathError(err))
+	}
+	f, err := os.CreateTemp(home, ".writable-*")
+	if err != nil {
+		return fmt.Errorf("data dir %s: not writable: %w", home, unwrapPathError(err))
+	}
+	_ = f.Close()
+	return os.Remove(f.Name())
+}
+
+// lockHome takes an exclusive lock on the data dir so that two `cocoonbox dev` processes never
+// share one set of databases; the kernel drops the lock when the process dies.
+func lockHome(home string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(home, "dev.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("data dir %s: %w", home, unwrapPathError(err))
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("data dir %s: in use by another cocoonbox dev; stop it or set COCOONBOX_HOME", home)
+		}
+		return nil, fmt.Errorf("data dir %s: lock: %w", home, err)
+	}
+	return f, nil
+}
+
+func splitHostPort(addr string) (string, int) {
+	host, p, err := net.SplitHostPort(addr)
+	if err != nil {
+		return addr, 0
+	}
+	port, _ := strconv.Atoi(p)
+	return host, port
+}

@@ -1,0 +1,142 @@
+package devstack
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"time"
+
+	"go.temporal.io/server/common/cluster"
+	"go.temporal.io/server/common/config"
+	"go.temporal.io/server/common/dynamicconfig"
+	"go.temporal.io/server/common/membership/static"
+	"go.temporal.io/server/common/primitives"
+)
+
+const (
+	loopback    = "127.0.0.1"
+	clusterName = "active"
+	// numHistoryShards is fixed at the first start (the server keeps the persisted value),
+	// so it is a constant here. One shard suits one SQLite writer.
+	numHistoryShards = 1
+)
+
+// servicePorts are the gRPC ports of the four services one process runs. Only the frontend
+// is meant for clients; the others are loopback ports the services use among themselves.
+type servicePorts struct {
+	frontend, history, matching, worker int
+}
+
+// reservation holds listeners on the ports picked for a start. Holding them until just before
+// the server binds keeps two picks from landing on the same port; the window between release
+// and the server's bind is covered by fatalHandler turning the bind failure into an error.
+type reservation []net.Listener
+
+func (r reservation) release() {
+	for _, l := range r {
+		_ = l.Close()
+	}
+}
+
+// reserve listens on host:port (port 0 picks a free one) and returns the port.
+func (r *reservation) reserve(what, host string, port int) (int, error) {
+	addr := net.JoinHostPort(host, strconv.Itoa(port))
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return 0, listenError(what, addr, err)
+	}
+	*r = append(*r, l)
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// listenError names the listener and keeps only the OS reason ("address already in use"),
+// which is all a user needs to act on.
+func listenError(what, addr string, err error) error {
+	var se *os.SyscallError
+	if errors.As(err, &se) {
+		err = se.Err
+	}
+	return fmt.Errorf("%s: listen %s: %w", what, addr, err)
+}
+
+// bindIP turns TemporalOptions.Host into the IP the frontend binds, and the address clients
+// and the other services dial, which differs when binding all interfaces.
+func bindIP(host string) (bind, dial string, err error) {
+	if host == "localhost" {
+		return loopback, loopback, nil
+	}
+	ip := net.ParseIP(host)
+	if ip == nil {
+		return "", "", fmt.Errorf("temporal frontend: host %q is not an IP address", host)
+	}
+	switch {
+	case ip.IsUnspecified() && ip.To4() != nil:
+		return ip.String(), loopback, nil
+	case ip.IsUnspecified():
+		return ip.String(), "::1", nil
+	}
+	return ip.String(), ip.String(), nil
+}
+
+// serverConfig is the static configuration of the embedded server: SQLite persistence, no
+// archival, no metrics or pprof listeners, and services bound where ports says.
+func serverConfig(dbPath, frontendBind, frontendAddr string, ports servicePorts) *config.Config {
+	rpc := func(port int, ip string) config.Service {
+		return config.Service{RPC: config.RPC{GRPCPort: port, BindOnIP: ip}}
+	}
+	return &config.Config{
+		Global: config.Global{
+			Membership: config.Membership{MaxJoinDuration: 30 * time.Second, BroadcastAddress: loopback},
+		},
+		Persistence: config.Persistence{
+			DefaultStore:     "sqlite",
+			VisibilityStore:  "sqlite-visibility",
+			NumHistoryShards: numHistoryShards,
+			DataStores: map[string]config.DataStore{
+				"sqlite":            {SQL: sqliteConfig(dbPath)},
+				"sqlite-visibility": {SQL: sqliteConfig(dbPath)},
+			},
+		},
+		ClusterMetadata: &cluster.Config{
+			EnableGlobalNamespace:    false,
+			FailoverVersionIncrement: 10,
+			MasterClusterName:        clusterName,
+			CurrentClusterName:       clusterName,
+			ClusterInformation: map[string]cluster.ClusterInformation{
+				clusterName: {Enabled: true, InitialFailoverVersion: 1, RPCAddress: frontendAddr},
+			},
+		},
+		DCRedirectionPolicy: config.DCRedirectionPolicy{Policy: "noop"},
+		Services: map[string]config.Service{
+			string(primitives.FrontendService): rpc(ports.frontend, frontendBind),
+			string(primitives.HistoryService):  rpc(ports.history, loopback),
+			string(primitives.MatchingService): rpc(ports.matching, loopback),
+			string(primitives.WorkerService):   rpc(ports.worker, loopback),
+		},
+	}
+}
+
+// staticHosts replaces gossip membership: every service is this process, so there is nothing
+// to discover, and ringpop would want four more ports and a join delay.
+func staticHosts(frontendAddr string, ports servicePorts) map[primitives.ServiceName]static.Hosts {
+	local := func(port int) static.Hosts {
+		return static.SingleLocalHost(net.JoinHostPort(loopback, strconv.Itoa(port)))
+	}
+	return map[primitives.ServiceName]static.Hosts{
+		primitives.FrontendService: static.SingleLocalHost(frontendAddr),
+		primitives.HistoryService:  local(ports.history),
+		primitives.MatchingService: local(ports.matching),
+		primitives.WorkerService:   local(ports.worker),
+	}
+}
+
+// dynamicConfig holds the few settings a dev server wants unlike production.
+func dynamicConfig() dynamicconfig.StaticClient {
+	return dynamicconfig.StaticClient{
+		// Search attributes registered at start (and by tests) are visible at once, instead
+		// of after the cache refresh interval.
+		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): true,
+	}
+}

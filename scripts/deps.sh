@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# deps.sh installs every system package and tool cocoonbox needs, and only what is missing, so it
+# is fast when everything is present. Run as root on Debian 12 (make deps calls it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Pinned tool versions. Bump them here; make gen output depends on them.
+PROTOC_GEN_GO_VERSION=v1.36.12
+PROTOC_GEN_GO_GRPC_VERSION=v1.6.2
+
+APT_PACKAGES=(
+	postgresql-15        # the managed database of `cocoonbox dev` and the test harness
+	protobuf-compiler    # protoc, for make gen
+	ca-certificates
+)
+
+missing=()
+for p in "${APT_PACKAGES[@]}"; do
+	if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+		missing+=("$p")
+	fi
+done
+if ((${#missing[@]})); then
+	if [[ $(id -u) -ne 0 ]]; then
+		echo "deps: missing packages ${missing[*]}; run make deps as root" >&2
+		exit 1
+	fi
+	echo "deps: installing ${missing[*]}"
+	export DEBIAN_FRONTEND=noninteractive
+	apt-get update -qq
+	apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+	# Debian's package starts a cluster on 5432; cocoonbox runs its own clusters, so keep the
+	# distribution's one from holding the port and memory.
+	if systemctl is-active --quiet postgresql 2>/dev/null; then systemctl stop postgresql || true; fi
+fi
+
+if ! command -v go >/dev/null; then
+	echo "deps: Go is not installed (want Go 1.26 at /usr/local/go)" >&2
+	exit 1
+fi
+
+# Go tools, pinned, installed into .bin so they never clash with the machine's.
+BIN="$PWD/.bin"
+mkdir -p "$BIN"
+install_go_tool() { # name module version
+	local stamp="$BIN/.$1.version"
+	if [[ -x "$BIN/$1" && -f "$stamp" && "$(cat "$stamp")" == "$3" ]]; then return; fi
+	echo "deps: go install $2@$3"
+	GOBIN="$BIN" GOFLAGS=-mod=mod go install "$2@$3"
+	echo "$3" >"$stamp"
+}
+install_go_tool protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go "$PROTOC_GEN_GO_VERSION"
+install_go_tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION"
