@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -46,9 +47,14 @@ func runDev(c *cli.Context) error {
 			*dst = c.String(flag)
 		}
 	}
-	if abs, err := filepath.Abs(cfg.Home); err == nil {
-		cfg.Home = abs
+	// Absolute paths before anything starts: the embedded S3 server changes the process's working
+	// directory (versitygw's posix backend resolves buckets relative to it).
+	for _, p := range []*string{&cfg.Home, &cfg.CLIConfig} {
+		if abs, err := filepath.Abs(*p); err == nil {
+			*p = abs
+		}
 	}
+	self := selfPath()
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -65,7 +71,7 @@ func runDev(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	printReady(out, d, time.Since(start))
+	printReady(out, d, time.Since(start), self)
 
 	select {
 	case <-c.Context.Done():
@@ -81,7 +87,7 @@ func runDev(c *cli.Context) error {
 	return nil
 }
 
-func printReady(w io.Writer, d *devstack.Dev, took time.Duration) {
+func printReady(w io.Writer, d *devstack.Dev, took time.Duration, self string) {
 	u, b := d.URLs(), d.Bootstrap()
 	fmt.Fprintf(w, "cocoonbox dev: ready in %s\n\n", took.Round(10*time.Millisecond))
 	fmt.Fprintf(w, "  API          %s   (gRPC; health at %s/healthz)\n", u.API, u.API)
@@ -98,7 +104,21 @@ func printReady(w io.Writer, d *devstack.Dev, took time.Duration) {
 	default:
 		fmt.Fprintf(w, "  User %q; CLI config %s\n", b.UserName, b.CLIConfig)
 	}
-	fmt.Fprintf(w, "  Try: cocoonbox whoami\n\n  Press Ctrl-C to stop; state is kept for the next start.\n")
+	fmt.Fprintf(w, "  Try: %s whoami\n\n  Press Ctrl-C to stop; state is kept for the next start.\n", self)
+}
+
+// selfPath is how the person can run this binary again from their current directory.
+func selfPath() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return "cocoonbox"
+	}
+	if wd, err := os.Getwd(); err == nil {
+		if rel, err := filepath.Rel(wd, exe); err == nil && !strings.HasPrefix(rel, "..") {
+			return rel
+		}
+	}
+	return exe
 }
 
 // devLogger writes the dev stack's log to <home>/cocoonbox.log so the terminal shows only what a
