@@ -231,7 +231,11 @@ func (d *Dev) startPostgres(ctx context.Context) error {
 	if err := pgcluster.Init(ctx, dir); err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
-	pg, err := pgcluster.Start(ctx, pgcluster.Options{Dir: dir, Database: "cocoonbox"})
+	pg, err := pgcluster.Start(ctx, pgcluster.Options{
+		Dir: dir, Database: "cocoonbox",
+		// However cocoonbox dev ends, even by SIGKILL, its database server ends with it.
+		DieWithParent: true,
+	})
 	if err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}

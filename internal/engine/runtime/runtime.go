@@ -1,0 +1,101 @@
+// Package runtime runs boxes for the local sandbox engine. A Runtime turns an image rootfs and a
+// per-box directory into an isolated box that can run commands, accept relayed connections on its
+// loopback, hibernate and wake. gVisor (runsc) is the default; the process runtime is the
+// fallback where runsc cannot run and says that memory is not preserved.
+package runtime
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+)
+
+// Runtime runs boxes. Implementations are safe for concurrent use on different boxes; the engine
+// serializes operations on one box.
+type Runtime interface {
+	// Name is "gvisor" or "process"; /v1/info reports it.
+	Name() string
+	// Capabilities says what this runtime can really do, so /v1/info never overstates it.
+	Capabilities() Capabilities
+	// Start creates and starts the box described by spec. The box's writable layer (its disk)
+	// lives under spec.Dir and survives Stop, Hibernate and engine restarts. Starting a box whose
+	// Dir already holds a disk (a claim from a checkpoint) keeps that disk.
+	Start(ctx context.Context, spec Spec) error
+	// Exec runs argv in the box and waits for it. Output goes to the given writers; the engine
+	// enforces size caps there. Cancelling ctx kills the child. ErrNotFound when the box is
+	// unknown; ErrBadCommand when argv[0] does not exist or cwd is bad.
+	Exec(ctx context.Context, id string, req ExecRequest) (exitCode int, err error)
+	// Dial opens a byte stream to 127.0.0.1:port inside the box. The connection must support
+	// half-close (CloseWrite) so relays can pass EOF each way.
+	Dial(ctx context.Context, id string, port int) (HalfCloser, error)
+	// Hibernate frees the box's CPU and memory and keeps its state on disk (with memory when
+	// Capabilities().MemoryHibernate). Hibernating a hibernated box is a no-op.
+	Hibernate(ctx context.Context, id string) error
+	// Wake brings a hibernated box back. Waking a running box is a no-op.
+	Wake(ctx context.Context, id string) error
+	// Snapshot copies the box's disk into dst (a fresh directory) while the box keeps running, so
+	// a later Start with Spec.Dir seeded from dst sees the same files.
+	Snapshot(ctx context.Context, id, dst string) error
+	// Destroy stops the box and removes everything under its Dir. Unknown ids are not an error.
+	Destroy(ctx context.Context, id string) error
+	// State reports what the runtime sees of a box, so a restarted engine can re-adopt it.
+	State(ctx context.Context, id string, dir string) (State, error)
+	// Stats reports the box's resource use.
+	Stats(ctx context.Context, id string) (Stats, error)
+}
+
+// Spec describes a box to start.
+type Spec struct {
+	ID       string // sandbox ID (sb_…), unique on this engine
+	Dir      string // the box's private directory (writable layer, bundle, checkpoints)
+	Rootfs   string // the image's read-only root filesystem, shared by every box of the image
+	VCPUs    int
+	MemoryMB int
+	Env      []string // extra environment for the box's init
+}
+
+// ExecRequest is one command run in a box.
+type ExecRequest struct {
+	Argv   []string
+	Cwd    string
+	Env    []string
+	Stdin  io.Reader // nil: empty
+	Stdout io.Writer
+	Stderr io.Writer
+}
+
+// Capabilities are what a runtime can do.
+type Capabilities struct {
+	MemoryHibernate bool   // Hibernate preserves processes and memory (gvisor: runsc checkpoint)
+	Isolation       string // "gvisor (systrap)" or "namespaces"
+}
+
+// State is a box as the runtime sees it.
+type State string
+
+// States.
+const (
+	StateRunning    State = "running"
+	StateHibernated State = "hibernated"
+	StateStopped    State = "stopped" // disk present, nothing running, no memory image
+	StateMissing    State = "missing" // nothing on disk
+)
+
+// Stats is a box's resource use.
+type Stats struct {
+	MemUsedBytes int64
+}
+
+// HalfCloser is a connection that can close its write side alone.
+type HalfCloser interface {
+	net.Conn
+	CloseWrite() error
+}
+
+// Errors a runtime returns; the engine maps them to HTTP statuses.
+var (
+	ErrNotFound   = errors.New("box not found")
+	ErrBadCommand = errors.New("bad command")
+	ErrNotRunning = errors.New("box is not running")
+)
