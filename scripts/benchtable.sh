@@ -9,7 +9,7 @@ cat <<HEAD
 Written by \`make bench\` on $(date -u +%Y-%m-%d) ($(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB, $(go env GOVERSION)).
 Latencies in milliseconds over repeated runs (n). Numbers vary with machine load; compare ratios
 within one run, not absolute figures across runs. Start figures are measured in one process;
-a fresh `cocoonbox dev` process adds about 0.5 s of Temporal server initialisation.
+a fresh \`cocoonbox dev\` process adds about 0.5 s of Temporal server initialisation.
 
 HEAD
 echo "$raw" | awk '
