@@ -5,11 +5,11 @@
 // It lives apart from internal/objstore on purpose: versitygw is large, and
 // the worker, which only needs an S3 client, must not link it.
 //
-// versitygw imposes two process-wide constraints that callers must respect:
-// only one gateway may run per process, and its posix backend resolves
-// bucket paths relative to the working directory, so Start changes the
-// process working directory to Dir until Stop restores it. Code running
-// beside the server must therefore use absolute paths.
+// versitygw imposes two process-wide constraints: only one gateway may run per
+// process, and its posix backend resolves bucket paths relative to the
+// working directory, which it changes. So Start runs the gateway in a child
+// process (this same executable, re-executed; see child.go) and the caller's
+// process keeps its working directory and may run several servers.
 package s3server
 
 import (
@@ -65,13 +65,15 @@ type Options struct {
 	// xattrs; default is Dir with ".meta" appended. It must be outside Dir.
 	MetaDir string
 	// Logger receives the server's few lifecycle messages; nil discards them.
-	Logger *slog.Logger
+	Logger *slog.Logger `json:"-"`
 }
 
-// Server is a running embedded S3 server.
-type Server struct {
+// gateway is a versitygw running in this process; only the child process
+// started by Start runs one.
+type gateway struct {
 	endpoint string
 	dir      string
+	metaMode string
 	prevWD   string
 	log      *slog.Logger
 
@@ -87,9 +89,9 @@ type Server struct {
 // the working directory out from under a server that is already running.
 var running sync.Mutex
 
-// Start starts the server and returns once it accepts connections. ctx bounds
-// the startup only; the server runs until Stop.
-func Start(ctx context.Context, opts Options) (*Server, error) {
+// startGateway starts versitygw in this process and returns once it accepts
+// connections. ctx bounds the startup only; the gateway runs until stop.
+func startGateway(ctx context.Context, opts Options) (*gateway, error) {
 	if opts.AccessKey == "" {
 		return nil, errors.New("s3: access key is required")
 	}
@@ -146,8 +148,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 		}
 		s, err := launch(ctx, dir, addr, ms, opts)
 		if err == nil {
-			s.prevWD, s.log = prevWD, log
-			log.Info("s3 server ready", "endpoint", s.endpoint, "dir", dir, "metadata", metaMode)
+			s.prevWD, s.log, s.metaMode = prevWD, log, metaMode
 			return s, nil
 		}
 		inUse := errors.Is(err, syscall.EADDRINUSE)
@@ -165,7 +166,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 }
 
 // launch runs one gateway on addr and waits until it listens or fails.
-func launch(ctx context.Context, dir, addr string, ms metaStorer, opts Options) (*Server, error) {
+func launch(ctx context.Context, dir, addr string, ms metaStorer, opts Options) (*gateway, error) {
 	popts := posix.PosixOpts{}
 	popts.SetNewDirPerm(dirPerm)
 	popts.SetNewFilePerm(filePerm)
@@ -199,7 +200,7 @@ func launch(ctx context.Context, dir, addr string, ms metaStorer, opts Options) 
 	}
 
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	s := &Server{
+	s := &gateway{
 		endpoint: "http://" + addr,
 		dir:      dir,
 		cancel:   cancel,
@@ -235,19 +236,9 @@ func launch(ctx context.Context, dir, addr string, ms metaStorer, opts Options) 
 	}
 }
 
-// Endpoint returns the server's base URL, "http://127.0.0.1:port".
-func (s *Server) Endpoint() string { return s.endpoint }
-
-// Done is closed when the gateway has exited, after Stop or on its own; a
-// supervisor selects on it to notice a server that died.
-func (s *Server) Done() <-chan struct{} { return s.done }
-
-// Dir returns the absolute posix backend root.
-func (s *Server) Dir() string { return s.dir }
-
-// Stop shuts the server down and waits for it; calling it again returns the
+// stop shuts the gateway down and waits for it; calling it again returns the
 // first result.
-func (s *Server) Stop() error {
+func (s *gateway) stop() error {
 	s.stopOnce.Do(func() {
 		s.cancel()
 		<-s.done

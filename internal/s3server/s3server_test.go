@@ -159,17 +159,30 @@ func TestStartLocalhost(t *testing.T) {
 	}
 }
 
-func TestStartOnePerProcess(t *testing.T) {
-	start(t, testOptions(t.TempDir()))
+// TestSeveralServersKeepTheWorkingDirectory: versitygw allows one gateway per
+// process and changes the working directory, so each server is a child
+// process and the caller sees neither limit.
+func TestSeveralServersKeepTheWorkingDirectory(t *testing.T) {
 	wd, _ := os.Getwd()
-
-	_, err := Start(testCtx(t), testOptions(t.TempDir()))
-	if err == nil || !strings.Contains(err.Error(), "already running") {
-		t.Fatalf("second start: got %v, want already running", err)
+	a := start(t, testOptions(t.TempDir()))
+	b := start(t, testOptions(t.TempDir()))
+	if a.Endpoint() == b.Endpoint() {
+		t.Fatalf("two servers on one endpoint %s", a.Endpoint())
 	}
-	// Refusing must happen before posix.New moves the working directory.
 	if got, _ := os.Getwd(); got != wd {
-		t.Errorf("working directory moved by refused start: %s, want %s", got, wd)
+		t.Errorf("working directory moved to %s, want %s", got, wd)
+	}
+}
+
+// TestChildEndsWithParent: a server whose parent dies stops on its own, so a
+// killed cocoonbox dev leaves no S3 server behind.
+func TestChildStopsWhenStdinCloses(t *testing.T) {
+	srv := start(t, testOptions(t.TempDir()))
+	_ = srv.stdin.Close() // what the kernel does for us when the parent dies
+	select {
+	case <-srv.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("child still running 10s after its stdin closed")
 	}
 }
 
@@ -192,8 +205,13 @@ func TestSidecarMetadata(t *testing.T) {
 	dir := filepath.Join(root, "s3")
 	data := []byte("snapshot bytes")
 
-	srv := start(t, testOptions(dir))
-	st := newStore(t, srv.Endpoint())
+	// In-process, because the xattr probe override lives in this process.
+	srv, err := startGateway(testCtx(t), testOptions(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = srv.stop() })
+	st := newStore(t, srv.endpoint)
 	ctx := testCtx(t)
 	if err := st.EnsureBucket(ctx); err != nil {
 		t.Fatalf("ensure bucket: %v", err)
@@ -205,7 +223,7 @@ func TestSidecarMetadata(t *testing.T) {
 	if err != nil {
 		t.Fatalf("stat: %v", err)
 	}
-	if err := srv.Stop(); err != nil {
+	if err := srv.stop(); err != nil {
 		t.Fatalf("stop: %v", err)
 	}
 	if entries, err := os.ReadDir(dir + ".meta"); err != nil || len(entries) == 0 {
@@ -214,8 +232,8 @@ func TestSidecarMetadata(t *testing.T) {
 
 	// With xattrs available again, the existing sidecar dir must still win.
 	xattrSupported = probeXattr
-	srv = start(t, testOptions(dir))
-	st = newStore(t, srv.Endpoint())
+	srv2 := start(t, testOptions(dir))
+	st = newStore(t, srv2.Endpoint())
 	after, err := st.Stat(ctx, "a/b")
 	if err != nil {
 		t.Fatalf("stat after restart: %v", err)

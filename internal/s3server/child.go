@@ -1,0 +1,257 @@
+package s3server
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// childArg, as the first argument, turns any executable that links this
+// package into the S3 server child (see init). Re-executing ourselves keeps
+// one binary and needs no separate versitygw install.
+const childArg = "__cocoonbox-s3server-child"
+
+// stopTimeout bounds a graceful child shutdown before it is killed.
+const stopTimeout = 10 * time.Second
+
+func init() {
+	if len(os.Args) > 1 && os.Args[1] == childArg {
+		os.Exit(runChild(os.Stdin, os.Stdout, os.Stderr))
+	}
+}
+
+// childReply is the child's one line on stdout once it listens or has failed.
+type childReply struct {
+	Endpoint string `json:"endpoint,omitempty"`
+	Metadata string `json:"metadata,omitempty"`
+	Error    string `json:"error,omitempty"`
+	Errno    int    `json:"errno,omitempty"` // set for listen failures, so errors.Is works in the parent
+	Addr     string `json:"addr,omitempty"`
+}
+
+// Server is a running embedded S3 server (a child process of this one).
+type Server struct {
+	endpoint string
+	dir      string
+	cmd      *exec.Cmd
+	stdin    io.WriteCloser
+	log      *slog.Logger
+	done     chan struct{}
+	waitErr  error // set before done is closed
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Start starts the server in a child process and returns once it accepts
+// connections. ctx bounds the startup only; the server runs until Stop, and
+// it also ends when this process dies, however it dies (its stdin closes).
+func Start(ctx context.Context, opts Options) (*Server, error) {
+	if opts.AccessKey == "" {
+		return nil, errors.New("s3: access key is required")
+	}
+	if opts.SecretKey == "" {
+		return nil, errors.New("s3: secret key is required")
+	}
+	if opts.Dir == "" {
+		return nil, errors.New("s3: dir is required")
+	}
+	host, port, auto, err := parseAddr(opts.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("s3: %w", err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if !auto { // a busy explicit port is the caller's to fix: say so before spawning anything
+		if _, err := reservePort(host, port); err != nil {
+			return nil, err
+		}
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	dir, err := filepath.Abs(opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("s3: resolve dir: %w", err)
+	}
+	opts.Dir = dir
+	if opts.MetaDir != "" {
+		if opts.MetaDir, err = filepath.Abs(opts.MetaDir); err != nil {
+			return nil, fmt.Errorf("s3: resolve meta dir: %w", err)
+		}
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("s3: find executable: %w", err)
+	}
+
+	cmd := exec.Command(exe, childArg)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // Ctrl-C reaches the parent, which stops us in order
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		return nil, fmt.Errorf("s3: %w", err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, fmt.Errorf("s3: %w", err)
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, fmt.Errorf("s3: %w", err)
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("s3: start child: %w", err)
+	}
+	s := &Server{dir: dir, cmd: cmd, stdin: stdin, log: log, done: make(chan struct{})}
+	go relayLog(stderr, log)
+	go func() {
+		s.waitErr = cmd.Wait()
+		close(s.done)
+	}()
+	// The options (with the secret) go over stdin, never argv or the environment,
+	// which other local users can read in /proc.
+	if err := json.NewEncoder(stdin).Encode(opts); err != nil {
+		_ = s.kill()
+		return nil, fmt.Errorf("s3: configure child: %w", err)
+	}
+
+	replies := make(chan childReply, 1)
+	go func() {
+		var r childReply
+		if err := json.NewDecoder(bufio.NewReader(stdout)).Decode(&r); err != nil {
+			r.Error = "child exited before it was ready"
+		}
+		replies <- r
+		_, _ = io.Copy(io.Discard, stdout)
+	}()
+	select {
+	case r := <-replies:
+		if r.Error != "" {
+			_ = s.kill()
+			if r.Errno != 0 {
+				return nil, listenError(r.Addr, syscall.Errno(r.Errno))
+			}
+			return nil, fmt.Errorf("s3: %s", r.Error)
+		}
+		s.endpoint = r.Endpoint
+		log.Info("s3 server ready", "endpoint", r.Endpoint, "dir", dir, "metadata", r.Metadata, "pid", cmd.Process.Pid)
+		return s, nil
+	case <-ctx.Done():
+		_ = s.kill()
+		return nil, ctx.Err()
+	}
+}
+
+// Endpoint returns the server's base URL, "http://127.0.0.1:port".
+func (s *Server) Endpoint() string { return s.endpoint }
+
+// Done is closed when the server has exited, after Stop or on its own; a
+// supervisor selects on it to notice a server that died.
+func (s *Server) Done() <-chan struct{} { return s.done }
+
+// Dir returns the absolute posix backend root.
+func (s *Server) Dir() string { return s.dir }
+
+// Stop shuts the server down gracefully and waits for it; calling it again
+// returns the first result.
+func (s *Server) Stop() error {
+	s.stopOnce.Do(func() {
+		_ = s.stdin.Close() // the child's signal to stop
+		select {
+		case <-s.done:
+		case <-time.After(stopTimeout):
+			_ = s.cmd.Process.Kill()
+			<-s.done
+			s.stopErr = errors.New("s3: stop: child did not exit in time and was killed")
+			return
+		}
+		if s.waitErr != nil {
+			s.stopErr = fmt.Errorf("s3: stop: %w", s.waitErr)
+		}
+		s.log.Debug("s3 server stopped", "endpoint", s.endpoint)
+	})
+	return s.stopErr
+}
+
+func (s *Server) kill() error {
+	s.stopOnce.Do(func() {
+		_ = s.stdin.Close()
+		_ = s.cmd.Process.Kill()
+		<-s.done
+	})
+	return nil
+}
+
+// relayLog passes the child's stderr lines to the parent's logger.
+func relayLog(r io.Reader, log *slog.Logger) {
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		if line := strings.TrimSpace(sc.Text()); line != "" {
+			log.Warn("s3 server", "output", line)
+		}
+	}
+}
+
+// runChild is the child process: read the options, run the gateway, report
+// readiness on stdout, and stop when stdin closes (the parent stopped us or
+// died) or on SIGTERM.
+func runChild(in io.Reader, out, errOut io.Writer) int {
+	signal.Ignore(os.Interrupt) // the parent owns Ctrl-C and stops us in order
+	var opts Options
+	br := bufio.NewReader(in)
+	if err := json.NewDecoder(br).Decode(&opts); err != nil {
+		fmt.Fprintln(errOut, "s3 child: read options:", err)
+		return 2
+	}
+	opts.Logger = slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	enc := json.NewEncoder(out)
+	g, err := startGateway(context.Background(), opts)
+	if err != nil {
+		r := childReply{Error: strings.TrimPrefix(err.Error(), "s3: ")}
+		var errno syscall.Errno
+		if errors.As(err, &errno) && errno == syscall.EADDRINUSE {
+			r.Errno, r.Addr = int(errno), listenAddr(err)
+		}
+		_ = enc.Encode(r)
+		return 1
+	}
+	_ = enc.Encode(childReply{Endpoint: g.endpoint, Metadata: g.metaMode})
+
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	eof := make(chan struct{})
+	go func() { _, _ = io.Copy(io.Discard, br); close(eof) }()
+	select {
+	case <-eof:
+	case <-term:
+	case <-g.done:
+	}
+	if err := g.stop(); err != nil {
+		fmt.Fprintln(errOut, err)
+		return 1
+	}
+	return 0
+}
+
+// listenAddr recovers the address from listenError's "s3: listen ADDR: …".
+func listenAddr(err error) string {
+	msg := strings.TrimPrefix(err.Error(), "s3: listen ")
+	if i := strings.Index(msg, ": "); i > 0 {
+		return msg[:i]
+	}
+	return ""
+}
