@@ -28,9 +28,10 @@ test: deps ## install what is missing, then run every test (unit and integration
 test-unit: ## run the tests that need no embedded services (fast)
 	$(GO) test -count=1 -short ./...
 
-lint: ## gofmt, go vet
-	@out="$$(gofmt -l $$(git ls-files '*.go' | grep -v '\.pb\.go$$'))"; if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+lint: ## gofmt, go vet, and the Temporal determinism check of workflows/
+	@out="$$(gofmt -l $$(git ls-files -co --exclude-standard '*.go' | grep -v '\.pb\.go$$'))"; if [[ -n "$$out" ]]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet ./...
+	@if [[ -x .bin/workflowcheck ]]; then .bin/workflowcheck ./workflows/...; else echo "lint: run make deps for workflowcheck"; exit 1; fi
 
 gen: ## regenerate protobuf code (committed)
 	protoc -I proto --go_out=proto --go_opt=paths=source_relative \

@@ -7,6 +7,7 @@ cd "$(dirname "$0")/.."
 # Pinned tool versions. Bump them here; make gen output depends on them.
 PROTOC_GEN_GO_VERSION=v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION=v1.6.2
+WORKFLOWCHECK_VERSION=v0.6.0
 
 APT_PACKAGES=(
 	postgresql-15        # the managed database of `cocoonbox dev` and the test harness
@@ -51,3 +52,4 @@ install_go_tool() { # name module version
 }
 install_go_tool protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go "$PROTOC_GEN_GO_VERSION"
 install_go_tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION"
+install_go_tool workflowcheck go.temporal.io/sdk/contrib/tools/workflowcheck "$WORKFLOWCHECK_VERSION"
