@@ -1,0 +1,84 @@
+package sandbox
+
+import (
+	"context"
+	"net"
+	"time"
+)
+
+// Client is what activities use to reach a sandbox engine. HTTP is the implementation; tests use
+// it against sandboxtest's fake or a real engine rather than mocking this interface.
+//
+// Credentials: the client holds a node token (root or tenant) for node-level verbs; verbs on one
+// sandbox take a SandboxRef carrying that sandbox's own token, which is what the engine wants for
+// exec and relays. A ref with an empty Token falls back to the node token, which the engine
+// accepts from root for release, hibernate, wake and renew (operator cleanup by id).
+type Client interface {
+	// Claim gets a sandbox for req, adopting the one already claimed under req.ClaimRef (which is
+	// required) instead of claiming twice: it lists by claim_ref first, and lists again before
+	// retrying after an answer that may have been lost. Redirects are followed. See claim.go.
+	Claim(ctx context.Context, req ClaimRequest) (Claimed, error)
+	// List returns the live sandboxes the token may see; a non-empty claimRef keeps only those
+	// claimed under exactly that reference. Rows never carry tokens.
+	List(ctx context.Context, claimRef string) ([]Sandbox, error)
+	// Get returns one sandbox row (root only); with the configured root token it carries the
+	// sandbox's token.
+	Get(ctx context.Context, id string) (Sandbox, error)
+	// Release destroys the sandbox. A sandbox that is already gone is success (404 is done).
+	Release(ctx context.Context, sb SandboxRef) error
+	// Hibernate frees the sandbox's CPU and memory, keeping its state; hibernated is success.
+	Hibernate(ctx context.Context, sb SandboxRef) error
+	// Wake brings a hibernated sandbox back; running is success.
+	Wake(ctx context.Context, sb SandboxRef) error
+	// Renew resets the lease to ttl from now (0: the engine default) and returns the deadline
+	// granted, which may be clamped.
+	Renew(ctx context.Context, sb SandboxRef, ttl time.Duration) (time.Time, error)
+	// Exec runs a command to completion in the sandbox, waking it if hibernated. A non-zero exit
+	// is a result, not an error; ErrTimeout and ErrTooLarge mean the child was killed.
+	Exec(ctx context.Context, sb SandboxRef, req ExecRequest) (ExecResult, error)
+	// DialPort opens a byte pipe to 127.0.0.1:port inside the sandbox through the ports relay.
+	// ctx bounds only the dial and upgrade; the connection lives until closed.
+	DialPort(ctx context.Context, sb SandboxRef, port int) (Conn, error)
+	// Checkpoint captures the sandbox's state while it keeps running.
+	Checkpoint(ctx context.Context, sb SandboxRef, name string) (Checkpoint, error)
+	// ClaimFromCheckpoint claims a new sandbox branched from a checkpoint (ttl 0: default). It
+	// cannot be adopted after a lost answer (the API has no claim_ref here), so it is not retried.
+	ClaimFromCheckpoint(ctx context.Context, checkpointID string, ttl time.Duration) (Claimed, error)
+	// ListCheckpoints returns the checkpoints the token may see, newest first.
+	ListCheckpoints(ctx context.Context) ([]Checkpoint, error)
+	// DeleteCheckpoint removes a checkpoint; ErrNotFound when it is gone.
+	DeleteCheckpoint(ctx context.Context, id string) error
+	// Info returns the engine's pools, counters and, for a local engine, its capabilities (root).
+	Info(ctx context.Context) (Info, error)
+	// Stats returns one sandbox's resource use (root).
+	Stats(ctx context.Context, id string) (Stats, error)
+	// SetPools replaces the engine's warm pools (root); omitted pools drain.
+	SetPools(ctx context.Context, pools []PoolSpec) (Info, error)
+}
+
+// SandboxRef is what a caller keeps to act on a sandbox: its ID, its own token, and which node
+// owns it. Activities keep it out of workflow payloads (the token is a secret).
+type SandboxRef struct {
+	ID    string
+	Token string
+	// Addr is the node that holds the sandbox when a redirect sent the claim elsewhere: host:port
+	// or an http(s) origin. Empty means the client's base URL, the usual case.
+	Addr string
+}
+
+// Claimed is a sandbox obtained by Claim or ClaimFromCheckpoint.
+type Claimed struct {
+	SandboxRef
+	Deadline  time.Time
+	OwnerAddr string // as the engine reported it; informational
+	// Adopted is true when Claim found a sandbox already claimed under the ClaimRef (a previous
+	// attempt whose answer was lost) and returned it instead of claiming again.
+	Adopted bool
+}
+
+// Conn is a ports-relay connection: a net.Conn whose write side can be closed alone, so each end
+// can send EOF and keep reading (half-close both ways).
+type Conn interface {
+	net.Conn
+	CloseWrite() error
+}

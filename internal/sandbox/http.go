@@ -1,0 +1,383 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"slices"
+	"strings"
+	"time"
+)
+
+var _ Client = (*HTTP)(nil)
+
+// HTTP is the Client of the sandboxd HTTP API. It is safe for concurrent use.
+type HTTP struct {
+	base    *url.URL
+	baseErr error // a bad base URL fails every call rather than panicking in a constructor
+	token   string
+	hc      *http.Client
+}
+
+// NewHTTP returns a client of the engine at baseURL (e.g. "http://127.0.0.1:7777") that presents
+// token (root or tenant; "" for none) on node-level verbs. hc carries the caller's transport and
+// timeouts; nil means NewHTTPClient(). http.DefaultClient is never used.
+func NewHTTP(baseURL, token string, hc *http.Client) *HTTP {
+	if hc == nil {
+		hc = NewHTTPClient()
+	}
+	c := &HTTP{token: token, hc: hc}
+	c.base, c.baseErr = parseOrigin(baseURL)
+	return c
+}
+
+// NewHTTPClient returns the http.Client NewHTTP uses by default: connecting and the TLS handshake
+// are bounded, the whole call is not, because a cold claim or a long exec legitimately takes
+// minutes. Bound each call with its context (activities have start-to-close timeouts).
+func NewHTTPClient() *http.Client {
+	return &http.Client{
+		Transport: &http.Transport{
+			Proxy:                 http.ProxyFromEnvironment,
+			DialContext:           (&net.Dialer{Timeout: 10 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			TLSHandshakeTimeout:   10 * time.Second,
+			IdleConnTimeout:       90 * time.Second,
+			MaxIdleConnsPerHost:   16,
+			ExpectContinueTimeout: time.Second,
+		},
+		// Engines never redirect with 3xx; a claim redirect is a 200 body. Do not follow.
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+}
+
+// parseOrigin accepts an http(s) origin, or host:port meaning http.
+func parseOrigin(s string) (*url.URL, error) {
+	if !strings.Contains(s, "://") {
+		s = "http://" + s
+	}
+	// A bad address is the caller's (or a redirect's) mistake: ErrInvalid, never retried.
+	u, err := url.Parse(strings.TrimRight(s, "/"))
+	if err != nil {
+		return nil, &Error{Op: "parse engine address", Message: err.Error(), Kind: ErrInvalid}
+	}
+	if u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		return nil, &Error{Op: "parse engine address", Message: fmt.Sprintf("%q is not an http(s) origin or host:port", s), Kind: ErrInvalid}
+	}
+	return u, nil
+}
+
+// nodeURL resolves a SandboxRef.Addr (or a redirect target) against the base URL: a bare
+// host:port takes the base URL's scheme.
+func (c *HTTP) nodeURL(addr string) (*url.URL, error) {
+	if c.baseErr != nil {
+		return nil, c.baseErr
+	}
+	if addr == "" {
+		return c.base, nil
+	}
+	if !strings.Contains(addr, "://") {
+		addr = c.base.Scheme + "://" + addr
+	}
+	return parseOrigin(addr)
+}
+
+// call is one JSON request.
+type call struct {
+	op     string // for errors: "release sb_…"
+	method string
+	addr   string // node: "" for the base URL
+	path   string // already escaped
+	query  url.Values
+	token  string
+	body   any   // nil: no body
+	out    any   // nil: discard the answer
+	ok     []int // success statuses; nil means 200
+}
+
+// maxResponseBody bounds a decoded answer: an exec result is at most 8 MiB of output, which JSON
+// escaping can inflate up to six times.
+const maxResponseBody = 64 << 20
+
+func (c *HTTP) do(ctx context.Context, k call) error {
+	u, err := c.nodeURL(k.addr)
+	if err != nil {
+		return err
+	}
+	target := u.String() + k.path
+	if len(k.query) > 0 {
+		target += "?" + k.query.Encode()
+	}
+	var body io.Reader
+	if k.body != nil {
+		b, err := json.Marshal(k.body)
+		if err != nil {
+			return fmt.Errorf("sandbox: %s: encode request: %w", k.op, err)
+		}
+		body = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, k.method, target, body)
+	if err != nil {
+		return fmt.Errorf("sandbox: %s: %w", k.op, err)
+	}
+	if k.body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	req.Header.Set("Accept", "application/json")
+	setBearer(req.Header, k.token)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return fmt.Errorf("sandbox: %s: %w", k.op, err)
+	}
+	defer func() {
+		// Reading to the end lets the connection be reused; claims and execs are latency-bound.
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, maxErrorBody))
+		_ = resp.Body.Close()
+	}()
+	ok := k.ok
+	if ok == nil {
+		ok = []int{http.StatusOK}
+	}
+	if !slices.Contains(ok, resp.StatusCode) {
+		return statusError(k.op, resp)
+	}
+	if k.out != nil && resp.StatusCode != http.StatusNoContent {
+		if err := json.NewDecoder(io.LimitReader(resp.Body, maxResponseBody)).Decode(k.out); err != nil {
+			return fmt.Errorf("sandbox: %s: decode answer: %w", k.op, err)
+		}
+	}
+	return nil
+}
+
+func setBearer(h http.Header, token string) {
+	if token != "" {
+		h.Set("Authorization", "Bearer "+token)
+	}
+}
+
+// Retries of the verbs the contract calls safe to repeat (release, hibernate, wake, renew and
+// the reads): a few quick attempts on a lost answer or a 502/503, waiting as long as Retry-After
+// says when that is short. Longer waits and everything else go back to the caller, whose retry
+// policy (Temporal's, for activities) knows more.
+const (
+	retryAttempts = 3
+	retryBase     = 100 * time.Millisecond
+	maxRetryWait  = 5 * time.Second
+)
+
+func (c *HTTP) retry(ctx context.Context, f func() error) error {
+	for attempt := 1; ; attempt++ {
+		err := f()
+		if err == nil || attempt >= retryAttempts || ctx.Err() != nil || !transient(err) {
+			return err
+		}
+		wait, ok := backoff(attempt, err)
+		if !ok {
+			return err
+		}
+		if sleep(ctx, wait) != nil {
+			return err
+		}
+	}
+}
+
+// transient reports whether repeating the same safe call soon may succeed.
+func transient(err error) bool {
+	e, ok := errors.AsType[*Error](err)
+	if !ok {
+		return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+	}
+	return errors.Is(e.Kind, ErrUnavailable)
+}
+
+// backoff is the wait before attempt+1: the engine's Retry-After when it sent one and it is short
+// enough to wait here (ok false otherwise), else exponential from retryBase.
+func backoff(attempt int, err error) (time.Duration, bool) {
+	if ra := RetryAfter(err); ra > 0 {
+		return ra, ra <= maxRetryWait
+	}
+	return retryBase << (attempt - 1), true
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// sandboxToken is the credential for a verb on sb: its own token, else the node token (root may
+// act by id on release, hibernate, wake and renew).
+func (c *HTTP) sandboxToken(sb SandboxRef) string {
+	if sb.Token != "" {
+		return sb.Token
+	}
+	return c.token
+}
+
+func sandboxPath(id, verb string) string {
+	p := "/v1/sandboxes/" + url.PathEscape(id)
+	if verb != "" {
+		p += "/" + verb
+	}
+	return p
+}
+
+// ttlSeconds converts a lease to the wire's whole seconds, rounding up so a caller never gets
+// less than asked; a negative ttl stays negative for the engine to refuse.
+func ttlSeconds(d time.Duration) int {
+	s := int(d / time.Second)
+	if d%time.Second > 0 {
+		s++
+	} else if d < 0 && s == 0 {
+		s = -1
+	}
+	return s
+}
+
+// List implements Client.
+func (c *HTTP) List(ctx context.Context, claimRef string) ([]Sandbox, error) {
+	return c.listAt(ctx, "", claimRef)
+}
+
+func (c *HTTP) listAt(ctx context.Context, addr, claimRef string) ([]Sandbox, error) {
+	var q url.Values
+	if claimRef != "" {
+		q = url.Values{"claim_ref": {claimRef}}
+	}
+	var out SandboxList
+	err := c.retry(ctx, func() error {
+		return c.do(ctx, call{op: "list sandboxes", method: http.MethodGet, addr: addr,
+			path: "/v1/sandboxes", query: q, token: c.token, out: &out})
+	})
+	return out.Sandboxes, err
+}
+
+// Get implements Client.
+func (c *HTTP) Get(ctx context.Context, id string) (Sandbox, error) {
+	return c.getAt(ctx, "", id)
+}
+
+func (c *HTTP) getAt(ctx context.Context, addr, id string) (Sandbox, error) {
+	var out Sandbox
+	err := c.retry(ctx, func() error {
+		return c.do(ctx, call{op: "get " + id, method: http.MethodGet, addr: addr,
+			path: sandboxPath(id, ""), token: c.token, out: &out})
+	})
+	return out, err
+}
+
+// Release implements Client.
+func (c *HTTP) Release(ctx context.Context, sb SandboxRef) error {
+	err := c.retry(ctx, func() error {
+		return c.do(ctx, call{op: "release " + sb.ID, method: http.MethodPost, addr: sb.Addr,
+			path: sandboxPath(sb.ID, "release"), token: c.sandboxToken(sb), ok: []int{http.StatusNoContent}})
+	})
+	if errors.Is(err, ErrNotFound) {
+		return nil // gone already, perhaps by our own earlier attempt whose answer was lost
+	}
+	return err
+}
+
+// Hibernate implements Client.
+func (c *HTTP) Hibernate(ctx context.Context, sb SandboxRef) error {
+	return c.retry(ctx, func() error {
+		return c.do(ctx, call{op: "hibernate " + sb.ID, method: http.MethodPost, addr: sb.Addr,
+			path: sandboxPath(sb.ID, "hibernate"), token: c.sandboxToken(sb), ok: []int{http.StatusNoContent}})
+	})
+}
+
+// Wake implements Client.
+func (c *HTTP) Wake(ctx context.Context, sb SandboxRef) error {
+	return c.retry(ctx, func() error {
+		return c.do(ctx, call{op: "wake " + sb.ID, method: http.MethodPost, addr: sb.Addr,
+			path: sandboxPath(sb.ID, "wake"), token: c.sandboxToken(sb), ok: []int{http.StatusNoContent}})
+	})
+}
+
+// Renew implements Client.
+func (c *HTTP) Renew(ctx context.Context, sb SandboxRef, ttl time.Duration) (time.Time, error) {
+	var out RenewResponse
+	err := c.retry(ctx, func() error {
+		return c.do(ctx, call{op: "renew " + sb.ID, method: http.MethodPost, addr: sb.Addr,
+			path: sandboxPath(sb.ID, "renew"), token: c.sandboxToken(sb),
+			body: RenewRequest{TTLSeconds: ttlSeconds(ttl)}, out: &out})
+	})
+	return out.Deadline, err
+}
+
+// Exec implements Client. It is never retried: the command may have run.
+func (c *HTTP) Exec(ctx context.Context, sb SandboxRef, req ExecRequest) (ExecResult, error) {
+	var out ExecResult
+	err := c.do(ctx, call{op: "exec " + sb.ID, method: http.MethodPost, addr: sb.Addr,
+		path: sandboxPath(sb.ID, "exec"), token: c.sandboxToken(sb), body: req, out: &out})
+	return out, err
+}
+
+// Checkpoint implements Client. The node token goes in the header and the sandbox token in the
+// body, as the contract wants; it is not retried because each call makes a checkpoint.
+func (c *HTTP) Checkpoint(ctx context.Context, sb SandboxRef, name string) (Checkpoint, error) {
+	var out CheckpointResponse
+	err := c.do(ctx, call{op: "checkpoint " + sb.ID, method: http.MethodPost, addr: sb.Addr,
+		path: sandboxPath(sb.ID, "checkpoint"), token: c.token,
+		body: CheckpointRequest{Token: sb.Token, Name: name}, out: &out})
+	return out.Checkpoint, err
+}
+
+// ListCheckpoints implements Client.
+func (c *HTTP) ListCheckpoints(ctx context.Context) ([]Checkpoint, error) {
+	var out CheckpointList
+	err := c.retry(ctx, func() error {
+		return c.do(ctx, call{op: "list checkpoints", method: http.MethodGet, path: "/v1/checkpoints",
+			token: c.token, out: &out})
+	})
+	return out.Checkpoints, err
+}
+
+// DeleteCheckpoint implements Client.
+func (c *HTTP) DeleteCheckpoint(ctx context.Context, id string) error {
+	return c.retry(ctx, func() error {
+		return c.do(ctx, call{op: "delete checkpoint " + id, method: http.MethodDelete,
+			path: "/v1/checkpoints/" + url.PathEscape(id), token: c.token, ok: []int{http.StatusNoContent}})
+	})
+}
+
+// Info implements Client.
+func (c *HTTP) Info(ctx context.Context) (Info, error) {
+	var out Info
+	err := c.retry(ctx, func() error {
+		return c.do(ctx, call{op: "info", method: http.MethodGet, path: "/v1/info", token: c.token, out: &out})
+	})
+	return out, err
+}
+
+// Stats implements Client.
+func (c *HTTP) Stats(ctx context.Context, id string) (Stats, error) {
+	var out Stats
+	err := c.retry(ctx, func() error {
+		return c.do(ctx, call{op: "stats " + id, method: http.MethodGet, path: sandboxPath(id, "stats"),
+			token: c.token, out: &out})
+	})
+	return out, err
+}
+
+// SetPools implements Client. Replacing the whole set is idempotent, so it is retried.
+func (c *HTTP) SetPools(ctx context.Context, pools []PoolSpec) (Info, error) {
+	if pools == nil {
+		pools = []PoolSpec{} // "pools": null is not "no pools"
+	}
+	var out Info
+	err := c.retry(ctx, func() error {
+		return c.do(ctx, call{op: "set pools", method: http.MethodPut, path: "/v1/pools", token: c.token,
+			body: PoolsRequest{Pools: pools}, out: &out})
+	})
+	return out, err
+}
