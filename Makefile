@@ -11,7 +11,7 @@ LDFLAGS := -X github.com/loomhand/cocoonbox/internal/buildinfo.Version=$(VERSION
 BENCHTIME ?= 10x
 PROTOS  := $(shell find proto -name '*.proto')
 
-.PHONY: help deps build test test-unit test-integration lint gen gate dev bench clean
+.PHONY: help deps image build test test-unit test-integration lint gen gate dev bench clean
 
 help: ## list every target
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -22,7 +22,10 @@ deps: ## install every system package and tool that is missing (idempotent, fast
 build: ## build bin/cocoonbox
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/cocoonbox ./cmd/cocoonbox
 
-test: deps ## install what is missing, then run every test (unit and integration)
+image: deps ## build the box images the engine runs (cached by recipe hash: fast when built)
+	./image/build.sh base >/dev/null
+
+test: deps image ## install what is missing, then run every test (unit and integration)
 	$(GO) test -count=1 -timeout 30m ./...
 
 test-unit: ## run the tests that need no embedded services (fast)
@@ -40,7 +43,7 @@ gen: ## regenerate protobuf code (committed)
 gate: gen lint ## fail when generated code is stale or lint is not clean
 	@if [[ -n "$$(git status --porcelain -- proto)" ]]; then echo "make gen left a diff; commit the generated code:"; git status --porcelain -- proto; exit 1; fi
 
-dev: deps build ## install what is missing, build, and run the whole system on its embedded defaults
+dev: deps image build ## install what is missing, build, and run the whole system on its embedded defaults
 	$(BIN)/cocoonbox dev
 
 bench: deps ## run the benchmarks and write docs/benchmarks.md

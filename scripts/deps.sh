@@ -7,11 +7,16 @@ cd "$(dirname "$0")/.."
 # Pinned tool versions. Bump them here; make gen output depends on them.
 PROTOC_GEN_GO_VERSION=v1.36.12
 PROTOC_GEN_GO_GRPC_VERSION=v1.6.2
+# gVisor's runsc, the local sandbox engine's box runtime. gvisor.dev/gvisor is served by the Go
+# module proxy as pseudo-versions of gVisor's go branch; this one builds with our Go and passes
+# the runtime tests (checkpoint/restore on the systrap platform).
+RUNSC_VERSION=v0.0.0-20260905035102-160fafc42237
 WORKFLOWCHECK_VERSION=v0.6.0
 
 APT_PACKAGES=(
 	postgresql-15        # the managed database of `cocoonbox dev` and the test harness
 	protobuf-compiler    # protoc, for make gen
+	mmdebstrap           # builds the box images (make image)
 	ca-certificates
 )
 
@@ -53,3 +58,5 @@ install_go_tool() { # name module version
 install_go_tool protoc-gen-go google.golang.org/protobuf/cmd/protoc-gen-go "$PROTOC_GEN_GO_VERSION"
 install_go_tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc "$PROTOC_GEN_GO_GRPC_VERSION"
 install_go_tool workflowcheck go.temporal.io/sdk/contrib/tools/workflowcheck "$WORKFLOWCHECK_VERSION"
+# runsc is pure Go; CGO_ENABLED=0 makes it static, as gVisor's own release builds are.
+CGO_ENABLED=0 install_go_tool runsc gvisor.dev/gvisor/runsc "$RUNSC_VERSION"

@@ -1,7 +1,25 @@
 // Package runtime runs boxes for the local sandbox engine. A Runtime turns an image rootfs and a
 // per-box directory into an isolated box that can run commands, accept relayed connections on its
 // loopback, hibernate and wake. gVisor (runsc) is the default; the process runtime is the
-// fallback where runsc cannot run and says that memory is not preserved.
+// fallback where runsc cannot run and says that memory is not preserved. New chooses.
+//
+// Choices both runtimes share, and why:
+//
+//   - The box's root is a host overlayfs: the shared read-only image below, the box's disk
+//     (Dir/disk) above. The disk is then a plain host directory that outlives the box's
+//     processes, is never part of a memory image (checkpoints stay small and the disk survives
+//     a lost one), and can be copied while the box runs (Snapshot). runsc's own --overlay2 was
+//     tried: checkpoint/restore works, but its upper layer is a gVisor-internal file, so the
+//     disk would live inside the memory image and die with the sandbox.
+//   - PID 1 is cocoonbox-init, built from image/boxinit into every image. Commands are its
+//     children, because gVisor kills every process descended from `runsc exec` when it restores a
+//     checkpoint: with `sleep infinity` as init, nothing a user started would survive a wake.
+//   - The engine reaches the init and the box's loopback without any host socket bound inside the
+//     box (runsc cannot checkpoint one): under gVisor through `runsc exec cocoonbox-init relay …`
+//     with a host socket pair as its stdio, closed before a checkpoint; in the process runtime by
+//     dialing from a thread that entered the box's network namespace.
+//
+// Linux only; other systems get stubs so that the engine builds and vets everywhere.
 package runtime
 
 import (
@@ -27,21 +45,31 @@ type Runtime interface {
 	// unknown; ErrBadCommand when argv[0] does not exist or cwd is bad.
 	Exec(ctx context.Context, id string, req ExecRequest) (exitCode int, err error)
 	// Dial opens a byte stream to 127.0.0.1:port inside the box. The connection must support
-	// half-close (CloseWrite) so relays can pass EOF each way.
+	// half-close (CloseWrite) so relays can pass EOF each way. ErrPortClosed when nothing
+	// listens there. Close every connection before Hibernate: under gVisor a relay holds a host
+	// socket inside the box, which runsc cannot checkpoint.
 	Dial(ctx context.Context, id string, port int) (HalfCloser, error)
 	// Hibernate frees the box's CPU and memory and keeps its state on disk (with memory when
-	// Capabilities().MemoryHibernate). Hibernating a hibernated box is a no-op.
+	// Capabilities().MemoryHibernate). Hibernating a hibernated box is a no-op. The gvisor
+	// runtime refuses, changing nothing, while a Dial connection or an Exec is open.
 	Hibernate(ctx context.Context, id string) error
-	// Wake brings a hibernated box back. Waking a running box is a no-op.
+	// Wake brings a hibernated box back. Waking a running box is a no-op; waking a stopped one
+	// is ErrNotRunning (Start it again on its disk instead).
 	Wake(ctx context.Context, id string) error
 	// Snapshot copies the box's disk into dst (a fresh directory) while the box keeps running, so
-	// a later Start with Spec.Dir seeded from dst sees the same files.
+	// a later Start with Spec.Dir seeded from dst sees the same files. dst mirrors the layout of
+	// a box's Dir: seeding is copying dst's contents into the new box's Dir before Start.
 	Snapshot(ctx context.Context, id, dst string) error
 	// Destroy stops the box and removes everything under its Dir. Unknown ids are not an error.
+	// Boxes are found by id across engine restarts (the runtime keeps an index under its data
+	// directory), so Destroy also cleans up a box the restarted engine has not asked about.
 	Destroy(ctx context.Context, id string) error
-	// State reports what the runtime sees of a box, so a restarted engine can re-adopt it.
+	// State reports what the runtime sees of a box, so a restarted engine can re-adopt it; it
+	// also (re)registers dir as the box's directory. Running: processes up. Hibernated: a
+	// memory image (gvisor) or a hibernate mark (process) waits for Wake. Stopped: only the disk
+	// is left (host reboot, crash). Missing: not even the disk.
 	State(ctx context.Context, id string, dir string) (State, error)
-	// Stats reports the box's resource use.
+	// Stats reports the box's resource use; a hibernated or stopped box uses nothing.
 	Stats(ctx context.Context, id string) (Stats, error)
 }
 
@@ -98,4 +126,5 @@ var (
 	ErrNotFound   = errors.New("box not found")
 	ErrBadCommand = errors.New("bad command")
 	ErrNotRunning = errors.New("box is not running")
+	ErrPortClosed = errors.New("nothing listens on that port in the box")
 )

@@ -1,0 +1,74 @@
+#!/usr/bin/env bash
+# build.sh builds a box image's root filesystem from its recipe in image/NAME/ and caches it by
+# the recipe's hash, so a machine builds each version of an image at most once:
+#
+#   image/build.sh NAME [CACHEDIR]   → prints CACHEDIR/NAME-<hash>/rootfs
+#
+# CACHEDIR defaults to $COCOONBOX_IMAGE_CACHE, else ~/.cache/cocoonbox/images (under
+# $XDG_CACHE_HOME when set, like Go's os.UserCacheDir, which the engine uses). The hash covers
+# this script, the box init's source (image/boxinit/, compiled into every image) and the recipe,
+# exactly as image.RecipeHash computes it in Go, so the engine finds the image it was built for.
+# The build goes to a temporary directory renamed into place at the end: a half-built image is
+# never seen. Needs root, mmdebstrap, Go, and Debian's mirror (COCOONBOX_DEBIAN_MIRROR overrides).
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+name=${1:?usage: image/build.sh NAME [CACHEDIR]}
+cache=${2:-${COCOONBOX_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cocoonbox/images}}
+mirror=${COCOONBOX_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+suite=bookworm
+
+if [[ ! -f $here/$name/packages ]]; then
+	echo "build.sh: no recipe image/$name/packages" >&2
+	exit 1
+fi
+
+# recipe_hash must stay in step with RecipeHash in image/image.go: the sha256sum lines of
+# build.sh and of every file under boxinit/ and NAME/ (sorted bytewise, skipping names that start
+# with . or _ as go:embed does), hashed again and cut to 12 hex digits.
+recipe_hash() {
+	(
+		cd "$here"
+		{
+			echo build.sh
+			find boxinit "$name" \( -name '.*' -o -name '_*' \) -prune -o -type f -print | LC_ALL=C sort
+		} | xargs sha256sum
+	) | sha256sum | cut -c1-12
+}
+hash=$(recipe_hash)
+dest=$cache/$name-$hash
+if [[ -d $dest/rootfs ]]; then
+	echo "$dest/rootfs"
+	exit 0
+fi
+
+mkdir -p "$cache"
+exec 9>"$cache/.$name.lock"
+flock 9 # a concurrent build of the same image waits, then finds it built
+if [[ -d $dest/rootfs ]]; then
+	echo "$dest/rootfs"
+	exit 0
+fi
+if [[ $(id -u) -ne 0 ]]; then
+	echo "build.sh: building an image needs root (mmdebstrap, device nodes)" >&2
+	exit 1
+fi
+
+tmp=$(mktemp -d "$cache/.$name-$hash.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+echo "build.sh: building image $name-$hash" >&2
+
+# The init is static so that it runs in any image, whatever its libc.
+(cd "$here/.." && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$tmp/cocoonbox-init" ./image/boxinit)
+
+packages=$(sed -e 's/#.*//' "$here/$name/packages" | xargs | tr ' ' ',')
+mmdebstrap --variant=minbase ${packages:+--include="$packages"} "$suite" "$tmp/rootfs" "$mirror" >&2
+install -D -m 0755 "$tmp/cocoonbox-init" "$tmp/rootfs/usr/local/sbin/cocoonbox-init"
+rm "$tmp/cocoonbox-init"
+if [[ -x $here/$name/customize.sh ]]; then
+	"$here/$name/customize.sh" "$tmp/rootfs"
+fi
+printf 'name=%s\nhash=%s\n' "$name" "$hash" >"$tmp/rootfs/etc/cocoonbox-image"
+
+mv -T "$tmp" "$dest"
+trap - EXIT
+echo "$dest/rootfs"

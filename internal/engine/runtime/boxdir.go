@@ -1,0 +1,164 @@
+package runtime
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+
+	"github.com/loomhand/cocoonbox/image/boxinit/boxproto"
+)
+
+// A box's Dir, the same for both runtimes:
+//
+//	disk/        the writable overlay layer: the box's disk, what Snapshot copies
+//	work/        overlayfs's work directory (scratch, never copied)
+//	rootfs/      the overlay mount point: the box's root filesystem
+//	box.json     the Spec, so a restarted engine can wake or stop the box by id alone
+//	config.json  the OCI spec (gvisor)
+//	checkpoint/  the memory image of a hibernated box (gvisor)
+//	console.log  the init's output and runsc's errors
+const (
+	diskDir       = "disk"
+	workDir       = "work"
+	rootfsDir     = "rootfs"
+	specFile      = "box.json"
+	checkpointDir = "checkpoint"
+	consoleFile   = "console.log"
+)
+
+var validID = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$`)
+
+// checkSpec rejects a spec the runtime cannot start, before anything is created.
+func checkSpec(spec Spec) error {
+	switch {
+	case !validID.MatchString(spec.ID):
+		return fmt.Errorf("bad box id %q", spec.ID)
+	case !filepath.IsAbs(spec.Dir) || !filepath.IsAbs(spec.Rootfs):
+		return fmt.Errorf("box dir %q and rootfs %q must be absolute", spec.Dir, spec.Rootfs)
+	case spec.VCPUs <= 0 || spec.MemoryMB <= 0:
+		return fmt.Errorf("bad size: %d vCPUs, %d MiB", spec.VCPUs, spec.MemoryMB)
+	}
+	init := filepath.Join(spec.Rootfs, boxproto.InitPath)
+	if fi, err := os.Stat(init); err != nil || fi.Mode()&0o111 == 0 {
+		return fmt.Errorf("image %s has no %s: rebuild it with make image", spec.Rootfs, boxproto.InitPath)
+	}
+	return nil
+}
+
+// prepareDir creates a box's directories and records its spec. An existing disk (a restarted
+// box, or one seeded from a snapshot) is kept as it is.
+func prepareDir(spec Spec) error {
+	for _, d := range []string{diskDir, workDir, rootfsDir} {
+		if err := os.MkdirAll(filepath.Join(spec.Dir, d), 0o755); err != nil {
+			return fmt.Errorf("create box dir: %w", err)
+		}
+	}
+	b, err := json.MarshalIndent(spec, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode spec: %w", err)
+	}
+	return writeFileAtomic(filepath.Join(spec.Dir, specFile), b)
+}
+
+// loadSpec reads the spec Start recorded in dir.
+func loadSpec(dir string) (Spec, error) {
+	var spec Spec
+	b, err := os.ReadFile(filepath.Join(dir, specFile))
+	if err != nil {
+		return spec, fmt.Errorf("read box spec: %w", err)
+	}
+	if err := json.Unmarshal(b, &spec); err != nil {
+		return spec, fmt.Errorf("decode box spec: %w", err)
+	}
+	return spec, nil
+}
+
+func writeFileAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("write %s: %w", filepath.Base(path), err)
+	}
+	return nil
+}
+
+func exists(p string) bool {
+	_, err := os.Lstat(p)
+	return err == nil
+}
+
+// index maps box ids to their directories under the runtime's data dir, so that a restarted
+// engine can reach a hibernated box, or destroy (and unmount) an orphan, by id alone.
+type index struct{ dir string }
+
+func (x index) path(id string) string { return filepath.Join(x.dir, id) }
+
+func (x index) put(id, dir string) error {
+	if err := os.MkdirAll(x.dir, 0o755); err != nil {
+		return fmt.Errorf("index box: %w", err)
+	}
+	return writeFileAtomic(x.path(id), []byte(dir))
+}
+
+// get returns the box's directory, or "" when the index does not know it.
+func (x index) get(id string) string {
+	if !validID.MatchString(id) {
+		return ""
+	}
+	b, err := os.ReadFile(x.path(id))
+	if err != nil {
+		return ""
+	}
+	return string(b)
+}
+
+func (x index) remove(id string) {
+	if validID.MatchString(id) {
+		_ = os.Remove(x.path(id))
+	}
+}
+
+// copyDisk copies a box's disk into dst/disk. cp -a keeps what an overlay upper layer is made
+// of — whiteout devices, trusted.overlay.* xattrs, owners, modes, links — which a plain file
+// copy would lose (a deleted image file would come back in the copy).
+func copyDisk(ctx context.Context, dir, dst string) error {
+	if err := os.MkdirAll(dst, 0o755); err != nil {
+		return fmt.Errorf("create snapshot dir: %w", err)
+	}
+	target := filepath.Join(dst, diskDir)
+	if exists(target) {
+		return fmt.Errorf("snapshot into %s: disk already there", dst)
+	}
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, "cp", "-a", "--reflink=auto", filepath.Join(dir, diskDir), target)
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		_ = os.RemoveAll(target)
+		return fmt.Errorf("copy disk: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	return nil
+}
+
+// readFrom returns what was appended to a log file since offset start (at most 4 KiB of its
+// end), for error messages from runsc.
+func readFrom(path string, start int64) []byte {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil
+	}
+	defer func() { _ = f.Close() }()
+	if fi, err := f.Stat(); err == nil && fi.Size()-start > 4096 {
+		start = fi.Size() - 4096
+	}
+	b, _ := io.ReadAll(io.NewSectionReader(f, start, 4096))
+	return b
+}

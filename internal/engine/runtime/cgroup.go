@@ -1,0 +1,112 @@
+package runtime
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// cgroupRoot is where the cgroup hierarchies are mounted; tests may point it elsewhere.
+var cgroupRoot = "/sys/fs/cgroup"
+
+// cgroupV2 reports whether the host runs the unified hierarchy only. Hybrid hosts (cgroup v1
+// controllers with an empty v2 tree beside them, as here) count as v1: the memory controller
+// is where the limits are.
+func cgroupV2() bool {
+	_, err := os.Stat(filepath.Join(cgroupRoot, "cgroup.controllers"))
+	return err == nil
+}
+
+// cgroupDir is the directory of controller's cgroup at path (relative to the hierarchy root).
+func cgroupDir(controller, path string) string {
+	if cgroupV2() {
+		return filepath.Join(cgroupRoot, path)
+	}
+	return filepath.Join(cgroupRoot, controller, path)
+}
+
+// cgroupMemory returns the memory a cgroup uses, the way docker stats counts it: usage less
+// the inactive file cache, so image pages read once and easily dropped do not count. A cgroup
+// that does not exist (the box is not running) uses nothing.
+func cgroupMemory(path string) (int64, error) {
+	dir := cgroupDir("memory", path)
+	usageFile, inactiveKey := "memory.usage_in_bytes", "total_inactive_file"
+	if cgroupV2() {
+		usageFile, inactiveKey = "memory.current", "inactive_file"
+	}
+	b, err := os.ReadFile(filepath.Join(dir, usageFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("read memory use: %w", err)
+	}
+	usage, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("read memory use: %w", err)
+	}
+	f, err := os.Open(filepath.Join(dir, "memory.stat"))
+	if err != nil {
+		return usage, nil
+	}
+	defer func() { _ = f.Close() }()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), " ")
+		if k == inactiveKey {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil && n < usage {
+				usage -= n
+			}
+			break
+		}
+	}
+	return usage, nil
+}
+
+// createCgroup makes the process runtime's cgroup for a box with its limits, and returns the
+// files to write the init's PID into. runsc does this itself for gVisor boxes.
+func createCgroup(path string, vcpus, memoryMB int) ([]string, error) {
+	type setting struct{ controller, file, value string }
+	var settings []setting
+	quota := strconv.Itoa(vcpus * cpuPeriod)
+	mem := strconv.FormatInt(int64(memoryMB)<<20, 10)
+	if cgroupV2() {
+		settings = []setting{
+			{"", "memory.max", mem},
+			{"", "cpu.max", quota + " " + strconv.Itoa(cpuPeriod)},
+		}
+	} else {
+		settings = []setting{
+			{"memory", "memory.limit_in_bytes", mem},
+			{"cpu", "cpu.cfs_period_us", strconv.Itoa(cpuPeriod)},
+			{"cpu", "cpu.cfs_quota_us", quota},
+		}
+	}
+	var procs []string
+	seen := map[string]bool{}
+	for _, s := range settings {
+		dir := cgroupDir(s.controller, path)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return nil, fmt.Errorf("create cgroup: %w", err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, s.file), []byte(s.value), 0o644); err != nil {
+			return nil, fmt.Errorf("set cgroup %s: %w", s.file, err)
+		}
+		if !seen[dir] {
+			seen[dir] = true
+			procs = append(procs, filepath.Join(dir, "cgroup.procs"))
+		}
+	}
+	return procs, nil
+}
+
+// removeCgroup removes the process runtime's cgroup of a box; its processes must be gone.
+func removeCgroup(path string) {
+	for _, c := range []string{"memory", "cpu"} {
+		_ = os.Remove(cgroupDir(c, path))
+	}
+}

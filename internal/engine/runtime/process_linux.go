@@ -1,0 +1,96 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	goruntime "runtime"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/loomhand/cocoonbox/image/boxinit/boxproto"
+)
+
+// processSupported: namespaces, chroot and overlay mounts need root.
+func processSupported() error {
+	if os.Geteuid() != 0 {
+		return errors.New("the process runtime needs root")
+	}
+	return nil
+}
+
+// startInit starts the box's init chrooted into its overlay, in new namespaces, and puts it in
+// the box's cgroup. The init mounts /proc, /dev and /sys itself (it must be inside the new
+// namespaces to do so) and brings the loopback up. It is reaped by a goroutine while this engine
+// lives; after a restart its new parent reaps it.
+func startInit(spec Spec, cgroupProcs []string) (initProc, error) {
+	console, err := os.OpenFile(filepath.Join(spec.Dir, consoleFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return initProc{}, fmt.Errorf("open console log: %w", err)
+	}
+	defer func() { _ = console.Close() }()
+	cmd := &exec.Cmd{
+		Path:   boxproto.InitPath, // resolved after the chroot
+		Args:   []string{boxproto.InitPath},
+		Env:    append(boxEnv(spec), "COCOONBOX_INIT_SETUP=namespaces"),
+		Dir:    "/",
+		Stdout: console,
+		Stderr: console,
+		SysProcAttr: &syscall.SysProcAttr{
+			Chroot: filepath.Join(spec.Dir, rootfsDir),
+			Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
+				syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC,
+			Setsid: true,
+		},
+	}
+	if err := cmd.Start(); err != nil {
+		return initProc{}, fmt.Errorf("start init: %w", err)
+	}
+	go func() { _ = cmd.Wait() }()
+	pid := cmd.Process.Pid
+	for _, f := range cgroupProcs {
+		if err := os.WriteFile(f, []byte(strconv.Itoa(pid)), 0o644); err != nil {
+			_ = cmd.Process.Kill()
+			return initProc{}, fmt.Errorf("join cgroup: %w", err)
+		}
+	}
+	start, ok := procStart(pid)
+	if !ok {
+		return initProc{}, errors.New("start init: it exited at once (see console.log)")
+	}
+	return initProc{Pid: pid, Start: start}, nil
+}
+
+// dialIn connects to addr from inside the network namespace of process pid. The goroutine's
+// thread enters the namespace and is never unlocked, so Go ends the thread with the goroutine
+// and nothing else ever runs in the box's namespace; the socket keeps the namespace it was made in.
+func dialIn(ctx context.Context, pid int, network, addr string) (net.Conn, error) {
+	ns, err := os.Open("/proc/" + strconv.Itoa(pid) + "/ns/net")
+	if err != nil {
+		return nil, fmt.Errorf("open box network namespace: %w", err)
+	}
+	defer func() { _ = ns.Close() }()
+	type result struct {
+		c   net.Conn
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		goruntime.LockOSThread()
+		if err := unix.Setns(int(ns.Fd()), unix.CLONE_NEWNET); err != nil {
+			ch <- result{nil, fmt.Errorf("enter box network namespace: %w", err)}
+			return
+		}
+		var d net.Dialer
+		c, err := d.DialContext(ctx, network, addr)
+		ch <- result{c, err}
+	}()
+	r := <-ch
+	return r.c, r.err
+}
