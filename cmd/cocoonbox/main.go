@@ -37,6 +37,7 @@ func newApp() *cli.App {
 		},
 		Commands: []*cli.Command{
 			devCommand(),
+			serveCommand(),
 			whoamiCommand(),
 			versionCommand(),
 		},

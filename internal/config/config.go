@@ -13,6 +13,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +38,7 @@ const (
 	DefaultS3Listen         = "127.0.0.1:8421"
 	DefaultTemporalListen   = "127.0.0.1:7233"
 	DefaultTemporalUIListen = "127.0.0.1:8233"
+	DefaultEngineListen     = "127.0.0.1:7777"
 	DefaultNamespace        = "default"
 	DefaultBucket           = "cocoonbox"
 	DefaultRegion           = "us-east-1"
@@ -79,17 +81,25 @@ type Sandbox struct {
 // Dev is the configuration of `cocoonbox dev`: every role in one process tree, with embedded
 // Temporal, PostgreSQL and S3 unless an external one is configured.
 type Dev struct {
-	Home             string   `yaml:"home" env:"COCOONBOX_HOME"`
-	LogLevel         string   `yaml:"log_level" env:"COCOONBOX_LOG_LEVEL"`
-	Listen           string   `yaml:"listen" env:"COCOONBOX_LISTEN"`
-	TemporalListen   string   `yaml:"temporal_listen" env:"COCOONBOX_TEMPORAL_LISTEN"`
-	TemporalUIListen string   `yaml:"temporal_ui_listen" env:"COCOONBOX_TEMPORAL_UI_LISTEN"`
-	S3Listen         string   `yaml:"s3_listen" env:"COCOONBOX_S3_LISTEN"`
-	CLIConfig        string   `yaml:"cli_config" env:"COCOONBOX_CLI_CONFIG"`
-	User             string   `yaml:"user" env:"COCOONBOX_DEV_USER"`
-	Temporal         Temporal `yaml:"temporal"`
-	Postgres         Postgres `yaml:"postgres"`
-	S3               S3       `yaml:"s3"`
+	Home             string `yaml:"home" env:"COCOONBOX_HOME"`
+	LogLevel         string `yaml:"log_level" env:"COCOONBOX_LOG_LEVEL"`
+	Listen           string `yaml:"listen" env:"COCOONBOX_LISTEN"`
+	TemporalListen   string `yaml:"temporal_listen" env:"COCOONBOX_TEMPORAL_LISTEN"`
+	TemporalUIListen string `yaml:"temporal_ui_listen" env:"COCOONBOX_TEMPORAL_UI_LISTEN"`
+	S3Listen         string `yaml:"s3_listen" env:"COCOONBOX_S3_LISTEN"`
+	CLIConfig        string `yaml:"cli_config" env:"COCOONBOX_CLI_CONFIG"`
+	User             string `yaml:"user" env:"COCOONBOX_DEV_USER"`
+	// EngineListen is the local sandbox engine's address (when sandbox.url is empty).
+	EngineListen string `yaml:"engine_listen" env:"COCOONBOX_ENGINE_LISTEN"`
+	// EngineRuntime runs the local engine's boxes: auto, gvisor or process.
+	EngineRuntime string `yaml:"engine_runtime" env:"COCOONBOX_ENGINE_RUNTIME"`
+	// ImageCache is where built box images are found; empty means ~/.cache/cocoonbox/images.
+	ImageCache string   `yaml:"image_cache" env:"COCOONBOX_IMAGE_CACHE"`
+	Temporal   Temporal `yaml:"temporal"`
+	Postgres   Postgres `yaml:"postgres"`
+	S3         S3       `yaml:"s3"`
+	// Sandbox, when its URL is set, is an external sandboxd used instead of the local engine.
+	Sandbox Sandbox `yaml:"sandbox"`
 }
 
 // API is the configuration of `cocoonbox serve api`.
@@ -117,7 +127,15 @@ type Engine struct {
 	LogLevel  string `yaml:"log_level" env:"COCOONBOX_LOG_LEVEL"`
 	Listen    string `yaml:"listen" env:"COCOONBOX_ENGINE_LISTEN"`
 	RootToken string `yaml:"root_token" env:"COCOONBOX_ENGINE_TOKEN"`
+	// Runtime runs the boxes: gvisor, process, or auto (gvisor where runsc can run, else process).
+	Runtime string `yaml:"runtime" env:"COCOONBOX_ENGINE_RUNTIME"`
+	// ImageCache is where built box images are found; empty means ~/.cache/cocoonbox/images,
+	// the default of image/build.sh, which reads the same variable.
+	ImageCache string `yaml:"image_cache" env:"COCOONBOX_IMAGE_CACHE"`
 }
+
+// EngineRuntimes are the values Engine.Runtime accepts.
+var EngineRuntimes = []string{"auto", "gvisor", "process"}
 
 // CLI is the configuration of the cocoonbox command-line client, kept in
 // ~/.config/cocoonbox/config.yaml and written there by `cocoonbox dev`.
@@ -137,6 +155,8 @@ func DefaultDev(env Lookup) Dev {
 		S3Listen:         DefaultS3Listen,
 		CLIConfig:        DefaultCLIConfigPath(env),
 		User:             "admin",
+		EngineListen:     DefaultEngineListen,
+		EngineRuntime:    "auto",
 		Temporal:         Temporal{Namespace: DefaultNamespace},
 		S3:               S3{Region: DefaultRegion, Bucket: DefaultBucket, PathStyle: true},
 	}
@@ -157,6 +177,7 @@ func (c *Dev) Validate() error {
 	for _, f := range []struct{ name, addr string }{
 		{"listen", c.Listen}, {"temporal_listen", c.TemporalListen},
 		{"temporal_ui_listen", c.TemporalUIListen}, {"s3_listen", c.S3Listen},
+		{"engine_listen", c.EngineListen},
 	} {
 		if err := validateListen(f.name, f.addr); err != nil {
 			return err
@@ -164,6 +185,9 @@ func (c *Dev) Validate() error {
 	}
 	if c.User == "" {
 		return errors.New("config user: is required")
+	}
+	if !slices.Contains(EngineRuntimes, c.EngineRuntime) {
+		return fmt.Errorf("config engine_runtime: must be auto, gvisor or process, got %q", c.EngineRuntime)
 	}
 	if c.S3.Endpoint != "" && c.S3.Bucket == "" {
 		return errors.New("config s3.bucket: is required with s3.endpoint")
@@ -189,7 +213,24 @@ func DefaultWorker(env Lookup) Worker {
 
 // DefaultEngine returns the engine role's defaults.
 func DefaultEngine(env Lookup) Engine {
-	return Engine{Home: defaultHome(env), LogLevel: "info", Listen: "127.0.0.1:7777"}
+	return Engine{Home: defaultHome(env), LogLevel: "info", Listen: DefaultEngineListen, Runtime: "auto"}
+}
+
+// Validate checks the engine configuration and names the first bad field.
+func (c *Engine) Validate() error {
+	if err := validateHome(c.Home); err != nil {
+		return err
+	}
+	if err := validateLogLevel(c.LogLevel); err != nil {
+		return err
+	}
+	if err := validateListen("listen", c.Listen); err != nil {
+		return err
+	}
+	if !slices.Contains(EngineRuntimes, c.Runtime) {
+		return fmt.Errorf("config runtime: must be auto, gvisor or process, got %q", c.Runtime)
+	}
+	return nil
 }
 
 // Load reads a role's configuration: the given defaults, then the YAML file at path (if path is

@@ -20,7 +20,7 @@ func TestDevDefaults(t *testing.T) {
 	if c.CLIConfig != "/home/ann/.config/cocoonbox/config.yaml" {
 		t.Errorf("cli config = %q", c.CLIConfig)
 	}
-	for name, addr := range map[string]string{"listen": c.Listen, "temporal": c.TemporalListen, "ui": c.TemporalUIListen, "s3": c.S3Listen} {
+	for name, addr := range map[string]string{"listen": c.Listen, "temporal": c.TemporalListen, "ui": c.TemporalUIListen, "s3": c.S3Listen, "engine": c.EngineListen} {
 		if !strings.HasPrefix(addr, "127.0.0.1:") {
 			t.Errorf("%s listens on %q by default, want loopback", name, addr)
 		}
@@ -121,6 +121,8 @@ func TestValidate(t *testing.T) {
 		{"no host", func(c *config.Dev) { c.TemporalListen = ":7233" }, "config temporal_listen: give a host"},
 		{"log level", func(c *config.Dev) { c.LogLevel = "loud" }, "config log_level"},
 		{"bucket", func(c *config.Dev) { c.S3.Endpoint = "http://x"; c.S3.Bucket = "" }, "config s3.bucket"},
+		{"engine runtime", func(c *config.Dev) { c.EngineRuntime = "docker" }, "config engine_runtime: must be auto, gvisor or process"},
+		{"engine listen", func(c *config.Dev) { c.EngineListen = "x" }, "config engine_listen"},
 	}
 	for _, tc := range cases {
 		c := base
@@ -164,8 +166,20 @@ func TestOtherRoleDefaults(t *testing.T) {
 	if w := config.DefaultWorker(env); w.S3.Bucket == "" || w.Temporal.Namespace == "" {
 		t.Errorf("worker: %+v", w)
 	}
-	if e := config.DefaultEngine(env); !strings.HasPrefix(e.Listen, "127.0.0.1:") {
+	e := config.DefaultEngine(env)
+	if !strings.HasPrefix(e.Listen, "127.0.0.1:") || e.Runtime != "auto" {
 		t.Errorf("engine: %+v", e)
+	}
+	if err := e.Validate(); err != nil {
+		t.Errorf("engine defaults: %v", err)
+	}
+	e.Runtime = "docker"
+	if err := e.Validate(); err == nil || !strings.Contains(err.Error(), "config runtime") {
+		t.Errorf("engine runtime docker: got %v", err)
+	}
+	e, err := config.Load("", config.MapEnv(map[string]string{"HOME": "/root", "COCOONBOX_ENGINE_RUNTIME": "process"}), config.DefaultEngine(env))
+	if err != nil || e.Runtime != "process" {
+		t.Errorf("engine runtime from env: %+v %v", e, err)
 	}
 }
 

@@ -1,0 +1,104 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/loomhand/cocoonbox/internal/config"
+	"github.com/loomhand/cocoonbox/internal/engine"
+	"github.com/loomhand/cocoonbox/internal/engine/images"
+	"github.com/loomhand/cocoonbox/internal/engine/runtime"
+)
+
+// serveCommand groups the server roles run one per process; each role adds its subcommand here.
+func serveCommand() *cli.Command {
+	return &cli.Command{
+		Name:            "serve",
+		Usage:           "run one server role",
+		Subcommands:     []*cli.Command{serveEngineCommand()},
+		HideHelpCommand: true,
+	}
+}
+
+func serveEngineCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "engine",
+		Usage: "run the local sandbox engine (the sandboxd API over gVisor boxes)",
+		Description: "Records live under --home/engine; a restart re-adopts every box. Prefer\n" +
+			"COCOONBOX_ENGINE_TOKEN to --root-token: a flag shows in the process list.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "home", Usage: "data dir (default ~/.local/share/cocoonbox)"},
+			&cli.StringFlag{Name: "listen", Usage: "API address (default 127.0.0.1:7777)"},
+			&cli.StringFlag{Name: "root-token", Usage: "operator token; none leaves node endpoints open"},
+			&cli.StringFlag{Name: "runtime", Usage: "gvisor, process or auto (gvisor where runsc can run)"},
+			&cli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error"},
+		},
+		Action: runServeEngine,
+	}
+}
+
+func runServeEngine(c *cli.Context) error {
+	cfg, err := config.Load(c.String("config"), config.Env(), config.DefaultEngine(config.Env()))
+	if err != nil {
+		return err
+	}
+	for flag, dst := range map[string]*string{
+		"home": &cfg.Home, "listen": &cfg.Listen, "root-token": &cfg.RootToken,
+		"runtime": &cfg.Runtime, "log-level": &cfg.LogLevel,
+	} {
+		if c.IsSet(flag) {
+			*dst = c.String(flag)
+		}
+	}
+	if abs, err := filepath.Abs(cfg.Home); err == nil {
+		cfg.Home = abs
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	dir := filepath.Join(cfg.Home, "engine")
+	rt, err := newEngineRuntime(cfg.Runtime, dir, logger)
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
+	}
+	defer ln.Close()
+	if host, _, _ := net.SplitHostPort(cfg.Listen); cfg.RootToken == "" && !net.ParseIP(host).IsLoopback() {
+		logger.Warn("the engine listens beyond loopback without a root token: node endpoints are open to the network", "listen", cfg.Listen)
+	}
+	e, err := engine.New(engine.Options{
+		Dir: dir, Runtime: rt, Images: images.Resolver(cfg.ImageCache), RootToken: cfg.RootToken,
+		Logger: logger, OwnerAddr: ln.Addr().String(),
+	})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.Writer, "cocoonbox engine: serving on http://%s (runtime %s, data %s)\n", ln.Addr(), rt.Name(), dir)
+	serr := e.Serve(c.Context, ln)
+	if err := e.Close(); serr == nil {
+		serr = err
+	}
+	return serr
+}
+
+// newEngineRuntime builds the runtime --runtime names; "auto" is the runtime package's own
+// choice (gvisor where runsc can start a sandbox here, else process, with a log line saying
+// why). Its state lives next to the engine's records so a restart finds both.
+func newEngineRuntime(kind, dir string, logger *slog.Logger) (runtime.Runtime, error) {
+	if kind == "auto" {
+		kind = ""
+	}
+	return runtime.New(kind, runtime.Options{DataDir: filepath.Join(dir, "runtime"), Logger: logger})
+}

@@ -1,0 +1,235 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/loomhand/cocoonbox/internal/sandbox"
+)
+
+// checkpoint is a saved disk of a sandbox that new sandboxes can start from.
+type checkpoint struct {
+	// mu is held shared while a claim copies the checkpoint's disk and exclusively by delete,
+	// so a checkpoint is never removed under a copy.
+	mu   sync.RWMutex
+	rec  checkpointRecord
+	gone bool
+}
+
+func (ck *checkpoint) body() sandbox.Checkpoint {
+	r := ck.rec
+	return sandbox.Checkpoint{ID: r.ID, Name: r.Name, SandboxID: r.SandboxID, Key: r.Key, Tenant: r.Tenant, CreatedAt: r.CreatedAt.UTC()}
+}
+
+var checkpointNameRe = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._:/-]{0,62}$`)
+
+// handleCheckpoint saves a sandbox's disk as a checkpoint while the sandbox keeps running. The
+// header carries a root or tenant token (a checkpoint is a new resource); the body carries
+// the sandbox's own token as proof of ownership, which only the root token may omit.
+func (e *Engine) handleCheckpoint(w http.ResponseWriter, r *http.Request, c caller) error {
+	var req sandbox.CheckpointRequest
+	if err := decode(w, r, &req, bodyRequired); err != nil {
+		return err
+	}
+	if req.Name != "" && !checkpointNameRe.MatchString(req.Name) {
+		return invalid("name: 1-63 letters, digits and . _ : / -, starting with a letter or digit; got %q", req.Name)
+	}
+	asOperator := req.Token == "" && c.root
+	if req.Token == "" && !asOperator {
+		return invalid("token: the sandbox's token is required")
+	}
+	b, err := e.boxByToken(r.PathValue("id"), req.Token, asOperator)
+	if err != nil {
+		return err
+	}
+	ck, err := e.takeCheckpoint(r.Context(), b, c, req.Name)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sandbox.CheckpointResponse{Checkpoint: ck.body()})
+	return nil
+}
+
+func (e *Engine) takeCheckpoint(ctx context.Context, b *box, c caller, name string) (*checkpoint, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	done, err := e.use(ctx, b, "checkpoint", func() { cancel(errPreempted) })
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	r, _ := b.snapshot()
+	id := newCheckpointID()
+	dir := e.checkpointDir(id)
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create checkpoint: %w", err)
+	}
+	t0 := time.Now()
+	err = e.rt.Snapshot(ctx, r.ID, dir)
+	e.metrics.observe("snapshot", time.Since(t0), err)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		if errors.Is(context.Cause(ctx), errPreempted) {
+			return nil, newError(kindConflict, "the sandbox was hibernated or released during the checkpoint")
+		}
+		return nil, e.runtimeError(ctx, b, "checkpoint", err)
+	}
+	ck := &checkpoint{rec: checkpointRecord{
+		ID: id, Name: name, SandboxID: r.ID, Key: r.Key, Tenant: c.tenant, CreatedAt: e.now(),
+	}}
+	if err := writeJSONFile(e.checkpointMeta(id), ck.rec); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
+	e.mu.Lock()
+	e.checkpoints[id] = ck
+	e.mu.Unlock()
+	e.metrics.count("checkpoints", "created")
+	return ck, nil
+}
+
+// checkpointFor returns the checkpoint id if the caller may see it.
+func (e *Engine) checkpointFor(id string, c caller) (*checkpoint, error) {
+	if !validCheckpointID(id) {
+		return nil, errUnknownCheckpoint
+	}
+	e.mu.Lock()
+	ck := e.checkpoints[id]
+	e.mu.Unlock()
+	if ck == nil || !c.sees(ck.rec.Tenant) {
+		return nil, errUnknownCheckpoint
+	}
+	return ck, nil
+}
+
+// handleClaimCheckpoint claims a new sandbox whose disk starts as the checkpoint's.
+func (e *Engine) handleClaimCheckpoint(w http.ResponseWriter, r *http.Request, c caller) error {
+	var req sandbox.CheckpointClaimRequest
+	if err := decode(w, r, &req, bodyOptional); err != nil {
+		return err
+	}
+	ttl, err := leaseTTL(req.TTLSeconds)
+	if err != nil {
+		return err
+	}
+	ck, err := e.checkpointFor(r.PathValue("id"), c)
+	if err != nil {
+		return err
+	}
+	b, err := e.claimFromCheckpoint(r.Context(), c, ck, ttl)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, e.claimResponse(b))
+	return nil
+}
+
+func (e *Engine) claimFromCheckpoint(ctx context.Context, c caller, ck *checkpoint, ttl time.Duration) (*box, error) {
+	start := time.Now()
+	ck.mu.RLock()
+	defer ck.mu.RUnlock()
+	if ck.gone {
+		return nil, errUnknownCheckpoint
+	}
+	rootfs, err := e.rootfs(ck.rec.Key.Template)
+	var ae *apiError
+	if errors.As(err, &ae) && ae.kind == kindInvalid {
+		return nil, newError(kindConflict, "the checkpoint's template %q is no longer available", ck.rec.Key.Template)
+	}
+	if err != nil {
+		return nil, err
+	}
+	b, err := e.reserve(ck.rec.Key)
+	if err != nil {
+		return nil, err
+	}
+	if err := copyTree(ctx, e.checkpointDir(ck.rec.ID), e.boxDir(b.rec.ID)); err != nil {
+		e.discard(ctx, b)
+		return nil, err
+	}
+	if err := e.start(ctx, b, rootfs); err != nil {
+		return nil, err
+	}
+	if err := e.finishClaim(b, c, ttl, "", ck.rec.ID); err != nil {
+		e.discard(ctx, b)
+		return nil, err
+	}
+	e.metrics.claimed("checkpoint", time.Since(start))
+	return b, nil
+}
+
+// copyTree copies the directory src to dst (which must not exist) with cp -a. A box disk is an
+// overlay upper layer: whiteouts are device nodes, opaque directories are trusted.* xattrs,
+// and files keep their owners — cp -a preserves all of it (and reflinks where the filesystem
+// can), which a hand-written walk would have to reimplement.
+func copyTree(ctx context.Context, src, dst string) error {
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return fmt.Errorf("copy checkpoint: %w", err)
+	}
+	if err := os.RemoveAll(dst); err != nil {
+		return fmt.Errorf("copy checkpoint: %w", err)
+	}
+	out, err := exec.CommandContext(ctx, "cp", "-a", "--reflink=auto", "--", src, dst).CombinedOutput()
+	if err != nil {
+		_ = os.RemoveAll(dst)
+		return fmt.Errorf("copy checkpoint: %w: %s", err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+// handleListCheckpoints lists the caller's checkpoints, newest first.
+func (e *Engine) handleListCheckpoints(w http.ResponseWriter, _ *http.Request, c caller) error {
+	e.mu.Lock()
+	out := []sandbox.Checkpoint{}
+	for _, ck := range e.checkpoints {
+		if c.sees(ck.rec.Tenant) {
+			out = append(out, ck.body())
+		}
+	}
+	e.mu.Unlock()
+	slices.SortFunc(out, func(a, b sandbox.Checkpoint) int {
+		if c := b.CreatedAt.Compare(a.CreatedAt); c != 0 {
+			return c
+		}
+		return strings.Compare(b.ID, a.ID)
+	})
+	writeJSON(w, http.StatusOK, sandbox.CheckpointList{Checkpoints: out})
+	return nil
+}
+
+// handleDeleteCheckpoint removes a checkpoint; 404 when it is gone (or not the caller's).
+func (e *Engine) handleDeleteCheckpoint(w http.ResponseWriter, r *http.Request, c caller) error {
+	ck, err := e.checkpointFor(r.PathValue("id"), c)
+	if err != nil {
+		return err
+	}
+	ck.mu.Lock()
+	defer ck.mu.Unlock()
+	if ck.gone {
+		return errUnknownCheckpoint
+	}
+	// The metadata goes first: without it a checkpoint does not exist, and the next start
+	// removes a directory left behind.
+	if err := os.Remove(e.checkpointMeta(ck.rec.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("delete checkpoint: %w", err)
+	}
+	ck.gone = true
+	e.mu.Lock()
+	delete(e.checkpoints, ck.rec.ID)
+	e.mu.Unlock()
+	if err := os.RemoveAll(e.checkpointDir(ck.rec.ID)); err != nil {
+		e.log.Error("remove checkpoint directory", "id", ck.rec.ID, "err", err)
+	}
+	w.WriteHeader(http.StatusNoContent)
+	return nil
+}

@@ -1,0 +1,91 @@
+package engine_test
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/loomhand/cocoonbox/internal/engine/enginetest"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
+)
+
+// TestCheckpoints: a checkpoint keeps the sandbox running; a claim from it sees its files and
+// not later ones; listing is newest first; delete is 204 then 404.
+func TestCheckpoints(t *testing.T) {
+	h := newHarness(t)
+	sb := h.claim(tenantA, sandbox.ClaimRequest{Size: "medium"})
+	h.exec(sb, "write", "/root/notes", "v1")
+	h.exec(sb, "incr")
+
+	take := func(name string) sandbox.Checkpoint {
+		t.Helper()
+		return decodeAs[sandbox.CheckpointResponse](t, h.must(200, "POST", "/v1/sandboxes/"+sb.ID+"/checkpoint", tenantA,
+			sandbox.CheckpointRequest{Token: sb.Token, Name: name})).Checkpoint
+	}
+	first := take("first")
+	if !strings.HasPrefix(first.ID, "ck_") || first.SandboxID != sb.ID || first.Name != "first" ||
+		first.Key != (sandbox.PoolKey{Template: "base", Net: "none", Size: "medium"}) || !first.CreatedAt.Equal(h.clock.Now()) {
+		t.Fatalf("checkpoint %+v", first)
+	}
+	if h.row(sb.ID).Hibernated {
+		t.Fatal("checkpoint hibernated the sandbox")
+	}
+	if got := h.exec(sb, "incr"); got.Stdout != "2\n" {
+		t.Fatalf("the sandbox did not keep running: %q", got.Stdout)
+	}
+	h.exec(sb, "write", "/root/notes", "v2")
+	h.clock.Advance(time.Second)
+	second := take("")
+
+	cks := decodeAs[sandbox.CheckpointList](t, h.must(200, "GET", "/v1/checkpoints", tenantA, nil)).Checkpoints
+	if len(cks) != 2 || cks[0].ID != second.ID || cks[1].ID != first.ID {
+		t.Fatalf("not newest first: %+v", cks)
+	}
+
+	branch := decodeAs[sandbox.ClaimResponse](t, h.must(200, "POST", "/v1/checkpoints/"+first.ID+"/claim", tenantA,
+		sandbox.CheckpointClaimRequest{TTLSeconds: 120}))
+	if branch.ID == sb.ID || branch.FromCheckpoint != first.ID || !branch.Deadline.Equal(h.clock.Now().Add(120*time.Second)) {
+		t.Fatalf("claim from checkpoint %+v", branch)
+	}
+	if got := h.exec(branch, "cat", "/root/notes"); got.Stdout != "v1" {
+		t.Fatalf("branch sees %q, want the checkpoint's v1", got.Stdout)
+	}
+	if got := h.exec(sb, "cat", "/root/notes"); got.Stdout != "v2" {
+		t.Fatalf("source sees %q", got.Stdout)
+	}
+	if rows := h.list(tenantA, ""); len(rows) != 2 {
+		t.Fatalf("tenant lists %+v", rows)
+	}
+
+	// The root token may checkpoint without the sandbox's token; a wrong token is 404.
+	h.must(200, "POST", "/v1/sandboxes/"+sb.ID+"/checkpoint", rootToken, sandbox.CheckpointRequest{})
+	h.must(404, "POST", "/v1/sandboxes/"+sb.ID+"/checkpoint", tenantA, sandbox.CheckpointRequest{Token: branch.Token})
+
+	// A hibernated sandbox is woken for its checkpoint.
+	h.must(204, "POST", "/v1/sandboxes/"+branch.ID+"/hibernate", branch.Token, nil)
+	h.must(200, "POST", "/v1/sandboxes/"+branch.ID+"/checkpoint", tenantA, sandbox.CheckpointRequest{Token: branch.Token})
+
+	h.must(204, "DELETE", "/v1/checkpoints/"+first.ID, tenantA, nil)
+	h.must(404, "DELETE", "/v1/checkpoints/"+first.ID, tenantA, nil)
+	h.must(404, "POST", "/v1/checkpoints/"+first.ID+"/claim", tenantA, nil)
+	h.must(404, "DELETE", "/v1/checkpoints/nonsense", tenantA, nil)
+	// A checkpoint outlives its sandbox.
+	h.must(204, "POST", "/v1/sandboxes/"+sb.ID+"/release", sb.Token, nil)
+	again := decodeAs[sandbox.ClaimResponse](t, h.must(200, "POST", "/v1/checkpoints/"+second.ID+"/claim", tenantA, nil))
+	if got := h.exec(again, "cat", "/root/notes"); got.Stdout != "v2" {
+		t.Fatalf("claim from the second checkpoint sees %q", got.Stdout)
+	}
+
+	// A seeded claim whose start fails leaves no copied disk behind.
+	h.rt.FailNext(enginetest.OpStart, errors.New("no"))
+	before := h.state()
+	h.must(503, "POST", "/v1/checkpoints/"+second.ID+"/claim", tenantA, nil)
+	h.unchanged(before, "a failed claim from a checkpoint")
+	dirs, _ := os.ReadDir(filepath.Join(h.dir, "boxes"))
+	if len(dirs) != len(h.rt.Boxes()) {
+		t.Fatalf("box directories %d, boxes %d", len(dirs), len(h.rt.Boxes()))
+	}
+}

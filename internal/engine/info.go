@@ -1,0 +1,54 @@
+package engine
+
+import (
+	"cmp"
+	"net/http"
+	"slices"
+
+	"github.com/loomhand/cocoonbox/internal/sandbox"
+)
+
+// handleInfo reports the pools, the claim counts and — beyond upstream's fields — which runtime
+// runs the boxes and what it can really do. A runtime without memory hibernate says so here;
+// the engine never claims an ability the runtime lacks.
+func (e *Engine) handleInfo(w http.ResponseWriter, _ *http.Request, _ caller) error {
+	writeJSON(w, http.StatusOK, e.info())
+	return nil
+}
+
+func (e *Engine) info() sandbox.Info {
+	caps := e.rt.Capabilities()
+	out := sandbox.Info{
+		Pools:         e.poolInfos(),
+		AdvertiseAddr: e.ownerAddr,
+		Runtime:       e.rt.Name(),
+		Capabilities: &sandbox.Capabilities{
+			MemoryHibernate:  caps.MemoryHibernate,
+			CheckpointMemory: false, // checkpoints are runtime.Snapshot: the disk, not the processes
+			AgentRelay:       false, // /agent answers 501; cocoonbox reaches its agent through the ports relay
+			Lanes:            []string{sandbox.NetNone},
+			Isolation:        caps.Isolation,
+		},
+	}
+	for _, b := range e.claimed() {
+		r, _ := b.snapshot()
+		out.Claimed++
+		if r.Hibernated {
+			out.Hibernated++
+		}
+	}
+	return out
+}
+
+func (e *Engine) poolInfos() []sandbox.PoolInfo {
+	e.mu.Lock()
+	out := make([]sandbox.PoolInfo, 0, len(e.pools))
+	for _, p := range e.pools {
+		out = append(out, sandbox.PoolInfo{Key: p.key, Warm: len(p.ready), Refilling: p.refilling, Target: p.spec.Warm})
+	}
+	e.mu.Unlock()
+	slices.SortFunc(out, func(a, b sandbox.PoolInfo) int {
+		return cmp.Or(cmp.Compare(a.Key.Template, b.Key.Template), cmp.Compare(a.Key.Net, b.Key.Net), cmp.Compare(a.Key.Size, b.Key.Size))
+	})
+	return out
+}
