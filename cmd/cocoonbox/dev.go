@@ -18,16 +18,20 @@ import (
 func devCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "dev",
-		Usage: "run the whole system on this machine: Temporal, PostgreSQL, S3 and the API",
+		Usage: "run the whole system on this machine: Temporal, PostgreSQL, S3, the sandbox engine and the API",
 		Description: "State lives under --home (COCOONBOX_HOME); stopping and starting keeps every user, box,\n" +
-			"snapshot and workflow. Set TEMPORAL_ADDRESS, COCOONBOX_DATABASE_URL or COCOONBOX_S3_ENDPOINT\n" +
-			"to use an external Temporal, PostgreSQL or S3 instead of the embedded one.",
+			"snapshot and workflow; running boxes are hibernated on stop and wake on their next use. Set\n" +
+			"TEMPORAL_ADDRESS, COCOONBOX_DATABASE_URL, COCOONBOX_S3_ENDPOINT\n" +
+			"or COCOONBOX_SANDBOXD_URL to use an external Temporal, PostgreSQL, S3 or sandboxd instead of\n" +
+			"the embedded one.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "home", Usage: "data dir (default ~/.local/share/cocoonbox)"},
 			&cli.StringFlag{Name: "listen", Usage: "API address (default " + config.DefaultAPIListen + ")"},
 			&cli.StringFlag{Name: "temporal-listen", Usage: "embedded Temporal frontend (default " + config.DefaultTemporalListen + ")"},
 			&cli.StringFlag{Name: "temporal-ui-listen", Usage: "embedded Temporal UI (default " + config.DefaultTemporalUIListen + ")"},
 			&cli.StringFlag{Name: "s3-listen", Usage: "embedded S3 server (default " + config.DefaultS3Listen + ")"},
+			&cli.StringFlag{Name: "engine-listen", Usage: "local sandbox engine (default " + config.DefaultEngineListen + ")"},
+			&cli.StringFlag{Name: "engine-runtime", Usage: "auto, gvisor or process (default auto: gvisor where runsc runs)"},
 			&cli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error"},
 		},
 		Action: runDev,
@@ -42,6 +46,7 @@ func runDev(c *cli.Context) error {
 	for flag, dst := range map[string]*string{
 		"home": &cfg.Home, "listen": &cfg.Listen, "temporal-listen": &cfg.TemporalListen,
 		"temporal-ui-listen": &cfg.TemporalUIListen, "s3-listen": &cfg.S3Listen, "log-level": &cfg.LogLevel,
+		"engine-listen": &cfg.EngineListen, "engine-runtime": &cfg.EngineRuntime,
 	} {
 		if c.IsSet(flag) {
 			*dst = c.String(flag)
@@ -95,7 +100,8 @@ func printReady(w io.Writer, d *devstack.Dev, took time.Duration, self string) {
 		fmt.Fprintf(w, "  Temporal UI  %s\n", u.TemporalUI)
 	}
 	fmt.Fprintf(w, "  Temporal     %s\n", u.Temporal)
-	fmt.Fprintf(w, "  S3           %s\n\n", u.S3)
+	fmt.Fprintf(w, "  S3           %s\n", u.S3)
+	fmt.Fprintf(w, "  Engine       %s   (sandboxd API; root token in the data dir's engine/root-token)\n\n", u.Engine)
 	switch {
 	case b.CreatedUser:
 		fmt.Fprintf(w, "  Created user %q and wrote its token to %s\n", b.UserName, b.CLIConfig)

@@ -174,7 +174,7 @@ func benchConfig(b *testing.B, home string) config.Dev {
 	cfg := config.DefaultDev(config.MapEnv(map[string]string{"HOME": b.TempDir()}))
 	cfg.Home = home
 	cfg.CLIConfig = filepath.Join(home, "cli.yaml")
-	cfg.Listen, cfg.TemporalListen, cfg.TemporalUIListen, cfg.S3Listen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Listen, cfg.TemporalListen, cfg.TemporalUIListen, cfg.S3Listen, cfg.EngineListen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	return cfg
 }
 

@@ -55,6 +55,11 @@ type Dev struct {
 	boot     Bootstrap
 	s3Config objstore.Config
 	tAddr    string
+
+	engine       *localEngine // nil when an external sandboxd is configured
+	sandboxURL   string
+	sandboxToken string
+	httpClient   *http.Client
 }
 
 // URLs are the addresses a person or a test uses to reach the running system.
@@ -63,6 +68,7 @@ type URLs struct {
 	TemporalUI string // "" when Temporal is external
 	Temporal   string // host:port of the Temporal frontend
 	S3         string // S3 endpoint
+	Engine     string // the sandbox engine (sandboxd API)
 }
 
 // Start brings up the whole dev system described by cfg and returns once the API answers. On any
@@ -74,7 +80,7 @@ func Start(ctx context.Context, cfg config.Dev, log *slog.Logger) (_ *Dev, retEr
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	d := &Dev{cfg: cfg, log: log}
+	d := &Dev{cfg: cfg, log: log, httpClient: &http.Client{Timeout: 10 * time.Second}}
 	defer func() {
 		if retErr != nil {
 			_ = d.Close()
@@ -102,6 +108,17 @@ func Start(ctx context.Context, cfg config.Dev, log *slog.Logger) (_ *Dev, retEr
 	if err := d.checkPorts(); err != nil {
 		return nil, err
 	}
+	var engineLn net.Listener
+	if cfg.Sandbox.URL == "" {
+		if engineLn, err = net.Listen("tcp", cfg.EngineListen); err != nil {
+			return nil, listenError("engine", cfg.EngineListen, err)
+		}
+		defer func() {
+			if retErr != nil && d.engine == nil {
+				_ = engineLn.Close()
+			}
+		}()
+	}
 
 	if err := d.startPostgres(ctx); err != nil {
 		return nil, err
@@ -110,6 +127,9 @@ func Start(ctx context.Context, cfg config.Dev, log *slog.Logger) (_ *Dev, retEr
 		return nil, err
 	}
 	if err := d.startTemporal(ctx); err != nil {
+		return nil, err
+	}
+	if err := d.startEngine(ctx, engineLn); err != nil {
 		return nil, err
 	}
 
@@ -146,6 +166,7 @@ func Start(ctx context.Context, cfg config.Dev, log *slog.Logger) (_ *Dev, retEr
 			},
 			"postgres": func(ctx context.Context) error { return d.Store.Ping(ctx) },
 			"s3":       func(ctx context.Context) error { return d.Blobs.Check(ctx) },
+			"engine":   d.checkEngine,
 		},
 	})
 	serveCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
@@ -157,7 +178,7 @@ func Start(ctx context.Context, cfg config.Dev, log *slog.Logger) (_ *Dev, retEr
 
 // URLs returns where the running system answers.
 func (d *Dev) URLs() URLs {
-	u := URLs{API: "http://" + d.apiAddr, Temporal: d.tAddr, S3: d.s3Config.Endpoint}
+	u := URLs{API: "http://" + d.apiAddr, Temporal: d.tAddr, S3: d.s3Config.Endpoint, Engine: d.sandboxURL}
 	if d.temporal != nil {
 		u.TemporalUI = d.temporal.UIURL()
 	}
@@ -166,6 +187,9 @@ func (d *Dev) URLs() URLs {
 
 // Home returns the data dir.
 func (d *Dev) Home() string { return d.cfg.Home }
+
+// Sandbox returns the sandbox engine's URL and root token, for the worker and tests.
+func (d *Dev) Sandbox() (url, rootToken string) { return d.sandboxURL, d.sandboxToken }
 
 // Bootstrap reports what the first start created.
 func (d *Dev) Bootstrap() Bootstrap { return d.boot }
@@ -182,6 +206,12 @@ func (d *Dev) Close() error {
 			errs = append(errs, fmt.Errorf("stop api: %w", err))
 		}
 		d.cancel = nil
+	}
+	if d.engine != nil {
+		if err := d.engine.stop(); err != nil {
+			errs = append(errs, fmt.Errorf("stop engine: %w", err))
+		}
+		d.engine = nil
 	}
 	if d.Temporal != nil {
 		d.Temporal.Close()

@@ -35,7 +35,7 @@ func testConfig(t *testing.T, home string) config.Dev {
 	cfg := config.DefaultDev(config.MapEnv(map[string]string{"HOME": t.TempDir()}))
 	cfg.Home = home
 	cfg.CLIConfig = filepath.Join(home, "cli.yaml")
-	cfg.Listen, cfg.TemporalListen, cfg.TemporalUIListen, cfg.S3Listen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Listen, cfg.TemporalListen, cfg.TemporalUIListen, cfg.S3Listen, cfg.EngineListen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	return cfg
 }
 
@@ -69,7 +69,7 @@ func TestDevStackSurvivesRestart(t *testing.T) {
 		t.Fatalf("first start bootstrap = %+v, want a new user and token", b)
 	}
 	health := getHealth(t, d.URLs().API)
-	for _, c := range []string{"temporal", "postgres", "s3"} {
+	for _, c := range []string{"temporal", "postgres", "s3", "engine"} {
 		if health.Components[c] != "ok" {
 			t.Fatalf("healthz %s = %q (%+v)", c, health.Components[c], health)
 		}
@@ -185,6 +185,7 @@ func TestDevStartErrors(t *testing.T) {
 			{func(c *config.Dev, a string) { c.S3Listen = a }, "s3: listen "},
 			{func(c *config.Dev, a string) { c.TemporalListen = a }, "temporal frontend: listen "},
 			{func(c *config.Dev, a string) { c.TemporalUIListen = a }, "temporal ui: listen "},
+			{func(c *config.Dev, a string) { c.EngineListen = a }, "engine: listen "},
 		} {
 			cfg := testConfig(t, t.TempDir())
 			tc.set(&cfg, ln.Addr().String())

@@ -14,7 +14,9 @@ import (
 
 // counterScript starts a process that counts in /tmp/count ten times a second, detached so the
 // exec that starts it returns at once.
-const counterScript = `nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.1; done' >/dev/null 2>&1 </dev/null &`
+// Each value is written to a temporary file and renamed over /tmp/count, so a reader never sees
+// the file truncated between two writes.
+const counterScript = `nohup sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count.new; mv -f /tmp/count.new /tmp/count; sleep 0.1; done' >/dev/null 2>&1 </dev/null &`
 
 // lifecycle is the issue's acceptance path: claim → exec → write a file → start a process →
 // hibernate → listed as hibernated → wake → file and process state as documented → renew →
