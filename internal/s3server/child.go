@@ -59,20 +59,8 @@ type Server struct {
 // connections. ctx bounds the startup only; the server runs until Stop, and
 // it also ends when this process dies, however it dies (its stdin closes).
 func Start(ctx context.Context, opts Options) (*Server, error) {
-	if opts.AccessKey == "" {
-		return nil, errors.New("s3: access key is required")
-	}
-	if opts.SecretKey == "" {
-		return nil, errors.New("s3: secret key is required")
-	}
-	if opts.Dir == "" {
-		return nil, errors.New("s3: dir is required")
-	}
-	host, port, auto, err := parseAddr(opts.Addr)
+	host, port, auto, err := opts.check(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("s3: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if !auto { // a busy explicit port is the caller's to fix: say so before spawning anything

@@ -85,6 +85,23 @@ type gateway struct {
 	stopErr  error
 }
 
+// check validates opts and parses its address; both the parent and the child
+// run it, so a bad option fails before anything is spawned or bound.
+func (opts Options) check(ctx context.Context) (host, port string, auto bool, err error) {
+	switch {
+	case opts.AccessKey == "":
+		return "", "", false, errors.New("s3: access key is required")
+	case opts.SecretKey == "":
+		return "", "", false, errors.New("s3: secret key is required")
+	case opts.Dir == "":
+		return "", "", false, errors.New("s3: dir is required")
+	}
+	if host, port, auto, err = parseAddr(opts.Addr); err != nil {
+		return "", "", false, fmt.Errorf("s3: %w", err)
+	}
+	return host, port, auto, ctx.Err()
+}
+
 // running guards the one-gateway-per-process limit before posix.New changes
 // the working directory out from under a server that is already running.
 var running sync.Mutex
@@ -92,20 +109,8 @@ var running sync.Mutex
 // startGateway starts versitygw in this process and returns once it accepts
 // connections. ctx bounds the startup only; the gateway runs until stop.
 func startGateway(ctx context.Context, opts Options) (*gateway, error) {
-	if opts.AccessKey == "" {
-		return nil, errors.New("s3: access key is required")
-	}
-	if opts.SecretKey == "" {
-		return nil, errors.New("s3: secret key is required")
-	}
-	if opts.Dir == "" {
-		return nil, errors.New("s3: dir is required")
-	}
-	host, port, auto, err := parseAddr(opts.Addr)
+	host, port, auto, err := opts.check(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("s3: %w", err)
-	}
-	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	log := opts.Logger
