@@ -46,8 +46,8 @@ gate: gen lint ## fail when generated code is stale or lint is not clean
 dev: deps image build ## install what is missing, build, and run the whole system on its embedded defaults
 	$(BIN)/cocoonbox dev
 
-bench: deps ## run the benchmarks and write docs/benchmarks.md
-	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./internal/devstack/ | tee bench.out
+bench: deps image ## run the benchmarks (dev stack, local engine on gVisor) and write docs/benchmarks.md
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./internal/devstack/ ./internal/engine/ | tee bench.out
 	./scripts/benchtable.sh < bench.out > docs/benchmarks.md
 	@echo "wrote docs/benchmarks.md"
 
