@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -81,7 +82,11 @@ func (le *localEngine) stop() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), suspendTimeout)
 	defer cancel()
-	return errors.Join(err, le.eng.Suspend(ctx), le.eng.Close())
+	err = errors.Join(err, le.eng.Suspend(ctx), le.eng.Close())
+	if c, ok := le.rt.(io.Closer); ok { // runsc leaves a namespace mount under its state dir
+		err = errors.Join(err, c.Close())
+	}
+	return err
 }
 
 // check reports the engine healthy when its HTTP API answers.

@@ -282,6 +282,10 @@ func (g *gvisor) Hibernate(ctx context.Context, id string) error {
 	if err := g.deleteSandbox(ctx, id); err != nil {
 		return fmt.Errorf("hibernate box %s: %w", id, err)
 	}
+	// A sleeping box holds no kernel mount either: Wake mounts its root again before restoring.
+	if err := unmountOverlay(dir); err != nil {
+		g.log.Warn("unmount hibernated box root; it stays mounted until wake or destroy", "id", id, "err", err)
+	}
 	return nil
 }
 

@@ -155,6 +155,9 @@ func TestGVisorHibernateWakeKeepsMemoryAndDisk(t *testing.T) {
 		if s, err := e.rt.Stats(ctx, b.ID); err != nil || s.MemUsedBytes != 0 {
 			t.Fatalf("cycle %d: a hibernated box uses %d bytes, %v", i, s.MemUsedBytes, err)
 		}
+		if mounted(filepath.Join(b.Dir, rootfsDir)) {
+			t.Fatalf("cycle %d: a hibernated box keeps its root mounted", i)
+		}
 		t0 = time.Now()
 		if err := e.rt.Wake(ctx, b.ID); err != nil {
 			t.Fatalf("cycle %d: %v", i, err)
