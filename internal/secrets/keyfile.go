@@ -1,0 +1,112 @@
+package secrets
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+)
+
+// LoadOrCreateKeyring returns the keyring whose master key is in the file at path, creating the
+// file with a new random key on first use. The file holds the KeySize raw key bytes and must be
+// readable by this user only: a key file that group or others can read, or of the wrong length,
+// is refused with an error naming the path rather than used or replaced, since replacing a key
+// would make every stored secret unreadable.
+func LoadOrCreateKeyring(path string) (*Keyring, error) {
+	key, err := readKeyFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		key, err = createKeyFile(path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	k, err := NewKeyring(key)
+	if err != nil {
+		return nil, fmt.Errorf("load keyring %s: %w", path, err)
+	}
+	return k, nil
+}
+
+// readKeyFile returns the key in path. A missing file is reported as the bare os error, so the
+// caller can tell it apart with errors.Is(err, os.ErrNotExist) and create the file.
+func readKeyFile(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("load keyring: %w", err)
+	}
+	defer f.Close()
+	// Checked on the open file, not the path, so what is checked is what is read.
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("load keyring: %w", err)
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("load keyring %s: not a regular file", path)
+	}
+	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
+		return nil, fmt.Errorf("load keyring %s: mode %04o lets group or others read the master key; want 0600 (chmod 600 %s)", path, perm, path)
+	}
+	if fi.Size() != KeySize {
+		return nil, fmt.Errorf("load keyring %s: %d bytes, want a %d-byte key", path, fi.Size(), KeySize)
+	}
+	key := make([]byte, KeySize)
+	if _, err := io.ReadFull(f, key); err != nil {
+		return nil, fmt.Errorf("load keyring %s: %w", path, err)
+	}
+	return key, nil
+}
+
+// createKeyFile writes a new key to path. The key is written and synced to a temporary file that
+// is then hard-linked into place, so a reader never sees a partial key and, when two processes
+// start together, the first link wins and both use its key.
+func createKeyFile(path string) ([]byte, error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create keyring %s: %w", path, err)
+	}
+	key := make([]byte, KeySize)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("create keyring %s: %w", path, err)
+	}
+	tmp, err := os.CreateTemp(dir, ".keyring-*")
+	if err != nil {
+		return nil, fmt.Errorf("create keyring %s: %w", path, err)
+	}
+	defer os.Remove(tmp.Name())
+	// CreateTemp makes the file 0600; the explicit Chmod keeps that true whatever it does later.
+	err = errors.Join(tmp.Chmod(0o600), write(tmp, key), tmp.Sync(), tmp.Close())
+	if err != nil {
+		return nil, fmt.Errorf("create keyring %s: %w", path, err)
+	}
+	if err := os.Link(tmp.Name(), path); err != nil {
+		if errors.Is(err, os.ErrExist) {
+			// Another process created it first; use that key.
+			return readKeyFile(path)
+		}
+		return nil, fmt.Errorf("create keyring %s: %w", path, err)
+	}
+	// Secrets sealed with this key will soon be in the database; the key must survive a crash.
+	if err := syncDir(dir); err != nil {
+		return nil, fmt.Errorf("create keyring %s: %w", path, err)
+	}
+	return key, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+func write(f *os.File, b []byte) error {
+	_, err := f.Write(b)
+	return err
+}

@@ -1,0 +1,163 @@
+package secrets_test
+
+import (
+	"bytes"
+	"crypto/rand"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/loomhand/cocoonbox/internal/secrets"
+)
+
+func newKeyring(t *testing.T) *secrets.Keyring {
+	t.Helper()
+	key := make([]byte, secrets.KeySize)
+	rand.Read(key)
+	k, err := secrets.NewKeyring(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
+}
+
+func TestSealOpen(t *testing.T) {
+	k := newKeyring(t)
+	aad := []byte("sandbox-token:bx_0123456789abcdef")
+	for _, plain := range [][]byte{nil, []byte("s"), []byte("tok-" + strings.Repeat("x", 300))} {
+		blob, err := k.Seal(plain, aad)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(blob) != len(plain)+secrets.Overhead {
+			t.Errorf("len(blob) = %d, want %d", len(blob), len(plain)+secrets.Overhead)
+		}
+		// Only long plaintexts: a byte or two turns up in random bytes by chance.
+		if len(plain) >= 8 && bytes.Contains(blob, plain) {
+			t.Errorf("blob contains the plaintext")
+		}
+		got, err := k.Open(blob, aad)
+		if err != nil || !bytes.Equal(got, plain) {
+			t.Errorf("Open = %q, %v; want %q", got, err, plain)
+		}
+	}
+	a, _ := k.Seal([]byte("same"), aad)
+	b, _ := k.Seal([]byte("same"), aad)
+	if bytes.Equal(a, b) {
+		t.Error("two seals of the same plaintext are equal: nonce reused")
+	}
+	if _, err := k.Seal(make([]byte, secrets.MaxPlaintext+1), aad); err == nil {
+		t.Error("Seal accepted an oversized plaintext")
+	}
+}
+
+func TestOpenRejects(t *testing.T) {
+	k := newKeyring(t)
+	aad := []byte("secret:usr_a/OPENAI_KEY")
+	blob, err := k.Seal([]byte("sk-123"), aad)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := k.Open(blob, []byte("secret:usr_b/OPENAI_KEY")); !errors.Is(err, secrets.ErrAuth) {
+		t.Errorf("wrong AAD: %v, want ErrAuth", err)
+	}
+	if _, err := k.Open(blob, nil); !errors.Is(err, secrets.ErrAuth) {
+		t.Errorf("missing AAD: %v, want ErrAuth", err)
+	}
+	// Every bit of the blob is covered: header bits fail as unknown version/key or auth.
+	for i := range len(blob) * 8 {
+		bad := bytes.Clone(blob)
+		bad[i/8] ^= 1 << (i % 8)
+		if got, err := k.Open(bad, aad); err == nil {
+			t.Fatalf("bit %d flipped: Open = %q, want an error", i, got)
+		}
+	}
+	bad := bytes.Clone(blob)
+	bad[len(bad)-1] ^= 0x80
+	if _, err := k.Open(bad, aad); !errors.Is(err, secrets.ErrAuth) {
+		t.Errorf("flipped tag bit: %v, want ErrAuth", err)
+	}
+	bad = bytes.Clone(blob)
+	bad[0] = 9
+	if _, err := k.Open(bad, aad); !errors.Is(err, secrets.ErrMalformed) {
+		t.Errorf("unknown version: %v, want ErrMalformed", err)
+	}
+	if _, err := k.Open(blob[:secrets.Overhead-1], aad); !errors.Is(err, secrets.ErrMalformed) {
+		t.Errorf("short blob: %v, want ErrMalformed", err)
+	}
+	if _, err := newKeyring(t).Open(blob, aad); !errors.Is(err, secrets.ErrUnknownKey) {
+		t.Errorf("other keyring: %v, want ErrUnknownKey", err)
+	}
+	if _, err := secrets.NewKeyring(make([]byte, 16)); err == nil {
+		t.Error("NewKeyring accepted a 16-byte key")
+	}
+}
+
+func TestLoadOrCreateKeyring(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "conf", "master.key")
+	k1, err := secrets.LoadOrCreateKeyring(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fi.Mode().Perm() != 0o600 || fi.Size() != secrets.KeySize {
+		t.Errorf("key file: mode %v, %d bytes; want 0600, %d", fi.Mode(), fi.Size(), secrets.KeySize)
+	}
+	if leftovers, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".keyring-*")); len(leftovers) > 0 {
+		t.Errorf("temporary files left: %v", leftovers)
+	}
+	blob, err := k1.Seal([]byte("persist"), []byte("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	k2, err := secrets.LoadOrCreateKeyring(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k1.KeyID() != k2.KeyID() || len(k1.KeyID()) != 8 {
+		t.Errorf("key IDs %q, %q; want the same 8 hex digits", k1.KeyID(), k2.KeyID())
+	}
+	if got, err := k2.Open(blob, []byte("a")); err != nil || string(got) != "persist" {
+		t.Errorf("reloaded Open = %q, %v", got, err)
+	}
+}
+
+func TestLoadKeyringRefuses(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, b []byte, mode os.FileMode) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, b, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, mode); err != nil { // WriteFile's mode is subject to the umask
+			t.Fatal(err)
+		}
+		return p
+	}
+	key := make([]byte, secrets.KeySize)
+	for _, tc := range []struct {
+		path string
+		want string
+	}{
+		{write("group.key", key, 0o640), "mode 0640"},
+		{write("world.key", key, 0o604), "mode 0604"},
+		{write("short.key", key[:31], 0o600), "31 bytes"},
+		{write("long.key", append(key, '\n'), 0o600), "33 bytes"},
+		{dir, "not a regular file"},
+	} {
+		before, _ := os.ReadFile(tc.path)
+		_, err := secrets.LoadOrCreateKeyring(tc.path)
+		if err == nil || !strings.Contains(err.Error(), tc.path) || !strings.Contains(err.Error(), tc.want) ||
+			strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: %v; want one line naming the path and %q", tc.path, err, tc.want)
+		}
+		if after, _ := os.ReadFile(tc.path); !bytes.Equal(before, after) {
+			t.Errorf("%s: the refused file was changed", tc.path)
+		}
+	}
+}
