@@ -1,0 +1,219 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
+)
+
+// TokenStore keeps each box's sandbox token (encrypted at rest by its implementation) so that the
+// token never enters a workflow payload: activities put it after a claim and read it back by box.
+type TokenStore interface {
+	// PutSandboxToken records the token of the sandbox that now serves the box, replacing any other.
+	PutSandboxToken(ctx context.Context, boxID, sandboxID, token string) error
+	// SandboxToken returns the box's current sandbox and its token; a cocoonbox ENotFound error
+	// when the box has none.
+	SandboxToken(ctx context.Context, boxID string) (sandboxID, token string, err error)
+}
+
+// Sandbox holds the sandbox-engine activities of the box workflow.
+type Sandbox struct {
+	Client   sandbox.Client
+	Tokens   TokenStore
+	Template string // the template every box is claimed from, e.g. "base"
+	Net      string // the network lane; "" is sandbox.NetNone
+	// PollInterval is how often WaitReady probes the sandbox; 0 means half a second.
+	PollInterval time.Duration
+}
+
+// ClaimInput asks for a sandbox for a box. Attempt numbers the box's claims, so that a retried
+// activity adopts the sandbox its lost answer made while a deliberate new claim gets a new one.
+type ClaimInput struct {
+	BoxID   cocoonbox.BoxID
+	Size    cocoonbox.Size
+	Attempt int
+	TTL     time.Duration // the lease; 0 is the engine's default
+}
+
+// ClaimResult names the claimed sandbox; its token went to the TokenStore.
+type ClaimResult struct {
+	SandboxID string
+	Deadline  time.Time
+	Adopted   bool // an earlier attempt's sandbox was found under the claim_ref and kept
+}
+
+// SandboxInput names the box's sandbox for the single-sandbox verbs.
+type SandboxInput struct {
+	BoxID     cocoonbox.BoxID
+	SandboxID string
+}
+
+// RenewInput asks to extend a sandbox's lease to TTL from now (0: the engine's default).
+type RenewInput struct {
+	BoxID     cocoonbox.BoxID
+	SandboxID string
+	TTL       time.Duration
+}
+
+// RenewResult is the lease the engine granted, which may be clamped.
+type RenewResult struct {
+	Deadline time.Time
+}
+
+// ClaimRef is the claim_ref of a box's attempt-th claim.
+func ClaimRef(boxID cocoonbox.BoxID, attempt int) string {
+	return fmt.Sprintf("%s/%d", boxID, attempt)
+}
+
+// Claim gets a sandbox for the box, adopting the one an earlier try of the same attempt made, and
+// stores its token.
+func (a *Sandbox) Claim(ctx context.Context, in ClaimInput) (ClaimResult, error) {
+	if err := in.BoxID.Validate(); err != nil {
+		return ClaimResult{}, classify(err)
+	}
+	if in.Attempt < 1 {
+		return ClaimResult{}, classify(cocoonbox.Invalid("attempt", "must be at least 1"))
+	}
+	size := in.Size
+	if size == "" {
+		size = cocoonbox.DefaultSize
+	}
+	got, err := a.Client.Claim(ctx, sandbox.ClaimRequest{
+		Template:   a.Template,
+		Net:        a.Net,
+		Size:       string(size),
+		TTLSeconds: int(in.TTL / time.Second),
+		ClaimRef:   ClaimRef(in.BoxID, in.Attempt),
+	})
+	if err != nil {
+		return ClaimResult{}, classify(fmt.Errorf("claim sandbox: %w", err))
+	}
+	// Stored before answering: a sandbox the workflow learns of must have a token to act with. A
+	// failure here retries the activity, which adopts the same sandbox by its claim_ref.
+	if err := a.Tokens.PutSandboxToken(ctx, string(in.BoxID), got.ID, got.Token); err != nil {
+		return ClaimResult{}, classify(fmt.Errorf("store sandbox token: %w", err))
+	}
+	return ClaimResult{SandboxID: got.ID, Deadline: got.Deadline, Adopted: got.Adopted}, nil
+}
+
+// WaitReady probes the sandbox with `true` until it answers, heartbeating between probes so a
+// dead worker is noticed by the HeartbeatTimeout rather than the whole StartToCloseTimeout.
+func (a *Sandbox) WaitReady(ctx context.Context, in SandboxInput) error {
+	ref, err := a.ref(ctx, in.BoxID, in.SandboxID)
+	if err != nil {
+		return err
+	}
+	every := a.PollInterval
+	if every <= 0 {
+		every = 500 * time.Millisecond
+	}
+	for probe := 1; ; probe++ {
+		res, err := a.Client.Exec(ctx, ref, sandbox.ExecRequest{Argv: []string{"true"}, TimeoutSeconds: 10})
+		switch {
+		case err == nil && res.ExitCode == 0:
+			return nil
+		case errors.Is(err, sandbox.ErrNotFound):
+			return gone(fmt.Errorf("wait for sandbox %s: %w", in.SandboxID, err))
+		case err != nil && !transient(err):
+			return classify(fmt.Errorf("wait for sandbox %s: %w", in.SandboxID, err))
+		}
+		activity.RecordHeartbeat(ctx, probe)
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(every):
+		}
+	}
+}
+
+// transient reports whether a probe failure means "not ready yet" rather than "broken".
+func transient(err error) bool {
+	return errors.Is(err, sandbox.ErrUnavailable) || errors.Is(err, sandbox.ErrTimeout) ||
+		errors.Is(err, sandbox.ErrInternal) || sandbox.StatusCode(err) == 0 && ctxAlive(err)
+}
+
+// ctxAlive is true for transport errors (no engine answer), which are worth another probe.
+func ctxAlive(err error) bool {
+	return !errors.Is(err, context.Canceled) && !errors.Is(err, context.DeadlineExceeded)
+}
+
+// Hibernate frees the sandbox's CPU and memory, keeping its state.
+func (a *Sandbox) Hibernate(ctx context.Context, in SandboxInput) error {
+	return a.onSandbox(ctx, in, "hibernate", a.Client.Hibernate)
+}
+
+// Wake brings the hibernated sandbox back. SandboxGone means the engine no longer has it.
+func (a *Sandbox) Wake(ctx context.Context, in SandboxInput) error {
+	return a.onSandbox(ctx, in, "wake", a.Client.Wake)
+}
+
+// Renew extends the sandbox's lease.
+func (a *Sandbox) Renew(ctx context.Context, in RenewInput) (RenewResult, error) {
+	ref, err := a.ref(ctx, in.BoxID, in.SandboxID)
+	if err != nil {
+		return RenewResult{}, err
+	}
+	deadline, err := a.Client.Renew(ctx, ref, in.TTL)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return RenewResult{}, gone(fmt.Errorf("renew sandbox %s: %w", in.SandboxID, err))
+	}
+	if err != nil {
+		return RenewResult{}, classify(fmt.Errorf("renew sandbox %s: %w", in.SandboxID, err))
+	}
+	return RenewResult{Deadline: deadline}, nil
+}
+
+// Release destroys the sandbox; one that is already gone is released.
+func (a *Sandbox) Release(ctx context.Context, in SandboxInput) error {
+	if in.SandboxID == "" {
+		return nil
+	}
+	ref, err := a.ref(ctx, in.BoxID, in.SandboxID)
+	if err != nil {
+		return err
+	}
+	if err := a.Client.Release(ctx, ref); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+		return classify(fmt.Errorf("release sandbox %s: %w", in.SandboxID, err))
+	}
+	return nil
+}
+
+func (a *Sandbox) onSandbox(ctx context.Context, in SandboxInput, verb string, call func(context.Context, sandbox.SandboxRef) error) error {
+	ref, err := a.ref(ctx, in.BoxID, in.SandboxID)
+	if err != nil {
+		return err
+	}
+	err = call(ctx, ref)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return gone(fmt.Errorf("%s sandbox %s: %w", verb, in.SandboxID, err))
+	}
+	if err != nil {
+		return classify(fmt.Errorf("%s sandbox %s: %w", verb, in.SandboxID, err))
+	}
+	return nil
+}
+
+// ref builds the reference to act on a box's sandbox with its own token. When the token store
+// has no token for that sandbox (lost, or a newer claim replaced it) the ref carries none and the
+// client falls back to its node token, which the engine accepts from root for these verbs.
+func (a *Sandbox) ref(ctx context.Context, boxID cocoonbox.BoxID, sandboxID string) (sandbox.SandboxRef, error) {
+	if sandboxID == "" {
+		return sandbox.SandboxRef{}, classify(cocoonbox.Invalid("sandbox_id", "is required"))
+	}
+	id, token, err := a.Tokens.SandboxToken(ctx, string(boxID))
+	switch {
+	case cocoonbox.ErrorCode(err) == cocoonbox.ENotFound:
+		return sandbox.SandboxRef{ID: sandboxID}, nil
+	case err != nil:
+		return sandbox.SandboxRef{}, classify(fmt.Errorf("read sandbox token: %w", err))
+	case id != sandboxID:
+		return sandbox.SandboxRef{ID: sandboxID}, nil
+	}
+	return sandbox.SandboxRef{ID: sandboxID, Token: token}, nil
+}

@@ -1,0 +1,104 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/sandbox/sandboxtest"
+)
+
+// memTokens is an in-memory TokenStore.
+type memTokens struct {
+	mu sync.Mutex
+	m  map[string][2]string
+}
+
+func (t *memTokens) PutSandboxToken(_ context.Context, boxID, sandboxID, token string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.m == nil {
+		t.m = map[string][2]string{}
+	}
+	t.m[boxID] = [2]string{sandboxID, token}
+	return nil
+}
+
+func (t *memTokens) SandboxToken(_ context.Context, boxID string) (string, string, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	v, ok := t.m[boxID]
+	if !ok {
+		return "", "", cocoonbox.Errorf(cocoonbox.ENotFound, "no token")
+	}
+	return v[0], v[1], nil
+}
+
+func TestSandboxActivities(t *testing.T) {
+	const root = "root-token"
+	f := sandboxtest.New(t, sandboxtest.Options{RootToken: root})
+	tokens := &memTokens{}
+	a := &Sandbox{Client: f.Client(root), Tokens: tokens, Template: "base"}
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(a)
+	box := cocoonbox.BoxID("bx_0123456789abcdef")
+
+	v, err := env.ExecuteActivity(a.Claim, ClaimInput{BoxID: box, Size: cocoonbox.SizeSmall, Attempt: 1})
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	var claimed ClaimResult
+	if err := v.Get(&claimed); err != nil {
+		t.Fatal(err)
+	}
+	if id, tok, _ := tokens.SandboxToken(context.Background(), string(box)); id != claimed.SandboxID || tok == "" {
+		t.Fatalf("token store has %q/%q, want %s and a token", id, tok, claimed.SandboxID)
+	}
+	if got := f.LastClaim().ClaimRef; got != "bx_0123456789abcdef/1" {
+		t.Fatalf("claim_ref = %q", got)
+	}
+	// The same attempt again adopts instead of claiming a second sandbox.
+	v, err = env.ExecuteActivity(a.Claim, ClaimInput{BoxID: box, Size: cocoonbox.SizeSmall, Attempt: 1})
+	if err != nil {
+		t.Fatalf("claim again: %v", err)
+	}
+	var again ClaimResult
+	_ = v.Get(&again)
+	if again.SandboxID != claimed.SandboxID || len(f.Sandboxes()) != 1 {
+		t.Fatalf("second claim of attempt 1 got %s, sandboxes %v", again.SandboxID, f.Sandboxes())
+	}
+
+	in := SandboxInput{BoxID: box, SandboxID: claimed.SandboxID}
+	for _, step := range []struct {
+		name string
+		fn   any
+	}{{"wait", a.WaitReady}, {"hibernate", a.Hibernate}, {"wake", a.Wake}} {
+		if _, err := env.ExecuteActivity(step.fn, in); err != nil {
+			t.Fatalf("%s: %v", step.name, err)
+		}
+	}
+
+	f.Lose(claimed.SandboxID)
+	_, err = env.ExecuteActivity(a.Wake, in)
+	requireType(t, err, ErrTypeSandboxGone)
+	if _, err := env.ExecuteActivity(a.Release, in); err != nil {
+		t.Fatalf("release of a gone sandbox: %v", err)
+	}
+
+	_, err = env.ExecuteActivity(a.Claim, ClaimInput{BoxID: "nope", Attempt: 1})
+	requireType(t, err, ErrTypeInvalidArgument)
+}
+
+func requireType(t *testing.T, err error, typ string) {
+	t.Helper()
+	var app *temporal.ApplicationError
+	if !errors.As(err, &app) || app.Type() != typ {
+		t.Fatalf("error %v, want type %s", err, typ)
+	}
+}

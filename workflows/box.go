@@ -1,0 +1,288 @@
+package workflows
+
+import (
+	"errors"
+	"slices"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/loomhand/cocoonbox"
+)
+
+// BoxWorkflow is a box's entity workflow (ID BoxWorkflowID): it owns the box's lifecycle from
+// create to delete, serving the Update*, Signal* and QueryStatus messages, hibernating the box
+// when it is idle, renewing its sandbox lease and continuing as new as history grows.
+func BoxWorkflow(ctx workflow.Context, in BoxWorkflowInput) error {
+	if err := in.BoxID.Validate(); err != nil {
+		return temporal.NewNonRetryableApplicationError(err.Error(), "InvalidArgument", err)
+	}
+	w := newBox(ctx, in)
+	if err := w.setup(ctx); err != nil {
+		return err
+	}
+	return w.run(ctx)
+}
+
+// box is one run of the entity workflow.
+type box struct {
+	in      BoxWorkflowInput
+	st      BoxCarriedState
+	mu      workflow.Mutex
+	ops     int    // operations served by this run, for continue-as-new
+	busy    int    // operations accepted and not finished: idle never counts while one is pending
+	gen     uint64 // bumped by every message, so the main loop re-plans its timers
+	deleted bool
+}
+
+func newBox(ctx workflow.Context, in BoxWorkflowInput) *box {
+	w := &box{in: in, mu: workflow.NewMutex(ctx)}
+	if in.State != nil {
+		w.st = *in.State
+	} else {
+		w.st = BoxCarriedState{State: cocoonbox.BoxStateCreating, LastActive: workflow.Now(ctx)}
+	}
+	if w.in.Size == "" {
+		w.in.Size = cocoonbox.DefaultSize
+	}
+	w.in.State = nil
+	return w
+}
+
+// setup registers the query, the updates with their validators and the signals.
+func (w *box) setup(ctx workflow.Context) error {
+	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) {
+		return w.status(), nil
+	}); err != nil {
+		return err
+	}
+	updates := []struct {
+		name     string
+		handler  any
+		validate any
+	}{
+		{UpdateCreate, w.create, func(CreateInput) error { return w.allowed(UpdateCreate) }},
+		{UpdateWake, w.wake, func(WakeInput) error { return w.allowed(UpdateWake) }},
+		{UpdateHibernate, w.hibernate, func(HibernateInput) error { return w.allowed(UpdateHibernate) }},
+		{UpdateDelete, w.delete, func(DeleteInput) error { return w.allowed(UpdateDelete) }},
+		{UpdateSetPolicy, w.setPolicy, w.validatePolicy},
+	}
+	for _, u := range updates {
+		if err := workflow.SetUpdateHandlerWithOptions(ctx, u.name, u.handler,
+			workflow.UpdateHandlerOptions{Validator: u.validate}); err != nil {
+			return err
+		}
+	}
+	listen(ctx, w, SignalTouch, func(struct{}) { w.st.LastActive = workflow.Now(ctx) })
+	listen(ctx, w, SignalViewers, func(s ViewersSignal) {
+		w.st.Viewers = max(s.Count, 0)
+		w.st.LastActive = workflow.Now(ctx)
+	})
+	listen(ctx, w, SignalPin, func(s PinSignal) {
+		if s.Ref != "" && !slices.Contains(w.st.Pins, s.Ref) {
+			w.st.Pins = append(w.st.Pins, s.Ref)
+			slices.Sort(w.st.Pins)
+		}
+		w.st.LastActive = workflow.Now(ctx)
+	})
+	listen(ctx, w, SignalUnpin, func(s PinSignal) {
+		w.st.Pins = slices.DeleteFunc(w.st.Pins, func(r string) bool { return r == s.Ref })
+		w.st.LastActive = workflow.Now(ctx)
+	})
+	return workflow.UpsertTypedSearchAttributes(ctx,
+		SearchAttrOwner.ValueSet(w.in.Owner),
+		SearchAttrBoxName.ValueSet(w.in.Name),
+		SearchAttrBoxState.ValueSet(string(w.st.State)))
+}
+
+// signalNames are the channels continueAsNew empties, so no signal is lost.
+var signalNames = []string{SignalTouch, SignalViewers, SignalPin, SignalUnpin}
+
+// listen applies every signal of one name in arrival order.
+func listen[T any](ctx workflow.Context, w *box, name string, apply func(T)) {
+	ch := workflow.GetSignalChannel(ctx, name)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			var v T
+			ch.Receive(ctx, &v)
+			apply(v)
+			w.gen++
+		}
+	})
+}
+
+// run is the box's own clock: it sleeps until the idle deadline or the lease renewal, whichever
+// is first, re-planning whenever a message arrives, and ends on delete or continue-as-new.
+func (w *box) run(ctx workflow.Context) error {
+	for {
+		if w.deleted {
+			return w.drain(ctx) // the delete update answers before the workflow completes
+		}
+		if w.continueSuggested(ctx) {
+			if err := w.drain(ctx); err != nil {
+				return err
+			}
+			if !w.deleted {
+				return w.continueAsNew(ctx)
+			}
+			continue
+		}
+		gen := w.gen
+		wake := func() bool { return w.gen != gen || w.deleted || w.continueSuggested(ctx) }
+		next := w.nextTimer()
+		if next.IsZero() {
+			if err := workflow.Await(ctx, wake); err != nil {
+				return err
+			}
+			continue
+		}
+		fired := false
+		if d := next.Sub(workflow.Now(ctx)); d > 0 {
+			woke, err := workflow.AwaitWithTimeout(ctx, d, wake)
+			if err != nil {
+				return err
+			}
+			fired = !woke
+		} else {
+			fired = true
+		}
+		if fired {
+			if err := w.onTimer(ctx); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// nextTimer is the earliest of the idle deadline and the lease renewal; zero when neither counts.
+func (w *box) nextTimer() time.Time {
+	next := w.idleDeadline()
+	if r := w.renewAt(); !r.IsZero() && (next.IsZero() || r.Before(next)) {
+		next = r
+	}
+	return next
+}
+
+// onTimer renews the lease when due and hibernates the box when idle; either runs as an
+// operation under the mutex, like an update.
+func (w *box) onTimer(ctx workflow.Context) error {
+	now := workflow.Now(ctx)
+	if r := w.renewAt(); !r.IsZero() && !now.Before(r) {
+		if _, err := w.operate(ctx, false, w.renewLocked); err != nil && isCanceled(err) {
+			return err
+		}
+	}
+	if d := w.idleDeadline(); !d.IsZero() && !workflow.Now(ctx).Before(d) {
+		_, err := w.operate(ctx, false, func(ctx workflow.Context) error {
+			// Busy by this operation alone; anything else arriving meanwhile restarts the clock.
+			if d := w.idleDeadlineWith(1); d.IsZero() || workflow.Now(ctx).Before(d) {
+				return nil // something happened while waiting for the mutex
+			}
+			return w.hibernateLocked(ctx, "idle")
+		})
+		if err != nil && isCanceled(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// idleDeadline is when the box hibernates if nothing happens: only a running box with no viewer,
+// no pin and no pending operation counts down, from its last activity.
+func (w *box) idleDeadline() time.Time { return w.idleDeadlineWith(0) }
+
+// idleDeadlineWith is idleDeadline with ownBusy operations (the caller's own) not counted.
+func (w *box) idleDeadlineWith(ownBusy int) time.Time {
+	if w.in.Policy.IdleAfter <= 0 || w.st.State != cocoonbox.BoxStateRunning ||
+		w.st.Viewers > 0 || len(w.st.Pins) > 0 || w.busy > ownBusy {
+		return time.Time{}
+	}
+	return w.st.LastActive.Add(w.in.Policy.IdleAfter)
+}
+
+// renewAt is when to renew the lease, for a box that has a sandbox.
+func (w *box) renewAt() time.Time {
+	if w.st.SandboxID == "" || w.busy > 0 {
+		return time.Time{}
+	}
+	switch w.st.State {
+	case cocoonbox.BoxStateRunning, cocoonbox.BoxStateHibernated:
+		return w.st.NextRenew
+	}
+	return time.Time{}
+}
+
+func (w *box) continueSuggested(ctx workflow.Context) bool {
+	limit := w.in.OpsBeforeContinue
+	if limit <= 0 {
+		limit = DefaultOpsBeforeContinue
+	}
+	return w.ops >= limit || workflow.GetInfo(ctx).GetContinueAsNewSuggested()
+}
+
+// drain waits for accepted updates to finish, so none is cut off by completion or
+// continue-as-new.
+func (w *box) drain(ctx workflow.Context) error {
+	return workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
+}
+
+// continueAsNew hands the compact state to a fresh run, after applying signals not yet read.
+func (w *box) continueAsNew(ctx workflow.Context) error {
+	for _, name := range signalNames {
+		ch := workflow.GetSignalChannel(ctx, name)
+		for {
+			var ok bool
+			switch name {
+			case SignalTouch:
+				var v struct{}
+				if ok = ch.ReceiveAsync(&v); ok {
+					w.st.LastActive = workflow.Now(ctx)
+				}
+			case SignalViewers:
+				var v ViewersSignal
+				if ok = ch.ReceiveAsync(&v); ok {
+					w.st.Viewers = max(v.Count, 0)
+				}
+			case SignalPin:
+				var v PinSignal
+				if ok = ch.ReceiveAsync(&v); ok && !slices.Contains(w.st.Pins, v.Ref) {
+					w.st.Pins = append(w.st.Pins, v.Ref)
+					slices.Sort(w.st.Pins)
+				}
+			case SignalUnpin:
+				var v PinSignal
+				if ok = ch.ReceiveAsync(&v); ok {
+					w.st.Pins = slices.DeleteFunc(w.st.Pins, func(r string) bool { return r == v.Ref })
+				}
+			}
+			if !ok {
+				break
+			}
+		}
+	}
+	next := w.in
+	st := w.st
+	next.State = &st
+	return workflow.NewContinueAsNewError(ctx, BoxWorkflow, next)
+}
+
+// status is the query answer.
+func (w *box) status() Status {
+	return Status{
+		BoxID:        w.in.BoxID,
+		State:        w.st.State,
+		SandboxID:    w.st.SandboxID,
+		Deadline:     w.st.Deadline,
+		Viewers:      w.st.Viewers,
+		Pins:         slices.Clone(w.st.Pins),
+		LastError:    w.st.LastError,
+		IdleDeadline: w.idleDeadline(),
+		Policy:       w.in.Policy,
+	}
+}
+
+func isCanceled(err error) bool {
+	var c *temporal.CanceledError
+	return errors.As(err, &c)
+}

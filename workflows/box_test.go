@@ -1,0 +1,354 @@
+package workflows
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/activities"
+)
+
+const testBox = cocoonbox.BoxID("bx_0123456789abcdef")
+
+var (
+	sb = &activities.Sandbox{}
+	st = &activities.Store{}
+)
+
+// newEnv returns a test environment with the store mocked to succeed and a claim that answers a
+// one-hour lease; tests add the sandbox mocks they care about.
+func newEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
+	t.Helper()
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterWorkflow(BoxWorkflow)
+	env.RegisterActivity(sb)
+	env.RegisterActivity(st)
+	env.OnActivity(st.RecordBox, mock.Anything, mock.Anything).Return(nil).Maybe()
+	env.OnActivity(st.SetState, mock.Anything, mock.Anything).Return(nil).Maybe()
+	env.OnActivity(st.Event, mock.Anything, mock.Anything).Return(nil).Maybe()
+	env.OnActivity(sb.WaitReady, mock.Anything, mock.Anything).Return(nil).Maybe()
+	return env
+}
+
+func claimOK(env *testsuite.TestWorkflowEnvironment, attempt int, id string) {
+	env.OnActivity(sb.Claim, mock.Anything, mock.MatchedBy(func(in activities.ClaimInput) bool {
+		return in.Attempt == attempt
+	})).Return(func(_ context.Context, _ activities.ClaimInput) (activities.ClaimResult, error) {
+		return activities.ClaimResult{SandboxID: id, Deadline: env.Now().Add(time.Hour)}, nil
+	}).Once()
+}
+
+// update sends an update at delay and records its outcome.
+type outcome struct {
+	status   Status
+	err      error
+	rejected error
+	done     bool
+}
+
+func update(env *testsuite.TestWorkflowEnvironment, delay time.Duration, name string, arg any) *outcome {
+	o := &outcome{}
+	env.RegisterDelayedCallback(func() {
+		env.UpdateWorkflow(name, name+delay.String(), &testsuite.TestUpdateCallback{
+			OnReject: func(err error) { o.rejected, o.done = err, true },
+			OnAccept: func() {},
+			OnComplete: func(v any, err error) {
+				o.err, o.done = err, true
+				if s, ok := v.(Status); ok {
+					o.status = s
+				}
+			},
+		}, arg)
+	}, delay)
+	return o
+}
+
+func query(t *testing.T, env *testsuite.TestWorkflowEnvironment) Status {
+	t.Helper()
+	v, err := env.QueryWorkflow(QueryStatus)
+	require.NoError(t, err)
+	var s Status
+	require.NoError(t, v.Get(&s))
+	return s
+}
+
+func input() BoxWorkflowInput {
+	return BoxWorkflowInput{BoxID: testBox, Owner: "u1", Name: "dev", Size: cocoonbox.SizeSmall}
+}
+
+// deleteAt ends the workflow so tests that do not test delete still finish.
+func deleteAt(env *testsuite.TestWorkflowEnvironment, d time.Duration) *outcome {
+	env.OnActivity(sb.Release, mock.Anything, mock.Anything).Return(nil).Maybe()
+	return update(env, d, UpdateDelete, DeleteInput{})
+}
+
+func TestLifecycle(t *testing.T) {
+	env := newEnv(t)
+	claimOK(env, 1, "sb-1")
+	env.OnActivity(sb.Hibernate, mock.Anything, activities.SandboxInput{BoxID: testBox, SandboxID: "sb-1"}).Return(nil).Once()
+	env.OnActivity(sb.Wake, mock.Anything, activities.SandboxInput{BoxID: testBox, SandboxID: "sb-1"}).Return(nil).Once()
+	env.OnActivity(sb.Release, mock.Anything, activities.SandboxInput{BoxID: testBox, SandboxID: "sb-1"}).Return(nil).Once()
+
+	var states []cocoonbox.BoxState
+	create := update(env, 0, UpdateCreate, CreateInput{})
+	env.RegisterDelayedCallback(func() { states = append(states, query(t, env).State) }, time.Second)
+	again := update(env, 2*time.Second, UpdateCreate, CreateInput{})
+	hib := update(env, 3*time.Second, UpdateHibernate, HibernateInput{})
+	env.RegisterDelayedCallback(func() { states = append(states, query(t, env).State) }, 4*time.Second)
+	wake := update(env, 5*time.Second, UpdateWake, WakeInput{})
+	env.RegisterDelayedCallback(func() { states = append(states, query(t, env).State) }, 6*time.Second)
+	del := update(env, 7*time.Second, UpdateDelete, DeleteInput{})
+
+	env.ExecuteWorkflow(BoxWorkflow, input())
+
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, env.GetWorkflowError())
+	require.NoError(t, create.err)
+	require.Equal(t, cocoonbox.BoxStateRunning, create.status.State)
+	require.Equal(t, "sb-1", create.status.SandboxID)
+	require.NoError(t, again.err)
+	require.Equal(t, cocoonbox.BoxStateRunning, again.status.State, "a second create answers the status")
+	require.NoError(t, hib.err)
+	require.NoError(t, wake.err)
+	require.NoError(t, del.err)
+	require.Equal(t, cocoonbox.BoxStateDeleted, del.status.State)
+	require.Equal(t, []cocoonbox.BoxState{cocoonbox.BoxStateRunning, cocoonbox.BoxStateHibernated, cocoonbox.BoxStateRunning}, states)
+	env.AssertExpectations(t)
+	env.AssertActivityNumberOfCalls(t, "Claim", 1)
+}
+
+func TestInvalidTransitionsRejected(t *testing.T) {
+	env := newEnv(t)
+	// Claim is slow, so the wake arrives while the box is still creating.
+	env.OnActivity(sb.Claim, mock.Anything, mock.Anything).After(time.Minute).
+		Return(activities.ClaimResult{SandboxID: "sb-1"}, nil).Once()
+	update(env, 0, UpdateCreate, CreateInput{})
+	wake := update(env, time.Second, UpdateWake, WakeInput{})
+	var during Status
+	env.RegisterDelayedCallback(func() { during = query(t, env) }, 2*time.Second)
+	deleteAt(env, 2*time.Minute)
+
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.NoError(t, env.GetWorkflowError())
+	requireTransitionError(t, wake.rejected)
+	require.Equal(t, cocoonbox.BoxStateCreating, during.State, "the rejected wake changed nothing")
+	env.AssertActivityNumberOfCalls(t, "Wake", 0)
+}
+
+func TestHibernateDeletedBoxRejected(t *testing.T) {
+	env := newEnv(t)
+	claimOK(env, 1, "sb-1")
+	update(env, 0, UpdateCreate, CreateInput{})
+	// Delete and hibernate race at the same instant: the delete is first, the workflow is
+	// completing, and the hibernate validator sees a deleted box.
+	var hibErr error
+	deleteAt(env, time.Second)
+	env.RegisterDelayedCallback(func() {
+		env.UpdateWorkflow(UpdateHibernate, "h", &testsuite.TestUpdateCallback{
+			OnReject:   func(err error) { hibErr = err },
+			OnAccept:   func() {},
+			OnComplete: func(any, error) {},
+		}, HibernateInput{})
+	}, time.Second+time.Millisecond)
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.NoError(t, env.GetWorkflowError())
+	if hibErr != nil { // the update may also find the workflow already closed
+		requireTransitionError(t, hibErr)
+	}
+	env.AssertActivityNumberOfCalls(t, "Hibernate", 0)
+}
+
+func requireTransitionError(t *testing.T, err error) {
+	t.Helper()
+	require.Error(t, err)
+	require.Equal(t, ErrTypeInvalidTransition, errorType(err), "%v", err)
+}
+
+func TestConcurrentWakesOneEngineWake(t *testing.T) {
+	env := newEnv(t)
+	claimOK(env, 1, "sb-1")
+	env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil)
+	env.OnActivity(sb.Wake, mock.Anything, mock.Anything).After(10 * time.Second).Return(nil).Once()
+	update(env, 0, UpdateCreate, CreateInput{})
+	update(env, time.Second, UpdateHibernate, HibernateInput{})
+	w1 := update(env, 2*time.Second, UpdateWake, WakeInput{})
+	w2 := update(env, 2*time.Second+time.Millisecond, UpdateWake, WakeInput{})
+	deleteAt(env, time.Minute)
+
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.NoError(t, env.GetWorkflowError())
+	require.NoError(t, w1.err)
+	require.NoError(t, w2.err)
+	require.Equal(t, cocoonbox.BoxStateRunning, w1.status.State)
+	require.Equal(t, cocoonbox.BoxStateRunning, w2.status.State)
+	env.AssertActivityNumberOfCalls(t, "Wake", 1)
+}
+
+func idleInput() BoxWorkflowInput {
+	in := input()
+	in.Policy.IdleAfter = 10 * time.Minute
+	return in
+}
+
+func TestIdleHibernates(t *testing.T) {
+	env := newEnv(t)
+	claimOK(env, 1, "sb-1")
+	env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil).Once()
+	update(env, 0, UpdateCreate, CreateInput{})
+	var at9, at11 Status
+	env.RegisterDelayedCallback(func() { at9 = query(t, env) }, 9*time.Minute)
+	env.RegisterDelayedCallback(func() { at11 = query(t, env) }, 11*time.Minute)
+	deleteAt(env, 20*time.Minute)
+
+	env.ExecuteWorkflow(BoxWorkflow, idleInput())
+	require.NoError(t, env.GetWorkflowError())
+	require.Equal(t, cocoonbox.BoxStateRunning, at9.State)
+	require.Equal(t, cocoonbox.BoxStateHibernated, at11.State)
+	env.AssertActivityNumberOfCalls(t, "Hibernate", 1)
+}
+
+func TestIdleBlockedByViewerPinAndTouch(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		signal string
+		arg    any
+	}{
+		{"viewer", SignalViewers, ViewersSignal{Count: 1}},
+		{"pin", SignalPin, PinSignal{Ref: "run-1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := newEnv(t)
+			claimOK(env, 1, "sb-1")
+			update(env, 0, UpdateCreate, CreateInput{})
+			env.RegisterDelayedCallback(func() { env.SignalWorkflow(tc.signal, tc.arg) }, time.Minute)
+			var later Status
+			env.RegisterDelayedCallback(func() { later = query(t, env) }, time.Hour)
+			deleteAt(env, time.Hour+time.Minute)
+
+			env.ExecuteWorkflow(BoxWorkflow, idleInput())
+			require.NoError(t, env.GetWorkflowError())
+			require.Equal(t, cocoonbox.BoxStateRunning, later.State)
+			require.True(t, later.IdleDeadline.IsZero())
+			env.AssertActivityNumberOfCalls(t, "Hibernate", 0)
+		})
+	}
+	t.Run("touch", func(t *testing.T) {
+		env := newEnv(t)
+		claimOK(env, 1, "sb-1")
+		env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil).Once()
+		update(env, 0, UpdateCreate, CreateInput{})
+		// A touch at 8m restarts the 10m clock: running at 15m, hibernated by 19m.
+		env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalTouch, struct{}{}) }, 8*time.Minute)
+		var at15, at19 Status
+		env.RegisterDelayedCallback(func() { at15 = query(t, env) }, 15*time.Minute)
+		env.RegisterDelayedCallback(func() { at19 = query(t, env) }, 19*time.Minute)
+		deleteAt(env, 30*time.Minute)
+		env.ExecuteWorkflow(BoxWorkflow, idleInput())
+		require.NoError(t, env.GetWorkflowError())
+		require.Equal(t, cocoonbox.BoxStateRunning, at15.State)
+		require.Equal(t, cocoonbox.BoxStateHibernated, at19.State)
+	})
+}
+
+func TestLeaseRenewedBeforeDeadline(t *testing.T) {
+	env := newEnv(t)
+	start := env.Now()
+	claimOK(env, 1, "sb-1") // one-hour lease
+	var renewedAt []time.Duration
+	env.OnActivity(sb.Renew, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, _ activities.RenewInput) (activities.RenewResult, error) {
+			renewedAt = append(renewedAt, env.Now().Sub(start))
+			return activities.RenewResult{Deadline: env.Now().Add(time.Hour)}, nil
+		})
+	update(env, 0, UpdateCreate, CreateInput{})
+	deleteAt(env, 3*time.Hour)
+
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.NoError(t, env.GetWorkflowError())
+	require.NotEmpty(t, renewedAt)
+	require.Less(t, renewedAt[0], time.Hour, "renewed before the first deadline")
+	require.InDelta(t, (40 * time.Minute).Seconds(), renewedAt[0].Seconds(), 60, "at two thirds of the lease")
+	require.GreaterOrEqual(t, len(renewedAt), 4)
+}
+
+func TestWakeReplacesLostSandbox(t *testing.T) {
+	env := newEnv(t)
+	claimOK(env, 1, "sb-1")
+	claimOK(env, 2, "sb-2")
+	env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil)
+	env.OnActivity(sb.Wake, mock.Anything, mock.Anything).
+		Return(temporal.NewNonRetryableApplicationError("gone", activities.ErrTypeSandboxGone, nil)).Once()
+	update(env, 0, UpdateCreate, CreateInput{})
+	update(env, time.Second, UpdateHibernate, HibernateInput{})
+	wake := update(env, 2*time.Second, UpdateWake, WakeInput{})
+	deleteAt(env, time.Minute)
+
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.NoError(t, env.GetWorkflowError())
+	require.NoError(t, wake.err)
+	require.Equal(t, cocoonbox.BoxStateRunning, wake.status.State)
+	require.Equal(t, "sb-2", wake.status.SandboxID)
+	env.AssertExpectations(t)
+}
+
+func TestActivityRetries(t *testing.T) {
+	t.Run("unavailable is retried", func(t *testing.T) {
+		env := newEnv(t)
+		env.OnActivity(sb.Claim, mock.Anything, mock.Anything).
+			Return(activities.ClaimResult{}, temporal.NewApplicationError("engine down", activities.ErrTypeUnavailable)).Once()
+		claimOK(env, 1, "sb-1")
+		create := update(env, 0, UpdateCreate, CreateInput{})
+		deleteAt(env, time.Hour)
+		env.ExecuteWorkflow(BoxWorkflow, input())
+		require.NoError(t, env.GetWorkflowError())
+		require.NoError(t, create.err)
+		require.Equal(t, cocoonbox.BoxStateRunning, create.status.State)
+		env.AssertActivityNumberOfCalls(t, "Claim", 2)
+	})
+	t.Run("invalid argument is not", func(t *testing.T) {
+		env := newEnv(t)
+		env.OnActivity(sb.Claim, mock.Anything, mock.Anything).
+			Return(activities.ClaimResult{}, temporal.NewNonRetryableApplicationError("bad size", activities.ErrTypeInvalidArgument, nil))
+		create := update(env, 0, UpdateCreate, CreateInput{})
+		deleteAt(env, time.Hour)
+		env.ExecuteWorkflow(BoxWorkflow, input())
+		require.NoError(t, env.GetWorkflowError())
+		require.Error(t, create.err)
+		require.Equal(t, activities.ErrTypeInvalidArgument, errorType(create.err))
+		require.Equal(t, cocoonbox.BoxStateFailed, create.status.State)
+		env.AssertActivityNumberOfCalls(t, "Claim", 1)
+	})
+}
+
+func TestContinueAsNewCarriesState(t *testing.T) {
+	env := newEnv(t)
+	claimOK(env, 1, "sb-1")
+	env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil)
+	in := input()
+	in.OpsBeforeContinue = 2
+	update(env, 0, UpdateCreate, CreateInput{})
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalPin, PinSignal{Ref: "run-1"}) }, time.Second)
+	update(env, 2*time.Second, UpdateHibernate, HibernateInput{})
+
+	env.ExecuteWorkflow(BoxWorkflow, in)
+	err := env.GetWorkflowError()
+	var can *workflow.ContinueAsNewError
+	require.ErrorAs(t, err, &can)
+	var next BoxWorkflowInput
+	require.NoError(t, converter.GetDefaultDataConverter().FromPayloads(can.Input, &next))
+	require.NotNil(t, next.State)
+	require.Equal(t, cocoonbox.BoxStateHibernated, next.State.State)
+	require.Equal(t, "sb-1", next.State.SandboxID)
+	require.Equal(t, 1, next.State.Attempt)
+	require.Equal(t, []string{"run-1"}, next.State.Pins)
+	require.Equal(t, testBox, next.BoxID)
+}

@@ -1,0 +1,355 @@
+package workflows
+
+import (
+	"errors"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/activities"
+)
+
+// Activities are called through nil pointers of their structs so calls stay type-checked.
+var (
+	sandboxActs *activities.Sandbox
+	storeActs   *activities.Store
+)
+
+// allowed is every lifecycle update's validator: it rejects a message that cannot apply to the
+// current state before anything is written to history.
+func (w *box) allowed(update string) error {
+	s := w.st.State
+	if s == cocoonbox.BoxStateDeleted || w.deleted {
+		return transitionError(update, "a deleted box")
+	}
+	switch update {
+	case UpdateCreate:
+		if s == cocoonbox.BoxStateDeleting {
+			return transitionError(update, "a box being deleted")
+		}
+	case UpdateWake:
+		switch s {
+		case cocoonbox.BoxStateCreating:
+			return transitionError(update, "a box still being created")
+		case cocoonbox.BoxStateDeleting:
+			return transitionError(update, "a box being deleted")
+		}
+	case UpdateHibernate:
+		switch s {
+		case cocoonbox.BoxStateCreating:
+			return transitionError(update, "a box still being created")
+		case cocoonbox.BoxStateDeleting:
+			return transitionError(update, "a box being deleted")
+		case cocoonbox.BoxStateFailed:
+			return transitionError(update, "a failed box (wake it first)")
+		}
+	}
+	return nil
+}
+
+func transitionError(update, what string) error {
+	return temporal.NewApplicationError("cannot "+update+" "+what, ErrTypeInvalidTransition)
+}
+
+func (w *box) validatePolicy(p SetPolicyInput) error {
+	if w.deleted || w.st.State == cocoonbox.BoxStateDeleted {
+		return transitionError(UpdateSetPolicy, "a deleted box")
+	}
+	if p.IdleAfter < 0 || p.LeaseTTL < 0 {
+		return temporal.NewApplicationError("setpolicy: durations must not be negative", "InvalidArgument")
+	}
+	return nil
+}
+
+// operate runs op under the workflow mutex, so operations never interleave, and answers the status
+// after it. The box counts as busy from acceptance on, which keeps the idle clock stopped; a
+// user's operation (active) restarts the idle clock when it ends, the box's own timers do not.
+func (w *box) operate(ctx workflow.Context, active bool, op func(workflow.Context) error) (Status, error) {
+	w.busy++
+	w.gen++
+	defer func() {
+		w.busy--
+		w.gen++
+		if active {
+			w.st.LastActive = workflow.Now(ctx)
+		}
+	}()
+	if err := w.mu.Lock(ctx); err != nil {
+		return w.status(), err
+	}
+	defer w.mu.Unlock()
+	w.ops++
+	err := op(ctx)
+	return w.status(), err
+}
+
+// create claims the box's first sandbox and returns once it answers. A second create finds the
+// box past creating and answers its status.
+func (w *box) create(ctx workflow.Context, _ CreateInput) (Status, error) {
+	return w.operate(ctx, true, func(ctx workflow.Context) error {
+		if w.st.State != cocoonbox.BoxStateCreating {
+			return nil
+		}
+		err := workflow.ExecuteActivity(storeOptions(ctx), storeActs.RecordBox, activities.RecordBoxInput{
+			BoxID: w.in.BoxID, Owner: w.in.Owner, Name: w.in.Name, Size: w.in.Size,
+		}).Get(ctx, nil)
+		if err == nil {
+			err = w.claimNew(ctx)
+		}
+		if err == nil {
+			err = w.waitReady(ctx)
+		}
+		if err != nil {
+			w.fail(ctx, err)
+			return err
+		}
+		w.st.LastError = ""
+		w.setState(ctx, cocoonbox.BoxStateRunning)
+		return nil
+	})
+}
+
+// wake brings the box back to running. A sandbox the engine lost is replaced by a new claim.
+func (w *box) wake(ctx workflow.Context, _ WakeInput) (Status, error) {
+	return w.operate(ctx, true, func(ctx workflow.Context) error {
+		if err := w.allowed(UpdateWake); err != nil {
+			return err // the state changed while this update waited for the mutex
+		}
+		if w.st.State == cocoonbox.BoxStateRunning {
+			return nil
+		}
+		before := w.st.State
+		w.setState(ctx, cocoonbox.BoxStateWaking)
+		var err error
+		if w.st.SandboxID == "" {
+			err = w.claimNew(ctx)
+		} else {
+			err = workflow.ExecuteActivity(sandboxOptions(ctx, time.Minute), sandboxActs.Wake,
+				activities.SandboxInput{BoxID: w.in.BoxID, SandboxID: w.st.SandboxID}).Get(ctx, nil)
+			if errorType(err) == activities.ErrTypeSandboxGone {
+				// The lease was reaped or the node lost it: a new sandbox keeps the box usable.
+				// Its disk starts from the template until snapshots exist; restoring the newest
+				// snapshot into it lands with the snapshot workflow.
+				w.event(ctx, "sandbox-replaced", w.st.SandboxID)
+				w.st.SandboxID = ""
+				err = w.claimNew(ctx)
+			}
+		}
+		if err == nil {
+			err = w.waitReady(ctx)
+		}
+		if err != nil {
+			// A failed wake leaves the box as it was, so the user can retry.
+			w.st.LastError = err.Error()
+			if before == cocoonbox.BoxStateFailed || w.st.SandboxID == "" {
+				before = cocoonbox.BoxStateFailed
+			}
+			w.setState(ctx, before)
+			return err
+		}
+		w.st.LastError = ""
+		w.setState(ctx, cocoonbox.BoxStateRunning)
+		return nil
+	})
+}
+
+// hibernate frees the box's CPU and memory; a hibernated box answers its status.
+func (w *box) hibernate(ctx workflow.Context, _ HibernateInput) (Status, error) {
+	return w.operate(ctx, true, func(ctx workflow.Context) error {
+		if err := w.allowed(UpdateHibernate); err != nil {
+			return err
+		}
+		return w.hibernateLocked(ctx, "requested")
+	})
+}
+
+func (w *box) hibernateLocked(ctx workflow.Context, why string) error {
+	if w.st.State == cocoonbox.BoxStateHibernated {
+		return nil
+	}
+	w.setState(ctx, cocoonbox.BoxStateHibernating)
+	err := workflow.ExecuteActivity(sandboxOptions(ctx, time.Minute), sandboxActs.Hibernate,
+		activities.SandboxInput{BoxID: w.in.BoxID, SandboxID: w.st.SandboxID}).Get(ctx, nil)
+	switch {
+	case errorType(err) == activities.ErrTypeSandboxGone:
+		w.st.SandboxID = "" // nothing left to hibernate; wake claims a new one
+	case err != nil:
+		w.st.LastError = err.Error()
+		w.setState(ctx, cocoonbox.BoxStateRunning)
+		return err
+	}
+	w.st.LastError = ""
+	w.setState(ctx, cocoonbox.BoxStateHibernated)
+	w.event(ctx, "hibernated", why)
+	return nil
+}
+
+// delete releases the sandbox and records the box deleted; the workflow then completes.
+func (w *box) delete(ctx workflow.Context, in DeleteInput) (Status, error) {
+	return w.operate(ctx, true, func(ctx workflow.Context) error {
+		if err := w.allowed(UpdateDelete); err != nil {
+			return err
+		}
+		before := w.st.State
+		w.setState(ctx, cocoonbox.BoxStateDeleting)
+		err := workflow.ExecuteActivity(sandboxOptions(ctx, time.Minute), sandboxActs.Release,
+			activities.SandboxInput{BoxID: w.in.BoxID, SandboxID: w.st.SandboxID}).Get(ctx, nil)
+		if err != nil {
+			// A failed delete can be retried; the box keeps the state it had.
+			w.st.LastError = err.Error()
+			w.setState(ctx, before)
+			return err
+		}
+		w.st.SandboxID = ""
+		w.setState(ctx, cocoonbox.BoxStateDeleted)
+		w.deleted = true
+		return nil
+	})
+}
+
+// setPolicy replaces the policy; the main loop re-plans the idle timer.
+func (w *box) setPolicy(ctx workflow.Context, in SetPolicyInput) (Status, error) {
+	w.in.Policy = Policy(in)
+	w.gen++
+	return w.status(), nil
+}
+
+// claimNew claims the box's next sandbox under a new claim_ref attempt.
+func (w *box) claimNew(ctx workflow.Context) error {
+	attempt := w.st.Attempt + 1
+	var res activities.ClaimResult
+	err := workflow.ExecuteActivity(sandboxOptions(ctx, 2*time.Minute), sandboxActs.Claim, activities.ClaimInput{
+		BoxID: w.in.BoxID, Size: w.in.Size, Attempt: attempt, TTL: w.in.Policy.LeaseTTL,
+	}).Get(ctx, &res)
+	if err != nil {
+		return err
+	}
+	// Counted only on success: a failed claim activity already retried under the same claim_ref,
+	// and the next try adopts whatever it may have left behind.
+	w.st.Attempt = attempt
+	w.st.SandboxID = res.SandboxID
+	w.leased(workflow.Now(ctx), res.Deadline)
+	return nil
+}
+
+func (w *box) waitReady(ctx workflow.Context) error {
+	opts := workflow.ActivityOptions{
+		StartToCloseTimeout: 5 * time.Minute,
+		HeartbeatTimeout:    30 * time.Second, // WaitReady heartbeats every probe
+		RetryPolicy:         retryPolicy(),
+	}
+	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), sandboxActs.WaitReady,
+		activities.SandboxInput{BoxID: w.in.BoxID, SandboxID: w.st.SandboxID}).Get(ctx, nil)
+}
+
+// renewLocked extends the lease. A lost sandbox fails a running box (wake replaces it) and leaves
+// a hibernated one to be replaced at its next wake.
+func (w *box) renewLocked(ctx workflow.Context) error {
+	if w.st.SandboxID == "" {
+		return nil
+	}
+	var res activities.RenewResult
+	err := workflow.ExecuteActivity(sandboxOptions(ctx, time.Minute), sandboxActs.Renew, activities.RenewInput{
+		BoxID: w.in.BoxID, SandboxID: w.st.SandboxID, TTL: w.in.Policy.LeaseTTL,
+	}).Get(ctx, &res)
+	now := workflow.Now(ctx)
+	switch {
+	case err == nil:
+		w.leased(now, res.Deadline)
+	case errorType(err) == activities.ErrTypeSandboxGone:
+		w.event(ctx, "sandbox-lost", w.st.SandboxID)
+		w.st.SandboxID, w.st.NextRenew = "", time.Time{}
+		if w.st.State == cocoonbox.BoxStateRunning {
+			w.st.LastError = "sandbox lost: " + err.Error()
+			w.setState(ctx, cocoonbox.BoxStateFailed)
+		}
+	case errorType(err) == activities.ErrTypeConflict:
+		w.st.NextRenew = time.Time{} // the engine will not renew it in this state; wake renews
+	default:
+		// Try again at a third of what is left, so a flaky engine gets several chances.
+		w.st.LastError = err.Error()
+		w.st.NextRenew = now.Add(max(w.st.Deadline.Sub(now)/3, 10*time.Second))
+	}
+	return err
+}
+
+// leased records a lease granted at now and plans its renewal at two thirds of it.
+func (w *box) leased(now, deadline time.Time) {
+	w.st.Deadline = deadline
+	if deadline.IsZero() || !deadline.After(now) {
+		w.st.NextRenew = time.Time{}
+		return
+	}
+	w.st.NextRenew = now.Add(deadline.Sub(now) * 2 / 3)
+}
+
+// fail moves the box to failed with the error as its reason.
+func (w *box) fail(ctx workflow.Context, err error) {
+	w.st.LastError = err.Error()
+	w.setState(ctx, cocoonbox.BoxStateFailed)
+}
+
+// setState moves the box to s, keeps the BoxState search attribute and the box row current.
+func (w *box) setState(ctx workflow.Context, s cocoonbox.BoxState) {
+	w.st.State = s
+	w.gen++
+	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchAttrBoxState.ValueSet(string(s))); err != nil {
+		workflow.GetLogger(ctx).Warn("upsert BoxState", "error", err)
+	}
+	reason := ""
+	if s == cocoonbox.BoxStateFailed {
+		reason = w.st.LastError
+	}
+	// The workflow is the source of truth; a row that could not be written is logged, not fatal.
+	err := workflow.ExecuteActivity(storeOptions(ctx), storeActs.SetState, activities.SetStateInput{
+		BoxID: w.in.BoxID, State: s, SandboxID: w.st.SandboxID, Reason: reason,
+	}).Get(ctx, nil)
+	if err != nil {
+		workflow.GetLogger(ctx).Warn("record box state", "state", s, "error", err)
+	}
+}
+
+// event appends an audit event, best effort.
+func (w *box) event(ctx workflow.Context, kind, detail string) {
+	err := workflow.ExecuteActivity(storeOptions(ctx), storeActs.Event, activities.EventInput{
+		BoxID: w.in.BoxID, Kind: kind, Detail: detail,
+	}).Get(ctx, nil)
+	if err != nil {
+		workflow.GetLogger(ctx).Warn("record box event", "kind", kind, "error", err)
+	}
+}
+
+func retryPolicy() *temporal.RetryPolicy {
+	return &temporal.RetryPolicy{
+		InitialInterval:        time.Second,
+		BackoffCoefficient:     2,
+		MaximumInterval:        30 * time.Second,
+		MaximumAttempts:        10,
+		NonRetryableErrorTypes: activities.NonRetryableErrorTypes(),
+	}
+}
+
+func sandboxOptions(ctx workflow.Context, timeout time.Duration) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: timeout,
+		RetryPolicy:         retryPolicy(),
+	})
+}
+
+func storeOptions(ctx workflow.Context) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 10 * time.Second,
+		RetryPolicy:         retryPolicy(),
+	})
+}
+
+// errorType is the ApplicationError type behind an activity failure, or "".
+func errorType(err error) string {
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		return app.Type()
+	}
+	return ""
+}
