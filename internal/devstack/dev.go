@@ -15,8 +15,10 @@ import (
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/loomhand/cocoonbox/internal/api"
+	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	"github.com/loomhand/cocoonbox/internal/buildinfo"
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/objstore"
@@ -55,6 +57,10 @@ type Dev struct {
 	boot     Bootstrap
 	s3Config objstore.Config
 	tAddr    string
+
+	// Boxes creates and drives boxes through their workflows (the API's service layer).
+	Boxes  *boxsvc.Service
+	worker sdkworker.Worker
 
 	engine       *localEngine // nil when an external sandboxd is configured
 	sandboxURL   string
@@ -154,6 +160,9 @@ func Start(ctx context.Context, cfg config.Dev, log *slog.Logger) (_ *Dev, retEr
 	if err != nil {
 		return nil, err
 	}
+	if err := d.startWorker(); err != nil {
+		return nil, err
+	}
 
 	d.api = api.New(api.Options{
 		Store:   d.Store,
@@ -206,6 +215,10 @@ func (d *Dev) Close() error {
 			errs = append(errs, fmt.Errorf("stop api: %w", err))
 		}
 		d.cancel = nil
+	}
+	if d.worker != nil {
+		d.worker.Stop()
+		d.worker = nil
 	}
 	if d.engine != nil {
 		if err := d.engine.stop(); err != nil {

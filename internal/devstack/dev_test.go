@@ -270,3 +270,17 @@ func assertNoPostgres(t *testing.T, home string) {
 		t.Fatal("postgres still running after Close (postmaster.pid exists)")
 	}
 }
+
+// shortTemp is a temporary directory with a short path: runsc's unix socket paths under the
+// engine's data dir must fit in 108 bytes, which t.TempDir's long names can exceed.
+func shortTemp(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "cbdev-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	return dir
+}
+
+func storeUser(name string) store.NewUser { return store.NewUser{Name: name} }

@@ -1,0 +1,81 @@
+// Package worker assembles the Temporal worker that runs cocoonbox's workflows and activities on
+// the task queue "cocoonbox", wiring the activities to the store, the sandbox engine and the
+// keyring. `cocoonbox dev` and `cocoonbox serve worker` both build their worker here, so the two
+// never drift apart.
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/activities"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
+	"github.com/loomhand/cocoonbox/internal/secrets"
+	"github.com/loomhand/cocoonbox/internal/store"
+	"github.com/loomhand/cocoonbox/workflows"
+)
+
+// Options are the worker's dependencies.
+type Options struct {
+	Temporal client.Client
+	Store    *store.Store
+	Sandbox  sandbox.Client
+	Keys     *secrets.Keyring
+	Template string // the image boxes are claimed from; "base" until the desktop image lands
+	Logger   *slog.Logger
+}
+
+// New returns a worker with every workflow and activity registered; the caller starts and stops it.
+func New(opts Options) worker.Worker {
+	w := worker.New(opts.Temporal, workflows.TaskQueue, worker.Options{})
+	w.RegisterWorkflow(workflows.BoxWorkflow)
+	w.RegisterActivity(&activities.Sandbox{
+		Client:   opts.Sandbox,
+		Tokens:   tokens{store.SandboxTokens{Store: opts.Store, Keys: opts.Keys}},
+		Template: opts.Template,
+	})
+	w.RegisterActivity(&activities.Store{Boxes: boxes{opts.Store}})
+	return w
+}
+
+// tokens adapts the store's sealed sandbox tokens to activities.TokenStore, whose callers branch
+// on the domain's not-found code rather than on the store's sentinel.
+type tokens struct{ st store.SandboxTokens }
+
+func (t tokens) PutSandboxToken(ctx context.Context, boxID, sandboxID, token string) error {
+	return t.st.PutSandboxToken(ctx, boxID, sandboxID, token)
+}
+
+func (t tokens) SandboxToken(ctx context.Context, boxID string) (string, string, error) {
+	id, tok, err := t.st.SandboxToken(ctx, boxID)
+	if errors.Is(err, store.ErrNotFound) {
+		return "", "", &cocoonbox.Error{Code: cocoonbox.ENotFound, Message: "no sandbox token for box " + boxID, Err: err}
+	}
+	return id, tok, err
+}
+
+// boxes adapts the store to activities.BoxStore.
+type boxes struct{ st *store.Store }
+
+func (b boxes) CreateBox(ctx context.Context, box cocoonbox.Box) error {
+	_, err := b.st.CreateBox(ctx, store.NewBox{ID: box.ID, Owner: box.Owner, Name: box.Name, Size: box.Size})
+	return err
+}
+
+func (b boxes) SetBoxState(ctx context.Context, id cocoonbox.BoxID, state cocoonbox.BoxState, sandboxID, reason string) error {
+	return b.st.SetBoxState(ctx, id, state, sandboxID, reason)
+}
+
+func (b boxes) AppendEvent(ctx context.Context, id cocoonbox.BoxID, kind, detail string) error {
+	d, err := json.Marshal(map[string]string{"detail": detail})
+	if err != nil {
+		return err
+	}
+	return b.st.AppendEvent(ctx, store.Event{Actor: "worker", BoxID: string(id), Action: "box." + kind, Detail: d})
+}
