@@ -1,0 +1,81 @@
+package devstack_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"go.temporal.io/api/workflowservice/v1"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/boxsvc"
+	"github.com/loomhand/cocoonbox/workflows"
+)
+
+// TestBoxWorkflowsFilterBySearchAttributes: operators find a user's boxes in the Temporal UI by
+// Owner and BoxState; the UI's list is this visibility query.
+func TestBoxWorkflowsFilterBySearchAttributes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	d := startDev(t, testConfig(t, filepath.Join(shortTemp(t), "h")))
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	owner, err := d.Store.UserByName(ctx, "admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	awake, err := d.Boxes.Create(ctx, owner.ID, boxsvc.CreateRequest{Name: "awake", Size: cocoonbox.SizeSmall})
+	if err != nil {
+		t.Fatal(err)
+	}
+	asleep, err := d.Boxes.Create(ctx, owner.ID, boxsvc.CreateRequest{Name: "asleep", Size: cocoonbox.SizeSmall})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Boxes.Hibernate(ctx, owner.ID, asleep.BoxID); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, id := range []cocoonbox.BoxID{awake.BoxID, asleep.BoxID} {
+			_, _ = d.Boxes.Delete(context.Background(), owner.ID, id)
+		}
+	})
+
+	list := func(query string) []string {
+		resp, err := d.Temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query})
+		if err != nil {
+			t.Fatalf("list %q: %v", query, err)
+		}
+		var ids []string
+		for _, e := range resp.GetExecutions() {
+			ids = append(ids, e.GetExecution().GetWorkflowId())
+		}
+		return ids
+	}
+	cases := []struct {
+		query string
+		want  []string
+	}{
+		{fmt.Sprintf("Owner = %q AND BoxState = %q", owner.ID, cocoonbox.BoxStateRunning), []string{workflows.BoxWorkflowID(awake.BoxID)}},
+		{fmt.Sprintf("Owner = %q AND BoxState = %q", owner.ID, cocoonbox.BoxStateHibernated), []string{workflows.BoxWorkflowID(asleep.BoxID)}},
+		{fmt.Sprintf("BoxName = %q", "asleep"), []string{workflows.BoxWorkflowID(asleep.BoxID)}},
+		{`Owner = "usr_nobody"`, nil},
+	}
+	for _, tc := range cases {
+		// Visibility is eventually consistent: poll until the upserted attributes are indexed.
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			got := list(tc.query)
+			if fmt.Sprint(got) == fmt.Sprint(tc.want) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: got %v, want %v", tc.query, got, tc.want)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+}
