@@ -2,12 +2,14 @@ package workflows
 
 import (
 	"context"
+	"log/slog"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 	"go.temporal.io/sdk/workflow"
@@ -27,16 +29,37 @@ var (
 // one-hour lease; tests add the sandbox mocks they care about.
 func newEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
 	t.Helper()
+	env, _ := newEnvStates(t)
+	return env
+}
+
+// newEnvStates is newEnv that also records every state the workflow writes to the box row, in
+// order.
+func newEnvStates(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]cocoonbox.BoxState) {
+	t.Helper()
 	var s testsuite.WorkflowTestSuite
+	s.SetLogger(testLogger(t))
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterWorkflow(BoxWorkflow)
 	env.RegisterActivity(sb)
 	env.RegisterActivity(st)
+	var states []cocoonbox.BoxState
 	env.OnActivity(st.RecordBox, mock.Anything, mock.Anything).Return(nil).Maybe()
-	env.OnActivity(st.SetState, mock.Anything, mock.Anything).Return(nil).Maybe()
+	env.OnActivity(st.SetState, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.SetStateInput) error {
+			states = append(states, in.State)
+			return nil
+		}).Maybe()
 	env.OnActivity(st.Event, mock.Anything, mock.Anything).Return(nil).Maybe()
 	env.OnActivity(sb.WaitReady, mock.Anything, mock.Anything).Return(nil).Maybe()
-	return env
+	return env, &states
+}
+
+// testLogger keeps the SDK's DEBUG and INFO chatter out of test output: warnings and errors only,
+// written through t so they show with the failing test.
+func testLogger(t *testing.T) log.Logger {
+	h := slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn})
+	return log.NewStructuredLogger(slog.New(h))
 }
 
 func claimOK(env *testsuite.TestWorkflowEnvironment, attempt int, id string) {
@@ -145,26 +168,95 @@ func TestInvalidTransitionsRejected(t *testing.T) {
 }
 
 func TestHibernateDeletedBoxRejected(t *testing.T) {
-	env := newEnv(t)
-	claimOK(env, 1, "sb-1")
-	update(env, 0, UpdateCreate, CreateInput{})
-	// Delete and hibernate race at the same instant: the delete is first, the workflow is
-	// completing, and the hibernate validator sees a deleted box.
-	var hibErr error
-	deleteAt(env, time.Second)
-	env.RegisterDelayedCallback(func() {
-		env.UpdateWorkflow(UpdateHibernate, "h", &testsuite.TestUpdateCallback{
-			OnReject:   func(err error) { hibErr = err },
-			OnAccept:   func() {},
-			OnComplete: func(any, error) {},
-		}, HibernateInput{})
-	}, time.Second+time.Millisecond)
+	t.Run("deleting: the validator rejects it", func(t *testing.T) {
+		env, states := newEnvStates(t)
+		claimOK(env, 1, "sb-1")
+		// Release is slow, so the box is still deleting when the hibernate arrives.
+		env.OnActivity(sb.Release, mock.Anything, mock.Anything).After(time.Minute).Return(nil).Once()
+		update(env, 0, UpdateCreate, CreateInput{})
+		del := update(env, time.Second, UpdateDelete, DeleteInput{})
+		var before, after Status
+		env.RegisterDelayedCallback(func() { before = query(t, env) }, 2*time.Second)
+		hib := update(env, 3*time.Second, UpdateHibernate, HibernateInput{})
+		env.RegisterDelayedCallback(func() { after = query(t, env) }, 4*time.Second)
+
+		env.ExecuteWorkflow(BoxWorkflow, input())
+		require.True(t, env.IsWorkflowCompleted())
+		require.NoError(t, env.GetWorkflowError())
+		require.True(t, hib.done, "the hibernate got an answer")
+		requireTransitionError(t, hib.rejected)
+		require.NoError(t, hib.err)
+		require.Equal(t, cocoonbox.BoxStateDeleting, before.State)
+		require.Equal(t, before, after, "the rejected hibernate changed nothing")
+		require.NoError(t, del.err)
+		require.Equal(t, cocoonbox.BoxStateDeleted, del.status.State)
+		require.Equal(t, []cocoonbox.BoxState{
+			cocoonbox.BoxStateRunning, cocoonbox.BoxStateDeleting, cocoonbox.BoxStateDeleted,
+		}, *states)
+		env.AssertActivityNumberOfCalls(t, "Hibernate", 0)
+	})
+	t.Run("deleted while it waited: the handler rejects it", func(t *testing.T) {
+		// A hibernate accepted while the box was waking waits on the mutex with a delete; when
+		// its turn comes the box is deleted, and it must answer InvalidTransition without touching
+		// the released sandbox. The SDK's mutex wakes waiting updates newest first, so the delete
+		// is sent after the hibernate to be served before it.
+		env, states := newEnvStates(t)
+		claimOK(env, 1, "sb-1")
+		env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil).Once()
+		env.OnActivity(sb.Wake, mock.Anything, mock.Anything).After(time.Minute).Return(nil).Once()
+		env.OnActivity(sb.Release, mock.Anything, mock.Anything).Return(nil).Once()
+		update(env, 0, UpdateCreate, CreateInput{})
+		update(env, time.Second, UpdateHibernate, HibernateInput{})
+		wake := update(env, 2*time.Second, UpdateWake, WakeInput{})
+		hib := update(env, 3*time.Second, UpdateHibernate, HibernateInput{})
+		del := update(env, 4*time.Second, UpdateDelete, DeleteInput{})
+
+		env.ExecuteWorkflow(BoxWorkflow, input())
+		require.True(t, env.IsWorkflowCompleted())
+		require.NoError(t, env.GetWorkflowError())
+		require.NoError(t, wake.err)
+		require.NoError(t, del.err)
+		require.True(t, hib.done, "the hibernate got an answer")
+		require.NoError(t, hib.rejected, "accepted: the box was waking")
+		requireTransitionError(t, hib.err)
+		require.Equal(t, cocoonbox.BoxStateDeleted, hib.status.State)
+		require.Empty(t, hib.status.SandboxID)
+		require.Equal(t, []cocoonbox.BoxState{
+			cocoonbox.BoxStateRunning, cocoonbox.BoxStateHibernating, cocoonbox.BoxStateHibernated,
+			cocoonbox.BoxStateWaking, cocoonbox.BoxStateRunning,
+			cocoonbox.BoxStateDeleting, cocoonbox.BoxStateDeleted,
+		}, *states)
+		env.AssertActivityNumberOfCalls(t, "Hibernate", 1) // the first one only
+	})
+}
+
+func TestWakeCreatingBoxTwiceRejected(t *testing.T) {
+	env, states := newEnvStates(t)
+	// Claim is slow, so both wakes arrive while the box is still creating.
+	env.OnActivity(sb.Claim, mock.Anything, mock.Anything).After(time.Minute).
+		Return(activities.ClaimResult{SandboxID: "sb-1"}, nil).Once()
+	create := update(env, 0, UpdateCreate, CreateInput{})
+	var before, after Status
+	env.RegisterDelayedCallback(func() { before = query(t, env) }, time.Second)
+	w1 := update(env, 2*time.Second, UpdateWake, WakeInput{})
+	w2 := update(env, 3*time.Second, UpdateWake, WakeInput{})
+	env.RegisterDelayedCallback(func() { after = query(t, env) }, 4*time.Second)
+	deleteAt(env, 2*time.Minute)
+
 	env.ExecuteWorkflow(BoxWorkflow, input())
 	require.NoError(t, env.GetWorkflowError())
-	if hibErr != nil { // the update may also find the workflow already closed
-		requireTransitionError(t, hibErr)
+	for _, w := range []*outcome{w1, w2} {
+		require.True(t, w.done, "the wake got an answer")
+		requireTransitionError(t, w.rejected)
 	}
-	env.AssertActivityNumberOfCalls(t, "Hibernate", 0)
+	require.Equal(t, cocoonbox.BoxStateCreating, before.State)
+	require.Empty(t, before.SandboxID)
+	require.Equal(t, before, after, "the rejected wakes changed nothing")
+	require.NoError(t, create.err, "the create the wakes raced finished undisturbed")
+	require.Equal(t, cocoonbox.BoxStateRunning, create.status.State)
+	require.NotContains(t, *states, cocoonbox.BoxStateWaking)
+	env.AssertActivityNumberOfCalls(t, "Wake", 0)
+	env.AssertActivityNumberOfCalls(t, "Claim", 1)
 }
 
 func requireTransitionError(t *testing.T, err error) {

@@ -49,15 +49,12 @@ func New(opts Options) worker.Worker {
 type tokens struct{ st store.SandboxTokens }
 
 func (t tokens) PutSandboxToken(ctx context.Context, boxID, sandboxID, token string) error {
-	return t.st.PutSandboxToken(ctx, boxID, sandboxID, token)
+	return domainErr(t.st.PutSandboxToken(ctx, boxID, sandboxID, token))
 }
 
 func (t tokens) SandboxToken(ctx context.Context, boxID string) (string, string, error) {
 	id, tok, err := t.st.SandboxToken(ctx, boxID)
-	if errors.Is(err, store.ErrNotFound) {
-		return "", "", &cocoonbox.Error{Code: cocoonbox.ENotFound, Message: "no sandbox token for box " + boxID, Err: err}
-	}
-	return id, tok, err
+	return id, tok, domainErr(err)
 }
 
 // boxes adapts the store to activities.BoxStore.
@@ -65,11 +62,11 @@ type boxes struct{ st *store.Store }
 
 func (b boxes) CreateBox(ctx context.Context, box cocoonbox.Box) error {
 	_, err := b.st.CreateBox(ctx, store.NewBox{ID: box.ID, Owner: box.Owner, Name: box.Name, Size: box.Size})
-	return err
+	return domainErr(err)
 }
 
 func (b boxes) SetBoxState(ctx context.Context, id cocoonbox.BoxID, state cocoonbox.BoxState, sandboxID, reason string) error {
-	return b.st.SetBoxState(ctx, id, state, sandboxID, reason)
+	return domainErr(b.st.SetBoxState(ctx, id, state, sandboxID, reason))
 }
 
 func (b boxes) AppendEvent(ctx context.Context, id cocoonbox.BoxID, kind, detail string) error {
@@ -77,5 +74,30 @@ func (b boxes) AppendEvent(ctx context.Context, id cocoonbox.BoxID, kind, detail
 	if err != nil {
 		return err
 	}
-	return b.st.AppendEvent(ctx, store.Event{Actor: "worker", BoxID: string(id), Action: "box." + kind, Detail: d})
+	return domainErr(b.st.AppendEvent(ctx, store.Event{Actor: "worker", BoxID: string(id), Action: "box." + kind, Detail: d}))
+}
+
+// storeCodes is the one table from the store's sentinels to domain codes, which the activities
+// classify into permanent or retryable failures: a taken name must fail a create at once, not be
+// retried for minutes as an internal error.
+var storeCodes = []struct {
+	sentinel error
+	code     string
+}{
+	{store.ErrNotFound, cocoonbox.ENotFound},
+	{store.ErrConflict, cocoonbox.EConflict},
+	{store.ErrInvalid, cocoonbox.EInvalid},
+}
+
+// domainErr gives a store error its domain code, keeping the cause; other errors pass unchanged.
+func domainErr(err error) error {
+	if err == nil || cocoonbox.ErrorCode(err) != cocoonbox.EInternal {
+		return err // nil, or already a *cocoonbox.Error (the store's validation errors)
+	}
+	for _, c := range storeCodes {
+		if errors.Is(err, c.sentinel) {
+			return &cocoonbox.Error{Code: c.code, Message: err.Error(), Err: err}
+		}
+	}
+	return err
 }
