@@ -84,12 +84,14 @@ func (a *Sandbox) Claim(ctx context.Context, in ClaimInput) (ClaimResult, error)
 	if size == "" {
 		size = cocoonbox.DefaultSize
 	}
-	got, err := a.Client.Claim(ctx, sandbox.ClaimRequest{
-		Template:   a.Template,
-		Net:        a.Net,
-		Size:       string(size),
-		TTLSeconds: int(in.TTL / time.Second),
-		ClaimRef:   ClaimRef(in.BoxID, in.Attempt),
+	got, err := whileHeartbeating(ctx, func(ctx context.Context) (sandbox.Claimed, error) {
+		return a.Client.Claim(ctx, sandbox.ClaimRequest{
+			Template:   a.Template,
+			Net:        a.Net,
+			Size:       string(size),
+			TTLSeconds: int(in.TTL / time.Second),
+			ClaimRef:   ClaimRef(in.BoxID, in.Attempt),
+		})
 	})
 	if err != nil {
 		return ClaimResult{}, classify(fmt.Errorf("claim sandbox: %w", err))
@@ -189,7 +191,7 @@ func (a *Sandbox) onSandbox(ctx context.Context, in SandboxInput, verb string, c
 	if err != nil {
 		return err
 	}
-	err = call(ctx, ref)
+	_, err = whileHeartbeating(ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, call(ctx, ref) })
 	if errors.Is(err, sandbox.ErrNotFound) {
 		return gone(fmt.Errorf("%s sandbox %s: %w", verb, in.SandboxID, err))
 	}

@@ -331,9 +331,14 @@ func retryPolicy() *temporal.RetryPolicy {
 	}
 }
 
+// sandboxHeartbeatTimeout: the sandbox activities heartbeat every 2 s while the engine works, so
+// a killed worker's call is retried after this rather than after its whole timeout.
+const sandboxHeartbeatTimeout = 10 * time.Second
+
 func sandboxOptions(ctx workflow.Context, timeout time.Duration) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: timeout,
+		HeartbeatTimeout:    sandboxHeartbeatTimeout,
 		RetryPolicy:         retryPolicy(),
 	})
 }
