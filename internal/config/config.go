@@ -100,6 +100,9 @@ type Dev struct {
 	S3         S3       `yaml:"s3"`
 	// Sandbox, when its URL is set, is an external sandboxd used instead of the local engine.
 	Sandbox Sandbox `yaml:"sandbox"`
+	// NoWorker starts the stack without its in-process Temporal worker, for tests and for running
+	// workers separately (`cocoonbox serve worker`); box operations wait until a worker polls.
+	NoWorker bool `yaml:"no_worker" env:"COCOONBOX_DEV_NO_WORKER"`
 }
 
 // API is the configuration of `cocoonbox serve api`.
@@ -119,6 +122,11 @@ type Worker struct {
 	Postgres Postgres `yaml:"postgres"`
 	S3       S3       `yaml:"s3"`
 	Sandbox  Sandbox  `yaml:"sandbox"`
+	// Keyring is the master key file that seals sandbox tokens; empty means
+	// <home>/keys/master.key (see KeyringPath). Every worker and API of one deployment shares it.
+	Keyring string `yaml:"keyring" env:"COCOONBOX_KEYRING"`
+	// Template is the image boxes are claimed from.
+	Template string `yaml:"template" env:"COCOONBOX_BOX_TEMPLATE"`
 }
 
 // Engine is the configuration of `cocoonbox serve engine`.
@@ -208,7 +216,42 @@ func DefaultAPI(env Lookup) API {
 func DefaultWorker(env Lookup) Worker {
 	return Worker{Home: defaultHome(env), LogLevel: "info",
 		Temporal: Temporal{Address: DefaultTemporalListen, Namespace: DefaultNamespace},
-		S3:       S3{Region: DefaultRegion, Bucket: DefaultBucket, PathStyle: true}}
+		S3:       S3{Region: DefaultRegion, Bucket: DefaultBucket, PathStyle: true}, Template: "base"}
+}
+
+// KeyringPath returns the keyring file: Keyring, or <home>/keys/master.key when it is empty,
+// the same file `cocoonbox dev` uses.
+func (c *Worker) KeyringPath() string {
+	if c.Keyring != "" {
+		return c.Keyring
+	}
+	return filepath.Join(c.Home, "keys", "master.key")
+}
+
+// Validate checks the worker configuration and names the first bad field.
+func (c *Worker) Validate() error {
+	if err := validateHome(c.Home); err != nil {
+		return err
+	}
+	if err := validateLogLevel(c.LogLevel); err != nil {
+		return err
+	}
+	if c.Temporal.Address == "" {
+		return errors.New("config temporal.address: is required (TEMPORAL_ADDRESS)")
+	}
+	if c.Postgres.URL == "" {
+		return errors.New("config postgres.url: is required (COCOONBOX_DATABASE_URL)")
+	}
+	if c.Sandbox.URL == "" {
+		return errors.New("config sandbox.url: is required (COCOONBOX_SANDBOXD_URL)")
+	}
+	if c.Keyring != "" && !filepath.IsAbs(c.Keyring) {
+		return fmt.Errorf("config keyring: must be an absolute path, got %q", c.Keyring)
+	}
+	if c.Template == "" {
+		return errors.New("config template: is required (COCOONBOX_BOX_TEMPLATE)")
+	}
+	return nil
 }
 
 // DefaultEngine returns the engine role's defaults.

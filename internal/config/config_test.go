@@ -163,7 +163,8 @@ func TestOtherRoleDefaults(t *testing.T) {
 	if a := config.DefaultAPI(env); a.Listen != config.DefaultAPIListen || a.Temporal.Address == "" {
 		t.Errorf("api: %+v", a)
 	}
-	if w := config.DefaultWorker(env); w.S3.Bucket == "" || w.Temporal.Namespace == "" {
+	if w := config.DefaultWorker(env); w.S3.Bucket == "" || w.Temporal.Namespace == "" || w.Template != "base" ||
+		w.KeyringPath() != "/root/.local/share/cocoonbox/keys/master.key" {
 		t.Errorf("worker: %+v", w)
 	}
 	e := config.DefaultEngine(env)
@@ -187,5 +188,45 @@ func writeFile(t *testing.T, path, data string) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(data), 0o600); err != nil {
 		t.Fatal(err)
+	}
+}
+
+func TestWorkerConfig(t *testing.T) {
+	env := config.MapEnv(map[string]string{
+		"HOME": "/root", "COCOONBOX_DATABASE_URL": "postgres://db/cocoonbox",
+		"COCOONBOX_SANDBOXD_URL": "http://127.0.0.1:7777", "COCOONBOX_KEYRING": "/etc/cocoonbox/master.key",
+		"COCOONBOX_BOX_TEMPLATE": "desktop",
+	})
+	base, err := config.Load("", env, config.DefaultWorker(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := base.Validate(); err != nil {
+		t.Fatalf("worker from the environment: %v", err)
+	}
+	if base.KeyringPath() != "/etc/cocoonbox/master.key" || base.Template != "desktop" {
+		t.Fatalf("worker from the environment: %+v", base)
+	}
+	if d, err := config.LoadDev("", config.MapEnv(map[string]string{"HOME": "/root", "COCOONBOX_DEV_NO_WORKER": "true"})); err != nil || !d.NoWorker {
+		t.Fatalf("dev without a worker: %+v, %v", d, err)
+	}
+	cases := []struct {
+		name   string
+		mutate func(*config.Worker)
+		want   string
+	}{
+		{"no sandbox url", func(c *config.Worker) { c.Sandbox.URL = "" }, "config sandbox.url: is required (COCOONBOX_SANDBOXD_URL)"},
+		{"no database", func(c *config.Worker) { c.Postgres.URL = "" }, "config postgres.url: is required"},
+		{"no temporal", func(c *config.Worker) { c.Temporal.Address = "" }, "config temporal.address: is required"},
+		{"relative keyring", func(c *config.Worker) { c.Keyring = "master.key" }, "config keyring: must be an absolute path"},
+		{"no template", func(c *config.Worker) { c.Template = "" }, "config template: is required"},
+		{"log level", func(c *config.Worker) { c.LogLevel = "loud" }, "config log_level"},
+	}
+	for _, tc := range cases {
+		c := base
+		tc.mutate(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: got %v, want %q", tc.name, err, tc.want)
+		}
 	}
 }

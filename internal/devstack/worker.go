@@ -18,8 +18,14 @@ import (
 var defaultPolicy = workflows.Policy{IdleAfter: 15 * time.Minute, LeaseTTL: time.Hour}
 
 // startWorker runs the Temporal worker for the box workflows in this process, against the
-// engine and the store, and builds the service layer over it.
+// engine and the store, and builds the service layer over it. With NoWorker only the service
+// layer is built; a worker started elsewhere (`cocoonbox serve worker`, a test's child) runs the
+// workflows.
 func (d *Dev) startWorker() error {
+	d.Boxes = &boxsvc.Service{Temporal: d.Temporal, Store: d.Store, Policy: defaultPolicy}
+	if d.cfg.NoWorker {
+		return nil
+	}
 	keys, err := secrets.LoadOrCreateKeyring(filepath.Join(d.cfg.Home, "keys", "master.key"))
 	if err != nil {
 		return err
@@ -33,6 +39,5 @@ func (d *Dev) startWorker() error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	d.worker = w
-	d.Boxes = &boxsvc.Service{Temporal: d.Temporal, Store: d.Store, Policy: defaultPolicy}
 	return nil
 }

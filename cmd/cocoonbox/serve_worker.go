@@ -1,0 +1,75 @@
+package main
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/loomhand/cocoonbox/internal/config"
+	"github.com/loomhand/cocoonbox/internal/worker"
+	"github.com/loomhand/cocoonbox/workflows"
+)
+
+func serveWorkerCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "worker",
+		Usage: "run the Temporal worker for the box workflows and their activities",
+		Description: "Needs Temporal (TEMPORAL_ADDRESS), PostgreSQL (COCOONBOX_DATABASE_URL) and a sandbox\n" +
+			"engine (COCOONBOX_SANDBOXD_URL, COCOONBOX_SANDBOXD_TOKEN). Prefer the environment to\n" +
+			"--sandbox-token: a flag shows in the process list.",
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "home", Usage: "data dir (default ~/.local/share/cocoonbox)"},
+			&cli.StringFlag{Name: "temporal-address", Usage: "Temporal frontend host:port (default " + config.DefaultTemporalListen + ")"},
+			&cli.StringFlag{Name: "database-url", Usage: "PostgreSQL URL"},
+			&cli.StringFlag{Name: "sandbox-url", Usage: "sandbox engine URL, e.g. http://127.0.0.1:7777"},
+			&cli.StringFlag{Name: "sandbox-token", Usage: "sandbox engine root token"},
+			&cli.StringFlag{Name: "keyring", Usage: "master key file (default <home>/keys/master.key)"},
+			&cli.StringFlag{Name: "template", Usage: "image boxes are claimed from (default base)"},
+			&cli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error"},
+		},
+		Action: runServeWorker,
+	}
+}
+
+func runServeWorker(c *cli.Context) error {
+	cfg, err := config.Load(c.String("config"), config.Env(), config.DefaultWorker(config.Env()))
+	if err != nil {
+		return err
+	}
+	for flag, dst := range map[string]*string{
+		"home": &cfg.Home, "temporal-address": &cfg.Temporal.Address, "database-url": &cfg.Postgres.URL,
+		"sandbox-url": &cfg.Sandbox.URL, "sandbox-token": &cfg.Sandbox.Token, "keyring": &cfg.Keyring,
+		"template": &cfg.Template, "log-level": &cfg.LogLevel,
+	} {
+		if c.IsSet(flag) {
+			*dst = c.String(flag)
+		}
+	}
+	if abs, err := filepath.Abs(cfg.Home); err == nil {
+		cfg.Home = abs
+	}
+	if cfg.Keyring != "" {
+		if abs, err := filepath.Abs(cfg.Keyring); err == nil {
+			cfg.Keyring = abs
+		}
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	var level slog.Level
+	_ = level.UnmarshalText([]byte(cfg.LogLevel))
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	w, err := worker.Start(c.Context, cfg, logger)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.Writer, "cocoonbox worker: polling task queue %s on %s (engine %s, template %s)\n",
+		workflows.TaskQueue, cfg.Temporal.Address, cfg.Sandbox.URL, cfg.Template)
+	<-c.Context.Done() // main's context ends on SIGINT or SIGTERM
+	w.Stop()
+	return nil
+}

@@ -1,0 +1,107 @@
+package devstack_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/loomhand/cocoonbox/internal/config"
+	"github.com/loomhand/cocoonbox/internal/devstack"
+	"github.com/loomhand/cocoonbox/internal/worker"
+)
+
+// workerArg makes the test binary run a box worker (see TestMain), so a test can SIGKILL a real
+// worker process in the middle of an activity and start another.
+const workerArg = "__devstack-worker"
+
+func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == workerArg {
+		if err := runChildWorker(os.Stdin); err != nil {
+			fmt.Fprintln(os.Stderr, "worker:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// runChildWorker reads a config.Worker from in and runs the worker it describes, built from the
+// same constructors as `cocoonbox serve worker`, until in closes (the test ended or died) or the
+// process is killed.
+func runChildWorker(in io.Reader) error {
+	br := bufio.NewReader(in)
+	var cfg config.Worker
+	if err := json.NewDecoder(br).Decode(&cfg); err != nil {
+		return err
+	}
+	// Stdout carries only "ready"; the SDK's own logger would write there.
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	w, err := worker.Start(context.Background(), cfg, logger)
+	if err != nil {
+		return err
+	}
+	fmt.Println("ready")
+	_, _ = io.Copy(io.Discard, br)
+	w.Stop()
+	return nil
+}
+
+// workerConfig is the configuration of a worker serving d, which must run without its own.
+func workerConfig(d *devstack.Dev) config.Worker {
+	cfg := config.DefaultWorker(config.MapEnv(nil))
+	cfg.Home = d.Home()
+	cfg.Temporal.Address = d.URLs().Temporal
+	cfg.Postgres.URL = devstack.DatabaseURL(d)
+	cfg.Sandbox.URL, cfg.Sandbox.Token = d.Sandbox()
+	cfg.Keyring = filepath.Join(d.Home(), "keys", "master.key") // the dev stack's own key
+	return cfg
+}
+
+// childWorker is a worker running in a child process of the test.
+type childWorker struct{ cmd *exec.Cmd }
+
+// startChildWorker starts a worker process for cfg and returns once it polls; the test's cleanup
+// kills it if the test has not.
+func startChildWorker(t *testing.T, cfg config.Worker) *childWorker {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], workerArg)
+	cmd.Stderr = os.Stderr
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	c := &childWorker{cmd: cmd}
+	t.Cleanup(c.kill)
+	if err := json.NewEncoder(stdin).Encode(cfg); err != nil {
+		t.Fatal(err)
+	}
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	if strings.TrimSpace(line) != "ready" {
+		t.Fatalf("worker did not start (said %q)", line)
+	}
+	return c
+}
+
+// kill SIGKILLs the worker: no graceful stop, its running activities are simply abandoned.
+func (c *childWorker) kill() {
+	if c.cmd.ProcessState != nil {
+		return
+	}
+	_ = c.cmd.Process.Kill()
+	_ = c.cmd.Wait()
+}

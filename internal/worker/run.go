@@ -1,0 +1,66 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+
+	"go.temporal.io/sdk/client"
+	sdkworker "go.temporal.io/sdk/worker"
+
+	"github.com/loomhand/cocoonbox/internal/config"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
+	"github.com/loomhand/cocoonbox/internal/secrets"
+	"github.com/loomhand/cocoonbox/internal/store"
+	"github.com/loomhand/cocoonbox/internal/tclient"
+)
+
+// Running is a worker started from a config.Worker with the connections it opened.
+type Running struct {
+	w  sdkworker.Worker
+	st *store.Store
+	tc client.Client
+}
+
+// Start validates cfg, connects to everything it names (keyring, PostgreSQL, Temporal, the
+// sandbox engine) and starts polling. `cocoonbox serve worker` and the tests that run a worker
+// in its own process both start it here.
+func Start(ctx context.Context, cfg config.Worker, logger *slog.Logger) (_ *Running, retErr error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	keys, err := secrets.LoadOrCreateKeyring(cfg.KeyringPath())
+	if err != nil {
+		return nil, err
+	}
+	st, err := store.Open(ctx, cfg.Postgres.URL)
+	if err != nil {
+		return nil, fmt.Errorf("postgres: %w", err)
+	}
+	defer func() {
+		if retErr != nil {
+			st.Close()
+		}
+	}()
+	tc, err := tclient.Dial(ctx, cfg.Temporal, logger.With("component", "temporal-client"))
+	if err != nil {
+		return nil, err
+	}
+	w := New(Options{
+		Temporal: tc, Store: st, Sandbox: sandbox.NewHTTP(cfg.Sandbox.URL, cfg.Sandbox.Token, nil),
+		Keys: keys, Template: cfg.Template, Logger: logger.With("component", "worker"),
+	})
+	if err := w.Start(); err != nil {
+		tc.Close()
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	return &Running{w: w, st: st, tc: tc}, nil
+}
+
+// Stop stops polling, waits for running activities to return (a killed worker's are retried
+// elsewhere after their heartbeat timeout) and closes the connections.
+func (r *Running) Stop() {
+	r.w.Stop()
+	r.tc.Close()
+	r.st.Close()
+}
