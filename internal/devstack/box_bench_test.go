@@ -1,0 +1,255 @@
+package devstack_test
+
+import (
+	"context"
+	"net/http"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/boxsvc"
+	"github.com/loomhand/cocoonbox/internal/devstack"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
+	"github.com/loomhand/cocoonbox/workflows"
+)
+
+// Box benchmarks: create (warm pool), wake and hibernate end to end through the box workflow
+// (boxsvc → Temporal update → worker → activities → engine), each beside the raw figure of the
+// same engine operation called with the sandbox client directly, on the same kind of dev stack in
+// the same run. The ratio is the orchestration overhead.
+
+const (
+	// boxBenchWait bounds the stack's start, the sandbox client's calls and every untimed wait.
+	boxBenchWait = 2 * time.Minute
+	// boxBenchRun bounds a whole benchmark, so a stuck operation fails it rather than hanging.
+	boxBenchRun = 5 * time.Minute
+	// boxBenchPause is how long a box sits, untimed, between a hibernate or wake and the next timed
+	// step, as the engine benchmarks do, so runsc is not still settling from the previous one.
+	boxBenchPause = 250 * time.Millisecond
+)
+
+// boxBench is a dev stack with the admin user and a root sandbox client on its engine.
+type boxBench struct {
+	d     *devstack.Dev
+	owner string
+	eng   *sandbox.HTTP
+	ctx   context.Context // the whole benchmark's, bounded by boxBenchRun
+}
+
+// newBoxBench starts a dev stack under a short data dir: runsc socket paths must fit 108 bytes,
+// which b.TempDir's long names do not leave room for.
+func newBoxBench(b *testing.B) *boxBench {
+	b.Helper()
+	dir, err := os.MkdirTemp("", "cbdev-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = os.RemoveAll(dir) })
+	ctx, cancel := context.WithTimeout(context.Background(), boxBenchWait)
+	defer cancel()
+	d, err := devstack.Start(ctx, benchConfig(b, filepath.Join(dir, "h")), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = d.Close() })
+	owner, err := d.Store.UserByName(ctx, "admin")
+	if err != nil {
+		b.Fatal(err)
+	}
+	url, token := d.Sandbox()
+	run, stop := context.WithTimeout(context.Background(), boxBenchRun)
+	b.Cleanup(stop)
+	return &boxBench{d: d, owner: owner.ID, eng: sandbox.NewHTTP(url, token, &http.Client{Timeout: boxBenchWait}), ctx: run}
+}
+
+// warmPool sets a warm pool of one for the boxes the worker claims (template base, small, no
+// network) and returns a wait for it to be full. The pool is drained at cleanup, so the stack's
+// shutdown races no refill.
+func (e *boxBench) warmPool(b *testing.B) (waitFull func()) {
+	b.Helper()
+	spec := sandbox.PoolSpec{Template: "base", Size: sandbox.SizeSmall, Warm: 1}
+	if _, err := e.eng.SetPools(e.ctx, []sandbox.PoolSpec{spec}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _, _ = e.eng.SetPools(context.Background(), nil) })
+	return func() {
+		b.Helper()
+		boxWaitFor(b, "the warm pool to fill", func() bool {
+			info, err := e.eng.Info(e.ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			return len(info.Pools) == 1 && info.Pools[0].Warm == 1
+		})
+	}
+}
+
+// create makes a small box through the workflow.
+func (e *boxBench) create(b *testing.B) cocoonbox.BoxID {
+	b.Helper()
+	id := cocoonbox.NewBoxID()
+	st, err := e.d.Boxes.Create(e.ctx, e.owner, boxsvc.CreateRequest{ID: id, Name: "bench", Size: cocoonbox.SizeSmall})
+	if err != nil || st.State != cocoonbox.BoxStateRunning {
+		b.Fatalf("create: %+v, %v", st, err)
+	}
+	return id
+}
+
+func (e *boxBench) boxOp(b *testing.B, what string, op func(context.Context, string, cocoonbox.BoxID) (workflows.Status, error), id cocoonbox.BoxID, want cocoonbox.BoxState) {
+	b.Helper()
+	st, err := op(e.ctx, e.owner, id)
+	if err != nil || st.State != want {
+		b.Fatalf("%s: %+v, %v; want %s", what, st, err, want)
+	}
+}
+
+// claim claims a small base box with the sandbox client, as the Claim activity does.
+func (e *boxBench) claim(b *testing.B) sandbox.SandboxRef {
+	b.Helper()
+	c, err := e.eng.Claim(e.ctx, sandbox.ClaimRequest{Template: "base", Size: sandbox.SizeSmall, ClaimRef: string(cocoonbox.NewBoxID()) + "/1"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c.SandboxRef
+}
+
+// ready is the WaitReady activity's probe: exec `true`.
+func (e *boxBench) ready(b *testing.B, sb sandbox.SandboxRef) {
+	b.Helper()
+	res, err := e.eng.Exec(e.ctx, sb, sandbox.ExecRequest{Argv: []string{"true"}, TimeoutSeconds: 10})
+	if err != nil || res.ExitCode != 0 {
+		b.Fatalf("exec true: %+v, %v", res, err)
+	}
+}
+
+func (e *boxBench) do(b *testing.B, what string, f func(context.Context, sandbox.SandboxRef) error, sb sandbox.SandboxRef) {
+	b.Helper()
+	if err := f(e.ctx, sb); err != nil {
+		b.Fatalf("%s: %v", what, err)
+	}
+}
+
+// boxWaitFor polls cond every 20 ms until it holds or boxBenchWait passes.
+func boxWaitFor(b *testing.B, what string, cond func() bool) {
+	b.Helper()
+	deadline := time.Now().Add(boxBenchWait)
+	for !cond() {
+		if time.Now().After(deadline) {
+			b.Fatalf("timed out after %v waiting for %s", boxBenchWait, what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// BenchmarkBoxCreateWarm: boxsvc Create (Update-with-Start, record the row, claim from a full
+// warm pool, wait until the box answers) until it answers running; the delete and the pool refill
+// between samples are untimed.
+func BenchmarkBoxCreateWarm(b *testing.B) {
+	e := newBoxBench(b)
+	waitFull := e.warmPool(b)
+	var samples []time.Duration
+	for b.Loop() {
+		waitFull()
+		start := time.Now()
+		id := e.create(b)
+		samples = append(samples, time.Since(start))
+		e.boxOp(b, "delete", e.d.Boxes.Delete, id, cocoonbox.BoxStateDeleted)
+	}
+	reportQuantiles(b, samples)
+}
+
+// BenchmarkRawEngineClaimWarm: what the workflow's create asks of the engine, with the sandbox
+// client directly: a claim served from a full warm pool, then the first exec of `true` (the
+// WaitReady probe). The release and refill between samples are untimed.
+func BenchmarkRawEngineClaimWarm(b *testing.B) {
+	e := newBoxBench(b)
+	waitFull := e.warmPool(b)
+	var samples []time.Duration
+	for b.Loop() {
+		waitFull()
+		start := time.Now()
+		sb := e.claim(b)
+		e.ready(b, sb)
+		samples = append(samples, time.Since(start))
+		e.do(b, "release", e.eng.Release, sb)
+	}
+	reportQuantiles(b, samples)
+}
+
+// BenchmarkBoxWake: boxsvc Wake of a hibernated box (engine wake, then the WaitReady probe) until
+// it answers running; the hibernate before each sample is untimed.
+func BenchmarkBoxWake(b *testing.B) {
+	e := newBoxBench(b)
+	id := e.create(b)
+	var samples []time.Duration
+	for b.Loop() {
+		e.boxOp(b, "hibernate", e.d.Boxes.Hibernate, id, cocoonbox.BoxStateHibernated)
+		time.Sleep(boxBenchPause)
+		start := time.Now()
+		e.boxOp(b, "wake", e.d.Boxes.Wake, id, cocoonbox.BoxStateRunning)
+		samples = append(samples, time.Since(start))
+		time.Sleep(boxBenchPause)
+	}
+	reportQuantiles(b, samples)
+	e.boxOp(b, "delete", e.d.Boxes.Delete, id, cocoonbox.BoxStateDeleted)
+}
+
+// BenchmarkRawEngineWake: what the workflow's wake asks of the engine, with the sandbox client
+// directly: POST .../wake, then the first exec of `true`.
+func BenchmarkRawEngineWake(b *testing.B) {
+	e := newBoxBench(b)
+	sb := e.claim(b)
+	e.ready(b, sb)
+	var samples []time.Duration
+	for b.Loop() {
+		e.do(b, "hibernate", e.eng.Hibernate, sb)
+		time.Sleep(boxBenchPause)
+		start := time.Now()
+		e.do(b, "wake", e.eng.Wake, sb)
+		e.ready(b, sb)
+		samples = append(samples, time.Since(start))
+		time.Sleep(boxBenchPause)
+	}
+	reportQuantiles(b, samples)
+	e.do(b, "release", e.eng.Release, sb)
+}
+
+// BenchmarkBoxHibernate: boxsvc Hibernate of a running box until it answers hibernated; the wake
+// after each sample is untimed.
+func BenchmarkBoxHibernate(b *testing.B) {
+	e := newBoxBench(b)
+	id := e.create(b)
+	var samples []time.Duration
+	for b.Loop() {
+		time.Sleep(boxBenchPause)
+		start := time.Now()
+		e.boxOp(b, "hibernate", e.d.Boxes.Hibernate, id, cocoonbox.BoxStateHibernated)
+		samples = append(samples, time.Since(start))
+		time.Sleep(boxBenchPause)
+		e.boxOp(b, "wake", e.d.Boxes.Wake, id, cocoonbox.BoxStateRunning)
+	}
+	reportQuantiles(b, samples)
+	e.boxOp(b, "delete", e.d.Boxes.Delete, id, cocoonbox.BoxStateDeleted)
+}
+
+// BenchmarkRawEngineHibernate: POST .../hibernate on the same kind of box with the sandbox
+// client directly.
+func BenchmarkRawEngineHibernate(b *testing.B) {
+	e := newBoxBench(b)
+	sb := e.claim(b)
+	e.ready(b, sb)
+	var samples []time.Duration
+	for b.Loop() {
+		time.Sleep(boxBenchPause)
+		start := time.Now()
+		e.do(b, "hibernate", e.eng.Hibernate, sb)
+		samples = append(samples, time.Since(start))
+		time.Sleep(boxBenchPause)
+		e.do(b, "wake", e.eng.Wake, sb)
+		e.ready(b, sb)
+	}
+	reportQuantiles(b, samples)
+	e.do(b, "release", e.eng.Release, sb)
+}

@@ -1,0 +1,36 @@
+package workflows_test
+
+import (
+	"log/slog"
+	"path/filepath"
+	"testing"
+
+	"go.temporal.io/sdk/log"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/loomhand/cocoonbox/workflows"
+)
+
+// TestBoxWorkflowReplay replays committed histories of real box workflows (recorded on the dev
+// stack by internal/devstack's TestWriteBoxHistory) against the current BoxWorkflow, so a change
+// that would break running workflows (reordered or removed activities, timers or search attribute
+// upserts without a version marker) fails here rather than in production.
+func TestBoxWorkflowReplay(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "histories", "*.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(files) == 0 {
+		t.Fatal("no histories under testdata/histories")
+	}
+	for _, f := range files {
+		t.Run(filepath.Base(f), func(t *testing.T) {
+			r := worker.NewWorkflowReplayer()
+			r.RegisterWorkflow(workflows.BoxWorkflow)
+			logger := log.NewStructuredLogger(slog.New(slog.DiscardHandler))
+			if err := r.ReplayWorkflowHistoryFromJSONFile(logger, f); err != nil {
+				t.Fatalf("replay %s: %v", f, err)
+			}
+		})
+	}
+}
