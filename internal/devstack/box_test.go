@@ -3,6 +3,7 @@ package devstack_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"path/filepath"
 	"testing"
@@ -68,8 +69,24 @@ func TestBoxLifecycleThroughWorkflow(t *testing.T) {
 		t.Fatalf("row after hibernate: %+v, %v", b, err)
 	}
 
-	if st, err = d.Boxes.Wake(ctx, owner.ID, id); err != nil || st.State != cocoonbox.BoxStateRunning {
-		t.Fatalf("wake: %+v, %v", st, err)
+	// Two wakes at once: both answer running, and the engine woke the sandbox once.
+	wakes := make(chan error, 2)
+	for range 2 {
+		go func() {
+			st, err := d.Boxes.Wake(ctx, owner.ID, id)
+			if err == nil && st.State != cocoonbox.BoxStateRunning {
+				err = fmt.Errorf("state %s", st.State)
+			}
+			wakes <- err
+		}()
+	}
+	for range 2 {
+		if err := <-wakes; err != nil {
+			t.Fatalf("concurrent wake: %v", err)
+		}
+	}
+	if n := usageEvents(t, d.Home(), "wake", st.SandboxID); n != 1 {
+		t.Fatalf("engine wakes after two concurrent wake updates: %d, want 1", n)
 	}
 	if res, err := eng.Exec(ctx, ref, sandbox.ExecRequest{Argv: []string{"cat", "/root/f"}}); err != nil || res.Stdout != "kept\n" {
 		t.Fatalf("file after wake: %+v, %v", res, err)
