@@ -55,15 +55,7 @@ func (b *box) snapshot() (r record, gone bool) {
 // cannot checkpoint a box holding host sockets), then waits for them to let go.
 func (b *box) lockLifecycle() (unlock func()) {
 	b.gate.Lock()
-	b.mu.Lock()
-	cancels := make([]func(), 0, len(b.holds))
-	for _, c := range b.holds {
-		cancels = append(cancels, c)
-	}
-	b.mu.Unlock()
-	for _, c := range cancels {
-		c()
-	}
+	b.cancelHolds()
 	b.op.Lock()
 	b.gate.Unlock()
 	return b.op.Unlock
