@@ -143,7 +143,9 @@ func Start(ctx context.Context, cfg config.Dev, log *slog.Logger) (_ *Dev, retEr
 	if err != nil {
 		return nil, fmt.Errorf("postgres: %w", err)
 	}
-	d.Blobs, err = objstore.NewS3(ctx, d.s3Config, &http.Client{Timeout: 5 * time.Minute})
+	// nil: the store's own client, with connect and header timeouts but no overall limit,
+	// which would cut off a large snapshot download; each call is bounded by its context.
+	d.Blobs, err = objstore.NewS3(ctx, d.s3Config, nil)
 	if err != nil {
 		return nil, fmt.Errorf("s3: %w", err)
 	}

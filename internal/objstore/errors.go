@@ -58,3 +58,14 @@ func objectError(op, key string, err error) error {
 	}
 	return fmt.Errorf("%s object %q: %w", op, key, err)
 }
+
+// isNoSuchUpload reports whether a multipart call failed because the upload
+// is already gone: aborted by someone else, or completed.
+func isNoSuchUpload(err error) bool {
+	var nsu *types.NoSuchUpload
+	if errors.As(err, &nsu) {
+		return true
+	}
+	var apiErr smithy.APIError
+	return errors.As(err, &apiErr) && apiErr.ErrorCode() == "NoSuchUpload"
+}

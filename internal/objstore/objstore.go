@@ -28,6 +28,20 @@ type Store interface {
 	// Check reports whether the bucket is reachable with these credentials,
 	// for health checks and fail-fast startup.
 	Check(ctx context.Context) error
+
+	// Upload streams r, of unknown length, to key as a multipart upload and
+	// reports progress per part. On any failure the upload is aborted, so
+	// no parts are left behind.
+	Upload(ctx context.Context, key string, r io.Reader, opts UploadOptions) (UploadResult, error)
+	// AbortIncomplete aborts the unfinished multipart uploads under prefix
+	// started more than olderThan ago (0: all of them) and says how many.
+	AbortIncomplete(ctx context.Context, prefix string, olderThan time.Duration) (int, error)
+	// ListIncomplete lists the keys of unfinished multipart uploads under
+	// prefix, one entry per upload.
+	ListIncomplete(ctx context.Context, prefix string) ([]string, error)
+	// PresignGet returns a URL that fetches key with a plain GET until ttl
+	// has passed, without credentials.
+	PresignGet(ctx context.Context, key string, ttl time.Duration) (string, error)
 }
 
 // Info describes a stored object.

@@ -16,6 +16,7 @@ import (
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 )
@@ -25,8 +26,11 @@ var _ Store = (*S3)(nil)
 // S3 is a Store on one S3 bucket.
 type S3 struct {
 	client *s3.Client
-	bucket string
-	region string
+	// transfer runs Upload's multipart loop; see upload.go.
+	transfer *transfermanager.Client
+	presign  *s3.PresignClient
+	bucket   string
+	region   string
 	// plainHTTP endpoints cannot take a streamed body signed the normal way;
 	// see Put.
 	plainHTTP bool
@@ -77,6 +81,8 @@ func NewS3(ctx context.Context, cfg Config, httpClient *http.Client) (*S3, error
 	})
 	return &S3{
 		client:    client,
+		transfer:  transfermanager.New(client),
+		presign:   s3.NewPresignClient(client),
 		bucket:    cfg.Bucket,
 		region:    awsCfg.Region,
 		plainHTTP: isPlainHTTP(cfg.Endpoint),
@@ -155,7 +161,7 @@ func (s *S3) Stat(ctx context.Context, key string) (Info, error) {
 	return Info{
 		Key:          key,
 		Size:         aws.ToInt64(out.ContentLength),
-		ETag:         strings.Trim(aws.ToString(out.ETag), `"`),
+		ETag:         trimETag(aws.ToString(out.ETag)),
 		LastModified: aws.ToTime(out.LastModified),
 	}, nil
 }
