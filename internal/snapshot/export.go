@@ -1,0 +1,349 @@
+package snapshot
+
+import (
+	"archive/tar"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/klauspost/compress/zstd"
+	"golang.org/x/sys/unix"
+)
+
+// PAX record keys for sparse files. Vendor-prefixed because archive/tar
+// refuses to write the GNU.sparse.* keys; see the package doc.
+const (
+	// paxSparseRealSize is the file's apparent size in bytes.
+	paxSparseRealSize = "COCOONBOX.sparse.realsize"
+	// paxSparseMap lists data extents as "off,len,off,len,...", ascending
+	// and non-overlapping; the entry body is their concatenation.
+	paxSparseMap = "COCOONBOX.sparse.map"
+	paxXattr     = "SCHILY.xattr."
+)
+
+// copyBufSize is large enough to keep syscalls off the profile and small
+// enough that cancellation is noticed quickly.
+const copyBufSize = 1 << 20
+
+// countWriter counts the uncompressed tar bytes for Manifest.RawBytes.
+type countWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// Export writes the tree under root to w as a snapshot stream and returns
+// its manifest. The tree must be quiescent (the box paused or checkpointed):
+// a file whose size changes while it is read fails the export rather than
+// producing a snapshot that never existed on disk.
+func Export(ctx context.Context, root string, w io.Writer) (Manifest, error) {
+	m := Manifest{Version: FormatVersion, Created: time.Now().UTC()}
+	st, err := os.Lstat(root)
+	if err != nil {
+		return m, fmt.Errorf("export snapshot: %w", err)
+	}
+	if !st.IsDir() {
+		return m, fmt.Errorf("export snapshot: %s is not a directory", root)
+	}
+
+	ch := newCountingHash()
+	zw, err := zstd.NewWriter(io.MultiWriter(w, ch), zstd.WithEncoderLevel(zstd.SpeedDefault))
+	if err != nil {
+		return m, fmt.Errorf("create zstd writer: %w", err)
+	}
+	cw := &countWriter{w: zw}
+	tw := tar.NewWriter(cw)
+	e := &exporter{ctx: ctx, tw: tw, links: map[devIno]string{}, buf: make([]byte, copyBufSize)}
+
+	walkErr := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, p)
+		if err != nil {
+			return err
+		}
+		return e.entry(p, filepath.ToSlash(rel), &m)
+	})
+	if walkErr != nil {
+		zw.Close() // release encoder goroutines; the stream is abandoned anyway
+		return m, fmt.Errorf("export snapshot: %w", walkErr)
+	}
+	if err := tw.Close(); err != nil {
+		zw.Close()
+		return m, fmt.Errorf("close tar stream: %w", err)
+	}
+	if err := zw.Close(); err != nil {
+		return m, fmt.Errorf("close zstd stream: %w", err)
+	}
+	m.Bytes, m.SHA256, m.RawBytes = ch.n, ch.sum(), cw.n
+	return m, nil
+}
+
+type devIno struct{ dev, ino uint64 }
+
+type exporter struct {
+	ctx   context.Context
+	tw    *tar.Writer
+	links map[devIno]string // first name of each multiply-linked file
+	buf   []byte
+}
+
+func (e *exporter) entry(p, rel string, m *Manifest) error {
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return err
+	}
+	sys, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		return fmt.Errorf("stat %s: no unix stat data", p)
+	}
+	hdr := &tar.Header{
+		Name:    rel,
+		Mode:    int64(fi.Mode().Perm()),
+		Uid:     int(sys.Uid),
+		Gid:     int(sys.Gid),
+		ModTime: fi.ModTime(),
+		Format:  tar.FormatPAX,
+	}
+	// Keep setuid/setgid/sticky: they are part of what the user set.
+	if fi.Mode()&fs.ModeSetuid != 0 {
+		hdr.Mode |= 0o4000
+	}
+	if fi.Mode()&fs.ModeSetgid != 0 {
+		hdr.Mode |= 0o2000
+	}
+	if fi.Mode()&fs.ModeSticky != 0 {
+		hdr.Mode |= 0o1000
+	}
+
+	var sparse []extent
+	switch mode := fi.Mode(); {
+	case mode.IsDir():
+		hdr.Typeflag = tar.TypeDir
+		if rel != "." {
+			hdr.Name += "/"
+		}
+	case mode.IsRegular():
+		hdr.Typeflag = tar.TypeReg
+		if sys.Nlink > 1 {
+			key := devIno{uint64(sys.Dev), sys.Ino}
+			if first, seen := e.links[key]; seen {
+				hdr.Typeflag, hdr.Linkname = tar.TypeLink, first
+				break
+			}
+			e.links[key] = rel
+		}
+		hdr.Size = fi.Size()
+		// Only ask for extents when fewer blocks are allocated than the
+		// size needs; dense files are the common case and skip the seeks.
+		if sys.Blocks*512 < fi.Size() {
+			sparse, err = dataExtents(p, fi.Size())
+			if err != nil {
+				return err
+			}
+		}
+	case mode&fs.ModeSymlink != 0:
+		hdr.Typeflag = tar.TypeSymlink
+		if hdr.Linkname, err = os.Readlink(p); err != nil {
+			return err
+		}
+	case mode&fs.ModeNamedPipe != 0:
+		hdr.Typeflag = tar.TypeFifo
+	case mode&fs.ModeCharDevice != 0 && sys.Rdev == 0:
+		// An overlayfs whiteout: it records a deletion in the lower layer
+		// and must survive, or deleted files reappear on restore.
+		hdr.Typeflag = tar.TypeChar
+	default:
+		// Real devices and sockets are not box data.
+		m.Skipped++
+		return nil
+	}
+
+	if hdr.Typeflag != tar.TypeSymlink && hdr.Typeflag != tar.TypeLink {
+		if err := readXattrs(p, hdr); err != nil {
+			return err
+		}
+	}
+	if sparse != nil {
+		var b strings.Builder
+		var data int64
+		for i, x := range sparse {
+			if i > 0 {
+				b.WriteByte(',')
+			}
+			b.WriteString(strconv.FormatInt(x.off, 10))
+			b.WriteByte(',')
+			b.WriteString(strconv.FormatInt(x.len, 10))
+			data += x.len
+		}
+		if hdr.PAXRecords == nil {
+			hdr.PAXRecords = map[string]string{}
+		}
+		hdr.PAXRecords[paxSparseRealSize] = strconv.FormatInt(hdr.Size, 10)
+		// An empty PAX value means "unset", so a file of holes only gets
+		// an explicit empty extent.
+		if b.Len() == 0 {
+			b.WriteString("0,0")
+		}
+		hdr.PAXRecords[paxSparseMap] = b.String()
+		hdr.Size = data
+	}
+
+	if err := e.tw.WriteHeader(hdr); err != nil {
+		return fmt.Errorf("write header %s: %w", rel, err)
+	}
+	if rel != "." {
+		m.Files++
+	}
+	if hdr.Typeflag != tar.TypeReg {
+		return nil
+	}
+	return e.copyFile(p, rel, hdr.Size, sparse)
+}
+
+func (e *exporter) copyFile(p, rel string, size int64, sparse []extent) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	src := &ctxReader{ctx: e.ctx, r: f}
+	if sparse == nil {
+		n, err := io.CopyBuffer(e.tw, io.LimitReader(src, size), e.buf)
+		if err != nil {
+			return fmt.Errorf("copy %s: %w", rel, err)
+		}
+		if n != size {
+			return fmt.Errorf("copy %s: file shrank during export (%d of %d bytes)", rel, n, size)
+		}
+		return nil
+	}
+	for _, x := range sparse {
+		n, err := io.CopyBuffer(e.tw, io.NewSectionReader(f, x.off, x.len), e.buf)
+		if err != nil {
+			return fmt.Errorf("copy %s: %w", rel, err)
+		}
+		if n != x.len {
+			return fmt.Errorf("copy %s: file shrank during export", rel)
+		}
+	}
+	return nil
+}
+
+type extent struct{ off, len int64 }
+
+// dataExtents lists the data regions of a file with SEEK_DATA/SEEK_HOLE. It
+// returns nil (meaning "copy densely") when the filesystem cannot say.
+func dataExtents(p string, size int64) ([]extent, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fd := int(f.Fd())
+	xs := []extent{}
+	for off := int64(0); off < size; {
+		data, err := unix.Seek(fd, off, unix.SEEK_DATA)
+		if errors.Is(err, unix.ENXIO) {
+			break // only a hole remains
+		}
+		if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP) {
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("seek data in %s: %w", p, err)
+		}
+		hole, err := unix.Seek(fd, data, unix.SEEK_HOLE)
+		if err != nil {
+			return nil, fmt.Errorf("seek hole in %s: %w", p, err)
+		}
+		if hole > size {
+			hole = size
+		}
+		if hole > data {
+			xs = append(xs, extent{data, hole - data})
+		}
+		off = hole
+	}
+	return xs, nil
+}
+
+// readXattrs copies a file's extended attributes into PAX records.
+func readXattrs(p string, hdr *tar.Header) error {
+	names, err := listXattrs(p)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		if name == "security.selinux" {
+			continue
+		}
+		val, err := getXattr(p, name)
+		if errors.Is(err, unix.ENODATA) {
+			continue // removed between list and get
+		}
+		if err != nil {
+			return fmt.Errorf("read xattr %s of %s: %w", name, p, err)
+		}
+		if hdr.PAXRecords == nil {
+			hdr.PAXRecords = map[string]string{}
+		}
+		hdr.PAXRecords[paxXattr+name] = string(val)
+	}
+	return nil
+}
+
+func listXattrs(p string) ([]string, error) {
+	sz, err := unix.Llistxattr(p, nil)
+	if errors.Is(err, unix.ENOTSUP) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("list xattrs of %s: %w", p, err)
+	}
+	if sz == 0 {
+		return nil, nil
+	}
+	buf := make([]byte, sz)
+	sz, err = unix.Llistxattr(p, buf)
+	if err != nil {
+		return nil, fmt.Errorf("list xattrs of %s: %w", p, err)
+	}
+	var names []string
+	for _, n := range strings.Split(string(buf[:sz]), "\x00") {
+		if n != "" {
+			names = append(names, n)
+		}
+	}
+	return names, nil
+}
+
+func getXattr(p, name string) ([]byte, error) {
+	sz, err := unix.Lgetxattr(p, name, nil)
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, sz)
+	sz, err = unix.Lgetxattr(p, name, buf)
+	if err != nil {
+		return nil, err
+	}
+	return buf[:sz], nil
+}
