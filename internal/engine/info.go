@@ -28,6 +28,7 @@ func (e *Engine) info() sandbox.Info {
 			AgentRelay:       false, // /agent answers 501; cocoonbox reaches its agent through the ports relay
 			Lanes:            []string{sandbox.NetNone},
 			Isolation:        caps.Isolation,
+			DiskExport:       true, // GET /v1/checkpoints/{id}/disk
 		},
 	}
 	for _, b := range e.claimed() {

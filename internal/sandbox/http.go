@@ -3,6 +3,8 @@ package sandbox
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -340,6 +343,45 @@ func (c *HTTP) ListCheckpoints(ctx context.Context) ([]Checkpoint, error) {
 			token: c.token, out: &out})
 	})
 	return out.Checkpoints, err
+}
+
+// ExportCheckpointDisk streams checkpoint id's disk into w and returns what the engine reported
+// at the end. It fails when the stream ends without its trailers (the engine failed mid-way) or
+// when the bytes received do not match them. Only engines whose Info has DiskExport serve it.
+func (c *HTTP) ExportCheckpointDisk(ctx context.Context, id string, w io.Writer) (DiskExport, error) {
+	op := "export checkpoint " + id
+	u, err := c.nodeURL("")
+	if err != nil {
+		return DiskExport{}, err
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String()+"/v1/checkpoints/"+url.PathEscape(id)+"/disk", nil)
+	if err != nil {
+		return DiskExport{}, fmt.Errorf("sandbox: %s: %w", op, err)
+	}
+	setBearer(req.Header, c.token)
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return DiskExport{}, fmt.Errorf("sandbox: %s: %w", op, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return DiskExport{}, statusError(op, resp)
+	}
+	h := sha256.New()
+	n, err := io.Copy(io.MultiWriter(w, h), resp.Body)
+	if err != nil {
+		return DiskExport{}, fmt.Errorf("sandbox: %s: %w", op, err)
+	}
+	out := DiskExport{SHA256: resp.Trailer.Get(TrailerSHA256)}
+	out.Bytes, _ = strconv.ParseInt(resp.Trailer.Get(TrailerBytes), 10, 64)
+	out.Files, _ = strconv.ParseInt(resp.Trailer.Get(TrailerFiles), 10, 64)
+	switch got := hex.EncodeToString(h.Sum(nil)); {
+	case out.SHA256 == "":
+		return DiskExport{}, fmt.Errorf("sandbox: %s: the stream ended without its checksum: the engine failed mid-way", op)
+	case got != out.SHA256 || n != out.Bytes:
+		return DiskExport{}, fmt.Errorf("sandbox: %s: received %d bytes with sha256 %s, engine sent %d with %s", op, n, got, out.Bytes, out.SHA256)
+	}
+	return out, nil
 }
 
 // DeleteCheckpoint implements Client.

@@ -242,6 +242,25 @@ type Capabilities struct {
 	Lanes []string `json:"lanes,omitempty"`
 	// Isolation says what separates boxes, e.g. "gvisor (systrap)", "namespaces".
 	Isolation string `json:"isolation,omitempty"`
+	// DiskExport: GET /v1/checkpoints/{id}/disk streams a checkpoint's disk in cocoonbox's
+	// snapshot format (a local-engine extension; upstream sandboxd has no disk export).
+	DiskExport bool `json:"disk_export,omitempty"`
+}
+
+// The checkpoint disk export's content type and trailers: the stream's sha256 (hex), its size
+// in bytes and its file count, known only once the stream has been written.
+const (
+	DiskExportContentType = "application/zstd"
+	TrailerSHA256         = "X-Snapshot-Sha256"
+	TrailerBytes          = "X-Snapshot-Bytes"
+	TrailerFiles          = "X-Snapshot-Files"
+)
+
+// DiskExport is what a finished disk export stream reported in its trailers.
+type DiskExport struct {
+	SHA256 string
+	Bytes  int64
+	Files  int64
 }
 
 // MemoryHibernate reports whether hibernate preserves processes and memory: always on upstream

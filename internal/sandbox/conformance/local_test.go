@@ -2,6 +2,7 @@ package conformance_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,6 +21,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/engine/runtime"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/sandbox/conformance"
+	"github.com/loomhand/cocoonbox/internal/snapshot"
 )
 
 // engineArg makes the test binary serve a local engine (see TestMain), so the restart check can
@@ -144,6 +146,43 @@ func TestLocalEngine(t *testing.T) {
 			start(t)
 		},
 	})
+	t.Run("DiskExport", func(t *testing.T) { testDiskExport(t, sandbox.NewHTTP(url, root, hc)) })
+}
+
+// testDiskExport checks the local engine's extension: a checkpoint's disk (the box's overlay
+// upper layer) streams out in the snapshot format, with a deleted image file as a whiteout.
+func testDiskExport(t *testing.T, c *sandbox.HTTP) {
+	ctx := context.Background()
+	sb, err := c.Claim(ctx, sandbox.ClaimRequest{Template: "base", Size: sandbox.SizeSmall, ClaimRef: "disk-export"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Release(ctx, sb.SandboxRef) }()
+	res, err := c.Exec(ctx, sb.SandboxRef, sandbox.ExecRequest{Argv: []string{"sh", "-c", "echo exported > /root/notes && rm /etc/issue"}})
+	if err != nil || res.ExitCode != 0 {
+		t.Fatalf("prepare the box: %+v, %v", res, err)
+	}
+	ck, err := c.Checkpoint(ctx, sb.SandboxRef, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.DeleteCheckpoint(ctx, ck.ID) }()
+	var stream bytes.Buffer
+	got, err := c.ExportCheckpointDisk(ctx, ck.ID, &stream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(t.TempDir(), "disk")
+	if _, err := snapshot.Import(ctx, &stream, root, snapshot.Manifest{SHA256: got.SHA256, Bytes: got.Bytes}); err != nil {
+		t.Fatal(err)
+	}
+	if data, err := os.ReadFile(filepath.Join(root, "root", "notes")); err != nil || string(data) != "exported\n" {
+		t.Fatalf("/root/notes in the exported disk: %q, %v", data, err)
+	}
+	fi, err := os.Lstat(filepath.Join(root, "etc", "issue"))
+	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+		t.Fatalf("deleted /etc/issue is not a whiteout in the exported disk: %v, %v", fi, err)
+	}
 }
 
 // cleanupBoxes destroys whatever boxes a failed run left, so no sandbox or mount outlives the test.
