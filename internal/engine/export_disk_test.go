@@ -42,6 +42,37 @@ func TestExportCheckpointDisk(t *testing.T) {
 		t.Fatalf("restored /root/notes = %q, %v", data, err)
 	}
 
+	// The same stream, imported as a new checkpoint, gives a box with that disk.
+	var again bytes.Buffer
+	if _, err := client.ExportCheckpointDisk(ctx, ck.ID, &again); err != nil {
+		t.Fatal(err)
+	}
+	corrupt := bytes.Clone(again.Bytes())
+	corrupt[len(corrupt)/2] ^= 0xff
+	before := len(decodeAs[sandbox.CheckpointList](t, h.must(200, "GET", "/v1/checkpoints", tenantA, nil)).Checkpoints)
+	key := sandbox.PoolKey{Template: "base", Net: "none", Size: "small"}
+	if _, err := client.ImportCheckpointDisk(ctx, bytes.NewReader(corrupt), got, key, ""); sandbox.StatusCode(err) != 400 {
+		t.Fatalf("import of a corrupted stream: %v, want 400", err)
+	}
+	if n := len(decodeAs[sandbox.CheckpointList](t, h.must(200, "GET", "/v1/checkpoints", tenantA, nil)).Checkpoints); n != before {
+		t.Fatalf("a refused import left a checkpoint: %d, want %d", n, before)
+	}
+	imported, err := client.ImportCheckpointDisk(ctx, &again, got, key, "restored")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if imported.Key != key || imported.Name != "restored" || imported.SandboxID != "" {
+		t.Fatalf("imported checkpoint %+v", imported)
+	}
+	branch, err := client.ClaimFromCheckpoint(ctx, imported.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := client.Exec(ctx, branch.SandboxRef, sandbox.ExecRequest{Argv: []string{"cat", "/root/notes"}})
+	if err != nil || res.Stdout != "exported" {
+		t.Fatalf("box from the imported checkpoint sees %+v, %v", res, err)
+	}
+
 	other := sandbox.NewHTTP(h.srv.URL, tenantB, h.srv.Client())
 	if _, err := other.ExportCheckpointDisk(ctx, ck.ID, &bytes.Buffer{}); sandbox.StatusCode(err) != 404 {
 		t.Fatalf("another tenant's export: %v, want 404", err)

@@ -384,6 +384,44 @@ func (c *HTTP) ExportCheckpointDisk(ctx context.Context, id string, w io.Writer)
 	return out, nil
 }
 
+// ImportCheckpointDisk makes a checkpoint on the engine from a disk stream in the snapshot
+// format, whose sha256 (and size, when known) sum gives; boxes claimed from it get key. The
+// engine checks the sum before the checkpoint exists. Not retried: r is consumed.
+func (c *HTTP) ImportCheckpointDisk(ctx context.Context, r io.Reader, sum DiskExport, key PoolKey, name string) (Checkpoint, error) {
+	op := "import checkpoint"
+	u, err := c.nodeURL("")
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	q := url.Values{"template": {key.Template}, "net": {key.Net}, "size": {key.Size}}
+	if name != "" {
+		q.Set("name", name)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String()+"/v1/checkpoints/import?"+q.Encode(), r)
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("sandbox: %s: %w", op, err)
+	}
+	setBearer(req.Header, c.token)
+	req.Header.Set("Content-Type", DiskExportContentType)
+	req.Header.Set(TrailerSHA256, sum.SHA256)
+	if sum.Bytes > 0 {
+		req.Header.Set(TrailerBytes, strconv.FormatInt(sum.Bytes, 10))
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("sandbox: %s: %w", op, err)
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return Checkpoint{}, statusError(op, resp)
+	}
+	var out CheckpointResponse
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxResponseBody)).Decode(&out); err != nil {
+		return Checkpoint{}, fmt.Errorf("sandbox: %s: decode answer: %w", op, err)
+	}
+	return out.Checkpoint, nil
+}
+
 // DeleteCheckpoint implements Client.
 func (c *HTTP) DeleteCheckpoint(ctx context.Context, id string) error {
 	return c.retry(ctx, func() error {

@@ -243,7 +243,8 @@ type Capabilities struct {
 	// Isolation says what separates boxes, e.g. "gvisor (systrap)", "namespaces".
 	Isolation string `json:"isolation,omitempty"`
 	// DiskExport: GET /v1/checkpoints/{id}/disk streams a checkpoint's disk in cocoonbox's
-	// snapshot format (a local-engine extension; upstream sandboxd has no disk export).
+	// snapshot format and POST /v1/checkpoints/import makes a checkpoint from such a stream (a
+	// local-engine extension; upstream sandboxd has no disk export).
 	DiskExport bool `json:"disk_export,omitempty"`
 }
 

@@ -172,6 +172,7 @@ func testDiskExport(t *testing.T, c *sandbox.HTTP) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	copied := bytes.Clone(stream.Bytes())
 	root := filepath.Join(t.TempDir(), "disk")
 	if _, err := snapshot.Import(ctx, &stream, root, snapshot.Manifest{SHA256: got.SHA256, Bytes: got.Bytes}); err != nil {
 		t.Fatal(err)
@@ -182,6 +183,23 @@ func testDiskExport(t *testing.T, c *sandbox.HTTP) {
 	fi, err := os.Lstat(filepath.Join(root, "etc", "issue"))
 	if err != nil || fi.Mode()&os.ModeCharDevice == 0 {
 		t.Fatalf("deleted /etc/issue is not a whiteout in the exported disk: %v, %v", fi, err)
+	}
+
+	// Imported back as a checkpoint, the stream gives a new box the same disk.
+	imported, err := c.ImportCheckpointDisk(ctx, bytes.NewReader(copied), got,
+		sandbox.PoolKey{Template: "base", Net: sandbox.NetNone, Size: sandbox.SizeSmall}, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.DeleteCheckpoint(ctx, imported.ID) }()
+	box, err := c.ClaimFromCheckpoint(ctx, imported.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = c.Release(ctx, box.SandboxRef) }()
+	res, err = c.Exec(ctx, box.SandboxRef, sandbox.ExecRequest{Argv: []string{"sh", "-c", "cat /root/notes; test -e /etc/issue && echo issue-back"}})
+	if err != nil || res.Stdout != "exported\n" {
+		t.Fatalf("box from the imported disk: %+v, %v", res, err)
 	}
 }
 
