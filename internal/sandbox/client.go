@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"context"
+	"io"
 	"net"
 	"time"
 )
@@ -54,6 +55,18 @@ type Client interface {
 	Stats(ctx context.Context, id string) (Stats, error)
 	// SetPools replaces the engine's warm pools (root); omitted pools drain.
 	SetPools(ctx context.Context, pools []PoolSpec) (Info, error)
+}
+
+// DiskPorter is the optional ability to move a checkpoint's disk out of and into an engine in
+// cocoonbox's snapshot format: the local engine has it (Info's DiskExport says so), upstream
+// sandboxd does not. Callers find it by a type assertion on their Client.
+type DiskPorter interface {
+	// ExportCheckpointDisk streams checkpoint id's disk into w and returns its checksum, size
+	// and file count, verified against what was received.
+	ExportCheckpointDisk(ctx context.Context, id string, w io.Writer) (DiskExport, error)
+	// ImportCheckpointDisk makes a checkpoint from a stream whose checksum sum gives; boxes
+	// claimed from it get key.
+	ImportCheckpointDisk(ctx context.Context, r io.Reader, sum DiskExport, key PoolKey, name string) (Checkpoint, error)
 }
 
 // SandboxRef is what a caller keeps to act on a sandbox: its ID, its own token, and which node

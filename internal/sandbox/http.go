@@ -18,7 +18,10 @@ import (
 	"time"
 )
 
-var _ Client = (*HTTP)(nil)
+var (
+	_ Client     = (*HTTP)(nil)
+	_ DiskPorter = (*HTTP)(nil)
+)
 
 // HTTP is the Client of the sandboxd HTTP API. It is safe for concurrent use.
 type HTTP struct {
