@@ -3,7 +3,6 @@ package devstack_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -20,13 +19,7 @@ func TestBoxWorkflowsFilterBySearchAttributes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
 	}
-	d := startDev(t, testConfig(t, filepath.Join(shortTemp(t), "h")))
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	owner, err := d.Store.UserByName(ctx, "admin")
-	if err != nil {
-		t.Fatal(err)
-	}
+	d, ctx, owner, _ := newBoxEnv(t, boxConfig(t), 3*time.Minute)
 	awake, err := d.Boxes.Create(ctx, owner.ID, boxsvc.CreateRequest{Name: "awake", Size: cocoonbox.SizeSmall})
 	if err != nil {
 		t.Fatal(err)

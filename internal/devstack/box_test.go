@@ -1,11 +1,8 @@
 package devstack_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
-	"net/http"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -24,15 +21,7 @@ func TestBoxLifecycleThroughWorkflow(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
 	}
-	d := startDev(t, testConfig(t, filepath.Join(shortTemp(t), "h")))
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	owner, err := d.Store.UserByName(ctx, "admin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	url, rootToken := d.Sandbox()
-	eng := sandbox.NewHTTP(url, rootToken, &http.Client{Timeout: time.Minute})
+	d, ctx, owner, eng := newBoxEnv(t, boxConfig(t), 3*time.Minute)
 
 	id := cocoonbox.NewBoxID()
 	req := boxsvc.CreateRequest{ID: id, Name: "work", Size: cocoonbox.SizeSmall}

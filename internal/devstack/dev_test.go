@@ -25,6 +25,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/api"
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/devstack"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/store"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
@@ -284,3 +285,23 @@ func shortTemp(t *testing.T) string {
 }
 
 func storeUser(name string) store.NewUser { return store.NewUser{Name: name} }
+
+// boxConfig is a dev configuration for tests that run gVisor boxes (a short data dir path).
+func boxConfig(t *testing.T) config.Dev {
+	return testConfig(t, filepath.Join(shortTemp(t), "h"))
+}
+
+// newBoxEnv starts a dev stack for box tests and returns it with a context bounded by timeout,
+// the dev user, and a root client of its engine for checking what the workflows did there.
+func newBoxEnv(t *testing.T, cfg config.Dev, timeout time.Duration) (*devstack.Dev, context.Context, store.User, *sandbox.HTTP) {
+	t.Helper()
+	d := startDev(t, cfg)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	t.Cleanup(cancel)
+	owner, err := d.Store.UserByName(ctx, "admin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, rootToken := d.Sandbox()
+	return d, ctx, owner, sandbox.NewHTTP(url, rootToken, &http.Client{Timeout: time.Minute})
+}

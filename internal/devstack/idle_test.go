@@ -3,14 +3,11 @@ package devstack_test
 import (
 	"context"
 	"fmt"
-	"net/http"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
-	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/workflows"
 )
 
@@ -25,15 +22,7 @@ func TestIdleBoxHibernates(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
 	}
-	d := startDev(t, testConfig(t, filepath.Join(shortTemp(t), "h")))
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	owner, err := d.Store.UserByName(ctx, "admin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	url, rootToken := d.Sandbox()
-	eng := sandbox.NewHTTP(url, rootToken, &http.Client{Timeout: time.Minute})
+	d, ctx, owner, eng := newBoxEnv(t, boxConfig(t), 4*time.Minute)
 	svc := &boxsvc.Service{Temporal: d.Temporal, Store: d.Store,
 		Policy: workflows.Policy{IdleAfter: 2 * time.Second, LeaseTTL: time.Hour}}
 

@@ -2,9 +2,7 @@ package devstack_test
 
 import (
 	"bufio"
-	"context"
 	"encoding/json"
-	"net/http"
 	"os"
 	"path/filepath"
 	"testing"
@@ -26,20 +24,11 @@ func TestWakeSurvivesKilledWorker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
 	}
-	cfg := testConfig(t, filepath.Join(shortTemp(t), "h"))
+	cfg := boxConfig(t)
 	cfg.NoWorker = true
-	d := startDev(t, cfg)
+	d, ctx, owner, eng := newBoxEnv(t, cfg, 4*time.Minute)
 	wcfg := workerConfig(d)
 	first := startChildWorker(t, wcfg)
-
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	owner, err := d.Store.UserByName(ctx, "admin")
-	if err != nil {
-		t.Fatal(err)
-	}
-	url, rootToken := d.Sandbox()
-	eng := sandbox.NewHTTP(url, rootToken, &http.Client{Timeout: time.Minute})
 
 	id := cocoonbox.NewBoxID()
 	st, err := d.Boxes.Create(ctx, owner.ID, boxsvc.CreateRequest{ID: id, Name: "work", Size: cocoonbox.SizeSmall})
