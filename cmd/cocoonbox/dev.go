@@ -81,9 +81,9 @@ func runDev(c *cli.Context) error {
 	select {
 	case <-c.Context.Done():
 		fmt.Fprintln(out, "cocoonbox dev: stopping")
-	case err := <-d.Done():
+	case <-d.Done():
 		_ = d.Close()
-		return fmt.Errorf("api server stopped: %w", err)
+		return fmt.Errorf("api server stopped: %w", d.Err())
 	}
 	if err := d.Close(); err != nil {
 		return err

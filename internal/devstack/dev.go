@@ -52,7 +52,8 @@ type Dev struct {
 	Blobs    *objstore.S3
 	api      *api.Server
 	apiAddr  string
-	apiDone  chan error
+	apiDone  chan struct{} // closed when the API server has returned, apiErr then set
+	apiErr   error
 	cancel   context.CancelFunc
 	boot     Bootstrap
 	s3Config objstore.Config
@@ -182,8 +183,11 @@ func Start(ctx context.Context, cfg config.Dev, log *slog.Logger) (_ *Dev, retEr
 	})
 	serveCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.cancel = cancel
-	d.apiDone = make(chan error, 1)
-	go func() { d.apiDone <- d.api.Serve(serveCtx, apiLn) }()
+	d.apiDone = make(chan struct{})
+	go func() {
+		d.apiErr = d.api.Serve(serveCtx, apiLn)
+		close(d.apiDone)
+	}()
 	return d, nil
 }
 
@@ -205,15 +209,19 @@ func (d *Dev) Sandbox() (url, rootToken string) { return d.sandboxURL, d.sandbox
 // Bootstrap reports what the first start created.
 func (d *Dev) Bootstrap() Bootstrap { return d.boot }
 
-// Done is closed with the API server's error when it stops on its own.
-func (d *Dev) Done() <-chan error { return d.apiDone }
+// Done is closed when the API server stops on its own (or by Close); Err then says why.
+func (d *Dev) Done() <-chan struct{} { return d.apiDone }
+
+// Err is why the API server stopped, once Done is closed.
+func (d *Dev) Err() error { return d.apiErr }
 
 // Close stops everything Start started, in reverse order, and is safe to call more than once.
 func (d *Dev) Close() error {
 	var errs []error
 	if d.cancel != nil {
 		d.cancel()
-		if err := <-d.apiDone; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		<-d.apiDone // closed, not sent on: a caller that saw Done first cannot make this block
+		if err := d.apiErr; err != nil && !errors.Is(err, http.ErrServerClosed) {
 			errs = append(errs, fmt.Errorf("stop api: %w", err))
 		}
 		d.cancel = nil
