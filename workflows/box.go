@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/workflow"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/activities"
 )
 
 // BoxWorkflow is a box's entity workflow (ID BoxWorkflowID): it owns the box's lifecycle from
@@ -16,7 +17,7 @@ import (
 // when it is idle, renewing its sandbox lease and continuing as new as history grows.
 func BoxWorkflow(ctx workflow.Context, in BoxWorkflowInput) error {
 	if err := in.BoxID.Validate(); err != nil {
-		return temporal.NewNonRetryableApplicationError(err.Error(), "InvalidArgument", err)
+		return temporal.NewNonRetryableApplicationError(err.Error(), activities.ErrTypeInvalidArgument, err)
 	}
 	w := newBox(ctx, in)
 	if err := w.setup(ctx); err != nil {

@@ -58,7 +58,7 @@ func (w *box) validatePolicy(p SetPolicyInput) error {
 		return transitionError(UpdateSetPolicy, "a deleted box")
 	}
 	if p.IdleAfter < 0 || p.LeaseTTL < 0 {
-		return temporal.NewApplicationError("setpolicy: durations must not be negative", "InvalidArgument")
+		return temporal.NewApplicationError("setpolicy: durations must not be negative", activities.ErrTypeInvalidArgument)
 	}
 	return nil
 }

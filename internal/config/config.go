@@ -39,6 +39,7 @@ const (
 	DefaultTemporalListen   = "127.0.0.1:7233"
 	DefaultTemporalUIListen = "127.0.0.1:8233"
 	DefaultEngineListen     = "127.0.0.1:7777"
+	DefaultBoxTemplate      = "base" // the image boxes are claimed from until the desktop image lands
 	DefaultNamespace        = "default"
 	DefaultBucket           = "cocoonbox"
 	DefaultRegion           = "us-east-1"
@@ -216,7 +217,7 @@ func DefaultAPI(env Lookup) API {
 func DefaultWorker(env Lookup) Worker {
 	return Worker{Home: defaultHome(env), LogLevel: "info",
 		Temporal: Temporal{Address: DefaultTemporalListen, Namespace: DefaultNamespace},
-		S3:       S3{Region: DefaultRegion, Bucket: DefaultBucket, PathStyle: true}, Template: "base"}
+		S3:       S3{Region: DefaultRegion, Bucket: DefaultBucket, PathStyle: true}, Template: DefaultBoxTemplate}
 }
 
 // KeyringPath returns the keyring file: Keyring, or <home>/keys/master.key when it is empty,

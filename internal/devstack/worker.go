@@ -2,11 +2,10 @@ package devstack
 
 import (
 	"fmt"
-	"net/http"
-	"path/filepath"
 	"time"
 
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
+	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/secrets"
 	"github.com/loomhand/cocoonbox/internal/worker"
@@ -26,13 +25,16 @@ func (d *Dev) startWorker() error {
 	if d.cfg.NoWorker {
 		return nil
 	}
-	keys, err := secrets.LoadOrCreateKeyring(filepath.Join(d.cfg.Home, "keys", "master.key"))
+	// The same key file a `cocoonbox serve worker` on this data dir would use.
+	keys, err := secrets.LoadOrCreateKeyring((&config.Worker{Home: d.cfg.Home}).KeyringPath())
 	if err != nil {
 		return err
 	}
-	sb := sandbox.NewHTTP(d.sandboxURL, d.sandboxToken, &http.Client{Timeout: 5 * time.Minute})
+	// nil: the sandbox client's own transport, with connect timeouts but no overall limit, which
+	// would cut off long engine calls such as a disk export; each call is bounded by its context.
+	sb := sandbox.NewHTTP(d.sandboxURL, d.sandboxToken, nil)
 	w := worker.New(worker.Options{
-		Temporal: d.Temporal, Store: d.Store, Sandbox: sb, Keys: keys, Template: "base",
+		Temporal: d.Temporal, Store: d.Store, Sandbox: sb, Keys: keys, Template: config.DefaultBoxTemplate,
 		Logger: d.log.With("component", "worker"),
 	})
 	if err := w.Start(); err != nil {
