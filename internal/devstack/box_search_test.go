@@ -3,6 +3,7 @@ package devstack_test
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -37,17 +38,6 @@ func TestBoxWorkflowsFilterBySearchAttributes(t *testing.T) {
 		}
 	})
 
-	list := func(query string) []string {
-		resp, err := d.Temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: query})
-		if err != nil {
-			t.Fatalf("list %q: %v", query, err)
-		}
-		var ids []string
-		for _, e := range resp.GetExecutions() {
-			ids = append(ids, e.GetExecution().GetWorkflowId())
-		}
-		return ids
-	}
 	cases := []struct {
 		query string
 		want  []string
@@ -59,16 +49,22 @@ func TestBoxWorkflowsFilterBySearchAttributes(t *testing.T) {
 	}
 	for _, tc := range cases {
 		// Visibility is eventually consistent: poll until the upserted attributes are indexed.
-		deadline := time.Now().Add(30 * time.Second)
-		for {
-			got := list(tc.query)
-			if fmt.Sprint(got) == fmt.Sprint(tc.want) {
-				break
+		err := waitFor(ctx, 30*time.Second, func() error {
+			resp, err := d.Temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: tc.query})
+			if err != nil {
+				return err
 			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: got %v, want %v", tc.query, got, tc.want)
+			var got []string
+			for _, e := range resp.GetExecutions() {
+				got = append(got, e.GetExecution().GetWorkflowId())
 			}
-			time.Sleep(100 * time.Millisecond)
+			if !slices.Equal(got, tc.want) {
+				return fmt.Errorf("got %v, want %v", got, tc.want)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.query, err)
 		}
 	}
 }
