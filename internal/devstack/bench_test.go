@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
@@ -13,24 +12,13 @@ import (
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/loomhand/cocoonbox/internal/benchreport"
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/devstack"
 )
 
 // Benchmarks report p50/p95 in milliseconds over b.N samples; `make bench` turns them into
 // docs/benchmarks.md. Each figure of ours stands beside the raw figure of the part underneath.
-
-func reportQuantiles(b *testing.B, samples []time.Duration) {
-	b.Helper()
-	slices.Sort(samples)
-	q := func(p float64) float64 {
-		i := int(p * float64(len(samples)-1))
-		return float64(samples[i].Microseconds()) / 1000
-	}
-	b.ReportMetric(q(0.50), "p50-ms")
-	b.ReportMetric(q(0.95), "p95-ms")
-	b.ReportMetric(0, "ns/op") // the quantiles are the figures; the mean hides the tail
-}
 
 // BenchmarkDevStartFirst: `cocoonbox dev` on an empty data dir (initdb, schema, bootstrap).
 func BenchmarkDevStartFirst(b *testing.B) {
@@ -45,7 +33,7 @@ func BenchmarkDevStartFirst(b *testing.B) {
 		samples = append(samples, time.Since(start))
 		_ = d.Close()
 	}
-	reportQuantiles(b, samples)
+	benchreport.Latency(b, samples)
 }
 
 // BenchmarkDevStartRestart: `cocoonbox dev` on an existing data dir.
@@ -66,7 +54,7 @@ func BenchmarkDevStartRestart(b *testing.B) {
 		samples = append(samples, time.Since(start))
 		_ = d.Close()
 	}
-	reportQuantiles(b, samples)
+	benchreport.Latency(b, samples)
 }
 
 // BenchmarkRawTemporalStart: the embedded Temporal server alone on an existing data dir, the raw
@@ -89,7 +77,7 @@ func BenchmarkRawTemporalStart(b *testing.B) {
 		samples = append(samples, time.Since(start))
 		_ = t.Stop()
 	}
-	reportQuantiles(b, samples)
+	benchreport.Latency(b, samples)
 }
 
 func noopWorkflow(workflow.Context) error { return nil }
@@ -117,7 +105,7 @@ func BenchmarkWorkflowRoundTrip(b *testing.B) {
 		}
 		samples = append(samples, time.Since(start))
 	}
-	reportQuantiles(b, samples)
+	benchreport.Latency(b, samples)
 }
 
 // BenchmarkRawTemporalRPC: one frontend RPC (health check), the raw figure under a workflow.
@@ -132,7 +120,7 @@ func BenchmarkRawTemporalRPC(b *testing.B) {
 		}
 		samples = append(samples, time.Since(start))
 	}
-	reportQuantiles(b, samples)
+	benchreport.Latency(b, samples)
 }
 
 // BenchmarkAPIHealthz: GET /healthz, which checks Temporal, PostgreSQL and S3 in parallel.
@@ -149,7 +137,7 @@ func BenchmarkAPIHealthz(b *testing.B) {
 		resp.Body.Close()
 		samples = append(samples, time.Since(start))
 	}
-	reportQuantiles(b, samples)
+	benchreport.Latency(b, samples)
 }
 
 // BenchmarkAPIWhoAmI: one authenticated gRPC call (token hash lookup in PostgreSQL).
@@ -167,7 +155,7 @@ func BenchmarkAPIWhoAmI(b *testing.B) {
 		}
 		samples = append(samples, time.Since(start))
 	}
-	reportQuantiles(b, samples)
+	benchreport.Latency(b, samples)
 }
 
 func benchConfig(b *testing.B, home string) config.Dev {

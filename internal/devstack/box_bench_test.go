@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/benchreport"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	"github.com/loomhand/cocoonbox/internal/devstack"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
@@ -157,7 +158,7 @@ func BenchmarkBoxCreateWarm(b *testing.B) {
 		samples = append(samples, time.Since(start))
 		e.boxOp(b, "delete", e.d.Boxes.Delete, id, cocoonbox.BoxStateDeleted)
 	}
-	reportQuantiles(b, samples)
+	benchreport.Latency(b, samples)
 }
 
 // BenchmarkRawEngineClaimWarm: what the workflow's create asks of the engine, with the sandbox
@@ -175,7 +176,7 @@ func BenchmarkRawEngineClaimWarm(b *testing.B) {
 		samples = append(samples, time.Since(start))
 		e.do(b, "release", e.eng.Release, sb)
 	}
-	reportQuantiles(b, samples)
+	benchreport.Latency(b, samples)
 }
 
 // BenchmarkBoxWake: boxsvc Wake of a hibernated box (engine wake, then the WaitReady probe) until
@@ -192,7 +193,7 @@ func BenchmarkBoxWake(b *testing.B) {
 		samples = append(samples, time.Since(start))
 		time.Sleep(boxBenchPause)
 	}
-	reportQuantiles(b, samples)
+	benchreport.Latency(b, samples)
 	e.boxOp(b, "delete", e.d.Boxes.Delete, id, cocoonbox.BoxStateDeleted)
 }
 
@@ -212,7 +213,7 @@ func BenchmarkRawEngineWake(b *testing.B) {
 		samples = append(samples, time.Since(start))
 		time.Sleep(boxBenchPause)
 	}
-	reportQuantiles(b, samples)
+	benchreport.Latency(b, samples)
 	e.do(b, "release", e.eng.Release, sb)
 }
 
@@ -230,7 +231,7 @@ func BenchmarkBoxHibernate(b *testing.B) {
 		time.Sleep(boxBenchPause)
 		e.boxOp(b, "wake", e.d.Boxes.Wake, id, cocoonbox.BoxStateRunning)
 	}
-	reportQuantiles(b, samples)
+	benchreport.Latency(b, samples)
 	e.boxOp(b, "delete", e.d.Boxes.Delete, id, cocoonbox.BoxStateDeleted)
 }
 
@@ -250,6 +251,6 @@ func BenchmarkRawEngineHibernate(b *testing.B) {
 		e.do(b, "wake", e.eng.Wake, sb)
 		e.ready(b, sb)
 	}
-	reportQuantiles(b, samples)
+	benchreport.Latency(b, samples)
 	e.do(b, "release", e.eng.Release, sb)
 }

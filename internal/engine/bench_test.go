@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loomhand/cocoonbox/internal/benchreport"
 	"github.com/loomhand/cocoonbox/internal/engine/runtime"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 )
@@ -37,7 +38,7 @@ func BenchmarkEngineClaimCold(b *testing.B) {
 		samples = append(samples, time.Since(start))
 		e.release(b, sb)
 	}
-	reportQuantiles(b, samples)
+	benchreport.Latency(b, samples)
 }
 
 // BenchmarkRawRuntimeStart: the runtime's Start alone (overlay, bundle, runsc run, first exec),
@@ -51,7 +52,7 @@ func BenchmarkRawRuntimeStart(b *testing.B) {
 		samples = append(samples, time.Since(start))
 		r.destroy(b, id)
 	}
-	reportQuantiles(b, samples)
+	benchreport.Latency(b, samples)
 }
 
 // BenchmarkEngineClaimWarm: the same claim served from a warm pool of one; the refill after each
@@ -77,7 +78,7 @@ func BenchmarkEngineClaimWarm(b *testing.B) {
 		samples = append(samples, time.Since(start))
 		e.release(b, sb)
 	}
-	reportQuantiles(b, samples)
+	benchreport.Latency(b, samples)
 	if _, err := e.cli.SetPools(ctx, nil); err != nil { // drain, so cleanup races no refill
 		b.Fatal(err)
 	}
@@ -103,7 +104,7 @@ func BenchmarkRawHTTPRoundTrip(b *testing.B) {
 		get()
 		samples = append(samples, time.Since(start))
 	}
-	reportQuantiles(b, samples)
+	benchreport.Latency(b, samples)
 }
 
 // BenchmarkEngineHibernate: POST /v1/sandboxes/{id}/hibernate on a running box (runsc checkpoint
@@ -123,7 +124,7 @@ func BenchmarkEngineHibernate(b *testing.B) {
 		e.exec(b, sb, "true")
 		time.Sleep(lifecyclePause)
 	}
-	reportQuantiles(b, samples)
+	benchreport.Latency(b, samples)
 }
 
 // BenchmarkRawRuntimeHibernate: the runtime's Hibernate alone.
@@ -139,7 +140,7 @@ func BenchmarkRawRuntimeHibernate(b *testing.B) {
 		r.exec(b, id, "true")
 		time.Sleep(lifecyclePause)
 	}
-	reportQuantiles(b, samples)
+	benchreport.Latency(b, samples)
 }
 
 // BenchmarkEngineWakeToExec: exec on a hibernated box, which the engine wakes transparently,
@@ -158,7 +159,7 @@ func BenchmarkEngineWakeToExec(b *testing.B) {
 			b.Fatalf("exec after wake said %q", out)
 		}
 	}
-	reportQuantiles(b, samples)
+	benchreport.Latency(b, samples)
 }
 
 // BenchmarkRawRuntimeWakeExec: the runtime's Wake (runsc restore) then Exec.
@@ -177,7 +178,7 @@ func BenchmarkRawRuntimeWakeExec(b *testing.B) {
 			b.Fatalf("exec after wake said %q", out)
 		}
 	}
-	reportQuantiles(b, samples)
+	benchreport.Latency(b, samples)
 }
 
 // BenchmarkEngineExec: POST /v1/sandboxes/{id}/exec of `echo ok` on a running box.
@@ -194,7 +195,7 @@ func BenchmarkEngineExec(b *testing.B) {
 			b.Fatalf("exec said %q", out)
 		}
 	}
-	reportQuantiles(b, samples)
+	benchreport.Latency(b, samples)
 }
 
 // BenchmarkRawRuntimeExec: the runtime's Exec of `echo ok` (runsc exec into the box's init).
@@ -210,7 +211,7 @@ func BenchmarkRawRuntimeExec(b *testing.B) {
 			b.Fatalf("exec said %q", out)
 		}
 	}
-	reportQuantiles(b, samples)
+	benchreport.Latency(b, samples)
 }
 
 // BenchmarkEngineRelayMBps: relayMiB MiB streamed into a sink in the box through the ports
@@ -238,7 +239,7 @@ func BenchmarkEngineRelayMBps(b *testing.B) {
 		}
 		samples = append(samples, took)
 	}
-	reportThroughput(b, relayMiB<<20, samples)
+	benchreport.Throughput(b, relayMiB<<20, samples)
 }
 
 // BenchmarkRawRuntimeDialMBps: the same stream over the runtime's Dial connection alone.
@@ -264,7 +265,7 @@ func BenchmarkRawRuntimeDialMBps(b *testing.B) {
 		}
 		samples = append(samples, took)
 	}
-	reportThroughput(b, relayMiB<<20, samples)
+	benchreport.Throughput(b, relayMiB<<20, samples)
 }
 
 // BenchmarkEngineIdleMemory: memory use of a freshly claimed, idle box once it settles, as GET
@@ -284,7 +285,7 @@ func BenchmarkEngineIdleMemory(b *testing.B) {
 		}))
 		e.release(b, sb)
 	}
-	reportMiB(b, samples)
+	benchreport.MiB(b, samples)
 }
 
 // BenchmarkRawRuntimeIdleMemory: the same figure from the runtime's Stats on a raw box.
@@ -300,7 +301,7 @@ func BenchmarkRawRuntimeIdleMemory(b *testing.B) {
 		}))
 		r.destroy(b, id)
 	}
-	reportMiB(b, samples)
+	benchreport.MiB(b, samples)
 }
 
 // errUnmeasured is a stats answer with no measurement for a running box.

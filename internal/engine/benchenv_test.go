@@ -11,7 +11,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -357,41 +356,4 @@ func pump(c halfConn) (time.Duration, error) {
 		return 0, fmt.Errorf("the sink got %q bytes, want %d", strings.TrimSpace(line), relayMiB<<20)
 	}
 	return took, nil
-}
-
-// quantile is the p-th sample of sorted samples, the nearest rank below (as devstack's).
-func quantile[T any](sorted []T, p float64) T {
-	return sorted[int(p*float64(len(sorted)-1))]
-}
-
-// reportQuantiles reports p50/p95 latency in milliseconds; ns/op is zeroed because the mean
-// hides the tail, and the quantiles are the figures.
-func reportQuantiles(b *testing.B, samples []time.Duration) {
-	b.Helper()
-	slices.Sort(samples)
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	b.ReportMetric(ms(quantile(samples, 0.50)), "p50-ms")
-	b.ReportMetric(ms(quantile(samples, 0.95)), "p95-ms")
-	b.ReportMetric(0, "ns/op")
-}
-
-// reportThroughput reports MB/s (10^6 bytes per second) for transfers of size bytes. The
-// quantiles are those of the transfer time, so p95 is the slow tail: the rate 95% of runs
-// reached.
-func reportThroughput(b *testing.B, size int64, samples []time.Duration) {
-	b.Helper()
-	slices.Sort(samples)
-	mbps := func(d time.Duration) float64 { return float64(size) / 1e6 / d.Seconds() }
-	b.ReportMetric(mbps(quantile(samples, 0.50)), "p50-MB/s")
-	b.ReportMetric(mbps(quantile(samples, 0.95)), "p95-MB/s")
-	b.ReportMetric(0, "ns/op")
-}
-
-// reportMiB reports p50/p95 of samples in MiB.
-func reportMiB(b *testing.B, samples []float64) {
-	b.Helper()
-	slices.Sort(samples)
-	b.ReportMetric(quantile(samples, 0.50), "p50-MiB")
-	b.ReportMetric(quantile(samples, 0.95), "p95-MiB")
-	b.ReportMetric(0, "ns/op")
 }

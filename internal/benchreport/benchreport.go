@@ -1,0 +1,47 @@
+// Package benchreport reports benchmark samples as the p50/p95 metrics that `make bench` turns
+// into docs/benchmarks.md (scripts/benchtable.sh reads the metric names), so every benchmark
+// package computes and names its figures the same way. ns/op is zeroed: the mean hides the tail,
+// and the quantiles are the figures.
+package benchreport
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+// Latency reports p50/p95 of samples in milliseconds ("p50-ms", "p95-ms").
+func Latency(b *testing.B, samples []time.Duration) {
+	b.Helper()
+	slices.Sort(samples)
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	report(b, ms(quantile(samples, 0.50)), ms(quantile(samples, 0.95)), "ms")
+}
+
+// Throughput reports MB/s (10^6 bytes per second) for transfers of size bytes that took samples.
+// The quantiles are those of the transfer time, so p95 is the slow tail: the rate 95% of runs
+// reached.
+func Throughput(b *testing.B, size int64, samples []time.Duration) {
+	b.Helper()
+	slices.Sort(samples)
+	mbps := func(d time.Duration) float64 { return float64(size) / 1e6 / d.Seconds() }
+	report(b, mbps(quantile(samples, 0.50)), mbps(quantile(samples, 0.95)), "MB/s")
+}
+
+// MiB reports p50/p95 of samples given in MiB.
+func MiB(b *testing.B, samples []float64) {
+	b.Helper()
+	slices.Sort(samples)
+	report(b, quantile(samples, 0.50), quantile(samples, 0.95), "MiB")
+}
+
+func report(b *testing.B, p50, p95 float64, unit string) {
+	b.ReportMetric(p50, "p50-"+unit)
+	b.ReportMetric(p95, "p95-"+unit)
+	b.ReportMetric(0, "ns/op")
+}
+
+// quantile is the nearest-rank quantile p of sorted.
+func quantile[T any](sorted []T, p float64) T {
+	return sorted[int(p*float64(len(sorted)-1))]
+}
