@@ -1,6 +1,31 @@
 package cocoonbox
 
-import "time"
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"strings"
+	"time"
+)
+
+// NewSnapshotID returns a fresh snapshot ID: "sn_" and 16 lowercase hex digits. Workflows call it
+// through a SideEffect, so a replay sees the same ID.
+func NewSnapshotID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux
+	return "sn_" + hex.EncodeToString(b[:])
+}
+
+// ValidateSnapshotID reports whether id has the snapshot ID form; field names it in the error.
+func ValidateSnapshotID(field, id string) error {
+	switch {
+	case id == "":
+		return Invalid(field, "is required")
+	case !strings.HasPrefix(id, "sn_") || len(id) != 3+16 || !isLowerHex(id[3:]):
+		return Invalid(field, fmt.Sprintf("must be sn_ followed by 16 lowercase hex digits, got %q", id))
+	}
+	return nil
+}
 
 // SnapshotState is where a snapshot upload is.
 type SnapshotState string

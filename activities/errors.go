@@ -19,6 +19,7 @@ const (
 	ErrTypeUnavailable     = "Unavailable"     // a dependency is down; retrying may succeed
 	ErrTypeNoCapacity      = "NoCapacity"      // no sandbox can be had right now; retrying may succeed
 	ErrTypeSandboxGone     = "SandboxGone"     // the engine no longer has the box's sandbox; claim anew
+	ErrTypeSnapshotCorrupt = "SnapshotCorrupt" // a stored snapshot fails its checksum; permanent
 	ErrTypeInternal        = "Internal"        // anything else; retried in case it was transient
 )
 
@@ -26,7 +27,7 @@ const (
 // these errors non-retryable; listing them in the policy too keeps a mistake in one from retrying
 // a permanent failure.
 func NonRetryableErrorTypes() []string {
-	return []string{ErrTypeNotFound, ErrTypeConflict, ErrTypeInvalidArgument, ErrTypeSandboxGone}
+	return []string{ErrTypeNotFound, ErrTypeConflict, ErrTypeInvalidArgument, ErrTypeSandboxGone, ErrTypeSnapshotCorrupt}
 }
 
 // classify turns err into the ApplicationError a workflow can branch on: the one table from
@@ -82,7 +83,7 @@ func gone(err error) error { return newError(ErrTypeSandboxGone, err) }
 func newError(typ string, err error) error {
 	opts := temporal.ApplicationErrorOptions{Cause: err}
 	switch typ {
-	case ErrTypeNotFound, ErrTypeConflict, ErrTypeInvalidArgument, ErrTypeSandboxGone:
+	case ErrTypeNotFound, ErrTypeConflict, ErrTypeInvalidArgument, ErrTypeSandboxGone, ErrTypeSnapshotCorrupt:
 		opts.NonRetryable = true
 	}
 	if d := sandbox.RetryAfter(err); d > 0 {

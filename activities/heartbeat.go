@@ -15,6 +15,12 @@ const heartbeatEvery = 2 * time.Second
 // whileHeartbeating runs call, heartbeating until it returns. Outside an activity (plain unit
 // tests) it just runs call.
 func whileHeartbeating[T any](ctx context.Context, call func(context.Context) (T, error)) (T, error) {
+	return withHeartbeats(ctx, nil, call)
+}
+
+// withHeartbeats is whileHeartbeating with details: each heartbeat carries what details returns
+// (progress, for the Temporal UI and a retry's logs); nil sends none.
+func withHeartbeats[T any](ctx context.Context, details func() any, call func(context.Context) (T, error)) (T, error) {
 	if !activity.IsActivity(ctx) {
 		return call(ctx)
 	}
@@ -30,7 +36,11 @@ func whileHeartbeating[T any](ctx context.Context, call func(context.Context) (T
 			case <-ctx.Done():
 				return
 			case <-t.C:
-				activity.RecordHeartbeat(ctx)
+				if details != nil {
+					activity.RecordHeartbeat(ctx, details())
+				} else {
+					activity.RecordHeartbeat(ctx)
+				}
 			}
 		}
 	}()

@@ -111,19 +111,23 @@ func (a *Sandbox) WaitReady(ctx context.Context, in SandboxInput) error {
 	if err != nil {
 		return err
 	}
-	every := a.PollInterval
+	return waitReady(ctx, a.Client, ref, a.PollInterval)
+}
+
+// waitReady probes sandbox ref with `true` every interval (0: half a second) until it answers.
+func waitReady(ctx context.Context, client sandbox.Client, ref sandbox.SandboxRef, every time.Duration) error {
 	if every <= 0 {
 		every = 500 * time.Millisecond
 	}
 	for probe := 1; ; probe++ {
-		res, err := a.Client.Exec(ctx, ref, sandbox.ExecRequest{Argv: []string{"true"}, TimeoutSeconds: 10})
+		res, err := client.Exec(ctx, ref, sandbox.ExecRequest{Argv: []string{"true"}, TimeoutSeconds: 10})
 		switch {
 		case err == nil && res.ExitCode == 0:
 			return nil
 		case errors.Is(err, sandbox.ErrNotFound):
-			return gone(fmt.Errorf("wait for sandbox %s: %w", in.SandboxID, err))
+			return gone(fmt.Errorf("wait for sandbox %s: %w", ref.ID, err))
 		case err != nil && !transient(err):
-			return classify(fmt.Errorf("wait for sandbox %s: %w", in.SandboxID, err))
+			return classify(fmt.Errorf("wait for sandbox %s: %w", ref.ID, err))
 		}
 		activity.RecordHeartbeat(ctx, probe)
 		select {
@@ -205,10 +209,14 @@ func (a *Sandbox) onSandbox(ctx context.Context, in SandboxInput, verb string, c
 // has no token for that sandbox (lost, or a newer claim replaced it) the ref carries none and the
 // client falls back to its node token, which the engine accepts from root for these verbs.
 func (a *Sandbox) ref(ctx context.Context, boxID cocoonbox.BoxID, sandboxID string) (sandbox.SandboxRef, error) {
+	return sandboxRef(ctx, a.Tokens, boxID, sandboxID)
+}
+
+func sandboxRef(ctx context.Context, tokens TokenStore, boxID cocoonbox.BoxID, sandboxID string) (sandbox.SandboxRef, error) {
 	if sandboxID == "" {
 		return sandbox.SandboxRef{}, classify(cocoonbox.Invalid("sandbox_id", "is required"))
 	}
-	id, token, err := a.Tokens.SandboxToken(ctx, string(boxID))
+	id, token, err := tokens.SandboxToken(ctx, string(boxID))
 	switch {
 	case cocoonbox.ErrorCode(err) == cocoonbox.ENotFound:
 		return sandbox.SandboxRef{ID: sandboxID}, nil

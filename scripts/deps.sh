@@ -17,6 +17,7 @@ APT_PACKAGES=(
 	postgresql-15        # the managed database of `cocoonbox dev` and the test harness
 	protobuf-compiler    # protoc, for make gen
 	mmdebstrap           # builds the box images (make image)
+	zstd                 # the snapshot benchmark's raw `tar | zstd` baseline
 	ca-certificates
 )
 
@@ -60,3 +61,7 @@ install_go_tool protoc-gen-go-grpc google.golang.org/grpc/cmd/protoc-gen-go-grpc
 install_go_tool workflowcheck go.temporal.io/sdk/contrib/tools/workflowcheck "$WORKFLOWCHECK_VERSION"
 # runsc is pure Go; CGO_ENABLED=0 makes it static, as gVisor's own release builds are.
 CGO_ENABLED=0 install_go_tool runsc gvisor.dev/gvisor/runsc "$RUNSC_VERSION"
+# A standalone versitygw, so tests can run against an external S3 server chosen by configuration.
+# Its version is the one go.mod embeds as a library, so the two never drift.
+VERSITYGW_VERSION=$(go list -m -f '{{.Version}}' github.com/versity/versitygw)
+install_go_tool versitygw github.com/versity/versitygw/cmd/versitygw "$VERSITYGW_VERSION"

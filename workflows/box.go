@@ -68,6 +68,8 @@ func (w *box) setup(ctx workflow.Context) error {
 		{UpdateHibernate, w.hibernate, func(HibernateInput) error { return w.allowed(UpdateHibernate) }},
 		{UpdateDelete, w.delete, func(DeleteInput) error { return w.allowed(UpdateDelete) }},
 		{UpdateSetPolicy, w.setPolicy, w.validatePolicy},
+		{UpdateSnapshot, w.snapshot, func(SnapshotInput) error { return w.allowed(UpdateSnapshot) }},
+		{UpdateRestore, w.restore, w.validateRestore},
 	}
 	for _, u := range updates {
 		if err := workflow.SetUpdateHandlerWithOptions(ctx, u.name, u.handler,
@@ -280,6 +282,7 @@ func (w *box) status() Status {
 		LastError:    w.st.LastError,
 		IdleDeadline: w.idleDeadline(),
 		Policy:       w.in.Policy,
+		LastSnapshot: w.st.LastSnapshot,
 	}
 }
 

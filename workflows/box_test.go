@@ -21,8 +21,9 @@ import (
 const testBox = cocoonbox.BoxID("bx_0123456789abcdef")
 
 var (
-	sb = &activities.Sandbox{}
-	st = &activities.Store{}
+	sb   = &activities.Sandbox{}
+	st   = &activities.Store{}
+	snap = &activities.Snapshots{}
 )
 
 // newEnv returns a test environment with the store mocked to succeed and a claim that answers a
@@ -41,8 +42,10 @@ func newEnvStates(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]cocoonbo
 	s.SetLogger(testLogger(t))
 	env := s.NewTestWorkflowEnvironment()
 	env.RegisterWorkflow(BoxWorkflow)
+	env.RegisterWorkflow(SnapshotWorkflow)
 	env.RegisterActivity(sb)
 	env.RegisterActivity(st)
+	env.RegisterActivity(snap)
 	var states []cocoonbox.BoxState
 	env.OnActivity(st.RecordBox, mock.Anything, mock.Anything).Return(nil).Maybe()
 	env.OnActivity(st.SetState, mock.Anything, mock.Anything).Return(
@@ -76,6 +79,7 @@ type outcome struct {
 	err      error
 	rejected error
 	done     bool
+	snapshot SnapshotResult // the snapshot update's answer
 }
 
 func update(env *testsuite.TestWorkflowEnvironment, delay time.Duration, name string, arg any) *outcome {
@@ -86,8 +90,11 @@ func update(env *testsuite.TestWorkflowEnvironment, delay time.Duration, name st
 			OnAccept: func() {},
 			OnComplete: func(v any, err error) {
 				o.err, o.done = err, true
-				if s, ok := v.(Status); ok {
-					o.status = s
+				switch r := v.(type) {
+				case Status:
+					o.status = r
+				case SnapshotResult:
+					o.status, o.snapshot = r.Status, r
 				}
 			},
 		}, arg)
@@ -374,6 +381,9 @@ func TestLeaseRenewedBeforeDeadline(t *testing.T) {
 
 func TestWakeReplacesLostSandbox(t *testing.T) {
 	env := newEnv(t)
+	// The box has no snapshot, so its new sandbox comes from the template.
+	env.OnActivity(snap.RestoreSnapshot, mock.Anything, mock.Anything).Return(activities.RestoreSnapshotResult{},
+		temporal.NewNonRetryableApplicationError("no snapshot", activities.ErrTypeNotFound, nil)).Once()
 	claimOK(env, 1, "sb-1")
 	claimOK(env, 2, "sb-2")
 	env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil)

@@ -36,7 +36,7 @@ func (w *box) allowed(update string) error {
 		case cocoonbox.BoxStateDeleting:
 			return transitionError(update, "a box being deleted")
 		}
-	case UpdateHibernate:
+	case UpdateHibernate, UpdateSnapshot:
 		switch s {
 		case cocoonbox.BoxStateCreating:
 			return transitionError(update, "a box still being created")
@@ -45,8 +45,25 @@ func (w *box) allowed(update string) error {
 		case cocoonbox.BoxStateFailed:
 			return transitionError(update, "a failed box (wake it first)")
 		}
+	case UpdateRestore:
+		// A failed box may be restored: that is how it is brought back from an older snapshot.
+		switch s {
+		case cocoonbox.BoxStateCreating:
+			return transitionError(update, "a box still being created")
+		case cocoonbox.BoxStateDeleting:
+			return transitionError(update, "a box being deleted")
+		}
 	}
 	return nil
+}
+
+func (w *box) validateRestore(in RestoreInput) error {
+	if in.SnapshotID != "" {
+		if err := cocoonbox.ValidateSnapshotID("snapshot_id", in.SnapshotID); err != nil {
+			return temporal.NewApplicationError(err.Error(), activities.ErrTypeInvalidArgument)
+		}
+	}
+	return w.allowed(UpdateRestore)
 }
 
 func transitionError(update, what string) error {
@@ -59,6 +76,9 @@ func (w *box) validatePolicy(p SetPolicyInput) error {
 	}
 	if p.IdleAfter < 0 || p.LeaseTTL < 0 {
 		return temporal.NewApplicationError("setpolicy: durations must not be negative", activities.ErrTypeInvalidArgument)
+	}
+	if p.KeepSnapshots < 0 {
+		return temporal.NewApplicationError("setpolicy: keep_snapshots must not be negative", activities.ErrTypeInvalidArgument)
 	}
 	return nil
 }
@@ -124,21 +144,20 @@ func (w *box) wake(ctx workflow.Context, _ WakeInput) (Status, error) {
 		w.setState(ctx, cocoonbox.BoxStateWaking)
 		var err error
 		if w.st.SandboxID == "" {
-			err = w.claimNew(ctx)
+			err = w.replaceSandbox(ctx)
 		} else {
 			err = workflow.ExecuteActivity(sandboxOptions(ctx, time.Minute), sandboxActs.Wake,
 				activities.SandboxInput{BoxID: w.in.BoxID, SandboxID: w.st.SandboxID}).Get(ctx, nil)
-			if errorType(err) == activities.ErrTypeSandboxGone {
-				// The lease was reaped or the node lost it: a new sandbox keeps the box usable.
-				// Its disk starts from the template until snapshots exist; restoring the newest
-				// snapshot into it lands with the snapshot workflow.
+			switch {
+			case errorType(err) == activities.ErrTypeSandboxGone:
+				// The lease was reaped or the node lost it: the box comes back on a new sandbox,
+				// from its newest snapshot.
 				w.event(ctx, "sandbox-replaced", w.st.SandboxID)
 				w.st.SandboxID = ""
-				err = w.claimNew(ctx)
+				err = w.replaceSandbox(ctx)
+			case err == nil:
+				err = w.waitReady(ctx)
 			}
-		}
-		if err == nil {
-			err = w.waitReady(ctx)
 		}
 		if err != nil {
 			// A failed wake leaves the box as it was, so the user can retry.
@@ -169,6 +188,16 @@ func (w *box) hibernateLocked(ctx workflow.Context, why string) error {
 	if w.st.State == cocoonbox.BoxStateHibernated {
 		return nil
 	}
+	if w.in.Policy.DurableHibernate && w.st.SandboxID != "" {
+		// The memory image stays on the engine's node; the snapshot is what survives its loss.
+		if _, err := w.snapshotLocked(ctx); err != nil {
+			if why == "requested" {
+				return err // the box keeps running and the user can retry
+			}
+			// The idle box still goes to sleep to free the node; its last good snapshot stays.
+			w.event(ctx, "snapshot-before-hibernate-failed", err.Error())
+		}
+	}
 	w.setState(ctx, cocoonbox.BoxStateHibernating)
 	err := workflow.ExecuteActivity(sandboxOptions(ctx, time.Minute), sandboxActs.Hibernate,
 		activities.SandboxInput{BoxID: w.in.BoxID, SandboxID: w.st.SandboxID}).Get(ctx, nil)
@@ -194,6 +223,14 @@ func (w *box) delete(ctx workflow.Context, in DeleteInput) (Status, error) {
 		}
 		before := w.st.State
 		w.setState(ctx, cocoonbox.BoxStateDeleting)
+		if in.PurgeSnapshots {
+			// Before the release, so a failed purge leaves the box whole and the delete retryable.
+			if err := w.purgeSnapshots(ctx); err != nil {
+				w.st.LastError = err.Error()
+				w.setState(ctx, before)
+				return err
+			}
+		}
 		err := workflow.ExecuteActivity(sandboxOptions(ctx, time.Minute), sandboxActs.Release,
 			activities.SandboxInput{BoxID: w.in.BoxID, SandboxID: w.st.SandboxID}).Get(ctx, nil)
 		if err != nil {

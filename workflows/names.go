@@ -22,12 +22,17 @@ const (
 	UpdateHibernate = "hibernate"
 	UpdateDelete    = "delete"
 	UpdateSetPolicy = "setpolicy"
+	UpdateSnapshot  = "snapshot"
+	UpdateRestore   = "restore"
 	SignalTouch     = "touch"
 	SignalViewers   = "viewers"
 	SignalPin       = "pin"
 	SignalUnpin     = "unpin"
 	QueryStatus     = "status"
 )
+
+// SnapshotWorkflowID is the workflow ID of the child workflow that takes snapshot id.
+func SnapshotWorkflowID(id string) string { return "snapshot/" + id }
 
 // Search attributes the box workflow keeps current so operators can filter in the Temporal UI.
 var (
@@ -44,6 +49,10 @@ const ErrTypeInvalidTransition = "InvalidTransition"
 // under the server's 2,000 updates per run.
 const DefaultOpsBeforeContinue = 200
 
+// DefaultKeepSnapshots is how many complete snapshots a box keeps when its policy does not say;
+// pinned ones are kept besides.
+const DefaultKeepSnapshots = 5
+
 // Policy is how a box behaves on its own.
 type Policy struct {
 	// IdleAfter is how long a box with no viewer, no pin, no operation and no touch stays running
@@ -51,6 +60,12 @@ type Policy struct {
 	IdleAfter time.Duration
 	// LeaseTTL is the sandbox lease asked for at claim and renewal; 0 is the engine's default.
 	LeaseTTL time.Duration
+	// DurableHibernate takes a snapshot before every hibernate, so a box whose node is lost
+	// while it sleeps comes back from S3 with everything it had.
+	DurableHibernate bool
+	// KeepSnapshots is how many complete snapshots retention keeps (plus pinned ones); 0 is
+	// DefaultKeepSnapshots. The newest complete snapshot is never deleted.
+	KeepSnapshots int
 }
 
 // BoxWorkflowInput starts (or continues) a box's entity workflow.
@@ -78,6 +93,8 @@ type BoxCarriedState struct {
 	Pins       []string // sorted, so the state is deterministic
 	LastError  string
 	LastActive time.Time // the last touch, operation or presence change, for the idle clock
+	// LastSnapshot is the newest snapshot this workflow completed or restored from.
+	LastSnapshot string
 }
 
 // CreateInput is the create update's argument (sent with Update-with-Start).
@@ -91,14 +108,49 @@ type HibernateInput struct{}
 
 // DeleteInput is the delete update's argument.
 type DeleteInput struct {
-	// PurgeSnapshots deletes the box's snapshots too; honoured once snapshots exist.
+	// PurgeSnapshots deletes the box's snapshots (objects and rows) too; without it they stay
+	// listed and restorable by an operator.
 	PurgeSnapshots bool
 }
 
 // SetPolicyInput is the setpolicy update's argument; it replaces the whole policy.
 type SetPolicyInput struct {
-	IdleAfter time.Duration
-	LeaseTTL  time.Duration
+	IdleAfter        time.Duration
+	LeaseTTL         time.Duration
+	DurableHibernate bool
+	KeepSnapshots    int
+}
+
+// SnapshotInput is the snapshot update's argument.
+type SnapshotInput struct{}
+
+// SnapshotResult is the snapshot update's answer: the complete, verified snapshot, the
+// snapshots retention removed to make room, and the box's status after.
+type SnapshotResult struct {
+	Snapshot cocoonbox.Snapshot
+	Pruned   []string
+	Status   Status
+}
+
+// RestoreInput is the restore update's argument.
+type RestoreInput struct {
+	// SnapshotID is the snapshot to restore; "" is the box's newest complete one.
+	SnapshotID string
+}
+
+// SnapshotWorkflowInput starts the child workflow that snapshots a box's sandbox.
+type SnapshotWorkflowInput struct {
+	BoxID      cocoonbox.BoxID
+	SnapshotID string
+	SandboxID  string
+	// Keep is the retention applied after the snapshot completes (see Policy.KeepSnapshots).
+	Keep int
+}
+
+// SnapshotWorkflowResult is the snapshot workflow's result.
+type SnapshotWorkflowResult struct {
+	Snapshot cocoonbox.Snapshot
+	Pruned   []string
 }
 
 // ViewersSignal reports how many desktop viewers are attached now.
@@ -123,4 +175,6 @@ type Status struct {
 	// IdleDeadline is when the box hibernates if nothing happens; zero when idle is not counting.
 	IdleDeadline time.Time
 	Policy       Policy
+	// LastSnapshot is the newest snapshot the box took or was restored from; "" before any.
+	LastSnapshot string
 }

@@ -128,6 +128,9 @@ type Worker struct {
 	Keyring string `yaml:"keyring" env:"COCOONBOX_KEYRING"`
 	// Template is the image boxes are claimed from.
 	Template string `yaml:"template" env:"COCOONBOX_BOX_TEMPLATE"`
+	// SnapshotUploadMiBps caps each snapshot upload at this many MiB per second, so snapshots do
+	// not starve the node's uplink; 0 is no cap.
+	SnapshotUploadMiBps int `yaml:"snapshot_upload_mibps" env:"COCOONBOX_SNAPSHOT_UPLOAD_MIBPS"`
 }
 
 // Engine is the configuration of `cocoonbox serve engine`.
@@ -251,6 +254,12 @@ func (c *Worker) Validate() error {
 	}
 	if c.Template == "" {
 		return errors.New("config template: is required (COCOONBOX_BOX_TEMPLATE)")
+	}
+	if c.S3.Bucket == "" {
+		return errors.New("config s3.bucket: is required (COCOONBOX_S3_BUCKET)")
+	}
+	if c.SnapshotUploadMiBps < 0 {
+		return fmt.Errorf("config snapshot_upload_mibps: must not be negative, got %d", c.SnapshotUploadMiBps)
 	}
 	return nil
 }

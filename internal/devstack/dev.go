@@ -206,6 +206,14 @@ func (d *Dev) Home() string { return d.cfg.Home }
 // Sandbox returns the sandbox engine's URL and root token, for the worker and tests.
 func (d *Dev) Sandbox() (url, rootToken string) { return d.sandboxURL, d.sandboxToken }
 
+// S3 is the snapshot bucket's configuration (the embedded server's, with its credentials, unless
+// an external one was configured), for a worker started separately against this stack.
+func (d *Dev) S3() config.S3 {
+	c := d.s3Config
+	return config.S3{Endpoint: c.Endpoint, Region: c.Region, Bucket: c.Bucket,
+		AccessKey: c.AccessKey, SecretKey: c.SecretKey, PathStyle: c.PathStyle}
+}
+
 // Bootstrap reports what the first start created.
 func (d *Dev) Bootstrap() Bootstrap { return d.boot }
 

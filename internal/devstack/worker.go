@@ -35,7 +35,7 @@ func (d *Dev) startWorker() error {
 	sb := sandbox.NewHTTP(d.sandboxURL, d.sandboxToken, nil)
 	w := worker.New(worker.Options{
 		Temporal: d.Temporal, Store: d.Store, Sandbox: sb, Keys: keys, Template: config.DefaultBoxTemplate,
-		Logger: d.log.With("component", "worker"),
+		Blobs: d.Blobs, Logger: d.log.With("component", "worker"),
 	})
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("worker: %w", err)

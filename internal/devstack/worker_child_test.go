@@ -61,6 +61,7 @@ func workerConfig(d *devstack.Dev) config.Worker {
 	cfg.Temporal.Address = d.URLs().Temporal
 	cfg.Postgres.URL = devstack.DatabaseURL(d)
 	cfg.Sandbox.URL, cfg.Sandbox.Token = d.Sandbox()
+	cfg.S3 = d.S3()
 	cfg.Keyring = filepath.Join(d.Home(), "keys", "master.key") // the dev stack's own key
 	return cfg
 }

@@ -9,7 +9,8 @@ import (
 	"github.com/loomhand/cocoonbox/internal/store/storetest"
 )
 
-// TestSchemaConstraints exercises the tables that have no queries yet, so their constraints are
+// TestSchemaConstraints exercises the constraints in SQL directly (snapshots also through their
+// queries in snapshots_test.go), so they are
 // known to accept the rows the workflows will write and to refuse the ones they must not.
 func TestSchemaConstraints(t *testing.T) {
 	t.Parallel()

@@ -9,6 +9,7 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/loomhand/cocoonbox/internal/config"
+	"github.com/loomhand/cocoonbox/internal/objstore"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/secrets"
 	"github.com/loomhand/cocoonbox/internal/store"
@@ -22,7 +23,7 @@ type Running struct {
 	tc client.Client
 }
 
-// Start validates cfg, connects to everything it names (keyring, PostgreSQL, Temporal, the
+// Start validates cfg, connects to everything it names (keyring, PostgreSQL, Temporal, S3, the
 // sandbox engine) and starts polling. `cocoonbox serve worker` and the tests that run a worker
 // in its own process both start it here.
 func Start(ctx context.Context, cfg config.Worker, logger *slog.Logger) (_ *Running, retErr error) {
@@ -46,9 +47,18 @@ func Start(ctx context.Context, cfg config.Worker, logger *slog.Logger) (_ *Runn
 	if err != nil {
 		return nil, err
 	}
+	blobs, err := objstore.NewS3(ctx, objstore.Config{
+		Endpoint: cfg.S3.Endpoint, Region: cfg.S3.Region, Bucket: cfg.S3.Bucket,
+		AccessKey: cfg.S3.AccessKey, SecretKey: cfg.S3.SecretKey, PathStyle: cfg.S3.PathStyle,
+	}, nil)
+	if err != nil {
+		tc.Close()
+		return nil, fmt.Errorf("s3: %w", err)
+	}
 	w := New(Options{
 		Temporal: tc, Store: st, Sandbox: sandbox.NewHTTP(cfg.Sandbox.URL, cfg.Sandbox.Token, nil),
-		Keys: keys, Template: cfg.Template, Logger: logger.With("component", "worker"),
+		Keys: keys, Template: cfg.Template, Blobs: blobs,
+		UploadRate: int64(cfg.SnapshotUploadMiBps) << 20, Logger: logger.With("component", "worker"),
 	})
 	if err := w.Start(); err != nil {
 		tc.Close()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/activities"
+	"github.com/loomhand/cocoonbox/internal/objstore"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/secrets"
 	"github.com/loomhand/cocoonbox/internal/store"
@@ -28,19 +29,24 @@ type Options struct {
 	Sandbox  sandbox.Client
 	Keys     *secrets.Keyring
 	Template string // the image boxes are claimed from; "base" until the desktop image lands
-	Logger   *slog.Logger
+	Blobs    objstore.Store
+	// UploadRate caps snapshot uploads in bytes per second; 0 is no cap.
+	UploadRate int64
+	Logger     *slog.Logger
 }
 
 // New returns a worker with every workflow and activity registered; the caller starts and stops it.
 func New(opts Options) worker.Worker {
 	w := worker.New(opts.Temporal, workflows.TaskQueue, worker.Options{})
 	w.RegisterWorkflow(workflows.BoxWorkflow)
-	w.RegisterActivity(&activities.Sandbox{
-		Client:   opts.Sandbox,
-		Tokens:   tokens{store.SandboxTokens{Store: opts.Store, Keys: opts.Keys}},
-		Template: opts.Template,
-	})
+	w.RegisterWorkflow(workflows.SnapshotWorkflow)
+	tok := tokens{store.SandboxTokens{Store: opts.Store, Keys: opts.Keys}}
+	w.RegisterActivity(&activities.Sandbox{Client: opts.Sandbox, Tokens: tok, Template: opts.Template})
 	w.RegisterActivity(&activities.Store{Boxes: boxes{opts.Store}})
+	w.RegisterActivity(&activities.Snapshots{
+		Client: opts.Sandbox, Tokens: tok, Blobs: opts.Blobs, Store: snapshots{opts.Store},
+		Template: opts.Template, UploadRate: opts.UploadRate,
+	})
 	return w
 }
 
@@ -75,6 +81,47 @@ func (b boxes) AppendEvent(ctx context.Context, id cocoonbox.BoxID, kind, detail
 		return err
 	}
 	return domainErr(b.st.AppendEvent(ctx, store.Event{Actor: "worker", BoxID: string(id), Action: "box." + kind, Detail: d}))
+}
+
+// snapshots adapts the store to activities.SnapshotStore.
+type snapshots struct{ st *store.Store }
+
+func (s snapshots) BeginSnapshot(ctx context.Context, sn cocoonbox.Snapshot) (cocoonbox.Snapshot, error) {
+	out, err := s.st.BeginSnapshot(ctx, store.NewSnapshot{ID: sn.ID, BoxID: sn.BoxID, ParentID: sn.ParentID, ObjectKey: sn.ObjectKey})
+	return out, domainErr(err)
+}
+
+func (s snapshots) CompleteSnapshot(ctx context.Context, id string, bytes int64, sha256 string, files int64) (cocoonbox.Snapshot, error) {
+	out, err := s.st.CompleteSnapshot(ctx, id, bytes, sha256, files)
+	return out, domainErr(err)
+}
+
+func (s snapshots) FailSnapshot(ctx context.Context, id string) error {
+	return domainErr(s.st.FailSnapshot(ctx, id))
+}
+
+func (s snapshots) SnapshotByID(ctx context.Context, id string) (cocoonbox.Snapshot, error) {
+	out, err := s.st.SnapshotByID(ctx, id)
+	return out, domainErr(err)
+}
+
+func (s snapshots) LatestSnapshot(ctx context.Context, boxID cocoonbox.BoxID) (cocoonbox.Snapshot, error) {
+	out, err := s.st.LatestSnapshot(ctx, boxID)
+	return out, domainErr(err)
+}
+
+func (s snapshots) ListSnapshots(ctx context.Context, boxID cocoonbox.BoxID) ([]cocoonbox.Snapshot, error) {
+	out, err := s.st.ListSnapshots(ctx, boxID)
+	return out, domainErr(err)
+}
+
+func (s snapshots) SnapshotsToPrune(ctx context.Context, boxID cocoonbox.BoxID, keep int) ([]cocoonbox.Snapshot, error) {
+	out, err := s.st.SnapshotsToPrune(ctx, boxID, keep)
+	return out, domainErr(err)
+}
+
+func (s snapshots) DeleteSnapshot(ctx context.Context, id string) error {
+	return domainErr(s.st.DeleteSnapshot(ctx, id))
 }
 
 // storeCodes is the one table from the store's sentinels to domain codes, which the activities

@@ -1,0 +1,250 @@
+package activities
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
+)
+
+// RestoreSnapshotInput asks for a new sandbox for the box whose disk is a snapshot. Attempt is
+// the box's claim attempt, so a retried activity finds what its lost try made.
+type RestoreSnapshotInput struct {
+	BoxID      cocoonbox.BoxID
+	SnapshotID string // "" is the box's newest complete snapshot
+	Size       cocoonbox.Size
+	Attempt    int
+	TTL        time.Duration
+}
+
+// RestoreSnapshotResult is the new sandbox, answering, whose token went to the TokenStore, and
+// the snapshot it was built from.
+type RestoreSnapshotResult struct {
+	SnapshotID string
+	SandboxID  string
+	Deadline   time.Time
+}
+
+// RestoreSnapshot streams a complete snapshot from object storage into the engine as a
+// checkpoint, checking its sha256 on the way, claims a sandbox from it and waits until it
+// answers. The box's current sandbox is not touched (the workflow releases it after the swap), so
+// a failed restore leaves the box as it was. A box with no snapshot is NotFound; a snapshot whose
+// bytes no longer match their checksum is SnapshotCorrupt, naming it.
+func (a *Snapshots) RestoreSnapshot(ctx context.Context, in RestoreSnapshotInput) (RestoreSnapshotResult, error) {
+	if err := in.BoxID.Validate(); err != nil {
+		return RestoreSnapshotResult{}, classify(err)
+	}
+	if in.Attempt < 1 {
+		return RestoreSnapshotResult{}, classify(cocoonbox.Invalid("attempt", "must be at least 1"))
+	}
+	snap, err := a.restorable(ctx, in.BoxID, in.SnapshotID)
+	if err != nil {
+		return RestoreSnapshotResult{}, err // NotFound first: a box with no snapshot needs no porter
+	}
+	porter, err := a.porter()
+	if err != nil {
+		return RestoreSnapshotResult{}, err
+	}
+	size := in.Size
+	if size == "" {
+		size = cocoonbox.DefaultSize
+	}
+	name := snap.ID + "." + strconv.Itoa(in.Attempt)
+
+	// A retry first looks for what its lost try made: the imported checkpoint, and a sandbox
+	// already claimed from it.
+	ck, found, err := a.checkpointNamed(ctx, name)
+	if err != nil {
+		return RestoreSnapshotResult{}, err
+	}
+	if found {
+		got, ok, err := a.adoptFrom(ctx, ck.ID)
+		if err != nil {
+			return RestoreSnapshotResult{}, err
+		}
+		if ok {
+			return a.settle(ctx, in.BoxID, snap.ID, ck.ID, got)
+		}
+	} else {
+		ck, err = a.importSnapshot(ctx, porter, snap, sandbox.PoolKey{Template: a.template(), Net: a.net(), Size: string(size)}, name)
+		if err != nil {
+			return RestoreSnapshotResult{}, err
+		}
+	}
+	got, err := whileHeartbeating(ctx, func(ctx context.Context) (sandbox.Claimed, error) {
+		return a.Client.ClaimFromCheckpoint(ctx, ck.ID, in.TTL)
+	})
+	if err != nil {
+		return RestoreSnapshotResult{}, classify(fmt.Errorf("claim from snapshot %s: %w", snap.ID, err))
+	}
+	return a.settle(ctx, in.BoxID, snap.ID, ck.ID, got)
+}
+
+// settle waits until the restored sandbox answers and only then records its token as the box's:
+// until that moment the box's current sandbox keeps its own token, so a restore that fails
+// leaves the box fully usable. A sandbox that never answers is released.
+func (a *Snapshots) settle(ctx context.Context, boxID cocoonbox.BoxID, snapID, ckID string, got sandbox.Claimed) (RestoreSnapshotResult, error) {
+	readyCtx, cancel := context.WithTimeout(ctx, restoreReadyTimeout)
+	err := waitReady(readyCtx, a.Client, got.SandboxRef, a.PollInterval)
+	cancel()
+	if err != nil {
+		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = a.Client.Release(relCtx, got.SandboxRef)
+		a.dropCheckpoint(ctx, ckID)
+		return RestoreSnapshotResult{}, classify(fmt.Errorf("restore snapshot %s: the new sandbox did not answer: %w", snapID, err))
+	}
+	if err := a.Tokens.PutSandboxToken(ctx, string(boxID), got.ID, got.Token); err != nil {
+		return RestoreSnapshotResult{}, classify(fmt.Errorf("store sandbox token: %w", err))
+	}
+	a.dropCheckpoint(ctx, ckID) // the sandbox has its own copy of the disk
+	return RestoreSnapshotResult{SnapshotID: snapID, SandboxID: got.ID, Deadline: got.Deadline}, nil
+}
+
+// restoreReadyTimeout bounds how long a restored sandbox may take to answer.
+const restoreReadyTimeout = 3 * time.Minute
+
+// restorable finds the snapshot to restore and checks that it can be.
+func (a *Snapshots) restorable(ctx context.Context, boxID cocoonbox.BoxID, id string) (cocoonbox.Snapshot, error) {
+	var snap cocoonbox.Snapshot
+	var err error
+	if id == "" {
+		snap, err = a.Store.LatestSnapshot(ctx, boxID)
+	} else {
+		if err := cocoonbox.ValidateSnapshotID("snapshot_id", id); err != nil {
+			return snap, classify(err)
+		}
+		snap, err = a.Store.SnapshotByID(ctx, id)
+	}
+	switch {
+	case cocoonbox.ErrorCode(err) == cocoonbox.ENotFound && id == "":
+		return snap, newError(ErrTypeNotFound, fmt.Errorf("box %s has no complete snapshot", boxID))
+	case cocoonbox.ErrorCode(err) == cocoonbox.ENotFound:
+		return snap, newError(ErrTypeNotFound, fmt.Errorf("snapshot %s does not exist", id))
+	case err != nil:
+		return snap, classify(fmt.Errorf("read snapshot: %w", err))
+	case snap.BoxID != boxID:
+		// Said as not found: a caller learns nothing about other boxes' snapshots.
+		return snap, newError(ErrTypeNotFound, fmt.Errorf("snapshot %s does not exist", id))
+	case snap.State != cocoonbox.SnapshotComplete:
+		return snap, newError(ErrTypeConflict, fmt.Errorf("snapshot %s is %s, not complete", snap.ID, snap.State))
+	}
+	return snap, nil
+}
+
+// importSnapshot streams the snapshot's object into the engine as checkpoint name, hashing it on
+// the way so a corrupted object is named as such.
+func (a *Snapshots) importSnapshot(ctx context.Context, porter sandbox.DiskPorter, snap cocoonbox.Snapshot, key sandbox.PoolKey, name string) (sandbox.Checkpoint, error) {
+	corrupt := func(format string, args ...any) error {
+		return newError(ErrTypeSnapshotCorrupt, fmt.Errorf("snapshot %s of box %s is corrupt: "+format,
+			append([]any{snap.ID, snap.BoxID}, args...)...))
+	}
+	info, err := a.Blobs.Stat(ctx, snap.ObjectKey)
+	if err != nil {
+		return sandbox.Checkpoint{}, classify(fmt.Errorf("restore snapshot %s: %w", snap.ID, err))
+	}
+	if info.Size != snap.Bytes {
+		return sandbox.Checkpoint{}, corrupt("its object %s holds %d bytes, %d were stored", snap.ObjectKey, info.Size, snap.Bytes)
+	}
+	rc, err := a.Blobs.Get(ctx, snap.ObjectKey)
+	if err != nil {
+		return sandbox.Checkpoint{}, classify(fmt.Errorf("restore snapshot %s: %w", snap.ID, err))
+	}
+	defer func() { _ = rc.Close() }()
+	var read atomic.Int64
+	hr := &hashingReader{r: rc, h: sha256.New(), n: &read}
+	details := func() any { return uploadProgress{Phase: "import", Bytes: read.Load()} }
+	ck, err := withHeartbeats(ctx, details, func(ctx context.Context) (sandbox.Checkpoint, error) {
+		return porter.ImportCheckpointDisk(ctx, hr, sandbox.DiskExport{SHA256: snap.SHA256, Bytes: snap.Bytes}, key, name)
+	})
+	if err == nil {
+		return ck, nil
+	}
+	// Our own hash decides when the whole object went through; the engine's refusal of the
+	// checksum otherwise (it reads to the end before it checks).
+	if hr.eof {
+		if got := hex.EncodeToString(hr.h.Sum(nil)); got != snap.SHA256 {
+			return sandbox.Checkpoint{}, corrupt("its object %s has sha256 %s, %s was stored", snap.ObjectKey, got, snap.SHA256)
+		}
+	}
+	if errors.Is(err, sandbox.ErrInvalid) {
+		return sandbox.Checkpoint{}, corrupt("the engine refused its stream: %v", err)
+	}
+	return sandbox.Checkpoint{}, classify(fmt.Errorf("restore snapshot %s: %w", snap.ID, err))
+}
+
+// checkpointNamed finds the engine checkpoint with name.
+func (a *Snapshots) checkpointNamed(ctx context.Context, name string) (sandbox.Checkpoint, bool, error) {
+	cks, err := a.Client.ListCheckpoints(ctx)
+	if err != nil {
+		return sandbox.Checkpoint{}, false, classify(fmt.Errorf("list checkpoints: %w", err))
+	}
+	for _, ck := range cks {
+		if ck.Name == name {
+			return ck, true, nil
+		}
+	}
+	return sandbox.Checkpoint{}, false, nil
+}
+
+// adoptFrom finds a sandbox already claimed from checkpoint ckID (by a try whose answer was
+// lost) and fetches its token, which takes the engine's root token.
+func (a *Snapshots) adoptFrom(ctx context.Context, ckID string) (sandbox.Claimed, bool, error) {
+	rows, err := a.Client.List(ctx, "")
+	if err != nil {
+		return sandbox.Claimed{}, false, classify(fmt.Errorf("list sandboxes: %w", err))
+	}
+	for _, r := range rows {
+		if r.FromCheckpoint != ckID {
+			continue
+		}
+		full, err := a.Client.Get(ctx, r.ID)
+		if err != nil {
+			return sandbox.Claimed{}, false, classify(fmt.Errorf("adopt sandbox %s: %w", r.ID, err))
+		}
+		return sandbox.Claimed{SandboxRef: sandbox.SandboxRef{ID: full.ID, Token: full.Token},
+			Deadline: full.Deadline, Adopted: true}, true, nil
+	}
+	return sandbox.Claimed{}, false, nil
+}
+
+func (a *Snapshots) template() string {
+	if a.Template == "" {
+		return "base"
+	}
+	return a.Template
+}
+
+func (a *Snapshots) net() string {
+	if a.Net == "" {
+		return sandbox.NetNone
+	}
+	return a.Net
+}
+
+// hashingReader hashes and counts what passes through it and notes the end of the stream.
+type hashingReader struct {
+	r   io.Reader
+	h   hash.Hash
+	n   *atomic.Int64
+	eof bool
+}
+
+func (r *hashingReader) Read(p []byte) (int, error) {
+	k, err := r.r.Read(p)
+	r.h.Write(p[:k])
+	r.n.Add(int64(k))
+	if err == io.EOF {
+		r.eof = true
+	}
+	return k, err
+}

@@ -1,0 +1,449 @@
+package activities
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"sync/atomic"
+	"time"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/objstore"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
+	"github.com/loomhand/cocoonbox/internal/snapshot"
+)
+
+// SnapshotStore is the part of the database the snapshot activities write: one row per snapshot,
+// which is what the API lists and retention ranks. Errors carry cocoonbox codes (ENotFound,
+// EConflict, EInvalid).
+type SnapshotStore interface {
+	// BeginSnapshot records s (ID, BoxID, ParentID, ObjectKey) as uploading; the same snapshot
+	// begun again is returned as it is.
+	BeginSnapshot(ctx context.Context, s cocoonbox.Snapshot) (cocoonbox.Snapshot, error)
+	// CompleteSnapshot records the verified figures and makes the snapshot usable.
+	CompleteSnapshot(ctx context.Context, id string, bytes int64, sha256 string, files int64) (cocoonbox.Snapshot, error)
+	// FailSnapshot marks an unfinished snapshot failed; a complete one is EConflict.
+	FailSnapshot(ctx context.Context, id string) error
+	SnapshotByID(ctx context.Context, id string) (cocoonbox.Snapshot, error)
+	// LatestSnapshot is the box's newest complete snapshot, ENotFound when it has none.
+	LatestSnapshot(ctx context.Context, boxID cocoonbox.BoxID) (cocoonbox.Snapshot, error)
+	// ListSnapshots returns every snapshot row of the box, newest first.
+	ListSnapshots(ctx context.Context, boxID cocoonbox.BoxID) ([]cocoonbox.Snapshot, error)
+	// SnapshotsToPrune returns what retention removes: failed rows, and complete unpinned ones
+	// older than the newest keep (at least 1) complete ones.
+	SnapshotsToPrune(ctx context.Context, boxID cocoonbox.BoxID, keep int) ([]cocoonbox.Snapshot, error)
+	DeleteSnapshot(ctx context.Context, id string) error
+}
+
+// Snapshots holds the activities that move a box's disk between the engine and object storage.
+// Snapshot bytes flow engine → worker → S3 (and back) as streams; only IDs, sizes and checksums
+// ever reach a workflow.
+type Snapshots struct {
+	Client sandbox.Client // must also be a sandbox.DiskPorter (the local engine is)
+	Tokens TokenStore
+	Blobs  objstore.Store
+	Store  SnapshotStore
+	// Template and Net are the pool key a restored box gets, as for a claim (see Sandbox).
+	Template string
+	Net      string
+	// PollInterval is how often a restored sandbox is probed until it answers; 0 is half a second.
+	PollInterval time.Duration
+	// UploadRate caps the upload in bytes per second, so a snapshot does not starve the node's
+	// uplink; 0 is no cap.
+	UploadRate int64
+}
+
+// SnapshotObjectKey is where a snapshot's stream lives in the bucket; its manifest sits beside it
+// under SnapshotManifestKey.
+func SnapshotObjectKey(boxID cocoonbox.BoxID, snapshotID string) string {
+	return "boxes/" + string(boxID) + "/snapshots/" + snapshotID + ".tar.zst"
+}
+
+// SnapshotManifestKey is where a snapshot's manifest (JSON) lives in the bucket.
+func SnapshotManifestKey(boxID cocoonbox.BoxID, snapshotID string) string {
+	return "boxes/" + string(boxID) + "/snapshots/" + snapshotID + ".json"
+}
+
+// BeginSnapshotInput names the snapshot to start; the workflow chose its ID.
+type BeginSnapshotInput struct {
+	BoxID      cocoonbox.BoxID
+	SnapshotID string
+}
+
+// UploadSnapshotInput names the snapshot and the sandbox whose disk it captures.
+type UploadSnapshotInput struct {
+	BoxID      cocoonbox.BoxID
+	SnapshotID string
+	SandboxID  string
+}
+
+// UploadSnapshotResult is what was stored and verified.
+type UploadSnapshotResult struct {
+	Bytes  int64
+	SHA256 string
+	Files  int64
+}
+
+// CompleteSnapshotInput records a verified upload.
+type CompleteSnapshotInput struct {
+	SnapshotID string
+	UploadSnapshotResult
+}
+
+// SnapshotRef names one snapshot of a box.
+type SnapshotRef struct {
+	BoxID      cocoonbox.BoxID
+	SnapshotID string
+}
+
+// PruneSnapshotsInput says what to remove: the snapshots retention gives up (Keep newest, at
+// least 1, plus pinned), or with All every snapshot of a box being purged.
+type PruneSnapshotsInput struct {
+	BoxID cocoonbox.BoxID
+	Keep  int
+	All   bool
+}
+
+// PruneSnapshotsResult lists the snapshots whose objects and rows are gone.
+type PruneSnapshotsResult struct {
+	Deleted []string
+}
+
+// uploadProgress is the heartbeat detail of UploadSnapshot and the read side of RestoreSnapshot.
+type uploadProgress struct {
+	Phase string // "upload", "verify" or "import"
+	Bytes int64
+}
+
+// BeginSnapshot records the snapshot as uploading, with the box's newest complete snapshot as its
+// parent. A retry finds its own row and returns it.
+func (a *Snapshots) BeginSnapshot(ctx context.Context, in BeginSnapshotInput) (cocoonbox.Snapshot, error) {
+	if err := validateSnapshotRef(in.BoxID, in.SnapshotID); err != nil {
+		return cocoonbox.Snapshot{}, err
+	}
+	if s, err := a.Store.SnapshotByID(ctx, in.SnapshotID); err == nil {
+		if s.BoxID != in.BoxID {
+			return cocoonbox.Snapshot{}, classify(&cocoonbox.Error{Code: cocoonbox.EConflict,
+				Message: fmt.Sprintf("snapshot %s belongs to box %s", in.SnapshotID, s.BoxID)})
+		}
+		return s, nil
+	} else if cocoonbox.ErrorCode(err) != cocoonbox.ENotFound {
+		return cocoonbox.Snapshot{}, classify(fmt.Errorf("read snapshot %s: %w", in.SnapshotID, err))
+	}
+	parent := ""
+	switch latest, err := a.Store.LatestSnapshot(ctx, in.BoxID); {
+	case err == nil:
+		parent = latest.ID
+	case cocoonbox.ErrorCode(err) != cocoonbox.ENotFound:
+		return cocoonbox.Snapshot{}, classify(fmt.Errorf("read latest snapshot of box %s: %w", in.BoxID, err))
+	}
+	s, err := a.Store.BeginSnapshot(ctx, cocoonbox.Snapshot{
+		ID: in.SnapshotID, BoxID: in.BoxID, ParentID: parent,
+		ObjectKey: SnapshotObjectKey(in.BoxID, in.SnapshotID),
+	})
+	if err != nil {
+		return cocoonbox.Snapshot{}, classify(fmt.Errorf("begin snapshot %s: %w", in.SnapshotID, err))
+	}
+	return s, nil
+}
+
+// UploadSnapshot checkpoints the sandbox (a copy taken while the box keeps running, so the disk
+// is coherent without pausing anyone), streams the checkpoint's disk from the engine straight
+// into a multipart upload, reads the object back to verify its sha256, and writes the manifest
+// beside it. It starts clean every time: a killed attempt's multipart upload is aborted and its
+// checkpoint deleted first, so a retried snapshot is uploaded exactly once.
+func (a *Snapshots) UploadSnapshot(ctx context.Context, in UploadSnapshotInput) (UploadSnapshotResult, error) {
+	if err := validateSnapshotRef(in.BoxID, in.SnapshotID); err != nil {
+		return UploadSnapshotResult{}, err
+	}
+	porter, err := a.porter()
+	if err != nil {
+		return UploadSnapshotResult{}, err
+	}
+	key := SnapshotObjectKey(in.BoxID, in.SnapshotID)
+	if _, err := a.Blobs.AbortIncomplete(ctx, key, 0); err != nil {
+		return UploadSnapshotResult{}, classify(fmt.Errorf("abort earlier uploads of %s: %w", key, err))
+	}
+	ref, err := sandboxRef(ctx, a.Tokens, in.BoxID, in.SandboxID)
+	if err != nil {
+		return UploadSnapshotResult{}, err
+	}
+	if err := a.deleteCheckpoints(ctx, in.SnapshotID); err != nil {
+		return UploadSnapshotResult{}, err
+	}
+	ck, err := whileHeartbeating(ctx, func(ctx context.Context) (sandbox.Checkpoint, error) {
+		return a.Client.Checkpoint(ctx, ref, in.SnapshotID)
+	})
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return UploadSnapshotResult{}, gone(fmt.Errorf("checkpoint sandbox %s: %w", in.SandboxID, err))
+	}
+	if err != nil {
+		return UploadSnapshotResult{}, classify(fmt.Errorf("checkpoint sandbox %s: %w", in.SandboxID, err))
+	}
+	defer a.dropCheckpoint(ctx, ck.ID)
+
+	var progress atomic.Int64
+	phase := atomic.Pointer[string]{}
+	setPhase := func(p string) { phase.Store(&p) }
+	setPhase("upload")
+	details := func() any { return uploadProgress{Phase: *phase.Load(), Bytes: progress.Load()} }
+	return withHeartbeats(ctx, details, func(ctx context.Context) (UploadSnapshotResult, error) {
+		ex, err := a.upload(ctx, porter, ck.ID, key, &progress)
+		if err != nil {
+			return UploadSnapshotResult{}, err
+		}
+		setPhase("verify")
+		progress.Store(0)
+		if err := a.verify(ctx, key, ex, &progress); err != nil {
+			return UploadSnapshotResult{}, err
+		}
+		m := snapshot.Manifest{
+			Version: snapshot.FormatVersion, SnapshotID: in.SnapshotID, BoxID: string(in.BoxID),
+			Created: ck.CreatedAt, Bytes: ex.Bytes, SHA256: ex.SHA256, Files: ex.Files,
+		}
+		if s, err := a.Store.SnapshotByID(ctx, in.SnapshotID); err == nil {
+			m.ParentID = s.ParentID
+		}
+		body, err := json.MarshalIndent(m, "", "  ")
+		if err != nil {
+			return UploadSnapshotResult{}, classify(err)
+		}
+		mkey := SnapshotManifestKey(in.BoxID, in.SnapshotID)
+		if err := a.Blobs.Put(ctx, mkey, bytes.NewReader(body), int64(len(body))); err != nil {
+			return UploadSnapshotResult{}, classify(fmt.Errorf("store manifest %s: %w", mkey, err))
+		}
+		return UploadSnapshotResult{Bytes: ex.Bytes, SHA256: ex.SHA256, Files: ex.Files}, nil
+	})
+}
+
+// upload pipes the engine's export of checkpoint ckID into the object at key.
+func (a *Snapshots) upload(ctx context.Context, porter sandbox.DiskPorter, ckID, key string, progress *atomic.Int64) (sandbox.DiskExport, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pr, pw := io.Pipe()
+	type exported struct {
+		sum sandbox.DiskExport
+		err error
+	}
+	done := make(chan exported, 1)
+	go func() {
+		sum, err := porter.ExportCheckpointDisk(ctx, ckID, pw)
+		// The export checks the stream against the engine's trailers only at its end, so a bad
+		// stream fails the upload's last read and the upload is aborted, never completed.
+		_ = pw.CloseWithError(err)
+		done <- exported{sum, err}
+	}()
+	res, upErr := a.Blobs.Upload(ctx, key, throttle(ctx, pr, a.UploadRate), objstore.UploadOptions{
+		OnProgress: progress.Store,
+	})
+	_ = pr.CloseWithError(errors.New("upload ended")) // unblocks the export if the upload failed
+	cancel()
+	ex := <-done
+	switch {
+	case ex.err != nil:
+		return sandbox.DiskExport{}, classify(fmt.Errorf("export checkpoint %s: %w", ckID, ex.err))
+	case upErr != nil:
+		return sandbox.DiskExport{}, classify(fmt.Errorf("upload snapshot: %w", upErr))
+	case res.Size != ex.sum.Bytes:
+		return sandbox.DiskExport{}, classify(fmt.Errorf("upload snapshot %s: stored %d bytes of %d", key, res.Size, ex.sum.Bytes))
+	}
+	return ex.sum, nil
+}
+
+// verify reads the stored object back and compares it with what the engine exported: nothing is
+// called complete on the strength of a 200 alone. A mismatch deletes the object and is retried.
+func (a *Snapshots) verify(ctx context.Context, key string, want sandbox.DiskExport, progress *atomic.Int64) error {
+	rc, err := a.Blobs.Get(ctx, key)
+	if err != nil {
+		return classify(fmt.Errorf("verify snapshot %s: %w", key, err))
+	}
+	defer func() { _ = rc.Close() }()
+	h := sha256.New()
+	n, err := io.Copy(h, &countingReader{r: rc, n: progress})
+	if err != nil {
+		return classify(fmt.Errorf("verify snapshot %s: %w", key, err))
+	}
+	if got := hex.EncodeToString(h.Sum(nil)); got != want.SHA256 || n != want.Bytes {
+		_ = a.Blobs.Delete(context.WithoutCancel(ctx), key)
+		return classify(fmt.Errorf("verify snapshot %s: stored %d bytes with sha256 %s, uploaded %d with %s",
+			key, n, got, want.Bytes, want.SHA256))
+	}
+	return nil
+}
+
+// CompleteSnapshot marks the snapshot complete with its verified figures.
+func (a *Snapshots) CompleteSnapshot(ctx context.Context, in CompleteSnapshotInput) (cocoonbox.Snapshot, error) {
+	s, err := a.Store.CompleteSnapshot(ctx, in.SnapshotID, in.Bytes, in.SHA256, in.Files)
+	if err != nil {
+		return cocoonbox.Snapshot{}, classify(fmt.Errorf("complete snapshot %s: %w", in.SnapshotID, err))
+	}
+	return s, nil
+}
+
+// FailSnapshot gives up an unfinished snapshot: its incomplete uploads are aborted, whatever it
+// stored is deleted and its row marked failed. A snapshot that completed is left alone, so a
+// late failure report can never destroy a good snapshot.
+func (a *Snapshots) FailSnapshot(ctx context.Context, in SnapshotRef) error {
+	if err := validateSnapshotRef(in.BoxID, in.SnapshotID); err != nil {
+		return err
+	}
+	s, err := a.Store.SnapshotByID(ctx, in.SnapshotID)
+	switch {
+	case cocoonbox.ErrorCode(err) == cocoonbox.ENotFound:
+		return nil // never begun
+	case err != nil:
+		return classify(fmt.Errorf("read snapshot %s: %w", in.SnapshotID, err))
+	case s.State == cocoonbox.SnapshotComplete:
+		return nil
+	}
+	if err := a.deleteObjects(ctx, in.BoxID, in.SnapshotID); err != nil {
+		return err
+	}
+	if err := a.deleteCheckpoints(ctx, in.SnapshotID); err != nil {
+		return err
+	}
+	if err := a.Store.FailSnapshot(ctx, in.SnapshotID); err != nil {
+		return classify(fmt.Errorf("fail snapshot %s: %w", in.SnapshotID, err))
+	}
+	return nil
+}
+
+// PruneSnapshots deletes the objects, then the rows, of the snapshots retention gives up (or of
+// all of a box's snapshots). Objects go first: a crash in between leaves a row whose object is
+// gone, which the next prune finishes, never an object nobody knows about.
+func (a *Snapshots) PruneSnapshots(ctx context.Context, in PruneSnapshotsInput) (PruneSnapshotsResult, error) {
+	if err := in.BoxID.Validate(); err != nil {
+		return PruneSnapshotsResult{}, classify(err)
+	}
+	var victims []cocoonbox.Snapshot
+	var err error
+	if in.All {
+		victims, err = a.Store.ListSnapshots(ctx, in.BoxID)
+	} else {
+		victims, err = a.Store.SnapshotsToPrune(ctx, in.BoxID, in.Keep)
+	}
+	if err != nil {
+		return PruneSnapshotsResult{}, classify(fmt.Errorf("list snapshots of box %s: %w", in.BoxID, err))
+	}
+	var out PruneSnapshotsResult
+	for _, s := range victims {
+		if err := a.deleteObjects(ctx, in.BoxID, s.ID); err != nil {
+			return out, err
+		}
+		if err := a.Store.DeleteSnapshot(ctx, s.ID); err != nil && cocoonbox.ErrorCode(err) != cocoonbox.ENotFound {
+			return out, classify(fmt.Errorf("delete snapshot %s: %w", s.ID, err))
+		}
+		out.Deleted = append(out.Deleted, s.ID)
+	}
+	return out, nil
+}
+
+// deleteObjects removes a snapshot's object, manifest and any incomplete upload of it.
+func (a *Snapshots) deleteObjects(ctx context.Context, boxID cocoonbox.BoxID, id string) error {
+	key := SnapshotObjectKey(boxID, id)
+	if _, err := a.Blobs.AbortIncomplete(ctx, key, 0); err != nil {
+		return classify(fmt.Errorf("abort uploads of %s: %w", key, err))
+	}
+	for _, k := range []string{key, SnapshotManifestKey(boxID, id)} {
+		if err := a.Blobs.Delete(ctx, k); err != nil && !errors.Is(err, objstore.ErrNotFound) {
+			return classify(fmt.Errorf("delete %s: %w", k, err))
+		}
+	}
+	return nil
+}
+
+// porter is the engine's disk export ability, which snapshots need.
+func (a *Snapshots) porter() (sandbox.DiskPorter, error) {
+	p, ok := a.Client.(sandbox.DiskPorter)
+	if !ok {
+		return nil, newError(ErrTypeInvalidArgument, errors.New("the sandbox engine cannot export or import a box's disk, so it cannot snapshot"))
+	}
+	return p, nil
+}
+
+// deleteCheckpoints removes the engine checkpoints named name: what an attempt killed before its
+// cleanup left behind.
+func (a *Snapshots) deleteCheckpoints(ctx context.Context, name string) error {
+	cks, err := a.Client.ListCheckpoints(ctx)
+	if err != nil {
+		return classify(fmt.Errorf("list checkpoints: %w", err))
+	}
+	for _, ck := range cks {
+		if ck.Name != name {
+			continue
+		}
+		if err := a.Client.DeleteCheckpoint(ctx, ck.ID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+			return classify(fmt.Errorf("delete checkpoint %s: %w", ck.ID, err))
+		}
+	}
+	return nil
+}
+
+// dropCheckpoint deletes a checkpoint that served its purpose, even when ctx has ended; a failure
+// is left for the next attempt's deleteCheckpoints.
+func (a *Snapshots) dropCheckpoint(ctx context.Context, id string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+	defer cancel()
+	_ = a.Client.DeleteCheckpoint(ctx, id)
+}
+
+func validateSnapshotRef(boxID cocoonbox.BoxID, snapshotID string) error {
+	if err := boxID.Validate(); err != nil {
+		return classify(err)
+	}
+	if err := cocoonbox.ValidateSnapshotID("snapshot_id", snapshotID); err != nil {
+		return classify(err)
+	}
+	return nil
+}
+
+// countingReader adds what passes through it to n.
+type countingReader struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	k, err := c.r.Read(p)
+	c.n.Add(int64(k))
+	return k, err
+}
+
+// throttle caps r at rate bytes per second (0: r itself), sleeping in small steps so a
+// cancelled ctx ends it promptly.
+func throttle(ctx context.Context, r io.Reader, rate int64) io.Reader {
+	if rate <= 0 {
+		return r
+	}
+	return &throttled{ctx: ctx, r: r, rate: rate, start: time.Now()}
+}
+
+type throttled struct {
+	ctx   context.Context
+	r     io.Reader
+	rate  int64
+	start time.Time
+	n     int64
+}
+
+func (t *throttled) Read(p []byte) (int, error) {
+	if chunk := max(t.rate/10, 1); int64(len(p)) > chunk {
+		p = p[:chunk] // a tenth of a second's worth at a time keeps the pace even
+	}
+	k, err := t.r.Read(p)
+	t.n += int64(k)
+	due := t.start.Add(time.Duration(float64(t.n) / float64(t.rate) * float64(time.Second)))
+	if d := time.Until(due); d > 0 {
+		select {
+		case <-t.ctx.Done():
+			return k, t.ctx.Err()
+		case <-time.After(d):
+		}
+	}
+	return k, err
+}

@@ -1,0 +1,237 @@
+package store
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	"github.com/loomhand/cocoonbox"
+)
+
+// NewSnapshot is what BeginSnapshot needs. The ID and object key are chosen by the caller (the
+// snapshot activity), which is what makes a retried begin recognizable.
+type NewSnapshot struct {
+	ID        string
+	BoxID     cocoonbox.BoxID
+	ParentID  string // the snapshot this one is layered on; empty for none
+	ObjectKey string
+}
+
+// The checksum is stored as 32 bytes and read back as lowercase hex, the form the domain type
+// carries. Figures are NULL until complete and read as zero.
+const snapshotColumns = `id, box_id, coalesce(parent_id, ''), state, object_key, coalesce(bytes, 0),
+	coalesce(encode(sha256, 'hex'), ''), coalesce(file_count, 0), pinned, created_at`
+
+func scanSnapshot(row interface{ Scan(...any) error }, s *cocoonbox.Snapshot) error {
+	return row.Scan(&s.ID, &s.BoxID, &s.ParentID, &s.State, &s.ObjectKey, &s.Bytes,
+		&s.SHA256, &s.Files, &s.Pinned, &s.CreatedAt)
+}
+
+// BeginSnapshot adds a snapshot in state uploading. It is idempotent, because the activity that
+// uploads may run more than once: beginning an ID that exists with the same box, parent and
+// object key returns the existing row unchanged, whatever its state. The same ID with other
+// fields is ErrConflict, and so is an object key another snapshot uses. An unknown box or parent
+// is ErrNotFound; a missing ID, box or object key is ErrInvalid, also matching the
+// *cocoonbox.Error that names the field.
+func (q *Queries) BeginSnapshot(ctx context.Context, ns NewSnapshot) (cocoonbox.Snapshot, error) {
+	for _, f := range []struct{ name, value string }{
+		{"id", ns.ID}, {"box_id", string(ns.BoxID)}, {"object_key", ns.ObjectKey},
+	} {
+		if f.value == "" {
+			return cocoonbox.Snapshot{}, fmt.Errorf("begin snapshot %s: %w: %w", ns.ID, ErrInvalid, cocoonbox.Invalid(f.name, "is required"))
+		}
+	}
+	var s cocoonbox.Snapshot
+	// ON CONFLICT names the primary key only, so a taken object key still fails as a unique
+	// violation, while a repeated ID returns no row and is compared below.
+	err := scanSnapshot(q.db.QueryRow(ctx,
+		`INSERT INTO snapshots (id, box_id, parent_id, state, object_key)
+		 VALUES ($1, $2, NULLIF($3, ''), 'uploading', $4)
+		 ON CONFLICT (id) DO NOTHING RETURNING `+snapshotColumns,
+		ns.ID, ns.BoxID, ns.ParentID, ns.ObjectKey,
+	), &s)
+	if err == nil {
+		return s, nil
+	}
+	if err = mapErr(err); !errors.Is(err, ErrNotFound) {
+		return cocoonbox.Snapshot{}, fmt.Errorf("begin snapshot %s: %w", ns.ID, err)
+	}
+	s, err = q.SnapshotByID(ctx, ns.ID)
+	if err != nil {
+		return cocoonbox.Snapshot{}, fmt.Errorf("begin snapshot %s: %w", ns.ID, err)
+	}
+	if s.BoxID != ns.BoxID || s.ParentID != ns.ParentID || s.ObjectKey != ns.ObjectKey {
+		return cocoonbox.Snapshot{}, fmt.Errorf("begin snapshot %s: %w: the ID is taken by a snapshot with other fields", ns.ID, ErrConflict)
+	}
+	return s, nil
+}
+
+// CompleteSnapshot records that snapshot id is uploaded and verified, with its size, checksum
+// (64 hex digits, either case) and file count. Completing a complete snapshot with the same
+// figures returns it unchanged, so a retried activity succeeds; other figures, or a failed
+// snapshot, are ErrConflict. An unknown snapshot is ErrNotFound; a malformed checksum or a
+// negative figure is ErrInvalid, also matching the *cocoonbox.Error that names the field.
+func (q *Queries) CompleteSnapshot(ctx context.Context, id string, bytes int64, sha256Hex string, files int64) (cocoonbox.Snapshot, error) {
+	sum, err := hex.DecodeString(sha256Hex)
+	switch {
+	case err != nil || len(sum) != 32:
+		err = cocoonbox.Invalid("sha256", "must be 64 hex digits")
+	case bytes < 0:
+		err = cocoonbox.Invalid("bytes", "must not be negative")
+	case files < 0:
+		err = cocoonbox.Invalid("files", "must not be negative")
+	}
+	if err != nil {
+		return cocoonbox.Snapshot{}, fmt.Errorf("complete snapshot %s: %w: %w", id, ErrInvalid, err)
+	}
+	var s cocoonbox.Snapshot
+	err = scanSnapshot(q.db.QueryRow(ctx,
+		`UPDATE snapshots SET state = 'complete', bytes = $2, sha256 = $3, file_count = $4
+		 WHERE id = $1 AND state = 'uploading' RETURNING `+snapshotColumns,
+		id, bytes, sum, files,
+	), &s)
+	if err == nil {
+		return s, nil
+	}
+	if err = mapErr(err); !errors.Is(err, ErrNotFound) {
+		return cocoonbox.Snapshot{}, fmt.Errorf("complete snapshot %s: %w", id, err)
+	}
+	// Nothing was uploading under id: it is unknown, or already complete or failed.
+	s, err = q.SnapshotByID(ctx, id)
+	switch {
+	case err != nil:
+		return cocoonbox.Snapshot{}, fmt.Errorf("complete snapshot %s: %w", id, err)
+	case s.State != cocoonbox.SnapshotComplete:
+		return cocoonbox.Snapshot{}, fmt.Errorf("complete snapshot %s: %w: it is %s", id, ErrConflict, s.State)
+	case s.Bytes != bytes || s.SHA256 != hex.EncodeToString(sum) || s.Files != files:
+		return cocoonbox.Snapshot{}, fmt.Errorf("complete snapshot %s: %w: it is complete with other figures", id, ErrConflict)
+	}
+	return s, nil
+}
+
+// FailSnapshot records that snapshot id's upload was abandoned, so retention can remove the row
+// and whatever part of the object was written. Failing a failed snapshot does nothing. A complete
+// snapshot is never marked failed (ErrConflict): a retry that gives up after an earlier attempt
+// completed must not lose a good snapshot. An unknown snapshot is ErrNotFound.
+func (q *Queries) FailSnapshot(ctx context.Context, id string) error {
+	tag, err := q.db.Exec(ctx, `UPDATE snapshots SET state = 'failed' WHERE id = $1 AND state = 'uploading'`, id)
+	if err != nil {
+		return fmt.Errorf("fail snapshot %s: %w", id, mapErr(err))
+	}
+	if tag.RowsAffected() > 0 {
+		return nil
+	}
+	s, err := q.SnapshotByID(ctx, id)
+	switch {
+	case err != nil:
+		return fmt.Errorf("fail snapshot %s: %w", id, err)
+	case s.State == cocoonbox.SnapshotComplete:
+		return fmt.Errorf("fail snapshot %s: %w: it is complete", id, ErrConflict)
+	}
+	return nil
+}
+
+// SnapshotByID returns the snapshot with id, in any state, or ErrNotFound.
+func (q *Queries) SnapshotByID(ctx context.Context, id string) (cocoonbox.Snapshot, error) {
+	var s cocoonbox.Snapshot
+	if err := scanSnapshot(q.db.QueryRow(ctx, `SELECT `+snapshotColumns+` FROM snapshots WHERE id = $1`, id), &s); err != nil {
+		return cocoonbox.Snapshot{}, fmt.Errorf("snapshot %s: %w", id, mapErr(err))
+	}
+	return s, nil
+}
+
+// ListSnapshots returns every snapshot of boxID in any state, newest first; none is an empty
+// list, not an error.
+func (q *Queries) ListSnapshots(ctx context.Context, boxID cocoonbox.BoxID) ([]cocoonbox.Snapshot, error) {
+	snaps, err := q.listSnapshots(ctx,
+		`SELECT `+snapshotColumns+` FROM snapshots WHERE box_id = $1 ORDER BY created_at DESC, id DESC`, boxID)
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots of box %s: %w", boxID, err)
+	}
+	return snaps, nil
+}
+
+// LatestSnapshot returns boxID's newest complete snapshot, the one a wake restores, or
+// ErrNotFound when it has none; snapshots still uploading or failed are never returned.
+func (q *Queries) LatestSnapshot(ctx context.Context, boxID cocoonbox.BoxID) (cocoonbox.Snapshot, error) {
+	var s cocoonbox.Snapshot
+	err := scanSnapshot(q.db.QueryRow(ctx,
+		`SELECT `+snapshotColumns+` FROM snapshots WHERE box_id = $1 AND state = 'complete'
+		 ORDER BY created_at DESC, id DESC LIMIT 1`, boxID,
+	), &s)
+	if err != nil {
+		return cocoonbox.Snapshot{}, fmt.Errorf("latest snapshot of box %s: %w", boxID, mapErr(err))
+	}
+	return s, nil
+}
+
+// SetSnapshotPinned pins snapshot id, so retention keeps it, or unpins it. An unknown snapshot
+// is ErrNotFound.
+func (q *Queries) SetSnapshotPinned(ctx context.Context, id string, pinned bool) error {
+	// RETURNING turns "no such row" into the error that mapErr knows as ErrNotFound.
+	var got string
+	if err := q.db.QueryRow(ctx, `UPDATE snapshots SET pinned = $2 WHERE id = $1 RETURNING id`, id, pinned).Scan(&got); err != nil {
+		return fmt.Errorf("set snapshot %s pinned: %w", id, mapErr(err))
+	}
+	return nil
+}
+
+// DeleteSnapshot removes snapshot id's row in any state; snapshots layered on it keep existing
+// with no parent. Deleting the object is the caller's business, and should come first, so that
+// no object outlives its row unnoticed. An unknown snapshot is ErrNotFound.
+func (q *Queries) DeleteSnapshot(ctx context.Context, id string) error {
+	var got string
+	if err := q.db.QueryRow(ctx, `DELETE FROM snapshots WHERE id = $1 RETURNING id`, id).Scan(&got); err != nil {
+		return fmt.Errorf("delete snapshot %s: %w", id, mapErr(err))
+	}
+	return nil
+}
+
+// snapshotsToPrune ranks complete snapshots by recency alone: a pinned one among the newest $2
+// takes up a slot. So the kept set is "the newest N, plus any pinned", never more than N
+// unpinned ones. Failed rows go whether pinned or not, since they hold nothing to restore.
+const snapshotsToPrune = `
+WITH kept AS (
+    SELECT id FROM snapshots WHERE box_id = $1 AND state = 'complete'
+    ORDER BY created_at DESC, id DESC LIMIT $2
+)
+SELECT ` + snapshotColumns + ` FROM snapshots
+WHERE box_id = $1 AND (
+    state = 'failed' OR
+    (state = 'complete' AND NOT pinned AND id NOT IN (SELECT id FROM kept)))
+ORDER BY created_at, id`
+
+// SnapshotsToPrune returns what retention removes from boxID, oldest first: failed snapshots, and
+// complete ones that are neither pinned nor among the newest keep complete ones (pinned ones
+// count among those). keep below 1 counts as 1, so the newest complete snapshot, which a wake
+// needs, is never returned; nor is a snapshot still uploading.
+func (q *Queries) SnapshotsToPrune(ctx context.Context, boxID cocoonbox.BoxID, keep int) ([]cocoonbox.Snapshot, error) {
+	snaps, err := q.listSnapshots(ctx, snapshotsToPrune, boxID, max(keep, 1))
+	if err != nil {
+		return nil, fmt.Errorf("list snapshots to prune of box %s: %w", boxID, err)
+	}
+	return snaps, nil
+}
+
+// listSnapshots runs a query for snapshot rows; errors are mapped and left for the caller to
+// name.
+func (q *Queries) listSnapshots(ctx context.Context, sql string, args ...any) ([]cocoonbox.Snapshot, error) {
+	rows, err := q.db.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, mapErr(err)
+	}
+	defer rows.Close()
+	snaps := []cocoonbox.Snapshot{}
+	for rows.Next() {
+		var s cocoonbox.Snapshot
+		if err := scanSnapshot(rows, &s); err != nil {
+			return nil, mapErr(err)
+		}
+		snaps = append(snaps, s)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, mapErr(err)
+	}
+	return snaps, nil
+}

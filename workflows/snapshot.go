@@ -1,0 +1,216 @@
+package workflows
+
+import (
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/activities"
+)
+
+var snapActs *activities.Snapshots
+
+// SnapshotWorkflow takes one snapshot of a box's sandbox (ID SnapshotWorkflowID), as a child of
+// the box workflow: it records the snapshot as uploading, streams the disk to object storage,
+// verifies it, records it complete and applies retention. Nothing is complete before it is
+// verified; a snapshot that cannot be finished is cleaned up and marked failed, and earlier
+// snapshots are never touched by a failure.
+func SnapshotWorkflow(ctx workflow.Context, in SnapshotWorkflowInput) (SnapshotWorkflowResult, error) {
+	var out SnapshotWorkflowResult
+	if err := in.BoxID.Validate(); err != nil {
+		return out, temporal.NewNonRetryableApplicationError(err.Error(), activities.ErrTypeInvalidArgument, err)
+	}
+	if err := cocoonbox.ValidateSnapshotID("snapshot_id", in.SnapshotID); err != nil {
+		return out, temporal.NewNonRetryableApplicationError(err.Error(), activities.ErrTypeInvalidArgument, err)
+	}
+	ref := activities.SnapshotRef{BoxID: in.BoxID, SnapshotID: in.SnapshotID}
+	err := workflow.ExecuteActivity(storeOptions(ctx), snapActs.BeginSnapshot, activities.BeginSnapshotInput{
+		BoxID: in.BoxID, SnapshotID: in.SnapshotID,
+	}).Get(ctx, &out.Snapshot)
+	if err != nil {
+		return out, err
+	}
+	var up activities.UploadSnapshotResult
+	err = workflow.ExecuteActivity(streamOptions(ctx), snapActs.UploadSnapshot, activities.UploadSnapshotInput{
+		BoxID: in.BoxID, SnapshotID: in.SnapshotID, SandboxID: in.SandboxID,
+	}).Get(ctx, &up)
+	if err == nil {
+		err = workflow.ExecuteActivity(storeOptions(ctx), snapActs.CompleteSnapshot, activities.CompleteSnapshotInput{
+			SnapshotID: in.SnapshotID, UploadSnapshotResult: up,
+		}).Get(ctx, &out.Snapshot)
+	}
+	if err != nil {
+		// Cleaned up even when the snapshot was cancelled, on a context the cancel does not reach.
+		dctx, _ := workflow.NewDisconnectedContext(ctx)
+		if ferr := workflow.ExecuteActivity(cleanupOptions(dctx), snapActs.FailSnapshot, ref).Get(dctx, nil); ferr != nil {
+			workflow.GetLogger(ctx).Error("clean up failed snapshot", "snapshot", in.SnapshotID, "error", ferr)
+		}
+		return out, err
+	}
+	// Retention is housekeeping: the snapshot is complete whether or not it succeeds now, and the
+	// next snapshot prunes again.
+	var pruned activities.PruneSnapshotsResult
+	err = workflow.ExecuteActivity(cleanupOptions(ctx), snapActs.PruneSnapshots, activities.PruneSnapshotsInput{
+		BoxID: in.BoxID, Keep: in.Keep,
+	}).Get(ctx, &pruned)
+	if err != nil {
+		workflow.GetLogger(ctx).Warn("apply snapshot retention", "box", in.BoxID, "error", err)
+	}
+	out.Pruned = pruned.Deleted
+	return out, nil
+}
+
+// snapshot is the snapshot update: it streams the box's disk to object storage and answers the
+// verified snapshot. The box stays usable meanwhile (state snapshotting).
+func (w *box) snapshot(ctx workflow.Context, _ SnapshotInput) (SnapshotResult, error) {
+	var res SnapshotResult
+	st, err := w.operate(ctx, true, func(ctx workflow.Context) error {
+		if err := w.allowed(UpdateSnapshot); err != nil {
+			return err
+		}
+		out, err := w.snapshotLocked(ctx)
+		res.Snapshot, res.Pruned = out.Snapshot, out.Pruned
+		return err
+	})
+	res.Status = st
+	return res, err
+}
+
+// snapshotLocked runs the snapshot child workflow for the box's sandbox. A hibernated box is
+// snapshotted too: the engine wakes it for the checkpoint, so it is hibernated again after.
+func (w *box) snapshotLocked(ctx workflow.Context) (SnapshotWorkflowResult, error) {
+	var out SnapshotWorkflowResult
+	before := w.st.State
+	if before != cocoonbox.BoxStateRunning && before != cocoonbox.BoxStateHibernated {
+		return out, transitionError(UpdateSnapshot, "a box that is "+string(before))
+	}
+	if w.st.SandboxID == "" {
+		return out, transitionError(UpdateSnapshot, "a box whose sandbox is gone (wake it first)")
+	}
+	var id string
+	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return cocoonbox.NewSnapshotID() }).Get(&id); err != nil {
+		return out, err
+	}
+	w.setState(ctx, cocoonbox.BoxStateSnapshotting)
+	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
+		WorkflowID: SnapshotWorkflowID(id),
+		TaskQueue:  TaskQueue,
+	})
+	err := workflow.ExecuteChildWorkflow(cctx, SnapshotWorkflow, SnapshotWorkflowInput{
+		BoxID: w.in.BoxID, SnapshotID: id, SandboxID: w.st.SandboxID, Keep: w.keep(),
+	}).Get(ctx, &out)
+	if before == cocoonbox.BoxStateHibernated {
+		herr := workflow.ExecuteActivity(sandboxOptions(ctx, time.Minute), sandboxActs.Hibernate,
+			activities.SandboxInput{BoxID: w.in.BoxID, SandboxID: w.st.SandboxID}).Get(ctx, nil)
+		if herr != nil && errorType(herr) != activities.ErrTypeSandboxGone {
+			before = cocoonbox.BoxStateRunning // it is awake and could not be put back to sleep
+		}
+	}
+	if err != nil {
+		w.st.LastError = "snapshot: " + err.Error()
+		w.setState(ctx, before)
+		return out, err
+	}
+	w.st.LastError = ""
+	w.st.LastSnapshot = out.Snapshot.ID
+	w.setState(ctx, before)
+	w.event(ctx, "snapshot", out.Snapshot.ID)
+	return out, nil
+}
+
+// restore is the restore update: the box comes back on a new sandbox built from the snapshot
+// (the newest when none is named). Its current sandbox is released only after the new one
+// answers, so a failed restore (a corrupted snapshot, no capacity) leaves the box as it was.
+func (w *box) restore(ctx workflow.Context, in RestoreInput) (Status, error) {
+	return w.operate(ctx, true, func(ctx workflow.Context) error {
+		if err := w.allowed(UpdateRestore); err != nil {
+			return err
+		}
+		before := w.st.State
+		w.setState(ctx, cocoonbox.BoxStateRestoring)
+		if err := w.restoreFrom(ctx, in.SnapshotID); err != nil {
+			w.st.LastError = "restore: " + err.Error()
+			w.setState(ctx, before)
+			return err
+		}
+		w.st.LastError = ""
+		w.setState(ctx, cocoonbox.BoxStateRunning)
+		return nil
+	})
+}
+
+// restoreFrom swaps the box's sandbox for one restored from snapshotID ("" the newest).
+func (w *box) restoreFrom(ctx workflow.Context, snapshotID string) error {
+	attempt := w.st.Attempt + 1
+	var res activities.RestoreSnapshotResult
+	err := workflow.ExecuteActivity(streamOptions(ctx), snapActs.RestoreSnapshot, activities.RestoreSnapshotInput{
+		BoxID: w.in.BoxID, SnapshotID: snapshotID, Size: w.in.Size, Attempt: attempt, TTL: w.in.Policy.LeaseTTL,
+	}).Get(ctx, &res)
+	if err != nil {
+		return err
+	}
+	w.st.Attempt = attempt
+	old := w.st.SandboxID
+	w.st.SandboxID = res.SandboxID
+	w.st.LastSnapshot = res.SnapshotID
+	w.leased(workflow.Now(ctx), res.Deadline)
+	w.event(ctx, "restored", res.SnapshotID)
+	if old != "" && old != res.SandboxID {
+		// The old sandbox no longer serves the box; releasing it is cleanup, not the restore.
+		err := workflow.ExecuteActivity(sandboxOptions(ctx, time.Minute), sandboxActs.Release,
+			activities.SandboxInput{BoxID: w.in.BoxID, SandboxID: old}).Get(ctx, nil)
+		if err != nil {
+			workflow.GetLogger(ctx).Warn("release the replaced sandbox", "sandbox", old, "error", err)
+		}
+	}
+	return nil
+}
+
+// replaceSandbox gives a box whose sandbox the engine lost a new one: from its newest snapshot
+// when it has one, from the template otherwise.
+func (w *box) replaceSandbox(ctx workflow.Context) error {
+	err := w.restoreFrom(ctx, "")
+	if errorType(err) != activities.ErrTypeNotFound {
+		return err
+	}
+	w.event(ctx, "sandbox-from-template", "no snapshot to restore")
+	if err := w.claimNew(ctx); err != nil {
+		return err
+	}
+	return w.waitReady(ctx)
+}
+
+// purgeSnapshots deletes every snapshot of the box, objects and rows.
+func (w *box) purgeSnapshots(ctx workflow.Context) error {
+	return workflow.ExecuteActivity(cleanupOptions(ctx), snapActs.PruneSnapshots, activities.PruneSnapshotsInput{
+		BoxID: w.in.BoxID, All: true,
+	}).Get(ctx, nil)
+}
+
+func (w *box) keep() int {
+	if w.in.Policy.KeepSnapshots > 0 {
+		return w.in.Policy.KeepSnapshots
+	}
+	return DefaultKeepSnapshots
+}
+
+// streamOptions are for the activities that stream a disk (upload, restore): they may take long,
+// but they heartbeat their progress every few seconds, so a killed worker's stream is retried
+// (from scratch) within seconds.
+func streamOptions(ctx workflow.Context) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 2 * time.Hour,
+		HeartbeatTimeout:    sandboxHeartbeatTimeout,
+		RetryPolicy:         retryPolicy(),
+	})
+}
+
+// cleanupOptions are for activities that delete objects: longer than a row write.
+func cleanupOptions(ctx workflow.Context) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 5 * time.Minute,
+		RetryPolicy:         retryPolicy(),
+	})
+}

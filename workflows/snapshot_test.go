@@ -1,0 +1,249 @@
+package workflows
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/activities"
+)
+
+// snapshotsOK mocks the snapshot child's activities to succeed, recording the calls in order.
+// A non-nil uploadErr fails the upload instead.
+func snapshotsOK(env *testsuite.TestWorkflowEnvironment, uploadErr error) *[]string {
+	var calls []string
+	env.OnActivity(snap.BeginSnapshot, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.BeginSnapshotInput) (cocoonbox.Snapshot, error) {
+			calls = append(calls, "begin")
+			return cocoonbox.Snapshot{ID: in.SnapshotID, BoxID: in.BoxID, State: cocoonbox.SnapshotUploading}, nil
+		}).Maybe()
+	env.OnActivity(snap.UploadSnapshot, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.UploadSnapshotInput) (activities.UploadSnapshotResult, error) {
+			calls = append(calls, "upload "+in.SandboxID)
+			return activities.UploadSnapshotResult{Bytes: 10, SHA256: "ab", Files: 2}, uploadErr
+		}).Maybe()
+	env.OnActivity(snap.CompleteSnapshot, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.CompleteSnapshotInput) (cocoonbox.Snapshot, error) {
+			calls = append(calls, "complete")
+			return cocoonbox.Snapshot{ID: in.SnapshotID, BoxID: testBox, State: cocoonbox.SnapshotComplete,
+				Bytes: in.Bytes, SHA256: in.SHA256, Files: in.Files}, nil
+		}).Maybe()
+	env.OnActivity(snap.PruneSnapshots, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.PruneSnapshotsInput) (activities.PruneSnapshotsResult, error) {
+			if in.All {
+				calls = append(calls, "purge")
+			} else {
+				calls = append(calls, "prune")
+			}
+			return activities.PruneSnapshotsResult{}, nil
+		}).Maybe()
+	return &calls
+}
+
+func TestSnapshotUpdate(t *testing.T) {
+	env, states := newEnvStates(t)
+	claimOK(env, 1, "sb-1")
+	calls := snapshotsOK(env, nil)
+	update(env, 0, UpdateCreate, CreateInput{})
+	taken := update(env, time.Second, UpdateSnapshot, SnapshotInput{})
+	deleteAt(env, time.Minute)
+
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.NoError(t, env.GetWorkflowError())
+	require.NoError(t, taken.err)
+	id := taken.snapshot.Snapshot.ID
+	require.NoError(t, cocoonbox.ValidateSnapshotID("id", id))
+	require.Equal(t, cocoonbox.SnapshotComplete, taken.snapshot.Snapshot.State)
+	require.Equal(t, cocoonbox.BoxStateRunning, taken.status.State)
+	require.Equal(t, id, taken.status.LastSnapshot)
+	require.Equal(t, []string{"begin", "upload sb-1", "complete", "prune"}, *calls)
+	require.Contains(t, *states, cocoonbox.BoxStateSnapshotting)
+}
+
+func TestSnapshotFailureCleansUp(t *testing.T) {
+	env := newEnv(t)
+	claimOK(env, 1, "sb-1")
+	calls := snapshotsOK(env, temporal.NewNonRetryableApplicationError("engine cannot export", activities.ErrTypeInvalidArgument, nil))
+	var failed []string
+	env.OnActivity(snap.FailSnapshot, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.SnapshotRef) error {
+		failed = append(failed, in.SnapshotID)
+		return nil
+	})
+	update(env, 0, UpdateCreate, CreateInput{})
+	taken := update(env, time.Second, UpdateSnapshot, SnapshotInput{})
+	deleteAt(env, time.Minute)
+
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.NoError(t, env.GetWorkflowError())
+	require.Error(t, taken.err)
+	require.Equal(t, cocoonbox.BoxStateRunning, taken.status.State, "a failed snapshot leaves the box running")
+	require.Empty(t, taken.status.LastSnapshot)
+	require.Contains(t, taken.status.LastError, "engine cannot export")
+	require.Len(t, failed, 1, "the failed snapshot is cleaned up")
+	require.NotContains(t, *calls, "complete")
+	require.NotContains(t, *calls, "prune")
+}
+
+func TestSnapshotOfHibernatedBoxSleepsAgain(t *testing.T) {
+	env := newEnv(t)
+	claimOK(env, 1, "sb-1")
+	calls := snapshotsOK(env, nil)
+	env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil).Twice()
+	update(env, 0, UpdateCreate, CreateInput{})
+	update(env, time.Second, UpdateHibernate, HibernateInput{})
+	taken := update(env, 2*time.Second, UpdateSnapshot, SnapshotInput{})
+	deleteAt(env, time.Minute)
+
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.NoError(t, env.GetWorkflowError())
+	require.NoError(t, taken.err)
+	require.Equal(t, cocoonbox.BoxStateHibernated, taken.status.State)
+	require.Contains(t, *calls, "complete")
+	env.AssertExpectations(t)
+}
+
+func TestSnapshotRejectedWhileCreatingOrFailed(t *testing.T) {
+	env := newEnv(t)
+	env.OnActivity(sb.Claim, mock.Anything, mock.Anything).
+		Return(activities.ClaimResult{}, temporal.NewNonRetryableApplicationError("bad", activities.ErrTypeInvalidArgument, nil))
+	update(env, 0, UpdateCreate, CreateInput{})
+	taken := update(env, time.Second, UpdateSnapshot, SnapshotInput{})
+	bad := update(env, 2*time.Second, UpdateRestore, RestoreInput{SnapshotID: "latest"})
+	deleteAt(env, time.Minute)
+
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.NoError(t, env.GetWorkflowError())
+	require.Error(t, taken.rejected)
+	require.Contains(t, taken.rejected.Error(), "failed box")
+	require.Error(t, bad.rejected)
+	require.Contains(t, bad.rejected.Error(), "snapshot_id")
+}
+
+func TestWakeRestoresNewestSnapshot(t *testing.T) {
+	env := newEnv(t)
+	claimOK(env, 1, "sb-1")
+	env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil)
+	env.OnActivity(sb.Wake, mock.Anything, mock.Anything).
+		Return(temporal.NewNonRetryableApplicationError("gone", activities.ErrTypeSandboxGone, nil)).Once()
+	env.OnActivity(snap.RestoreSnapshot, mock.Anything, mock.MatchedBy(func(in activities.RestoreSnapshotInput) bool {
+		return in.SnapshotID == "" && in.Attempt == 2
+	})).Return(activities.RestoreSnapshotResult{SnapshotID: "sn_00000000000000aa", SandboxID: "sb-2"}, nil).Once()
+	update(env, 0, UpdateCreate, CreateInput{})
+	update(env, time.Second, UpdateHibernate, HibernateInput{})
+	wake := update(env, 2*time.Second, UpdateWake, WakeInput{})
+	deleteAt(env, time.Minute)
+
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.NoError(t, env.GetWorkflowError())
+	require.NoError(t, wake.err)
+	require.Equal(t, cocoonbox.BoxStateRunning, wake.status.State)
+	require.Equal(t, "sb-2", wake.status.SandboxID)
+	require.Equal(t, "sn_00000000000000aa", wake.status.LastSnapshot)
+	env.AssertActivityNumberOfCalls(t, "Claim", 1) // rebuilt from the snapshot, not the template
+	env.AssertExpectations(t)
+}
+
+func TestRestoreSwapsSandbox(t *testing.T) {
+	env := newEnv(t)
+	claimOK(env, 1, "sb-1")
+	env.OnActivity(snap.RestoreSnapshot, mock.Anything, mock.Anything).
+		Return(activities.RestoreSnapshotResult{SnapshotID: "sn_00000000000000bb", SandboxID: "sb-2"}, nil).Once()
+	var released []string
+	env.OnActivity(sb.Release, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.SandboxInput) error {
+		released = append(released, in.SandboxID)
+		return nil
+	})
+	update(env, 0, UpdateCreate, CreateInput{})
+	restored := update(env, time.Second, UpdateRestore, RestoreInput{SnapshotID: "sn_00000000000000bb"})
+	update(env, time.Minute, UpdateDelete, DeleteInput{})
+
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.NoError(t, env.GetWorkflowError())
+	require.NoError(t, restored.err)
+	require.Equal(t, cocoonbox.BoxStateRunning, restored.status.State)
+	require.Equal(t, "sb-2", restored.status.SandboxID)
+	require.Equal(t, []string{"sb-1", "sb-2"}, released, "the old sandbox goes after the swap, the new one at delete")
+}
+
+func TestCorruptRestoreKeepsBox(t *testing.T) {
+	env := newEnv(t)
+	claimOK(env, 1, "sb-1")
+	env.OnActivity(snap.RestoreSnapshot, mock.Anything, mock.Anything).Return(activities.RestoreSnapshotResult{},
+		temporal.NewNonRetryableApplicationError("snapshot sn_00000000000000cc of box x is corrupt", activities.ErrTypeSnapshotCorrupt, nil)).Once()
+	update(env, 0, UpdateCreate, CreateInput{})
+	restored := update(env, time.Second, UpdateRestore, RestoreInput{})
+	after := update(env, 2*time.Second, UpdateWake, WakeInput{})
+	deleteAt(env, time.Minute)
+
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.NoError(t, env.GetWorkflowError())
+	require.Error(t, restored.err)
+	require.Equal(t, activities.ErrTypeSnapshotCorrupt, errorType(restored.err))
+	require.Equal(t, cocoonbox.BoxStateRunning, restored.status.State)
+	require.Equal(t, "sb-1", restored.status.SandboxID, "the box keeps its current sandbox")
+	require.Contains(t, restored.status.LastError, "sn_00000000000000cc")
+	require.NoError(t, after.err)
+	env.AssertActivityNumberOfCalls(t, "RestoreSnapshot", 1) // a corrupt snapshot is not retried
+}
+
+func TestDurableHibernate(t *testing.T) {
+	t.Run("snapshots first", func(t *testing.T) {
+		env := newEnv(t)
+		claimOK(env, 1, "sb-1")
+		calls := snapshotsOK(env, nil)
+		env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(func(context.Context, activities.SandboxInput) error {
+			*calls = append(*calls, "hibernate")
+			return nil
+		})
+		in := input()
+		in.Policy.DurableHibernate = true
+		update(env, 0, UpdateCreate, CreateInput{})
+		h := update(env, time.Second, UpdateHibernate, HibernateInput{})
+		deleteAt(env, time.Minute)
+		env.ExecuteWorkflow(BoxWorkflow, in)
+		require.NoError(t, env.GetWorkflowError())
+		require.NoError(t, h.err)
+		require.Equal(t, cocoonbox.BoxStateHibernated, h.status.State)
+		require.NotEmpty(t, h.status.LastSnapshot)
+		require.Equal(t, []string{"begin", "upload sb-1", "complete", "prune", "hibernate"}, *calls)
+	})
+	t.Run("a failed snapshot keeps a requested hibernate from losing it", func(t *testing.T) {
+		env := newEnv(t)
+		claimOK(env, 1, "sb-1")
+		snapshotsOK(env, temporal.NewNonRetryableApplicationError("s3 refused", activities.ErrTypeInvalidArgument, nil))
+		env.OnActivity(snap.FailSnapshot, mock.Anything, mock.Anything).Return(nil)
+		in := input()
+		in.Policy.DurableHibernate = true
+		update(env, 0, UpdateCreate, CreateInput{})
+		h := update(env, time.Second, UpdateHibernate, HibernateInput{})
+		deleteAt(env, time.Minute)
+		env.ExecuteWorkflow(BoxWorkflow, in)
+		require.NoError(t, env.GetWorkflowError())
+		require.Error(t, h.err)
+		require.Equal(t, cocoonbox.BoxStateRunning, h.status.State)
+		env.AssertActivityNumberOfCalls(t, "Hibernate", 0)
+	})
+}
+
+func TestDeletePurgesSnapshotsBeforeRelease(t *testing.T) {
+	env := newEnv(t)
+	claimOK(env, 1, "sb-1")
+	calls := snapshotsOK(env, nil)
+	env.OnActivity(sb.Release, mock.Anything, mock.Anything).Return(func(context.Context, activities.SandboxInput) error {
+		*calls = append(*calls, "release")
+		return nil
+	})
+	update(env, 0, UpdateCreate, CreateInput{})
+	del := update(env, time.Second, UpdateDelete, DeleteInput{PurgeSnapshots: true})
+
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.NoError(t, env.GetWorkflowError())
+	require.NoError(t, del.err)
+	require.Equal(t, []string{"purge", "release"}, *calls)
+}
