@@ -16,6 +16,7 @@ const (
 	ENoCapacity    = "no_capacity"   // no sandbox can be had right now
 	EInternal      = "internal"      // a bug or an unexpected failure; details stay in the log
 	EUnimplemented = "unimplemented" // the operation exists in the API but not in this build
+	ECorrupt       = "corrupt"       // stored data fails its checksum; the message names it
 )
 
 // Error is an application error with a code a client can branch on and a message a person can

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/objstore"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 )
 
@@ -50,7 +51,7 @@ func (a *Snapshots) RestoreSnapshot(ctx context.Context, in RestoreSnapshotInput
 	if err != nil {
 		return RestoreSnapshotResult{}, err // NotFound first: a box with no snapshot needs no porter
 	}
-	porter, err := a.porter()
+	porter, err := a.porter(ctx)
 	if err != nil {
 		return RestoreSnapshotResult{}, err
 	}
@@ -171,6 +172,9 @@ func (a *Snapshots) importSnapshot(ctx context.Context, porter sandbox.DiskPorte
 	}
 	// Our own hash decides when the whole object went through; the engine's refusal of the
 	// checksum otherwise (it reads to the end before it checks).
+	if errors.Is(hr.err, objstore.ErrCorrupt) {
+		return sandbox.Checkpoint{}, corrupt("its object %s fails the checksum stored with it", snap.ObjectKey)
+	}
 	if hr.eof {
 		if got := hex.EncodeToString(hr.h.Sum(nil)); got != snap.SHA256 {
 			return sandbox.Checkpoint{}, corrupt("its object %s has sha256 %s, %s was stored", snap.ObjectKey, got, snap.SHA256)
@@ -237,14 +241,18 @@ type hashingReader struct {
 	h   hash.Hash
 	n   *atomic.Int64
 	eof bool
+	err error // the first read error other than EOF
 }
 
 func (r *hashingReader) Read(p []byte) (int, error) {
 	k, err := r.r.Read(p)
 	r.h.Write(p[:k])
 	r.n.Add(int64(k))
-	if err == io.EOF {
+	switch {
+	case err == io.EOF:
 		r.eof = true
+	case err != nil && r.err == nil:
+		r.err = err
 	}
 	return k, err
 }

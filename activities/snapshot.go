@@ -161,7 +161,7 @@ func (a *Snapshots) UploadSnapshot(ctx context.Context, in UploadSnapshotInput) 
 	if err := validateSnapshotRef(in.BoxID, in.SnapshotID); err != nil {
 		return UploadSnapshotResult{}, err
 	}
-	porter, err := a.porter()
+	porter, err := a.porter(ctx)
 	if err != nil {
 		return UploadSnapshotResult{}, err
 	}
@@ -357,9 +357,17 @@ func (a *Snapshots) deleteObjects(ctx context.Context, boxID cocoonbox.BoxID, id
 	return nil
 }
 
-// porter is the engine's disk export ability, which snapshots need.
-func (a *Snapshots) porter() (sandbox.DiskPorter, error) {
+// porter is the engine's disk export ability, which snapshots need. The client speaks it; the
+// engine says in /v1/info whether it serves it (upstream sandboxd has no capabilities there). An
+// engine whose info cannot be read (a tenant token) is given the benefit of the doubt: the
+// export call itself then fails.
+func (a *Snapshots) porter(ctx context.Context) (sandbox.DiskPorter, error) {
 	p, ok := a.Client.(sandbox.DiskPorter)
+	if ok {
+		if info, err := a.Client.Info(ctx); err == nil && (info.Capabilities == nil || !info.Capabilities.DiskExport) {
+			ok = false
+		}
+	}
 	if !ok {
 		return nil, newError(ErrTypeInvalidArgument, errors.New("the sandbox engine cannot export or import a box's disk, so it cannot snapshot"))
 	}

@@ -16,10 +16,12 @@ import (
 func serveWorkerCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "worker",
-		Usage: "run the Temporal worker for the box workflows and their activities",
-		Description: "Needs Temporal (TEMPORAL_ADDRESS), PostgreSQL (COCOONBOX_DATABASE_URL) and a sandbox\n" +
-			"engine (COCOONBOX_SANDBOXD_URL, COCOONBOX_SANDBOXD_TOKEN). Prefer the environment to\n" +
-			"--sandbox-token: a flag shows in the process list.",
+		Usage: "run the Temporal worker for the box and snapshot workflows and their activities",
+		Description: "Needs Temporal (TEMPORAL_ADDRESS), PostgreSQL (COCOONBOX_DATABASE_URL), a sandbox\n" +
+			"engine (COCOONBOX_SANDBOXD_URL, COCOONBOX_SANDBOXD_TOKEN) and the snapshot bucket\n" +
+			"(COCOONBOX_S3_ENDPOINT, _BUCKET, _REGION, _ACCESS_KEY, _SECRET_KEY, _PATH_STYLE; an empty\n" +
+			"endpoint is AWS S3). Prefer the environment to --sandbox-token: a flag shows in the\n" +
+			"process list.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "home", Usage: "data dir (default ~/.local/share/cocoonbox)"},
 			&cli.StringFlag{Name: "temporal-address", Usage: "Temporal frontend host:port (default " + config.DefaultTemporalListen + ")"},
@@ -28,6 +30,9 @@ func serveWorkerCommand() *cli.Command {
 			&cli.StringFlag{Name: "sandbox-token", Usage: "sandbox engine root token"},
 			&cli.StringFlag{Name: "keyring", Usage: "master key file (default <home>/keys/master.key)"},
 			&cli.StringFlag{Name: "template", Usage: "image boxes are claimed from (default base)"},
+			&cli.StringFlag{Name: "s3-endpoint", Usage: "S3 endpoint URL for snapshots (default AWS S3)"},
+			&cli.StringFlag{Name: "s3-bucket", Usage: "snapshot bucket (default " + config.DefaultBucket + ")"},
+			&cli.IntFlag{Name: "snapshot-upload-mibps", Usage: "cap each snapshot upload at this many MiB/s (0: no cap)"},
 			&cli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error"},
 		},
 		Action: runServeWorker,
@@ -42,11 +47,15 @@ func runServeWorker(c *cli.Context) error {
 	for flag, dst := range map[string]*string{
 		"home": &cfg.Home, "temporal-address": &cfg.Temporal.Address, "database-url": &cfg.Postgres.URL,
 		"sandbox-url": &cfg.Sandbox.URL, "sandbox-token": &cfg.Sandbox.Token, "keyring": &cfg.Keyring,
-		"template": &cfg.Template, "log-level": &cfg.LogLevel,
+		"template": &cfg.Template, "log-level": &cfg.LogLevel, "s3-endpoint": &cfg.S3.Endpoint,
+		"s3-bucket": &cfg.S3.Bucket,
 	} {
 		if c.IsSet(flag) {
 			*dst = c.String(flag)
 		}
+	}
+	if c.IsSet("snapshot-upload-mibps") {
+		cfg.SnapshotUploadMiBps = c.Int("snapshot-upload-mibps")
 	}
 	if abs, err := filepath.Abs(cfg.Home); err == nil {
 		cfg.Home = abs

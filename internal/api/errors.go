@@ -21,6 +21,7 @@ var grpcCodes = map[string]codes.Code{
 	cocoonbox.EUnavailable:   codes.Unavailable,
 	cocoonbox.ENoCapacity:    codes.ResourceExhausted,
 	cocoonbox.EUnimplemented: codes.Unimplemented,
+	cocoonbox.ECorrupt:       codes.DataLoss,
 	cocoonbox.EInternal:      codes.Internal,
 }
 

@@ -88,9 +88,61 @@ func (s *Service) Hibernate(ctx context.Context, owner string, id cocoonbox.BoxI
 	return s.update(ctx, owner, id, workflows.UpdateHibernate, workflows.HibernateInput{})
 }
 
-// Delete releases the box's sandbox and ends its workflow.
+// Delete releases the box's sandbox and ends its workflow, keeping its snapshots.
 func (s *Service) Delete(ctx context.Context, owner string, id cocoonbox.BoxID) (workflows.Status, error) {
-	return s.update(ctx, owner, id, workflows.UpdateDelete, workflows.DeleteInput{})
+	return s.DeleteWith(ctx, owner, id, workflows.DeleteInput{})
+}
+
+// DeleteWith is Delete with options, such as purging the box's snapshots.
+func (s *Service) DeleteWith(ctx context.Context, owner string, id cocoonbox.BoxID, in workflows.DeleteInput) (workflows.Status, error) {
+	return s.update(ctx, owner, id, workflows.UpdateDelete, in)
+}
+
+// SetPolicy replaces the box's policy (idle hibernate, lease, durable hibernate, retention).
+func (s *Service) SetPolicy(ctx context.Context, owner string, id cocoonbox.BoxID, p workflows.Policy) (workflows.Status, error) {
+	return s.update(ctx, owner, id, workflows.UpdateSetPolicy, workflows.SetPolicyInput(p))
+}
+
+// Snapshot streams the box's disk to object storage and returns the verified snapshot.
+func (s *Service) Snapshot(ctx context.Context, owner string, id cocoonbox.BoxID) (workflows.SnapshotResult, error) {
+	return updateAs[workflows.SnapshotResult](ctx, s, owner, id, workflows.UpdateSnapshot, workflows.SnapshotInput{})
+}
+
+// Restore replaces the box's state with a snapshot ("" the newest); a failed restore leaves the
+// box as it was.
+func (s *Service) Restore(ctx context.Context, owner string, id cocoonbox.BoxID, snapshotID string) (workflows.Status, error) {
+	if snapshotID != "" {
+		if err := cocoonbox.ValidateSnapshotID("snapshot_id", snapshotID); err != nil {
+			return workflows.Status{}, err
+		}
+	}
+	return s.update(ctx, owner, id, workflows.UpdateRestore, workflows.RestoreInput{SnapshotID: snapshotID})
+}
+
+// ListSnapshots returns the box's snapshots, newest first.
+func (s *Service) ListSnapshots(ctx context.Context, owner string, id cocoonbox.BoxID) ([]cocoonbox.Snapshot, error) {
+	if err := s.authorize(ctx, owner, id); err != nil {
+		return nil, err
+	}
+	return s.Store.ListSnapshots(ctx, id)
+}
+
+// PinSnapshot keeps a snapshot from retention (pinned) or gives it back (unpinned).
+func (s *Service) PinSnapshot(ctx context.Context, owner string, id cocoonbox.BoxID, snapshotID string, pinned bool) error {
+	if err := cocoonbox.ValidateSnapshotID("snapshot_id", snapshotID); err != nil {
+		return err
+	}
+	if err := s.authorize(ctx, owner, id); err != nil {
+		return err
+	}
+	snap, err := s.Store.SnapshotByID(ctx, snapshotID)
+	if errors.Is(err, store.ErrNotFound) || err == nil && snap.BoxID != id {
+		return cocoonbox.Errorf(cocoonbox.ENotFound, "snapshot %s not found", snapshotID)
+	}
+	if err != nil {
+		return err
+	}
+	return s.Store.SetSnapshotPinned(ctx, snapshotID, pinned)
 }
 
 // Get returns the box's status from its workflow.
@@ -110,8 +162,15 @@ func (s *Service) Get(ctx context.Context, owner string, id cocoonbox.BoxID) (wo
 }
 
 func (s *Service) update(ctx context.Context, owner string, id cocoonbox.BoxID, name string, arg any) (workflows.Status, error) {
+	return updateAs[workflows.Status](ctx, s, owner, id, name, arg)
+}
+
+// updateAs sends update name to the box's workflow after the ownership check and waits for its
+// answer of type T.
+func updateAs[T any](ctx context.Context, s *Service, owner string, id cocoonbox.BoxID, name string, arg any) (T, error) {
+	var out T
 	if err := s.authorize(ctx, owner, id); err != nil {
-		return workflows.Status{}, err
+		return out, err
 	}
 	h, err := s.Temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 		WorkflowID:   workflows.BoxWorkflowID(id),
@@ -120,13 +179,12 @@ func (s *Service) update(ctx context.Context, owner string, id cocoonbox.BoxID, 
 		WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
 	if err != nil {
-		return workflows.Status{}, translate(fmt.Errorf("%s box %s: %w", name, id, err))
+		return out, translate(fmt.Errorf("%s box %s: %w", name, id, err))
 	}
-	var st workflows.Status
-	if err := h.Get(ctx, &st); err != nil {
-		return workflows.Status{}, translate(fmt.Errorf("%s box %s: %w", name, id, err))
+	if err := h.Get(ctx, &out); err != nil {
+		return out, translate(fmt.Errorf("%s box %s: %w", name, id, err))
 	}
-	return st, nil
+	return out, nil
 }
 
 // authorize checks that owner owns the box; a box the caller may not see reads as not found.

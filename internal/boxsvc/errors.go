@@ -19,6 +19,7 @@ var codes = map[string]string{
 	activities.ErrTypeConflict:         cocoonbox.EConflict,
 	activities.ErrTypeNoCapacity:       cocoonbox.ENoCapacity,
 	activities.ErrTypeUnavailable:      cocoonbox.EUnavailable,
+	activities.ErrTypeSnapshotCorrupt:  cocoonbox.ECorrupt,
 }
 
 // translate turns a Temporal client error into a domain error a caller can branch on; anything

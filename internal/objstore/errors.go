@@ -3,6 +3,8 @@ package objstore
 import (
 	"errors"
 	"fmt"
+	"io"
+	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
@@ -13,6 +15,11 @@ import (
 // Stat cannot tell the two apart (a HEAD response has no body), which is what
 // Check is for.
 var ErrNotFound = errors.New("object not found")
+
+// ErrCorrupt means an object's bytes no longer match the checksum the server stored with them:
+// the SDK validates a GetObject body against it as the body is read, and the last Read reports
+// the mismatch.
+var ErrCorrupt = errors.New("object fails its stored checksum")
 
 // ErrInvalidConfig marks a Config that cannot work, so callers can report it
 // as the user's mistake rather than an outage.
@@ -57,6 +64,26 @@ func objectError(op, key string, err error) error {
 		return fmt.Errorf("%s object %q: %w", op, key, ErrNotFound)
 	}
 	return fmt.Errorf("%s object %q: %w", op, key, err)
+}
+
+// isChecksumMismatch reports whether a body read failed the SDK's response checksum validation.
+// Its error type is internal to the SDK, so only its text identifies it.
+func isChecksumMismatch(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "checksum did not match")
+}
+
+// checkedBody gives a GetObject body's checksum failure the ErrCorrupt sentinel.
+type checkedBody struct {
+	io.ReadCloser
+	key string
+}
+
+func (b checkedBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF && isChecksumMismatch(err) {
+		err = fmt.Errorf("read object %q: %w: %v", b.key, ErrCorrupt, err)
+	}
+	return n, err
 }
 
 // isNoSuchUpload reports whether a multipart call failed because the upload

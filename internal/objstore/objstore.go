@@ -18,7 +18,8 @@ type Store interface {
 	// Put writes size bytes from r under key, replacing any object there.
 	// The object is visible only once it is complete.
 	Put(ctx context.Context, key string, r io.Reader, size int64) error
-	// Get streams the object; the caller closes it. ErrNotFound when missing.
+	// Get streams the object; the caller closes it. ErrNotFound when missing. A body whose
+	// bytes fail the checksum stored with the object fails its last Read with ErrCorrupt.
 	Get(ctx context.Context, key string) (io.ReadCloser, error)
 	// Stat describes the object without reading it. ErrNotFound when missing.
 	Stat(ctx context.Context, key string) (Info, error)

@@ -143,7 +143,7 @@ func (s *S3) Get(ctx context.Context, key string) (io.ReadCloser, error) {
 	if err != nil {
 		return nil, objectError("get", key, err)
 	}
-	return out.Body, nil
+	return checkedBody{ReadCloser: out.Body, key: key}, nil
 }
 
 // Stat describes the object at key.

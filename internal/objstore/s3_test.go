@@ -7,6 +7,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"testing/iotest"
@@ -236,5 +238,38 @@ func TestS3SurvivesServerRestart(t *testing.T) {
 	}
 	if after.ETag != before.ETag || after.Size != before.Size {
 		t.Errorf("stat after restart: got %+v, want %+v", after, before)
+	}
+}
+
+// TestS3CorruptObjectIsErrCorrupt: a byte flipped on the server's disk after an upload makes the
+// read fail with ErrCorrupt, from the checksum the upload stored with the object.
+func TestS3CorruptObjectIsErrCorrupt(t *testing.T) {
+	dir := t.TempDir()
+	srv := startServer(t, dir)
+	st := newStore(t, srv.Endpoint())
+	ctx := testCtx(t)
+	if err := st.EnsureBucket(ctx); err != nil {
+		t.Fatal(err)
+	}
+	data := randomBytes(t, 100<<10)
+	if _, err := st.Upload(ctx, "snap/one", bytes.NewReader(data), objstore.UploadOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, testBucket, "snap", "one")
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatalf("the object's file on the server: %v", err)
+	}
+	if _, err := f.WriteAt([]byte{data[5000] ^ 0xff}, 5000); err != nil {
+		t.Fatal(err)
+	}
+	_ = f.Close()
+	rc, err := st.Get(ctx, "snap/one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if _, err := io.ReadAll(rc); !errors.Is(err, objstore.ErrCorrupt) {
+		t.Fatalf("read of a corrupted object: %v, want ErrCorrupt", err)
 	}
 }
