@@ -2,9 +2,11 @@ package activities
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/log"
 )
 
 // heartbeatEvery is how often a long engine call reports that its worker is alive. The workflow's
@@ -45,4 +47,12 @@ func withHeartbeats[T any](ctx context.Context, details func() any, call func(co
 		}
 	}()
 	return call(ctx)
+}
+
+// logger is the activity's logger, or the default logger outside an activity (plain unit tests).
+func logger(ctx context.Context) log.Logger {
+	if activity.IsActivity(ctx) {
+		return activity.GetLogger(ctx)
+	}
+	return log.NewStructuredLogger(slog.Default())
 }

@@ -176,6 +176,7 @@ func (a *Snapshots) UploadSnapshot(ctx context.Context, in UploadSnapshotInput) 
 	if err := a.deleteCheckpoints(ctx, in.SnapshotID); err != nil {
 		return UploadSnapshotResult{}, err
 	}
+	t0 := time.Now()
 	ck, err := whileHeartbeating(ctx, func(ctx context.Context) (sandbox.Checkpoint, error) {
 		return a.Client.Checkpoint(ctx, ref, in.SnapshotID)
 	})
@@ -193,10 +194,12 @@ func (a *Snapshots) UploadSnapshot(ctx context.Context, in UploadSnapshotInput) 
 	setPhase("upload")
 	details := func() any { return uploadProgress{Phase: *phase.Load(), Bytes: progress.Load()} }
 	return withHeartbeats(ctx, details, func(ctx context.Context) (UploadSnapshotResult, error) {
+		t1 := time.Now()
 		ex, err := a.upload(ctx, porter, ck.ID, key, &progress)
 		if err != nil {
 			return UploadSnapshotResult{}, err
 		}
+		t2 := time.Now()
 		setPhase("verify")
 		progress.Store(0)
 		if err := a.verify(ctx, key, ex, &progress); err != nil {
@@ -217,6 +220,9 @@ func (a *Snapshots) UploadSnapshot(ctx context.Context, in UploadSnapshotInput) 
 		if err := a.Blobs.Put(ctx, mkey, bytes.NewReader(body), int64(len(body))); err != nil {
 			return UploadSnapshotResult{}, classify(fmt.Errorf("store manifest %s: %w", mkey, err))
 		}
+		logger(ctx).Info("snapshot uploaded", "snapshot", in.SnapshotID, "bytes", ex.Bytes, "files", ex.Files,
+			"checkpoint", t1.Sub(t0).Round(time.Millisecond), "upload", t2.Sub(t1).Round(time.Millisecond),
+			"verify", time.Since(t2).Round(time.Millisecond))
 		return UploadSnapshotResult{Bytes: ex.Bytes, SHA256: ex.SHA256, Files: ex.Files}, nil
 	})
 }

@@ -1,0 +1,172 @@
+package devstack_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"io"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/benchreport"
+	"github.com/loomhand/cocoonbox/internal/objstore"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
+)
+
+// writeState fills a box with 1 GiB of state shaped like a user's: half that does not compress
+// (media, build outputs) in one file, half text in 64 files of 8 MiB.
+const writeState = `set -e
+mkdir -p /root/state && cd /root/state
+head -c 512M /dev/urandom > random.bin
+i=0; while [ $i -lt 64 ]; do
+	yes "line $i of a log a user keeps, with words that compress: $(date +%s%N)" | head -c 8M > text$i.log
+	i=$((i+1))
+done`
+
+// BenchmarkSnapshot1GiB: a box with 1 GiB of state is snapshotted through its workflow
+// (checkpoint, engine disk export streamed into an S3 multipart upload, read-back verification,
+// manifest, rows) and restored from it (object streamed into the engine with its checksum
+// checked, claim, ready probe, swap), each as the state's bytes over the time taken; beside them
+// the engine alone (checkpoint, then its disk export into nothing) and the raw rate of
+// `tar | zstd > /dev/null` of the same tree on the host, in the same run.
+func BenchmarkSnapshot1GiB(b *testing.B) {
+	e := newBoxBench(b)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Minute)
+	b.Cleanup(cancel)
+	e.ctx = ctx
+	id := e.create(b)
+	st, err := e.d.Boxes.Get(ctx, e.owner, id)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p := st.Policy
+	p.KeepSnapshots = 1 // each iteration's snapshot replaces the last, so the disk stays bounded
+	if _, err := e.d.Boxes.SetPolicy(ctx, e.owner, id, p); err != nil {
+		b.Fatal(err)
+	}
+	row, err := e.eng.Get(ctx, st.SandboxID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	res, err := e.eng.Exec(ctx, sandbox.SandboxRef{ID: row.ID, Token: row.Token},
+		sandbox.ExecRequest{Argv: []string{"sh", "-c", writeState}, TimeoutSeconds: 600})
+	if err != nil || res.ExitCode != 0 {
+		b.Fatalf("write the state: %+v, %v", res, err)
+	}
+	disk := func() string {
+		st, err := e.d.Boxes.Get(ctx, e.owner, id)
+		if err != nil {
+			b.Fatal(err)
+		}
+		return filepath.Join(e.d.Home(), "engine", "boxes", st.SandboxID, "disk")
+	}
+	size := treeBytes(b, disk())
+	b.Logf("box state: %d bytes", size)
+
+	var snapID string
+	var objectBytes int64
+	b.Run("Box", func(b *testing.B) {
+		var samples []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			r, err := e.d.Boxes.Snapshot(ctx, e.owner, id)
+			samples = append(samples, time.Since(start))
+			if err != nil {
+				b.Fatal(err)
+			}
+			snapID, objectBytes = r.Snapshot.ID, r.Snapshot.Bytes
+			b.ReportMetric(float64(r.Snapshot.Bytes)/(1<<20), "object-MiB")
+		}
+		benchreport.Throughput(b, size, samples)
+	})
+	b.Run("BoxRestore", func(b *testing.B) {
+		var samples []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			st, err := e.d.Boxes.Restore(ctx, e.owner, id, snapID)
+			samples = append(samples, time.Since(start))
+			if err != nil || st.State != cocoonbox.BoxStateRunning {
+				b.Fatalf("restore: %+v, %v", st, err)
+			}
+		}
+		benchreport.Throughput(b, size, samples)
+	})
+	b.Run("RawEngineExport", func(b *testing.B) {
+		st, err := e.d.Boxes.Get(ctx, e.owner, id)
+		if err != nil {
+			b.Fatal(err)
+		}
+		row, err := e.eng.Get(ctx, st.SandboxID)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var samples []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			ck, err := e.eng.Checkpoint(ctx, sandbox.SandboxRef{ID: row.ID, Token: row.Token}, "")
+			if err != nil {
+				b.Fatal(err)
+			}
+			if _, err := e.eng.ExportCheckpointDisk(ctx, ck.ID, io.Discard); err != nil {
+				b.Fatal(err)
+			}
+			samples = append(samples, time.Since(start))
+			if err := e.eng.DeleteCheckpoint(ctx, ck.ID); err != nil {
+				b.Fatal(err)
+			}
+		}
+		benchreport.Throughput(b, size, samples)
+	})
+	b.Run("RawS3Upload", func(b *testing.B) {
+		// An object of the snapshot's size, from memory, as the upload sends it: the S3 part of
+		// the snapshot's path alone. Its rate is over the state's size, like the others.
+		data := make([]byte, objectBytes)
+		if _, err := rand.Read(data); err != nil {
+			b.Fatal(err)
+		}
+		var samples []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			if _, err := e.d.Blobs.Upload(ctx, "bench/raw-upload", bytes.NewReader(data), objstore.UploadOptions{}); err != nil {
+				b.Fatal(err)
+			}
+			samples = append(samples, time.Since(start))
+		}
+		_ = e.d.Blobs.Delete(ctx, "bench/raw-upload")
+		benchreport.Throughput(b, size, samples)
+	})
+	b.Run("RawTarZstd", func(b *testing.B) {
+		dir := disk()
+		var samples []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			cmd := exec.CommandContext(ctx, "sh", "-c", `tar -C "$1" -cf - . | zstd -3 -T0 -q > /dev/null`, "sh", dir)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				b.Fatalf("tar | zstd: %v: %s", err, out)
+			}
+			samples = append(samples, time.Since(start))
+		}
+		benchreport.Throughput(b, size, samples)
+	})
+}
+
+// treeBytes is the apparent size of everything under dir (du --apparent-size).
+func treeBytes(b *testing.B, dir string) int64 {
+	b.Helper()
+	var out bytes.Buffer
+	cmd := exec.Command("du", "-sb", dir)
+	cmd.Stdout = &out
+	if err := cmd.Run(); err != nil {
+		b.Fatal(err)
+	}
+	n, err := strconv.ParseInt(strings.Fields(out.String())[0], 10, 64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
