@@ -261,8 +261,8 @@ func TestSnapshotExternalS3AndCorruption(t *testing.T) {
 }
 
 // TestSnapshotRetention: with a policy keeping 2, the oldest unpinned snapshots go (object,
-// manifest and row), a pinned one stays, the newest is never touched; delete with purge removes
-// everything.
+// manifest and row), a pinned one stays, the newest is never touched; the durable-hibernate
+// policy snapshots before hibernating; delete with purge removes everything.
 func TestSnapshotRetention(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
@@ -315,6 +315,20 @@ func TestSnapshotRetention(t *testing.T) {
 	if err := d.Boxes.PinSnapshot(ctx, owner.ID, id, "sn_0000000000000000", true); cocoonbox.ErrorCode(err) != cocoonbox.ENotFound {
 		t.Fatalf("pin an unknown snapshot: %v, want not found", err)
 	}
+
+	// Durable hibernate: a hibernate snapshots first, which retention then counts.
+	p.DurableHibernate = true
+	if _, err := d.Boxes.SetPolicy(ctx, owner.ID, id, p); err != nil {
+		t.Fatal(err)
+	}
+	st, err = d.Boxes.Hibernate(ctx, owner.ID, id)
+	if err != nil || st.State != cocoonbox.BoxStateHibernated || st.LastSnapshot == snaps[3].ID || st.LastSnapshot == "" {
+		t.Fatalf("durable hibernate: %+v, %v; want hibernated after a new snapshot", st, err)
+	}
+	if s, err := d.Store.LatestSnapshot(ctx, id); err != nil || s.ID != st.LastSnapshot {
+		t.Fatalf("newest snapshot after durable hibernate: %+v, %v; want %s", s, err, st.LastSnapshot)
+	}
+	want = []string{st.LastSnapshot, snaps[3].ID, snaps[0].ID}
 
 	if _, err := d.Boxes.DeleteWith(ctx, owner.ID, id, workflows.DeleteInput{PurgeSnapshots: true}); err != nil {
 		t.Fatal(err)
