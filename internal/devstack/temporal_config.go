@@ -34,10 +34,14 @@ type servicePorts struct {
 // and the server's bind is covered by fatalHandler turning the bind failure into an error.
 type reservation []net.Listener
 
-func (r reservation) release() {
-	for _, l := range r {
+// release closes every listener held. A pointer receiver, so `defer res.release()` sees the
+// listeners reserved after the defer: with a value receiver it closed the empty slice it was
+// deferred with, and the listeners, unreferenced, were closed whenever the GC finalized them.
+func (r *reservation) release() {
+	for _, l := range *r {
 		_ = l.Close()
 	}
+	*r = nil
 }
 
 // reserve listens on host:port (port 0 picks a free one) and returns the port.
