@@ -5,10 +5,10 @@ type Role string
 
 // Share roles, weakest first. The owner holds every right; RoleOwner is never stored in a share.
 const (
-	RoleViewer Role = "viewer" // watch the desktop, read status
-	RoleDriver Role = "driver" // also control the desktop, exec, files, agent runs
-	RoleAdmin  Role = "admin"  // also hibernate, snapshot, restore, share
-	RoleOwner  Role = "owner"  // also delete
+	RoleViewer Role = "viewer" // read status and snapshots, watch the box and its desktop
+	RoleDriver Role = "driver" // also exec, files, desktop control, agent runs, wake, hibernate, snapshot
+	RoleAdmin  Role = "admin"  // also restore, share and delete
+	RoleOwner  Role = "owner"  // everything; the box is theirs
 )
 
 var roleRank = map[Role]int{RoleViewer: 1, RoleDriver: 2, RoleAdmin: 3, RoleOwner: 4}

@@ -183,6 +183,465 @@ func (x *User) GetCreatedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+// Token describes an API token; the secret itself is never stored or shown again.
+type Token struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Id         string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name       string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	CreatedAt  *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	LastUsedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=last_used_at,json=lastUsedAt,proto3" json:"last_used_at,omitempty"`
+	// expires_at is unset for a token that does not expire.
+	ExpiresAt     *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=expires_at,json=expiresAt,proto3" json:"expires_at,omitempty"`
+	RevokedAt     *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=revoked_at,json=revokedAt,proto3" json:"revoked_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Token) Reset() {
+	*x = Token{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Token) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Token) ProtoMessage() {}
+
+func (x *Token) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Token.ProtoReflect.Descriptor instead.
+func (*Token) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *Token) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Token) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Token) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *Token) GetLastUsedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastUsedAt
+	}
+	return nil
+}
+
+func (x *Token) GetExpiresAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ExpiresAt
+	}
+	return nil
+}
+
+func (x *Token) GetRevokedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.RevokedAt
+	}
+	return nil
+}
+
+type CreateTokenRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name says what the token is for (1-100 characters).
+	Name string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// ttl_seconds, when positive, makes the token expire that long from now.
+	TtlSeconds    int64 `protobuf:"varint,2,opt,name=ttl_seconds,json=ttlSeconds,proto3" json:"ttl_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateTokenRequest) Reset() {
+	*x = CreateTokenRequest{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateTokenRequest) ProtoMessage() {}
+
+func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
+func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *CreateTokenRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateTokenRequest) GetTtlSeconds() int64 {
+	if x != nil {
+		return x.TtlSeconds
+	}
+	return 0
+}
+
+type CreateTokenResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Token *Token                 `protobuf:"bytes,1,opt,name=token,proto3" json:"token,omitempty"`
+	// secret is the bearer token; store it now, it cannot be read again.
+	Secret        string `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateTokenResponse) Reset() {
+	*x = CreateTokenResponse{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateTokenResponse) ProtoMessage() {}
+
+func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
+func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *CreateTokenResponse) GetToken() *Token {
+	if x != nil {
+		return x.Token
+	}
+	return nil
+}
+
+func (x *CreateTokenResponse) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+type ListTokensRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTokensRequest) Reset() {
+	*x = ListTokensRequest{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTokensRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTokensRequest) ProtoMessage() {}
+
+func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
+func (*ListTokensRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{6}
+}
+
+type ListTokensResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Tokens        []*Token               `protobuf:"bytes,1,rep,name=tokens,proto3" json:"tokens,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListTokensResponse) Reset() {
+	*x = ListTokensResponse{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListTokensResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListTokensResponse) ProtoMessage() {}
+
+func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
+func (*ListTokensResponse) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ListTokensResponse) GetTokens() []*Token {
+	if x != nil {
+		return x.Tokens
+	}
+	return nil
+}
+
+type RevokeTokenRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeTokenRequest) Reset() {
+	*x = RevokeTokenRequest{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeTokenRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeTokenRequest) ProtoMessage() {}
+
+func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
+func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *RevokeTokenRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type RevokeTokenResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RevokeTokenResponse) Reset() {
+	*x = RevokeTokenResponse{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RevokeTokenResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RevokeTokenResponse) ProtoMessage() {}
+
+func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
+func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{9}
+}
+
+type CreateUserRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// name: a lowercase letter, then up to 62 lowercase letters, digits, dots, underscores or hyphens.
+	Name          string `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Admin         bool   `protobuf:"varint,2,opt,name=admin,proto3" json:"admin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateUserRequest) Reset() {
+	*x = CreateUserRequest{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateUserRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateUserRequest) ProtoMessage() {}
+
+func (x *CreateUserRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateUserRequest.ProtoReflect.Descriptor instead.
+func (*CreateUserRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *CreateUserRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *CreateUserRequest) GetAdmin() bool {
+	if x != nil {
+		return x.Admin
+	}
+	return false
+}
+
+type CreateUserResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	User  *User                  `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	// secret is the new user's first bearer token.
+	Secret        string `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateUserResponse) Reset() {
+	*x = CreateUserResponse{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateUserResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateUserResponse) ProtoMessage() {}
+
+func (x *CreateUserResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateUserResponse.ProtoReflect.Descriptor instead.
+func (*CreateUserResponse) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *CreateUserResponse) GetUser() *User {
+	if x != nil {
+		return x.User
+	}
+	return nil
+}
+
+func (x *CreateUserResponse) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
 var File_cocoonbox_v1_account_proto protoreflect.FileDescriptor
 
 const file_cocoonbox_v1_account_proto_rawDesc = "" +
@@ -198,9 +657,45 @@ const file_cocoonbox_v1_account_proto_rawDesc = "" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
 	"\x05admin\x18\x03 \x01(\bR\x05admin\x129\n" +
 	"\n" +
-	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt2U\n" +
+	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\x9a\x02\n" +
+	"\x05Token\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x129\n" +
+	"\n" +
+	"created_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12<\n" +
+	"\flast_used_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"lastUsedAt\x129\n" +
+	"\n" +
+	"expires_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x129\n" +
+	"\n" +
+	"revoked_at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\trevokedAt\"I\n" +
+	"\x12CreateTokenRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x1f\n" +
+	"\vttl_seconds\x18\x02 \x01(\x03R\n" +
+	"ttlSeconds\"X\n" +
+	"\x13CreateTokenResponse\x12)\n" +
+	"\x05token\x18\x01 \x01(\v2\x13.cocoonbox.v1.TokenR\x05token\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\"\x13\n" +
+	"\x11ListTokensRequest\"A\n" +
+	"\x12ListTokensResponse\x12+\n" +
+	"\x06tokens\x18\x01 \x03(\v2\x13.cocoonbox.v1.TokenR\x06tokens\"$\n" +
+	"\x12RevokeTokenRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x15\n" +
+	"\x13RevokeTokenResponse\"=\n" +
+	"\x11CreateUserRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x14\n" +
+	"\x05admin\x18\x02 \x01(\bR\x05admin\"T\n" +
+	"\x12CreateUserResponse\x12&\n" +
+	"\x04user\x18\x01 \x01(\v2\x12.cocoonbox.v1.UserR\x04user\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret2\x9f\x03\n" +
 	"\x0eAccountService\x12C\n" +
-	"\x06WhoAmI\x12\x1b.cocoonbox.v1.WhoAmIRequest\x1a\x1c.cocoonbox.v1.WhoAmIResponseB>Z<github.com/loomhand/cocoonbox/proto/cocoonbox/v1;cocoonboxv1b\x06proto3"
+	"\x06WhoAmI\x12\x1b.cocoonbox.v1.WhoAmIRequest\x1a\x1c.cocoonbox.v1.WhoAmIResponse\x12R\n" +
+	"\vCreateToken\x12 .cocoonbox.v1.CreateTokenRequest\x1a!.cocoonbox.v1.CreateTokenResponse\x12O\n" +
+	"\n" +
+	"ListTokens\x12\x1f.cocoonbox.v1.ListTokensRequest\x1a .cocoonbox.v1.ListTokensResponse\x12R\n" +
+	"\vRevokeToken\x12 .cocoonbox.v1.RevokeTokenRequest\x1a!.cocoonbox.v1.RevokeTokenResponse\x12O\n" +
+	"\n" +
+	"CreateUser\x12\x1f.cocoonbox.v1.CreateUserRequest\x1a .cocoonbox.v1.CreateUserResponseB>Z<github.com/loomhand/cocoonbox/proto/cocoonbox/v1;cocoonboxv1b\x06proto3"
 
 var (
 	file_cocoonbox_v1_account_proto_rawDescOnce sync.Once
@@ -214,23 +709,47 @@ func file_cocoonbox_v1_account_proto_rawDescGZIP() []byte {
 	return file_cocoonbox_v1_account_proto_rawDescData
 }
 
-var file_cocoonbox_v1_account_proto_msgTypes = make([]protoimpl.MessageInfo, 3)
+var file_cocoonbox_v1_account_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_cocoonbox_v1_account_proto_goTypes = []any{
 	(*WhoAmIRequest)(nil),         // 0: cocoonbox.v1.WhoAmIRequest
 	(*WhoAmIResponse)(nil),        // 1: cocoonbox.v1.WhoAmIResponse
 	(*User)(nil),                  // 2: cocoonbox.v1.User
-	(*timestamppb.Timestamp)(nil), // 3: google.protobuf.Timestamp
+	(*Token)(nil),                 // 3: cocoonbox.v1.Token
+	(*CreateTokenRequest)(nil),    // 4: cocoonbox.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),   // 5: cocoonbox.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),     // 6: cocoonbox.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),    // 7: cocoonbox.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),    // 8: cocoonbox.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),   // 9: cocoonbox.v1.RevokeTokenResponse
+	(*CreateUserRequest)(nil),     // 10: cocoonbox.v1.CreateUserRequest
+	(*CreateUserResponse)(nil),    // 11: cocoonbox.v1.CreateUserResponse
+	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
 }
 var file_cocoonbox_v1_account_proto_depIdxs = []int32{
-	2, // 0: cocoonbox.v1.WhoAmIResponse.user:type_name -> cocoonbox.v1.User
-	3, // 1: cocoonbox.v1.User.created_at:type_name -> google.protobuf.Timestamp
-	0, // 2: cocoonbox.v1.AccountService.WhoAmI:input_type -> cocoonbox.v1.WhoAmIRequest
-	1, // 3: cocoonbox.v1.AccountService.WhoAmI:output_type -> cocoonbox.v1.WhoAmIResponse
-	3, // [3:4] is the sub-list for method output_type
-	2, // [2:3] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	2,  // 0: cocoonbox.v1.WhoAmIResponse.user:type_name -> cocoonbox.v1.User
+	12, // 1: cocoonbox.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	12, // 2: cocoonbox.v1.Token.created_at:type_name -> google.protobuf.Timestamp
+	12, // 3: cocoonbox.v1.Token.last_used_at:type_name -> google.protobuf.Timestamp
+	12, // 4: cocoonbox.v1.Token.expires_at:type_name -> google.protobuf.Timestamp
+	12, // 5: cocoonbox.v1.Token.revoked_at:type_name -> google.protobuf.Timestamp
+	3,  // 6: cocoonbox.v1.CreateTokenResponse.token:type_name -> cocoonbox.v1.Token
+	3,  // 7: cocoonbox.v1.ListTokensResponse.tokens:type_name -> cocoonbox.v1.Token
+	2,  // 8: cocoonbox.v1.CreateUserResponse.user:type_name -> cocoonbox.v1.User
+	0,  // 9: cocoonbox.v1.AccountService.WhoAmI:input_type -> cocoonbox.v1.WhoAmIRequest
+	4,  // 10: cocoonbox.v1.AccountService.CreateToken:input_type -> cocoonbox.v1.CreateTokenRequest
+	6,  // 11: cocoonbox.v1.AccountService.ListTokens:input_type -> cocoonbox.v1.ListTokensRequest
+	8,  // 12: cocoonbox.v1.AccountService.RevokeToken:input_type -> cocoonbox.v1.RevokeTokenRequest
+	10, // 13: cocoonbox.v1.AccountService.CreateUser:input_type -> cocoonbox.v1.CreateUserRequest
+	1,  // 14: cocoonbox.v1.AccountService.WhoAmI:output_type -> cocoonbox.v1.WhoAmIResponse
+	5,  // 15: cocoonbox.v1.AccountService.CreateToken:output_type -> cocoonbox.v1.CreateTokenResponse
+	7,  // 16: cocoonbox.v1.AccountService.ListTokens:output_type -> cocoonbox.v1.ListTokensResponse
+	9,  // 17: cocoonbox.v1.AccountService.RevokeToken:output_type -> cocoonbox.v1.RevokeTokenResponse
+	11, // 18: cocoonbox.v1.AccountService.CreateUser:output_type -> cocoonbox.v1.CreateUserResponse
+	14, // [14:19] is the sub-list for method output_type
+	9,  // [9:14] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_cocoonbox_v1_account_proto_init() }
@@ -244,7 +763,7 @@ func file_cocoonbox_v1_account_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cocoonbox_v1_account_proto_rawDesc), len(file_cocoonbox_v1_account_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   3,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
