@@ -20,7 +20,7 @@ func serveCommand() *cli.Command {
 	return &cli.Command{
 		Name:            "serve",
 		Usage:           "run one server role",
-		Subcommands:     []*cli.Command{serveEngineCommand(), serveWorkerCommand()},
+		Subcommands:     []*cli.Command{serveAPICommand(), serveEngineCommand(), serveWorkerCommand()},
 		HideHelpCommand: true,
 	}
 }

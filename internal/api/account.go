@@ -2,9 +2,14 @@ package api
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"regexp"
+	"time"
+	"unicode/utf8"
 
-	"google.golang.org/protobuf/types/known/timestamppb"
-
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/store"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
 
@@ -13,19 +18,132 @@ type accountService struct {
 	s *Server
 }
 
+// Token and user limits.
+const (
+	maxTokenName = 100
+	// maxTokenTTL keeps an expiry representable everywhere it is stored and shown.
+	maxTokenTTL = 100 * 365 * 24 * time.Hour
+	// firstTokenName names the token CreateUser mints for a new user.
+	firstTokenName = "first"
+)
+
+// userNamePattern is what the users table accepts as a name.
+var userNamePattern = regexp.MustCompile(`^[a-z][a-z0-9._-]{0,62}$`)
+
 // WhoAmI returns the caller.
 func (a *accountService) WhoAmI(ctx context.Context, _ *cbv1.WhoAmIRequest) (*cbv1.WhoAmIResponse, error) {
 	p, err := mustPrincipal(ctx)
 	if err != nil {
 		return nil, err
 	}
-	return &cbv1.WhoAmIResponse{
-		User: &cbv1.User{
-			Id:        p.User.ID,
-			Name:      p.User.Name,
-			Admin:     p.User.Admin,
-			CreatedAt: timestamppb.New(p.User.CreatedAt),
-		},
-		TokenName: p.TokenName,
-	}, nil
+	return &cbv1.WhoAmIResponse{User: userProto(p.User), TokenName: p.TokenName}, nil
+}
+
+// CreateToken mints a token for the caller. Only its hash is stored; the secret is in this
+// answer and nowhere else. An expiring token is created and given its expiry in one
+// transaction, so it never exists without one.
+func (a *accountService) CreateToken(ctx context.Context, req *cbv1.CreateTokenRequest) (*cbv1.CreateTokenResponse, error) {
+	p, err := mustPrincipal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	name := req.GetName()
+	if n := utf8.RuneCountInString(name); n < 1 || n > maxTokenName {
+		return nil, cocoonbox.Invalid("name", fmt.Sprintf("must be 1 to %d characters, got %d", maxTokenName, n))
+	}
+	ttl := req.GetTtlSeconds()
+	if ttl < 0 || ttl > int64(maxTokenTTL/time.Second) {
+		return nil, cocoonbox.Invalid("ttl_seconds", fmt.Sprintf("must be 0 (no expiry) to %d, got %d", int64(maxTokenTTL/time.Second), ttl))
+	}
+	secret, err := store.NewToken()
+	if err != nil {
+		return nil, err
+	}
+	var tok store.Token
+	err = a.s.store.InTx(ctx, func(q *store.Queries) error {
+		var err error
+		if tok, err = q.CreateToken(ctx, p.User.ID, name, store.HashToken(secret)); err != nil {
+			return err
+		}
+		if ttl > 0 {
+			at := time.Now().Add(time.Duration(ttl) * time.Second)
+			if err := q.SetTokenExpiry(ctx, tok.ID, at); err != nil {
+				return err
+			}
+			tok.ExpiresAt = &at
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create token: %w", err)
+	}
+	return &cbv1.CreateTokenResponse{Token: tokenProto(tok), Secret: secret}, nil
+}
+
+// ListTokens lists the caller's tokens, revoked and expired ones included.
+func (a *accountService) ListTokens(ctx context.Context, _ *cbv1.ListTokensRequest) (*cbv1.ListTokensResponse, error) {
+	p, err := mustPrincipal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	toks, err := a.s.store.ListTokens(ctx, p.User.ID)
+	if err != nil {
+		return nil, err
+	}
+	return &cbv1.ListTokensResponse{Tokens: protoList(toks, tokenProto)}, nil
+}
+
+// RevokeToken revokes one of the caller's tokens; another user's reads as not found.
+func (a *accountService) RevokeToken(ctx context.Context, req *cbv1.RevokeTokenRequest) (*cbv1.RevokeTokenResponse, error) {
+	p, err := mustPrincipal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if req.GetId() == "" {
+		return nil, cocoonbox.Invalid("id", "is required: a token ID (tok_…) from ListTokens")
+	}
+	err = a.s.store.RevokeToken(ctx, p.User.ID, req.GetId())
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, cocoonbox.Errorf(cocoonbox.ENotFound, "id: you have no token %q", req.GetId())
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &cbv1.RevokeTokenResponse{}, nil
+}
+
+// CreateUser adds a user with a first token (admin only); user and token land together.
+func (a *accountService) CreateUser(ctx context.Context, req *cbv1.CreateUserRequest) (*cbv1.CreateUserResponse, error) {
+	p, err := mustPrincipal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if !p.User.Admin {
+		return nil, cocoonbox.Errorf(cocoonbox.EForbidden, "creating users needs an admin account")
+	}
+	name := req.GetName()
+	if !userNamePattern.MatchString(name) {
+		return nil, cocoonbox.Invalid("name", fmt.Sprintf(
+			"must be a lowercase letter, then up to 62 lowercase letters, digits, dots, underscores or hyphens, got %q", name))
+	}
+	secret, err := store.NewToken()
+	if err != nil {
+		return nil, err
+	}
+	var u store.User
+	err = a.s.store.InTx(ctx, func(q *store.Queries) error {
+		var err error
+		if u, err = q.CreateUser(ctx, store.NewUser{Name: name, Admin: req.GetAdmin()}); err != nil {
+			return err
+		}
+		_, err = q.CreateToken(ctx, u.ID, firstTokenName, store.HashToken(secret))
+		return err
+	})
+	if errors.Is(err, store.ErrConflict) {
+		return nil, cocoonbox.Errorf(cocoonbox.EConflict, "name: a user called %q exists", name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("create user: %w", err)
+	}
+	return &cbv1.CreateUserResponse{User: userProto(u), Secret: secret}, nil
 }

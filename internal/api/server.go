@@ -10,27 +10,47 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/reflection"
 
+	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	"github.com/loomhand/cocoonbox/internal/store"
+	"github.com/loomhand/cocoonbox/internal/vault"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
 
 // Options configures a Server.
 type Options struct {
-	Store   *store.Store
+	Store *store.Store
+	// Boxes is the service layer every box call (gRPC, Connect, MCP) goes through.
+	Boxes *boxsvc.Service
+	// Vault keeps users' secrets.
+	Vault   *vault.Vault
 	Checks  map[string]Check // components reported by /healthz
 	Version string
 	Logger  *slog.Logger
 }
 
-// Server serves the public API on one port: gRPC over HTTP/2 (cleartext h2c or TLS from a proxy)
-// and plain HTTP routes such as /healthz.
+// maxMessageBytes bounds one gRPC message: a file of boxsvc.MaxFileBytes with room for the
+// envelope, so an oversized WriteFile reaches the service and is refused naming its field
+// instead of failing in the transport.
+const maxMessageBytes = 2*boxsvc.MaxFileBytes + 1<<20
+
+// Server serves the public API on one port: gRPC over HTTP/2 (cleartext h2c or TLS from a proxy),
+// the same services as Connect, gRPC-Web and JSON for browsers, and plain HTTP routes such as
+// /healthz, /metrics and /mcp.
 type Server struct {
 	store   *store.Store
+	boxes   *boxsvc.Service
+	vault   *vault.Vault
 	checks  map[string]Check
 	version string
 	log     *slog.Logger
 	grpc    *grpc.Server
+	healthz *healthServer
+	connect http.Handler // Connect, gRPC-Web and JSON, transcoded into s.grpc
+	metrics *metrics
 	mux     *http.ServeMux
 }
 
@@ -40,25 +60,59 @@ func New(opts Options) *Server {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{store: opts.Store, checks: opts.Checks, version: opts.Version, log: log, mux: http.NewServeMux()}
+	s := &Server{
+		store: opts.Store, boxes: opts.Boxes, vault: opts.Vault, checks: opts.Checks,
+		version: opts.Version, log: log, mux: http.NewServeMux(), metrics: newMetrics(),
+	}
 	s.grpc = grpc.NewServer(
-		grpc.ChainUnaryInterceptor(s.unaryAuth),
-		grpc.ChainStreamInterceptor(s.streamAuth),
+		grpc.ChainUnaryInterceptor(s.unary),
+		grpc.ChainStreamInterceptor(s.stream),
+		grpc.MaxRecvMsgSize(maxMessageBytes),
+		grpc.MaxSendMsgSize(maxMessageBytes),
 	)
 	cbv1.RegisterAccountServiceServer(s.grpc, &accountService{s: s})
+	cbv1.RegisterBoxServiceServer(s.grpc, &boxService{s: s})
+	cbv1.RegisterAgentServiceServer(s.grpc, &agentService{s: s})
+	cbv1.RegisterVaultServiceServer(s.grpc, &vaultService{s: s})
+	s.healthz = newHealthServer(s)
+	healthpb.RegisterHealthServer(s.grpc, s.healthz)
+	reflection.Register(s.grpc)
+	s.connect = s.newConnectHandler()
+
 	s.mux.HandleFunc("GET /healthz", s.serveHealth)
+	s.mux.Handle("GET /metrics", s.metrics)
+	s.mux.Handle("/mcp", s.mcpHandler())
 	return s
 }
 
-// Handler routes gRPC requests to the gRPC server and everything else to the HTTP routes.
+// Handler routes each request by protocol: gRPC (HTTP/2, application/grpc) to the gRPC server;
+// Connect, gRPC-Web and JSON calls of the RPC services to the transcoder, which hands them to
+// the same gRPC server and so to the same auth interceptors; everything else to the HTTP routes.
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ProtoMajor == 2 && strings.HasPrefix(r.Header.Get("Content-Type"), "application/grpc") {
+		ct := r.Header.Get("Content-Type")
+		switch {
+		case r.ProtoMajor == 2 && strings.HasPrefix(ct, "application/grpc") && !strings.HasPrefix(ct, "application/grpc-web"):
 			s.grpc.ServeHTTP(w, r)
-			return
+		case isRPCPath(r.URL.Path):
+			s.connect.ServeHTTP(w, r)
+		default:
+			s.mux.ServeHTTP(w, r)
 		}
-		s.mux.ServeHTTP(w, r)
 	})
+}
+
+// rpcPrefixes are the paths of the services browsers reach through the transcoder. Reflection
+// is bidirectional streaming and stays gRPC-only.
+var rpcPrefixes = []string{"/cocoonbox.v1.", "/grpc.health.v1."}
+
+func isRPCPath(p string) bool {
+	for _, pre := range rpcPrefixes {
+		if strings.HasPrefix(p, pre) {
+			return true
+		}
+	}
+	return false
 }
 
 // Serve answers on ln until ctx ends, then shuts down gracefully.
@@ -72,6 +126,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ReadHeaderTimeout: 10 * time.Second,
 		BaseContext:       func(net.Listener) context.Context { return ctx },
 	}
+	go s.healthz.refresh(ctx)
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -79,6 +134,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	case <-ctx.Done():
 	}
+	s.healthz.Shutdown() // tell watchers the server is going away
 	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	err := srv.Shutdown(shutdownCtx)
@@ -87,4 +143,66 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		return err
 	}
 	return nil
+}
+
+// healthRefresh is how often the gRPC health service re-runs the checks for its watchers.
+const healthRefresh = 15 * time.Second
+
+// healthServer is gRPC's standard health service whose answers are the /healthz checks: the
+// whole server ("") and each cocoonbox service are SERVING exactly when every check passes.
+// Check and List run the checks first, so they never answer from a stale result; Watch streams
+// see the periodic refresh.
+type healthServer struct {
+	*health.Server
+	s *Server
+}
+
+func newHealthServer(s *Server) *healthServer {
+	h := &healthServer{Server: health.NewServer(), s: s}
+	for _, name := range h.services() {
+		h.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
+	}
+	return h
+}
+
+// services are the names the health service answers for.
+func (h *healthServer) services() []string {
+	return []string{"", cbv1.AccountService_ServiceDesc.ServiceName, cbv1.BoxService_ServiceDesc.ServiceName,
+		cbv1.AgentService_ServiceDesc.ServiceName, cbv1.VaultService_ServiceDesc.ServiceName}
+}
+
+func (h *healthServer) update(ctx context.Context) {
+	st := healthpb.HealthCheckResponse_SERVING
+	if h.s.health(ctx).Status != "ok" {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	for _, name := range h.services() {
+		h.SetServingStatus(name, st)
+	}
+}
+
+// Check runs the checks and answers for one service.
+func (h *healthServer) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
+	h.update(ctx)
+	return h.Server.Check(ctx, req)
+}
+
+// List runs the checks and answers for every service.
+func (h *healthServer) List(ctx context.Context, req *healthpb.HealthListRequest) (*healthpb.HealthListResponse, error) {
+	h.update(ctx)
+	return h.Server.List(ctx, req)
+}
+
+// refresh re-runs the checks until ctx ends, so watchers learn of a change.
+func (h *healthServer) refresh(ctx context.Context) {
+	t := time.NewTicker(healthRefresh)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			h.update(ctx)
+		}
+	}
 }

@@ -1,28 +1,60 @@
 // Package boxsvc is the one service layer over the box workflows that the gRPC API, MCP tools and
-// the CLI share: it checks who may act on a box, then creates, wakes, hibernates, deletes and
-// reads boxes only through their workflow (Update-with-Start, updates and the status query), so
-// every state change is durable and visible in the Temporal UI.
+// the CLI share: it checks who may act on a box (its owner, or a share's role), then creates,
+// wakes, hibernates, snapshots, restores, deletes and reads boxes only through their workflow
+// (Update-with-Start, updates and the status query), so every state change is durable and
+// visible in the Temporal UI. Bytes to and from a box (exec, files) go through the engine's API
+// after the same check, and count as activity on the box.
 package boxsvc
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/workflows"
 )
 
-// Service creates and drives boxes.
+// DefaultPolicy is what a new box gets unless its service says otherwise: hibernate after 15
+// idle minutes, an hour's lease renewed as it goes, the newest 5 snapshots kept.
+var DefaultPolicy = workflows.Policy{IdleAfter: 15 * time.Minute, LeaseTTL: time.Hour, KeepSnapshots: workflows.DefaultKeepSnapshots}
+
+// Service creates and drives boxes on behalf of callers, named by user ID.
 type Service struct {
 	Temporal client.Client
 	Store    *store.Store
 	Policy   workflows.Policy // applied to new boxes
+	// Sandbox and Tokens reach a box's sandbox for exec and files; without them those calls are
+	// unavailable.
+	Sandbox sandbox.Client
+	Tokens  store.SandboxTokens
+	Logger  *slog.Logger
+	// WatchEvery is how often WatchBox polls the workflow's status; 0 is 500 ms.
+	WatchEvery time.Duration
+}
+
+// View is a box as a caller sees it: the workflow's status with the box's record and the
+// caller's role on it.
+type View struct {
+	workflows.Status
+	Name      string
+	Owner     string
+	Size      cocoonbox.Size
+	CreatedAt time.Time
+	Role      cocoonbox.Role
+}
+
+func view(a access, st workflows.Status) View {
+	return View{Status: st, Name: a.box.Name, Owner: a.box.Owner, Size: a.box.Size, CreatedAt: a.box.CreatedAt, Role: a.role}
 }
 
 // CreateRequest describes a new box. ID may be set by the caller to make create idempotent: a
@@ -34,7 +66,7 @@ type CreateRequest struct {
 }
 
 // Create starts the box's workflow (or finds it) and waits until the box runs.
-func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (workflows.Status, error) {
+func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (View, error) {
 	if req.ID == "" {
 		req.ID = cocoonbox.NewBoxID()
 	}
@@ -43,10 +75,13 @@ func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (
 	}
 	b := cocoonbox.Box{ID: req.ID, Owner: owner, Name: req.Name, Size: req.Size}
 	if err := b.Validate(); err != nil {
-		return workflows.Status{}, err
+		return View{}, err
 	}
 	if existing, err := s.Store.BoxByID(ctx, req.ID); err == nil && existing.Owner != owner {
-		return workflows.Status{}, cocoonbox.Errorf(cocoonbox.EConflict, "box %s exists", req.ID)
+		return View{}, cocoonbox.Errorf(cocoonbox.EConflict, "box ID %s is taken", req.ID)
+	}
+	if existing, err := s.Store.BoxByOwnerName(ctx, owner, req.Name); err == nil && existing.ID != req.ID {
+		return View{}, cocoonbox.Errorf(cocoonbox.EConflict, "name: you already have a box called %q", req.Name)
 	}
 	start := s.Temporal.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
 		ID:                       workflows.BoxWorkflowID(req.ID),
@@ -69,87 +104,51 @@ func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (
 		},
 	})
 	if err != nil {
-		return workflows.Status{}, translate(fmt.Errorf("create box %s: %w", req.ID, err))
+		return View{}, translate(fmt.Errorf("create box %s: %w", req.ID, err))
 	}
 	var st workflows.Status
 	if err := h.Get(ctx, &st); err != nil {
-		return workflows.Status{}, translate(fmt.Errorf("create box %s: %w", req.ID, err))
+		return View{}, translate(fmt.Errorf("create box %s: %w", req.ID, err))
 	}
-	return st, nil
-}
-
-// Wake brings the box back if it sleeps.
-func (s *Service) Wake(ctx context.Context, owner string, id cocoonbox.BoxID) (workflows.Status, error) {
-	return s.update(ctx, owner, id, workflows.UpdateWake, workflows.WakeInput{})
-}
-
-// Hibernate puts the box to sleep.
-func (s *Service) Hibernate(ctx context.Context, owner string, id cocoonbox.BoxID) (workflows.Status, error) {
-	return s.update(ctx, owner, id, workflows.UpdateHibernate, workflows.HibernateInput{})
-}
-
-// Delete releases the box's sandbox and ends its workflow, keeping its snapshots.
-func (s *Service) Delete(ctx context.Context, owner string, id cocoonbox.BoxID) (workflows.Status, error) {
-	return s.DeleteWith(ctx, owner, id, workflows.DeleteInput{})
-}
-
-// DeleteWith is Delete with options, such as purging the box's snapshots.
-func (s *Service) DeleteWith(ctx context.Context, owner string, id cocoonbox.BoxID, in workflows.DeleteInput) (workflows.Status, error) {
-	return s.update(ctx, owner, id, workflows.UpdateDelete, in)
-}
-
-// SetPolicy replaces the box's policy (idle hibernate, lease, durable hibernate, retention).
-func (s *Service) SetPolicy(ctx context.Context, owner string, id cocoonbox.BoxID, p workflows.Policy) (workflows.Status, error) {
-	return s.update(ctx, owner, id, workflows.UpdateSetPolicy, workflows.SetPolicyInput(p))
-}
-
-// Snapshot streams the box's disk to object storage and returns the verified snapshot.
-func (s *Service) Snapshot(ctx context.Context, owner string, id cocoonbox.BoxID) (workflows.SnapshotResult, error) {
-	return updateAs[workflows.SnapshotResult](ctx, s, owner, id, workflows.UpdateSnapshot, workflows.SnapshotInput{})
-}
-
-// Restore replaces the box's state with a snapshot ("" the newest); a failed restore leaves the
-// box as it was.
-func (s *Service) Restore(ctx context.Context, owner string, id cocoonbox.BoxID, snapshotID string) (workflows.Status, error) {
-	if snapshotID != "" {
-		if err := cocoonbox.ValidateSnapshotID("snapshot_id", snapshotID); err != nil {
-			return workflows.Status{}, err
-		}
+	s.audit(ctx, owner, req.ID, "create", map[string]any{"name": req.Name, "size": req.Size})
+	v := View{Status: st, Name: req.Name, Owner: owner, Size: req.Size, Role: cocoonbox.RoleOwner}
+	if row, err := s.Store.BoxByID(ctx, req.ID); err == nil {
+		v.CreatedAt = row.CreatedAt
 	}
-	return s.update(ctx, owner, id, workflows.UpdateRestore, workflows.RestoreInput{SnapshotID: snapshotID})
+	return v, nil
 }
 
-// ListSnapshots returns the box's snapshots, newest first.
-func (s *Service) ListSnapshots(ctx context.Context, owner string, id cocoonbox.BoxID) ([]cocoonbox.Snapshot, error) {
-	if err := s.authorize(ctx, owner, id); err != nil {
-		return nil, err
-	}
-	return s.Store.ListSnapshots(ctx, id)
-}
-
-// PinSnapshot keeps a snapshot from retention (pinned) or gives it back (unpinned).
-func (s *Service) PinSnapshot(ctx context.Context, owner string, id cocoonbox.BoxID, snapshotID string, pinned bool) error {
-	if err := cocoonbox.ValidateSnapshotID("snapshot_id", snapshotID); err != nil {
-		return err
-	}
-	if err := s.authorize(ctx, owner, id); err != nil {
-		return err
-	}
-	snap, err := s.Store.SnapshotByID(ctx, snapshotID)
-	if errors.Is(err, store.ErrNotFound) || err == nil && snap.BoxID != id {
-		return cocoonbox.Errorf(cocoonbox.ENotFound, "snapshot %s not found", snapshotID)
-	}
+// Get returns the box's status from its workflow (viewer).
+func (s *Service) Get(ctx context.Context, caller string, id cocoonbox.BoxID) (View, error) {
+	a, err := s.authorize(ctx, caller, id, cocoonbox.RoleViewer)
 	if err != nil {
-		return err
+		return View{}, err
 	}
-	return s.Store.SetSnapshotPinned(ctx, snapshotID, pinned)
+	st, err := s.status(ctx, id)
+	if err != nil {
+		return View{}, err
+	}
+	return view(a, st), nil
 }
 
-// Get returns the box's status from its workflow.
-func (s *Service) Get(ctx context.Context, owner string, id cocoonbox.BoxID) (workflows.Status, error) {
-	if err := s.authorize(ctx, owner, id); err != nil {
-		return workflows.Status{}, err
+// List returns the caller's boxes and those shared with the caller, newest first, from their
+// rows (the state the workflows last recorded), without asking every workflow.
+func (s *Service) List(ctx context.Context, caller string) ([]View, error) {
+	rows, err := s.Store.ListBoxesForUser(ctx, caller)
+	if err != nil {
+		return nil, fmt.Errorf("list boxes: %w", err)
 	}
+	out := make([]View, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, View{
+			Status: workflows.Status{BoxID: r.ID, State: r.State, SandboxID: r.SandboxID, LastError: r.Reason},
+			Name:   r.Name, Owner: r.Owner, Size: r.Size, CreatedAt: r.CreatedAt, Role: r.Role,
+		})
+	}
+	return out, nil
+}
+
+func (s *Service) status(ctx context.Context, id cocoonbox.BoxID) (workflows.Status, error) {
 	v, err := s.Temporal.QueryWorkflow(ctx, workflows.BoxWorkflowID(id), "", workflows.QueryStatus)
 	if err != nil {
 		return workflows.Status{}, translate(fmt.Errorf("get box %s: %w", id, err))
@@ -161,41 +160,18 @@ func (s *Service) Get(ctx context.Context, owner string, id cocoonbox.BoxID) (wo
 	return st, nil
 }
 
-func (s *Service) update(ctx context.Context, owner string, id cocoonbox.BoxID, name string, arg any) (workflows.Status, error) {
-	return updateAs[workflows.Status](ctx, s, owner, id, name, arg)
-}
-
-// updateAs sends update name to the box's workflow after the ownership check and waits for its
-// answer of type T.
-func updateAs[T any](ctx context.Context, s *Service, owner string, id cocoonbox.BoxID, name string, arg any) (T, error) {
-	var out T
-	if err := s.authorize(ctx, owner, id); err != nil {
-		return out, err
-	}
-	h, err := s.Temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID:   workflows.BoxWorkflowID(id),
-		UpdateName:   name,
-		Args:         []any{arg},
-		WaitForStage: client.WorkflowUpdateStageCompleted,
-	})
+// audit appends an event for a change a caller made; a failure is logged, not returned, because
+// the change itself already happened.
+func (s *Service) audit(ctx context.Context, actor string, id cocoonbox.BoxID, action string, detail map[string]any) {
+	d, err := json.Marshal(detail)
 	if err != nil {
-		return out, translate(fmt.Errorf("%s box %s: %w", name, id, err))
+		d = []byte("{}")
 	}
-	if err := h.Get(ctx, &out); err != nil {
-		return out, translate(fmt.Errorf("%s box %s: %w", name, id, err))
+	err = s.Store.AppendEvent(ctx, store.Event{Actor: actor, BoxID: string(id), Action: "box." + action, Detail: d})
+	if err != nil && s.Logger != nil {
+		s.Logger.Warn("audit event", "box", id, "action", action, "err", err)
 	}
-	return out, nil
 }
 
-// authorize checks that owner owns the box; a box the caller may not see reads as not found.
-// (Shares arrive with the API issue.)
-func (s *Service) authorize(ctx context.Context, owner string, id cocoonbox.BoxID) error {
-	if err := id.Validate(); err != nil {
-		return err
-	}
-	b, err := s.Store.BoxByID(ctx, id)
-	if errors.Is(err, store.ErrNotFound) || err == nil && b.Owner != owner {
-		return cocoonbox.Errorf(cocoonbox.ENotFound, "box %s not found", id)
-	}
-	return err
-}
+// errUnavailable is the answer when the service was built without a sandbox client.
+var errUnavailable = errors.New("this server cannot reach boxes' sandboxes")

@@ -113,6 +113,45 @@ type API struct {
 	Listen   string   `yaml:"listen" env:"COCOONBOX_LISTEN"`
 	Temporal Temporal `yaml:"temporal"`
 	Postgres Postgres `yaml:"postgres"`
+	// Sandbox is the engine exec and file calls reach boxes through (after the API's own checks).
+	Sandbox Sandbox `yaml:"sandbox"`
+	// Keyring is the master key file that seals sandbox tokens and vault keys; the same file as
+	// the workers'. Empty means <home>/keys/master.key.
+	Keyring string `yaml:"keyring" env:"COCOONBOX_KEYRING"`
+}
+
+// Validate checks the api configuration and names the first bad field.
+func (c *API) Validate() error {
+	if err := validateHome(c.Home); err != nil {
+		return err
+	}
+	if err := validateLogLevel(c.LogLevel); err != nil {
+		return err
+	}
+	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("config listen: %q is not host:port", c.Listen)
+	}
+	if c.Temporal.Address == "" {
+		return errors.New("config temporal.address: is required (TEMPORAL_ADDRESS)")
+	}
+	if c.Postgres.URL == "" {
+		return errors.New("config postgres.url: is required (COCOONBOX_DATABASE_URL)")
+	}
+	if c.Sandbox.URL == "" {
+		return errors.New("config sandbox.url: is required (COCOONBOX_SANDBOXD_URL)")
+	}
+	if c.Keyring != "" && !filepath.IsAbs(c.Keyring) {
+		return fmt.Errorf("config keyring: must be an absolute path, got %q", c.Keyring)
+	}
+	return nil
+}
+
+// KeyringPath returns the keyring file: Keyring, or <home>/keys/master.key when it is empty.
+func (c *API) KeyringPath() string {
+	if c.Keyring != "" {
+		return c.Keyring
+	}
+	return filepath.Join(c.Home, "keys", "master.key")
 }
 
 // Worker is the configuration of `cocoonbox serve worker`.

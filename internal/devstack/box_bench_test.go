@@ -13,7 +13,6 @@ import (
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	"github.com/loomhand/cocoonbox/internal/devstack"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
-	"github.com/loomhand/cocoonbox/workflows"
 )
 
 // Box benchmarks: create (warm pool), wake and hibernate end to end through the box workflow
@@ -98,7 +97,7 @@ func (e *boxBench) create(b *testing.B) cocoonbox.BoxID {
 	return id
 }
 
-func (e *boxBench) boxOp(b *testing.B, what string, op func(context.Context, string, cocoonbox.BoxID) (workflows.Status, error), id cocoonbox.BoxID, want cocoonbox.BoxState) {
+func (e *boxBench) boxOp(b *testing.B, what string, op func(context.Context, string, cocoonbox.BoxID) (boxsvc.View, error), id cocoonbox.BoxID, want cocoonbox.BoxState) {
 	b.Helper()
 	st, err := op(e.ctx, e.owner, id)
 	if err != nil || st.State != want {

@@ -24,8 +24,10 @@ import (
 	"github.com/loomhand/cocoonbox/internal/objstore"
 	"github.com/loomhand/cocoonbox/internal/pgcluster"
 	"github.com/loomhand/cocoonbox/internal/s3server"
+	"github.com/loomhand/cocoonbox/internal/secrets"
 	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/internal/tclient"
+	"github.com/loomhand/cocoonbox/internal/vault"
 )
 
 // SearchAttributes are the custom search attributes the box workflows upsert, registered when the
@@ -51,6 +53,7 @@ type Dev struct {
 	Temporal client.Client
 	Blobs    *objstore.S3
 	api      *api.Server
+	keys     *secrets.Keyring
 	apiAddr  string
 	apiDone  chan struct{} // closed when the API server has returned, apiErr then set
 	apiErr   error
@@ -169,6 +172,8 @@ func Start(ctx context.Context, cfg config.Dev, log *slog.Logger) (_ *Dev, retEr
 
 	d.api = api.New(api.Options{
 		Store:   d.Store,
+		Boxes:   d.Boxes,
+		Vault:   &vault.Vault{Store: d.Store, Keys: d.keys},
 		Version: buildinfo.String(),
 		Logger:  log.With("component", "api"),
 		Checks: map[string]api.Check{

@@ -2,37 +2,36 @@ package devstack
 
 import (
 	"fmt"
-	"time"
 
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/secrets"
+	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/internal/worker"
-	"github.com/loomhand/cocoonbox/workflows"
 )
-
-// defaultPolicy is what a dev box gets: hibernate after 15 idle minutes, an hour's lease renewed
-// as it goes.
-var defaultPolicy = workflows.Policy{IdleAfter: 15 * time.Minute, LeaseTTL: time.Hour}
 
 // startWorker runs the Temporal worker for the box workflows in this process, against the
 // engine and the store, and builds the service layer over it. With NoWorker only the service
 // layer is built; a worker started elsewhere (`cocoonbox serve worker`, a test's child) runs the
 // workflows.
 func (d *Dev) startWorker() error {
-	d.Boxes = &boxsvc.Service{Temporal: d.Temporal, Store: d.Store, Policy: defaultPolicy}
-	if d.cfg.NoWorker {
-		return nil
-	}
 	// The same key file a `cocoonbox serve worker` on this data dir would use.
 	keys, err := secrets.LoadOrCreateKeyring((&config.Worker{Home: d.cfg.Home}).KeyringPath())
 	if err != nil {
 		return err
 	}
+	d.keys = keys
 	// nil: the sandbox client's own transport, with connect timeouts but no overall limit, which
 	// would cut off long engine calls such as a disk export; each call is bounded by its context.
 	sb := sandbox.NewHTTP(d.sandboxURL, d.sandboxToken, nil)
+	d.Boxes = &boxsvc.Service{
+		Temporal: d.Temporal, Store: d.Store, Policy: boxsvc.DefaultPolicy,
+		Sandbox: sb, Tokens: store.SandboxTokens{Store: d.Store, Keys: keys}, Logger: d.log.With("component", "boxsvc"),
+	}
+	if d.cfg.NoWorker {
+		return nil
+	}
 	w := worker.New(worker.Options{
 		Temporal: d.Temporal, Store: d.Store, Sandbox: sb, Keys: keys, Template: config.DefaultBoxTemplate,
 		Blobs: d.Blobs, Logger: d.log.With("component", "worker"),

@@ -48,7 +48,7 @@ func TestWakeSurvivesKilledWorker(t *testing.T) {
 	}
 
 	type result struct {
-		st  workflows.Status
+		st  boxsvc.View
 		err error
 	}
 	woke := make(chan result, 1)

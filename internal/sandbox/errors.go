@@ -115,6 +115,15 @@ func RetryAfter(err error) time.Duration {
 	return 0
 }
 
+// Message returns the engine's own words behind err (its {"error": …} text), or err's text when
+// err is not an engine answer.
+func Message(err error) string {
+	if e, ok := errors.AsType[*Error](err); ok && e.Message != "" {
+		return e.Message
+	}
+	return err.Error()
+}
+
 // StatusCode returns the HTTP status behind err, or 0 when err is not an engine answer (a
 // transport failure, a refusal before sending).
 func StatusCode(err error) int {

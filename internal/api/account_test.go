@@ -1,0 +1,122 @@
+package api_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/loomhand/cocoonbox/internal/api"
+	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
+)
+
+// wantCode fails the test unless err has code and, when want is set, a message containing it.
+func wantCode(t *testing.T, what string, err error, code codes.Code, want string) {
+	t.Helper()
+	if status.Code(err) != code || !strings.Contains(status.Convert(err).Message(), want) {
+		t.Errorf("%s: %v; want %s %q", what, err, code, want)
+	}
+}
+
+func TestTokens(t *testing.T) {
+	f := serveOpts(t, api.Options{})
+	u, first, raw := f.mint(t, "ann", false)
+	_, _, other := f.mint(t, "bob", false)
+	acct := cbv1.NewAccountServiceClient(f.conn(t))
+
+	made, err := acct.CreateToken(as(t, raw), &cbv1.CreateTokenRequest{Name: "ci"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := made.GetToken()
+	if !strings.HasPrefix(made.GetSecret(), "cbx_") || tok.GetName() != "ci" || tok.GetExpiresAt() != nil || tok.GetRevokedAt() != nil {
+		t.Fatalf("CreateToken = %v", made)
+	}
+	who, err := acct.WhoAmI(as(t, made.GetSecret()), &cbv1.WhoAmIRequest{})
+	if err != nil || who.GetUser().GetId() != u.ID || who.GetTokenName() != "ci" {
+		t.Fatalf("the new token: %v, %v", who, err)
+	}
+
+	short, err := acct.CreateToken(as(t, raw), &cbv1.CreateTokenRequest{Name: "short", TtlSeconds: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if exp := short.GetToken().GetExpiresAt().AsTime(); exp.Before(time.Now()) || exp.After(time.Now().Add(2*time.Second)) {
+		t.Fatalf("a 1 s token expires at %v", exp)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := acct.WhoAmI(as(t, short.GetSecret()), &cbv1.WhoAmIRequest{})
+		if status.Code(err) == codes.Unauthenticated {
+			break
+		}
+		if err != nil || time.Now().After(deadline) {
+			t.Fatalf("an expired token: %v; want Unauthenticated", err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+
+	list, err := acct.ListTokens(as(t, raw), &cbv1.ListTokensRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, tk := range list.GetTokens() {
+		names = append(names, tk.GetName())
+	}
+	if strings.Join(names, ",") != "short,ci,laptop" {
+		t.Fatalf("ListTokens = %v, want short,ci,laptop (newest first)", names)
+	}
+	if strings.Contains(list.String(), made.GetSecret()) {
+		t.Fatal("ListTokens shows a secret")
+	}
+
+	if _, err := acct.RevokeToken(as(t, raw), &cbv1.RevokeTokenRequest{Id: tok.GetId()}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = acct.WhoAmI(as(t, made.GetSecret()), &cbv1.WhoAmIRequest{})
+	wantCode(t, "a revoked token", err, codes.Unauthenticated, "")
+	_, err = acct.RevokeToken(as(t, other), &cbv1.RevokeTokenRequest{Id: first.ID})
+	wantCode(t, "revoking another user's token", err, codes.NotFound, "id")
+	_, err = acct.RevokeToken(as(t, raw), &cbv1.RevokeTokenRequest{})
+	wantCode(t, "revoking no token", err, codes.InvalidArgument, "id")
+	if _, err := acct.WhoAmI(as(t, raw), &cbv1.WhoAmIRequest{}); err != nil {
+		t.Fatalf("ann's first token after bob tried to revoke it: %v", err)
+	}
+
+	_, err = acct.CreateToken(as(t, raw), &cbv1.CreateTokenRequest{})
+	wantCode(t, "a token without a name", err, codes.InvalidArgument, "name")
+	_, err = acct.CreateToken(as(t, raw), &cbv1.CreateTokenRequest{Name: strings.Repeat("x", 101)})
+	wantCode(t, "a long token name", err, codes.InvalidArgument, "name")
+	_, err = acct.CreateToken(as(t, raw), &cbv1.CreateTokenRequest{Name: "x", TtlSeconds: -1})
+	wantCode(t, "a negative ttl", err, codes.InvalidArgument, "ttl_seconds")
+}
+
+func TestCreateUserIsForAdmins(t *testing.T) {
+	f := serveOpts(t, api.Options{})
+	_, _, admin := f.mint(t, "root", true)
+	_, _, plain := f.mint(t, "ann", false)
+	acct := cbv1.NewAccountServiceClient(f.conn(t))
+
+	_, err := acct.CreateUser(as(t, plain), &cbv1.CreateUserRequest{Name: "eve"})
+	wantCode(t, "a non-admin creating a user", err, codes.PermissionDenied, "admin")
+
+	made, err := acct.CreateUser(as(t, admin), &cbv1.CreateUserRequest{Name: "eve"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if made.GetUser().GetName() != "eve" || made.GetUser().GetAdmin() || made.GetSecret() == "" {
+		t.Fatalf("CreateUser = %v", made)
+	}
+	who, err := acct.WhoAmI(as(t, made.GetSecret()), &cbv1.WhoAmIRequest{})
+	if err != nil || who.GetUser().GetId() != made.GetUser().GetId() || who.GetTokenName() != "first" {
+		t.Fatalf("the new user's token: %v, %v", who, err)
+	}
+
+	_, err = acct.CreateUser(as(t, admin), &cbv1.CreateUserRequest{Name: "eve"})
+	wantCode(t, "a taken name", err, codes.FailedPrecondition, "name")
+	_, err = acct.CreateUser(as(t, admin), &cbv1.CreateUserRequest{Name: "Eve!"})
+	wantCode(t, "a malformed name", err, codes.InvalidArgument, "name")
+}

@@ -1,0 +1,319 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/boxsvc"
+	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
+	"github.com/loomhand/cocoonbox/workflows"
+)
+
+// boxService adapts BoxService to boxsvc, which checks every role; this layer only finds the
+// caller, resolves the box and converts messages.
+type boxService struct {
+	cbv1.UnimplementedBoxServiceServer
+	s *Server
+}
+
+// errDesktop answers the desktop calls until the desktop edge exists.
+var errDesktop = cocoonbox.Errorf(cocoonbox.EUnimplemented, "the desktop lands with its own issue")
+
+// boxCaller returns the service layer and the caller's user ID.
+func (s *Server) boxCaller(ctx context.Context) (*boxsvc.Service, string, error) {
+	p, err := mustPrincipal(ctx)
+	if err != nil {
+		return nil, "", err
+	}
+	if s.boxes == nil {
+		return nil, "", cocoonbox.Errorf(cocoonbox.EUnavailable, "this server does not serve boxes")
+	}
+	return s.boxes, p.User.ID, nil
+}
+
+// resolveBox returns the service layer, the caller and the box a request's `box` field names.
+func (s *Server) resolveBox(ctx context.Context, ref string) (*boxsvc.Service, string, cocoonbox.BoxID, error) {
+	svc, caller, err := s.boxCaller(ctx)
+	if err != nil {
+		return nil, "", "", err
+	}
+	id, err := svc.Resolve(ctx, caller, ref)
+	if err != nil {
+		return nil, "", "", renameField(err, "box_id", "box")
+	}
+	return svc, caller, id, nil
+}
+
+// requireRole checks that caller holds need on the box, for calls boxsvc does not serve yet: a
+// stranger still learns nothing (not found), a weaker role is told which one it needs.
+func requireRole(ctx context.Context, svc *boxsvc.Service, caller string, id cocoonbox.BoxID, need cocoonbox.Role) error {
+	_, err := svc.Authorize(ctx, caller, id, need)
+	return err
+}
+
+// renameField makes an invalid-argument error name the request's field rather than the
+// service layer's, so a client is told what it sent.
+func renameField(err error, from, to string) error {
+	var e *cocoonbox.Error
+	if errors.As(err, &e) && e.Code == cocoonbox.EInvalid {
+		if rest, ok := strings.CutPrefix(e.Message, from+": "); ok {
+			return cocoonbox.Invalid(to, rest)
+		}
+	}
+	return err
+}
+
+// CreateBox creates a box for the caller.
+func (b *boxService) CreateBox(ctx context.Context, req *cbv1.CreateBoxRequest) (*cbv1.Box, error) {
+	svc, caller, err := b.s.boxCaller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	id := cocoonbox.BoxID(req.GetRequestId())
+	if id != "" {
+		if err := id.Validate(); err != nil {
+			return nil, renameField(err, "box_id", "request_id")
+		}
+	}
+	size := cocoonbox.Size(req.GetSize()) // empty: boxsvc applies cocoonbox.DefaultSize
+	v, err := svc.Create(ctx, caller, boxsvc.CreateRequest{ID: id, Name: req.GetName(), Size: size})
+	if err != nil {
+		return nil, err
+	}
+	return boxProto(v), nil
+}
+
+// GetBox returns the box's status.
+func (b *boxService) GetBox(ctx context.Context, req *cbv1.GetBoxRequest) (*cbv1.Box, error) {
+	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	v, err := svc.Get(ctx, caller, id)
+	if err != nil {
+		return nil, err
+	}
+	return boxProto(v), nil
+}
+
+// ListBoxes returns the caller's boxes and those shared with the caller.
+func (b *boxService) ListBoxes(ctx context.Context, _ *cbv1.ListBoxesRequest) (*cbv1.ListBoxesResponse, error) {
+	svc, caller, err := b.s.boxCaller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	views, err := svc.List(ctx, caller)
+	if err != nil {
+		return nil, err
+	}
+	return &cbv1.ListBoxesResponse{Boxes: protoList(views, boxProto)}, nil
+}
+
+// DeleteBox ends the box (admin).
+func (b *boxService) DeleteBox(ctx context.Context, req *cbv1.DeleteBoxRequest) (*cbv1.Box, error) {
+	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	v, err := svc.DeleteWith(ctx, caller, id, workflows.DeleteInput{PurgeSnapshots: req.GetPurgeSnapshots()})
+	if err != nil {
+		return nil, err
+	}
+	return boxProto(v), nil
+}
+
+// WakeBox brings a hibernated box back (driver).
+func (b *boxService) WakeBox(ctx context.Context, req *cbv1.WakeBoxRequest) (*cbv1.Box, error) {
+	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	v, err := svc.Wake(ctx, caller, id)
+	if err != nil {
+		return nil, err
+	}
+	return boxProto(v), nil
+}
+
+// HibernateBox puts the box to sleep (driver).
+func (b *boxService) HibernateBox(ctx context.Context, req *cbv1.HibernateBoxRequest) (*cbv1.Box, error) {
+	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	v, err := svc.Hibernate(ctx, caller, id)
+	if err != nil {
+		return nil, err
+	}
+	return boxProto(v), nil
+}
+
+// SnapshotBox snapshots the box's disk (driver).
+func (b *boxService) SnapshotBox(ctx context.Context, req *cbv1.SnapshotBoxRequest) (*cbv1.Snapshot, error) {
+	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	res, err := svc.Snapshot(ctx, caller, id)
+	if err != nil {
+		return nil, err
+	}
+	return snapshotProto(res.Snapshot), nil
+}
+
+// ListSnapshots returns the box's snapshots, newest first (viewer).
+func (b *boxService) ListSnapshots(ctx context.Context, req *cbv1.ListSnapshotsRequest) (*cbv1.ListSnapshotsResponse, error) {
+	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	snaps, err := svc.ListSnapshots(ctx, caller, id)
+	if err != nil {
+		return nil, err
+	}
+	return &cbv1.ListSnapshotsResponse{Snapshots: protoList(snaps, snapshotProto)}, nil
+}
+
+// RestoreBox replaces the box's state with a snapshot.
+func (b *boxService) RestoreBox(ctx context.Context, req *cbv1.RestoreBoxRequest) (*cbv1.Box, error) {
+	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	v, err := svc.Restore(ctx, caller, id, req.GetSnapshotId())
+	if err != nil {
+		return nil, err
+	}
+	return boxProto(v), nil
+}
+
+// WatchBox streams the box's status until the client goes or the box is deleted (viewer).
+func (b *boxService) WatchBox(req *cbv1.WatchBoxRequest, stream cbv1.BoxService_WatchBoxServer) error {
+	ctx := stream.Context()
+	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
+	if err != nil {
+		return err
+	}
+	return svc.Watch(ctx, caller, id, func(v boxsvc.View) error { return stream.Send(boxProto(v)) })
+}
+
+// Exec runs a command in the box (driver).
+func (b *boxService) Exec(ctx context.Context, req *cbv1.ExecRequest) (*cbv1.ExecResponse, error) {
+	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	res, err := svc.Exec(ctx, caller, id, boxsvc.ExecRequest{
+		Argv: req.GetArgv(), Cwd: req.GetCwd(), Env: req.GetEnv(), TimeoutSeconds: int(req.GetTimeoutSeconds()),
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &cbv1.ExecResponse{ExitCode: int32(res.ExitCode), Stdout: res.Stdout, Stderr: res.Stderr}, nil
+}
+
+// ReadFile returns a file from the box (driver).
+func (b *boxService) ReadFile(ctx context.Context, req *cbv1.ReadFileRequest) (*cbv1.ReadFileResponse, error) {
+	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	content, mode, err := svc.ReadFile(ctx, caller, id, req.GetPath())
+	if err != nil {
+		return nil, err
+	}
+	return &cbv1.ReadFileResponse{Content: content, Mode: mode}, nil
+}
+
+// WriteFile writes a file into the box (driver).
+func (b *boxService) WriteFile(ctx context.Context, req *cbv1.WriteFileRequest) (*cbv1.WriteFileResponse, error) {
+	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	n, err := svc.WriteFile(ctx, caller, id, req.GetPath(), req.GetContent(), req.GetMode())
+	if err != nil {
+		return nil, err
+	}
+	return &cbv1.WriteFileResponse{Bytes: n}, nil
+}
+
+// ShareBox gives a user a role on the box (admin).
+func (b *boxService) ShareBox(ctx context.Context, req *cbv1.ShareBoxRequest) (*cbv1.Share, error) {
+	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	var expires *time.Time
+	if req.ExpiresAt != nil {
+		if err := req.GetExpiresAt().CheckValid(); err != nil {
+			return nil, cocoonbox.Invalid("expires_at", fmt.Sprintf("is not a valid time: %v", err))
+		}
+		t := req.GetExpiresAt().AsTime()
+		expires = &t
+	}
+	sh, err := svc.Share(ctx, caller, id, req.GetUser(), cocoonbox.Role(req.GetRole()), expires)
+	if err != nil {
+		return nil, err
+	}
+	return shareProto(sh), nil
+}
+
+// UnshareBox takes a user's share away (admin).
+func (b *boxService) UnshareBox(ctx context.Context, req *cbv1.UnshareBoxRequest) (*cbv1.UnshareBoxResponse, error) {
+	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	if err := svc.Unshare(ctx, caller, id, req.GetUser()); err != nil {
+		return nil, err
+	}
+	return &cbv1.UnshareBoxResponse{}, nil
+}
+
+// ListShares lists the box's shares (admin).
+func (b *boxService) ListShares(ctx context.Context, req *cbv1.ListSharesRequest) (*cbv1.ListSharesResponse, error) {
+	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	shares, err := svc.ListShares(ctx, caller, id)
+	if err != nil {
+		return nil, err
+	}
+	return &cbv1.ListSharesResponse{Shares: protoList(shares, shareProto)}, nil
+}
+
+// TakeOver is not served yet; the role is checked first so a stranger still sees not found.
+func (b *boxService) TakeOver(ctx context.Context, req *cbv1.TakeOverRequest) (*cbv1.Box, error) {
+	return nil, b.desktop(ctx, req.GetBox(), cocoonbox.RoleDriver)
+}
+
+// HandBack is not served yet; see TakeOver.
+func (b *boxService) HandBack(ctx context.Context, req *cbv1.HandBackRequest) (*cbv1.Box, error) {
+	return nil, b.desktop(ctx, req.GetBox(), cocoonbox.RoleDriver)
+}
+
+// DesktopTicket is not served yet; see TakeOver. A control ticket needs driver, a view one viewer.
+func (b *boxService) DesktopTicket(ctx context.Context, req *cbv1.DesktopTicketRequest) (*cbv1.DesktopTicketResponse, error) {
+	need := cocoonbox.RoleViewer
+	if req.GetControl() {
+		need = cocoonbox.RoleDriver
+	}
+	return nil, b.desktop(ctx, req.GetBox(), need)
+}
+
+func (b *boxService) desktop(ctx context.Context, ref string, need cocoonbox.Role) error {
+	svc, caller, id, err := b.s.resolveBox(ctx, ref)
+	if err != nil {
+		return err
+	}
+	if err := requireRole(ctx, svc, caller, id, need); err != nil {
+		return err
+	}
+	return errDesktop
+}

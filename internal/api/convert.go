@@ -1,0 +1,101 @@
+package api
+
+import (
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/boxsvc"
+	"github.com/loomhand/cocoonbox/internal/store"
+	"github.com/loomhand/cocoonbox/internal/vault"
+	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
+)
+
+// ts is t on the wire; the zero time is unset rather than year 1.
+func ts(t time.Time) *timestamppb.Timestamp {
+	if t.IsZero() {
+		return nil
+	}
+	return timestamppb.New(t)
+}
+
+// tsp is ts for optional times.
+func tsp(t *time.Time) *timestamppb.Timestamp {
+	if t == nil {
+		return nil
+	}
+	return ts(*t)
+}
+
+func boxProto(v boxsvc.View) *cbv1.Box {
+	return &cbv1.Box{
+		Id:           string(v.BoxID),
+		Name:         v.Name,
+		Owner:        v.Owner,
+		Size:         string(v.Size),
+		State:        string(v.State),
+		LastError:    v.LastError,
+		Role:         string(v.Role),
+		Viewers:      int32(v.Viewers),
+		Pins:         v.Pins,
+		IdleDeadline: ts(v.IdleDeadline),
+		LastSnapshot: v.LastSnapshot,
+		CreatedAt:    ts(v.CreatedAt),
+	}
+}
+
+func snapshotProto(s cocoonbox.Snapshot) *cbv1.Snapshot {
+	return &cbv1.Snapshot{
+		Id:        s.ID,
+		BoxId:     string(s.BoxID),
+		ParentId:  s.ParentID,
+		State:     string(s.State),
+		Bytes:     s.Bytes,
+		Sha256:    s.SHA256,
+		Files:     s.Files,
+		Pinned:    s.Pinned,
+		CreatedAt: ts(s.CreatedAt),
+	}
+}
+
+func shareProto(s store.Share) *cbv1.Share {
+	return &cbv1.Share{
+		BoxId:     string(s.BoxID),
+		UserId:    s.UserID,
+		UserName:  s.UserName,
+		Role:      string(s.Role),
+		ExpiresAt: tsp(s.ExpiresAt),
+		CreatedAt: ts(s.CreatedAt),
+	}
+}
+
+func userProto(u store.User) *cbv1.User {
+	return &cbv1.User{Id: u.ID, Name: u.Name, Admin: u.Admin, CreatedAt: ts(u.CreatedAt)}
+}
+
+// tokenProto describes a token; the secret is not part of store.Token and so cannot leak here.
+func tokenProto(t store.Token) *cbv1.Token {
+	return &cbv1.Token{
+		Id:         t.ID,
+		Name:       t.Name,
+		CreatedAt:  ts(t.CreatedAt),
+		LastUsedAt: tsp(t.LastUsedAt),
+		ExpiresAt:  tsp(t.ExpiresAt),
+		RevokedAt:  tsp(t.RevokedAt),
+	}
+}
+
+// secretProto describes a secret; vault.Info carries no value.
+func secretProto(i vault.Info) *cbv1.Secret {
+	return &cbv1.Secret{Name: i.Name, CreatedAt: ts(i.CreatedAt), UpdatedAt: ts(i.UpdatedAt)}
+}
+
+// protoList converts a slice with f.
+func protoList[T, P any](in []T, f func(T) P) []P {
+	out := make([]P, len(in))
+	for i, v := range in {
+		out[i] = f(v)
+	}
+	return out
+}

@@ -1,0 +1,390 @@
+package api
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/boxsvc"
+	"github.com/loomhand/cocoonbox/workflows"
+)
+
+// mcpMaxBody bounds one request to /mcp: box_write_file carries up to boxsvc.MaxFileBytes of
+// text, which JSON escaping can grow several times over.
+const mcpMaxBody = 4*boxsvc.MaxFileBytes + 1<<20
+
+const mcpInstructions = `cocoonbox boxes are persistent Linux computers in the cloud. Name a box by its name ` +
+	`(one of your boxes) or its ID (bx_…; boxes shared with you are named by ID). A hibernated box is ` +
+	`woken by any call that needs it running (box_exec, box_read_file, box_write_file), so there is ` +
+	`rarely a need to call box_wake first.`
+
+// mcpHandler serves MCP over Streamable HTTP for local coding agents. It is stateless, so any API
+// replica can answer any request, and every request carries its own bearer token.
+func (s *Server) mcpHandler() http.Handler {
+	h := server.NewStreamableHTTPServer(s.mcpServer(),
+		server.WithStateLess(true),
+		// Stateless: no session exists for a GET stream to deliver anything to.
+		server.WithDisableStreaming(true),
+		// The DNS-rebinding guard rejects loopback connections with a foreign Host header, which is
+		// what a TLS proxy on the same host sends. It protects unauthenticated local servers; here a
+		// rebinding page cannot present a bearer token.
+		server.WithDisableLocalhostProtection(true),
+		server.WithStreamableHTTPLogger(s.log),
+	)
+	return s.mcpAuth(h)
+}
+
+// mcpAuth answers 401 unless the request carries a live bearer token, and hands the principal
+// to the tool handlers through the request's context.
+func (s *Server) mcpAuth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		token := httpBearer(r)
+		p, err := s.authenticate(r.Context(), token)
+		if err != nil {
+			if cocoonbox.ErrorCode(err) == cocoonbox.EUnauthorized {
+				challenge := `Bearer realm="cocoonbox"`
+				if token != "" {
+					challenge += `, error="invalid_token"`
+				}
+				w.Header().Set("WWW-Authenticate", challenge)
+			}
+			s.writeHTTPError(w, r, err)
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, mcpMaxBody)
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+	})
+}
+
+// httpBearer extracts the token from an "Authorization: Bearer <token>" header; the scheme is
+// case-insensitive, as HTTP says.
+func httpBearer(r *http.Request) string {
+	scheme, tok, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return ""
+	}
+	return strings.TrimSpace(tok)
+}
+
+// httpStatus is the one table from domain error codes to HTTP statuses for plain HTTP routes.
+var httpStatus = map[string]int{
+	cocoonbox.EInvalid:       http.StatusBadRequest,
+	cocoonbox.ENotFound:      http.StatusNotFound,
+	cocoonbox.EConflict:      http.StatusConflict,
+	cocoonbox.EUnauthorized:  http.StatusUnauthorized,
+	cocoonbox.EForbidden:     http.StatusForbidden,
+	cocoonbox.EUnavailable:   http.StatusServiceUnavailable,
+	cocoonbox.ENoCapacity:    http.StatusServiceUnavailable,
+	cocoonbox.EUnimplemented: http.StatusNotImplemented,
+	cocoonbox.ECorrupt:       http.StatusInternalServerError,
+	cocoonbox.EInternal:      http.StatusInternalServerError,
+}
+
+// writeHTTPError answers with {"error":{"code","message"}}; internal errors are logged in full
+// and shown as "internal error".
+func (s *Server) writeHTTPError(w http.ResponseWriter, r *http.Request, err error) {
+	code := cocoonbox.ErrorCode(err)
+	if code == cocoonbox.EInternal || code == cocoonbox.EUnavailable {
+		s.log.ErrorContext(r.Context(), "http request failed", "path", r.URL.Path, "code", code, "err", err)
+	}
+	st, ok := httpStatus[code]
+	if !ok {
+		st = http.StatusInternalServerError
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(st)
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"error": map[string]string{"code": code, "message": cocoonbox.ErrorMessage(err)},
+	})
+}
+
+// mcpServer builds the MCP server and its tools, thin adapters over the box service.
+func (s *Server) mcpServer() *server.MCPServer {
+	m := server.NewMCPServer("cocoonbox", s.version,
+		server.WithToolCapabilities(false),
+		server.WithInputSchemaValidation(),
+		server.WithInstructions(mcpInstructions),
+	)
+	for _, t := range s.mcpTools() {
+		m.AddTool(t.tool, s.mcpCall(t.tool.Name, t.run))
+	}
+	return m
+}
+
+// mcpTool is a tool and what it does for the authenticated caller; run's result is sent back as
+// JSON text.
+type mcpTool struct {
+	tool mcp.Tool
+	run  func(ctx context.Context, caller string, req mcp.CallToolRequest) (any, error)
+}
+
+func boxArg() mcp.ToolOption {
+	return mcp.WithString("box", mcp.Required(), mcp.MinLength(1),
+		mcp.Description("The box: its name (one of your boxes) or its ID (bx_…)."))
+}
+
+func pathArg(what string) mcp.ToolOption {
+	return mcp.WithString("path", mcp.Required(), mcp.MinLength(1), mcp.Pattern("^/"),
+		mcp.Description("Absolute path of the file "+what+" inside the box."))
+}
+
+func (s *Server) mcpTools() []mcpTool {
+	sizes := make([]string, len(cocoonbox.Sizes))
+	for i, z := range cocoonbox.Sizes {
+		sizes[i] = string(z)
+	}
+	return []mcpTool{{
+		tool: mcp.NewTool("box_list",
+			mcp.WithDescription("List your boxes and the boxes shared with you, newest first, with each box's state and your role on it."),
+			mcp.WithReadOnlyHintAnnotation(true), mcp.WithDestructiveHintAnnotation(false),
+		),
+		run: func(ctx context.Context, caller string, _ mcp.CallToolRequest) (any, error) {
+			views, err := s.boxes.List(ctx, caller)
+			if err != nil {
+				return nil, err
+			}
+			out := make([]boxJSON, len(views))
+			for i, v := range views {
+				out[i] = toBoxJSON(v)
+			}
+			return map[string]any{"boxes": out}, nil
+		},
+	}, {
+		tool: mcp.NewTool("box_create",
+			mcp.WithDescription("Create a box, a persistent Linux computer, and wait until it runs. Returns the box with its ID."),
+			mcp.WithString("name", mcp.Required(), mcp.MinLength(1), mcp.MaxLength(cocoonbox.MaxBoxNameLen),
+				mcp.Pattern(`^[A-Za-z0-9][A-Za-z0-9._-]*$`),
+				mcp.Description("A name unique among your boxes: letters, digits, '-', '_' and '.', starting with a letter or digit.")),
+			mcp.WithString("size", mcp.Enum(sizes...), mcp.DefaultString(string(cocoonbox.DefaultSize)),
+				mcp.Description("CPU and memory tier; "+string(cocoonbox.DefaultSize)+" when omitted.")),
+			mcp.WithDestructiveHintAnnotation(false),
+		),
+		run: func(ctx context.Context, caller string, req mcp.CallToolRequest) (any, error) {
+			v, err := s.boxes.Create(ctx, caller, boxsvc.CreateRequest{
+				Name: req.GetString("name", ""),
+				Size: cocoonbox.Size(req.GetString("size", "")),
+			})
+			if err != nil {
+				return nil, err
+			}
+			return toBoxJSON(v), nil
+		},
+	}, {
+		tool: mcp.NewTool("box_wake",
+			mcp.WithDescription("Wake a hibernated box and wait until it runs; a running box is returned as it is."),
+			boxArg(),
+			mcp.WithDestructiveHintAnnotation(false), mcp.WithIdempotentHintAnnotation(true),
+		),
+		run: s.onBox(func(ctx context.Context, caller string, id cocoonbox.BoxID, _ mcp.CallToolRequest) (any, error) {
+			v, err := s.boxes.Wake(ctx, caller, id)
+			return toBoxJSON(v), err
+		}),
+	}, {
+		tool: mcp.NewTool("box_hibernate",
+			mcp.WithDescription("Hibernate a box: its disk and memory are kept and it stops using compute until woken."),
+			boxArg(),
+			mcp.WithDestructiveHintAnnotation(false), mcp.WithIdempotentHintAnnotation(true),
+		),
+		run: s.onBox(func(ctx context.Context, caller string, id cocoonbox.BoxID, _ mcp.CallToolRequest) (any, error) {
+			v, err := s.boxes.Hibernate(ctx, caller, id)
+			return toBoxJSON(v), err
+		}),
+	}, {
+		tool: mcp.NewTool("box_exec",
+			mcp.WithDescription("Run a command in a box to completion and return its exit code, stdout and stderr. "+
+				"argv is not run through a shell; use [\"sh\", \"-c\", \"…\"] for pipes and redirection. "+
+				"A non-zero exit code is a result, not an error. Output over 8 MiB is refused."),
+			boxArg(),
+			mcp.WithArray("argv", mcp.Required(), mcp.MinItems(1), mcp.WithStringItems(),
+				mcp.Description(`The program and its arguments, e.g. ["uname", "-a"].`)),
+			mcp.WithString("cwd", mcp.Pattern("^/"),
+				mcp.Description("Absolute working directory; the user's home when omitted.")),
+			mcp.WithInteger("timeout_seconds", mcp.Min(1), mcp.Max(boxsvc.MaxExecTimeout),
+				mcp.DefaultNumber(boxsvc.DefaultExecTimeout),
+				mcp.Description(fmt.Sprintf("Kill the command after this many seconds (default %d).", boxsvc.DefaultExecTimeout))),
+		),
+		run: s.onBox(func(ctx context.Context, caller string, id cocoonbox.BoxID, req mcp.CallToolRequest) (any, error) {
+			argv, err := req.RequireStringSlice("argv")
+			if err != nil {
+				return nil, cocoonbox.Invalid("argv", "must be an array of strings")
+			}
+			return s.boxes.Exec(ctx, caller, id, boxsvc.ExecRequest{
+				Argv:           argv,
+				Cwd:            req.GetString("cwd", ""),
+				TimeoutSeconds: req.GetInt("timeout_seconds", 0),
+			})
+		}),
+	}, {
+		tool: mcp.NewTool("box_read_file",
+			mcp.WithDescription("Read a file from a box (at most 8 MiB). Text comes back in content; "+
+				"a file that is not UTF-8 comes back base64-encoded in content_base64."),
+			boxArg(), pathArg("to read"),
+			mcp.WithReadOnlyHintAnnotation(true), mcp.WithDestructiveHintAnnotation(false),
+		),
+		run: s.onBox(func(ctx context.Context, caller string, id cocoonbox.BoxID, req mcp.CallToolRequest) (any, error) {
+			p := req.GetString("path", "")
+			b, mode, err := s.boxes.ReadFile(ctx, caller, id, p)
+			if err != nil {
+				return nil, err
+			}
+			out := fileJSON{Path: p, Size: len(b), Mode: fmt.Sprintf("%04o", mode)}
+			if utf8.Valid(b) {
+				text := string(b)
+				out.Content = &text
+			} else {
+				out.ContentBase64 = base64.StdEncoding.EncodeToString(b)
+			}
+			return out, nil
+		}),
+	}, {
+		tool: mcp.NewTool("box_write_file",
+			mcp.WithDescription("Write a text file in a box (at most 8 MiB), creating parent directories and replacing "+
+				"any file there in one step: a failed write leaves the old file intact."),
+			boxArg(), pathArg("to write"),
+			mcp.WithString("content", mcp.Required(), mcp.Description("The file's full new content.")),
+			mcp.WithString("mode", mcp.Pattern("^0?[0-7]{3,4}$"), mcp.DefaultString("0644"),
+				mcp.Description(`Permission bits in octal, e.g. "0755" for a script; "0644" when omitted.`)),
+		),
+		run: s.onBox(func(ctx context.Context, caller string, id cocoonbox.BoxID, req mcp.CallToolRequest) (any, error) {
+			content, err := req.RequireString("content")
+			if err != nil {
+				return nil, cocoonbox.Invalid("content", "is required: the file's text")
+			}
+			var mode uint64
+			if m := req.GetString("mode", ""); m != "" {
+				if mode, err = strconv.ParseUint(m, 8, 32); err != nil {
+					return nil, cocoonbox.Invalid("mode", fmt.Sprintf("must be octal permission bits such as \"0644\", got %q", m))
+				}
+			}
+			p := req.GetString("path", "")
+			n, err := s.boxes.WriteFile(ctx, caller, id, p, []byte(content), uint32(mode))
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"path": p, "bytes_written": n}, nil
+		}),
+	}, {
+		tool: mcp.NewTool("box_snapshot",
+			mcp.WithDescription("Snapshot a box's disk to object storage and wait until the snapshot is verified; "+
+				"it can later be restored. Returns the snapshot's ID and size."),
+			boxArg(),
+			mcp.WithDestructiveHintAnnotation(false),
+		),
+		run: s.onBox(func(ctx context.Context, caller string, id cocoonbox.BoxID, _ mcp.CallToolRequest) (any, error) {
+			res, err := s.boxes.Snapshot(ctx, caller, id)
+			if err != nil {
+				return nil, err
+			}
+			return toSnapshotJSON(res), nil
+		}),
+	}}
+}
+
+// onBox resolves the "box" argument to the box's ID before calling run.
+func (s *Server) onBox(run func(ctx context.Context, caller string, id cocoonbox.BoxID, req mcp.CallToolRequest) (any, error)) func(context.Context, string, mcp.CallToolRequest) (any, error) {
+	return func(ctx context.Context, caller string, req mcp.CallToolRequest) (any, error) {
+		id, err := s.boxes.Resolve(ctx, caller, req.GetString("box", ""))
+		if err != nil {
+			return nil, err
+		}
+		return run(ctx, caller, id, req)
+	}
+}
+
+// mcpCall adapts run to mcp-go: it finds the caller, runs the tool, and turns the outcome into a
+// JSON text result or an isError result, the MCP end of the domain error table. Internal errors
+// and panics are logged in full and reach the agent as "internal error".
+func (s *Server) mcpCall(name string, run func(context.Context, string, mcp.CallToolRequest) (any, error)) server.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (res *mcp.CallToolResult, _ error) {
+		defer func() {
+			if r := recover(); r != nil {
+				res = s.mcpError(ctx, name, fmt.Errorf("panic in tool %s: %v", name, r))
+			}
+		}()
+		p, ok := PrincipalFrom(ctx)
+		if !ok {
+			return s.mcpError(ctx, name, cocoonbox.Errorf(cocoonbox.EUnauthorized, "not authenticated")), nil
+		}
+		if s.boxes == nil {
+			return s.mcpError(ctx, name, cocoonbox.Errorf(cocoonbox.EUnavailable, "this server does not serve boxes")), nil
+		}
+		out, err := run(ctx, p.User.ID, req)
+		if err != nil {
+			return s.mcpError(ctx, name, err), nil
+		}
+		b, err := json.Marshal(out)
+		if err != nil {
+			return s.mcpError(ctx, name, fmt.Errorf("encode %s result: %w", name, err)), nil
+		}
+		return mcp.NewToolResultText(string(b)), nil
+	}
+}
+
+func (s *Server) mcpError(ctx context.Context, tool string, err error) *mcp.CallToolResult {
+	code := cocoonbox.ErrorCode(err)
+	if code == cocoonbox.EInternal {
+		s.log.ErrorContext(ctx, "internal error", "tool", tool, "err", err)
+		return mcp.NewToolResultError("internal error")
+	}
+	return mcp.NewToolResultError(code + ": " + cocoonbox.ErrorMessage(err))
+}
+
+// boxJSON is a box as MCP tools show it.
+type boxJSON struct {
+	ID           cocoonbox.BoxID    `json:"id"`
+	Name         string             `json:"name"`
+	State        cocoonbox.BoxState `json:"state"`
+	Size         cocoonbox.Size     `json:"size"`
+	Owner        string             `json:"owner"`
+	Role         cocoonbox.Role     `json:"role"`
+	CreatedAt    time.Time          `json:"created_at,omitzero"`
+	IdleDeadline time.Time          `json:"idle_deadline,omitzero"`
+	LastSnapshot string             `json:"last_snapshot,omitempty"`
+	LastError    string             `json:"last_error,omitempty"`
+}
+
+func toBoxJSON(v boxsvc.View) boxJSON {
+	return boxJSON{
+		ID: v.BoxID, Name: v.Name, State: v.State, Size: v.Size, Owner: v.Owner, Role: v.Role,
+		CreatedAt: v.CreatedAt, IdleDeadline: v.IdleDeadline, LastSnapshot: v.LastSnapshot, LastError: v.LastError,
+	}
+}
+
+type fileJSON struct {
+	Path          string  `json:"path"`
+	Size          int     `json:"size"`
+	Mode          string  `json:"mode"`
+	Content       *string `json:"content,omitempty"` // nil when the file is not UTF-8
+	ContentBase64 string  `json:"content_base64,omitempty"`
+}
+
+type snapshotJSON struct {
+	ID        string             `json:"id"`
+	BoxID     cocoonbox.BoxID    `json:"box_id"`
+	ParentID  string             `json:"parent_id,omitempty"`
+	Bytes     int64              `json:"bytes"`
+	Files     int64              `json:"files"`
+	SHA256    string             `json:"sha256"`
+	CreatedAt time.Time          `json:"created_at,omitzero"`
+	Pruned    []string           `json:"pruned,omitempty"`
+	BoxState  cocoonbox.BoxState `json:"box_state"`
+}
+
+func toSnapshotJSON(r workflows.SnapshotResult) snapshotJSON {
+	sn := r.Snapshot
+	return snapshotJSON{
+		ID: sn.ID, BoxID: sn.BoxID, ParentID: sn.ParentID, Bytes: sn.Bytes, Files: sn.Files, SHA256: sn.SHA256,
+		CreatedAt: sn.CreatedAt, Pruned: r.Pruned, BoxState: r.Status.State,
+	}
+}

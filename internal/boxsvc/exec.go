@@ -1,0 +1,255 @@
+package boxsvc
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
+	"github.com/loomhand/cocoonbox/workflows"
+)
+
+// Limits of the data-plane calls.
+const (
+	// MaxFileBytes bounds ReadFile and WriteFile.
+	MaxFileBytes = 8 << 20
+	// MaxExecTimeout bounds Exec's timeout.
+	MaxExecTimeout = 3600
+	// DefaultExecTimeout is Exec's timeout when none is given.
+	DefaultExecTimeout = 60
+)
+
+// ExecRequest is a command to run in a box.
+type ExecRequest struct {
+	Argv           []string
+	Cwd            string
+	Env            map[string]string
+	TimeoutSeconds int
+}
+
+// ExecResult is a finished command; a non-zero exit is a result, not an error.
+type ExecResult = sandbox.ExecResult
+
+// Exec runs a command to completion in the box (driver). A hibernated box is woken through its
+// workflow first, so the workflow never believes asleep a box the engine woke behind it.
+func (s *Service) Exec(ctx context.Context, caller string, id cocoonbox.BoxID, req ExecRequest) (ExecResult, error) {
+	switch {
+	case len(req.Argv) == 0 || req.Argv[0] == "":
+		return ExecResult{}, cocoonbox.Invalid("argv", "is required: the command and its arguments")
+	case req.TimeoutSeconds < 0 || req.TimeoutSeconds > MaxExecTimeout:
+		return ExecResult{}, cocoonbox.Invalid("timeout_seconds", fmt.Sprintf("must be 0 to %d, got %d", MaxExecTimeout, req.TimeoutSeconds))
+	case req.Cwd != "" && !path.IsAbs(req.Cwd):
+		return ExecResult{}, cocoonbox.Invalid("cwd", fmt.Sprintf("must be an absolute path, got %q", req.Cwd))
+	}
+	if req.TimeoutSeconds == 0 {
+		req.TimeoutSeconds = DefaultExecTimeout
+	}
+	ref, err := s.running(ctx, caller, id)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	res, err := s.Sandbox.Exec(ctx, ref, sandbox.ExecRequest{Argv: req.Argv, Cwd: req.Cwd, Env: req.Env, TimeoutSeconds: req.TimeoutSeconds})
+	s.touch(ctx, id)
+	if err != nil {
+		return ExecResult{}, execError(err, req.TimeoutSeconds)
+	}
+	return res, nil
+}
+
+// ReadFile returns a file's content and permission bits (driver); files over MaxFileBytes are
+// refused. Until the in-box agent serves files, the bytes travel base64-encoded through exec,
+// in chunks that keep each answer well under the engine's output limit.
+func (s *Service) ReadFile(ctx context.Context, caller string, id cocoonbox.BoxID, p string) ([]byte, uint32, error) {
+	if err := checkPath(p); err != nil {
+		return nil, 0, err
+	}
+	ref, err := s.running(ctx, caller, id)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer s.touch(ctx, id)
+	res, err := s.Sandbox.Exec(ctx, ref, sandbox.ExecRequest{
+		Argv: []string{"sh", "-c", `test -f "$1" || { echo "not a regular file" >&2; exit 3; }; stat -c '%s %a' "$1"`, "sh", p},
+	})
+	if err != nil {
+		return nil, 0, execError(err, 0)
+	}
+	if res.ExitCode != 0 {
+		return nil, 0, fileError(p, res)
+	}
+	var size int64
+	var mode uint32
+	if _, err := fmt.Sscanf(res.Stdout, "%d %o", &size, &mode); err != nil {
+		return nil, 0, fmt.Errorf("read file %s: unexpected stat answer %q", p, res.Stdout)
+	}
+	if size > MaxFileBytes {
+		return nil, 0, cocoonbox.Invalid("path", fmt.Sprintf("%s is %d bytes; files over %d bytes are not read through the API", p, size, MaxFileBytes))
+	}
+	const chunk = 4 << 20 // 4 MiB: 5.4 MiB of base64, under the engine's 8 MiB output limit
+	out := make([]byte, 0, size)
+	for off := int64(0); off < size || off == 0; off += chunk {
+		res, err := s.Sandbox.Exec(ctx, ref, sandbox.ExecRequest{Argv: []string{"sh", "-c",
+			`dd if="$1" bs=1M skip="$2" count=4 status=none | base64 -w0`, "sh", p, strconv.FormatInt(off>>20, 10)}})
+		if err != nil {
+			return nil, 0, execError(err, 0)
+		}
+		if res.ExitCode != 0 {
+			return nil, 0, fileError(p, res)
+		}
+		b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(res.Stdout))
+		if err != nil {
+			return nil, 0, fmt.Errorf("read file %s: decode: %w", p, err)
+		}
+		out = append(out, b...)
+		if len(b) < chunk {
+			break
+		}
+	}
+	return out, mode, nil
+}
+
+// WriteFile writes a file (driver), creating its parent directories; mode 0 is 0644. The content
+// goes to a temporary file beside the target, renamed over it only when complete, so a failed
+// write leaves the old file intact.
+func (s *Service) WriteFile(ctx context.Context, caller string, id cocoonbox.BoxID, p string, content []byte, mode uint32) (int64, error) {
+	if err := checkPath(p); err != nil {
+		return 0, err
+	}
+	if len(content) > MaxFileBytes {
+		return 0, cocoonbox.Invalid("content", fmt.Sprintf("is %d bytes; at most %d", len(content), MaxFileBytes))
+	}
+	if mode > 0o7777 {
+		return 0, cocoonbox.Invalid("mode", fmt.Sprintf("must be permission bits (at most 07777), got %o", mode))
+	}
+	if mode == 0 {
+		mode = 0o644
+	}
+	ref, err := s.running(ctx, caller, id)
+	if err != nil {
+		return 0, err
+	}
+	defer s.touch(ctx, id)
+	var r [6]byte
+	_, _ = rand.Read(r[:])
+	tmp := p + ".cocoonbox-" + hex.EncodeToString(r[:])
+	run := func(argv ...string) error {
+		res, err := s.Sandbox.Exec(ctx, ref, sandbox.ExecRequest{Argv: argv})
+		if err != nil {
+			return execError(err, 0)
+		}
+		if res.ExitCode != 0 {
+			return fileError(p, res)
+		}
+		return nil
+	}
+	if err := run("sh", "-c", `mkdir -p "$(dirname "$1")" && : > "$2"`, "sh", p, tmp); err != nil {
+		return 0, err
+	}
+	// Each exec carries up to 6 arguments of 96 KiB of base64 (under Linux's 128 KiB per
+	// argument and the engine's 1 MiB request body).
+	const argBytes, perExec = 96 << 10, 6
+	enc := base64.StdEncoding.EncodeToString(content)
+	for len(enc) > 0 {
+		argv := []string{"sh", "-c", `f=$1; shift; for c in "$@"; do printf %s "$c"; done | base64 -d >> "$f"`, "sh", tmp}
+		for i := 0; i < perExec && len(enc) > 0; i++ {
+			n := min(argBytes, len(enc))
+			argv = append(argv, enc[:n])
+			enc = enc[n:]
+		}
+		if err := run(argv...); err != nil {
+			_ = run("rm", "-f", tmp)
+			return 0, err
+		}
+	}
+	if err := run("sh", "-c", `chmod "$3" "$2" && mv -f "$2" "$1"`, "sh", p, tmp, strconv.FormatUint(uint64(mode), 8)); err != nil {
+		_ = run("rm", "-f", tmp)
+		return 0, err
+	}
+	return int64(len(content)), nil
+}
+
+// running checks the driver role and returns a ref to the box's sandbox, waking the box through
+// its workflow when it sleeps.
+func (s *Service) running(ctx context.Context, caller string, id cocoonbox.BoxID) (sandbox.SandboxRef, error) {
+	if s.Sandbox == nil {
+		return sandbox.SandboxRef{}, &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "boxes cannot be reached from this server", Err: errUnavailable}
+	}
+	if _, err := s.authorize(ctx, caller, id, cocoonbox.RoleDriver); err != nil {
+		return sandbox.SandboxRef{}, err
+	}
+	st, err := s.status(ctx, id)
+	if err != nil {
+		return sandbox.SandboxRef{}, err
+	}
+	switch st.State {
+	case cocoonbox.BoxStateRunning, cocoonbox.BoxStateSnapshotting:
+	case cocoonbox.BoxStateHibernated, cocoonbox.BoxStateHibernating, cocoonbox.BoxStateWaking, cocoonbox.BoxStateFailed:
+		if st, err = send[workflows.Status](ctx, s, id, workflows.UpdateWake, workflows.WakeInput{}); err != nil {
+			return sandbox.SandboxRef{}, err
+		}
+	default:
+		return sandbox.SandboxRef{}, cocoonbox.Errorf(cocoonbox.EConflict, "box %s is %s", id, st.State)
+	}
+	sid, token, err := s.Tokens.SandboxToken(ctx, string(id))
+	if err != nil || sid != st.SandboxID {
+		return sandbox.SandboxRef{}, cocoonbox.Errorf(cocoonbox.EUnavailable, "box %s is changing sandboxes; try again", id)
+	}
+	return sandbox.SandboxRef{ID: sid, Token: token}, nil
+}
+
+// touch tells the box's workflow it is in use, so it is not idle-hibernated; best effort.
+func (s *Service) touch(ctx context.Context, id cocoonbox.BoxID) {
+	if err := s.Temporal.SignalWorkflow(ctx, workflows.BoxWorkflowID(id), "", workflows.SignalTouch, struct{}{}); err != nil && s.Logger != nil {
+		s.Logger.Warn("touch box", "box", id, "err", err)
+	}
+}
+
+func checkPath(p string) error {
+	switch {
+	case p == "":
+		return cocoonbox.Invalid("path", "is required")
+	case !path.IsAbs(p):
+		return cocoonbox.Invalid("path", fmt.Sprintf("must be absolute, got %q", p))
+	case strings.HasSuffix(p, "/"):
+		return cocoonbox.Invalid("path", fmt.Sprintf("names a directory, got %q", p))
+	case strings.ContainsRune(p, 0):
+		return cocoonbox.Invalid("path", "must not contain NUL")
+	}
+	return nil
+}
+
+// execError gives an engine error on exec its domain code and a message a person can act on.
+func execError(err error, timeout int) error {
+	switch {
+	case errors.Is(err, sandbox.ErrInvalid):
+		return &cocoonbox.Error{Code: cocoonbox.EInvalid, Message: "the box refused the command: " + sandbox.Message(err), Err: err}
+	case errors.Is(err, sandbox.ErrTooLarge):
+		return &cocoonbox.Error{Code: cocoonbox.EInvalid, Message: "the command's output is over 8 MiB; redirect it to a file", Err: err}
+	case errors.Is(err, sandbox.ErrTimeout):
+		return &cocoonbox.Error{Code: cocoonbox.EInvalid, Message: fmt.Sprintf("timeout_seconds: the command ran past %d s and was killed", timeout), Err: err}
+	case errors.Is(err, sandbox.ErrNotFound):
+		return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "the box's sandbox is gone; wake the box to rebuild it", Err: err}
+	case errors.Is(err, sandbox.ErrUnavailable), errors.Is(err, sandbox.ErrNoCapacity):
+		return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "the sandbox engine is busy or down; try again", Err: err}
+	}
+	return err
+}
+
+// fileError turns a failed file command into an error naming the path.
+func fileError(p string, res sandbox.ExecResult) error {
+	msg := strings.TrimSpace(res.Stderr)
+	if i := strings.LastIndex(msg, ": "); i >= 0 && strings.Contains(msg, p) {
+		msg = msg[i+2:]
+	}
+	if strings.Contains(msg, "No such file") || strings.Contains(msg, "not a regular file") {
+		return cocoonbox.Errorf(cocoonbox.ENotFound, "path: %s: %s", p, msg)
+	}
+	return cocoonbox.Errorf(cocoonbox.EInvalid, "path: %s: %s", p, msg)
+}

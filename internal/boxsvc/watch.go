@@ -1,0 +1,50 @@
+package boxsvc
+
+import (
+	"context"
+	"reflect"
+	"time"
+
+	"github.com/loomhand/cocoonbox"
+)
+
+// Watch calls send with the box's view now and again after every change, until ctx ends, send
+// fails, or the box is deleted (viewer). It polls the workflow's status query, which is cheap and
+// needs nothing from the workflow; a caller's role is checked again at every poll, so a revoked
+// share ends the watch.
+func (s *Service) Watch(ctx context.Context, caller string, id cocoonbox.BoxID, send func(View) error) error {
+	every := s.WatchEvery
+	if every <= 0 {
+		every = 500 * time.Millisecond
+	}
+	var last *View
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		v, err := s.Get(ctx, caller, id)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			if last != nil && last.State == cocoonbox.BoxStateDeleted {
+				return nil
+			}
+			return err
+		}
+		v.IdleDeadline = v.IdleDeadline.Truncate(time.Second) // the clock alone is not a change
+		if last == nil || !reflect.DeepEqual(*last, v) {
+			if err := send(v); err != nil {
+				return err
+			}
+			last = &v
+		}
+		if v.State == cocoonbox.BoxStateDeleted {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+		}
+	}
+}

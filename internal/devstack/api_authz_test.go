@@ -1,0 +1,429 @@
+package devstack_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/config"
+	"github.com/loomhand/cocoonbox/internal/devstack"
+	"github.com/loomhand/cocoonbox/internal/store"
+	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
+)
+
+// principal is one caller of the authorization matrix.
+type principal struct {
+	name  string
+	token string
+	// role is the caller's role on the box: owner, a share's role, "" for a stranger.
+	role cocoonbox.Role
+	// unauthenticated callers (no token, a revoked one) are refused before anything else.
+	unauthenticated bool
+}
+
+// rpc is one call of the matrix: what role it needs on the box ("" for calls about the caller
+// alone) and what an allowed caller gets (OK, or Unimplemented for what is not served yet).
+type rpc struct {
+	name string
+	need cocoonbox.Role
+	ok   codes.Code
+	do   func(ctx context.Context, p principal) error
+}
+
+// want is the code p must get from r: unauthenticated callers are refused, a stranger never
+// learns that the box exists, a weaker role is told it lacks the role.
+func (r rpc) want(p principal) codes.Code {
+	switch {
+	case p.unauthenticated:
+		return codes.Unauthenticated
+	case r.need == "":
+		return r.ok
+	case p.role == "":
+		return codes.NotFound
+	case !p.role.Allows(r.need):
+		return codes.PermissionDenied
+	}
+	return r.ok
+}
+
+// apiEnv is a dev stack with an API client.
+type apiEnv struct {
+	d    *devstack.Dev
+	conn *grpc.ClientConn
+	box  cbv1.BoxServiceClient
+}
+
+func (e apiEnv) as(ctx context.Context, token string) context.Context {
+	if token == "" {
+		return ctx
+	}
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+}
+
+// user makes a user with a token, straight in the store.
+func (e apiEnv) user(ctx context.Context, t *testing.T, name string) (store.User, string) {
+	t.Helper()
+	u, err := e.d.Store.CreateUser(ctx, store.NewUser{Name: name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := store.NewToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.d.Store.CreateToken(ctx, u.ID, "test", store.HashToken(raw)); err != nil {
+		t.Fatal(err)
+	}
+	return u, raw
+}
+
+// TestAPIAuthorization is the API's authorization matrix: every BoxService call, and the
+// box-scoped AgentService calls, made by the owner, a viewer, a driver, an admin share, a
+// stranger, a revoked token and no token, each answering exactly its expected code. Then an
+// expired share, bad input, and a browser's Connect/JSON call.
+func TestAPIAuthorization(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	d, ctx, owner, _ := newBoxEnv(t, boxConfig(t), 5*time.Minute)
+	conn, err := grpc.NewClient(strings.TrimPrefix(d.URLs().API, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	e := apiEnv{d: d, conn: conn, box: cbv1.NewBoxServiceClient(conn)}
+	agent := cbv1.NewAgentServiceClient(conn)
+	vlt := cbv1.NewVaultServiceClient(conn)
+
+	// The owner is the dev user, with the token bootstrap wrote to the CLI config.
+	cli, err := config.LoadCLI(d.Bootstrap().CLIConfig, config.MapEnv(nil))
+	if err != nil || cli.Token == "" {
+		t.Fatalf("cli config: %+v, %v", cli, err)
+	}
+	_, viewerTok := e.user(ctx, t, "viewer")
+	driverUser, driverTok := e.user(ctx, t, "driver")
+	_, adminTok := e.user(ctx, t, "boxadmin")
+	_, strangerTok := e.user(ctx, t, "stranger")
+	spare, _ := e.user(ctx, t, "spare")
+	revokedTok, err := store.NewToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	revoked, err := d.Store.CreateToken(ctx, driverUser.ID, "revoked", store.HashToken(revokedTok))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Store.RevokeToken(ctx, driverUser.ID, revoked.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	ownerCtx := e.as(ctx, cli.Token)
+	created, err := e.box.CreateBox(ownerCtx, &cbv1.CreateBoxRequest{Name: "authz"})
+	if err != nil || created.GetState() != "running" || created.GetRole() != "owner" || created.GetOwner() != owner.ID {
+		t.Fatalf("CreateBox: %v, %v", created, err)
+	}
+	id := created.GetId()
+	second, err := e.box.CreateBox(ownerCtx, &cbv1.CreateBoxRequest{Name: "authz2", Size: "small"})
+	if err != nil {
+		t.Fatalf("CreateBox authz2: %v", err)
+	}
+	for user, role := range map[string]string{"viewer": "viewer", "driver": "driver", "boxadmin": "admin"} {
+		if _, err := e.box.ShareBox(ownerCtx, &cbv1.ShareBoxRequest{Box: id, User: user, Role: role}); err != nil {
+			t.Fatalf("share with %s: %v", user, err)
+		}
+	}
+	if _, err := e.box.WriteFile(ownerCtx, &cbv1.WriteFileRequest{Box: "authz", Path: "/root/authz.txt", Content: []byte("hello")}); err != nil {
+		t.Fatalf("WriteFile by name: %v", err)
+	}
+	if got, err := e.box.ReadFile(ownerCtx, &cbv1.ReadFileRequest{Box: id, Path: "/root/authz.txt"}); err != nil || string(got.GetContent()) != "hello" || got.GetMode() != 0o644 {
+		t.Fatalf("ReadFile: %v, %v", got, err)
+	}
+
+	principals := []principal{
+		{name: "no token", unauthenticated: true},
+		{name: "revoked token", token: revokedTok, unauthenticated: true},
+		{name: "stranger", token: strangerTok},
+		{name: "viewer", token: viewerTok, role: cocoonbox.RoleViewer},
+		{name: "driver", token: driverTok, role: cocoonbox.RoleDriver},
+		{name: "admin share", token: adminTok, role: cocoonbox.RoleAdmin},
+		{name: "owner", token: cli.Token, role: cocoonbox.RoleOwner},
+	}
+	call := func(f func(context.Context) error) func(context.Context, principal) error {
+		return func(ctx context.Context, _ principal) error { return f(ctx) }
+	}
+	var calls []rpc
+	add := func(name string, need cocoonbox.Role, ok codes.Code, do func(context.Context, principal) error) {
+		calls = append(calls, rpc{name: name, need: need, ok: ok, do: do})
+	}
+	add("GetBox", cocoonbox.RoleViewer, codes.OK, call(func(ctx context.Context) error {
+		return errOf(e.box.GetBox(ctx, &cbv1.GetBoxRequest{Box: id}))
+	}))
+	add("ListSnapshots", cocoonbox.RoleViewer, codes.OK, call(func(ctx context.Context) error {
+		return errOf(e.box.ListSnapshots(ctx, &cbv1.ListSnapshotsRequest{Box: id}))
+	}))
+	add("WatchBox", cocoonbox.RoleViewer, codes.OK, call(func(ctx context.Context) error {
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		s, err := e.box.WatchBox(ctx, &cbv1.WatchBoxRequest{Box: id})
+		if err != nil {
+			return err
+		}
+		b, err := s.Recv()
+		if err == nil && b.GetId() != id {
+			t.Errorf("WatchBox sent %v", b)
+		}
+		return err
+	}))
+	add("ListShares", cocoonbox.RoleAdmin, codes.OK, call(func(ctx context.Context) error {
+		return errOf(e.box.ListShares(ctx, &cbv1.ListSharesRequest{Box: id}))
+	}))
+	add("DesktopTicket(view)", cocoonbox.RoleViewer, codes.Unimplemented, call(func(ctx context.Context) error {
+		return errOf(e.box.DesktopTicket(ctx, &cbv1.DesktopTicketRequest{Box: id}))
+	}))
+	add("DesktopTicket(control)", cocoonbox.RoleDriver, codes.Unimplemented, call(func(ctx context.Context) error {
+		return errOf(e.box.DesktopTicket(ctx, &cbv1.DesktopTicketRequest{Box: id, Control: true}))
+	}))
+	add("TakeOver", cocoonbox.RoleDriver, codes.Unimplemented, call(func(ctx context.Context) error {
+		return errOf(e.box.TakeOver(ctx, &cbv1.TakeOverRequest{Box: id}))
+	}))
+	add("HandBack", cocoonbox.RoleDriver, codes.Unimplemented, call(func(ctx context.Context) error {
+		return errOf(e.box.HandBack(ctx, &cbv1.HandBackRequest{Box: id}))
+	}))
+	add("Agent.StartRun", cocoonbox.RoleDriver, codes.Unimplemented, call(func(ctx context.Context) error {
+		return errOf(agent.StartRun(ctx, &cbv1.StartRunRequest{Box: id, Task: "look around"}))
+	}))
+	add("Agent.ListRuns", cocoonbox.RoleViewer, codes.Unimplemented, call(func(ctx context.Context) error {
+		return errOf(agent.ListRuns(ctx, &cbv1.ListRunsRequest{Box: id}))
+	}))
+	add("Agent.GetRun", "", codes.Unimplemented, call(func(ctx context.Context) error {
+		return errOf(agent.GetRun(ctx, &cbv1.GetRunRequest{RunId: "run_1"}))
+	}))
+	add("Vault.ListSecrets", "", codes.OK, call(func(ctx context.Context) error {
+		return errOf(vlt.ListSecrets(ctx, &cbv1.ListSecretsRequest{}))
+	}))
+	add("ListBoxes", "", codes.OK, func(ctx context.Context, p principal) error {
+		resp, err := e.box.ListBoxes(ctx, &cbv1.ListBoxesRequest{})
+		if err != nil {
+			return err
+		}
+		var roles []string
+		for _, b := range resp.GetBoxes() {
+			if b.GetId() == id {
+				roles = append(roles, b.GetRole())
+			}
+		}
+		if want := string(p.role); want == "" && len(roles) != 0 || want != "" && (len(roles) != 1 || roles[0] != want) {
+			t.Errorf("ListBoxes as %s shows the box with roles %v, want %q", p.name, roles, want)
+		}
+		return nil
+	})
+	add("CreateBox", "", codes.OK, func(ctx context.Context, p principal) error {
+		if !p.unauthenticated {
+			return nil // every user may create boxes; the owner made the two under test
+		}
+		return errOf(e.box.CreateBox(ctx, &cbv1.CreateBoxRequest{Name: "nope"}))
+	})
+	add("Exec", cocoonbox.RoleDriver, codes.OK, call(func(ctx context.Context) error {
+		res, err := e.box.Exec(ctx, &cbv1.ExecRequest{Box: id, Argv: []string{"sh", "-c", "echo $X; exit 3"}, Env: map[string]string{"X": "hi"}})
+		if err == nil && (res.GetExitCode() != 3 || res.GetStdout() != "hi\n") {
+			t.Errorf("Exec = %v", res)
+		}
+		return err
+	}))
+	add("ReadFile", cocoonbox.RoleDriver, codes.OK, call(func(ctx context.Context) error {
+		return errOf(e.box.ReadFile(ctx, &cbv1.ReadFileRequest{Box: id, Path: "/root/authz.txt"}))
+	}))
+	add("WriteFile", cocoonbox.RoleDriver, codes.OK, call(func(ctx context.Context) error {
+		return errOf(e.box.WriteFile(ctx, &cbv1.WriteFileRequest{Box: id, Path: "/root/w/f.txt", Content: []byte("x")}))
+	}))
+	add("HibernateBox+WakeBox", cocoonbox.RoleDriver, codes.OK, call(func(ctx context.Context) error {
+		if b, err := e.box.HibernateBox(ctx, &cbv1.HibernateBoxRequest{Box: id}); err != nil || b.GetState() != "hibernated" {
+			return orState(err, b)
+		}
+		b, err := e.box.WakeBox(ctx, &cbv1.WakeBoxRequest{Box: id})
+		return orState(err, b)
+	}))
+	add("SnapshotBox", cocoonbox.RoleDriver, codes.OK, call(func(ctx context.Context) error {
+		s, err := e.box.SnapshotBox(ctx, &cbv1.SnapshotBoxRequest{Box: id})
+		if err == nil && (s.GetState() != "complete" || s.GetBoxId() != id) {
+			t.Errorf("SnapshotBox = %v", s)
+		}
+		return err
+	}))
+	add("ShareBox+UnshareBox", cocoonbox.RoleAdmin, codes.OK, call(func(ctx context.Context) error {
+		if _, err := e.box.ShareBox(ctx, &cbv1.ShareBoxRequest{Box: id, User: spare.ID, Role: "viewer"}); err != nil {
+			return err
+		}
+		return errOf(e.box.UnshareBox(ctx, &cbv1.UnshareBoxRequest{Box: id, User: "spare"}))
+	}))
+	add("RestoreBox", cocoonbox.RoleAdmin, codes.OK, call(func(ctx context.Context) error {
+		b, err := e.box.RestoreBox(ctx, &cbv1.RestoreBoxRequest{Box: id})
+		return orState(err, b)
+	}))
+	// The owner deletes the second box; the admin share deletes the box under test, last.
+	add("DeleteBox", cocoonbox.RoleAdmin, codes.OK, func(ctx context.Context, p principal) error {
+		target := id
+		if p.role == cocoonbox.RoleOwner {
+			target = second.GetId()
+		}
+		b, err := e.box.DeleteBox(ctx, &cbv1.DeleteBoxRequest{Box: target})
+		if err == nil && b.GetState() != "deleted" {
+			t.Errorf("DeleteBox = %v", b)
+		}
+		return err
+	})
+
+	// A name means one of the caller's own boxes: a shared box is named by its ID.
+	if _, err := e.box.GetBox(e.as(ctx, viewerTok), &cbv1.GetBoxRequest{Box: "authz"}); status.Code(err) != codes.NotFound {
+		t.Errorf("GetBox of a shared box by its name: %v; want NotFound", err)
+	}
+	checkExpiredShare(ctx, t, e, ownerCtx, second.GetId(), strangerTok)
+	checkBadInput(ctx, t, e, ownerCtx, id)
+	checkConnectGetBox(t, d, cli.Token, id)
+
+	for _, r := range calls {
+		// Refusals first, so the allowed callers of a state change find the box as it was.
+		var order []principal
+		for _, p := range principals {
+			if r.want(p) != r.ok {
+				order = append(order, p)
+			}
+		}
+		for _, p := range principals {
+			if r.want(p) == r.ok {
+				order = append(order, p)
+			}
+		}
+		for _, p := range order {
+			err := r.do(e.as(ctx, p.token), p)
+			if got, want := status.Code(err), r.want(p); got != want {
+				t.Errorf("%s as %s: %v; want %s", r.name, p.name, err, want)
+			}
+		}
+	}
+	// The box is gone for everyone, its admin share included.
+	for _, p := range principals[2:] {
+		_, err := e.box.GetBox(e.as(ctx, p.token), &cbv1.GetBoxRequest{Box: id})
+		if status.Code(err) != codes.NotFound {
+			t.Errorf("GetBox of the deleted box as %s: %v; want NotFound", p.name, err)
+		}
+	}
+}
+
+// orState passes err on, or fails a call that answered a box in a state it should not be in.
+func orState(err error, b *cbv1.Box) error {
+	if err != nil {
+		return err
+	}
+	if b.GetState() != "running" && b.GetState() != "hibernated" {
+		return status.Errorf(codes.Internal, "box %s is %s", b.GetId(), b.GetState())
+	}
+	return nil
+}
+
+// checkExpiredShare: a share that has expired reads as no share at all.
+func checkExpiredShare(ctx context.Context, t *testing.T, e apiEnv, ownerCtx context.Context, id, token string) {
+	t.Helper()
+	expires := time.Now().Add(2 * time.Second)
+	if _, err := e.box.ShareBox(ownerCtx, &cbv1.ShareBoxRequest{Box: id, User: "stranger", Role: "viewer", ExpiresAt: timestamppb.New(expires)}); err != nil {
+		t.Fatalf("share expiring: %v", err)
+	}
+	if _, err := e.box.GetBox(e.as(ctx, token), &cbv1.GetBoxRequest{Box: id}); err != nil {
+		t.Fatalf("GetBox before the share expires: %v", err)
+	}
+	err := waitFor(ctx, 15*time.Second, func() error {
+		_, err := e.box.GetBox(e.as(ctx, token), &cbv1.GetBoxRequest{Box: id})
+		if status.Code(err) != codes.NotFound {
+			return status.Errorf(codes.Unknown, "GetBox after the share expired: %v", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if time.Now().Before(expires) {
+		t.Fatal("the share ended before its expiry")
+	}
+}
+
+// checkBadInput: malformed requests are refused naming the field; unknown boxes are not found.
+func checkBadInput(ctx context.Context, t *testing.T, e apiEnv, ownerCtx context.Context, id string) {
+	t.Helper()
+	cases := []struct {
+		name string
+		err  error
+		code codes.Code
+		want string
+	}{
+		{"malformed box ID", errOf(e.box.GetBox(ownerCtx, &cbv1.GetBoxRequest{Box: "bx_XYZ"})), codes.InvalidArgument, "box:"},
+		{"no box", errOf(e.box.GetBox(ownerCtx, &cbv1.GetBoxRequest{})), codes.InvalidArgument, "box:"},
+		{"unknown box ID", errOf(e.box.GetBox(ownerCtx, &cbv1.GetBoxRequest{Box: "bx_0000000000000000"})), codes.NotFound, "bx_0000000000000000"},
+		{"unknown box name", errOf(e.box.GetBox(ownerCtx, &cbv1.GetBoxRequest{Box: "nosuch"})), codes.NotFound, "nosuch"},
+		{"oversized WriteFile", errOf(e.box.WriteFile(ownerCtx, &cbv1.WriteFileRequest{Box: id, Path: "/root/big", Content: make([]byte, 8<<20+1)})), codes.InvalidArgument, "content"},
+		{"empty argv", errOf(e.box.Exec(ownerCtx, &cbv1.ExecRequest{Box: id})), codes.InvalidArgument, "argv"},
+		{"relative cwd", errOf(e.box.Exec(ownerCtx, &cbv1.ExecRequest{Box: id, Argv: []string{"true"}, Cwd: "tmp"})), codes.InvalidArgument, "cwd"},
+		{"relative path", errOf(e.box.ReadFile(ownerCtx, &cbv1.ReadFileRequest{Box: id, Path: "etc/passwd"})), codes.InvalidArgument, "path"},
+		{"missing file", errOf(e.box.ReadFile(ownerCtx, &cbv1.ReadFileRequest{Box: id, Path: "/root/nope"})), codes.NotFound, "path"},
+		{"bad role", errOf(e.box.ShareBox(ownerCtx, &cbv1.ShareBoxRequest{Box: id, User: "spare", Role: "owner"})), codes.InvalidArgument, "role"},
+		{"unknown user", errOf(e.box.ShareBox(ownerCtx, &cbv1.ShareBoxRequest{Box: id, User: "nobody", Role: "viewer"})), codes.NotFound, "user"},
+		{"bad request_id", errOf(e.box.CreateBox(ownerCtx, &cbv1.CreateBoxRequest{Name: "x", RequestId: "bx_1"})), codes.InvalidArgument, "request_id"},
+		{"bad snapshot_id", errOf(e.box.RestoreBox(ownerCtx, &cbv1.RestoreBoxRequest{Box: id, SnapshotId: "sn_x"})), codes.InvalidArgument, "snapshot_id"},
+	}
+	for _, tc := range cases {
+		if status.Code(tc.err) != tc.code || !strings.Contains(status.Convert(tc.err).Message(), tc.want) {
+			t.Errorf("%s: %v; want %s naming %q", tc.name, tc.err, tc.code, tc.want)
+		}
+	}
+}
+
+// errOf keeps a call's error.
+func errOf(_ any, err error) error { return err }
+
+// checkConnectGetBox calls GetBox as a browser does: a JSON POST with a bearer header.
+func checkConnectGetBox(t *testing.T, d *devstack.Dev, token, id string) {
+	t.Helper()
+	client := &http.Client{Timeout: 30 * time.Second}
+	post := func(body string) (int, map[string]any) {
+		req, err := http.NewRequest(http.MethodPost, d.URLs().API+"/cocoonbox.v1.BoxService/GetBox", strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := client.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			t.Fatalf("GetBox over Connect: %d %q: %v", resp.StatusCode, b, err)
+		}
+		return resp.StatusCode, m
+	}
+	code, m := post(`{"box":"` + id + `"}`)
+	if code != http.StatusOK || m["id"] != id || m["role"] != "owner" || m["state"] != "running" || m["name"] != "authz" {
+		t.Fatalf("GetBox over Connect: %d %v", code, m)
+	}
+	code, m = post(`{"box":"` + id + `","bogus":1}`)
+	if msg, _ := m["message"].(string); code != http.StatusBadRequest || m["code"] != "invalid_argument" || !strings.Contains(msg, "bogus") {
+		t.Fatalf("GetBox over Connect with an unknown field: %d %v", code, m)
+	}
+	code, m = post(`{"box":"bx_0000000000000000"}`)
+	if code != http.StatusNotFound || m["code"] != "not_found" {
+		t.Fatalf("GetBox over Connect of an unknown box: %d %v", code, m)
+	}
+}
