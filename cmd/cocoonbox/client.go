@@ -6,13 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
-	"google.golang.org/grpc/status"
 
 	"github.com/loomhand/cocoonbox/internal/config"
 )
@@ -71,15 +69,3 @@ func (b bearerToken) GetRequestMetadata(context.Context, ...string) (map[string]
 
 // RequireTransportSecurity is false so that the loopback dev endpoint works over h2c.
 func (b bearerToken) RequireTransportSecurity() bool { return false }
-
-// rpcError turns a gRPC status into a one-line error for the terminal.
-func rpcError(err error) error {
-	if s, ok := status.FromError(err); ok {
-		msg := s.Message()
-		if i := strings.Index(msg, "\n"); i >= 0 {
-			msg = msg[:i]
-		}
-		return fmt.Errorf("%s: %s", strings.ToLower(s.Code().String()), msg)
-	}
-	return err
-}

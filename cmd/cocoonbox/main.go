@@ -3,8 +3,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"os/signal"
 	"syscall"
@@ -16,15 +14,9 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := newApp().RunContext(ctx, os.Args); err != nil {
-		fmt.Fprintln(os.Stderr, "cocoonbox:", err)
-		var ec cli.ExitCoder
-		if errors.As(err, &ec) {
-			os.Exit(ec.ExitCode())
-		}
-		os.Exit(1)
-	}
+	code := report(newApp().RunContext(ctx, os.Args), os.Stderr)
+	stop()
+	os.Exit(code)
 }
 
 func newApp() *cli.App {
@@ -32,16 +24,33 @@ func newApp() *cli.App {
 		Name:    "cocoonbox",
 		Usage:   "a persistent cloud computer with a resident agent",
 		Version: buildinfo.String(),
+		Description: "Scripts: every client command takes --output json (or COCOONBOX_OUTPUT=json) and then prints\n" +
+			"exactly one JSON document on stdout; notes and progress go to stderr.\n\n" + exitCodesHelp,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "config", Usage: "YAML configuration file", EnvVars: []string{"COCOONBOX_CONFIG"}},
+			outputFlag(true),
 		},
-		Commands: []*cli.Command{
+		Commands: withUsageExits([]*cli.Command{
 			devCommand(),
 			serveCommand(),
+			loginCommand(),
 			whoamiCommand(),
+			boxCommand(),
+			tokenCommand(),
+			vaultCommand(),
+			mcpCommand(),
+			completionCommand(),
 			versionCommand(),
+		}),
+		EnableBashCompletion: true,
+		HideHelpCommand:      true,
+		OnUsageError:         onUsageError,
+		Action: func(c *cli.Context) error {
+			if c.Args().Present() {
+				return usageError("unknown command %q (see cocoonbox --help)", c.Args().First())
+			}
+			return cli.ShowAppHelp(c)
 		},
-		HideHelpCommand: true,
 		// Errors are printed once by main, in one line.
 		ExitErrHandler: func(*cli.Context, error) {},
 	}

@@ -1,9 +1,8 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
-	"time"
+	"io"
 
 	"github.com/urfave/cli/v2"
 
@@ -14,28 +13,22 @@ func whoamiCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "whoami",
 		Usage: "show the user the configured token belongs to",
-		Flags: clientFlags(),
+		Flags: apiFlags(),
 		Action: func(c *cli.Context) error {
-			conn, err := dial(c)
+			s, err := open(c)
 			if err != nil {
 				return err
 			}
-			defer conn.Close()
-			resp, err := cbv1.NewAccountServiceClient(conn).WhoAmI(c.Context, &cbv1.WhoAmIRequest{})
+			defer s.Close()
+			resp, err := cbv1.NewAccountServiceClient(s.conn).WhoAmI(c.Context, &cbv1.WhoAmIRequest{})
 			if err != nil {
-				return rpcError(err)
+				return apiError(err)
 			}
-			u := resp.GetUser()
-			if c.String("output") == "json" {
-				enc := json.NewEncoder(c.App.Writer)
-				enc.SetIndent("", "  ")
-				return enc.Encode(map[string]any{
-					"id": u.GetId(), "name": u.GetName(), "admin": u.GetAdmin(),
-					"created_at": u.GetCreatedAt().AsTime().Format(time.RFC3339), "token_name": resp.GetTokenName(),
-				})
-			}
-			_, err = fmt.Fprintf(c.App.Writer, "%s (%s)%s, token %q\n", u.GetName(), u.GetId(), adminSuffix(u.GetAdmin()), resp.GetTokenName())
-			return err
+			return s.out.result(resp, func(w io.Writer) error {
+				u := resp.GetUser()
+				_, err := fmt.Fprintf(w, "%s (%s)%s, token %q\n", u.GetName(), u.GetId(), adminSuffix(u.GetAdmin()), resp.GetTokenName())
+				return err
+			})
 		},
 	}
 }

@@ -1,0 +1,42 @@
+package main
+
+import (
+	"github.com/urfave/cli/v2"
+
+	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
+)
+
+// boxCommand groups the commands on boxes. Every one names its box by ID or by name; names are
+// resolved by the API, so they are passed on as typed.
+func boxCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "box",
+		Usage: "create, list, drive and share boxes",
+		Subcommands: []*cli.Command{
+			boxCreateCommand(),
+			boxLsCommand(),
+			boxShowCommand(),
+			boxWakeCommand(),
+			boxHibernateCommand(),
+			boxSnapshotCommand(),
+			boxSnapshotsCommand(),
+			boxRestoreCommand(),
+			boxRmCommand(),
+			boxExecCommand(),
+			boxCpCommand(),
+			boxShareCommand(),
+			boxUnshareCommand(),
+			boxSharesCommand(),
+		},
+		Action: groupAction,
+	}
+}
+
+// boxClient opens a session for a box command.
+func boxClient(c *cli.Context) (*session, cbv1.BoxServiceClient, error) {
+	s, err := open(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, cbv1.NewBoxServiceClient(s.conn), nil
+}

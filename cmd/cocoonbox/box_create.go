@@ -1,0 +1,50 @@
+package main
+
+import (
+	"io"
+
+	"github.com/urfave/cli/v2"
+
+	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
+)
+
+func boxCreateCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "create",
+		Usage:     "create a box and wait until it runs",
+		ArgsUsage: "[NAME]",
+		Flags: apiFlags(
+			&cli.StringFlag{Name: "name", Usage: "box name, unique among your boxes (or give it as the argument)"},
+			&cli.StringFlag{Name: "size", Value: "small", Usage: "small, medium, large, xlarge or 2xlarge"},
+			&cli.StringFlag{Name: "request-id", Usage: "box ID to create (bx_ and 16 hex digits): a retried create returns the same box"},
+		),
+		Action: func(c *cli.Context) error {
+			args, err := positional(c, "--name NAME [--size SIZE]", 0, 1)
+			if err != nil {
+				return err
+			}
+			name := c.String("name")
+			if len(args) == 1 {
+				if name != "" && name != args[0] {
+					return usageError("box create: give the name once, as --name or as the argument")
+				}
+				name = args[0]
+			}
+			if name == "" {
+				return usageError("box create: --name is required")
+			}
+			s, boxes, err := boxClient(c)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			stop := s.out.progress("creating box " + name)
+			b, err := boxes.CreateBox(c.Context, &cbv1.CreateBoxRequest{Name: name, Size: c.String("size"), RequestId: c.String("request-id")})
+			stop()
+			if err != nil {
+				return apiError(err)
+			}
+			return s.out.result(b, func(w io.Writer) error { return boxLine(w, b) })
+		},
+	}
+}

@@ -1,0 +1,297 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
+)
+
+// fakeToken is the only bearer token fakeAPI accepts.
+const fakeToken = "cbx_test"
+
+// t0 is when everything in the fake happened.
+var t0 = time.Date(2026, 5, 1, 10, 0, 0, 0, time.UTC)
+
+// fakeAPI is a small in-memory API server: it keeps boxes and files, answers with canned data,
+// records the last request of each method and checks the bearer token like the real one.
+type fakeAPI struct {
+	cbv1.UnimplementedBoxServiceServer
+	cbv1.UnimplementedAccountServiceServer
+	cbv1.UnimplementedVaultServiceServer
+
+	mu    sync.Mutex
+	boxes []*cbv1.Box
+	files map[string]*cbv1.WriteFileRequest // box/path → last write
+	reqs  map[string]proto.Message          // method name → last request
+}
+
+// startFake serves a fakeAPI on 127.0.0.1:0 and returns it with its endpoint URL.
+func startFake(t *testing.T) (*fakeAPI, string) {
+	t.Helper()
+	f := &fakeAPI{files: map[string]*cbv1.WriteFileRequest{}, reqs: map[string]proto.Message{}}
+	f.boxes = sampleBoxes()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := grpc.NewServer(grpc.UnaryInterceptor(f.auth))
+	cbv1.RegisterBoxServiceServer(srv, f)
+	cbv1.RegisterAccountServiceServer(srv, f)
+	cbv1.RegisterVaultServiceServer(srv, f)
+	go func() { _ = srv.Serve(lis) }()
+	t.Cleanup(srv.Stop)
+	return f, "http://" + lis.Addr().String()
+}
+
+func (f *fakeAPI) auth(ctx context.Context, req any, info *grpc.UnaryServerInfo, h grpc.UnaryHandler) (any, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if got := md.Get("authorization"); len(got) != 1 || got[0] != "Bearer "+fakeToken {
+		return nil, status.Error(codes.Unauthenticated, "invalid or revoked token")
+	}
+	f.mu.Lock()
+	f.reqs[info.FullMethod[strings.LastIndexByte(info.FullMethod, '/')+1:]] = req.(proto.Message)
+	f.mu.Unlock()
+	return h(ctx, req)
+}
+
+// last returns the last request of method.
+func (f *fakeAPI) last(method string) proto.Message {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.reqs[method]
+}
+
+func sampleBoxes() []*cbv1.Box {
+	return []*cbv1.Box{
+		{Id: "bx_00000000000000a1", Name: "web", Owner: "us_ann", Size: "small", State: "running", Role: "owner",
+			Viewers: 1, Pins: []string{"run_7"}, IdleDeadline: timestamppb.New(t0.Add(30 * time.Minute)),
+			LastSnapshot: "sn_0002", CreatedAt: timestamppb.New(t0)},
+		{Id: "bx_00000000000000b2", Name: "build-farm", Owner: "us_bob", Size: "xlarge", State: "hibernated", Role: "driver",
+			LastError: "wake: no capacity", CreatedAt: timestamppb.New(t0.Add(-48 * time.Hour))},
+	}
+}
+
+func sampleSnapshots() []*cbv1.Snapshot {
+	return []*cbv1.Snapshot{
+		{Id: "sn_0002", BoxId: "bx_00000000000000a1", ParentId: "sn_0001", State: "complete", Bytes: 734003200, Sha256: "ab12", Files: 48211, CreatedAt: timestamppb.New(t0.Add(-time.Hour))},
+		{Id: "sn_0001", BoxId: "bx_00000000000000a1", State: "complete", Bytes: 1536, Files: 12, Pinned: true, CreatedAt: timestamppb.New(t0.Add(-24 * time.Hour))},
+	}
+}
+
+func sampleShares() []*cbv1.Share {
+	return []*cbv1.Share{
+		{BoxId: "bx_00000000000000a1", UserId: "us_bob", UserName: "bob", Role: "driver", CreatedAt: timestamppb.New(t0)},
+		{BoxId: "bx_00000000000000a1", UserId: "us_carol", UserName: "carol", Role: "viewer", ExpiresAt: timestamppb.New(t0.Add(24 * time.Hour)), CreatedAt: timestamppb.New(t0)},
+	}
+}
+
+func sampleTokens() []*cbv1.Token {
+	return []*cbv1.Token{
+		{Id: "tk_1", Name: "laptop", CreatedAt: timestamppb.New(t0.Add(-72 * time.Hour)), LastUsedAt: timestamppb.New(t0)},
+		{Id: "tk_2", Name: "ci", CreatedAt: timestamppb.New(t0.Add(-72 * time.Hour)), ExpiresAt: timestamppb.New(t0.Add(-time.Hour))},
+		{Id: "tk_3", Name: "old", CreatedAt: timestamppb.New(t0.Add(-72 * time.Hour)), RevokedAt: timestamppb.New(t0.Add(-2 * time.Hour))},
+	}
+}
+
+func (f *fakeAPI) find(box string) (*cbv1.Box, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, b := range f.boxes {
+		if b.GetId() == box || b.GetName() == box {
+			return proto.Clone(b).(*cbv1.Box), nil
+		}
+	}
+	return nil, status.Errorf(codes.NotFound, "box %q not found", box)
+}
+
+func (f *fakeAPI) CreateBox(_ context.Context, r *cbv1.CreateBoxRequest) (*cbv1.Box, error) {
+	if r.GetName() == "" || strings.ToLower(r.GetName()) != r.GetName() {
+		return nil, status.Errorf(codes.InvalidArgument, "name: want a lowercase letter, then lowercase letters, digits, dots, underscores or hyphens; got %q", r.GetName())
+	}
+	if _, err := f.find(r.GetName()); err == nil {
+		return nil, status.Errorf(codes.AlreadyExists, "box %q already exists", r.GetName())
+	}
+	return &cbv1.Box{Id: "bx_00000000000000c3", Name: r.GetName(), Size: r.GetSize(), State: "running", Role: "owner", CreatedAt: timestamppb.New(t0)}, nil
+}
+
+func (f *fakeAPI) GetBox(_ context.Context, r *cbv1.GetBoxRequest) (*cbv1.Box, error) {
+	return f.find(r.GetBox())
+}
+
+func (f *fakeAPI) ListBoxes(context.Context, *cbv1.ListBoxesRequest) (*cbv1.ListBoxesResponse, error) {
+	return &cbv1.ListBoxesResponse{Boxes: sampleBoxes()}, nil
+}
+
+func (f *fakeAPI) DeleteBox(_ context.Context, r *cbv1.DeleteBoxRequest) (*cbv1.Box, error) {
+	b, err := f.find(r.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	b.State = "deleted"
+	return b, nil
+}
+
+func (f *fakeAPI) WakeBox(_ context.Context, r *cbv1.WakeBoxRequest) (*cbv1.Box, error) {
+	b, err := f.find(r.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	if b.GetState() == "hibernated" {
+		return nil, status.Error(codes.Unavailable, "no capacity: try again later")
+	}
+	return b, nil
+}
+
+func (f *fakeAPI) HibernateBox(_ context.Context, r *cbv1.HibernateBoxRequest) (*cbv1.Box, error) {
+	b, err := f.find(r.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	if b.GetState() != "running" {
+		return nil, status.Errorf(codes.FailedPrecondition, "box %s is %s", b.GetName(), b.GetState())
+	}
+	b.State = "hibernated"
+	return b, nil
+}
+
+func (f *fakeAPI) SnapshotBox(_ context.Context, r *cbv1.SnapshotBoxRequest) (*cbv1.Snapshot, error) {
+	if _, err := f.find(r.GetBox()); err != nil {
+		return nil, err
+	}
+	return sampleSnapshots()[0], nil
+}
+
+func (f *fakeAPI) ListSnapshots(_ context.Context, r *cbv1.ListSnapshotsRequest) (*cbv1.ListSnapshotsResponse, error) {
+	if _, err := f.find(r.GetBox()); err != nil {
+		return nil, err
+	}
+	return &cbv1.ListSnapshotsResponse{Snapshots: sampleSnapshots()}, nil
+}
+
+func (f *fakeAPI) RestoreBox(_ context.Context, r *cbv1.RestoreBoxRequest) (*cbv1.Box, error) {
+	return f.find(r.GetBox())
+}
+
+// Exec understands `exit N` and `echo WORDS...`; anything else prints its argv.
+func (f *fakeAPI) Exec(_ context.Context, r *cbv1.ExecRequest) (*cbv1.ExecResponse, error) {
+	if _, err := f.find(r.GetBox()); err != nil {
+		return nil, err
+	}
+	argv := r.GetArgv()
+	if len(argv) == 0 {
+		return nil, status.Error(codes.InvalidArgument, "argv: must not be empty")
+	}
+	switch argv[0] {
+	case "exit":
+		var code int32
+		fmt.Sscan(argv[1], &code)
+		return &cbv1.ExecResponse{ExitCode: code, Stdout: "out\n", Stderr: "err\n"}, nil
+	case "echo":
+		return &cbv1.ExecResponse{Stdout: strings.Join(argv[1:], " ") + "\n"}, nil
+	}
+	return &cbv1.ExecResponse{Stdout: fmt.Sprintf("%q\n", argv)}, nil
+}
+
+func (f *fakeAPI) WriteFile(_ context.Context, r *cbv1.WriteFileRequest) (*cbv1.WriteFileResponse, error) {
+	b, err := f.find(r.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	f.files[b.GetId()+r.GetPath()] = r
+	f.mu.Unlock()
+	return &cbv1.WriteFileResponse{Bytes: int64(len(r.GetContent()))}, nil
+}
+
+func (f *fakeAPI) ReadFile(_ context.Context, r *cbv1.ReadFileRequest) (*cbv1.ReadFileResponse, error) {
+	b, err := f.find(r.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	w, ok := f.files[b.GetId()+r.GetPath()]
+	f.mu.Unlock()
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "path: %s: no such file", r.GetPath())
+	}
+	return &cbv1.ReadFileResponse{Content: w.GetContent(), Mode: w.GetMode()}, nil
+}
+
+func (f *fakeAPI) ShareBox(_ context.Context, r *cbv1.ShareBoxRequest) (*cbv1.Share, error) {
+	b, err := f.find(r.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	switch r.GetRole() {
+	case "viewer", "driver", "admin":
+	default:
+		return nil, status.Errorf(codes.InvalidArgument, "role: want viewer, driver or admin, got %q", r.GetRole())
+	}
+	return &cbv1.Share{BoxId: b.GetId(), UserId: "us_" + r.GetUser(), UserName: r.GetUser(), Role: r.GetRole(), ExpiresAt: r.GetExpiresAt(), CreatedAt: timestamppb.New(t0)}, nil
+}
+
+func (f *fakeAPI) UnshareBox(_ context.Context, r *cbv1.UnshareBoxRequest) (*cbv1.UnshareBoxResponse, error) {
+	if _, err := f.find(r.GetBox()); err != nil {
+		return nil, err
+	}
+	return &cbv1.UnshareBoxResponse{}, nil
+}
+
+func (f *fakeAPI) ListShares(_ context.Context, r *cbv1.ListSharesRequest) (*cbv1.ListSharesResponse, error) {
+	b, err := f.find(r.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	if b.GetRole() != "owner" && b.GetRole() != "admin" {
+		return nil, status.Error(codes.PermissionDenied, "listing shares needs the admin role")
+	}
+	return &cbv1.ListSharesResponse{Shares: sampleShares()}, nil
+}
+
+func (f *fakeAPI) WhoAmI(context.Context, *cbv1.WhoAmIRequest) (*cbv1.WhoAmIResponse, error) {
+	return &cbv1.WhoAmIResponse{User: &cbv1.User{Id: "us_ann", Name: "ann", CreatedAt: timestamppb.New(t0)}, TokenName: "laptop"}, nil
+}
+
+func (f *fakeAPI) CreateToken(_ context.Context, r *cbv1.CreateTokenRequest) (*cbv1.CreateTokenResponse, error) {
+	tok := &cbv1.Token{Id: "tk_9", Name: r.GetName(), CreatedAt: timestamppb.New(t0)}
+	if r.GetTtlSeconds() > 0 {
+		tok.ExpiresAt = timestamppb.New(t0.Add(time.Duration(r.GetTtlSeconds()) * time.Second))
+	}
+	return &cbv1.CreateTokenResponse{Token: tok, Secret: "cbx_newsecret"}, nil
+}
+
+func (f *fakeAPI) ListTokens(context.Context, *cbv1.ListTokensRequest) (*cbv1.ListTokensResponse, error) {
+	return &cbv1.ListTokensResponse{Tokens: sampleTokens()}, nil
+}
+
+func (f *fakeAPI) RevokeToken(_ context.Context, r *cbv1.RevokeTokenRequest) (*cbv1.RevokeTokenResponse, error) {
+	if r.GetId() != "tk_1" {
+		return nil, status.Errorf(codes.NotFound, "token %q not found", r.GetId())
+	}
+	return &cbv1.RevokeTokenResponse{}, nil
+}
+
+func (f *fakeAPI) SetSecret(_ context.Context, r *cbv1.SetSecretRequest) (*cbv1.Secret, error) {
+	return &cbv1.Secret{Name: r.GetName(), CreatedAt: timestamppb.New(t0), UpdatedAt: timestamppb.New(t0)}, nil
+}
+
+func (f *fakeAPI) ListSecrets(context.Context, *cbv1.ListSecretsRequest) (*cbv1.ListSecretsResponse, error) {
+	return &cbv1.ListSecretsResponse{Secrets: []*cbv1.Secret{{Name: "OPENAI_API_KEY", CreatedAt: timestamppb.New(t0), UpdatedAt: timestamppb.New(t0)}}}, nil
+}
+
+func (f *fakeAPI) DeleteSecret(context.Context, *cbv1.DeleteSecretRequest) (*cbv1.DeleteSecretResponse, error) {
+	return &cbv1.DeleteSecretResponse{}, nil
+}
