@@ -27,6 +27,7 @@ func TestBoxWorkflowReplay(t *testing.T) {
 		t.Run(filepath.Base(f), func(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
 			r.RegisterWorkflow(workflows.BoxWorkflow)
+			r.RegisterWorkflow(workflows.SnapshotWorkflow)
 			logger := log.NewStructuredLogger(slog.New(slog.DiscardHandler))
 			if err := r.ReplayWorkflowHistoryFromJSONFile(logger, f); err != nil {
 				t.Fatalf("replay %s: %v", f, err)

@@ -14,6 +14,8 @@ import (
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	"github.com/loomhand/cocoonbox/internal/config"
+	"github.com/loomhand/cocoonbox/internal/devstack"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/workflows"
 )
 
@@ -74,7 +76,63 @@ func TestWriteBoxHistory(t *testing.T) {
 	if err := d.Temporal.GetWorkflow(ctx, wid, "").Get(ctx, nil); err != nil {
 		t.Fatalf("workflow result: %v", err)
 	}
+	writeHistory(ctx, t, d, wid, boxHistoryFile)
+}
 
+// TestWriteSnapshotHistory generates the replay histories of the snapshot paths: a box that is
+// snapshotted, loses its sandbox while hibernated and is rebuilt from the snapshot at wake,
+// restored explicitly, hibernated under the durable policy and deleted with its snapshots; and
+// one snapshot child workflow. Like TestWriteBoxHistory it runs only with COCOONBOX_WRITE_HISTORY=1.
+func TestWriteSnapshotHistory(t *testing.T) {
+	if v, _ := config.Env()(writeHistoryEnv); v != "1" {
+		t.Skipf("generator: set %s=1 to rewrite the snapshot histories", writeHistoryEnv)
+	}
+	d, ctx, owner, eng := newBoxEnv(t, boxConfig(t), 3*time.Minute)
+	id := cocoonbox.BoxID("bx_00000000000000aa")
+	st, err := d.Boxes.Create(ctx, owner.ID, boxsvc.CreateRequest{ID: id, Name: "snapshots", Size: cocoonbox.SizeSmall})
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	snap, err := d.Boxes.Snapshot(ctx, owner.ID, id)
+	if err != nil {
+		t.Fatalf("snapshot: %v", err)
+	}
+	if _, err := d.Boxes.Hibernate(ctx, owner.ID, id); err != nil {
+		t.Fatalf("hibernate: %v", err)
+	}
+	if err := eng.Release(ctx, sandbox.SandboxRef{ID: st.SandboxID}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Boxes.Wake(ctx, owner.ID, id); err != nil {
+		t.Fatalf("wake from the snapshot: %v", err)
+	}
+	if _, err := d.Boxes.Restore(ctx, owner.ID, id, snap.Snapshot.ID); err != nil {
+		t.Fatalf("restore: %v", err)
+	}
+	p := st.Policy
+	p.DurableHibernate = true
+	if _, err := d.Boxes.SetPolicy(ctx, owner.ID, id, p); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.Boxes.Hibernate(ctx, owner.ID, id); err != nil {
+		t.Fatalf("durable hibernate: %v", err)
+	}
+	if _, err := d.Boxes.DeleteWith(ctx, owner.ID, id, workflows.DeleteInput{PurgeSnapshots: true}); err != nil {
+		t.Fatalf("delete: %v", err)
+	}
+	wid := workflows.BoxWorkflowID(id)
+	if err := d.Temporal.GetWorkflow(ctx, wid, "").Get(ctx, nil); err != nil {
+		t.Fatalf("workflow result: %v", err)
+	}
+	dir := filepath.Dir(boxHistoryFile)
+	writeHistory(ctx, t, d, wid, filepath.Join(dir, "box_snapshots.json"))
+	writeHistory(ctx, t, d, workflows.SnapshotWorkflowID(snap.Snapshot.ID), filepath.Join(dir, "snapshot.json"))
+}
+
+// writeHistory writes workflow wid's history as JSON in the format
+// WorkflowReplayer.ReplayWorkflowHistoryFromJSONFile reads.
+func writeHistory(ctx context.Context, t *testing.T, d *devstack.Dev, wid, file string) {
+	t.Helper()
 	var hist historypb.History
 	it := d.Temporal.GetWorkflowHistory(ctx, wid, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for it.HasNext() {
@@ -88,11 +146,11 @@ func TestWriteBoxHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := os.MkdirAll(filepath.Dir(boxHistoryFile), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Dir(file), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(boxHistoryFile, append(out, '\n'), 0o644); err != nil {
+	if err := os.WriteFile(file, append(out, '\n'), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("wrote %s (%d bytes)", boxHistoryFile, len(out))
+	t.Logf("wrote %s (%d bytes)", file, len(out))
 }
