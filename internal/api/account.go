@@ -77,6 +77,7 @@ func (a *accountService) CreateToken(ctx context.Context, req *cbv1.CreateTokenR
 	if err != nil {
 		return nil, fmt.Errorf("create token: %w", err)
 	}
+	a.s.audit(ctx, p.User.ID, "token.create", map[string]any{"token": tok.ID, "name": name, "expires_at": tok.ExpiresAt})
 	return &cbv1.CreateTokenResponse{Token: tokenProto(tok), Secret: secret}, nil
 }
 
@@ -109,6 +110,7 @@ func (a *accountService) RevokeToken(ctx context.Context, req *cbv1.RevokeTokenR
 	if err != nil {
 		return nil, err
 	}
+	a.s.audit(ctx, p.User.ID, "token.revoke", map[string]any{"token": req.GetId()})
 	return &cbv1.RevokeTokenResponse{}, nil
 }
 
@@ -145,5 +147,6 @@ func (a *accountService) CreateUser(ctx context.Context, req *cbv1.CreateUserReq
 	if err != nil {
 		return nil, fmt.Errorf("create user: %w", err)
 	}
+	a.s.audit(ctx, p.User.ID, "user.create", map[string]any{"user": u.ID, "name": u.Name, "admin": u.Admin})
 	return &cbv1.CreateUserResponse{User: userProto(u), Secret: secret}, nil
 }

@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -92,6 +93,22 @@ func TestTokens(t *testing.T) {
 	wantCode(t, "a long token name", err, codes.InvalidArgument, "name")
 	_, err = acct.CreateToken(as(t, raw), &cbv1.CreateTokenRequest{Name: "x", TtlSeconds: -1})
 	wantCode(t, "a negative ttl", err, codes.InvalidArgument, "ttl_seconds")
+
+	// Token changes are audited, never with a secret.
+	events, err := f.st.EventsByActor(context.Background(), u.ID, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, e := range events {
+		seen[e.Action] = true
+		if strings.Contains(string(e.Detail), "cbx_") {
+			t.Fatalf("audit event %s carries a token secret: %s", e.Action, e.Detail)
+		}
+	}
+	if !seen["token.create"] || !seen["token.revoke"] {
+		t.Fatalf("ann's audit trail %v lacks token.create or token.revoke", seen)
+	}
 }
 
 func TestCreateUserIsForAdmins(t *testing.T) {

@@ -38,6 +38,7 @@ func (v *vaultService) SetSecret(ctx context.Context, req *cbv1.SetSecretRequest
 	if err != nil {
 		return nil, err
 	}
+	v.s.audit(ctx, caller, "vault.set", map[string]any{"name": info.Name})
 	return secretProto(info), nil
 }
 
@@ -67,5 +68,6 @@ func (v *vaultService) DeleteSecret(ctx context.Context, req *cbv1.DeleteSecretR
 	if err != nil {
 		return nil, err
 	}
+	v.s.audit(ctx, caller, "vault.delete", map[string]any{"name": req.GetName()})
 	return &cbv1.DeleteSecretResponse{}, nil
 }

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"log/slog"
 	"strings"
@@ -30,7 +31,7 @@ func TestVaultNeverReturnsValues(t *testing.T) {
 		Vault:  &vault.Vault{Store: st, Keys: keys},
 		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 	})
-	_, _, ann := f.mint(t, "ann", false)
+	annUser, _, ann := f.mint(t, "ann", false)
 	_, _, bob := f.mint(t, "bob", false)
 	vlt := cbv1.NewVaultServiceClient(f.conn(t))
 	const value = "sk-very-secret-value-1234"
@@ -75,5 +76,20 @@ func TestVaultNeverReturnsValues(t *testing.T) {
 	wantCode(t, "an oversized value", err, codes.InvalidArgument, "value")
 	if strings.Contains(logs.String(), value) {
 		t.Fatalf("a secret value reached the log:\n%s", logs.String())
+	}
+	// Every change is audited by name, and no event carries the value.
+	events, err := st.EventsByActor(context.Background(), annUser.ID, 10)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var actions []string
+	for _, e := range events {
+		actions = append(actions, e.Action)
+		if strings.Contains(string(e.Detail), value) {
+			t.Fatalf("audit event %s carries the value: %s", e.Action, e.Detail)
+		}
+	}
+	if got := strings.Join(actions, " "); got != "vault.delete vault.set vault.set" {
+		t.Fatalf("audit trail of ann = %q, want vault.delete vault.set vault.set", got)
 	}
 }

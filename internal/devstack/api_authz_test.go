@@ -292,6 +292,7 @@ func TestAPIAuthorization(t *testing.T) {
 	checkExpiredShare(ctx, t, e, ownerCtx, second.GetId(), strangerTok)
 	checkBadInput(ctx, t, e, ownerCtx, id)
 	checkConnectGetBox(t, d, cli.Token, id)
+	checkMCPMatrix(ctx, t, d, principals, id)
 
 	for _, r := range calls {
 		// Refusals first, so the allowed callers of a state change find the box as it was.
@@ -425,5 +426,62 @@ func checkConnectGetBox(t *testing.T, d *devstack.Dev, token, id string) {
 	code, m = post(`{"box":"bx_0000000000000000"}`)
 	if code != http.StatusNotFound || m["code"] != "not_found" {
 		t.Fatalf("GetBox over Connect of an unknown box: %d %v", code, m)
+	}
+}
+
+// checkMCPMatrix is the authorization matrix over MCP: every tool, called by every principal,
+// answers as its gRPC counterpart does. Callers without a valid token are refused at connect
+// (401); a stranger's tool errors say not_found, a weaker role's say forbidden.
+func checkMCPMatrix(ctx context.Context, t *testing.T, d *devstack.Dev, principals []principal, id string) {
+	t.Helper()
+	endpoint := d.URLs().API + "/mcp"
+	tools := []struct {
+		name string
+		need cocoonbox.Role
+		args map[string]any
+	}{
+		{"box_list", "", map[string]any{}},
+		{"box_exec", cocoonbox.RoleDriver, map[string]any{"box": id, "argv": []string{"true"}}},
+		{"box_read_file", cocoonbox.RoleDriver, map[string]any{"box": id, "path": "/root/authz.txt"}},
+		{"box_write_file", cocoonbox.RoleDriver, map[string]any{"box": id, "path": "/root/mcp.txt", "content": "x"}},
+		{"box_hibernate", cocoonbox.RoleDriver, map[string]any{"box": id}},
+		{"box_wake", cocoonbox.RoleDriver, map[string]any{"box": id}},
+		{"box_snapshot", cocoonbox.RoleDriver, map[string]any{"box": id}},
+	}
+	for _, p := range principals {
+		c, err := mcpConnect(ctx, t, endpoint, p.token)
+		if p.unauthenticated {
+			if !isAuthRequired(err) {
+				t.Errorf("MCP connect as %s: %v; want 401", p.name, err)
+			}
+			continue
+		}
+		if err != nil {
+			t.Fatalf("MCP connect as %s: %v", p.name, err)
+		}
+		for _, tool := range tools {
+			res := mcpCallRaw(ctx, t, c, tool.name, tool.args)
+			want := ""
+			switch {
+			case tool.need == "":
+			case p.role == "":
+				want = "not_found"
+			case !p.role.Allows(tool.need):
+				want = "forbidden"
+			}
+			text := mcpText(res)
+			switch {
+			case want == "" && res.IsError:
+				t.Errorf("MCP %s as %s: tool error %q; want success", tool.name, p.name, text)
+			case want != "" && (!res.IsError || !strings.HasPrefix(text, want)):
+				t.Errorf("MCP %s as %s: %q (isError %v); want an error starting %s", tool.name, p.name, text, res.IsError, want)
+			}
+		}
+		// Every user may create boxes of their own.
+		var box struct{ Role cocoonbox.Role }
+		mcpCall(ctx, t, c, "box_create", map[string]any{"name": "mcp-" + strings.ReplaceAll(p.name, " ", "-"), "size": "small"}, &box)
+		if box.Role != cocoonbox.RoleOwner {
+			t.Errorf("MCP box_create as %s: role %q, want owner", p.name, box.Role)
+		}
 	}
 }

@@ -35,23 +35,32 @@ func (q *Queries) AppendEvent(ctx context.Context, e Event) error {
 
 // EventsForBox returns up to limit of the newest events about boxID, newest first.
 func (q *Queries) EventsForBox(ctx context.Context, boxID string, limit int) ([]Event, error) {
+	return q.events(ctx, "events for box "+boxID, `box_id = $1`, boxID, limit)
+}
+
+// EventsByActor returns up to limit of the newest events actor caused, newest first.
+func (q *Queries) EventsByActor(ctx context.Context, actor string, limit int) ([]Event, error) {
+	return q.events(ctx, "events by "+actor, `actor = $1`, actor, limit)
+}
+
+func (q *Queries) events(ctx context.Context, op, where, arg string, limit int) ([]Event, error) {
 	rows, err := q.db.Query(ctx,
 		`SELECT id, actor, coalesce(box_id, ''), action, detail, at FROM events
-		 WHERE box_id = $1 ORDER BY at DESC, id DESC LIMIT $2`, boxID, limit)
+		 WHERE `+where+` ORDER BY at DESC, id DESC LIMIT $2`, arg, limit)
 	if err != nil {
-		return nil, fmt.Errorf("events for box %s: %w", boxID, mapErr(err))
+		return nil, fmt.Errorf("%s: %w", op, mapErr(err))
 	}
 	defer rows.Close()
 	var events []Event
 	for rows.Next() {
 		var e Event
 		if err := rows.Scan(&e.ID, &e.Actor, &e.BoxID, &e.Action, &e.Detail, &e.At); err != nil {
-			return nil, fmt.Errorf("events for box %s: %w", boxID, mapErr(err))
+			return nil, fmt.Errorf("%s: %w", op, mapErr(err))
 		}
 		events = append(events, e)
 	}
 	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("events for box %s: %w", boxID, mapErr(err))
+		return nil, fmt.Errorf("%s: %w", op, mapErr(err))
 	}
 	return events, nil
 }
