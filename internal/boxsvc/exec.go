@@ -10,6 +10,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
@@ -204,11 +205,16 @@ func (s *Service) running(ctx context.Context, caller string, id cocoonbox.BoxID
 	return sandbox.SandboxRef{ID: sid, Token: token}, nil
 }
 
-// touch tells the box's workflow it is in use, so it is not idle-hibernated; best effort.
+// touch tells the box's workflow it is in use, so it is not idle-hibernated; best effort, and
+// sent beside the answer rather than before it: the caller need not wait for the signal.
 func (s *Service) touch(ctx context.Context, id cocoonbox.BoxID) {
-	if err := s.Temporal.SignalWorkflow(ctx, workflows.BoxWorkflowID(id), "", workflows.SignalTouch, struct{}{}); err != nil && s.Logger != nil {
-		s.Logger.Warn("touch box", "box", id, "err", err)
-	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	go func() {
+		defer cancel()
+		if err := s.Temporal.SignalWorkflow(ctx, workflows.BoxWorkflowID(id), "", workflows.SignalTouch, struct{}{}); err != nil && s.Logger != nil {
+			s.Logger.Warn("touch box", "box", id, "err", err)
+		}
+	}()
 }
 
 func checkPath(p string) error {
