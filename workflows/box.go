@@ -70,6 +70,8 @@ func (w *box) setup(ctx workflow.Context) error {
 		{UpdateSetPolicy, w.setPolicy, w.validatePolicy},
 		{UpdateSnapshot, w.snapshot, func(SnapshotInput) error { return w.allowed(UpdateSnapshot) }},
 		{UpdateRestore, w.restore, w.validateRestore},
+		{UpdateTakeOver, w.takeOver, w.validateTakeOver},
+		{UpdateHandBack, w.handBack, w.validateHandBack},
 	}
 	for _, u := range updates {
 		if err := workflow.SetUpdateHandlerWithOptions(ctx, u.name, u.handler,
@@ -283,6 +285,7 @@ func (w *box) status() Status {
 		IdleDeadline: w.idleDeadline(),
 		Policy:       w.in.Policy,
 		LastSnapshot: w.st.LastSnapshot,
+		Controller:   w.st.Controller,
 	}
 }
 

@@ -36,6 +36,13 @@ func (w *box) allowed(update string) error {
 		case cocoonbox.BoxStateDeleting:
 			return transitionError(update, "a box being deleted")
 		}
+	case UpdateTakeOver:
+		switch s {
+		case cocoonbox.BoxStateCreating:
+			return transitionError(update, "a box still being created")
+		case cocoonbox.BoxStateDeleting:
+			return transitionError(update, "a box being deleted")
+		}
 	case UpdateHibernate, UpdateSnapshot:
 		switch s {
 		case cocoonbox.BoxStateCreating:

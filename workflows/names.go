@@ -24,6 +24,8 @@ const (
 	UpdateSetPolicy = "setpolicy"
 	UpdateSnapshot  = "snapshot"
 	UpdateRestore   = "restore"
+	UpdateTakeOver  = "takeover"
+	UpdateHandBack  = "handback"
 	SignalTouch     = "touch"
 	SignalViewers   = "viewers"
 	SignalPin       = "pin"
@@ -95,6 +97,9 @@ type BoxCarriedState struct {
 	LastActive time.Time // the last touch, operation or presence change, for the idle clock
 	// LastSnapshot is the newest snapshot this workflow completed or restored from.
 	LastSnapshot string
+	// Controller is the user who holds the desktop's control lease; "" when nobody does (the
+	// agent may drive).
+	Controller string
 }
 
 // CreateInput is the create update's argument (sent with Update-with-Start).
@@ -130,6 +135,19 @@ type SnapshotResult struct {
 	Snapshot cocoonbox.Snapshot
 	Pruned   []string
 	Status   Status
+}
+
+// TakeOverInput asks for the desktop's control lease for User. Without Force it is refused
+// while someone else holds it; Force (owner or admin) takes it from them.
+type TakeOverInput struct {
+	User  string
+	Force bool
+}
+
+// HandBackInput gives the control lease back. Only its holder may, unless Force (owner or admin).
+type HandBackInput struct {
+	User  string
+	Force bool
 }
 
 // RestoreInput is the restore update's argument.
@@ -177,4 +195,6 @@ type Status struct {
 	Policy       Policy
 	// LastSnapshot is the newest snapshot the box took or was restored from; "" before any.
 	LastSnapshot string
+	// Controller holds the desktop's control lease; "" when nobody does.
+	Controller string
 }

@@ -288,17 +288,34 @@ func (b *boxService) ListShares(ctx context.Context, req *cbv1.ListSharesRequest
 	return &cbv1.ListSharesResponse{Shares: protoList(shares, shareProto)}, nil
 }
 
-// TakeOver is not served yet; the role is checked first so a stranger still sees not found.
+// TakeOver gives the caller the desktop's control lease.
 func (b *boxService) TakeOver(ctx context.Context, req *cbv1.TakeOverRequest) (*cbv1.Box, error) {
-	return nil, b.desktop(ctx, req.GetBox(), cocoonbox.RoleDriver)
+	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	v, err := svc.TakeOver(ctx, caller, id)
+	if err != nil {
+		return nil, err
+	}
+	return boxProto(v), nil
 }
 
-// HandBack is not served yet; see TakeOver.
+// HandBack ends the caller's control lease.
 func (b *boxService) HandBack(ctx context.Context, req *cbv1.HandBackRequest) (*cbv1.Box, error) {
-	return nil, b.desktop(ctx, req.GetBox(), cocoonbox.RoleDriver)
+	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	v, err := svc.HandBack(ctx, caller, id)
+	if err != nil {
+		return nil, err
+	}
+	return boxProto(v), nil
 }
 
-// DesktopTicket is not served yet; see TakeOver. A control ticket needs driver, a view one viewer.
+// DesktopTicket is not served yet; the role is checked first so a stranger still sees not found.
+// A control ticket needs driver, a view one viewer.
 func (b *boxService) DesktopTicket(ctx context.Context, req *cbv1.DesktopTicketRequest) (*cbv1.DesktopTicketResponse, error) {
 	need := cocoonbox.RoleViewer
 	if req.GetControl() {

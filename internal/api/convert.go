@@ -41,6 +41,7 @@ func boxProto(v boxsvc.View) *cbv1.Box {
 		Pins:         v.Pins,
 		IdleDeadline: ts(v.IdleDeadline),
 		LastSnapshot: v.LastSnapshot,
+		Controller:   v.Controller,
 		CreatedAt:    ts(v.CreatedAt),
 	}
 }

@@ -195,11 +195,19 @@ func TestAPIAuthorization(t *testing.T) {
 	add("DesktopTicket(control)", cocoonbox.RoleDriver, codes.Unimplemented, call(func(ctx context.Context) error {
 		return errOf(e.box.DesktopTicket(ctx, &cbv1.DesktopTicketRequest{Box: id, Control: true}))
 	}))
-	add("TakeOver", cocoonbox.RoleDriver, codes.Unimplemented, call(func(ctx context.Context) error {
-		return errOf(e.box.TakeOver(ctx, &cbv1.TakeOverRequest{Box: id}))
-	}))
-	add("HandBack", cocoonbox.RoleDriver, codes.Unimplemented, call(func(ctx context.Context) error {
-		return errOf(e.box.HandBack(ctx, &cbv1.HandBackRequest{Box: id}))
+	add("TakeOver+HandBack", cocoonbox.RoleDriver, codes.OK, call(func(ctx context.Context) error {
+		b, err := e.box.TakeOver(ctx, &cbv1.TakeOverRequest{Box: id})
+		if err != nil {
+			return err
+		}
+		if b.GetController() == "" {
+			t.Errorf("TakeOver answered no controller: %v", b)
+		}
+		b, err = e.box.HandBack(ctx, &cbv1.HandBackRequest{Box: id})
+		if err == nil && b.GetController() != "" {
+			t.Errorf("HandBack left controller %q", b.GetController())
+		}
+		return err
 	}))
 	add("Agent.StartRun", cocoonbox.RoleDriver, codes.Unimplemented, call(func(ctx context.Context) error {
 		return errOf(agent.StartRun(ctx, &cbv1.StartRunRequest{Box: id, Task: "look around"}))

@@ -45,8 +45,11 @@ type Box struct {
 	// idle_deadline is when the box hibernates if nothing happens; unset when idle is not counting.
 	IdleDeadline *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=idle_deadline,json=idleDeadline,proto3" json:"idle_deadline,omitempty"`
 	// last_snapshot is the newest snapshot the box took or was restored from.
-	LastSnapshot  string                 `protobuf:"bytes,11,opt,name=last_snapshot,json=lastSnapshot,proto3" json:"last_snapshot,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	LastSnapshot string                 `protobuf:"bytes,11,opt,name=last_snapshot,json=lastSnapshot,proto3" json:"last_snapshot,omitempty"`
+	CreatedAt    *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// controller is the ID of the user holding the desktop's control lease; empty when nobody
+	// does (the agent may drive).
+	Controller    string `protobuf:"bytes,13,opt,name=controller,proto3" json:"controller,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -163,6 +166,13 @@ func (x *Box) GetCreatedAt() *timestamppb.Timestamp {
 		return x.CreatedAt
 	}
 	return nil
+}
+
+func (x *Box) GetController() string {
+	if x != nil {
+		return x.Controller
+	}
+	return ""
 }
 
 type CreateBoxRequest struct {
@@ -1744,7 +1754,7 @@ var File_cocoonbox_v1_box_proto protoreflect.FileDescriptor
 
 const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\n" +
-	"\x16cocoonbox/v1/box.proto\x12\fcocoonbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xeb\x02\n" +
+	"\x16cocoonbox/v1/box.proto\x12\fcocoonbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8b\x03\n" +
 	"\x03Box\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -1760,7 +1770,10 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	" \x01(\v2\x1a.google.protobuf.TimestampR\fidleDeadline\x12#\n" +
 	"\rlast_snapshot\x18\v \x01(\tR\flastSnapshot\x129\n" +
 	"\n" +
-	"created_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"Y\n" +
+	"created_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1e\n" +
+	"\n" +
+	"controller\x18\r \x01(\tR\n" +
+	"controller\"Y\n" +
 	"\x10CreateBoxRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\tR\x04size\x12\x1d\n" +

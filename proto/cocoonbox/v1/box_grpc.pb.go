@@ -87,8 +87,11 @@ type BoxServiceClient interface {
 	// ListShares lists who the box is shared with (admin).
 	ListShares(ctx context.Context, in *ListSharesRequest, opts ...grpc.CallOption) (*ListSharesResponse, error)
 	// TakeOver gives the caller control of the box's desktop, pausing the agent's input (driver).
+	// While another person holds it, only the owner or an admin may take it (FAILED_PRECONDITION
+	// otherwise, naming the holder).
 	TakeOver(ctx context.Context, in *TakeOverRequest, opts ...grpc.CallOption) (*Box, error)
-	// HandBack returns control of the desktop to the agent (driver).
+	// HandBack returns control of the desktop to the agent (driver; the owner or an admin may end
+	// anyone's control).
 	HandBack(ctx context.Context, in *HandBackRequest, opts ...grpc.CallOption) (*Box, error)
 	// DesktopTicket returns a short-lived ticket a browser presents to open the desktop (viewer;
 	// control mode needs driver and the control lease).
@@ -349,8 +352,11 @@ type BoxServiceServer interface {
 	// ListShares lists who the box is shared with (admin).
 	ListShares(context.Context, *ListSharesRequest) (*ListSharesResponse, error)
 	// TakeOver gives the caller control of the box's desktop, pausing the agent's input (driver).
+	// While another person holds it, only the owner or an admin may take it (FAILED_PRECONDITION
+	// otherwise, naming the holder).
 	TakeOver(context.Context, *TakeOverRequest) (*Box, error)
-	// HandBack returns control of the desktop to the agent (driver).
+	// HandBack returns control of the desktop to the agent (driver; the owner or an admin may end
+	// anyone's control).
 	HandBack(context.Context, *HandBackRequest) (*Box, error)
 	// DesktopTicket returns a short-lived ticket a browser presents to open the desktop (viewer;
 	// control mode needs driver and the control lease).

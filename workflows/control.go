@@ -1,0 +1,62 @@
+package workflows
+
+import (
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/loomhand/cocoonbox/activities"
+)
+
+// The desktop's control lease: at most one person drives the box's desktop at a time, and while
+// one does, the agent's desktop input waits. The lease is state in the workflow, so every API
+// replica and every agent run sees the same holder; it needs no activity and survives
+// continue-as-new with the rest of the carried state.
+
+func (w *box) validateTakeOver(in TakeOverInput) error {
+	if in.User == "" {
+		return temporal.NewApplicationError("takeover: user is required", activities.ErrTypeInvalidArgument)
+	}
+	if err := w.allowed(UpdateTakeOver); err != nil {
+		return err
+	}
+	if c := w.st.Controller; c != "" && c != in.User && !in.Force {
+		return temporal.NewApplicationError("takeover: the desktop is controlled by "+c+"; they must hand back first", ErrTypeInvalidTransition)
+	}
+	return nil
+}
+
+// takeOver makes in.User the controller.
+func (w *box) takeOver(ctx workflow.Context, in TakeOverInput) (Status, error) {
+	if err := w.validateTakeOver(in); err != nil {
+		return w.status(), err // the lease changed hands since validation
+	}
+	if w.st.Controller != in.User {
+		w.st.Controller = in.User
+		w.st.LastActive = workflow.Now(ctx)
+		w.gen++
+	}
+	return w.status(), nil
+}
+
+func (w *box) validateHandBack(in HandBackInput) error {
+	if in.User == "" {
+		return temporal.NewApplicationError("handback: user is required", activities.ErrTypeInvalidArgument)
+	}
+	if c := w.st.Controller; c != "" && c != in.User && !in.Force {
+		return temporal.NewApplicationError("handback: the desktop is controlled by "+c+", not you", ErrTypeInvalidTransition)
+	}
+	return nil
+}
+
+// handBack ends the lease; handing back a desktop nobody controls is a no-op.
+func (w *box) handBack(ctx workflow.Context, in HandBackInput) (Status, error) {
+	if err := w.validateHandBack(in); err != nil {
+		return w.status(), err
+	}
+	if w.st.Controller != "" {
+		w.st.Controller = ""
+		w.st.LastActive = workflow.Now(ctx)
+		w.gen++
+	}
+	return w.status(), nil
+}
