@@ -11,7 +11,7 @@ LDFLAGS := -X github.com/loomhand/cocoonbox/internal/buildinfo.Version=$(VERSION
 BENCHTIME ?= 10x
 PROTOS  := $(shell find proto -name '*.proto')
 
-.PHONY: help deps image build test test-unit test-integration lint gen gate dev bench clean
+.PHONY: help deps image image-base image-desktop build test test-unit test-integration lint gen gate dev bench clean
 
 help: ## list every target
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -22,8 +22,13 @@ deps: ## install every system package and tool that is missing (idempotent, fast
 build: ## build bin/cocoonbox
 	$(GO) build -ldflags '$(LDFLAGS)' -o $(BIN)/cocoonbox ./cmd/cocoonbox
 
-image: deps ## build the box images the engine runs (cached by recipe hash: fast when built)
+image: image-base image-desktop ## build the box images the engine and its tests run (cached by recipe hash: fast when built)
+
+image-base: deps ## build the base image (shell, procps, Python: the runtime tests)
 	./image/build.sh base >/dev/null
+
+image-desktop: deps ## build the desktop image (XFCE, Xvnc, chromium; about 1.5 min cold)
+	./image/build.sh desktop >/dev/null
 
 test: deps image ## install what is missing, then run every test (unit and integration)
 	$(GO) test -count=1 -timeout 30m ./...

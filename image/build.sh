@@ -9,18 +9,28 @@
 # this script, the box init's source (image/boxinit/, compiled into every image) and the recipe,
 # exactly as image.RecipeHash computes it in Go, so the engine finds the image it was built for.
 # The build goes to a temporary directory renamed into place at the end: a half-built image is
-# never seen. Needs root, mmdebstrap, Go, and Debian's mirror (COCOONBOX_DEBIAN_MIRROR overrides).
+# never seen. Needs root, mmdebstrap, Go, and the distribution's mirror.
+#
+# The distribution is part of the recipe: Debian bookworm from deb.debian.org, unless NAME/suite
+# says otherwise in one line "SUITE [MIRROR [COMPONENTS]]", e.g.
+# "noble http://archive.ubuntu.com/ubuntu main,universe" (docs/image.md). COCOONBOX_DEBIAN_MIRROR
+# replaces the mirror (a local mirror or caching proxy of the same distribution): it changes where
+# packages come from, not which, so it is not part of the hash.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 name=${1:?usage: image/build.sh NAME [CACHEDIR]}
 cache=${2:-${COCOONBOX_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cocoonbox/images}}
-mirror=${COCOONBOX_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-suite=bookworm
 
 if [[ ! -f $here/$name/packages ]]; then
 	echo "build.sh: no recipe image/$name/packages" >&2
 	exit 1
 fi
+suite=bookworm mirror=http://deb.debian.org/debian components=main
+if [[ -f $here/$name/suite ]]; then
+	read -r suite recipe_mirror recipe_components _ <"$here/$name/suite" || true
+	mirror=${recipe_mirror:-$mirror} components=${recipe_components:-$components}
+fi
+mirror=${COCOONBOX_DEBIAN_MIRROR:-$mirror}
 
 # recipe_hash must stay in step with RecipeHash in image/image.go: the sha256sum lines of
 # build.sh and of every file under boxinit/ and NAME/ (sorted bytewise, skipping names that start
@@ -61,7 +71,8 @@ echo "build.sh: building image $name-$hash" >&2
 (cd "$here/.." && CGO_ENABLED=0 go build -trimpath -ldflags='-s -w' -o "$tmp/cocoonbox-init" ./image/boxinit)
 
 packages=$(sed -e 's/#.*//' "$here/$name/packages" | xargs | tr ' ' ',')
-mmdebstrap --variant=minbase ${packages:+--include="$packages"} "$suite" "$tmp/rootfs" "$mirror" >&2
+mmdebstrap --variant=minbase --components="$components" ${packages:+--include="$packages"} \
+	"$suite" "$tmp/rootfs" "$mirror" >&2
 install -D -m 0755 "$tmp/cocoonbox-init" "$tmp/rootfs/usr/local/sbin/cocoonbox-init"
 rm "$tmp/cocoonbox-init"
 if [[ -x $here/$name/customize.sh ]]; then

@@ -16,8 +16,21 @@ import (
 
 // files holds every input of every image. A new image's directory must be added here too.
 //
-//go:embed build.sh boxinit base
+//go:embed build.sh boxinit base desktop
 var files embed.FS
+
+// Names returns the names of the images whose recipes are compiled in, sorted: the templates
+// a box can be claimed from.
+func Names() []string {
+	entries, _ := fs.ReadDir(files, ".")
+	names := []string{}
+	for _, e := range entries {
+		if _, err := fs.Stat(files, e.Name()+"/packages"); e.IsDir() && err == nil {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
 
 // RecipeHash returns the short hash of image name's recipe: the same 12 hex digits that
 // build.sh names the built image after (see recipe_hash there; the two must stay in step).

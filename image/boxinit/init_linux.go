@@ -49,6 +49,9 @@ func serveInit() error {
 		}
 	}()
 
+	// After the socket is up, so the engine can reach the init while the hook is starting.
+	startBoot(r, bootHookPath)
+
 	// Orphans may already exist (a restored box); reap once before waiting for signals.
 	r.reap()
 	for sig := range sigs {
