@@ -103,7 +103,7 @@ func serveAPI(ctx context.Context, cfg config.API, logger *slog.Logger, ready fu
 		Tokens:  store.SandboxTokens{Store: st, Keys: keys}, Logger: logger.With("component", "boxsvc"),
 	}
 	srv := api.New(api.Options{
-		Store: st, Boxes: boxes, Vault: &vault.Vault{Store: st, Keys: keys},
+		Store: st, Boxes: boxes, Vault: &vault.Vault{Store: st, Keys: keys}, Keys: keys,
 		Version: buildinfo.String(), Logger: logger.With("component", "api"),
 		Checks: map[string]api.Check{
 			"temporal": func(ctx context.Context) error {

@@ -20,9 +20,6 @@ type boxService struct {
 	s *Server
 }
 
-// errDesktop answers the desktop calls until the desktop edge exists.
-var errDesktop = cocoonbox.Errorf(cocoonbox.EUnimplemented, "the desktop lands with its own issue")
-
 // boxCaller returns the service layer and the caller's user ID.
 func (s *Server) boxCaller(ctx context.Context) (*boxsvc.Service, string, error) {
 	p, err := mustPrincipal(ctx)
@@ -314,23 +311,27 @@ func (b *boxService) HandBack(ctx context.Context, req *cbv1.HandBackRequest) (*
 	return boxProto(v), nil
 }
 
-// DesktopTicket is not served yet; the role is checked first so a stranger still sees not found.
-// A control ticket needs driver, a view one viewer.
+// DesktopTicket returns a ticket that opens the box's desktop at the edge for a minute: view
+// needs viewer; control needs driver and the control lease (TakeOver first).
 func (b *boxService) DesktopTicket(ctx context.Context, req *cbv1.DesktopTicketRequest) (*cbv1.DesktopTicketResponse, error) {
-	need := cocoonbox.RoleViewer
-	if req.GetControl() {
-		need = cocoonbox.RoleDriver
-	}
-	return nil, b.desktop(ctx, req.GetBox(), need)
-}
-
-func (b *boxService) desktop(ctx context.Context, ref string, need cocoonbox.Role) error {
-	svc, caller, id, err := b.s.resolveBox(ctx, ref)
+	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
 	if err != nil {
-		return err
+		return nil, err
 	}
-	if err := requireRole(ctx, svc, caller, id, need); err != nil {
-		return err
+	if err := svc.CheckDesktop(ctx, caller, id, req.GetControl()); err != nil {
+		return nil, err
 	}
-	return errDesktop
+	keys, err := b.s.ticketKeys()
+	if err != nil {
+		return nil, err
+	}
+	t := desktopTicket{Box: id, User: caller, Mode: modeView, Expires: time.Now().Add(ticketTTL).UTC()}
+	if req.GetControl() {
+		t.Mode = modeControl
+	}
+	sealed, err := sealTicket(keys, t)
+	if err != nil {
+		return nil, err
+	}
+	return &cbv1.DesktopTicketResponse{Ticket: sealed, ExpiresAt: ts(t.Expires), Url: desktopPath(id, t.Mode, sealed)}, nil
 }

@@ -15,8 +15,10 @@ import (
 	"google.golang.org/grpc/reflection"
 
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
+	"github.com/loomhand/cocoonbox/internal/secrets"
 	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/internal/vault"
+	"github.com/loomhand/cocoonbox/internal/web"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
 
@@ -26,7 +28,10 @@ type Options struct {
 	// Boxes is the service layer every box call (gRPC, Connect, MCP) goes through.
 	Boxes *boxsvc.Service
 	// Vault keeps users' secrets.
-	Vault   *vault.Vault
+	Vault *vault.Vault
+	// Keys seals desktop tickets, so every API replica sharing the keyring opens the others'
+	// tickets; nil means a random key per process (tickets open only where they were issued).
+	Keys    *secrets.Keyring
 	Checks  map[string]Check // components reported by /healthz
 	Version string
 	Logger  *slog.Logger
@@ -44,6 +49,8 @@ type Server struct {
 	store   *store.Store
 	boxes   *boxsvc.Service
 	vault   *vault.Vault
+	keys    *secrets.Keyring // seals desktop tickets
+	desktop desktopEdge      // the open desktop connections
 	checks  map[string]Check
 	version string
 	log     *slog.Logger
@@ -62,7 +69,10 @@ func New(opts Options) *Server {
 	}
 	s := &Server{
 		store: opts.Store, boxes: opts.Boxes, vault: opts.Vault, checks: opts.Checks,
-		version: opts.Version, log: log, mux: http.NewServeMux(), metrics: newMetrics(),
+		version: opts.Version, log: log, mux: http.NewServeMux(), metrics: newMetrics(), keys: opts.Keys,
+	}
+	if s.keys == nil {
+		s.keys, _ = ephemeralKeyring() // nil only if crypto/rand fails; tickets then fail closed
 	}
 	s.grpc = grpc.NewServer(
 		grpc.ChainUnaryInterceptor(s.unary),
@@ -82,6 +92,8 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("GET /healthz", s.serveHealth)
 	s.mux.Handle("GET /metrics", s.metrics)
 	s.mux.Handle("/mcp", s.mcpHandler())
+	s.mux.HandleFunc("GET /v1/boxes/{id}/desktop", s.serveDesktop)
+	s.mux.Handle("GET /", web.Handler()) // the browser app; every route above wins over it
 	return s
 }
 

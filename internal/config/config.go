@@ -39,7 +39,7 @@ const (
 	DefaultTemporalListen   = "127.0.0.1:7233"
 	DefaultTemporalUIListen = "127.0.0.1:8233"
 	DefaultEngineListen     = "127.0.0.1:7777"
-	DefaultBoxTemplate      = "base" // the image boxes are claimed from until the desktop image lands
+	DefaultBoxTemplate      = "desktop" // the image boxes are claimed from: XFCE, Xvnc, chromium
 	DefaultNamespace        = "default"
 	DefaultBucket           = "cocoonbox"
 	DefaultRegion           = "us-east-1"
@@ -101,6 +101,8 @@ type Dev struct {
 	S3         S3       `yaml:"s3"`
 	// Sandbox, when its URL is set, is an external sandboxd used instead of the local engine.
 	Sandbox Sandbox `yaml:"sandbox"`
+	// Template is the image boxes are claimed from ("desktop"; "base" is the small test image).
+	Template string `yaml:"template" env:"COCOONBOX_BOX_TEMPLATE"`
 	// NoWorker starts the stack without its in-process Temporal worker, for tests and for running
 	// workers separately (`cocoonbox serve worker`); box operations wait until a worker polls.
 	NoWorker bool `yaml:"no_worker" env:"COCOONBOX_DEV_NO_WORKER"`
@@ -208,6 +210,7 @@ func DefaultDev(env Lookup) Dev {
 		User:             "admin",
 		EngineListen:     DefaultEngineListen,
 		EngineRuntime:    "auto",
+		Template:         DefaultBoxTemplate,
 		Temporal:         Temporal{Namespace: DefaultNamespace},
 		S3:               S3{Region: DefaultRegion, Bucket: DefaultBucket, PathStyle: true},
 	}
@@ -221,6 +224,9 @@ func LoadDev(path string, env Lookup) (Dev, error) { return Load(path, env, Defa
 func (c *Dev) Validate() error {
 	if err := validateHome(c.Home); err != nil {
 		return err
+	}
+	if c.Template == "" {
+		return errors.New("config template: is required (COCOONBOX_BOX_TEMPLATE)")
 	}
 	if err := validateLogLevel(c.LogLevel); err != nil {
 		return err

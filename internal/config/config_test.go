@@ -163,7 +163,7 @@ func TestOtherRoleDefaults(t *testing.T) {
 	if a := config.DefaultAPI(env); a.Listen != config.DefaultAPIListen || a.Temporal.Address == "" {
 		t.Errorf("api: %+v", a)
 	}
-	if w := config.DefaultWorker(env); w.S3.Bucket == "" || w.Temporal.Namespace == "" || w.Template != "base" ||
+	if w := config.DefaultWorker(env); w.S3.Bucket == "" || w.Temporal.Namespace == "" || w.Template != "desktop" ||
 		w.KeyringPath() != "/root/.local/share/cocoonbox/keys/master.key" {
 		t.Errorf("worker: %+v", w)
 	}

@@ -189,10 +189,10 @@ func TestAPIAuthorization(t *testing.T) {
 	add("ListShares", cocoonbox.RoleAdmin, codes.OK, call(func(ctx context.Context) error {
 		return errOf(e.box.ListShares(ctx, &cbv1.ListSharesRequest{Box: id}))
 	}))
-	add("DesktopTicket(view)", cocoonbox.RoleViewer, codes.Unimplemented, call(func(ctx context.Context) error {
+	add("DesktopTicket(view)", cocoonbox.RoleViewer, codes.OK, call(func(ctx context.Context) error {
 		return errOf(e.box.DesktopTicket(ctx, &cbv1.DesktopTicketRequest{Box: id}))
 	}))
-	add("DesktopTicket(control)", cocoonbox.RoleDriver, codes.Unimplemented, call(func(ctx context.Context) error {
+	add("DesktopTicket(control)", cocoonbox.RoleDriver, codes.FailedPrecondition, call(func(ctx context.Context) error {
 		return errOf(e.box.DesktopTicket(ctx, &cbv1.DesktopTicketRequest{Box: id, Control: true}))
 	}))
 	add("TakeOver+HandBack", cocoonbox.RoleDriver, codes.OK, call(func(ctx context.Context) error {

@@ -174,6 +174,7 @@ func Start(ctx context.Context, cfg config.Dev, log *slog.Logger) (_ *Dev, retEr
 		Store:   d.Store,
 		Boxes:   d.Boxes,
 		Vault:   &vault.Vault{Store: d.Store, Keys: d.keys},
+		Keys:    d.keys,
 		Version: buildinfo.String(),
 		Logger:  log.With("component", "api"),
 		Checks: map[string]api.Check{

@@ -37,6 +37,7 @@ func testConfig(t *testing.T, home string) config.Dev {
 	cfg.Home = home
 	cfg.CLIConfig = filepath.Join(home, "cli.yaml")
 	cfg.Listen, cfg.TemporalListen, cfg.TemporalUIListen, cfg.S3Listen, cfg.EngineListen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
+	cfg.Template = "base" // the small image: tests that need the desktop ask for it
 	return cfg
 }
 

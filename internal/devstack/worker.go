@@ -33,7 +33,7 @@ func (d *Dev) startWorker() error {
 		return nil
 	}
 	w := worker.New(worker.Options{
-		Temporal: d.Temporal, Store: d.Store, Sandbox: sb, Keys: keys, Template: config.DefaultBoxTemplate,
+		Temporal: d.Temporal, Store: d.Store, Sandbox: sb, Keys: keys, Template: d.cfg.Template,
 		Blobs: d.Blobs, Logger: d.log.With("component", "worker"),
 	})
 	if err := w.Start(); err != nil {

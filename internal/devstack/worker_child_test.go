@@ -62,6 +62,7 @@ func workerConfig(d *devstack.Dev) config.Worker {
 	cfg.Postgres.URL = devstack.DatabaseURL(d)
 	cfg.Sandbox.URL, cfg.Sandbox.Token = d.Sandbox()
 	cfg.S3 = d.S3()
+	cfg.Template = "base"                                       // as testConfig's in-process worker
 	cfg.Keyring = filepath.Join(d.Home(), "keys", "master.key") // the dev stack's own key
 	return cfg
 }

@@ -1,0 +1,386 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/coder/websocket"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/rfb"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
+)
+
+// The desktop edge: GET /v1/boxes/{id}/desktop?mode=view|control upgrades to a WebSocket that
+// carries the box's RFB (VNC) stream. The box's Xvnc has no password and trusts whoever reaches
+// it, so the edge is where access is decided: a ticket from DesktopTicket (browsers cannot set
+// headers on a WebSocket) or a bearer token (native clients) names the caller, the box's rules
+// are checked again, and the client's half of the stream goes through rfb.Filter, which forces
+// shared sessions and in view mode drops input. The server's half passes untouched.
+
+const (
+	// desktopRecheck is how often an open connection checks its caller's access again, so a
+	// revoked share or a control lease taken over ends it.
+	desktopRecheck = 15 * time.Second
+	// desktopReadLimit bounds one client message: the largest clipboard rfb.Filter passes, plus
+	// room for its header.
+	desktopReadLimit = 1<<20 + 1<<10
+	// maxCloseReason is the most a WebSocket close frame's reason may hold, in bytes.
+	maxCloseReason = 123
+)
+
+// desktopEdge counts the open desktop connections of this process, per box, and holds the one
+// control connection a box may have.
+type desktopEdge struct {
+	mu      sync.Mutex
+	open    map[cocoonbox.BoxID]int
+	control map[cocoonbox.BoxID]bool
+	// report serialises viewer reports, each sending the count current when it is sent, so the
+	// workflow's last word is the latest count whatever order the connections change in.
+	report sync.Mutex
+}
+
+// claimControl takes the box's control slot; false when another connection holds it.
+func (e *desktopEdge) claimControl(id cocoonbox.BoxID) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.control[id] {
+		return false
+	}
+	if e.control == nil {
+		e.control = map[cocoonbox.BoxID]bool{}
+	}
+	e.control[id] = true
+	return true
+}
+
+func (e *desktopEdge) releaseControl(id cocoonbox.BoxID) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	delete(e.control, id)
+}
+
+// add changes the box's count of open connections by d.
+func (e *desktopEdge) add(id cocoonbox.BoxID, d int) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.open == nil {
+		e.open = map[cocoonbox.BoxID]int{}
+	}
+	e.open[id] += d
+	if e.open[id] <= 0 {
+		delete(e.open, id)
+	}
+}
+
+func (e *desktopEdge) count(id cocoonbox.BoxID) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.open[id]
+}
+
+// reportViewers tells the box's workflow its current count of open connections.
+func (s *Server) reportViewers(ctx context.Context, id cocoonbox.BoxID) {
+	s.desktop.report.Lock()
+	defer s.desktop.report.Unlock()
+	s.boxes.SetViewers(ctx, id, s.desktop.count(id))
+}
+
+// serveDesktop authenticates, authorizes and dials before it upgrades, so every refusal is a
+// plain HTTP error a client can read; after the upgrade it relays until either side ends.
+func (s *Server) serveDesktop(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	id := cocoonbox.BoxID(r.PathValue("id"))
+	if err := id.Validate(); err != nil {
+		s.writeHTTPError(w, r, renameField(err, "box_id", "id"))
+		return
+	}
+	q := r.URL.Query()
+	mode := q.Get("mode")
+	if mode == "" {
+		mode = modeView
+	}
+	if err := validMode(mode); err != nil {
+		s.writeHTTPError(w, r, err)
+		return
+	}
+	if err := checkWebSocket(r); err != nil {
+		s.writeHTTPError(w, r, err)
+		return
+	}
+	caller, err := s.desktopCaller(r, id, mode, q.Get("ticket"))
+	if err != nil {
+		s.writeHTTPError(w, r, err)
+		return
+	}
+	if s.boxes == nil {
+		s.writeHTTPError(w, r, cocoonbox.Errorf(cocoonbox.EUnavailable, "this server does not serve boxes"))
+		return
+	}
+	control := mode == modeControl
+	box, err := s.boxes.DialDesktop(ctx, caller, id, control)
+	if err != nil {
+		s.writeHTTPError(w, r, err)
+		return
+	}
+	defer func() { _ = box.Close() }()
+	if control {
+		if !s.desktop.claimControl(id) {
+			s.writeHTTPError(w, r, cocoonbox.Errorf(cocoonbox.EConflict, "the desktop already has a controller connection"))
+			return
+		}
+		defer s.desktop.releaseControl(id)
+	}
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{"binary"}})
+	if err != nil {
+		return // Accept answered the client
+	}
+	defer func() { _ = ws.CloseNow() }()
+	ws.SetReadLimit(desktopReadLimit)
+
+	s.desktop.add(id, 1)
+	go s.reportViewers(ctx, id)
+	defer func() {
+		s.desktop.add(id, -1)
+		go s.reportViewers(ctx, id)
+	}()
+	s.log.InfoContext(ctx, "desktop connected", "box", id, "user", caller, "mode", mode)
+	rfbMode := rfb.View
+	if control {
+		rfbMode = rfb.Control
+	}
+	code, reason := relayDesktop(ctx, ws, box, rfbMode, func(ctx context.Context) error {
+		return s.boxes.CheckDesktop(ctx, caller, id, control)
+	})
+	s.log.InfoContext(ctx, "desktop closed", "box", id, "user", caller, "mode", mode, "status", code, "reason", reason)
+}
+
+// desktopCaller returns the user a request acts for: the ticket's, when it carries one, which
+// must name this box and mode; otherwise the bearer token's.
+func (s *Server) desktopCaller(r *http.Request, id cocoonbox.BoxID, mode, ticket string) (string, error) {
+	if ticket == "" {
+		tok := httpBearer(r)
+		if tok == "" {
+			return "", cocoonbox.Errorf(cocoonbox.EUnauthorized, "missing credential: add ?ticket= from DesktopTicket, or send authorization: Bearer <token>")
+		}
+		p, err := s.authenticate(r.Context(), tok)
+		if err != nil {
+			return "", err
+		}
+		return p.User.ID, nil
+	}
+	keys, err := s.ticketKeys()
+	if err != nil {
+		return "", err
+	}
+	t, err := openTicket(keys, ticket, time.Now())
+	if err != nil {
+		return "", err
+	}
+	if t.Box != id {
+		return "", errBadTicket
+	}
+	if t.Mode != mode {
+		return "", cocoonbox.Errorf(cocoonbox.EForbidden, "the ticket is for %s mode, not %s: ask DesktopTicket for a %s ticket", t.Mode, mode, mode)
+	}
+	return t.User, nil
+}
+
+// checkWebSocket refuses, before any work, a request that is not a WebSocket upgrade or comes
+// from a page of another site: a ticket is a bearer credential, and a same-site check keeps a
+// page elsewhere from spending one it obtained. Requests without an Origin (native clients) pass.
+func checkWebSocket(r *http.Request) error {
+	if !headerHas(r.Header, "Connection", "upgrade") || !headerHas(r.Header, "Upgrade", "websocket") {
+		return cocoonbox.Errorf(cocoonbox.EInvalid, "the desktop is a WebSocket: send Connection: Upgrade and Upgrade: websocket")
+	}
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return nil
+	}
+	u, err := url.Parse(origin)
+	if err != nil || !strings.EqualFold(u.Host, r.Host) {
+		return cocoonbox.Errorf(cocoonbox.EForbidden, "origin %q may not open this server's desktops; open them from %s", origin, r.Host)
+	}
+	return nil
+}
+
+// headerHas reports whether a comma-separated header lists token, case-insensitively.
+func headerHas(h http.Header, key, token string) bool {
+	for _, v := range h.Values(key) {
+		for t := range strings.SplitSeq(v, ",") {
+			if strings.EqualFold(strings.TrimSpace(t), token) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// relayDesktop copies the box's bytes to the client, one binary message per read, and the
+// client's messages through rfb.Filter to the box, until either side ends, the stream breaks the
+// protocol, recheck refuses the caller, or ctx ends. It closes both and returns the WebSocket
+// close status and reason it sent.
+func relayDesktop(ctx context.Context, ws *websocket.Conn, box sandbox.Conn, mode rfb.Mode, recheck func(context.Context) error) (websocket.StatusCode, string) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	src := &wsReader{ctx: ctx, ws: ws}
+	up, down := make(chan error, 1), make(chan error, 1)
+	go func() { up <- rfb.Filter(box, src, mode) }()
+	go func() { down <- copyToClient(ctx, ws, box) }()
+	t := time.NewTicker(desktopRecheck)
+	defer t.Stop()
+
+	var code websocket.StatusCode
+	var reason string
+	upDone, downDone := false, false
+	for code == 0 {
+		select {
+		case err := <-up:
+			upDone = true
+			code, reason = upClose(err, src)
+		case err := <-down:
+			downDone = true
+			code, reason = downClose(err)
+		case <-t.C:
+			if err := recheck(ctx); err != nil && refusesAccess(err) {
+				code, reason = websocket.StatusPolicyViolation, cocoonbox.ErrorMessage(err)
+			}
+		case <-ctx.Done():
+			code, reason = websocket.StatusGoingAway, "the server is going away"
+		}
+	}
+	_ = box.Close() // unblocks the filter's writes and copyToClient's reads
+	reason = closeReason(reason)
+	_ = ws.Close(code, reason)
+	cancel()
+	if !upDone {
+		<-up
+	}
+	if !downDone {
+		<-down
+	}
+	return code, reason
+}
+
+// errClientGone marks a failed write to the client: the client left, nothing to tell it.
+type errClientGone struct{ err error }
+
+func (e errClientGone) Error() string { return "write client: " + e.err.Error() }
+
+// copyToClient sends each read of the box's stream as one binary message.
+func copyToClient(ctx context.Context, ws *websocket.Conn, box io.Reader) error {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := box.Read(buf)
+		if n > 0 {
+			if werr := ws.Write(ctx, websocket.MessageBinary, buf[:n]); werr != nil {
+				return errClientGone{werr}
+			}
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// upClose is the close status for the end of the client's half.
+func upClose(err error, src *wsReader) (websocket.StatusCode, string) {
+	switch {
+	case err == nil, src.closed:
+		return websocket.StatusNormalClosure, ""
+	case errors.Is(err, rfb.ErrProtocol):
+		return websocket.StatusPolicyViolation, strings.TrimPrefix(err.Error(), rfb.ErrProtocol.Error()+": ")
+	case errors.Is(err, errTextMessage):
+		return websocket.StatusUnsupportedData, errTextMessage.Error()
+	case src.err != nil:
+		return websocket.StatusNormalClosure, "" // the client's side broke; it cannot hear us
+	}
+	return websocket.StatusInternalError, "the connection to the desktop failed"
+}
+
+// downClose is the close status for the end of the box's half.
+func downClose(err error) (websocket.StatusCode, string) {
+	var gone errClientGone
+	switch {
+	case errors.Is(err, io.EOF):
+		return websocket.StatusNormalClosure, "the desktop ended the session"
+	case errors.As(err, &gone):
+		return websocket.StatusNormalClosure, ""
+	}
+	return websocket.StatusInternalError, "the connection to the desktop failed"
+}
+
+// refusesAccess reports whether a recheck's error means the caller lost access, rather than
+// that the check could not be made now.
+func refusesAccess(err error) bool {
+	switch cocoonbox.ErrorCode(err) {
+	case cocoonbox.ENotFound, cocoonbox.EForbidden, cocoonbox.EConflict, cocoonbox.EUnauthorized:
+		return true
+	}
+	return false
+}
+
+// closeReason cuts a reason to what a close frame holds, on a rune boundary.
+func closeReason(s string) string {
+	if len(s) <= maxCloseReason {
+		return s
+	}
+	s = s[:maxCloseReason]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s
+}
+
+// errTextMessage refuses a text message: RFB is bytes, and noVNC sends binary.
+var errTextMessage = errors.New("the desktop takes binary messages only")
+
+// wsReader reads the client's binary messages as one byte stream. A client's close ends the
+// stream cleanly (io.EOF); any other failure is kept in err.
+type wsReader struct {
+	ctx    context.Context
+	ws     *websocket.Conn
+	cur    io.Reader
+	closed bool  // the client closed the WebSocket
+	err    error // why reading the client failed
+}
+
+func (r *wsReader) Read(p []byte) (int, error) {
+	for {
+		if r.cur != nil {
+			n, err := r.cur.Read(p)
+			if err == io.EOF {
+				r.cur = nil
+				if n == 0 {
+					continue
+				}
+				err = nil
+			}
+			if err != nil {
+				r.err = err
+			}
+			return n, err
+		}
+		typ, rd, err := r.ws.Reader(r.ctx)
+		if err != nil {
+			if websocket.CloseStatus(err) != -1 {
+				r.closed = true
+				return 0, io.EOF
+			}
+			r.err = err
+			return 0, err
+		}
+		if typ != websocket.MessageBinary {
+			r.err = errTextMessage
+			return 0, errTextMessage
+		}
+		r.cur = rd
+	}
+}

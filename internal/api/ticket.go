@@ -1,0 +1,110 @@
+package api
+
+import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/url"
+	"time"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/secrets"
+)
+
+// A desktop ticket is what a browser presents to open a box's desktop, because a browser cannot
+// set headers on a WebSocket. It is the JSON of desktopTicket sealed with the server's keyring
+// (AES-GCM, so it can be neither forged nor read) and base64url-encoded without padding. It
+// names one box, one user and one mode, and lives a minute: long enough to open the WebSocket,
+// short enough that a ticket leaked through a log or the address bar is soon worthless. Access
+// is checked again when the ticket is used.
+const (
+	ticketTTL = 60 * time.Second
+	// ticketAAD binds a sealed ticket to its purpose, so no other blob the keyring sealed (a
+	// sandbox token, a user's secret) passes as a ticket, nor a ticket as one of them.
+	ticketAAD = "cocoonbox-desktop-ticket"
+)
+
+// Desktop modes, as tickets and the edge's ?mode= name them.
+const (
+	modeView    = "view"
+	modeControl = "control"
+)
+
+// desktopTicket is a ticket's sealed content.
+type desktopTicket struct {
+	Box     cocoonbox.BoxID `json:"box"`
+	User    string          `json:"user"`
+	Mode    string          `json:"mode"`
+	Expires time.Time       `json:"exp"`
+}
+
+// errBadTicket is the answer to a ticket that does not open: the caller learns nothing about why.
+var errBadTicket = cocoonbox.Errorf(cocoonbox.EUnauthorized, "invalid desktop ticket: ask DesktopTicket for a new one")
+
+// sealTicket seals t with keys.
+func sealTicket(keys *secrets.Keyring, t desktopTicket) (string, error) {
+	b, err := json.Marshal(t)
+	if err != nil {
+		return "", fmt.Errorf("seal desktop ticket: %w", err)
+	}
+	blob, err := keys.Seal(b, []byte(ticketAAD))
+	if err != nil {
+		return "", fmt.Errorf("seal desktop ticket: %w", err)
+	}
+	return base64.RawURLEncoding.EncodeToString(blob), nil
+}
+
+// openTicket opens a ticket sealTicket made and checks that it is still valid at now and names a
+// known mode. Every failure is unauthorized.
+func openTicket(keys *secrets.Keyring, s string, now time.Time) (desktopTicket, error) {
+	blob, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil {
+		return desktopTicket{}, errBadTicket
+	}
+	b, err := keys.Open(blob, []byte(ticketAAD))
+	if err != nil {
+		return desktopTicket{}, errBadTicket
+	}
+	var t desktopTicket
+	if err := json.Unmarshal(b, &t); err != nil || t.Box == "" || t.User == "" || validMode(t.Mode) != nil {
+		return desktopTicket{}, errBadTicket
+	}
+	if !now.Before(t.Expires) {
+		return desktopTicket{}, cocoonbox.Errorf(cocoonbox.EUnauthorized, "the desktop ticket expired: ask DesktopTicket for a new one")
+	}
+	return t, nil
+}
+
+// validMode checks a desktop mode's name.
+func validMode(m string) error {
+	if m != modeView && m != modeControl {
+		return cocoonbox.Invalid("mode", fmt.Sprintf("must be %s or %s, got %q", modeView, modeControl, m))
+	}
+	return nil
+}
+
+// desktopPath is where the edge serves the box's desktop, with the ticket that opens it.
+func desktopPath(id cocoonbox.BoxID, mode, ticket string) string {
+	q := url.Values{"mode": {mode}, "ticket": {ticket}}
+	return "/v1/boxes/" + url.PathEscape(string(id)) + "/desktop?" + q.Encode()
+}
+
+// ephemeralKeyring is the keyring of a server built without one: tickets then open only in the
+// process that issued them, which is enough for a single process and fails closed otherwise.
+func ephemeralKeyring() (*secrets.Keyring, error) {
+	key := make([]byte, secrets.KeySize)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	return secrets.NewKeyring(key)
+}
+
+// ticketKeys returns the keyring tickets are sealed with.
+func (s *Server) ticketKeys() (*secrets.Keyring, error) {
+	if s.keys == nil {
+		return nil, errors.New("desktop tickets: no keyring")
+	}
+	return s.keys, nil
+}

@@ -1,0 +1,122 @@
+package boxsvc
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
+	"github.com/loomhand/cocoonbox/workflows"
+)
+
+// DesktopPort is where the box's desktop (Xvnc, RFB) listens on the box's loopback.
+const DesktopPort = 5900
+
+// CheckDesktop says whether caller may open the box's desktop now: watching needs viewer;
+// controlling needs driver and the control lease (TakeOver) in the caller's name, because only
+// the lease holder may send input. It is checked when a ticket is issued, when the edge
+// connects, and again while a connection lasts, so a revoked share or a lease taken over ends it.
+func (s *Service) CheckDesktop(ctx context.Context, caller string, id cocoonbox.BoxID, control bool) error {
+	_, err := s.desktopStatus(ctx, caller, id, control)
+	return err
+}
+
+// DialDesktop opens a byte pipe to the box's desktop for caller, after the checks of
+// CheckDesktop, waking the box through its workflow when it sleeps. The caller owns the
+// connection; while it is open the edge reports it through SetViewers, which keeps the box awake.
+func (s *Service) DialDesktop(ctx context.Context, caller string, id cocoonbox.BoxID, control bool) (sandbox.Conn, error) {
+	if s.Sandbox == nil {
+		return nil, &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "boxes cannot be reached from this server", Err: errUnavailable}
+	}
+	st, err := s.desktopStatus(ctx, caller, id, control)
+	if err != nil {
+		return nil, err
+	}
+	ref, err := s.awake(ctx, id, st)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := s.Sandbox.DialPort(ctx, ref, DesktopPort)
+	if err != nil {
+		return nil, dialError(err)
+	}
+	mode := "view"
+	if control {
+		mode = "control"
+	}
+	s.audit(ctx, caller, id, "desktop", map[string]any{"mode": mode})
+	s.touch(ctx, id)
+	return conn, nil
+}
+
+// SetViewers tells the box's workflow how many desktop connections are open (best effort,
+// logged): a box with viewers is not idle-hibernated. It outlives ctx's cancellation, because the
+// last report is sent as a connection closes.
+func (s *Service) SetViewers(ctx context.Context, id cocoonbox.BoxID, n int) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	err := s.Temporal.SignalWorkflow(ctx, workflows.BoxWorkflowID(id), "", workflows.SignalViewers, workflows.ViewersSignal{Count: n})
+	if err != nil && s.Logger != nil {
+		s.Logger.Warn("report desktop viewers", "box", id, "viewers", n, "err", err)
+	}
+}
+
+// desktopStatus checks the role CheckDesktop describes and returns the box's status, which
+// names the lease holder.
+func (s *Service) desktopStatus(ctx context.Context, caller string, id cocoonbox.BoxID, control bool) (workflows.Status, error) {
+	need := cocoonbox.RoleViewer
+	if control {
+		need = cocoonbox.RoleDriver
+	}
+	if _, err := s.authorize(ctx, caller, id, need); err != nil {
+		return workflows.Status{}, err
+	}
+	st, err := s.status(ctx, id)
+	if err != nil {
+		return workflows.Status{}, err
+	}
+	if control && st.Controller != caller {
+		if st.Controller == "" {
+			return workflows.Status{}, cocoonbox.Errorf(cocoonbox.EConflict, "box %s: take over first: control mode needs the desktop's control lease", id)
+		}
+		return workflows.Status{}, cocoonbox.Errorf(cocoonbox.EConflict, "box %s: take over first: another user holds the desktop's control lease", id)
+	}
+	return st, nil
+}
+
+// awake returns a ref to the box's sandbox given its status, waking the box through its workflow
+// when it sleeps, as running does for exec; the role was checked by the caller.
+func (s *Service) awake(ctx context.Context, id cocoonbox.BoxID, st workflows.Status) (sandbox.SandboxRef, error) {
+	var err error
+	switch st.State {
+	case cocoonbox.BoxStateRunning, cocoonbox.BoxStateSnapshotting:
+	case cocoonbox.BoxStateHibernated, cocoonbox.BoxStateHibernating, cocoonbox.BoxStateWaking, cocoonbox.BoxStateFailed:
+		if st, err = send[workflows.Status](ctx, s, id, workflows.UpdateWake, workflows.WakeInput{}); err != nil {
+			return sandbox.SandboxRef{}, err
+		}
+	default:
+		return sandbox.SandboxRef{}, cocoonbox.Errorf(cocoonbox.EConflict, "box %s is %s", id, st.State)
+	}
+	sid, token, err := s.Tokens.SandboxToken(ctx, string(id))
+	if err != nil || sid != st.SandboxID {
+		return sandbox.SandboxRef{}, cocoonbox.Errorf(cocoonbox.EUnavailable, "box %s is changing sandboxes; try again", id)
+	}
+	return sandbox.SandboxRef{ID: sid, Token: token}, nil
+}
+
+// dialError gives an engine error on the desktop dial its domain code and a message a person can
+// act on.
+func dialError(err error) error {
+	switch {
+	case errors.Is(err, sandbox.ErrNotFound):
+		return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "the box's sandbox is gone; wake the box to rebuild it", Err: err}
+	case errors.Is(err, sandbox.ErrUnavailable):
+		// The engine answers 502 when nothing listens on the port: the desktop is still starting,
+		// or the box's image has none.
+		return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "the box's desktop is not answering (" + sandbox.Message(err) + "); try again", Err: err}
+	case errors.Is(err, sandbox.ErrNoCapacity):
+		return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "the sandbox engine is busy or down; try again", Err: err}
+	}
+	return err
+}

@@ -1,0 +1,31 @@
+// Package web is the browser app the API serves at /: sign in with a token, list boxes, open one
+// to watch or drive its desktop (noVNC, vendored from npm as plain ES modules) and wake,
+// hibernate, snapshot, take over or hand back. It is static files embedded in the binary; every
+// action is a Connect/JSON call to the same API the CLI uses, so it holds no rules of its own.
+package web
+
+import (
+	"embed"
+	"io/fs"
+	"net/http"
+)
+
+//go:embed static
+var static embed.FS
+
+// Handler serves the app. Responses forbid framing and limit scripts, styles and connections to
+// this origin (WebSockets to the desktop edge included).
+func Handler() http.Handler {
+	root, err := fs.Sub(static, "static")
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
+	}
+	files := http.FileServerFS(root)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("Content-Security-Policy", "default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data: blob:; style-src 'self'; frame-ancestors 'none'")
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		files.ServeHTTP(w, r)
+	})
+}
