@@ -26,10 +26,20 @@ func clientFlags() []cli.Flag {
 
 // dial connects to the API with the caller's token from flags, environment or the CLI config.
 func dial(c *cli.Context) (*grpc.ClientConn, error) {
+	u, token, err := target(c)
+	if err != nil {
+		return nil, err
+	}
+	return dialTarget(u, token)
+}
+
+// target is the API endpoint and token the command uses: flags, else the environment, else the
+// CLI config.
+func target(c *cli.Context) (*url.URL, string, error) {
 	env := config.Env()
 	cfg, err := config.LoadCLI(config.DefaultCLIConfigPath(env), env)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if c.IsSet("endpoint") {
 		cfg.Endpoint = c.String("endpoint")
@@ -38,22 +48,26 @@ func dial(c *cli.Context) (*grpc.ClientConn, error) {
 		cfg.Token = c.String("token")
 	}
 	if cfg.Endpoint == "" {
-		return nil, errors.New("no API endpoint: run `cocoonbox dev`, or pass --endpoint / set COCOONBOX_ENDPOINT")
+		return nil, "", errors.New("no API endpoint: run `cocoonbox dev`, or pass --endpoint / set COCOONBOX_ENDPOINT")
 	}
 	if cfg.Token == "" {
-		return nil, errors.New("no API token: pass --token or set COCOONBOX_TOKEN")
+		return nil, "", errors.New("no API token: pass --token or set COCOONBOX_TOKEN")
 	}
 	u, err := url.Parse(cfg.Endpoint)
 	if err != nil || u.Host == "" || (u.Scheme != "http" && u.Scheme != "https") {
-		return nil, fmt.Errorf("endpoint: want http://host:port or https://host, got %q", cfg.Endpoint)
+		return nil, "", fmt.Errorf("endpoint: want http://host:port or https://host, got %q", cfg.Endpoint)
 	}
+	return u, cfg.Token, nil
+}
+
+func dialTarget(u *url.URL, token string) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
 	if u.Scheme == "https" {
 		creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12})
 	}
 	return grpc.NewClient(u.Host,
 		grpc.WithTransportCredentials(creds),
-		grpc.WithPerRPCCredentials(bearerToken{token: cfg.Token, secure: u.Scheme == "https"}),
+		grpc.WithPerRPCCredentials(bearerToken{token: token, secure: u.Scheme == "https"}),
 	)
 }
 

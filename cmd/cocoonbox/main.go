@@ -38,6 +38,7 @@ func newApp() *cli.App {
 			boxCommand(),
 			tokenCommand(),
 			vaultCommand(),
+			desktopCommand(),
 			mcpCommand(),
 			completionCommand(),
 			versionCommand(),

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+
+	"github.com/coder/websocket"
+	"github.com/urfave/cli/v2"
+
+	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
+)
+
+func desktopCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "desktop",
+		Usage:     "open a box's desktop in the browser, or tunnel it to a local port for a VNC viewer",
+		ArgsUsage: "BOX",
+		Description: "Without --listen, prints the web app's link to the box (open it in a browser signed in\n" +
+			"with your token). With --listen 127.0.0.1:5900, every VNC viewer that connects there gets\n" +
+			"the box's desktop through the API's desktop edge: watch-only, or with --control (after\n" +
+			"`cocoonbox box takeover BOX`, or this command takes over for you) driving it.",
+		Flags: apiFlags(
+			&cli.StringFlag{Name: "listen", Usage: "tunnel the desktop to this local host:port (loopback recommended)"},
+			&cli.BoolFlag{Name: "control", Usage: "drive the desktop (takes the control lease) instead of watching"},
+		),
+		Action: runDesktop,
+	}
+}
+
+func runDesktop(c *cli.Context) error {
+	args, err := positional(c, "BOX", 1, 1)
+	if err != nil {
+		return err
+	}
+	u, token, err := target(c)
+	if err != nil {
+		return err
+	}
+	s, boxes, err := boxClient(c)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	b, err := boxes.GetBox(c.Context, &cbv1.GetBoxRequest{Box: args[0]})
+	if err != nil {
+		return apiError(err)
+	}
+	if c.Bool("control") {
+		if b, err = boxes.TakeOver(c.Context, &cbv1.TakeOverRequest{Box: b.GetId()}); err != nil {
+			return apiError(err)
+		}
+	}
+	if !c.IsSet("listen") {
+		link := strings.TrimSuffix(u.String(), "/") + "/#/box/" + b.GetId()
+		return s.out.result(&cbv1.DesktopTicketResponse{Url: link}, func(w io.Writer) error {
+			_, err := fmt.Fprintln(w, link)
+			return err
+		})
+	}
+	ln, err := net.Listen("tcp", c.String("listen"))
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	defer ln.Close()
+	mode := "view"
+	if c.Bool("control") {
+		mode = "control"
+	}
+	edge := *u
+	edge.Scheme = strings.Replace(u.Scheme, "http", "ws", 1)
+	edge.Path = "/v1/boxes/" + b.GetId() + "/desktop"
+	edge.RawQuery = url.Values{"mode": {mode}}.Encode()
+	s.out.note("tunnelling %s's desktop (%s) to %s; point a VNC viewer there, Ctrl-C to stop", b.GetName(), mode, ln.Addr())
+	go func() {
+		<-c.Context.Done()
+		_ = ln.Close()
+	}()
+	for {
+		conn, err := ln.Accept()
+		if err != nil {
+			if c.Context.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		go func() {
+			if err := tunnel(c.Context, conn, edge.String(), token); err != nil {
+				s.out.note("desktop connection: %v", err)
+			}
+		}()
+	}
+}
+
+// tunnel relays one VNC viewer's TCP connection over a WebSocket to the desktop edge, which
+// authenticates it with the bearer token and applies the mode's rules.
+func tunnel(ctx context.Context, conn net.Conn, edge, token string) error {
+	defer conn.Close()
+	ws, resp, err := websocket.Dial(ctx, edge, &websocket.DialOptions{
+		HTTPHeader:   http.Header{"Authorization": {"Bearer " + token}},
+		Subprotocols: []string{"binary"},
+	})
+	if err != nil {
+		if resp != nil {
+			return fmt.Errorf("the desktop edge refused: %s", resp.Status)
+		}
+		return err
+	}
+	ws.SetReadLimit(-1)
+	nc := websocket.NetConn(ctx, ws, websocket.MessageBinary)
+	defer nc.Close()
+	errc := make(chan error, 2)
+	go func() { _, err := io.Copy(nc, conn); errc <- err }()
+	go func() { _, err := io.Copy(conn, nc); errc <- err }()
+	err = <-errc
+	var ce websocket.CloseError
+	if errors.As(err, &ce) && ce.Code != websocket.StatusNormalClosure {
+		return fmt.Errorf("closed by the edge: %s", ce.Reason)
+	}
+	return nil
+}
