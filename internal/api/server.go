@@ -93,7 +93,9 @@ func New(opts Options) *Server {
 	s.mux.Handle("GET /metrics", s.metrics)
 	s.mux.Handle("/mcp", s.mcpHandler())
 	s.mux.HandleFunc("GET /v1/boxes/{id}/desktop", s.serveDesktop)
-	s.mux.Handle("GET /", web.Handler()) // the browser app; every route above wins over it
+	// The browser app: "/" without a method, because "GET /" would conflict with the method-less
+	// "/mcp" (ServeMux panics on such ambiguity); every route above wins over it.
+	s.mux.Handle("/", web.Handler())
 	return s
 }
 
