@@ -52,6 +52,10 @@ BEGIN {
 	pair["BoxCreateWarm"] = "RawEngineClaimWarm"
 	pair["BoxWake"] = "RawEngineWake"
 	pair["BoxHibernate"] = "RawEngineHibernate"
+	what["DesktopFirstFrame"] = "desktop of a running desktop box to its first full frame (view ticket, WebSocket to the edge, RFB handshake, the whole 1280x800 screen in Raw)"
+	what["DesktopFirstFrameHibernated"] = "the same on a hibernated desktop box: the edge wakes it first"
+	what["RawDesktopFirstFrame"] = "raw: the same RFB client over the engine ports relay to port 5900, with the sandbox client"
+	pair["DesktopFirstFrame"] = "RawDesktopFirstFrame"
 
 	what["EngineClaimCold"] = "cold claim with the sandbox client (list by claim_ref, POST /v1/claim), no warm pool"
 	what["RawRuntimeStart"] = "raw: runtime Start (overlay, bundle, runsc run, first exec)"

@@ -18,6 +18,7 @@ APT_PACKAGES=(
 	protobuf-compiler    # protoc, for make gen
 	mmdebstrap           # builds the box images (make image)
 	zstd                 # the snapshot benchmark's raw `tar | zstd` baseline
+	chromium             # the browser go-rod drives in tests (the web app's desktop test)
 	ca-certificates
 )
 

@@ -276,7 +276,7 @@ func (e errClientGone) Error() string { return "write client: " + e.err.Error() 
 
 // copyToClient sends each read of the box's stream as one binary message.
 func copyToClient(ctx context.Context, ws *websocket.Conn, box io.Reader) error {
-	buf := make([]byte, 32<<10)
+	buf := make([]byte, 256<<10) // a full frame is megabytes: fewer, larger messages
 	for {
 		n, err := box.Read(buf)
 		if n > 0 {

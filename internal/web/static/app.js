@@ -47,6 +47,9 @@ async function signIn(token) {
   $('who').dataset.id = me.user.id;
   $('signout').hidden = false;
   await listBoxes();
+  // #/box/<id> opens that box: the link `cocoonbox desktop BOX` prints.
+  const m = location.hash.match(/^#\/box\/(bx_[0-9a-f]{16})$/);
+  if (m) await openBox(m[1]);
 }
 
 function signOut() {
@@ -162,12 +165,7 @@ async function main() {
   busy($('handback'), async () => { render(await call('BoxService/HandBack', { box: current.id })); await connect(false); });
 
   if (!localStorage.getItem(tokenKey)) { show('signin'); return; }
-  try {
-    await signIn(localStorage.getItem(tokenKey));
-    // #/box/<id> opens that box: the link `cocoonbox desktop BOX` prints.
-    const m = location.hash.match(/^#\/box\/(bx_[0-9a-f]{16})$/);
-    if (m) await openBox(m[1]);
-  } catch (e) { report(e); show('signin'); }
+  try { await signIn(localStorage.getItem(tokenKey)); } catch (e) { report(e); show('signin'); }
 }
 
 main().catch(report); // a module script runs after the document is parsed

@@ -1,0 +1,455 @@
+// Package modeltest is a scripted model server for tests: it speaks the OpenAI chat-completions
+// and Anthropic messages wire formats (streamed and not), answers from a script of turns
+// including faults, and records every request so tests can assert what the agent sent.
+package modeltest
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+)
+
+// Turn is one scripted answer: text, tool calls (or both), or a fault.
+type Turn struct {
+	Text      []string // text deltas, streamed one per chunk or event
+	ToolCalls []ToolCall
+
+	Status  int         // non-zero: answer with this HTTP status instead of a reply
+	Message string      // the fault's message, in the protocol's error body
+	Body    string      // a raw fault body, sent instead of the protocol's error body
+	Header  http.Header // extra response headers, e.g. Retry-After
+
+	StopReason   string // overrides the protocol's natural stop/finish reason
+	InputTokens  int    // reported usage; defaults 10 and 5
+	OutputTokens int
+}
+
+// ToolCall is a scripted tool call; ID defaults to a protocol-shaped one.
+type ToolCall struct {
+	ID        string
+	Name      string
+	Arguments string // JSON object
+}
+
+// Reply is a text turn streamed in the given deltas.
+func Reply(deltas ...string) Turn { return Turn{Text: deltas} }
+
+// Calls is a turn of tool calls.
+func Calls(calls ...ToolCall) Turn { return Turn{ToolCalls: calls} }
+
+// Call is one tool call with a generated ID.
+func Call(name, args string) ToolCall { return ToolCall{Name: name, Arguments: args} }
+
+// Fault is a turn failing with status and message, in the protocol's error shape.
+func Fault(status int, message string) Turn { return Turn{Status: status, Message: message} }
+
+// WithHeader returns t with a response header added.
+func (t Turn) WithHeader(key, value string) Turn {
+	h := t.Header.Clone()
+	if h == nil {
+		h = http.Header{}
+	}
+	h.Add(key, value)
+	t.Header = h
+	return t
+}
+
+// Request is one request the server received.
+type Request struct {
+	Path   string
+	Header http.Header
+	Body   []byte
+}
+
+// JSON decodes the body into a generic value, for assertions on its shape.
+func (r Request) JSON() map[string]any {
+	var v map[string]any
+	_ = json.Unmarshal(r.Body, &v)
+	return v
+}
+
+// Server is a running scripted model server.
+type Server struct {
+	// URL is the server's root; see OpenAIBaseURL and AnthropicBaseURL.
+	URL    string
+	APIKey string
+
+	t  testing.TB
+	mu sync.Mutex
+	// script holds the turns not yet served; served counts IDs.
+	script   []Turn
+	served   int
+	requests []Request
+}
+
+// NewServer starts a server that accepts apiKey and answers with turns in order; it is closed
+// when the test ends.
+func NewServer(t testing.TB, apiKey string, turns ...Turn) *Server {
+	t.Helper()
+	s := &Server{APIKey: apiKey, t: t, script: turns}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /v1/chat/completions", s.chatCompletions)
+	mux.HandleFunc("POST /v1/messages", s.messages)
+	hs := httptest.NewServer(mux)
+	t.Cleanup(hs.Close)
+	s.URL = hs.URL
+	return s
+}
+
+// OpenAIBaseURL is the base URL an OpenAI client takes (with /v1).
+func (s *Server) OpenAIBaseURL() string { return s.URL + "/v1" }
+
+// AnthropicBaseURL is the base URL an Anthropic client takes (without /v1).
+func (s *Server) AnthropicBaseURL() string { return s.URL }
+
+// Script appends turns to the script.
+func (s *Server) Script(turns ...Turn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.script = append(s.script, turns...)
+}
+
+// Requests returns the requests received so far, rejected ones included.
+func (s *Server) Requests() []Request {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]Request(nil), s.requests...)
+}
+
+// Remaining is the number of turns not yet served.
+func (s *Server) Remaining() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.script)
+}
+
+// receive records the request and, when authorized, takes the next turn. n numbers the turn
+// for IDs.
+func (s *Server) receive(w http.ResponseWriter, r *http.Request, authorized func(http.Header) bool, fail func(w http.ResponseWriter, status int, msg string)) (turn Turn, body map[string]any, n int, ok bool) {
+	raw, err := io.ReadAll(r.Body)
+	s.mu.Lock()
+	s.requests = append(s.requests, Request{Path: r.URL.Path, Header: r.Header.Clone(), Body: raw})
+	s.mu.Unlock()
+	if err != nil {
+		fail(w, http.StatusBadRequest, "read body: "+err.Error())
+		return Turn{}, nil, 0, false
+	}
+	if !authorized(r.Header) {
+		fail(w, http.StatusUnauthorized, "invalid api key")
+		return Turn{}, nil, 0, false
+	}
+	if err := json.Unmarshal(raw, &body); err != nil {
+		fail(w, http.StatusBadRequest, "body is not a JSON object: "+err.Error())
+		return Turn{}, nil, 0, false
+	}
+	s.mu.Lock()
+	if len(s.script) == 0 {
+		s.mu.Unlock()
+		s.t.Errorf("modeltest: request to %s after the script ran out", r.URL.Path)
+		fail(w, http.StatusBadRequest, "modeltest: script exhausted")
+		return Turn{}, nil, 0, false
+	}
+	turn = s.script[0]
+	s.script = s.script[1:]
+	s.served++
+	n = s.served
+	s.mu.Unlock()
+
+	for k, vs := range turn.Header {
+		for _, v := range vs {
+			w.Header().Add(k, v)
+		}
+	}
+	if turn.Status != 0 {
+		if turn.Body != "" {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(turn.Status)
+			_, _ = io.WriteString(w, turn.Body)
+		} else {
+			fail(w, turn.Status, turn.Message)
+		}
+		return Turn{}, nil, 0, false
+	}
+	if turn.InputTokens == 0 {
+		turn.InputTokens = 10
+	}
+	if turn.OutputTokens == 0 {
+		turn.OutputTokens = 5
+	}
+	return turn, body, n, true
+}
+
+// sse writes Server-Sent Events and flushes each one, as the real APIs do.
+type sse struct {
+	w http.ResponseWriter
+	f http.Flusher
+}
+
+func startSSE(w http.ResponseWriter) *sse {
+	w.Header().Set("Content-Type", "text/event-stream; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	f, _ := w.(http.Flusher)
+	return &sse{w: w, f: f}
+}
+
+// event writes one event; an empty name writes a bare data line (OpenAI framing).
+func (s *sse) event(name string, data any) {
+	var buf bytes.Buffer
+	if name != "" {
+		fmt.Fprintf(&buf, "event: %s\n", name)
+	}
+	switch d := data.(type) {
+	case string:
+		fmt.Fprintf(&buf, "data: %s\n\n", d)
+	default:
+		b, _ := json.Marshal(d)
+		fmt.Fprintf(&buf, "data: %s\n\n", b)
+	}
+	_, _ = s.w.Write(buf.Bytes())
+	if s.f != nil {
+		s.f.Flush()
+	}
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// pieces splits a tool call's arguments the way models stream them: in small fragments.
+func pieces(s string) []string {
+	const size = 8
+	var out []string
+	for len(s) > size {
+		out = append(out, s[:size])
+		s = s[size:]
+	}
+	if s != "" {
+		out = append(out, s)
+	}
+	return out
+}
+
+func model(body map[string]any) string {
+	m, _ := body["model"].(string)
+	return m
+}
+
+func streaming(body map[string]any) bool {
+	b, _ := body["stream"].(bool)
+	return b
+}
+
+func bearer(h http.Header) string {
+	v := h.Get("Authorization")
+	if len(v) > 7 && strings.EqualFold(v[:7], "bearer ") {
+		return v[7:]
+	}
+	return ""
+}
+
+// created is the fixed creation time in OpenAI objects, so recorded output is stable.
+const created = 1700000000
+
+func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
+	turn, body, n, ok := s.receive(w, r, func(h http.Header) bool { return bearer(h) == s.APIKey }, openAIError)
+	if !ok {
+		return
+	}
+	id := fmt.Sprintf("chatcmpl-modeltest%04d", n)
+	calls := make([]map[string]any, len(turn.ToolCalls))
+	for i, c := range turn.ToolCalls {
+		if c.ID == "" {
+			c.ID = fmt.Sprintf("call_modeltest%04d%02d", n, i)
+		}
+		calls[i] = map[string]any{"id": c.ID, "type": "function", "function": map[string]any{"name": c.Name, "arguments": c.Arguments}}
+	}
+	finish := turn.StopReason
+	if finish == "" {
+		finish = "stop"
+		if len(calls) > 0 {
+			finish = "tool_calls"
+		}
+	}
+	usage := map[string]any{"prompt_tokens": turn.InputTokens, "completion_tokens": turn.OutputTokens, "total_tokens": turn.InputTokens + turn.OutputTokens}
+
+	if !streaming(body) {
+		msg := map[string]any{"role": "assistant", "content": strings.Join(turn.Text, ""), "refusal": nil, "annotations": []any{}}
+		if len(calls) > 0 {
+			msg["tool_calls"] = calls
+			if len(turn.Text) == 0 {
+				msg["content"] = nil
+			}
+		}
+		writeJSON(w, http.StatusOK, map[string]any{
+			"id": id, "object": "chat.completion", "created": created, "model": model(body),
+			"choices":            []any{map[string]any{"index": 0, "message": msg, "logprobs": nil, "finish_reason": finish}},
+			"usage":              usage,
+			"system_fingerprint": nil,
+		})
+		return
+	}
+
+	opts, _ := body["stream_options"].(map[string]any)
+	withUsage, _ := opts["include_usage"].(bool)
+	out := startSSE(w)
+	chunk := func(delta map[string]any, finish any) {
+		c := map[string]any{
+			"id": id, "object": "chat.completion.chunk", "created": created, "model": model(body), "system_fingerprint": nil,
+			"choices": []any{map[string]any{"index": 0, "delta": delta, "logprobs": nil, "finish_reason": finish}},
+		}
+		if withUsage {
+			c["usage"] = nil
+		}
+		out.event("", c)
+	}
+	chunk(map[string]any{"role": "assistant", "content": "", "refusal": nil}, nil)
+	for _, d := range turn.Text {
+		chunk(map[string]any{"content": d}, nil)
+	}
+	for i, c := range calls {
+		fn := c["function"].(map[string]any)
+		chunk(map[string]any{"tool_calls": []any{map[string]any{
+			"index": i, "id": c["id"], "type": "function", "function": map[string]any{"name": fn["name"], "arguments": ""},
+		}}}, nil)
+		for _, p := range pieces(fn["arguments"].(string)) {
+			chunk(map[string]any{"tool_calls": []any{map[string]any{"index": i, "function": map[string]any{"arguments": p}}}}, nil)
+		}
+	}
+	chunk(map[string]any{}, finish)
+	if withUsage {
+		out.event("", map[string]any{
+			"id": id, "object": "chat.completion.chunk", "created": created, "model": model(body), "system_fingerprint": nil,
+			"choices": []any{}, "usage": usage,
+		})
+	}
+	out.event("", "[DONE]")
+}
+
+func openAIError(w http.ResponseWriter, status int, msg string) {
+	typ, code := "invalid_request_error", any(nil)
+	switch {
+	case status == http.StatusUnauthorized:
+		code = "invalid_api_key"
+	case status == http.StatusTooManyRequests:
+		typ, code = "requests", "rate_limit_exceeded"
+	case status >= 500:
+		typ = "server_error"
+	}
+	writeJSON(w, status, map[string]any{"error": map[string]any{"message": msg, "type": typ, "param": nil, "code": code}})
+}
+
+func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
+	if r.Header.Get("Anthropic-Version") == "" {
+		// Recorded like any other request, but the real API refuses it before anything else.
+		raw, _ := io.ReadAll(r.Body)
+		s.mu.Lock()
+		s.requests = append(s.requests, Request{Path: r.URL.Path, Header: r.Header.Clone(), Body: raw})
+		s.mu.Unlock()
+		anthropicError(w, http.StatusBadRequest, "anthropic-version: header is required")
+		return
+	}
+	// The API takes the key as x-api-key, or as a bearer token as newer SDKs send it.
+	authorized := func(h http.Header) bool { return h.Get("X-Api-Key") == s.APIKey || bearer(h) == s.APIKey }
+	turn, body, n, ok := s.receive(w, r, authorized, anthropicError)
+	if !ok {
+		return
+	}
+	id := fmt.Sprintf("msg_modeltest%04d", n)
+	ids := make([]string, len(turn.ToolCalls))
+	for i, c := range turn.ToolCalls {
+		ids[i] = c.ID
+		if ids[i] == "" {
+			ids[i] = fmt.Sprintf("toolu_modeltest%04d%02d", n, i)
+		}
+	}
+	stop := turn.StopReason
+	if stop == "" {
+		stop = "end_turn"
+		if len(turn.ToolCalls) > 0 {
+			stop = "tool_use"
+		}
+	}
+
+	if !streaming(body) {
+		content := []any{}
+		if len(turn.Text) > 0 {
+			content = append(content, map[string]any{"type": "text", "text": strings.Join(turn.Text, "")})
+		}
+		for i, c := range turn.ToolCalls {
+			input := json.RawMessage(c.Arguments)
+			if len(input) == 0 {
+				input = json.RawMessage("{}")
+			}
+			content = append(content, map[string]any{"type": "tool_use", "id": ids[i], "name": c.Name, "input": input})
+		}
+		writeJSON(w, http.StatusOK, map[string]any{
+			"id": id, "type": "message", "role": "assistant", "model": model(body), "content": content,
+			"stop_reason": stop, "stop_sequence": nil,
+			"usage": map[string]any{"input_tokens": turn.InputTokens, "output_tokens": turn.OutputTokens},
+		})
+		return
+	}
+
+	out := startSSE(w)
+	out.event("message_start", map[string]any{"type": "message_start", "message": map[string]any{
+		"id": id, "type": "message", "role": "assistant", "model": model(body), "content": []any{},
+		"stop_reason": nil, "stop_sequence": nil,
+		"usage": map[string]any{"input_tokens": turn.InputTokens, "output_tokens": 1},
+	}})
+	delta := func(i int, d map[string]any) {
+		out.event("content_block_delta", map[string]any{"type": "content_block_delta", "index": i, "delta": d})
+	}
+	index := 0
+	if len(turn.Text) > 0 {
+		out.event("content_block_start", map[string]any{"type": "content_block_start", "index": index, "content_block": map[string]any{"type": "text", "text": ""}})
+		out.event("ping", map[string]any{"type": "ping"})
+		for _, d := range turn.Text {
+			delta(index, map[string]any{"type": "text_delta", "text": d})
+		}
+		out.event("content_block_stop", map[string]any{"type": "content_block_stop", "index": index})
+		index++
+	}
+	for i, c := range turn.ToolCalls {
+		out.event("content_block_start", map[string]any{"type": "content_block_start", "index": index, "content_block": map[string]any{"type": "tool_use", "id": ids[i], "name": c.Name, "input": map[string]any{}}})
+		delta(index, map[string]any{"type": "input_json_delta", "partial_json": ""})
+		for _, p := range pieces(c.Arguments) {
+			delta(index, map[string]any{"type": "input_json_delta", "partial_json": p})
+		}
+		out.event("content_block_stop", map[string]any{"type": "content_block_stop", "index": index})
+		index++
+	}
+	out.event("message_delta", map[string]any{"type": "message_delta",
+		"delta": map[string]any{"stop_reason": stop, "stop_sequence": nil},
+		"usage": map[string]any{"output_tokens": turn.OutputTokens}})
+	out.event("message_stop", map[string]any{"type": "message_stop"})
+}
+
+func anthropicError(w http.ResponseWriter, status int, msg string) {
+	typ := "api_error"
+	switch status {
+	case http.StatusBadRequest:
+		typ = "invalid_request_error"
+	case http.StatusUnauthorized:
+		typ = "authentication_error"
+	case http.StatusForbidden:
+		typ = "permission_error"
+	case http.StatusNotFound:
+		typ = "not_found_error"
+	case http.StatusRequestEntityTooLarge:
+		typ = "request_too_large"
+	case http.StatusTooManyRequests:
+		typ = "rate_limit_error"
+	case 529:
+		typ = "overloaded_error"
+	}
+	writeJSON(w, status, map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}, "request_id": "req_modeltest"})
+}
