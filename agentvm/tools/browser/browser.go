@@ -1,0 +1,455 @@
+// Package browser gives the agent a web browser as tools: go-rod drives a chromium over the
+// Chrome DevTools Protocol. In a box the chromium runs on the box's display, not headless, so
+// people watching the desktop see what the agent does in it.
+package browser
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"image"
+	"image/png"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/go-rod/rod"
+	"github.com/go-rod/rod/lib/cdp"
+	"github.com/go-rod/rod/lib/launcher"
+	"github.com/go-rod/rod/lib/launcher/flags"
+	"github.com/go-rod/rod/lib/proto"
+
+	"github.com/loomhand/cocoonbox/agentvm/tools"
+)
+
+// Defaults of Config's zero fields.
+const (
+	DefaultCallTimeout    = 30 * time.Second
+	DefaultElementTimeout = 5 * time.Second
+	DefaultMaxWidth       = 1280
+	// maxReadText bounds browser_read's answer so one page cannot flood the model's context.
+	maxReadText = 50_000
+)
+
+// Config says which chromium to drive.
+type Config struct {
+	// ControlURL attaches to a running chromium's DevTools endpoint: a ws:// URL, an
+	// http://host:port, or a bare port. Empty launches Bin instead.
+	ControlURL string
+	// Bin is the chromium binary to launch (never downloaded). Empty means "chromium".
+	Bin string
+	// Display is the X display a launched chromium shows on (":0" in a box); empty keeps the
+	// environment's DISPLAY.
+	Display string
+	// Headless launches without a window: for tests on hosts without a display.
+	Headless bool
+	// CallTimeout bounds each tool call; ElementTimeout bounds waiting for a selector to match.
+	CallTimeout    time.Duration
+	ElementTimeout time.Duration
+	// MaxWidth is the widest screenshot handed to the model; wider ones are downscaled.
+	MaxWidth int
+}
+
+// Browser is one chromium, connected on first use, with the tab the agent works in. Calls are
+// serialised: the agent has one tab and one pointer.
+type Browser struct {
+	cfg Config
+
+	mu       sync.Mutex
+	browser  *rod.Browser
+	ws       *cdp.WebSocket
+	launcher *launcher.Launcher
+	page     *rod.Page
+}
+
+// New returns a Browser that attaches or launches when a tool first needs it.
+func New(cfg Config) *Browser {
+	if cfg.Bin == "" {
+		cfg.Bin = "chromium"
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = DefaultCallTimeout
+	}
+	if cfg.ElementTimeout <= 0 {
+		cfg.ElementTimeout = DefaultElementTimeout
+	}
+	if cfg.MaxWidth <= 0 {
+		cfg.MaxWidth = DefaultMaxWidth
+	}
+	return &Browser{cfg: cfg}
+}
+
+// Close disconnects, and ends the chromium if this Browser launched it.
+func (b *Browser) Close() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var err error
+	if b.launcher != nil {
+		if b.browser != nil {
+			_ = b.browser.Close()
+		}
+		_ = b.ws.Close()
+		b.launcher.Kill()
+		b.launcher.Cleanup()
+	} else if b.ws != nil {
+		// Attached: leave the browser running (people may be using it); only disconnect.
+		err = b.ws.Close()
+	}
+	b.browser, b.ws, b.launcher, b.page = nil, nil, nil, nil
+	return err
+}
+
+// Tools returns the browser tools, all driving this Browser.
+func (b *Browser) Tools() []tools.Tool {
+	return []tools.Tool{
+		&tool{
+			name:   "browser_open",
+			desc:   "Open a URL (http, https or file) in the browser tab and wait for it to load.",
+			schema: `{"type":"object","properties":{"url":{"type":"string","description":"http, https or file URL"}},"required":["url"],"additionalProperties":false}`,
+			call:   b.open,
+		},
+		&tool{
+			name:   "browser_click",
+			desc:   "Click the first element matching a CSS selector in the browser tab.",
+			schema: `{"type":"object","properties":{"selector":{"type":"string","description":"CSS selector"}},"required":["selector"],"additionalProperties":false}`,
+			call:   b.click,
+		},
+		&tool{
+			name:   "browser_type",
+			desc:   "Type text into the first element matching a CSS selector (an input, textarea or editable element), at its caret.",
+			schema: `{"type":"object","properties":{"selector":{"type":"string","description":"CSS selector"},"text":{"type":"string"}},"required":["selector","text"],"additionalProperties":false}`,
+			call:   b.typeText,
+		},
+		&tool{
+			name:   "browser_read",
+			desc:   "Read the visible text of the first element matching a CSS selector (default: the whole page body).",
+			schema: `{"type":"object","properties":{"selector":{"type":"string","description":"CSS selector; default body"}},"additionalProperties":false}`,
+			call:   b.read,
+		},
+		&tool{
+			name:   "browser_screenshot",
+			desc:   "Take a PNG screenshot of the browser tab's viewport.",
+			schema: `{"type":"object","properties":{},"additionalProperties":false}`,
+			call:   b.screenshot,
+		},
+	}
+}
+
+type tool struct {
+	name, desc, schema string
+	call               func(context.Context, json.RawMessage) (tools.Result, error)
+}
+
+func (t *tool) Name() string            { return t.name }
+func (t *tool) Description() string     { return t.desc }
+func (t *tool) Schema() json.RawMessage { return json.RawMessage(t.schema) }
+func (t *tool) Call(ctx context.Context, args json.RawMessage) (tools.Result, error) {
+	return t.call(ctx, args)
+}
+
+// decode reads args strictly, so a misspelt field is a validation error the model sees.
+func decode(args json.RawMessage, v any) error {
+	if len(bytes.TrimSpace(args)) == 0 || string(bytes.TrimSpace(args)) == "null" {
+		args = json.RawMessage(`{}`)
+	}
+	d := json.NewDecoder(bytes.NewReader(args))
+	d.DisallowUnknownFields()
+	if err := d.Decode(v); err != nil {
+		return fmt.Errorf("%w: %v", tools.ErrInvalid, err)
+	}
+	return nil
+}
+
+func invalid(field, why string) error {
+	return fmt.Errorf("%w: %s: %s", tools.ErrInvalid, field, why)
+}
+
+func failed(format string, a ...any) tools.Result {
+	return tools.Result{Text: fmt.Sprintf(format, a...), IsError: true}
+}
+
+func checkSelector(sel string) error {
+	if strings.TrimSpace(sel) == "" {
+		return invalid("selector", "must not be empty")
+	}
+	return nil
+}
+
+// checkURL admits only what a browser tab should be sent to by the agent: web pages and files.
+func checkURL(raw string) error {
+	if raw == "" {
+		return invalid("url", "must not be empty")
+	}
+	u, err := url.Parse(raw)
+	if err != nil {
+		return invalid("url", err.Error())
+	}
+	switch u.Scheme {
+	case "http", "https":
+		if u.Host == "" {
+			return invalid("url", "has no host")
+		}
+	case "file":
+	default:
+		return invalid("url", fmt.Sprintf("scheme %q is not http, https or file", u.Scheme))
+	}
+	return nil
+}
+
+// tab connects (attaching or launching) if needed and returns the agent's tab bound to ctx.
+// The caller holds b.mu.
+func (b *Browser) tab(ctx context.Context) (*rod.Page, error) {
+	if b.browser == nil {
+		if err := b.connect(ctx); err != nil {
+			return nil, err
+		}
+	}
+	if b.page == nil {
+		// Not b.browser.Context(ctx): rod derives a tab's session from the browser's context,
+		// and the tab must outlive this call.
+		pages, err := b.browser.Pages()
+		if err != nil {
+			return nil, fmt.Errorf("list tabs: %w", err)
+		}
+		for _, p := range pages {
+			// Attached to a browser someone else started: work in its first real tab.
+			if info, err := p.Context(ctx).Info(); err == nil && info.Type == proto.TargetTargetInfoTypePage {
+				b.page = p
+				break
+			}
+		}
+		if b.page == nil {
+			p, err := b.browser.Page(proto.TargetCreateTarget{URL: "about:blank"})
+			if err != nil {
+				return nil, fmt.Errorf("open tab: %w", err)
+			}
+			b.page = p
+		}
+	}
+	return b.page.Context(ctx), nil
+}
+
+func (b *Browser) connect(ctx context.Context) error {
+	u := b.cfg.ControlURL
+	var l *launcher.Launcher
+	if u == "" {
+		// Leakless off: it unpacks a helper binary at run time, and the box's own process
+		// supervision ends chromium with the agent anyway; Close kills what it launched.
+		l = launcher.New().Context(ctx).Bin(b.cfg.Bin).Leakless(false).
+			Set(flags.NoSandbox).Headless(b.cfg.Headless)
+		if b.cfg.Headless {
+			l = l.Set("window-size", "1280,800")
+		} else {
+			l = l.Set("start-maximized")
+		}
+		if b.cfg.Display != "" {
+			l = l.Env(append(os.Environ(), "DISPLAY="+b.cfg.Display)...)
+		}
+		var err error
+		if u, err = l.Launch(); err != nil {
+			l.Kill()
+			return fmt.Errorf("launch chromium %s: %w", b.cfg.Bin, err)
+		}
+	} else if !strings.HasPrefix(u, "ws://") && !strings.HasPrefix(u, "wss://") {
+		var err error
+		if u, err = launcher.ResolveURL(u); err != nil {
+			return fmt.Errorf("resolve devtools url: %w", err)
+		}
+	}
+	// Our own websocket, not ControlURL: rod.Browser.Close closes the browser itself, and an
+	// attached one must only be disconnected from.
+	ws := &cdp.WebSocket{}
+	fail := func(err error) error {
+		if l != nil {
+			l.Kill()
+		}
+		return fmt.Errorf("connect devtools: %w", err)
+	}
+	if err := ws.Connect(ctx, u, nil); err != nil {
+		return fail(err)
+	}
+	br := rod.New().Client(cdp.New().Start(ws))
+	if err := br.Connect(); err != nil {
+		_ = ws.Close()
+		return fail(err)
+	}
+	b.browser, b.ws, b.launcher = br, ws, l
+	return nil
+}
+
+// do runs one action with the call's timeout and the Browser held. A failure to reach the
+// browser at all is an error; a failure of the action is the result act returns.
+func (b *Browser) do(ctx context.Context, act func(ctx context.Context, p *rod.Page) tools.Result) (tools.Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.CallTimeout)
+	defer cancel()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	p, err := b.tab(ctx)
+	if err != nil {
+		return tools.Result{}, fmt.Errorf("browser: %w", err)
+	}
+	res := act(ctx, p)
+	if res.IsError {
+		// A person may have closed the agent's tab: find or open another on the next call.
+		check, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		defer cancel()
+		if _, err := b.page.Context(check).Info(); err != nil {
+			b.page = nil
+		}
+	}
+	return res, nil
+}
+
+// element finds the first match of sel, waiting at most ElementTimeout, and returns it bound
+// to the call's context.
+func (b *Browser) element(ctx context.Context, p *rod.Page, sel string) (*rod.Element, *tools.Result) {
+	el, err := p.Timeout(b.cfg.ElementTimeout).Element(sel)
+	if err != nil {
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			r := failed("no element matches selector %q (waited %s)", sel, b.cfg.ElementTimeout)
+			return nil, &r
+		}
+		r := failed("find %q: %v", sel, err)
+		return nil, &r
+	}
+	return el.Context(ctx), nil
+}
+
+func (b *Browser) open(ctx context.Context, args json.RawMessage) (tools.Result, error) {
+	var a struct {
+		URL string `json:"url"`
+	}
+	if err := decode(args, &a); err != nil {
+		return tools.Result{}, err
+	}
+	if err := checkURL(a.URL); err != nil {
+		return tools.Result{}, err
+	}
+	return b.do(ctx, func(ctx context.Context, p *rod.Page) tools.Result {
+		if err := p.Navigate(a.URL); err != nil {
+			return failed("open %s: %v", a.URL, err)
+		}
+		if err := p.WaitLoad(); err != nil {
+			return failed("open %s: wait for load: %v", a.URL, err)
+		}
+		info, err := p.Info()
+		if err != nil {
+			return tools.Result{Text: "opened " + a.URL}
+		}
+		return tools.Result{Text: fmt.Sprintf("opened %s (title %q)", info.URL, info.Title)}
+	})
+}
+
+func (b *Browser) click(ctx context.Context, args json.RawMessage) (tools.Result, error) {
+	var a struct {
+		Selector string `json:"selector"`
+	}
+	if err := decode(args, &a); err != nil {
+		return tools.Result{}, err
+	}
+	if err := checkSelector(a.Selector); err != nil {
+		return tools.Result{}, err
+	}
+	return b.do(ctx, func(ctx context.Context, p *rod.Page) tools.Result {
+		el, r := b.element(ctx, p, a.Selector)
+		if r != nil {
+			return *r
+		}
+		if err := el.Click(proto.InputMouseButtonLeft, 1); err != nil {
+			return failed("click %q: %v", a.Selector, err)
+		}
+		return tools.Result{Text: "clicked " + a.Selector}
+	})
+}
+
+func (b *Browser) typeText(ctx context.Context, args json.RawMessage) (tools.Result, error) {
+	var a struct {
+		Selector string  `json:"selector"`
+		Text     *string `json:"text"`
+	}
+	if err := decode(args, &a); err != nil {
+		return tools.Result{}, err
+	}
+	if err := checkSelector(a.Selector); err != nil {
+		return tools.Result{}, err
+	}
+	if a.Text == nil {
+		return tools.Result{}, invalid("text", "is required")
+	}
+	return b.do(ctx, func(ctx context.Context, p *rod.Page) tools.Result {
+		el, r := b.element(ctx, p, a.Selector)
+		if r != nil {
+			return *r
+		}
+		if err := el.Input(*a.Text); err != nil {
+			return failed("type into %q: %v", a.Selector, err)
+		}
+		return tools.Result{Text: fmt.Sprintf("typed %d characters into %s", len([]rune(*a.Text)), a.Selector)}
+	})
+}
+
+func (b *Browser) read(ctx context.Context, args json.RawMessage) (tools.Result, error) {
+	var a struct {
+		Selector *string `json:"selector"`
+	}
+	if err := decode(args, &a); err != nil {
+		return tools.Result{}, err
+	}
+	sel := "body"
+	if a.Selector != nil {
+		if err := checkSelector(*a.Selector); err != nil {
+			return tools.Result{}, err
+		}
+		sel = *a.Selector
+	}
+	return b.do(ctx, func(ctx context.Context, p *rod.Page) tools.Result {
+		el, r := b.element(ctx, p, sel)
+		if r != nil {
+			return *r
+		}
+		text, err := el.Text()
+		if err != nil {
+			return failed("read %q: %v", sel, err)
+		}
+		if len(text) > maxReadText {
+			text = strings.ToValidUTF8(text[:maxReadText], "") +
+				fmt.Sprintf("\n[truncated: %d of %d bytes shown; read a narrower selector]", maxReadText, len(text))
+		}
+		return tools.Result{Text: text}
+	})
+}
+
+func (b *Browser) screenshot(ctx context.Context, args json.RawMessage) (tools.Result, error) {
+	var a struct{}
+	if err := decode(args, &a); err != nil {
+		return tools.Result{}, err
+	}
+	return b.do(ctx, func(ctx context.Context, p *rod.Page) tools.Result {
+		raw, err := p.Screenshot(false, &proto.PageCaptureScreenshot{Format: proto.PageCaptureScreenshotFormatPng})
+		if err != nil {
+			return failed("screenshot: %v", err)
+		}
+		img, err := png.Decode(bytes.NewReader(raw))
+		if err != nil {
+			return failed("screenshot: decode: %v", err)
+		}
+		out, err := tools.EncodePNG(tools.Downscale(img, b.cfg.MaxWidth))
+		if err != nil {
+			return failed("screenshot: %v", err)
+		}
+		w, h := bounds(img, b.cfg.MaxWidth)
+		return tools.Result{Text: fmt.Sprintf("screenshot %dx%d", w, h), Images: [][]byte{out}}
+	})
+}
+
+func bounds(img image.Image, maxWidth int) (int, int) {
+	w, h := img.Bounds().Dx(), img.Bounds().Dy()
+	if w > maxWidth {
+		return maxWidth, h * maxWidth / w
+	}
+	return w, h
+}
