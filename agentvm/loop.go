@@ -1,0 +1,210 @@
+package agentvm
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/loomhand/cocoonbox/agentvm/model"
+	"github.com/loomhand/cocoonbox/agentvm/tools"
+	agentvmv1 "github.com/loomhand/cocoonbox/proto/agentvm/v1"
+)
+
+// Providers of StepRequest.provider.
+const (
+	ProviderOpenAI    = "openai"
+	ProviderAnthropic = "anthropic"
+)
+
+// Loop runs the model's tool loop one step at a time: a step is one model turn plus the tool
+// calls it makes. It keeps no state between steps; the conversation travels in the requests.
+type Loop struct {
+	// Tools are what the model may call, by name.
+	Tools []tools.Tool
+	// HTTPClient carries the model calls; nil means a client without a total timeout (the
+	// step's context bounds it).
+	HTTPClient *http.Client
+	// ModelOptions configure the provider adapters (retries).
+	ModelOptions []model.Option
+}
+
+// NewProvider returns the adapter for a StepRequest's provider.
+func (l *Loop) NewProvider(provider, baseURL, apiKey string) (model.Provider, error) {
+	switch provider {
+	case ProviderOpenAI:
+		return model.NewOpenAI(baseURL, apiKey, l.HTTPClient, l.ModelOptions...), nil
+	case ProviderAnthropic:
+		return model.NewAnthropic(baseURL, apiKey, l.HTTPClient, l.ModelOptions...), nil
+	}
+	return nil, fmt.Errorf("provider must be %q or %q, not %q", ProviderOpenAI, ProviderAnthropic, provider)
+}
+
+// Step runs one step. Bad requests are INVALID_ARGUMENT; model failures carry the provider's
+// message (retryable ones UNAVAILABLE, other 4xx INVALID_ARGUMENT); tool failures are results
+// the model sees, never an error of the step.
+func (l *Loop) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1.StepResponse, error) {
+	if req.GetBaseUrl() == "" || req.GetModel() == "" {
+		return nil, status.Error(codes.InvalidArgument, "base_url and model are required")
+	}
+	provider, err := l.NewProvider(req.GetProvider(), req.GetBaseUrl(), req.GetApiKey())
+	if err != nil {
+		return nil, status.Error(codes.InvalidArgument, err.Error())
+	}
+	conv, err := decodeConversation(req.GetMessages())
+	if err != nil {
+		return nil, status.Errorf(codes.InvalidArgument, "messages: %v", err)
+	}
+	if len(conv) == 0 {
+		if strings.TrimSpace(req.GetTask()) == "" {
+			return nil, status.Error(codes.InvalidArgument, "task is required on the first step")
+		}
+		conv = append(conv, model.Message{Role: model.RoleUser, Text: req.GetTask()})
+	}
+	if req.GetMessage() != "" {
+		conv = append(conv, model.Message{Role: model.RoleUser, Text: req.GetMessage()})
+	}
+
+	mreq := model.Request{
+		Model:     req.GetModel(),
+		System:    req.GetSystem(),
+		Messages:  conv,
+		MaxTokens: int(req.GetMaxTokens()),
+	}
+	for _, t := range l.Tools {
+		mreq.Tools = append(mreq.Tools, model.Tool{Name: t.Name(), Description: t.Description(), Parameters: t.Schema()})
+	}
+	reply, err := provider.Complete(ctx, mreq, nil)
+	if err != nil {
+		return nil, modelStatus(ctx, err)
+	}
+	conv = append(conv, model.Message{Role: model.RoleAssistant, Text: reply.Text, ToolCalls: reply.ToolCalls})
+
+	resp := &agentvmv1.StepResponse{
+		Done:       len(reply.ToolCalls) == 0,
+		Text:       strings.ToValidUTF8(reply.Text, "\uFFFD"),
+		StopReason: reply.StopReason,
+	}
+	for _, call := range reply.ToolCalls {
+		res, err := l.call(ctx, call)
+		if err != nil {
+			return nil, err
+		}
+		text := strings.ToValidUTF8(res.Text, "\uFFFD")
+		conv = append(conv, model.Message{Role: model.RoleTool, Text: text, ToolCallID: call.ID, Images: res.Images})
+		resp.ToolCalls = append(resp.ToolCalls, &agentvmv1.ToolCallResult{
+			Id:        call.ID,
+			Name:      call.Name,
+			Arguments: strings.ToValidUTF8(string(call.Arguments), "\uFFFD"),
+			Result:    text,
+			IsError:   res.IsError,
+			Images:    int32(len(res.Images)),
+		})
+	}
+	if resp.Messages, err = encodeConversation(conv); err != nil {
+		return nil, status.Errorf(codes.Internal, "encode conversation: %v", err)
+	}
+	return resp, nil
+}
+
+// call runs one tool call. Everything but the step's own cancellation is a result for the model.
+func (l *Loop) call(ctx context.Context, call model.ToolCall) (tools.Result, error) {
+	var tool tools.Tool
+	names := make([]string, 0, len(l.Tools))
+	for _, t := range l.Tools {
+		names = append(names, t.Name())
+		if t.Name() == call.Name {
+			tool = t
+		}
+	}
+	if tool == nil {
+		return tools.Result{Text: fmt.Sprintf("unknown tool %q; the tools are: %s", call.Name, strings.Join(names, ", ")), IsError: true}, nil
+	}
+	res, err := tool.Call(ctx, call.Arguments)
+	switch {
+	case err == nil:
+		return res, nil
+	case ctx.Err() != nil:
+		return tools.Result{}, status.FromContextError(ctx.Err()).Err()
+	case errors.Is(err, tools.ErrInvalid):
+		return tools.Result{Text: fmt.Sprintf("%s: %v; see the tool's schema", call.Name, err), IsError: true}, nil
+	default:
+		return tools.Result{Text: fmt.Sprintf("%s failed: %v", call.Name, err), IsError: true}, nil
+	}
+}
+
+// modelStatus maps a failed model call to a gRPC status carrying the provider's message.
+func modelStatus(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	var me *model.Error
+	if !errors.As(err, &me) {
+		return status.Error(codes.Internal, err.Error())
+	}
+	switch {
+	case me.Retryable:
+		return status.Error(codes.Unavailable, me.Error())
+	case me.Status >= 400 && me.Status < 500:
+		return status.Error(codes.InvalidArgument, me.Error())
+	default:
+		return status.Error(codes.Internal, me.Error())
+	}
+}
+
+// wireMessage is a conversation message as StepResponse.messages carries it. Arguments are a
+// string because a model may write arguments that are not valid JSON.
+type wireMessage struct {
+	Role       string         `json:"role"`
+	Text       string         `json:"text,omitempty"`
+	ToolCalls  []wireToolCall `json:"tool_calls,omitempty"`
+	ToolCallID string         `json:"tool_call_id,omitempty"`
+	Images     [][]byte       `json:"images,omitempty"`
+}
+
+type wireToolCall struct {
+	ID        string `json:"id"`
+	Name      string `json:"name"`
+	Arguments string `json:"arguments"`
+}
+
+func decodeConversation(data []byte) ([]model.Message, error) {
+	if len(strings.TrimSpace(string(data))) == 0 {
+		return nil, nil
+	}
+	var wire []wireMessage
+	if err := json.Unmarshal(data, &wire); err != nil {
+		return nil, err
+	}
+	msgs := make([]model.Message, 0, len(wire))
+	for i, w := range wire {
+		switch w.Role {
+		case model.RoleUser, model.RoleAssistant, model.RoleTool:
+		default:
+			return nil, fmt.Errorf("message %d: unknown role %q", i, w.Role)
+		}
+		m := model.Message{Role: w.Role, Text: w.Text, ToolCallID: w.ToolCallID, Images: w.Images}
+		for _, c := range w.ToolCalls {
+			m.ToolCalls = append(m.ToolCalls, model.ToolCall{ID: c.ID, Name: c.Name, Arguments: json.RawMessage(c.Arguments)})
+		}
+		msgs = append(msgs, m)
+	}
+	return msgs, nil
+}
+
+func encodeConversation(msgs []model.Message) ([]byte, error) {
+	wire := make([]wireMessage, 0, len(msgs))
+	for _, m := range msgs {
+		w := wireMessage{Role: m.Role, Text: m.Text, ToolCallID: m.ToolCallID, Images: m.Images}
+		for _, c := range m.ToolCalls {
+			w.ToolCalls = append(w.ToolCalls, wireToolCall{ID: c.ID, Name: c.Name, Arguments: string(c.Arguments)})
+		}
+		wire = append(wire, w)
+	}
+	return json.Marshal(wire)
+}

@@ -1,0 +1,177 @@
+package agentvm_test
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/loomhand/cocoonbox/agentvm"
+	"github.com/loomhand/cocoonbox/agentvm/model"
+	"github.com/loomhand/cocoonbox/agentvm/model/modeltest"
+	"github.com/loomhand/cocoonbox/agentvm/tools"
+	agentvmv1 "github.com/loomhand/cocoonbox/proto/agentvm/v1"
+)
+
+const testKey = "sk-test-key"
+
+// providers runs a test against both wire protocols.
+var providers = []string{agentvm.ProviderOpenAI, agentvm.ProviderAnthropic}
+
+func baseURL(srv *modeltest.Server, provider string) string {
+	if provider == agentvm.ProviderOpenAI {
+		return srv.OpenAIBaseURL()
+	}
+	return srv.AnthropicBaseURL()
+}
+
+func stepRequest(srv *modeltest.Server, provider string, step int32, messages []byte) *agentvmv1.StepRequest {
+	return &agentvmv1.StepRequest{
+		RunId: "run-1", Step: step, Provider: provider, BaseUrl: baseURL(srv, provider),
+		Model: "test-model", ApiKey: testKey, System: "You drive a box.",
+		Task: "Write hello to out.txt", Messages: messages, MaxTokens: 1024,
+	}
+}
+
+// counted wraps a tool and counts its calls.
+type counted struct {
+	tools.Tool
+	n *atomic.Int32
+}
+
+func (c counted) Call(ctx context.Context, args json.RawMessage) (tools.Result, error) {
+	c.n.Add(1)
+	return c.Tool.Call(ctx, args)
+}
+
+func newLoop(dir string, n *atomic.Int32) *agentvm.Loop {
+	var ts []tools.Tool
+	for _, t := range append([]tools.Tool{tools.Shell{Dir: dir}}, tools.Files(dir)...) {
+		ts = append(ts, counted{t, n})
+	}
+	return &agentvm.Loop{Tools: ts, ModelOptions: []model.Option{model.WithRetry(model.Retry{Attempts: 1})}}
+}
+
+func TestStepRunsToolsThenFinishes(t *testing.T) {
+	for _, provider := range providers {
+		t.Run(provider, func(t *testing.T) {
+			dir := t.TempDir()
+			srv := modeltest.NewServer(t, testKey,
+				modeltest.Calls(modeltest.Call("write_file", `{"path":"out.txt","content":"hello\n"}`)),
+				modeltest.Reply("Wrote ", "it."))
+			var n atomic.Int32
+			loop := newLoop(dir, &n)
+
+			resp, err := loop.Step(t.Context(), stepRequest(srv, provider, 1, nil))
+			require.NoError(t, err)
+			require.False(t, resp.Done)
+			require.Len(t, resp.ToolCalls, 1)
+			tc := resp.ToolCalls[0]
+			require.Equal(t, "write_file", tc.Name)
+			require.False(t, tc.IsError, tc.Result)
+			require.Contains(t, tc.Result, "wrote 6 bytes")
+			got, err := os.ReadFile(filepath.Join(dir, "out.txt"))
+			require.NoError(t, err)
+			require.Equal(t, "hello\n", string(got))
+
+			// The first request carried the system prompt, the task and the tools.
+			first := string(srv.Requests()[0].Body)
+			for _, want := range []string{"You drive a box.", "Write hello to out.txt", `"write_file"`, `"shell"`, `"list_dir"`} {
+				require.Contains(t, first, want)
+			}
+
+			resp, err = loop.Step(t.Context(), stepRequest(srv, provider, 2, resp.Messages))
+			require.NoError(t, err)
+			require.True(t, resp.Done)
+			require.Equal(t, "Wrote it.", resp.Text)
+			require.Empty(t, resp.ToolCalls)
+			require.EqualValues(t, 1, n.Load())
+
+			// The second request fed the tool result back.
+			require.Contains(t, string(srv.Requests()[1].Body), "wrote 6 bytes to "+filepath.Join(dir, "out.txt"))
+			var conv []map[string]any
+			require.NoError(t, json.Unmarshal(resp.Messages, &conv))
+			roles := []string{}
+			for _, m := range conv {
+				roles = append(roles, m["role"].(string))
+			}
+			require.Equal(t, []string{"user", "assistant", "tool", "assistant"}, roles)
+			require.Equal(t, "Wrote it.", conv[3]["text"])
+		})
+	}
+}
+
+func TestStepFeedsBadCallsBackAsErrors(t *testing.T) {
+	for _, provider := range providers {
+		t.Run(provider, func(t *testing.T) {
+			srv := modeltest.NewServer(t, testKey,
+				modeltest.Calls(
+					modeltest.Call("write_file", `{"path":"x.txt"}`),
+					modeltest.Call("teleport", `{}`),
+				),
+				modeltest.Reply("Sorry."))
+			var n atomic.Int32
+			loop := newLoop(t.TempDir(), &n)
+
+			resp, err := loop.Step(t.Context(), stepRequest(srv, provider, 1, nil))
+			require.NoError(t, err)
+			require.Len(t, resp.ToolCalls, 2)
+			require.True(t, resp.ToolCalls[0].IsError)
+			require.Contains(t, resp.ToolCalls[0].Result, "content is required")
+			require.True(t, resp.ToolCalls[1].IsError)
+			require.Contains(t, resp.ToolCalls[1].Result, `unknown tool "teleport"`)
+
+			resp, err = loop.Step(t.Context(), stepRequest(srv, provider, 2, resp.Messages))
+			require.NoError(t, err)
+			require.True(t, resp.Done)
+			body := string(srv.Requests()[1].Body)
+			require.Contains(t, body, "content is required")
+			require.Contains(t, body, `unknown tool \"teleport\"`)
+		})
+	}
+}
+
+func TestStepMapsModelErrors(t *testing.T) {
+	for _, provider := range providers {
+		t.Run(provider, func(t *testing.T) {
+			srv := modeltest.NewServer(t, testKey,
+				modeltest.Fault(400, "no such model: test-model"),
+				modeltest.Fault(503, "overloaded"))
+			var n atomic.Int32
+			loop := newLoop(t.TempDir(), &n)
+
+			_, err := loop.Step(t.Context(), stepRequest(srv, provider, 1, nil))
+			require.Equal(t, codes.InvalidArgument, status.Code(err), err)
+			require.Contains(t, status.Convert(err).Message(), "no such model: test-model")
+			require.NotContains(t, err.Error(), testKey)
+
+			_, err = loop.Step(t.Context(), stepRequest(srv, provider, 1, nil))
+			require.Equal(t, codes.Unavailable, status.Code(err), err)
+			require.Contains(t, status.Convert(err).Message(), "overloaded")
+		})
+	}
+}
+
+func TestStepRejectsBadRequests(t *testing.T) {
+	srv := modeltest.NewServer(t, testKey)
+	loop := newLoop(t.TempDir(), new(atomic.Int32))
+	for name, mutate := range map[string]func(*agentvmv1.StepRequest){
+		"provider": func(r *agentvmv1.StepRequest) { r.Provider = "gemini" },
+		"model":    func(r *agentvmv1.StepRequest) { r.Model = "" },
+		"task":     func(r *agentvmv1.StepRequest) { r.Task = "" },
+		"messages": func(r *agentvmv1.StepRequest) { r.Messages = []byte("{") },
+	} {
+		req := stepRequest(srv, agentvm.ProviderOpenAI, 1, nil)
+		mutate(req)
+		_, err := loop.Step(t.Context(), req)
+		require.Equal(t, codes.InvalidArgument, status.Code(err), name)
+		require.True(t, strings.Contains(err.Error(), name), err.Error())
+	}
+}
