@@ -52,8 +52,13 @@ func LoadCredential(path string) (string, error) {
 // Config is what a Server needs.
 type Config struct {
 	// Credential is the per-box credential every call must carry as "authorization: Bearer ...".
-	// Required.
+	// Exactly one of Credential and CredentialFile is required.
 	Credential string
+	// CredentialFile holds the credential instead, read when calls arrive rather than at start:
+	// the agent starts at boot, before the control plane has written the file, and until it
+	// exists (non-empty) every call is UNAUTHENTICATED "no credential yet". It is read again
+	// when its modification time or size changes, so the control plane can rotate it.
+	CredentialFile string
 	// Loop runs the steps. Required.
 	Loop *Loop
 	// Journal records completed steps. Required.
@@ -70,9 +75,9 @@ type Server struct {
 	agentvmv1.UnimplementedSessionServer
 	agentvmv1.UnimplementedInfoServer
 
-	cfg     Config
-	credSum [sha256.Size]byte
-	grpc    *grpc.Server
+	cfg  Config
+	cred *credential
+	grpc *grpc.Server
 
 	mu      sync.Mutex
 	running map[string]map[int32]context.CancelFunc // run ID → step → cancel of the step in progress
@@ -80,8 +85,8 @@ type Server struct {
 
 // NewServer returns a server for cfg.
 func NewServer(cfg Config) (*Server, error) {
-	if cfg.Credential == "" {
-		return nil, errors.New("new server: credential is required")
+	if (cfg.Credential == "") == (cfg.CredentialFile == "") {
+		return nil, errors.New("new server: exactly one of credential and credential file is required")
 	}
 	if cfg.Loop == nil || cfg.Journal == nil {
 		return nil, errors.New("new server: loop and journal are required")
@@ -92,7 +97,11 @@ func NewServer(cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	s := &Server{cfg: cfg, credSum: sha256.Sum256([]byte(cfg.Credential)), running: map[string]map[int32]context.CancelFunc{}}
+	cred := &credential{path: cfg.CredentialFile}
+	if cfg.Credential != "" {
+		cred.sum, cred.ok = sha256.Sum256([]byte(cfg.Credential)), true
+	}
+	s := &Server{cfg: cfg, cred: cred, running: map[string]map[int32]context.CancelFunc{}}
 	s.grpc = grpc.NewServer(
 		grpc.ChainUnaryInterceptor(s.authUnary),
 		grpc.ChainStreamInterceptor(s.authStream),
@@ -118,8 +127,53 @@ func (s *Server) Stop() {
 	s.grpc.GracefulStop()
 }
 
+// credential is the per-box credential's hash: fixed, or read lazily from a file and read again
+// when the file changes.
+type credential struct {
+	path string // empty: fixed
+
+	mu    sync.Mutex
+	mtime time.Time
+	size  int64
+	sum   [sha256.Size]byte
+	ok    bool
+}
+
+// current returns the credential's hash, or false while there is none (no file yet, or an
+// empty one).
+func (c *credential) current(log *slog.Logger) ([sha256.Size]byte, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.path == "" {
+		return c.sum, c.ok
+	}
+	fi, err := os.Stat(c.path)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			log.Warn("stat credential", "err", err)
+		}
+		c.ok, c.mtime, c.size = false, time.Time{}, 0
+		return c.sum, false
+	}
+	if fi.ModTime().Equal(c.mtime) && fi.Size() == c.size {
+		return c.sum, c.ok
+	}
+	data, err := os.ReadFile(c.path)
+	if err != nil {
+		log.Warn("read credential", "err", err)
+		return c.sum, false
+	}
+	cred := strings.TrimSpace(string(data))
+	c.sum, c.ok, c.mtime, c.size = sha256.Sum256([]byte(cred)), cred != "", fi.ModTime(), fi.Size()
+	return c.sum, c.ok
+}
+
 // authorize checks the call's bearer credential in constant time.
 func (s *Server) authorize(ctx context.Context) error {
+	want, ok := s.cred.current(s.cfg.Logger)
+	if !ok {
+		return status.Error(codes.Unauthenticated, "no credential yet")
+	}
 	md, _ := metadata.FromIncomingContext(ctx)
 	vals := md.Get("authorization")
 	if len(vals) != 1 {
@@ -127,7 +181,7 @@ func (s *Server) authorize(ctx context.Context) error {
 	}
 	token, ok := strings.CutPrefix(vals[0], "Bearer ")
 	sum := sha256.Sum256([]byte(token))
-	if !ok || subtle.ConstantTimeCompare(sum[:], s.credSum[:]) != 1 {
+	if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
 		return status.Error(codes.Unauthenticated, "invalid credential")
 	}
 	return nil

@@ -15,8 +15,11 @@ import (
 )
 
 // files holds every input of every image. A new image's directory must be added here too.
+// agent.sum stands for the resident agent's source, which go:embed cannot reach from here: the
+// sha256sum lines of its files, written by build.sh (agent_sum there) and checked by a test.
 //
-//go:embed build.sh boxinit base desktop
+//go:generate bash build.sh --agent-sum
+//go:embed build.sh boxinit base desktop agent.sum
 var files embed.FS
 
 // Names returns the names of the images whose recipes are compiled in, sorted: the templates
@@ -33,7 +36,8 @@ func Names() []string {
 }
 
 // RecipeHash returns the short hash of image name's recipe: the same 12 hex digits that
-// build.sh names the built image after (see recipe_hash there; the two must stay in step).
+// build.sh names the built image after (see recipe_hash there; the two must stay in step). For
+// an image with the resident agent it covers the agent's source through agent.sum.
 func RecipeHash(name string) (string, error) {
 	if name == "" || strings.ContainsAny(name, "/.") {
 		return "", fmt.Errorf("hash recipe %q: bad image name", name)
@@ -55,6 +59,10 @@ func RecipeHash(name string) (string, error) {
 	}
 	sort.Strings(paths)
 	paths = append([]string{"build.sh"}, paths...)
+	// An image with the agent (NAME/agent) covers the agent's source, as agent.sum's hash.
+	if _, err := fs.Stat(files, name+"/agent"); err == nil {
+		paths = append(paths, "agent.sum")
+	}
 
 	// Hash what `sha256sum FILES | sha256sum` hashes: one "<hex>  <path>\n" line per file.
 	outer := sha256.New()

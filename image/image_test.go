@@ -1,6 +1,7 @@
 package image
 
 import (
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,9 +25,9 @@ func TestRecipeHashMatchesBuildScript(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		// Run only build.sh's recipe_hash function, from the source tree.
+		// Run only build.sh's agent_sum and recipe_hash functions, from the source tree.
 		script := `set -euo pipefail; here=$PWD; name=$1; ` +
-			`eval "$(sed -n '/^recipe_hash() {/,/^}/p' build.sh)"; recipe_hash`
+			`eval "$(sed -n '/^agent_sum() {/,/^}/p;/^recipe_hash() {/,/^}/p' build.sh)"; recipe_hash`
 		out, err := exec.Command("bash", "-c", script, "bash", name).Output()
 		if err != nil {
 			t.Fatalf("%s: run recipe_hash: %v", name, err)
@@ -37,6 +38,43 @@ func TestRecipeHashMatchesBuildScript(t *testing.T) {
 	}
 	if _, err := RecipeHash("../base"); err == nil {
 		t.Fatal("path-like image name hashed")
+	}
+}
+
+// TestAgentSumIsCurrent: the engine hashes image/agent.sum for the agent's source (go:embed
+// cannot reach it), so the file must list what build.sh's agent_sum finds in the tree now, or
+// the engine looks for an agent image that make image does not build.
+func TestAgentSumIsCurrent(t *testing.T) {
+	script := `set -euo pipefail; here=$PWD; ` +
+		`eval "$(sed -n '/^agent_sum() {/,/^}/p' build.sh)"; agent_sum`
+	out, err := exec.Command("bash", "-c", script).Output()
+	if err != nil {
+		t.Fatalf("run agent_sum: %v", err)
+	}
+	embedded, err := files.ReadFile("agent.sum")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(out) != string(embedded) {
+		t.Fatalf("image/agent.sum is stale (the agent's source changed): run go generate ./image or make image, then rebuild")
+	}
+	for _, want := range []string{"  cmd/cocoonbox-agent/main.go\n", "  agentvm/server.go\n", "  proto/agentvm/v1/agent.proto\n"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("agent_sum does not cover%s", strings.TrimSuffix(want, "\n"))
+		}
+	}
+	if strings.Contains(string(out), "_test.go") {
+		t.Error("agent_sum covers tests, which are not in the image")
+	}
+}
+
+// TestAgentInRecipeHash: only images that ask for the agent change when its source does.
+func TestAgentInRecipeHash(t *testing.T) {
+	for name, want := range map[string]bool{"base": false, "desktop": true} {
+		_, err := fs.Stat(files, name+"/agent")
+		if got := err == nil; got != want {
+			t.Errorf("%s: has the agent %v, want %v", name, got, want)
+		}
 	}
 }
 
@@ -105,6 +143,16 @@ func TestDesktopBootHook(t *testing.T) {
 	}
 	if !strings.Contains(string(custom), `"$here/boot.sh" "$root/etc/cocoonbox/boot"`) {
 		t.Fatal("desktop/customize.sh does not install boot.sh as /etc/cocoonbox/boot")
+	}
+	hook, err := os.ReadFile("desktop/boot.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"/usr/local/bin/cocoonbox-agent serve", "--listen 127.0.0.1:7070",
+		"--credential-file /run/cocoonbox/agent-credential", "/usr/local/bin/cocoonbox-desktop"} {
+		if !strings.Contains(string(hook), want) {
+			t.Errorf("desktop/boot.sh lacks %q", want)
+		}
 	}
 	desktop, err := os.ReadFile("desktop/desktop.sh")
 	if err != nil {

@@ -15,6 +15,8 @@ import (
 
 	"github.com/loomhand/cocoonbox/agentvm"
 	"github.com/loomhand/cocoonbox/agentvm/tools"
+	"github.com/loomhand/cocoonbox/agentvm/tools/browser"
+	"github.com/loomhand/cocoonbox/agentvm/tools/desktop"
 )
 
 func main() {
@@ -50,10 +52,22 @@ func run(args []string) error {
 	return fmt.Errorf("unknown command %q", args[0])
 }
 
+// The box's desktop, as the desktop image starts it (image/desktop/desktop.sh).
+const (
+	display    = ":0"
+	browserBin = "/usr/bin/chromium"
+)
+
+// desktopInputAllowed says whether the desktop tools may send keyboard and mouse input now.
+// TODO(control lease): ask whether the agent holds the box's control lease for this step (a
+// person driving the desktop over VNC holds it otherwise); the control plane does not tell the
+// agent yet, so input is always allowed.
+func desktopInputAllowed() error { return nil }
+
 func serve(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:7070", "address to listen on")
-	credFile := fs.String("credential-file", "", "file holding the per-box credential (default: $"+agentvm.CredentialEnv+")")
+	credFile := fs.String("credential-file", "", "file holding the per-box credential, read when calls arrive (default: $"+agentvm.CredentialEnv+")")
 	journalDir := fs.String("journal", agentvm.DefaultJournalDir, "directory of the step journal")
 	workDir := fs.String("dir", "", "working directory of the tools (default: the agent's)")
 	if err := fs.Parse(args); err != nil {
@@ -64,16 +78,28 @@ func serve(args []string) error {
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 
-	cred, err := agentvm.LoadCredential(*credFile)
-	if err != nil {
-		return err
+	cfg := agentvm.Config{CredentialFile: *credFile, Logger: log}
+	if *credFile == "" {
+		// The file may not exist yet (the control plane writes it after boot); the environment
+		// must hold the credential now.
+		cred, err := agentvm.LoadCredential("")
+		if err != nil {
+			return err
+		}
+		cfg.Credential = cred
 	}
 	journal, err := agentvm.OpenJournal(*journalDir)
 	if err != nil {
 		return err
 	}
-	loop := &agentvm.Loop{Tools: append([]tools.Tool{tools.Shell{Dir: *workDir}}, tools.Files(*workDir)...)}
-	srv, err := agentvm.NewServer(agentvm.Config{Credential: cred, Loop: loop, Journal: journal, Logger: log})
+	cfg.Journal = journal
+	br := browser.New(browser.Config{Bin: browserBin, Display: display})
+	defer func() { _ = br.Close() }()
+	desk := desktop.New(desktop.Config{Display: display, Allowed: desktopInputAllowed})
+	toolset := append([]tools.Tool{tools.Shell{Dir: *workDir}}, tools.Files(*workDir)...)
+	toolset = append(toolset, br.Tools()...)
+	cfg.Loop = &agentvm.Loop{Tools: append(toolset, desk.Tools()...)}
+	srv, err := agentvm.NewServer(cfg)
 	if err != nil {
 		return err
 	}
