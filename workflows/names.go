@@ -198,3 +198,47 @@ type Status struct {
 	// Controller holds the desktop's control lease; "" when nobody does.
 	Controller string
 }
+
+// AgentRunWorkflowID is the workflow ID of agent run id's workflow.
+func AgentRunWorkflowID(id string) string { return "run/" + id }
+
+// Message names of the agent run workflow; wire contract like the box workflow's.
+const (
+	SignalRunMessage = "message"
+	SignalRunCancel  = "cancel"
+)
+
+// DefaultAgentMaxSteps bounds a run whose input does not say.
+const DefaultAgentMaxSteps = 50
+
+// AgentRunInput starts an agent run. It names the vault secret that holds the model key, never
+// the key: secrets do not enter workflow payloads.
+type AgentRunInput struct {
+	RunID     string
+	BoxID     cocoonbox.BoxID
+	Owner     string
+	Task      string
+	System    string
+	Provider  string // "openai" or "anthropic"
+	BaseURL   string
+	Model     string
+	KeySecret string // the owner's vault secret holding the API key; "" sends none
+	MaxSteps  int    // 0 is DefaultAgentMaxSteps
+}
+
+// AgentRunResult is how a run ended.
+type AgentRunResult struct {
+	State cocoonbox.AgentRunState
+	Steps int
+	Text  string // what the model said last
+}
+
+// RunMessageSignal is a user's message to a running agent, passed into its next step.
+type RunMessageSignal struct {
+	Text string
+}
+
+// RunCancelSignal stops a run.
+type RunCancelSignal struct {
+	By string
+}

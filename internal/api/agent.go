@@ -4,57 +4,97 @@ import (
 	"context"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
 
-// agentService answers AgentService until the resident agent exists. Calls that name a box check
-// the caller's role on it first, so a stranger sees not found and a viewer is refused a run,
-// exactly as they will be once runs are served.
+// agentService gives tasks to boxes' resident agents through boxsvc, which checks the caller's
+// role on the box: runs need driver, reading them viewer.
 type agentService struct {
 	cbv1.UnimplementedAgentServiceServer
 	s *Server
 }
 
-// errAgent is every AgentService answer for now.
-var errAgent = cocoonbox.Errorf(cocoonbox.EUnimplemented, "agent runs land with the resident agent")
-
-func (a *agentService) boxRole(ctx context.Context, ref string, need cocoonbox.Role) error {
-	svc, caller, id, err := a.s.resolveBox(ctx, ref)
-	if err != nil {
-		return err
-	}
-	if err := requireRole(ctx, svc, caller, id, need); err != nil {
-		return err
-	}
-	return errAgent
-}
-
-// StartRun will give the box's agent a task (driver).
+// StartRun gives the box's agent a task (driver).
 func (a *agentService) StartRun(ctx context.Context, req *cbv1.StartRunRequest) (*cbv1.AgentRun, error) {
-	return nil, a.boxRole(ctx, req.GetBox(), cocoonbox.RoleDriver)
+	svc, caller, id, err := a.s.resolveBox(ctx, req.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	run, err := svc.StartRun(ctx, caller, id, boxsvc.RunRequest{Task: req.GetTask(), Model: req.GetModel()})
+	if err != nil {
+		return nil, err
+	}
+	return runProto(run), nil
 }
 
-// ListRuns will list the box's runs (viewer).
+// ListRuns lists the box's runs, newest first (viewer).
 func (a *agentService) ListRuns(ctx context.Context, req *cbv1.ListRunsRequest) (*cbv1.ListRunsResponse, error) {
-	return nil, a.boxRole(ctx, req.GetBox(), cocoonbox.RoleViewer)
+	svc, caller, id, err := a.s.resolveBox(ctx, req.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	runs, err := svc.ListRuns(ctx, caller, id)
+	if err != nil {
+		return nil, err
+	}
+	resp := &cbv1.ListRunsResponse{Runs: make([]*cbv1.AgentRun, 0, len(runs))}
+	for _, r := range runs {
+		resp.Runs = append(resp.Runs, runProto(r))
+	}
+	return resp, nil
 }
 
-// SendMessage will tell a running agent something.
-func (a *agentService) SendMessage(context.Context, *cbv1.SendMessageRequest) (*cbv1.SendMessageResponse, error) {
-	return nil, errAgent
+// SendMessage tells a running agent something (driver).
+func (a *agentService) SendMessage(ctx context.Context, req *cbv1.SendMessageRequest) (*cbv1.SendMessageResponse, error) {
+	svc, caller, err := a.s.boxCaller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := svc.SendMessage(ctx, caller, req.GetRunId(), req.GetText()); err != nil {
+		return nil, err
+	}
+	return &cbv1.SendMessageResponse{}, nil
 }
 
-// CancelRun will stop a run.
-func (a *agentService) CancelRun(context.Context, *cbv1.CancelRunRequest) (*cbv1.AgentRun, error) {
-	return nil, errAgent
+// CancelRun stops a run (driver).
+func (a *agentService) CancelRun(ctx context.Context, req *cbv1.CancelRunRequest) (*cbv1.AgentRun, error) {
+	svc, caller, err := a.s.boxCaller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	run, err := svc.CancelRun(ctx, caller, req.GetRunId())
+	if err != nil {
+		return nil, err
+	}
+	return runProto(run), nil
 }
 
-// GetRun will return a run with its steps.
-func (a *agentService) GetRun(context.Context, *cbv1.GetRunRequest) (*cbv1.AgentRun, error) {
-	return nil, errAgent
+// GetRun returns a run with its steps (viewer).
+func (a *agentService) GetRun(ctx context.Context, req *cbv1.GetRunRequest) (*cbv1.AgentRun, error) {
+	svc, caller, err := a.s.boxCaller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	run, err := svc.GetRun(ctx, caller, req.GetRunId())
+	if err != nil {
+		return nil, err
+	}
+	return runProto(run), nil
 }
 
-// WatchRun will stream a run.
+// WatchRun will stream a run; until then a client polls GetRun.
 func (a *agentService) WatchRun(*cbv1.WatchRunRequest, cbv1.AgentService_WatchRunServer) error {
-	return errAgent
+	return cocoonbox.Errorf(cocoonbox.EUnimplemented, "watching a run is not served yet; poll GetRun")
+}
+
+func runProto(r boxsvc.Run) *cbv1.AgentRun {
+	out := &cbv1.AgentRun{
+		Id: r.ID, BoxId: string(r.BoxID), Model: r.Model, State: string(r.State), Task: r.Task,
+		CreatedAt: ts(r.CreatedAt), EndedAt: ts(r.EndedAt),
+	}
+	for _, s := range r.Steps {
+		out.Steps = append(out.Steps, &cbv1.AgentStep{Number: int32(s.Step), Kind: s.Kind, Summary: s.Summary, At: ts(s.At)})
+	}
+	return out
 }

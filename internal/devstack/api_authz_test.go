@@ -209,13 +209,15 @@ func TestAPIAuthorization(t *testing.T) {
 		}
 		return err
 	}))
-	add("Agent.StartRun", cocoonbox.RoleDriver, codes.Unimplemented, call(func(ctx context.Context) error {
+	// No model and no configured default: an allowed caller gets past the role check to the
+	// field check, so a run never starts in a box with no agent.
+	add("Agent.StartRun", cocoonbox.RoleDriver, codes.InvalidArgument, call(func(ctx context.Context) error {
 		return errOf(agent.StartRun(ctx, &cbv1.StartRunRequest{Box: id, Task: "look around"}))
 	}))
-	add("Agent.ListRuns", cocoonbox.RoleViewer, codes.Unimplemented, call(func(ctx context.Context) error {
+	add("Agent.ListRuns", cocoonbox.RoleViewer, codes.OK, call(func(ctx context.Context) error {
 		return errOf(agent.ListRuns(ctx, &cbv1.ListRunsRequest{Box: id}))
 	}))
-	add("Agent.GetRun", "", codes.Unimplemented, call(func(ctx context.Context) error {
+	add("Agent.GetRun", "", codes.NotFound, call(func(ctx context.Context) error {
 		return errOf(agent.GetRun(ctx, &cbv1.GetRunRequest{RunId: "run_1"}))
 	}))
 	add("Vault.ListSecrets", "", codes.OK, call(func(ctx context.Context) error {

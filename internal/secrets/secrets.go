@@ -14,6 +14,7 @@ package secrets
 import (
 	"crypto/aes"
 	"crypto/cipher"
+	"crypto/hmac"
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
@@ -57,6 +58,7 @@ var (
 type Keyring struct {
 	primary [keyIDSize]byte
 	aeads   map[[keyIDSize]byte]cipher.AEAD
+	derive  [32]byte // the primary key's derivation key, for Derive
 }
 
 // NewKeyring returns a keyring whose primary key is key, which must be KeySize random bytes.
@@ -73,7 +75,20 @@ func NewKeyring(key []byte) (*Keyring, error) {
 		return nil, fmt.Errorf("new keyring: %w", err)
 	}
 	id := keyID(key)
-	return &Keyring{primary: id, aeads: map[[keyIDSize]byte]cipher.AEAD{id: aead}}, nil
+	k := &Keyring{primary: id, aeads: map[[keyIDSize]byte]cipher.AEAD{id: aead}}
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte("cocoonbox secrets derive\x00"))
+	copy(k.derive[:], m.Sum(nil))
+	return k, nil
+}
+
+// Derive returns a 32-byte key for purpose (e.g. "agent-credential"), the same on every process
+// holding the same master key and unrelated to the keys used for sealing or to other purposes.
+// Rotating the master key changes every derived key.
+func (k *Keyring) Derive(purpose string) []byte {
+	m := hmac.New(sha256.New, k.derive[:])
+	m.Write([]byte(purpose))
+	return m.Sum(nil)
 }
 
 // keyID derives a key's ID from the key, so the key file needs no second field and the same key

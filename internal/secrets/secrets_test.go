@@ -161,3 +161,22 @@ func TestLoadKeyringRefuses(t *testing.T) {
 		}
 	}
 }
+
+func TestDerive(t *testing.T) {
+	key := make([]byte, secrets.KeySize)
+	rand.Read(key)
+	a, _ := secrets.NewKeyring(key)
+	b, _ := secrets.NewKeyring(key)
+	if !bytes.Equal(a.Derive("agent-credential"), b.Derive("agent-credential")) || len(a.Derive("x")) != 32 {
+		t.Fatal("the same master key derives different keys")
+	}
+	if bytes.Equal(a.Derive("agent-credential"), a.Derive("other")) {
+		t.Fatal("two purposes derive the same key")
+	}
+	other := make([]byte, secrets.KeySize)
+	rand.Read(other)
+	c, _ := secrets.NewKeyring(other)
+	if bytes.Equal(a.Derive("agent-credential"), c.Derive("agent-credential")) {
+		t.Fatal("two master keys derive the same key")
+	}
+}

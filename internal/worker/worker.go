@@ -10,6 +10,9 @@ import (
 	"errors"
 	"log/slog"
 
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/temporal"
+
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 
@@ -19,6 +22,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/secrets"
 	"github.com/loomhand/cocoonbox/internal/store"
+	"github.com/loomhand/cocoonbox/internal/vault"
 	"github.com/loomhand/cocoonbox/workflows"
 )
 
@@ -32,7 +36,11 @@ type Options struct {
 	Blobs    objstore.Store
 	// UploadRate caps snapshot uploads in bytes per second; 0 is no cap.
 	UploadRate int64
-	Logger     *slog.Logger
+	// AgentKey is the HMAC key boxes' agent credentials derive from (activities.AgentCredential).
+	// Every worker of a deployment needs the same one; nil uses a random key for this process,
+	// which works for a single worker (the credential in a box is rewritten when it differs).
+	AgentKey []byte
+	Logger   *slog.Logger
 }
 
 // New returns a worker with every workflow and activity registered; the caller starts and stops it.
@@ -40,6 +48,7 @@ func New(opts Options) worker.Worker {
 	w := worker.New(opts.Temporal, workflows.TaskQueue, worker.Options{})
 	w.RegisterWorkflow(workflows.BoxWorkflow)
 	w.RegisterWorkflow(workflows.SnapshotWorkflow)
+	w.RegisterWorkflow(workflows.AgentRunWorkflow)
 	tok := tokens{store.SandboxTokens{Store: opts.Store, Keys: opts.Keys}}
 	w.RegisterActivity(&activities.Sandbox{Client: opts.Sandbox, Tokens: tok, Template: opts.Template})
 	w.RegisterActivity(&activities.Store{Boxes: boxes{opts.Store}})
@@ -47,7 +56,49 @@ func New(opts Options) worker.Worker {
 		Client: opts.Sandbox, Tokens: tok, Blobs: opts.Blobs, Store: snapshots{opts.Store},
 		Template: opts.Template, UploadRate: opts.UploadRate,
 	})
+	agentKey := opts.AgentKey
+	if len(agentKey) == 0 {
+		// Every worker of a deployment shares the keyring, so every worker derives the same
+		// credential for a box.
+		agentKey = opts.Keys.Derive("agent-credential")
+	}
+	w.RegisterActivity(&activities.Agent{
+		Sandbox: opts.Sandbox, Tokens: tok, Runs: opts.Store, Vault: &vault.Vault{Store: opts.Store, Keys: opts.Keys},
+		Credentials: func(id cocoonbox.BoxID) (string, error) { return activities.AgentCredential(agentKey, id), nil },
+		Wake:        wakeBox(opts.Temporal),
+	})
 	return w
+}
+
+// wakeBox wakes a box through its workflow's wake update (a no-op when it runs), for the agent
+// step activity: an update cannot be sent from a workflow. A box without a workflow, or one whose
+// state refuses a wake (deleted), is a permanent failure of the step.
+func wakeBox(c client.Client) func(context.Context, cocoonbox.BoxID) error {
+	return func(ctx context.Context, id cocoonbox.BoxID) error {
+		// A query first: it writes no history, and the box is usually up already.
+		if v, err := c.QueryWorkflow(ctx, workflows.BoxWorkflowID(id), "", workflows.QueryStatus); err == nil {
+			var st workflows.Status
+			if v.Get(&st) == nil && (st.State == cocoonbox.BoxStateRunning || st.State == cocoonbox.BoxStateSnapshotting) {
+				return nil
+			}
+		}
+		h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+			WorkflowID: workflows.BoxWorkflowID(id), UpdateName: workflows.UpdateWake,
+			Args: []any{workflows.WakeInput{}}, WaitForStage: client.WorkflowUpdateStageCompleted,
+		})
+		if err == nil {
+			err = h.Get(ctx, nil)
+		}
+		var nf *serviceerror.NotFound
+		var app *temporal.ApplicationError
+		switch {
+		case errors.As(err, &nf):
+			return cocoonbox.Errorf(cocoonbox.ENotFound, "box %s has no workflow", id)
+		case errors.As(err, &app) && app.Type() == workflows.ErrTypeInvalidTransition:
+			return cocoonbox.Errorf(cocoonbox.EConflict, "wake box %s: %s", id, app.Message())
+		}
+		return err
+	}
 }
 
 // tokens adapts the store's sealed sandbox tokens to activities.TokenStore, whose callers branch

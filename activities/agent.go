@@ -1,0 +1,336 @@
+package activities
+
+import (
+	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strings"
+	"sync"
+	"unicode/utf8"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
+	"github.com/loomhand/cocoonbox/internal/store"
+	agentvmv1 "github.com/loomhand/cocoonbox/proto/agentvm/v1"
+)
+
+// AgentPort is where the in-box agent (cocoonbox-agent serve) listens on the box's loopback.
+const AgentPort = 7070
+
+// AgentCredentialPath is the file in the box the agent reads its per-box credential from; it
+// re-reads it when it changes.
+const AgentCredentialPath = "/run/cocoonbox/agent-credential"
+
+// AgentRunStore is the part of the database agent runs write: the run's state and its steps,
+// with the conversation each step left.
+type AgentRunStore interface {
+	SetAgentRunState(ctx context.Context, id string, state cocoonbox.AgentRunState, reason string) error
+	AppendAgentStep(ctx context.Context, s store.NewAgentStep) error
+	AgentConversation(ctx context.Context, run string, step int) ([]byte, error)
+}
+
+// SecretOpener opens an owner's vault secret in clear (internal/vault.Vault).
+type SecretOpener interface {
+	Open(ctx context.Context, ownerID, name string) (string, error)
+}
+
+// Agent holds the activities of the agent run workflow: one step of the in-box agent, and the
+// run's state. Model keys and the box credential are resolved here and never leave the activity.
+type Agent struct {
+	Sandbox sandbox.Client
+	Tokens  TokenStore
+	Runs    AgentRunStore
+	Vault   SecretOpener
+	// Credentials derives a box's agent credential (see AgentCredential).
+	Credentials func(boxID cocoonbox.BoxID) (string, error)
+	// Wake brings the box up through its workflow's wake update (a no-op for a running box), so a
+	// step finds a sandbox even after the box hibernated or lost its node. nil skips it.
+	Wake func(ctx context.Context, boxID cocoonbox.BoxID) error
+
+	written sync.Map // sandbox ID → credential known to be in that sandbox
+}
+
+// AgentCredential is the per-box agent credential: hex HMAC-SHA256 of the box ID under key.
+func AgentCredential(key []byte, boxID cocoonbox.BoxID) string {
+	m := hmac.New(sha256.New, key)
+	m.Write([]byte(boxID))
+	return hex.EncodeToString(m.Sum(nil))
+}
+
+// StepInput is one step of a run: everything but the key and the conversation, which the
+// activity loads itself (KeySecret from the vault, the conversation from step Step-1's row).
+type StepInput struct {
+	RunID     string
+	BoxID     cocoonbox.BoxID
+	Owner     string
+	Step      int // from 1
+	Provider  string
+	BaseURL   string
+	Model     string
+	KeySecret string
+	System    string
+	Task      string
+	Message   string // a user message for this step; "" for none
+}
+
+// StepResult is what the workflow needs of a step; the rest is in the step's row.
+type StepResult struct {
+	Done      bool
+	Text      string // what the model said, cut to maxStepText
+	ToolCalls int
+	Replayed  bool
+}
+
+// RunStateInput is a run state to record.
+type RunStateInput struct {
+	RunID  string
+	State  cocoonbox.AgentRunState
+	Reason string
+}
+
+// maxStepText bounds the text a step carries in payloads and rows; the whole is in the
+// conversation.
+const maxStepText = 4 << 10
+
+// Step runs one step of the run in the box's agent and records it. A retry of the same step is
+// safe: the agent answers a completed step from its journal, and the row is replaced.
+func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
+	if in.RunID == "" || in.Step < 1 {
+		return StepResult{}, classify(cocoonbox.Invalid("step", "needs a run ID and a step from 1"))
+	}
+	if err := in.BoxID.Validate(); err != nil {
+		return StepResult{}, classify(err)
+	}
+	if a.Wake != nil {
+		// A hibernated box restores for as long as it takes; heartbeats keep the step alive.
+		if _, err := whileHeartbeating(ctx, func(ctx context.Context) (struct{}, error) {
+			return struct{}{}, a.Wake(ctx, in.BoxID)
+		}); err != nil {
+			return StepResult{}, classify(fmt.Errorf("wake box %s: %w", in.BoxID, err))
+		}
+	}
+	sid, token, err := a.Tokens.SandboxToken(ctx, string(in.BoxID))
+	if err != nil {
+		if cocoonbox.ErrorCode(err) == cocoonbox.ENotFound {
+			return StepResult{}, newError(ErrTypeUnavailable, fmt.Errorf("box %s has no sandbox yet", in.BoxID))
+		}
+		return StepResult{}, classify(fmt.Errorf("read sandbox token: %w", err))
+	}
+	ref := sandbox.SandboxRef{ID: sid, Token: token}
+	var conv []byte
+	if in.Step > 1 {
+		if conv, err = a.Runs.AgentConversation(ctx, in.RunID, in.Step-1); err != nil {
+			return StepResult{}, storeError(fmt.Errorf("load conversation: %w", err))
+		}
+	}
+	var key string
+	if in.KeySecret != "" {
+		if key, err = a.Vault.Open(ctx, in.Owner, in.KeySecret); err != nil {
+			if errors.Is(err, store.ErrNotFound) {
+				return StepResult{}, newError(ErrTypeInvalidArgument, fmt.Errorf("model key: no secret called %s", in.KeySecret))
+			}
+			return StepResult{}, classify(fmt.Errorf("open model key %s: %w", in.KeySecret, err))
+		}
+	}
+	cred, err := a.Credentials(in.BoxID)
+	if err != nil {
+		return StepResult{}, classify(fmt.Errorf("derive agent credential: %w", err))
+	}
+	if err := a.ensureCredential(ctx, ref, cred); err != nil {
+		return StepResult{}, err
+	}
+	req := &agentvmv1.StepRequest{
+		RunId: in.RunID, Step: int32(in.Step), Provider: in.Provider, BaseUrl: in.BaseURL, Model: in.Model,
+		ApiKey: key, System: in.System, Task: in.Task, Messages: conv, Message: in.Message,
+	}
+	resp, err := whileHeartbeating(ctx, func(ctx context.Context) (*agentvmv1.StepResponse, error) {
+		return a.callStep(ctx, ref, cred, req)
+	})
+	if err != nil {
+		if status.Code(err) == codes.Unauthenticated {
+			a.written.Delete(sid) // the file may be gone (a restored box); write it again
+		}
+		return StepResult{}, agentError(ctx, err)
+	}
+	if err := a.Runs.AppendAgentStep(ctx, stepRow(in, resp)); err != nil {
+		return StepResult{}, storeError(fmt.Errorf("record step: %w", err))
+	}
+	return StepResult{Done: resp.GetDone(), Text: cut(resp.GetText(), maxStepText),
+		ToolCalls: len(resp.GetToolCalls()), Replayed: resp.GetReplayed()}, nil
+}
+
+// SetRunState records the run's state.
+func (a *Agent) SetRunState(ctx context.Context, in RunStateInput) error {
+	if err := a.Runs.SetAgentRunState(ctx, in.RunID, in.State, in.Reason); err != nil {
+		return storeError(fmt.Errorf("set run %s state: %w", in.RunID, err))
+	}
+	return nil
+}
+
+// ensureCredential writes cred to AgentCredentialPath in the sandbox unless it is there already.
+// The credential travels in the exec's environment, not its argv, so the engine's logs of
+// commands do not show it.
+func (a *Agent) ensureCredential(ctx context.Context, ref sandbox.SandboxRef, cred string) error {
+	if v, ok := a.written.Load(ref.ID); ok && v.(string) == cred {
+		return nil
+	}
+	const script = `f=` + AgentCredentialPath + `
+[ "$(cat "$f" 2>/dev/null)" = "$COCOONBOX_CRED" ] && exit 0
+mkdir -p "$(dirname "$f")" && umask 077 && printf %s "$COCOONBOX_CRED" > "$f.tmp" && mv -f "$f.tmp" "$f"`
+	res, err := a.Sandbox.Exec(ctx, ref, sandbox.ExecRequest{
+		Argv: []string{"sh", "-c", script}, Env: map[string]string{"COCOONBOX_CRED": cred}, TimeoutSeconds: 30,
+	})
+	if err != nil {
+		return sandboxError(fmt.Errorf("write agent credential: %w", err))
+	}
+	if res.ExitCode != 0 {
+		return newError(ErrTypeUnavailable, fmt.Errorf("write agent credential: exit %d: %s", res.ExitCode, cut(res.Stderr, 200)))
+	}
+	a.written.Store(ref.ID, cred)
+	return nil
+}
+
+// callStep dials the agent through the engine's ports relay and runs one Step.
+func (a *Agent) callStep(ctx context.Context, ref sandbox.SandboxRef, cred string, req *agentvmv1.StepRequest) (*agentvmv1.StepResponse, error) {
+	var (
+		mu      sync.Mutex
+		dialErr error // the relay's last refusal, which says more than gRPC's UNAVAILABLE
+	)
+	conn, err := grpc.NewClient("passthrough:///agent",
+		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+			c, err := a.Sandbox.DialPort(ctx, ref, AgentPort)
+			if err != nil {
+				mu.Lock()
+				dialErr = err
+				mu.Unlock()
+				return nil, err
+			}
+			return c, nil
+		}))
+	if err != nil {
+		return nil, fmt.Errorf("agent client: %w", err)
+	}
+	defer conn.Close()
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+cred)
+	resp, err := agentvmv1.NewAgentsClient(conn).Step(ctx, req)
+	mu.Lock()
+	defer mu.Unlock()
+	if err != nil && dialErr != nil && status.Code(err) == codes.Unavailable {
+		return nil, fmt.Errorf("dial agent: %w", dialErr)
+	}
+	return resp, err
+}
+
+// agentError is the one table from the agent's answers to activity error types: a model or
+// request the agent refuses is permanent and carries the agent's message; an agent that is not
+// up yet, a transport failure or a relay that cannot reach the box is retried.
+func agentError(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	st, ok := status.FromError(err)
+	if !ok {
+		return sandboxError(err) // the relay's dial failed
+	}
+	msg := st.Message()
+	switch st.Code() {
+	case codes.InvalidArgument, codes.FailedPrecondition, codes.OutOfRange:
+		return newError(ErrTypeInvalidArgument, errors.New(msg))
+	case codes.Unimplemented:
+		return newError(ErrTypeInvalidArgument, fmt.Errorf("the box's agent cannot run steps: %s", msg))
+	case codes.PermissionDenied:
+		return newError(ErrTypeInvalidArgument, fmt.Errorf("agent refused: %s", msg))
+	case codes.NotFound:
+		return newError(ErrTypeNotFound, errors.New(msg))
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.ResourceExhausted,
+		codes.Unauthenticated, codes.Canceled:
+		// Unauthenticated: the agent has not read the credential file yet, or it was replaced.
+		return newError(ErrTypeUnavailable, fmt.Errorf("agent: %s: %s", st.Code(), msg))
+	}
+	return newError(ErrTypeInternal, fmt.Errorf("agent: %s: %s", st.Code(), msg))
+}
+
+// sandboxError classifies an engine error on the way to the agent. A sandbox the engine no
+// longer has is retried rather than permanent: the next try's wake brings the box a new one.
+func sandboxError(err error) error {
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return newError(ErrTypeUnavailable, err)
+	}
+	return classify(err)
+}
+
+// storeError classifies a store error: a missing row is permanent, the rest may be transient.
+func storeError(err error) error {
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return newError(ErrTypeNotFound, err)
+	case errors.Is(err, store.ErrInvalid):
+		return newError(ErrTypeInvalidArgument, err)
+	case errors.Is(err, store.ErrConflict):
+		return newError(ErrTypeConflict, err)
+	}
+	return classify(err)
+}
+
+// stepPayload is a step's row payload: what a person or a tool reads about it.
+type stepPayload struct {
+	Text       string     `json:"text,omitempty"`
+	Message    string     `json:"message,omitempty"`
+	Done       bool       `json:"done,omitempty"`
+	StopReason string     `json:"stop_reason,omitempty"`
+	Replayed   bool       `json:"replayed,omitempty"`
+	ToolCalls  []toolLine `json:"tool_calls,omitempty"`
+}
+
+type toolLine struct {
+	Name    string `json:"name"`
+	IsError bool   `json:"is_error,omitempty"`
+	Images  int32  `json:"images,omitempty"`
+	Result  string `json:"result,omitempty"` // cut to 1 KiB
+}
+
+func stepRow(in StepInput, resp *agentvmv1.StepResponse) store.NewAgentStep {
+	p := stepPayload{Text: cut(resp.GetText(), maxStepText), Message: cut(in.Message, maxStepText),
+		Done: resp.GetDone(), StopReason: resp.GetStopReason(), Replayed: resp.GetReplayed()}
+	var names []string
+	for _, tc := range resp.GetToolCalls() {
+		p.ToolCalls = append(p.ToolCalls, toolLine{Name: tc.GetName(), IsError: tc.GetIsError(), Images: tc.GetImages(), Result: cut(tc.GetResult(), 1<<10)})
+		names = append(names, tc.GetName())
+	}
+	payload, _ := json.Marshal(p) // plain strings and numbers: cannot fail
+	return store.NewAgentStep{RunID: in.RunID, Step: in.Step, Kind: "model_turn",
+		Summary: stepSummary(resp.GetText(), names), Payload: payload, Conversation: resp.GetMessages()}
+}
+
+// stepSummary is the step's one line: the tools it called, else the first line of its text.
+func stepSummary(text string, tools []string) string {
+	if len(tools) > 0 {
+		return cut("called "+strings.Join(tools, ", "), 200)
+	}
+	line, _, _ := strings.Cut(strings.TrimSpace(text), "\n")
+	return cut(line, 200)
+}
+
+// cut shortens s to at most n bytes on a rune boundary.
+func cut(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[:n]
+	for len(s) > 0 && !utf8.ValidString(s) {
+		s = s[:len(s)-1]
+	}
+	return s + "…"
+}

@@ -1,0 +1,244 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+
+	"go.temporal.io/sdk/temporal"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
+	"github.com/loomhand/cocoonbox/internal/store"
+	agentvmv1 "github.com/loomhand/cocoonbox/proto/agentvm/v1"
+)
+
+const agentBox = cocoonbox.BoxID("bx_0123456789abcdef")
+
+func TestAgentCredential(t *testing.T) {
+	a := AgentCredential([]byte("k1"), agentBox)
+	if len(a) != 64 || strings.Trim(a, "0123456789abcdef") != "" {
+		t.Fatalf("credential %q is not 64 hex digits", a)
+	}
+	if AgentCredential([]byte("k1"), agentBox) != a {
+		t.Fatal("not deterministic")
+	}
+	if AgentCredential([]byte("k2"), agentBox) == a || AgentCredential([]byte("k1"), "bx_fedcba9876543210") == a {
+		t.Fatal("same credential under another key or box")
+	}
+}
+
+func TestAgentErrorMapping(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		err       error
+		typ       string
+		retryable bool
+	}{
+		{status.Error(codes.InvalidArgument, "model: 400 no such model"), ErrTypeInvalidArgument, false},
+		{status.Error(codes.FailedPrecondition, "x"), ErrTypeInvalidArgument, false},
+		{status.Error(codes.Unimplemented, "x"), ErrTypeInvalidArgument, false},
+		{status.Error(codes.Unavailable, "connection refused"), ErrTypeUnavailable, true},
+		{status.Error(codes.Unauthenticated, "no credential yet"), ErrTypeUnavailable, true},
+		{status.Error(codes.ResourceExhausted, "429"), ErrTypeUnavailable, true},
+		{status.Error(codes.Internal, "boom"), ErrTypeInternal, true},
+		{sandbox.ErrNotFound, ErrTypeUnavailable, true}, // the next try's wake brings a sandbox
+		{sandbox.ErrUnavailable, ErrTypeUnavailable, true},
+	} {
+		err := agentError(ctx, tc.err)
+		var app *temporal.ApplicationError
+		if !errors.As(err, &app) || app.Type() != tc.typ || app.NonRetryable() == tc.retryable {
+			t.Errorf("%v: got %v", tc.err, err)
+		}
+	}
+	if err := agentError(ctx, status.Error(codes.InvalidArgument, "model: 400 no such model")); !strings.Contains(err.Error(), "no such model") {
+		t.Errorf("the model's message is lost: %v", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if err := agentError(cctx, status.Error(codes.Canceled, "x")); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v", err)
+	}
+}
+
+// fakeAgent is the in-box agent: it checks the credential and key, and echoes a conversation.
+type fakeAgent struct {
+	agentvmv1.UnimplementedAgentsServer
+	cred string
+	fail error
+	mu   sync.Mutex
+	reqs []*agentvmv1.StepRequest
+}
+
+func (f *fakeAgent) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1.StepResponse, error) {
+	md, _ := metadata.FromIncomingContext(ctx)
+	if got := md.Get("authorization"); len(got) != 1 || got[0] != "Bearer "+f.cred {
+		return nil, status.Error(codes.Unauthenticated, "bad credential")
+	}
+	f.mu.Lock()
+	f.reqs = append(f.reqs, req)
+	f.mu.Unlock()
+	if f.fail != nil {
+		return nil, f.fail
+	}
+	return &agentvmv1.StepResponse{
+		Messages:  append(append([]byte{}, req.GetMessages()...), byte('0'+req.GetStep())),
+		Done:      req.GetStep() == 2,
+		Text:      "step text\nmore",
+		ToolCalls: []*agentvmv1.ToolCallResult{{Name: "shell", Result: "ok"}},
+	}, nil
+}
+
+// fakeBox is a sandbox engine with one sandbox whose port AgentPort is the fake agent.
+type fakeBox struct {
+	sandbox.Client
+	lis   *bufconn.Listener
+	mu    sync.Mutex
+	execs []sandbox.ExecRequest
+}
+
+type pipeConn struct{ net.Conn }
+
+func (pipeConn) CloseWrite() error { return nil }
+
+func (f *fakeBox) DialPort(ctx context.Context, sb sandbox.SandboxRef, port int) (sandbox.Conn, error) {
+	if sb.ID != "sb_1" || sb.Token != "tok" || port != AgentPort {
+		return nil, sandbox.ErrNotFound
+	}
+	c, err := f.lis.DialContext(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return pipeConn{c}, nil
+}
+
+func (f *fakeBox) Exec(_ context.Context, _ sandbox.SandboxRef, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.execs = append(f.execs, req)
+	return sandbox.ExecResult{}, nil
+}
+
+type fakeTokens struct{}
+
+func (fakeTokens) PutSandboxToken(context.Context, string, string, string) error { return nil }
+func (fakeTokens) SandboxToken(context.Context, string) (string, string, error) {
+	return "sb_1", "tok", nil
+}
+
+type fakeRuns struct {
+	steps map[int]store.NewAgentStep
+}
+
+func (f *fakeRuns) SetAgentRunState(context.Context, string, cocoonbox.AgentRunState, string) error {
+	return nil
+}
+func (f *fakeRuns) AppendAgentStep(_ context.Context, s store.NewAgentStep) error {
+	f.steps[s.Step] = s
+	return nil
+}
+func (f *fakeRuns) AgentConversation(_ context.Context, _ string, step int) ([]byte, error) {
+	s, ok := f.steps[step]
+	if !ok {
+		return nil, store.ErrNotFound
+	}
+	return s.Conversation, nil
+}
+
+type fakeVault map[string]string
+
+func (v fakeVault) Open(_ context.Context, owner, name string) (string, error) {
+	if s, ok := v[owner+"/"+name]; ok {
+		return s, nil
+	}
+	return "", store.ErrNotFound
+}
+
+func newAgentFixture(t *testing.T) (*Agent, *fakeAgent, *fakeBox, *fakeRuns) {
+	t.Helper()
+	cred := AgentCredential([]byte("key"), agentBox)
+	agent := &fakeAgent{cred: cred}
+	lis := bufconn.Listen(1 << 20)
+	srv := grpc.NewServer()
+	agentvmv1.RegisterAgentsServer(srv, agent)
+	go srv.Serve(lis)
+	t.Cleanup(srv.Stop)
+	box := &fakeBox{lis: lis}
+	runs := &fakeRuns{steps: map[int]store.NewAgentStep{}}
+	woke := 0
+	a := &Agent{
+		Sandbox: box, Tokens: fakeTokens{}, Runs: runs, Vault: fakeVault{"usr_a/OPENAI_KEY": "sk-secret"},
+		Credentials: func(id cocoonbox.BoxID) (string, error) { return AgentCredential([]byte("key"), id), nil },
+		Wake:        func(context.Context, cocoonbox.BoxID) error { woke++; return nil },
+	}
+	return a, agent, box, runs
+}
+
+func TestAgentStep(t *testing.T) {
+	ctx := context.Background()
+	a, agent, box, runs := newAgentFixture(t)
+	in := StepInput{RunID: "run_1", BoxID: agentBox, Owner: "usr_a", Step: 1, Provider: "openai",
+		Model: "m", KeySecret: "OPENAI_KEY", Task: "do it"}
+	res, err := a.Step(ctx, in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Done || res.ToolCalls != 1 || res.Text != "step text\nmore" {
+		t.Fatalf("step 1 = %+v", res)
+	}
+	in.Step, in.Message = 2, "hurry"
+	if res, err = a.Step(ctx, in); err != nil || !res.Done {
+		t.Fatalf("step 2 = %+v, %v", res, err)
+	}
+	if len(agent.reqs) != 2 {
+		t.Fatalf("agent saw %d steps", len(agent.reqs))
+	}
+	r1, r2 := agent.reqs[0], agent.reqs[1]
+	if r1.GetApiKey() != "sk-secret" || r1.GetRunId() != "run_1" || len(r1.GetMessages()) != 0 || r1.GetTask() != "do it" {
+		t.Errorf("step 1 request %v", r1)
+	}
+	if string(r2.GetMessages()) != "1" || r2.GetMessage() != "hurry" {
+		t.Errorf("step 2 request carries conversation %q, message %q", r2.GetMessages(), r2.GetMessage())
+	}
+	if len(box.execs) != 1 || box.execs[0].Env["COCOONBOX_CRED"] != agent.cred || strings.Contains(strings.Join(box.execs[0].Argv, " "), agent.cred) {
+		t.Errorf("credential writes %+v", box.execs)
+	}
+	s := runs.steps[2]
+	if s.Kind != "model_turn" || s.Summary != "called shell" || string(s.Conversation) != "12" ||
+		strings.Contains(string(s.Payload), "sk-secret") || !strings.Contains(string(s.Payload), `"message":"hurry"`) {
+		t.Errorf("step 2 row %+v payload %s", s, s.Payload)
+	}
+}
+
+func TestAgentStepErrors(t *testing.T) {
+	ctx := context.Background()
+	a, agent, _, _ := newAgentFixture(t)
+	in := StepInput{RunID: "run_1", BoxID: agentBox, Owner: "usr_a", Step: 1, Provider: "openai", Model: "m", KeySecret: "NOPE"}
+	var app *temporal.ApplicationError
+	if _, err := a.Step(ctx, in); !errors.As(err, &app) || app.Type() != ErrTypeInvalidArgument || !strings.Contains(err.Error(), "NOPE") {
+		t.Errorf("missing key secret: %v", err)
+	}
+	in.KeySecret = "OPENAI_KEY"
+	agent.fail = status.Error(codes.InvalidArgument, "model: 401 invalid api key")
+	if _, err := a.Step(ctx, in); !errors.As(err, &app) || !app.NonRetryable() || !strings.Contains(err.Error(), "invalid api key") {
+		t.Errorf("model 4xx: %v", err)
+	}
+	in.Step = 3 // step 2 was never recorded
+	if _, err := a.Step(ctx, in); !errors.As(err, &app) || app.Type() != ErrTypeNotFound {
+		t.Errorf("missing conversation: %v", err)
+	}
+	a.Credentials = func(cocoonbox.BoxID) (string, error) { return "wrong", nil }
+	in.Step = 1
+	agent.fail = nil
+	if _, err := a.Step(ctx, in); !errors.As(err, &app) || app.Type() != ErrTypeUnavailable || app.NonRetryable() {
+		t.Errorf("refused credential: %v", err)
+	}
+}

@@ -1,0 +1,210 @@
+package boxsvc
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"strings"
+
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/store"
+	"github.com/loomhand/cocoonbox/workflows"
+)
+
+// AgentDefaults fill what a run request leaves empty: the model gateway and the vault secret
+// holding its key.
+type AgentDefaults struct {
+	Provider  string // "openai" or "anthropic"
+	BaseURL   string
+	Model     string
+	KeySecret string // the vault secret, in the run's starter's vault, holding the gateway key
+	MaxSteps  int    // 0 is workflows.DefaultAgentMaxSteps
+}
+
+// DefaultAgent is what runs use until the configuration carries a gateway section.
+var DefaultAgent = AgentDefaults{Provider: "openai", BaseURL: "https://api.openai.com/v1", KeySecret: "OPENAI_API_KEY"}
+
+// maxTaskBytes bounds a task or a message; longer instructions belong in a file in the box.
+const maxTaskBytes = 32 << 10
+
+// RunRequest is a task for a box's agent. Empty fields take DefaultAgent's.
+type RunRequest struct {
+	Task      string
+	Model     string
+	Provider  string
+	BaseURL   string
+	KeySecret string
+	System    string
+	MaxSteps  int
+}
+
+// Run is an agent run with its steps (GetRun) or without (the others).
+type Run struct {
+	store.AgentRun
+	Steps []store.AgentStep
+}
+
+// StartRun gives the box's agent a task (driver): it records the run and starts its workflow,
+// which pins the box awake and drives the agent. The model key comes from the caller's vault.
+func (s *Service) StartRun(ctx context.Context, caller string, id cocoonbox.BoxID, req RunRequest) (Run, error) {
+	if _, err := s.authorize(ctx, caller, id, cocoonbox.RoleDriver); err != nil {
+		return Run{}, err
+	}
+	req = withDefaults(req, DefaultAgent)
+	switch {
+	case strings.TrimSpace(req.Task) == "":
+		return Run{}, cocoonbox.Invalid("task", "is required")
+	case len(req.Task) > maxTaskBytes:
+		return Run{}, cocoonbox.Invalid("task", fmt.Sprintf("is longer than %d bytes", maxTaskBytes))
+	case req.Model == "":
+		return Run{}, cocoonbox.Invalid("model", "is required")
+	case req.Provider != "openai" && req.Provider != "anthropic":
+		return Run{}, cocoonbox.Invalid("provider", "must be openai or anthropic")
+	}
+	b := make([]byte, 16)
+	rand.Read(b) // never fails since Go 1.24
+	runID := "run_" + hex.EncodeToString(b)
+	run, err := s.Store.CreateAgentRun(ctx, store.NewAgentRun{ID: runID, BoxID: id, Owner: caller,
+		Task: req.Task, Provider: req.Provider, Model: req.Model})
+	if err != nil {
+		return Run{}, fmt.Errorf("record run: %w", err)
+	}
+	_, err = s.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: workflows.AgentRunWorkflowID(runID), TaskQueue: workflows.TaskQueue,
+	}, workflows.AgentRunWorkflow, workflows.AgentRunInput{
+		RunID: runID, BoxID: id, Owner: caller, Task: req.Task, System: req.System, Provider: req.Provider,
+		BaseURL: req.BaseURL, Model: req.Model, KeySecret: req.KeySecret, MaxSteps: req.MaxSteps,
+	})
+	if err != nil {
+		// The run never started: say so on its row rather than leave it running forever.
+		if serr := s.Store.SetAgentRunState(context.WithoutCancel(ctx), runID, cocoonbox.AgentRunFailed, "could not start"); serr != nil && s.Logger != nil {
+			s.Logger.Warn("record unstarted run", "run", runID, "err", serr)
+		}
+		return Run{}, translate(fmt.Errorf("start run %s: %w", runID, err))
+	}
+	s.audit(ctx, caller, id, "agent.start", map[string]any{"run": runID, "model": req.Model})
+	return Run{AgentRun: run}, nil
+}
+
+func withDefaults(r RunRequest, d AgentDefaults) RunRequest {
+	for _, f := range []struct {
+		v *string
+		d string
+	}{
+		{&r.Model, d.Model}, {&r.Provider, d.Provider}, {&r.BaseURL, d.BaseURL}, {&r.KeySecret, d.KeySecret},
+	} {
+		if *f.v == "" {
+			*f.v = f.d
+		}
+	}
+	if r.MaxSteps <= 0 {
+		r.MaxSteps = d.MaxSteps
+	}
+	return r
+}
+
+// GetRun returns a run with its steps (viewer on its box).
+func (s *Service) GetRun(ctx context.Context, caller, runID string) (Run, error) {
+	run, err := s.run(ctx, caller, runID, cocoonbox.RoleViewer)
+	if err != nil {
+		return Run{}, err
+	}
+	steps, err := s.Store.AgentSteps(ctx, runID)
+	if err != nil {
+		return Run{}, fmt.Errorf("read run steps: %w", err)
+	}
+	return Run{AgentRun: run, Steps: steps}, nil
+}
+
+// ListRuns returns the box's runs, newest first (viewer).
+func (s *Service) ListRuns(ctx context.Context, caller string, id cocoonbox.BoxID) ([]Run, error) {
+	if _, err := s.authorize(ctx, caller, id, cocoonbox.RoleViewer); err != nil {
+		return nil, err
+	}
+	rows, err := s.Store.ListAgentRuns(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("list runs: %w", err)
+	}
+	runs := make([]Run, 0, len(rows))
+	for _, r := range rows {
+		runs = append(runs, Run{AgentRun: r})
+	}
+	return runs, nil
+}
+
+// CancelRun stops a run (driver); its steps so far are kept. Cancelling an ended run answers it
+// as it ended.
+func (s *Service) CancelRun(ctx context.Context, caller, runID string) (Run, error) {
+	run, err := s.run(ctx, caller, runID, cocoonbox.RoleDriver)
+	if err != nil {
+		return Run{}, err
+	}
+	if !run.EndedAt.IsZero() {
+		return Run{AgentRun: run}, nil
+	}
+	err = s.Temporal.SignalWorkflow(ctx, workflows.AgentRunWorkflowID(runID), "", workflows.SignalRunCancel,
+		workflows.RunCancelSignal{By: caller})
+	var nf *serviceerror.NotFound
+	if err != nil && !errors.As(err, &nf) { // not found: it ended meanwhile
+		return Run{}, translate(fmt.Errorf("cancel run %s: %w", runID, err))
+	}
+	s.audit(ctx, caller, run.BoxID, "agent.cancel", map[string]any{"run": runID})
+	return Run{AgentRun: run}, nil
+}
+
+// SendMessage tells a running agent something (driver); its next step reads it.
+func (s *Service) SendMessage(ctx context.Context, caller, runID, text string) error {
+	switch {
+	case strings.TrimSpace(text) == "":
+		return cocoonbox.Invalid("text", "is required")
+	case len(text) > maxTaskBytes:
+		return cocoonbox.Invalid("text", fmt.Sprintf("is longer than %d bytes", maxTaskBytes))
+	}
+	run, err := s.run(ctx, caller, runID, cocoonbox.RoleDriver)
+	if err != nil {
+		return err
+	}
+	notRunning := cocoonbox.Errorf(cocoonbox.EConflict, "run %s is %s", runID, run.State)
+	if !run.EndedAt.IsZero() {
+		return notRunning
+	}
+	err = s.Temporal.SignalWorkflow(ctx, workflows.AgentRunWorkflowID(runID), "", workflows.SignalRunMessage,
+		workflows.RunMessageSignal{Text: text})
+	var nf *serviceerror.NotFound
+	switch {
+	case errors.As(err, &nf):
+		return notRunning
+	case err != nil:
+		return translate(fmt.Errorf("message run %s: %w", runID, err))
+	}
+	s.audit(ctx, caller, run.BoxID, "agent.message", map[string]any{"run": runID})
+	return nil
+}
+
+// run loads a run the caller may act on with need on its box; a run on a box the caller cannot
+// see reads as not found.
+func (s *Service) run(ctx context.Context, caller, runID string, need cocoonbox.Role) (store.AgentRun, error) {
+	notFound := cocoonbox.Errorf(cocoonbox.ENotFound, "run %s not found", runID)
+	if runID == "" {
+		return store.AgentRun{}, cocoonbox.Invalid("run_id", "is required")
+	}
+	run, err := s.Store.AgentRunByID(ctx, runID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return store.AgentRun{}, notFound
+	case err != nil:
+		return store.AgentRun{}, fmt.Errorf("read run %s: %w", runID, err)
+	}
+	if _, err := s.authorize(ctx, caller, run.BoxID, need); err != nil {
+		if cocoonbox.ErrorCode(err) == cocoonbox.ENotFound {
+			return store.AgentRun{}, notFound
+		}
+		return store.AgentRun{}, err
+	}
+	return run, nil
+}

@@ -1,0 +1,175 @@
+package workflows
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/activities"
+)
+
+var agentActs *activities.Agent
+
+// ErrTypeRunFailed is the ApplicationError type an agent run fails with; its message is the
+// reason a person reads (the model's refusal, the step limit, a box that is gone).
+const ErrTypeRunFailed = "RunFailed"
+
+// AgentRunWorkflow drives a box's resident agent through a task (ID AgentRunWorkflowID): it pins
+// the box awake, runs one activity per step until the model is done, MaxSteps is reached or a
+// cancel signal arrives, passes queued message signals into the next step, and records the run's
+// end. The box is woken by each step's activity (the box workflow's wake update, a no-op when it
+// runs), which also covers a box that hibernated or lost its sandbox mid-run. The conversation
+// never enters a payload: each step's activity loads the previous step's from the store.
+//
+// A run that succeeds or is cancelled completes with its result; a failed run fails with
+// ErrTypeRunFailed and the reason.
+func AgentRunWorkflow(ctx workflow.Context, in AgentRunInput) (AgentRunResult, error) {
+	if err := validateRun(in); err != nil {
+		return AgentRunResult{}, temporal.NewNonRetryableApplicationError(err.Error(), activities.ErrTypeInvalidArgument, err)
+	}
+	r := &agentRun{in: in}
+	if r.in.MaxSteps <= 0 {
+		r.in.MaxSteps = DefaultAgentMaxSteps
+	}
+	r.setup(ctx)
+	return r.run(ctx)
+}
+
+func validateRun(in AgentRunInput) error {
+	switch {
+	case in.RunID == "":
+		return cocoonbox.Invalid("run_id", "is required")
+	case strings.TrimSpace(in.Task) == "":
+		return cocoonbox.Invalid("task", "is required")
+	case in.Model == "":
+		return cocoonbox.Invalid("model", "is required")
+	case in.Provider != "openai" && in.Provider != "anthropic":
+		return cocoonbox.Invalid("provider", "must be openai or anthropic")
+	}
+	return in.BoxID.Validate()
+}
+
+// agentRun is one run's state.
+type agentRun struct {
+	in         AgentRunInput
+	queue      []string // messages for the next step
+	cancelled  bool
+	cancelStep workflow.CancelFunc // cancels the step in flight; nil between steps
+	steps      int
+	text       string
+}
+
+// setup registers the signals.
+func (r *agentRun) setup(ctx workflow.Context) {
+	msgs := workflow.GetSignalChannel(ctx, SignalRunMessage)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			var m RunMessageSignal
+			msgs.Receive(ctx, &m)
+			if t := strings.TrimSpace(m.Text); t != "" {
+				r.queue = append(r.queue, t)
+			}
+		}
+	})
+	cancels := workflow.GetSignalChannel(ctx, SignalRunCancel)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		var c RunCancelSignal
+		cancels.Receive(ctx, &c)
+		r.cancelled = true
+		if r.cancelStep != nil {
+			r.cancelStep()
+		}
+	})
+}
+
+// run is the script: pin, step until an end, record the end, unpin.
+func (r *agentRun) run(ctx workflow.Context) (AgentRunResult, error) {
+	box := BoxWorkflowID(r.in.BoxID)
+	state, reason := r.loop(ctx, box)
+	if errors.Is(ctx.Err(), workflow.ErrCanceled) {
+		state, reason = cocoonbox.AgentRunCancelled, "" // the workflow itself was cancelled
+	}
+	// Cleanup runs even when the workflow is cancelled.
+	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	if err := workflow.ExecuteActivity(runStateOptions(dctx), agentActs.SetRunState, activities.RunStateInput{
+		RunID: r.in.RunID, State: state, Reason: reason,
+	}).Get(dctx, nil); err != nil {
+		workflow.GetLogger(ctx).Warn("record run state", "state", state, "error", err)
+	}
+	if err := workflow.SignalExternalWorkflow(dctx, box, "", SignalUnpin, PinSignal{Ref: r.in.RunID}).Get(dctx, nil); err != nil {
+		workflow.GetLogger(ctx).Warn("unpin box", "error", err)
+	}
+	res := AgentRunResult{State: state, Steps: r.steps, Text: r.text}
+	switch {
+	case ctx.Err() != nil:
+		return res, ctx.Err()
+	case state == cocoonbox.AgentRunFailed:
+		return res, temporal.NewNonRetryableApplicationError(reason, ErrTypeRunFailed, nil)
+	}
+	return res, nil
+}
+
+// loop pins the box and runs steps; it answers the run's final state and, for failed, why.
+func (r *agentRun) loop(ctx workflow.Context, box string) (cocoonbox.AgentRunState, string) {
+	if err := workflow.SignalExternalWorkflow(ctx, box, "", SignalPin, PinSignal{Ref: r.in.RunID}).Get(ctx, nil); err != nil {
+		return cocoonbox.AgentRunFailed, fmt.Sprintf("pin box %s: %v", r.in.BoxID, err)
+	}
+	for step := 1; ; step++ {
+		if r.cancelled || ctx.Err() != nil {
+			return cocoonbox.AgentRunCancelled, ""
+		}
+		if step > r.in.MaxSteps {
+			return cocoonbox.AgentRunFailed, fmt.Sprintf("stopped after %d steps without finishing", r.in.MaxSteps)
+		}
+		msg := strings.Join(r.queue, "\n\n")
+		r.queue = nil
+		sctx, cancel := workflow.WithCancel(ctx)
+		r.cancelStep = cancel
+		var res activities.StepResult
+		err := workflow.ExecuteActivity(stepOptions(sctx), agentActs.Step, activities.StepInput{
+			RunID: r.in.RunID, BoxID: r.in.BoxID, Owner: r.in.Owner, Step: step,
+			Provider: r.in.Provider, BaseURL: r.in.BaseURL, Model: r.in.Model, KeySecret: r.in.KeySecret,
+			System: r.in.System, Task: r.in.Task, Message: msg,
+		}).Get(sctx, &res)
+		r.cancelStep = nil
+		cancel()
+		if r.cancelled || ctx.Err() != nil {
+			return cocoonbox.AgentRunCancelled, ""
+		}
+		if err != nil {
+			return cocoonbox.AgentRunFailed, failure(err)
+		}
+		r.steps, r.text = step, res.Text
+		if res.Done && len(r.queue) == 0 { // a message that came during the last step gets a turn
+			return cocoonbox.AgentRunSucceeded, ""
+		}
+	}
+}
+
+// failure is the reason a person reads for a step that failed: the activity's own message.
+func failure(err error) string {
+	var app *temporal.ApplicationError
+	if errors.As(err, &app) {
+		return app.Message()
+	}
+	return err.Error()
+}
+
+// stepTimeout bounds one step: the agent's own limit (agentvm.DefaultStepTimeout, 30 minutes)
+// plus room for the wake and the relay.
+const stepTimeout = 35 * time.Minute
+
+func stepOptions(ctx workflow.Context) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: stepTimeout,
+		HeartbeatTimeout:    sandboxHeartbeatTimeout,
+		RetryPolicy:         retryPolicy(),
+	})
+}
+
+func runStateOptions(ctx workflow.Context) workflow.Context { return storeOptions(ctx) }

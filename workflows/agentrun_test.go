@@ -1,0 +1,210 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/activities"
+)
+
+var agentAct = &activities.Agent{}
+
+func testRun() AgentRunInput {
+	return AgentRunInput{RunID: "run_1", BoxID: testBox, Owner: "usr_a", Task: "open the site",
+		Provider: "openai", BaseURL: "http://gw", Model: "m", KeySecret: "OPENAI_KEY", MaxSteps: 10}
+}
+
+// runEnv is a test environment for agent runs, recording the pins and the states written.
+type runEnv struct {
+	*testsuite.TestWorkflowEnvironment
+	mu     sync.Mutex
+	pins   []string // "pin" and "unpin", in order
+	states []activities.RunStateInput
+	inputs []activities.StepInput
+}
+
+func newRunEnv(t *testing.T) *runEnv {
+	t.Helper()
+	var s testsuite.WorkflowTestSuite
+	s.SetLogger(testLogger(t))
+	e := &runEnv{TestWorkflowEnvironment: s.NewTestWorkflowEnvironment()}
+	e.RegisterWorkflow(AgentRunWorkflow)
+	e.RegisterActivity(agentAct)
+	for _, name := range []string{SignalPin, SignalUnpin} {
+		e.OnSignalExternalWorkflow(mock.Anything, BoxWorkflowID(testBox), "", name, PinSignal{Ref: "run_1"}).Return(
+			func(string, string, string, string, any) error {
+				e.mu.Lock()
+				defer e.mu.Unlock()
+				e.pins = append(e.pins, name)
+				return nil
+			})
+	}
+	e.OnActivity(agentAct.SetRunState, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.RunStateInput) error {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			e.states = append(e.states, in)
+			return nil
+		})
+	return e
+}
+
+// onStep answers steps with answer(input), recording the inputs.
+func (e *runEnv) onStep(answer func(activities.StepInput) (activities.StepResult, error)) {
+	e.onSlowStep(0, answer)
+}
+
+// onSlowStep is onStep with each step taking d.
+func (e *runEnv) onSlowStep(d time.Duration, answer func(activities.StepInput) (activities.StepResult, error)) {
+	e.OnActivity(agentAct.Step, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.StepInput) (activities.StepResult, error) {
+			e.mu.Lock()
+			e.inputs = append(e.inputs, in)
+			e.mu.Unlock()
+			return answer(in)
+		}).After(d)
+}
+
+func (e *runEnv) finalState(t *testing.T) activities.RunStateInput {
+	t.Helper()
+	require.Len(t, e.states, 1)
+	require.Equal(t, []string{SignalPin, SignalUnpin}, e.pins)
+	return e.states[0]
+}
+
+func TestAgentRunToDone(t *testing.T) {
+	e := newRunEnv(t)
+	e.onStep(func(in activities.StepInput) (activities.StepResult, error) {
+		return activities.StepResult{Done: in.Step == 3, Text: "said " + string(rune('0'+in.Step))}, nil
+	})
+	e.ExecuteWorkflow(AgentRunWorkflow, testRun())
+	require.True(t, e.IsWorkflowCompleted())
+	require.NoError(t, e.GetWorkflowError())
+	var res AgentRunResult
+	require.NoError(t, e.GetWorkflowResult(&res))
+	require.Equal(t, AgentRunResult{State: cocoonbox.AgentRunSucceeded, Steps: 3, Text: "said 3"}, res)
+	require.Len(t, e.inputs, 3)
+	for i, in := range e.inputs {
+		require.Equal(t, i+1, in.Step)
+		require.Equal(t, "OPENAI_KEY", in.KeySecret) // the name only; the key never enters a payload
+		require.Equal(t, "open the site", in.Task)
+	}
+	require.Equal(t, cocoonbox.AgentRunSucceeded, e.finalState(t).State)
+}
+
+func TestAgentRunCancelStopsWithinAStep(t *testing.T) {
+	e := newRunEnv(t)
+	e.onSlowStep(time.Minute, func(in activities.StepInput) (activities.StepResult, error) {
+		return activities.StepResult{}, nil // never done
+	})
+	e.RegisterDelayedCallback(func() { e.SignalWorkflow(SignalRunCancel, RunCancelSignal{By: "usr_a"}) }, 90*time.Second)
+	e.ExecuteWorkflow(AgentRunWorkflow, testRun())
+	require.True(t, e.IsWorkflowCompleted())
+	require.NoError(t, e.GetWorkflowError())
+	var res AgentRunResult
+	require.NoError(t, e.GetWorkflowResult(&res))
+	require.Equal(t, cocoonbox.AgentRunCancelled, res.State)
+	require.LessOrEqual(t, len(e.inputs), 2) // the step in flight when the signal came is the last
+	require.Equal(t, cocoonbox.AgentRunCancelled, e.finalState(t).State)
+}
+
+func TestAgentRunMessageReachesNextStep(t *testing.T) {
+	e := newRunEnv(t)
+	e.onSlowStep(time.Minute, func(in activities.StepInput) (activities.StepResult, error) {
+		return activities.StepResult{Done: in.Step == 2}, nil
+	})
+	e.RegisterDelayedCallback(func() { e.SignalWorkflow(SignalRunMessage, RunMessageSignal{Text: "use firefox"}) }, 30*time.Second)
+	e.ExecuteWorkflow(AgentRunWorkflow, testRun())
+	require.NoError(t, e.GetWorkflowError())
+	require.Len(t, e.inputs, 2)
+	require.Equal(t, "", e.inputs[0].Message)
+	require.Equal(t, "use firefox", e.inputs[1].Message)
+}
+
+func TestAgentRunMessageAfterDoneGetsATurn(t *testing.T) {
+	e := newRunEnv(t)
+	e.onSlowStep(time.Minute, func(in activities.StepInput) (activities.StepResult, error) {
+		return activities.StepResult{Done: true}, nil
+	})
+	e.RegisterDelayedCallback(func() { e.SignalWorkflow(SignalRunMessage, RunMessageSignal{Text: "one more"}) }, 30*time.Second)
+	e.ExecuteWorkflow(AgentRunWorkflow, testRun())
+	require.NoError(t, e.GetWorkflowError())
+	require.Len(t, e.inputs, 2)
+	require.Equal(t, "one more", e.inputs[1].Message)
+}
+
+func TestAgentRunModelErrorFails(t *testing.T) {
+	e := newRunEnv(t)
+	e.onStep(func(in activities.StepInput) (activities.StepResult, error) {
+		return activities.StepResult{}, temporal.NewNonRetryableApplicationError(
+			"model: 400 unknown model m", activities.ErrTypeInvalidArgument, nil)
+	})
+	e.ExecuteWorkflow(AgentRunWorkflow, testRun())
+	require.True(t, e.IsWorkflowCompleted())
+	err := e.GetWorkflowError()
+	var app *temporal.ApplicationError
+	require.True(t, errors.As(err, &app), "%v", err)
+	require.Equal(t, ErrTypeRunFailed, app.Type())
+	require.Contains(t, app.Message(), "unknown model m")
+	require.Len(t, e.inputs, 1) // not retried
+	st := e.finalState(t)
+	require.Equal(t, cocoonbox.AgentRunFailed, st.State)
+	require.Contains(t, st.Reason, "unknown model m")
+}
+
+func TestAgentRunRetriesAStep(t *testing.T) {
+	e := newRunEnv(t)
+	failed := false
+	e.onStep(func(in activities.StepInput) (activities.StepResult, error) {
+		if in.Step == 2 && !failed {
+			failed = true
+			return activities.StepResult{}, temporal.NewApplicationError("agent: Unavailable", activities.ErrTypeUnavailable)
+		}
+		return activities.StepResult{Done: in.Step == 2}, nil
+	})
+	e.ExecuteWorkflow(AgentRunWorkflow, testRun())
+	require.NoError(t, e.GetWorkflowError())
+	// The retry is the same run and step, which the agent answers from its journal if it had run.
+	require.Len(t, e.inputs, 3)
+	require.Equal(t, []int{1, 2, 2}, []int{e.inputs[0].Step, e.inputs[1].Step, e.inputs[2].Step})
+	require.Equal(t, e.inputs[1], e.inputs[2])
+}
+
+func TestAgentRunStepLimit(t *testing.T) {
+	e := newRunEnv(t)
+	e.onStep(func(activities.StepInput) (activities.StepResult, error) { return activities.StepResult{}, nil })
+	in := testRun()
+	in.MaxSteps = 2
+	e.ExecuteWorkflow(AgentRunWorkflow, in)
+	require.Error(t, e.GetWorkflowError())
+	require.Len(t, e.inputs, 2)
+	require.Equal(t, cocoonbox.AgentRunFailed, e.finalState(t).State)
+}
+
+func TestAgentRunValidates(t *testing.T) {
+	for _, mut := range []func(*AgentRunInput){
+		func(in *AgentRunInput) { in.Task = " " },
+		func(in *AgentRunInput) { in.Model = "" },
+		func(in *AgentRunInput) { in.Provider = "gemini" },
+		func(in *AgentRunInput) { in.BoxID = "nope" },
+	} {
+		var s testsuite.WorkflowTestSuite
+		env := s.NewTestWorkflowEnvironment()
+		env.RegisterWorkflow(AgentRunWorkflow)
+		in := testRun()
+		mut(&in)
+		env.ExecuteWorkflow(AgentRunWorkflow, in)
+		var app *temporal.ApplicationError
+		require.True(t, errors.As(env.GetWorkflowError(), &app))
+		require.Equal(t, activities.ErrTypeInvalidArgument, app.Type())
+	}
+}
