@@ -55,8 +55,9 @@ type Agent struct {
 	// Credentials derives a box's agent credential (see AgentCredential).
 	Credentials func(boxID cocoonbox.BoxID) (string, error)
 	// Wake brings the box up through its workflow's wake update (a no-op for a running box), so a
-	// step finds a sandbox even after the box hibernated or lost its node. nil skips it.
-	Wake func(ctx context.Context, boxID cocoonbox.BoxID) error
+	// step finds a sandbox even after the box hibernated or lost its node, and returns who holds
+	// the desktop's control lease ("" for nobody). nil skips it.
+	Wake func(ctx context.Context, boxID cocoonbox.BoxID) (controller string, err error)
 
 	written sync.Map // sandbox ID → credential known to be in that sandbox
 }
@@ -112,10 +113,12 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 	if err := in.BoxID.Validate(); err != nil {
 		return StepResult{}, classify(err)
 	}
+	controller := ""
 	if a.Wake != nil {
 		// A hibernated box restores for as long as it takes; heartbeats keep the step alive.
-		if _, err := whileHeartbeating(ctx, func(ctx context.Context) (struct{}, error) {
-			return struct{}{}, a.Wake(ctx, in.BoxID)
+		var err error
+		if controller, err = whileHeartbeating(ctx, func(ctx context.Context) (string, error) {
+			return a.Wake(ctx, in.BoxID)
 		}); err != nil {
 			return StepResult{}, classify(fmt.Errorf("wake box %s: %w", in.BoxID, err))
 		}
@@ -153,6 +156,8 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 	req := &agentvmv1.StepRequest{
 		RunId: in.RunID, Step: int32(in.Step), Provider: in.Provider, BaseUrl: in.BaseURL, Model: in.Model,
 		ApiKey: key, System: in.System, Task: in.Task, Messages: conv, Message: in.Message,
+		// While a person drives the desktop the agent's desktop actions are refused, not raced.
+		DesktopInputRefused: controller != "",
 	}
 	resp, err := whileHeartbeating(ctx, func(ctx context.Context) (*agentvmv1.StepResponse, error) {
 		return a.callStep(ctx, ref, cred, req)

@@ -91,7 +91,13 @@ func (l *Loop) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1
 		StopReason: reply.StopReason,
 	}
 	for _, call := range reply.ToolCalls {
-		res, err := l.call(ctx, call)
+		var res tools.Result
+		var err error
+		if req.GetDesktopInputRefused() && actsOnDesktop[call.Name] {
+			res = tools.Result{Text: RefusedWhileControlled, IsError: true}
+		} else {
+			res, err = l.call(ctx, call)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -110,6 +116,16 @@ func (l *Loop) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1
 		return nil, status.Errorf(codes.Internal, "encode conversation: %v", err)
 	}
 	return resp, nil
+}
+
+// RefusedWhileControlled is what the model is told when it acts on the desktop while a person
+// holds the control lease.
+const RefusedWhileControlled = "a person is in control of the desktop; wait for them to hand it back before acting on it"
+
+// actsOnDesktop names the tools that act on what a person watching the desktop sees.
+var actsOnDesktop = map[string]bool{
+	"desktop_click": true, "desktop_move": true, "desktop_type": true, "desktop_key": true, "desktop_scroll": true,
+	"browser_open": true, "browser_click": true, "browser_type": true,
 }
 
 // call runs one tool call. Everything but the step's own cancellation is a result for the model.

@@ -175,3 +175,49 @@ func TestStepRejectsBadRequests(t *testing.T) {
 		require.True(t, strings.Contains(err.Error(), name), err.Error())
 	}
 }
+
+// fakeClick stands in for the desktop tool, counting calls.
+type fakeClick struct{ n *atomic.Int32 }
+
+func (fakeClick) Name() string            { return "desktop_click" }
+func (fakeClick) Description() string     { return "click" }
+func (fakeClick) Schema() json.RawMessage { return json.RawMessage(`{"type":"object"}`) }
+func (f fakeClick) Call(context.Context, json.RawMessage) (tools.Result, error) {
+	f.n.Add(1)
+	return tools.Result{Text: "clicked"}, nil
+}
+
+// TestStepRefusesDesktopInputWhileControlled: while a person holds the control lease, the
+// model's desktop actions are answered with a refusal and never reach the desktop; other tools
+// still run.
+func TestStepRefusesDesktopInputWhileControlled(t *testing.T) {
+	for _, provider := range providers {
+		t.Run(provider, func(t *testing.T) {
+			srv := modeltest.NewServer(t, testKey,
+				modeltest.Calls(
+					modeltest.Call("desktop_click", `{"x":1,"y":1}`),
+					modeltest.Call("shell", `{"command":"true"}`),
+				),
+				modeltest.Calls(modeltest.Call("desktop_click", `{"x":1,"y":1}`)))
+			var n, clicks atomic.Int32
+			loop := newLoop(t.TempDir(), &n)
+			loop.Tools = append(loop.Tools, fakeClick{&clicks})
+
+			req := stepRequest(srv, provider, 1, nil)
+			req.DesktopInputRefused = true
+			resp, err := loop.Step(t.Context(), req)
+			require.NoError(t, err)
+			require.Len(t, resp.ToolCalls, 2)
+			require.True(t, resp.ToolCalls[0].IsError)
+			require.Equal(t, agentvm.RefusedWhileControlled, resp.ToolCalls[0].Result)
+			require.False(t, resp.ToolCalls[1].IsError, "the shell still runs")
+			require.Zero(t, clicks.Load(), "the click never reached the desktop")
+
+			// After hand-back the same action goes through.
+			resp, err = loop.Step(t.Context(), stepRequest(srv, provider, 2, resp.Messages))
+			require.NoError(t, err)
+			require.Equal(t, "clicked", resp.ToolCalls[0].Result)
+			require.EqualValues(t, 1, clicks.Load())
+		})
+	}
+}

@@ -58,10 +58,9 @@ const (
 	browserBin = "/usr/bin/chromium"
 )
 
-// desktopInputAllowed says whether the desktop tools may send keyboard and mouse input now.
-// TODO(control lease): ask whether the agent holds the box's control lease for this step (a
-// person driving the desktop over VNC holds it otherwise); the control plane does not tell the
-// agent yet, so input is always allowed.
+// desktopInputAllowed is the desktop tools' own gate. The control lease is enforced one level up:
+// the control plane marks a step desktop_input_refused while a person holds the lease, and the
+// step loop answers the model's desktop actions with a refusal without calling these tools.
 func desktopInputAllowed() error { return nil }
 
 func serve(args []string) error {

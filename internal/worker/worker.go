@@ -73,31 +73,32 @@ func New(opts Options) worker.Worker {
 // wakeBox wakes a box through its workflow's wake update (a no-op when it runs), for the agent
 // step activity: an update cannot be sent from a workflow. A box without a workflow, or one whose
 // state refuses a wake (deleted), is a permanent failure of the step.
-func wakeBox(c client.Client) func(context.Context, cocoonbox.BoxID) error {
-	return func(ctx context.Context, id cocoonbox.BoxID) error {
+func wakeBox(c client.Client) func(context.Context, cocoonbox.BoxID) (string, error) {
+	return func(ctx context.Context, id cocoonbox.BoxID) (string, error) {
 		// A query first: it writes no history, and the box is usually up already.
 		if v, err := c.QueryWorkflow(ctx, workflows.BoxWorkflowID(id), "", workflows.QueryStatus); err == nil {
 			var st workflows.Status
 			if v.Get(&st) == nil && (st.State == cocoonbox.BoxStateRunning || st.State == cocoonbox.BoxStateSnapshotting) {
-				return nil
+				return st.Controller, nil
 			}
 		}
 		h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
 			WorkflowID: workflows.BoxWorkflowID(id), UpdateName: workflows.UpdateWake,
 			Args: []any{workflows.WakeInput{}}, WaitForStage: client.WorkflowUpdateStageCompleted,
 		})
+		var st workflows.Status
 		if err == nil {
-			err = h.Get(ctx, nil)
+			err = h.Get(ctx, &st)
 		}
 		var nf *serviceerror.NotFound
 		var app *temporal.ApplicationError
 		switch {
 		case errors.As(err, &nf):
-			return cocoonbox.Errorf(cocoonbox.ENotFound, "box %s has no workflow", id)
+			return "", cocoonbox.Errorf(cocoonbox.ENotFound, "box %s has no workflow", id)
 		case errors.As(err, &app) && app.Type() == workflows.ErrTypeInvalidTransition:
-			return cocoonbox.Errorf(cocoonbox.EConflict, "wake box %s: %s", id, app.Message())
+			return "", cocoonbox.Errorf(cocoonbox.EConflict, "wake box %s: %s", id, app.Message())
 		}
-		return err
+		return st.Controller, err
 	}
 }
 

@@ -47,9 +47,13 @@ type StepRequest struct {
 	MaxTokens int32 `protobuf:"varint,10,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
 	// message, when set, is a user message appended to the conversation before the model turn
 	// (the user talking to a running agent).
-	Message       string `protobuf:"bytes,11,opt,name=message,proto3" json:"message,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Message string `protobuf:"bytes,11,opt,name=message,proto3" json:"message,omitempty"`
+	// desktop_input_refused says a person holds the desktop's control lease: this step's tools
+	// that act on the desktop (desktop_* input, browser_open/click/type) answer the model with a
+	// refusal instead of acting, so the agent never fights a person for the pointer.
+	DesktopInputRefused bool `protobuf:"varint,12,opt,name=desktop_input_refused,json=desktopInputRefused,proto3" json:"desktop_input_refused,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
 }
 
 func (x *StepRequest) Reset() {
@@ -157,6 +161,13 @@ func (x *StepRequest) GetMessage() string {
 		return x.Message
 	}
 	return ""
+}
+
+func (x *StepRequest) GetDesktopInputRefused() bool {
+	if x != nil {
+		return x.DesktopInputRefused
+	}
+	return false
 }
 
 type StepResponse struct {
@@ -667,7 +678,7 @@ var File_agentvm_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agentvm_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x16agentvm/v1/agent.proto\x12\x14cocoonbox.agentvm.v1\"\x9f\x02\n" +
+	"\x16agentvm/v1/agent.proto\x12\x14cocoonbox.agentvm.v1\"\xd3\x02\n" +
 	"\vStepRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x05R\x04step\x12\x1a\n" +
@@ -681,7 +692,8 @@ const file_agentvm_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"max_tokens\x18\n" +
 	" \x01(\x05R\tmaxTokens\x12\x18\n" +
-	"\amessage\x18\v \x01(\tR\amessage\"\xd4\x01\n" +
+	"\amessage\x18\v \x01(\tR\amessage\x122\n" +
+	"\x15desktop_input_refused\x18\f \x01(\bR\x13desktopInputRefused\"\xd4\x01\n" +
 	"\fStepResponse\x12\x1a\n" +
 	"\bmessages\x18\x01 \x01(\fR\bmessages\x12\x12\n" +
 	"\x04done\x18\x02 \x01(\bR\x04done\x12\x12\n" +
