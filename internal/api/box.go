@@ -45,13 +45,6 @@ func (s *Server) resolveBox(ctx context.Context, ref string) (*boxsvc.Service, s
 	return svc, caller, id, nil
 }
 
-// requireRole checks that caller holds need on the box, for calls boxsvc does not serve yet: a
-// stranger still learns nothing (not found), a weaker role is told which one it needs.
-func requireRole(ctx context.Context, svc *boxsvc.Service, caller string, id cocoonbox.BoxID, need cocoonbox.Role) error {
-	_, err := svc.Authorize(ctx, caller, id, need)
-	return err
-}
-
 // renameField makes an invalid-argument error name the request's field rather than the
 // service layer's, so a client is told what it sent.
 func renameField(err error, from, to string) error {

@@ -14,8 +14,8 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	"github.com/loomhand/cocoonbox/internal/rfb"
-	"github.com/loomhand/cocoonbox/internal/sandbox"
 )
 
 // The desktop edge: GET /v1/boxes/{id}/desktop?mode=view|control upgrades to a WebSocket that
@@ -227,7 +227,7 @@ func headerHas(h http.Header, key, token string) bool {
 // client's messages through rfb.Filter to the box, until either side ends, the stream breaks the
 // protocol, recheck refuses the caller, or ctx ends. It closes both and returns the WebSocket
 // close status and reason it sent.
-func relayDesktop(ctx context.Context, ws *websocket.Conn, box sandbox.Conn, mode rfb.Mode, recheck func(context.Context) error) (websocket.StatusCode, string) {
+func relayDesktop(ctx context.Context, ws *websocket.Conn, box boxsvc.Conn, mode rfb.Mode, recheck func(context.Context) error) (websocket.StatusCode, string) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	src := &wsReader{ctx: ctx, ws: ws}

@@ -17,8 +17,8 @@ import (
 	"github.com/coder/websocket"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	"github.com/loomhand/cocoonbox/internal/rfb"
-	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/secrets"
 )
 
@@ -184,7 +184,7 @@ func TestServeDesktopRefusals(t *testing.T) {
 }
 
 // fakeDesktop is the box's end of a relay: a TCP pair, so the edge's end can half-close.
-func fakeDesktop(t *testing.T) (edge sandbox.Conn, box net.Conn) {
+func fakeDesktop(t *testing.T) (edge boxsvc.Conn, box net.Conn) {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -207,7 +207,7 @@ func fakeDesktop(t *testing.T) (edge sandbox.Conn, box net.Conn) {
 
 // relayServer serves one WebSocket that relays to edge in mode; the returned channel gets the
 // close status the relay sent.
-func relayServer(t *testing.T, edge sandbox.Conn, mode rfb.Mode) (string, <-chan websocket.StatusCode) {
+func relayServer(t *testing.T, edge boxsvc.Conn, mode rfb.Mode) (string, <-chan websocket.StatusCode) {
 	done := make(chan websocket.StatusCode, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{"binary"}})

@@ -25,7 +25,7 @@ func (s *Service) CheckDesktop(ctx context.Context, caller string, id cocoonbox.
 // DialDesktop opens a byte pipe to the box's desktop for caller, after the checks of
 // CheckDesktop, waking the box through its workflow when it sleeps. The caller owns the
 // connection; while it is open the edge reports it through SetViewers, which keeps the box awake.
-func (s *Service) DialDesktop(ctx context.Context, caller string, id cocoonbox.BoxID, control bool) (sandbox.Conn, error) {
+func (s *Service) DialDesktop(ctx context.Context, caller string, id cocoonbox.BoxID, control bool) (Conn, error) {
 	if s.Sandbox == nil {
 		return nil, &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "boxes cannot be reached from this server", Err: errUnavailable}
 	}
@@ -86,7 +86,8 @@ func (s *Service) desktopStatus(ctx context.Context, caller string, id cocoonbox
 }
 
 // awake returns a ref to the box's sandbox given its status, waking the box through its workflow
-// when it sleeps, as running does for exec; the role was checked by the caller.
+// when it sleeps, so the workflow never believes asleep a box the engine woke behind it. The
+// caller has checked the role (running for exec and files, DialDesktop for the desktop).
 func (s *Service) awake(ctx context.Context, id cocoonbox.BoxID, st workflows.Status) (sandbox.SandboxRef, error) {
 	var err error
 	switch st.State {

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"path"
 	"strconv"
 	"strings"
@@ -37,6 +38,15 @@ type ExecRequest struct {
 
 // ExecResult is a finished command; a non-zero exit is a result, not an error.
 type ExecResult = sandbox.ExecResult
+
+// Conn is a byte pipe into a box (the desktop's RFB stream) whose write side closes alone. It
+// is the engine relay's connection, named here so the API needs nothing of internal/sandbox.
+type Conn interface {
+	net.Conn
+	CloseWrite() error
+}
+
+var _ Conn = sandbox.Conn(nil)
 
 // Exec runs a command to completion in the box (driver). A hibernated box is woken through its
 // workflow first, so the workflow never believes asleep a box the engine woke behind it.
@@ -189,20 +199,7 @@ func (s *Service) running(ctx context.Context, caller string, id cocoonbox.BoxID
 	if err != nil {
 		return sandbox.SandboxRef{}, err
 	}
-	switch st.State {
-	case cocoonbox.BoxStateRunning, cocoonbox.BoxStateSnapshotting:
-	case cocoonbox.BoxStateHibernated, cocoonbox.BoxStateHibernating, cocoonbox.BoxStateWaking, cocoonbox.BoxStateFailed:
-		if st, err = send[workflows.Status](ctx, s, id, workflows.UpdateWake, workflows.WakeInput{}); err != nil {
-			return sandbox.SandboxRef{}, err
-		}
-	default:
-		return sandbox.SandboxRef{}, cocoonbox.Errorf(cocoonbox.EConflict, "box %s is %s", id, st.State)
-	}
-	sid, token, err := s.Tokens.SandboxToken(ctx, string(id))
-	if err != nil || sid != st.SandboxID {
-		return sandbox.SandboxRef{}, cocoonbox.Errorf(cocoonbox.EUnavailable, "box %s is changing sandboxes; try again", id)
-	}
-	return sandbox.SandboxRef{ID: sid, Token: token}, nil
+	return s.awake(ctx, id, st)
 }
 
 // touch tells the box's workflow it is in use, so it is not idle-hibernated; best effort, and
