@@ -1,7 +1,7 @@
 package main
 
 import (
-	"io"
+	"context"
 
 	"github.com/urfave/cli/v2"
 
@@ -9,28 +9,8 @@ import (
 )
 
 func boxHibernateCommand() *cli.Command {
-	return &cli.Command{
-		Name:      "hibernate",
-		Usage:     "free a box's CPU and memory, keeping its state",
-		ArgsUsage: "BOX",
-		Flags:     apiFlags(),
-		Action: func(c *cli.Context) error {
-			args, err := positional(c, "BOX", 1, 1)
-			if err != nil {
-				return err
-			}
-			s, boxes, err := boxClient(c)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			stop := s.out.progress("hibernating " + args[0])
-			b, err := boxes.HibernateBox(c.Context, &cbv1.HibernateBoxRequest{Box: args[0]})
-			stop()
-			if err != nil {
-				return apiError(err)
-			}
-			return s.out.result(b, func(w io.Writer) error { return boxLine(w, b) })
-		},
-	}
+	return boxStateCommand("hibernate", "free a box's CPU and memory, keeping its state", "hibernating",
+		func(ctx context.Context, boxes cbv1.BoxServiceClient, box string) (*cbv1.Box, error) {
+			return boxes.HibernateBox(ctx, &cbv1.HibernateBoxRequest{Box: box})
+		})
 }

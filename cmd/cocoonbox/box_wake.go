@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 
 	"github.com/urfave/cli/v2"
@@ -9,9 +10,18 @@ import (
 )
 
 func boxWakeCommand() *cli.Command {
+	return boxStateCommand("wake", "bring a hibernated box back (a running box stays as it is)", "waking",
+		func(ctx context.Context, boxes cbv1.BoxServiceClient, box string) (*cbv1.Box, error) {
+			return boxes.WakeBox(ctx, &cbv1.WakeBoxRequest{Box: box})
+		})
+}
+
+// boxStateCommand is a command taking one BOX that changes its state with one BoxService call,
+// showing progress while it runs, and prints the box after.
+func boxStateCommand(name, usage, doing string, call func(context.Context, cbv1.BoxServiceClient, string) (*cbv1.Box, error)) *cli.Command {
 	return &cli.Command{
-		Name:      "wake",
-		Usage:     "bring a hibernated box back (a running box stays as it is)",
+		Name:      name,
+		Usage:     usage,
 		ArgsUsage: "BOX",
 		Flags:     apiFlags(),
 		Action: func(c *cli.Context) error {
@@ -24,8 +34,8 @@ func boxWakeCommand() *cli.Command {
 				return err
 			}
 			defer s.Close()
-			stop := s.out.progress("waking " + args[0])
-			b, err := boxes.WakeBox(c.Context, &cbv1.WakeBoxRequest{Box: args[0]})
+			stop := s.out.progress(doing + " " + args[0])
+			b, err := call(c.Context, boxes, args[0])
 			stop()
 			if err != nil {
 				return apiError(err)

@@ -19,19 +19,13 @@ import (
 	"github.com/loomhand/cocoonbox/internal/objstore"
 )
 
-// versitygwBucket is the bucket startVersitygw creates.
+// versitygwBucket is the bucket runVersitygw creates.
 const versitygwBucket = "cocoonbox-ext"
 
-// startVersitygw runs the standalone versitygw binary (.bin/versitygw, installed by make deps at
-// the version go.mod embeds) in a fresh directory, creates its bucket, and returns the S3
-// configuration that reaches it. The server dies with the test.
-func startVersitygw(t *testing.T) config.S3 {
-	t.Helper()
-	return runVersitygw(t, t.TempDir())
-}
-
-// runVersitygw is startVersitygw in dir, for tests that look at the files behind the objects:
-// the posix backend keeps object key k of the bucket at dir/data/<bucket>/k.
+// runVersitygw runs the standalone versitygw binary (.bin/versitygw, installed by make deps at
+// the version go.mod embeds) in dir, creates its bucket, and returns the S3 configuration that
+// reaches it; the server dies with the test. The posix backend keeps object key k of the bucket
+// at dir/data/<bucket>/k, so tests can look at (and corrupt) the files behind the objects.
 func runVersitygw(t *testing.T, dir string) config.S3 {
 	t.Helper()
 	bin := filepath.Join(repoRoot(t), ".bin", "versitygw")

@@ -112,10 +112,3 @@ func (e *Engine) use(ctx context.Context, b *box, trigger string, cancel func())
 		}
 	}
 }
-
-// busy reports whether a data-plane user holds the box.
-func (b *box) busy() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return len(b.holds) > 0
-}

@@ -106,13 +106,6 @@ func (b *box) stop() {
 	b.init, b.done = nil, nil
 }
 
-// running reports whether the box has live processes (always true in host mode).
-func (b *box) running() bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return !b.isolated || b.init != nil
-}
-
 func (b *box) initPID() (int, bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
