@@ -69,6 +69,13 @@ func (l *Loop) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1
 	if req.GetMessage() != "" {
 		conv = append(conv, model.Message{Role: model.RoleUser, Text: req.GetMessage()})
 	}
+	if req.GetFreshScreenshot() {
+		look, err := l.look(ctx)
+		if err != nil {
+			return nil, err
+		}
+		conv = append(conv, look)
+	}
 
 	mreq := model.Request{
 		Model:     req.GetModel(),
@@ -95,6 +102,7 @@ func (l *Loop) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1
 		var err error
 		if req.GetDesktopInputRefused() && actsOnDesktop[call.Name] {
 			res = tools.Result{Text: RefusedWhileControlled, IsError: true}
+			resp.DesktopRefused = true
 		} else {
 			res, err = l.call(ctx, call)
 		}
@@ -116,6 +124,29 @@ func (l *Loop) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1
 		return nil, status.Errorf(codes.Internal, "encode conversation: %v", err)
 	}
 	return resp, nil
+}
+
+// HandedBack opens the user message that carries the fresh screenshot after a person hands the
+// desktop back.
+const HandedBack = "The person who took over the desktop handed it back. This is the desktop now; continue from here."
+
+// screenshotTool is the tool whose image a fresh look at the desktop carries.
+const screenshotTool = "desktop_screenshot"
+
+// look is a user message with a screenshot of the desktop as it is now. Without a screenshot
+// tool, or when it fails, the message says so and the model carries on without the image.
+func (l *Loop) look(ctx context.Context) (model.Message, error) {
+	msg := model.Message{Role: model.RoleUser, Text: HandedBack}
+	res, err := l.call(ctx, model.ToolCall{Name: screenshotTool, Arguments: json.RawMessage(`{}`)})
+	switch {
+	case err != nil:
+		return model.Message{}, err
+	case res.IsError || len(res.Images) == 0:
+		msg.Text += " (no screenshot: " + res.Text + ")"
+	default:
+		msg.Images = res.Images
+	}
+	return msg, nil
 }
 
 // RefusedWhileControlled is what the model is told when it acts on the desktop while a person

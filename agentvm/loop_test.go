@@ -2,6 +2,7 @@ package agentvm_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"os"
 	"path/filepath"
@@ -187,6 +188,19 @@ func (f fakeClick) Call(context.Context, json.RawMessage) (tools.Result, error) 
 	return tools.Result{Text: "clicked"}, nil
 }
 
+// fakePNG is what fakeScreenshot shows.
+var fakePNG = []byte("\x89PNG\r\n\x1a\nfake")
+
+// fakeScreenshot stands in for the desktop's screenshot tool.
+type fakeScreenshot struct{}
+
+func (fakeScreenshot) Name() string            { return "desktop_screenshot" }
+func (fakeScreenshot) Description() string     { return "screenshot" }
+func (fakeScreenshot) Schema() json.RawMessage { return json.RawMessage(`{"type":"object"}`) }
+func (fakeScreenshot) Call(context.Context, json.RawMessage) (tools.Result, error) {
+	return tools.Result{Text: "the desktop", Images: [][]byte{fakePNG}}, nil
+}
+
 // TestStepRefusesDesktopInputWhileControlled: while a person holds the control lease, the
 // model's desktop actions are answered with a refusal and never reach the desktop; other tools
 // still run.
@@ -212,12 +226,21 @@ func TestStepRefusesDesktopInputWhileControlled(t *testing.T) {
 			require.Equal(t, agentvm.RefusedWhileControlled, resp.ToolCalls[0].Result)
 			require.False(t, resp.ToolCalls[1].IsError, "the shell still runs")
 			require.Zero(t, clicks.Load(), "the click never reached the desktop")
+			require.True(t, resp.DesktopRefused, "the run learns it must wait")
 
-			// After hand-back the same action goes through.
-			resp, err = loop.Step(t.Context(), stepRequest(srv, provider, 2, resp.Messages))
+			// After hand-back the model first sees the desktop as the person left it, then the
+			// same action goes through.
+			loop.Tools = append(loop.Tools, fakeScreenshot{})
+			req = stepRequest(srv, provider, 2, resp.Messages)
+			req.FreshScreenshot = true
+			resp, err = loop.Step(t.Context(), req)
 			require.NoError(t, err)
 			require.Equal(t, "clicked", resp.ToolCalls[0].Result)
 			require.EqualValues(t, 1, clicks.Load())
+			require.False(t, resp.DesktopRefused)
+			sent := string(srv.Requests()[1].Body)
+			require.Contains(t, sent, agentvm.HandedBack)
+			require.Contains(t, sent, base64.StdEncoding.EncodeToString(fakePNG), "the screenshot went to the model")
 		})
 	}
 }

@@ -52,8 +52,12 @@ type StepRequest struct {
 	// that act on the desktop (desktop_* input, browser_open/click/type) answer the model with a
 	// refusal instead of acting, so the agent never fights a person for the pointer.
 	DesktopInputRefused bool `protobuf:"varint,12,opt,name=desktop_input_refused,json=desktopInputRefused,proto3" json:"desktop_input_refused,omitempty"`
-	unknownFields       protoimpl.UnknownFields
-	sizeCache           protoimpl.SizeCache
+	// fresh_screenshot asks the agent to look at the desktop before the model turn: a screenshot
+	// joins this step's user message. The control plane sets it on the first step after a person
+	// hands the desktop back, so the model starts from what the person left, not what it last saw.
+	FreshScreenshot bool `protobuf:"varint,13,opt,name=fresh_screenshot,json=freshScreenshot,proto3" json:"fresh_screenshot,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *StepRequest) Reset() {
@@ -170,6 +174,13 @@ func (x *StepRequest) GetDesktopInputRefused() bool {
 	return false
 }
 
+func (x *StepRequest) GetFreshScreenshot() bool {
+	if x != nil {
+		return x.FreshScreenshot
+	}
+	return false
+}
+
 type StepResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// messages is the conversation after this step, to send back with the next step.
@@ -183,9 +194,12 @@ type StepResponse struct {
 	// replayed is true when the step had already completed and this answer comes from the journal.
 	Replayed bool `protobuf:"varint,5,opt,name=replayed,proto3" json:"replayed,omitempty"`
 	// stop_reason is the provider's stop reason ("stop", "tool_calls", "end_turn", "max_tokens", ...).
-	StopReason    string `protobuf:"bytes,6,opt,name=stop_reason,json=stopReason,proto3" json:"stop_reason,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	StopReason string `protobuf:"bytes,6,opt,name=stop_reason,json=stopReason,proto3" json:"stop_reason,omitempty"`
+	// desktop_refused is true when a tool call of this step was refused because a person holds
+	// the desktop (desktop_input_refused): the run waits for the hand-back.
+	DesktopRefused bool `protobuf:"varint,7,opt,name=desktop_refused,json=desktopRefused,proto3" json:"desktop_refused,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StepResponse) Reset() {
@@ -258,6 +272,13 @@ func (x *StepResponse) GetStopReason() string {
 		return x.StopReason
 	}
 	return ""
+}
+
+func (x *StepResponse) GetDesktopRefused() bool {
+	if x != nil {
+		return x.DesktopRefused
+	}
+	return false
 }
 
 // ToolCallResult is one tool call the model made and what it gave back.
@@ -678,7 +699,7 @@ var File_agentvm_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agentvm_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x16agentvm/v1/agent.proto\x12\x14cocoonbox.agentvm.v1\"\xd3\x02\n" +
+	"\x16agentvm/v1/agent.proto\x12\x14cocoonbox.agentvm.v1\"\xfe\x02\n" +
 	"\vStepRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x05R\x04step\x12\x1a\n" +
@@ -693,7 +714,8 @@ const file_agentvm_v1_agent_proto_rawDesc = "" +
 	"max_tokens\x18\n" +
 	" \x01(\x05R\tmaxTokens\x12\x18\n" +
 	"\amessage\x18\v \x01(\tR\amessage\x122\n" +
-	"\x15desktop_input_refused\x18\f \x01(\bR\x13desktopInputRefused\"\xd4\x01\n" +
+	"\x15desktop_input_refused\x18\f \x01(\bR\x13desktopInputRefused\x12)\n" +
+	"\x10fresh_screenshot\x18\r \x01(\bR\x0ffreshScreenshot\"\xfd\x01\n" +
 	"\fStepResponse\x12\x1a\n" +
 	"\bmessages\x18\x01 \x01(\fR\bmessages\x12\x12\n" +
 	"\x04done\x18\x02 \x01(\bR\x04done\x12\x12\n" +
@@ -702,7 +724,8 @@ const file_agentvm_v1_agent_proto_rawDesc = "" +
 	"tool_calls\x18\x04 \x03(\v2$.cocoonbox.agentvm.v1.ToolCallResultR\ttoolCalls\x12\x1a\n" +
 	"\breplayed\x18\x05 \x01(\bR\breplayed\x12\x1f\n" +
 	"\vstop_reason\x18\x06 \x01(\tR\n" +
-	"stopReason\"\x9d\x01\n" +
+	"stopReason\x12'\n" +
+	"\x0fdesktop_refused\x18\a \x01(\bR\x0edesktopRefused\"\x9d\x01\n" +
 	"\x0eToolCallResult\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
