@@ -83,6 +83,9 @@ type StepInput struct {
 	System    string
 	Task      string
 	Message   string // a user message for this step; "" for none
+	// FreshScreenshot has the agent look at the desktop before the model turn (the first step
+	// after a person handed the desktop back).
+	FreshScreenshot bool
 }
 
 // StepResult is what the workflow needs of a step; the rest is in the step's row.
@@ -91,6 +94,10 @@ type StepResult struct {
 	Text      string // what the model said, cut to maxStepText
 	ToolCalls int
 	Replayed  bool
+	// DesktopRefused: a tool call was refused because a person holds the desktop.
+	DesktopRefused bool
+	// Controller is who held the desktop's control lease when the step started ("" for nobody).
+	Controller string
 }
 
 // RunStateInput is a run state to record.
@@ -158,6 +165,7 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 		ApiKey: key, System: in.System, Task: in.Task, Messages: conv, Message: in.Message,
 		// While a person drives the desktop the agent's desktop actions are refused, not raced.
 		DesktopInputRefused: controller != "",
+		FreshScreenshot:     in.FreshScreenshot,
 	}
 	resp, err := whileHeartbeating(ctx, func(ctx context.Context) (*agentvmv1.StepResponse, error) {
 		return a.callStep(ctx, ref, cred, req)
@@ -172,7 +180,8 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 		return StepResult{}, storeError(fmt.Errorf("record step: %w", err))
 	}
 	return StepResult{Done: resp.GetDone(), Text: cut(resp.GetText(), maxStepText),
-		ToolCalls: len(resp.GetToolCalls()), Replayed: resp.GetReplayed()}, nil
+		ToolCalls: len(resp.GetToolCalls()), Replayed: resp.GetReplayed(),
+		DesktopRefused: resp.GetDesktopRefused(), Controller: controller}, nil
 }
 
 // SetRunState records the run's state.

@@ -62,6 +62,11 @@ type agentRun struct {
 	cancelStep workflow.CancelFunc // cancels the step in flight; nil between steps
 	steps      int
 	text       string
+	// controller holds the desktop's control lease as the box workflow last told it ("" for
+	// nobody); leaseSeq counts those signals, so a step's older view never overrides a newer one.
+	controller string
+	leaseSeq   int
+	look       bool // a person handed the desktop back: the next step starts from a screenshot
 }
 
 // setup registers the signals.
@@ -76,6 +81,19 @@ func (r *agentRun) setup(ctx workflow.Context) {
 			}
 		}
 	})
+	leases := func(name string) {
+		ch := workflow.GetSignalChannel(ctx, name)
+		workflow.Go(ctx, func(ctx workflow.Context) {
+			for {
+				var l RunLeaseSignal
+				ch.Receive(ctx, &l)
+				r.controller, r.look = l.Controller, r.look || l.Controller == ""
+				r.leaseSeq++
+			}
+		})
+	}
+	leases(SignalRunTakeOver)
+	leases(SignalRunHandBack)
 	cancels := workflow.GetSignalChannel(ctx, SignalRunCancel)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		var c RunCancelSignal
@@ -96,11 +114,7 @@ func (r *agentRun) run(ctx workflow.Context) (AgentRunResult, error) {
 	}
 	// Cleanup runs even when the workflow is cancelled.
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
-	if err := workflow.ExecuteActivity(runStateOptions(dctx), agentActs.SetRunState, activities.RunStateInput{
-		RunID: r.in.RunID, State: state, Reason: reason,
-	}).Get(dctx, nil); err != nil {
-		workflow.GetLogger(ctx).Warn("record run state", "state", state, "error", err)
-	}
+	r.setState(dctx, state, reason)
 	if err := workflow.SignalExternalWorkflow(dctx, box, "", SignalUnpin, PinSignal{Ref: r.in.RunID}).Get(dctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("unpin box", "error", err)
 	}
@@ -127,14 +141,16 @@ func (r *agentRun) loop(ctx workflow.Context, box string) (cocoonbox.AgentRunSta
 			return cocoonbox.AgentRunFailed, fmt.Sprintf("stopped after %d steps without finishing", r.in.MaxSteps)
 		}
 		msg := strings.Join(r.queue, "\n\n")
-		r.queue = nil
+		look := r.look
+		r.queue, r.look = nil, false
+		seq := r.leaseSeq
 		sctx, cancel := workflow.WithCancel(ctx)
 		r.cancelStep = cancel
 		var res activities.StepResult
 		err := workflow.ExecuteActivity(stepOptions(sctx), agentActs.Step, activities.StepInput{
 			RunID: r.in.RunID, BoxID: r.in.BoxID, Owner: r.in.Owner, Step: step,
 			Provider: r.in.Provider, BaseURL: r.in.BaseURL, Model: r.in.Model, KeySecret: r.in.KeySecret,
-			System: r.in.System, Task: r.in.Task, Message: msg,
+			System: r.in.System, Task: r.in.Task, Message: msg, FreshScreenshot: look,
 		}).Get(sctx, &res)
 		r.cancelStep = nil
 		cancel()
@@ -148,6 +164,37 @@ func (r *agentRun) loop(ctx workflow.Context, box string) (cocoonbox.AgentRunSta
 		if res.Done && len(r.queue) == 0 { // a message that came during the last step gets a turn
 			return cocoonbox.AgentRunSucceeded, ""
 		}
+		if r.leaseSeq == seq && res.Controller != "" {
+			r.controller = res.Controller // a lease taken before the run pinned the box
+		}
+		if res.DesktopRefused && r.controller != "" {
+			if !r.wait(ctx) {
+				return cocoonbox.AgentRunCancelled, ""
+			}
+		}
+	}
+}
+
+// wait holds the run in the waiting state while a person drives the desktop: the model wanted
+// the desktop and spending steps on refusals would only burn them. It answers false when the run
+// was cancelled meanwhile. The step after it starts from a fresh screenshot.
+func (r *agentRun) wait(ctx workflow.Context) bool {
+	r.setState(ctx, cocoonbox.AgentRunWaiting, "a person holds the desktop ("+r.controller+"); the run goes on when they hand it back")
+	_ = workflow.Await(ctx, func() bool { return r.controller == "" || r.cancelled })
+	if r.cancelled || ctx.Err() != nil {
+		return false
+	}
+	r.look = true
+	r.setState(ctx, cocoonbox.AgentRunRunning, "")
+	return true
+}
+
+// setState records a state the run passes through; a failure to record it is logged, not fatal.
+func (r *agentRun) setState(ctx workflow.Context, state cocoonbox.AgentRunState, reason string) {
+	if err := workflow.ExecuteActivity(runStateOptions(ctx), agentActs.SetRunState, activities.RunStateInput{
+		RunID: r.in.RunID, State: state, Reason: reason,
+	}).Get(ctx, nil); err != nil {
+		workflow.GetLogger(ctx).Warn("record run state", "state", state, "error", err)
 	}
 }
 

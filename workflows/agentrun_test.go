@@ -208,3 +208,61 @@ func TestAgentRunValidates(t *testing.T) {
 		require.Equal(t, activities.ErrTypeInvalidArgument, app.Type())
 	}
 }
+
+// TestAgentRunWaitsWhileAPersonDrives: a step whose desktop action was refused because a person
+// holds the lease puts the run in waiting, with no step spent, until the hand-back; the next step
+// starts from a fresh screenshot.
+func TestAgentRunWaitsWhileAPersonDrives(t *testing.T) {
+	e := newRunEnv(t)
+	e.onStep(func(in activities.StepInput) (activities.StepResult, error) {
+		if in.Step == 1 {
+			return activities.StepResult{DesktopRefused: true, Controller: "usr_b"}, nil
+		}
+		return activities.StepResult{Done: true, Text: "done"}, nil
+	})
+	var during int
+	e.RegisterDelayedCallback(func() {
+		e.mu.Lock()
+		during = len(e.inputs)
+		e.mu.Unlock()
+		e.SignalWorkflow(SignalRunHandBack, RunLeaseSignal{})
+	}, time.Hour)
+	e.ExecuteWorkflow(AgentRunWorkflow, testRun())
+	require.True(t, e.IsWorkflowCompleted())
+	require.NoError(t, e.GetWorkflowError())
+	require.Equal(t, 1, during, "no step ran while the person drove")
+	require.Len(t, e.inputs, 2)
+	require.False(t, e.inputs[0].FreshScreenshot)
+	require.True(t, e.inputs[1].FreshScreenshot, "the step after hand-back looks first")
+	var states []cocoonbox.AgentRunState
+	for _, s := range e.states {
+		states = append(states, s.State)
+	}
+	require.Equal(t, []cocoonbox.AgentRunState{cocoonbox.AgentRunWaiting, cocoonbox.AgentRunRunning, cocoonbox.AgentRunSucceeded}, states)
+	require.Contains(t, e.states[0].Reason, "usr_b")
+}
+
+// TestAgentRunLeaseSignals: a takeover signal during a step makes a refused step wait even when
+// the step saw nobody in control; a step that needs no desktop does not wait; cancel ends a wait.
+func TestAgentRunLeaseSignals(t *testing.T) {
+	e := newRunEnv(t)
+	e.onSlowStep(time.Minute, func(in activities.StepInput) (activities.StepResult, error) {
+		switch in.Step {
+		case 1:
+			return activities.StepResult{}, nil // the shell: no desktop, no wait
+		default:
+			return activities.StepResult{DesktopRefused: true}, nil
+		}
+	})
+	e.RegisterDelayedCallback(func() { e.SignalWorkflow(SignalRunTakeOver, RunLeaseSignal{Controller: "usr_b"}) }, 30*time.Second)
+	e.RegisterDelayedCallback(func() { e.SignalWorkflow(SignalRunCancel, RunCancelSignal{By: "usr_a"}) }, 3*time.Hour)
+	e.ExecuteWorkflow(AgentRunWorkflow, testRun())
+	require.True(t, e.IsWorkflowCompleted())
+	require.NoError(t, e.GetWorkflowError())
+	var res AgentRunResult
+	require.NoError(t, e.GetWorkflowResult(&res))
+	require.Equal(t, cocoonbox.AgentRunCancelled, res.State)
+	require.Len(t, e.inputs, 2, "the run waited after step 2 instead of spending steps")
+	require.Equal(t, cocoonbox.AgentRunWaiting, e.states[0].State)
+	require.Equal(t, cocoonbox.AgentRunCancelled, e.states[len(e.states)-1].State)
+}

@@ -1,6 +1,8 @@
 package workflows
 
 import (
+	"strings"
+
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -34,6 +36,7 @@ func (w *box) takeOver(ctx workflow.Context, in TakeOverInput) (Status, error) {
 		w.st.Controller = in.User
 		w.st.LastActive = workflow.Now(ctx)
 		w.gen++
+		w.tellRuns(ctx, SignalRunTakeOver)
 	}
 	return w.status(), nil
 }
@@ -57,6 +60,24 @@ func (w *box) handBack(ctx workflow.Context, in HandBackInput) (Status, error) {
 		w.st.Controller = ""
 		w.st.LastActive = workflow.Now(ctx)
 		w.gen++
+		w.tellRuns(ctx, SignalRunHandBack)
 	}
 	return w.status(), nil
+}
+
+// tellRuns tells every agent run pinning the box that the lease changed hands, so a run waits
+// while a person drives and looks again when they hand back. The update does not wait for the
+// signals: a run that ended meanwhile is not an error of the lease.
+func (w *box) tellRuns(ctx workflow.Context, signal string) {
+	for _, ref := range w.st.Pins {
+		if !strings.HasPrefix(ref, RunIDPrefix) {
+			continue
+		}
+		f := workflow.SignalExternalWorkflow(ctx, AgentRunWorkflowID(ref), "", signal, RunLeaseSignal{Controller: w.st.Controller})
+		workflow.Go(ctx, func(ctx workflow.Context) {
+			if err := f.Get(ctx, nil); err != nil {
+				workflow.GetLogger(ctx).Info("tell run of lease change", "run", ref, "signal", signal, "error", err)
+			}
+		})
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
 )
 
@@ -34,4 +35,29 @@ func TestControlLease(t *testing.T) {
 	require.Empty(t, back.status.Controller)
 	require.NoError(t, idle.err, "handing back a desktop nobody controls is a no-op")
 	require.ErrorContains(t, anon.rejected, "user is required")
+}
+
+// TestControlLeaseTellsRuns: taking over and handing back tell every agent run pinning the box,
+// and only runs (other pins are not workflows).
+func TestControlLeaseTellsRuns(t *testing.T) {
+	env := newEnv(t)
+	claimOK(env, 1, "sb-1")
+	var told []string
+	for _, name := range []string{SignalRunTakeOver, SignalRunHandBack} {
+		env.OnSignalExternalWorkflow(mock.Anything, AgentRunWorkflowID("run_7"), "", name, mock.Anything).Return(
+			func(_, _, _, _ string, arg any) error {
+				told = append(told, name+":"+arg.(RunLeaseSignal).Controller)
+				return nil
+			})
+	}
+	update(env, 0, UpdateCreate, CreateInput{})
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalPin, PinSignal{Ref: "run_7"}) }, time.Second)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalPin, PinSignal{Ref: "mcp-session"}) }, time.Second)
+	update(env, 2*time.Second, UpdateTakeOver, TakeOverInput{User: "ann"})
+	update(env, 3*time.Second, UpdateHandBack, HandBackInput{User: "ann"})
+	deleteAt(env, time.Minute)
+
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.NoError(t, env.GetWorkflowError())
+	require.Equal(t, []string{SignalRunTakeOver + ":ann", SignalRunHandBack + ":"}, told)
 }

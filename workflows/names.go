@@ -199,13 +199,18 @@ type Status struct {
 	Controller string
 }
 
+// RunIDPrefix starts every agent run ID; the box workflow knows a run's pin by it.
+const RunIDPrefix = "run_"
+
 // AgentRunWorkflowID is the workflow ID of agent run id's workflow.
 func AgentRunWorkflowID(id string) string { return "run/" + id }
 
 // Message names of the agent run workflow; wire contract like the box workflow's.
 const (
-	SignalRunMessage = "message"
-	SignalRunCancel  = "cancel"
+	SignalRunMessage  = "message"
+	SignalRunCancel   = "cancel"
+	SignalRunTakeOver = "takeover" // a person took the desktop: the agent's desktop input waits
+	SignalRunHandBack = "handback" // the person handed the desktop back
 )
 
 // DefaultAgentMaxSteps bounds a run whose input does not say.
@@ -236,6 +241,12 @@ type AgentRunResult struct {
 // RunMessageSignal is a user's message to a running agent, passed into its next step.
 type RunMessageSignal struct {
 	Text string
+}
+
+// RunLeaseSignal tells a run the desktop's control lease changed hands (SignalRunTakeOver,
+// SignalRunHandBack); the box workflow sends it to every run pinning the box.
+type RunLeaseSignal struct {
+	Controller string // who holds the lease now; "" after a hand-back
 }
 
 // RunCancelSignal stops a run.
