@@ -1,6 +1,7 @@
 // Package web is the browser app the API serves at /: sign in with a token, list boxes, open one
 // to watch or drive its desktop (noVNC, vendored from npm as plain ES modules) and wake,
-// hibernate, snapshot, take over or hand back. It is static files embedded in the binary; every
+// hibernate, snapshot, take over or hand back; beside the desktop, give the box's agent a task and
+// follow its runs step by step (agent.js). It is static files embedded in the binary; every
 // action is a Connect/JSON call to the same API the CLI uses, so it holds no rules of its own.
 package web
 

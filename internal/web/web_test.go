@@ -4,6 +4,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -37,4 +38,90 @@ func TestServesTheApp(t *testing.T) {
 			t.Errorf("GET %s: Content-Type %q; browsers refuse modules without a JavaScript type", path, resp.Header.Get("Content-Type"))
 		}
 	}
+}
+
+// TestAgentPanel: the page carries the agent panel beside the desktop, with a label for every
+// field and a live region for new steps, and the scripts look up only elements the page has, so
+// a renamed ID fails here rather than as a silent null in the browser.
+func TestAgentPanel(t *testing.T) {
+	srv := httptest.NewServer(web.Handler())
+	defer srv.Close()
+	page := get(t, srv.URL+"/")
+	for _, want := range []string{
+		`<aside id="agent"`,
+		`<label for="agent-task">`, `<textarea id="agent-task"`,
+		`<button id="agent-run" type="submit">Run</button>`,
+		`<label for="agent-runs">`, `<select id="agent-runs">`,
+		`<span id="agent-state"`,
+		`<ol id="agent-steps" aria-label="Steps" aria-live="polite"`,
+		`<label for="agent-message">`, `<input id="agent-message"`,
+		`<button id="agent-cancel"`,
+	} {
+		if !strings.Contains(page, want) {
+			t.Errorf("index.html lacks %s", want)
+		}
+	}
+	if app := get(t, srv.URL+"/app.js"); !strings.Contains(app, `import { agentPanel } from './agent.js';`) {
+		t.Error("app.js does not load the agent panel")
+	}
+	lookup := regexp.MustCompile(`\$\('([A-Za-z0-9_-]+)'\)`)
+	for _, script := range []string{"/app.js", "/agent.js"} {
+		for _, m := range lookup.FindAllStringSubmatch(get(t, srv.URL+script), -1) {
+			if !strings.Contains(page, `id="`+m[1]+`"`) {
+				t.Errorf("%s looks up #%s, which index.html lacks", script, m[1])
+			}
+		}
+	}
+}
+
+// TestScriptsWriteTextNotMarkup: run tasks, model text and tool results are data from the box;
+// the app's own scripts (noVNC aside) put nothing on the page as markup.
+func TestScriptsWriteTextNotMarkup(t *testing.T) {
+	srv := httptest.NewServer(web.Handler())
+	defer srv.Close()
+	for _, script := range []string{"/app.js", "/agent.js"} {
+		body := get(t, srv.URL+script)
+		for _, sink := range []string{"innerHTML", "outerHTML", "insertAdjacentHTML", "document.write", "eval("} {
+			if strings.Contains(body, sink) {
+				t.Errorf("%s uses %s", script, sink)
+			}
+		}
+	}
+}
+
+// TestSecurityHeaders pins the policy: the agent panel needs nothing beyond same-origin calls.
+func TestSecurityHeaders(t *testing.T) {
+	srv := httptest.NewServer(web.Handler())
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/agent.js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	for name, want := range map[string]string{
+		"Content-Security-Policy": "default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data: blob:; style-src 'self'; frame-ancestors 'none'",
+		"X-Content-Type-Options":  "nosniff",
+		"Referrer-Policy":         "no-referrer",
+	} {
+		if got := resp.Header.Get(name); got != want {
+			t.Errorf("%s: %q, want %q", name, got, want)
+		}
+	}
+	if ct := resp.Header.Get("Content-Type"); !strings.Contains(ct, "javascript") {
+		t.Errorf("agent.js Content-Type %q; browsers refuse modules without a JavaScript type", ct)
+	}
+}
+
+func get(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %v", url, resp.StatusCode, err)
+	}
+	return string(body)
 }

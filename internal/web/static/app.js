@@ -2,10 +2,12 @@
 // user's bearer token; the desktop is noVNC over the API's desktop edge, opened with a
 // short-lived ticket. No build step: plain ES modules.
 import RFB from './novnc/core/rfb.js';
+import { agentPanel } from './agent.js';
 
 const $ = (id) => document.getElementById(id);
 const tokenKey = 'cocoonbox.token';
 let current = null; // { id, box, rfb, control, poll }
+let agent = null;   // the agent panel beside the desktop
 
 // call makes one Connect unary call and returns the decoded answer, or throws the API's message.
 async function call(method, body = {}) {
@@ -112,6 +114,7 @@ async function openBox(id) {
   const b = await call('BoxService/GetBox', { box: id });
   render(b);
   show('box');
+  agent.open(id).catch(report); // the runs load beside the desktop, not before it
   await connect(false);
   current.poll = setInterval(async () => {
     try { render(await call('BoxService/GetBox', { box: id })); } catch (e) { report(e); }
@@ -135,12 +138,14 @@ async function connect(control) {
 
 function closeBox() {
   if (!current) return;
+  agent.close();
   clearInterval(current.poll);
   if (current.rfb) current.rfb.disconnect();
   current = null;
 }
 
 async function main() {
+  agent = agentPanel(call, report);
   $('signin-form').addEventListener('submit', (e) => {
     e.preventDefault();
     signIn($('token').value.trim()).catch(report);
