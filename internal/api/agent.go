@@ -3,7 +3,6 @@ package api
 import (
 	"context"
 
-	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
@@ -21,7 +20,7 @@ func (a *agentService) StartRun(ctx context.Context, req *cbv1.StartRunRequest) 
 	if err != nil {
 		return nil, err
 	}
-	run, err := svc.StartRun(ctx, caller, id, boxsvc.RunRequest{Task: req.GetTask(), Model: req.GetModel()})
+	run, err := svc.StartRun(ctx, caller, id, boxsvc.RunRequest{Task: req.GetTask(), Model: req.GetModel(), MaxSteps: int(req.GetMaxSteps())})
 	if err != nil {
 		return nil, err
 	}
@@ -83,18 +82,14 @@ func (a *agentService) GetRun(ctx context.Context, req *cbv1.GetRunRequest) (*cb
 	return runProto(run), nil
 }
 
-// WatchRun will stream a run; until then a client polls GetRun.
-func (a *agentService) WatchRun(*cbv1.WatchRunRequest, cbv1.AgentService_WatchRunServer) error {
-	return cocoonbox.Errorf(cocoonbox.EUnimplemented, "watching a run is not served yet; poll GetRun")
-}
-
-func runProto(r boxsvc.Run) *cbv1.AgentRun {
-	out := &cbv1.AgentRun{
-		Id: r.ID, BoxId: string(r.BoxID), Model: r.Model, State: string(r.State), Task: r.Task,
-		CreatedAt: ts(r.CreatedAt), EndedAt: ts(r.EndedAt),
+// WatchRun streams a run's steps and state changes until it ends (viewer).
+func (a *agentService) WatchRun(req *cbv1.WatchRunRequest, stream cbv1.AgentService_WatchRunServer) error {
+	ctx := stream.Context()
+	svc, caller, err := a.s.boxCaller(ctx)
+	if err != nil {
+		return err
 	}
-	for _, s := range r.Steps {
-		out.Steps = append(out.Steps, &cbv1.AgentStep{Number: int32(s.Step), Kind: s.Kind, Summary: s.Summary, At: ts(s.At)})
-	}
-	return out
+	return svc.WatchRun(ctx, caller, req.GetRunId(), func(e boxsvc.RunEvent) error {
+		return stream.Send(runEventProto(e))
+	})
 }

@@ -92,6 +92,35 @@ func secretProto(i vault.Info) *cbv1.Secret {
 	return &cbv1.Secret{Name: i.Name, CreatedAt: ts(i.CreatedAt), UpdatedAt: ts(i.UpdatedAt)}
 }
 
+// runProto is a run with the steps it carries (GetRun's; none elsewhere).
+func runProto(r boxsvc.Run) *cbv1.AgentRun {
+	return &cbv1.AgentRun{
+		Id: r.ID, BoxId: string(r.BoxID), Owner: r.Owner, Model: r.Model, Provider: r.Provider,
+		State: string(r.State), Task: r.Task, Error: r.Error, Steps: protoList(r.Steps, stepProto),
+		StepsDone: int32(r.StepsDone), Result: r.Result, CreatedAt: ts(r.CreatedAt), EndedAt: ts(r.EndedAt),
+	}
+}
+
+func stepProto(s store.AgentStep) *cbv1.AgentStep {
+	rec := boxsvc.DecodeStep(s)
+	out := &cbv1.AgentStep{
+		Number: int32(s.Step), Kind: s.Kind, Summary: s.Summary, At: ts(s.At),
+		Text: rec.Text, Message: rec.Message, Done: rec.Done, StopReason: rec.StopReason, Replayed: rec.Replayed,
+	}
+	for _, tc := range rec.ToolCalls {
+		out.ToolCalls = append(out.ToolCalls, &cbv1.AgentToolCall{Name: tc.Name, IsError: tc.IsError, Result: tc.Result, Images: tc.Images})
+	}
+	return out
+}
+
+// runEventProto is one WatchRun event on the wire.
+func runEventProto(e boxsvc.RunEvent) *cbv1.WatchRunEvent {
+	if e.Step != nil {
+		return &cbv1.WatchRunEvent{Event: &cbv1.WatchRunEvent_Step{Step: stepProto(*e.Step)}}
+	}
+	return &cbv1.WatchRunEvent{Event: &cbv1.WatchRunEvent_Run{Run: runProto(*e.Run)}}
+}
+
 // protoList converts a slice with f.
 func protoList[T, P any](in []T, f func(T) P) []P {
 	out := make([]P, len(in))

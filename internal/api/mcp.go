@@ -144,7 +144,7 @@ func (s *Server) mcpTools() []mcpTool {
 	for i, z := range cocoonbox.Sizes {
 		sizes[i] = string(z)
 	}
-	return []mcpTool{{
+	tools := []mcpTool{{
 		tool: mcp.NewTool("box_list",
 			mcp.WithDescription("List your boxes and the boxes shared with you, newest first, with each box's state and your role on it."),
 			mcp.WithReadOnlyHintAnnotation(true), mcp.WithDestructiveHintAnnotation(false),
@@ -289,6 +289,7 @@ func (s *Server) mcpTools() []mcpTool {
 			return toSnapshotJSON(res), nil
 		}),
 	}}
+	return append(tools, s.mcpAgentTools()...)
 }
 
 // onBox resolves the "box" argument to the box's ID before calling run.

@@ -57,6 +57,9 @@ func TestMCPToolSchemas(t *testing.T) {
 		"box_read_file":  {[]string{"box", "path"}, []string{"box", "path"}},
 		"box_write_file": {[]string{"box", "path", "content", "mode"}, []string{"box", "path", "content"}},
 		"box_snapshot":   {[]string{"box"}, []string{"box"}},
+		"agent_run":      {[]string{"box", "task", "model", "max_steps", "wait"}, []string{"box", "task"}},
+		"agent_status":   {[]string{"run"}, []string{"run"}},
+		"agent_message":  {[]string{"run", "text"}, []string{"run", "text"}},
 	}
 	got := map[string]bool{}
 	for _, tool := range res.Tools {

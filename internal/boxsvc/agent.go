@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"strings"
@@ -32,6 +33,10 @@ var DefaultAgent = AgentDefaults{Provider: "openai", BaseURL: "https://api.opena
 // maxTaskBytes bounds a task or a message; longer instructions belong in a file in the box.
 const maxTaskBytes = 32 << 10
 
+// MaxRunSteps bounds what a run request may ask for as its step budget: each step is a model
+// call paid from the caller's key, and a run this long has lost its way.
+const MaxRunSteps = 500
+
 // RunRequest is a task for a box's agent. Empty fields take DefaultAgent's.
 type RunRequest struct {
 	Task      string
@@ -47,6 +52,45 @@ type RunRequest struct {
 type Run struct {
 	store.AgentRun
 	Steps []store.AgentStep
+	// StepsDone and Result are known where the steps were read (GetRun, WatchRun): how many are
+	// recorded and what the agent last said.
+	StepsDone int
+	Result    string
+}
+
+// withSteps is run with what its recorded steps tell about it.
+func withSteps(run store.AgentRun, steps []store.AgentStep) Run {
+	r := Run{AgentRun: run, StepsDone: len(steps)}
+	for i := len(steps) - 1; i >= 0 && r.Result == ""; i-- {
+		r.Result = DecodeStep(steps[i]).Text
+	}
+	return r
+}
+
+// StepRecord is what a step's payload says about it, as the step activity records it.
+type StepRecord struct {
+	Text       string     `json:"text"`
+	Message    string     `json:"message"`
+	Done       bool       `json:"done"`
+	StopReason string     `json:"stop_reason"`
+	Replayed   bool       `json:"replayed"`
+	ToolCalls  []ToolCall `json:"tool_calls"`
+}
+
+// ToolCall is one tool call a step recorded.
+type ToolCall struct {
+	Name    string `json:"name"`
+	IsError bool   `json:"is_error"`
+	Images  int32  `json:"images"`
+	Result  string `json:"result"` // cut to 1 KiB
+}
+
+// DecodeStep reads a step's payload. A payload it cannot read (a newer or older writer) reads as
+// empty: the step's summary still says what happened.
+func DecodeStep(s store.AgentStep) StepRecord {
+	var r StepRecord
+	_ = json.Unmarshal(s.Payload, &r)
+	return r
 }
 
 // StartRun gives the box's agent a task (driver): it records the run and starts its workflow,
@@ -54,6 +98,9 @@ type Run struct {
 func (s *Service) StartRun(ctx context.Context, caller string, id cocoonbox.BoxID, req RunRequest) (Run, error) {
 	if _, err := s.authorize(ctx, caller, id, cocoonbox.RoleDriver); err != nil {
 		return Run{}, err
+	}
+	if req.MaxSteps < 0 || req.MaxSteps > MaxRunSteps {
+		return Run{}, cocoonbox.Invalid("max_steps", fmt.Sprintf("must be between 1 and %d, or 0 for the default", MaxRunSteps))
 	}
 	req = withDefaults(req, DefaultAgent)
 	switch {
@@ -118,7 +165,9 @@ func (s *Service) GetRun(ctx context.Context, caller, runID string) (Run, error)
 	if err != nil {
 		return Run{}, fmt.Errorf("read run steps: %w", err)
 	}
-	return Run{AgentRun: run, Steps: steps}, nil
+	r := withSteps(run, steps)
+	r.Steps = steps
+	return r, nil
 }
 
 // ListRuns returns the box's runs, newest first (viewer).

@@ -30,11 +30,24 @@ type AgentRun struct {
 	// model names the model the agent runs on, as the gateway knows it.
 	Model string `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
 	// state is running, waiting (a person holds control), succeeded, failed or cancelled.
-	State         string                 `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
-	Task          string                 `protobuf:"bytes,5,opt,name=task,proto3" json:"task,omitempty"`
-	Steps         []*AgentStep           `protobuf:"bytes,6,rep,name=steps,proto3" json:"steps,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
-	EndedAt       *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	State     string                 `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	Task      string                 `protobuf:"bytes,5,opt,name=task,proto3" json:"task,omitempty"`
+	Steps     []*AgentStep           `protobuf:"bytes,6,rep,name=steps,proto3" json:"steps,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	EndedAt   *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	// error is why a failed run failed, as a person reads it (the model gateway's refusal, a
+	// missing key); empty otherwise.
+	Error string `protobuf:"bytes,9,opt,name=error,proto3" json:"error,omitempty"`
+	// owner is the user who started the run; the model key came from their vault.
+	Owner string `protobuf:"bytes,10,opt,name=owner,proto3" json:"owner,omitempty"`
+	// provider is the model gateway's API flavour: openai or anthropic.
+	Provider string `protobuf:"bytes,11,opt,name=provider,proto3" json:"provider,omitempty"`
+	// steps_done is how many steps are recorded. GetRun and WatchRun fill it; ListRuns reads no
+	// steps and leaves it 0.
+	StepsDone int32 `protobuf:"varint,12,opt,name=steps_done,json=stepsDone,proto3" json:"steps_done,omitempty"`
+	// result is what the agent said in its last step that said anything: its answer once the run
+	// succeeded. Filled where steps_done is.
+	Result        string `protobuf:"bytes,13,opt,name=result,proto3" json:"result,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -125,6 +138,41 @@ func (x *AgentRun) GetEndedAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *AgentRun) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *AgentRun) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *AgentRun) GetProvider() string {
+	if x != nil {
+		return x.Provider
+	}
+	return ""
+}
+
+func (x *AgentRun) GetStepsDone() int32 {
+	if x != nil {
+		return x.StepsDone
+	}
+	return 0
+}
+
+func (x *AgentRun) GetResult() string {
+	if x != nil {
+		return x.Result
+	}
+	return ""
+}
+
 // AgentStep is one model turn and the tool calls it made.
 type AgentStep struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -132,8 +180,21 @@ type AgentStep struct {
 	// kind is model_turn, tool_call or message.
 	Kind string `protobuf:"bytes,2,opt,name=kind,proto3" json:"kind,omitempty"`
 	// summary is a short human-readable line about the step.
-	Summary       string                 `protobuf:"bytes,3,opt,name=summary,proto3" json:"summary,omitempty"`
-	At            *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=at,proto3" json:"at,omitempty"`
+	Summary string                 `protobuf:"bytes,3,opt,name=summary,proto3" json:"summary,omitempty"`
+	At      *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=at,proto3" json:"at,omitempty"`
+	// text is what the model said in this step (cut to a few KiB).
+	Text string `protobuf:"bytes,5,opt,name=text,proto3" json:"text,omitempty"`
+	// tool_calls are the tools the model called in this step, in order.
+	ToolCalls []*AgentToolCall `protobuf:"bytes,6,rep,name=tool_calls,json=toolCalls,proto3" json:"tool_calls,omitempty"`
+	// message is what a person told the agent, delivered to the model at this step.
+	Message string `protobuf:"bytes,7,opt,name=message,proto3" json:"message,omitempty"`
+	// done is set on the step that ended the run: the model stopped calling tools.
+	Done bool `protobuf:"varint,8,opt,name=done,proto3" json:"done,omitempty"`
+	// stop_reason is why the model stopped this turn, as its gateway said (end_turn, max_tokens…).
+	StopReason string `protobuf:"bytes,9,opt,name=stop_reason,json=stopReason,proto3" json:"stop_reason,omitempty"`
+	// replayed is set when the step's answer was replayed from the agent's record rather than asked
+	// of the model again (a retried step).
+	Replayed      bool `protobuf:"varint,10,opt,name=replayed,proto3" json:"replayed,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -196,20 +257,136 @@ func (x *AgentStep) GetAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *AgentStep) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *AgentStep) GetToolCalls() []*AgentToolCall {
+	if x != nil {
+		return x.ToolCalls
+	}
+	return nil
+}
+
+func (x *AgentStep) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *AgentStep) GetDone() bool {
+	if x != nil {
+		return x.Done
+	}
+	return false
+}
+
+func (x *AgentStep) GetStopReason() string {
+	if x != nil {
+		return x.StopReason
+	}
+	return ""
+}
+
+func (x *AgentStep) GetReplayed() bool {
+	if x != nil {
+		return x.Replayed
+	}
+	return false
+}
+
+// AgentToolCall is one tool call of a step and how it went.
+type AgentToolCall struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Name  string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	// is_error is set when the tool failed or was refused (a person holds the desktop).
+	IsError bool `protobuf:"varint,2,opt,name=is_error,json=isError,proto3" json:"is_error,omitempty"`
+	// result is the start of what the tool returned (cut to 1 KiB).
+	Result string `protobuf:"bytes,3,opt,name=result,proto3" json:"result,omitempty"`
+	// images counts the screenshots the tool returned; they are not kept in the record.
+	Images        int32 `protobuf:"varint,4,opt,name=images,proto3" json:"images,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentToolCall) Reset() {
+	*x = AgentToolCall{}
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentToolCall) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentToolCall) ProtoMessage() {}
+
+func (x *AgentToolCall) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentToolCall.ProtoReflect.Descriptor instead.
+func (*AgentToolCall) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AgentToolCall) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *AgentToolCall) GetIsError() bool {
+	if x != nil {
+		return x.IsError
+	}
+	return false
+}
+
+func (x *AgentToolCall) GetResult() string {
+	if x != nil {
+		return x.Result
+	}
+	return ""
+}
+
+func (x *AgentToolCall) GetImages() int32 {
+	if x != nil {
+		return x.Images
+	}
+	return 0
+}
+
 type StartRunRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Box   string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
 	// task is what the agent should do, in plain words. Required.
 	Task string `protobuf:"bytes,2,opt,name=task,proto3" json:"task,omitempty"`
 	// model overrides the box's default model.
-	Model         string `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
+	Model string `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
+	// max_steps bounds the run's model turns; 0 is the server's default.
+	MaxSteps      int32 `protobuf:"varint,4,opt,name=max_steps,json=maxSteps,proto3" json:"max_steps,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StartRunRequest) Reset() {
 	*x = StartRunRequest{}
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[2]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -221,7 +398,7 @@ func (x *StartRunRequest) String() string {
 func (*StartRunRequest) ProtoMessage() {}
 
 func (x *StartRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[2]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -234,7 +411,7 @@ func (x *StartRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRunRequest.ProtoReflect.Descriptor instead.
 func (*StartRunRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *StartRunRequest) GetBox() string {
@@ -258,6 +435,13 @@ func (x *StartRunRequest) GetModel() string {
 	return ""
 }
 
+func (x *StartRunRequest) GetMaxSteps() int32 {
+	if x != nil {
+		return x.MaxSteps
+	}
+	return 0
+}
+
 type SendMessageRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	RunId         string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
@@ -268,7 +452,7 @@ type SendMessageRequest struct {
 
 func (x *SendMessageRequest) Reset() {
 	*x = SendMessageRequest{}
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[3]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -280,7 +464,7 @@ func (x *SendMessageRequest) String() string {
 func (*SendMessageRequest) ProtoMessage() {}
 
 func (x *SendMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[3]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -293,7 +477,7 @@ func (x *SendMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendMessageRequest.ProtoReflect.Descriptor instead.
 func (*SendMessageRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *SendMessageRequest) GetRunId() string {
@@ -318,7 +502,7 @@ type SendMessageResponse struct {
 
 func (x *SendMessageResponse) Reset() {
 	*x = SendMessageResponse{}
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[4]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -330,7 +514,7 @@ func (x *SendMessageResponse) String() string {
 func (*SendMessageResponse) ProtoMessage() {}
 
 func (x *SendMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[4]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -343,7 +527,7 @@ func (x *SendMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendMessageResponse.ProtoReflect.Descriptor instead.
 func (*SendMessageResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 type CancelRunRequest struct {
@@ -355,7 +539,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[5]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -367,7 +551,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[5]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -380,7 +564,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CancelRunRequest) GetRunId() string {
@@ -399,7 +583,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[6]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -411,7 +595,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[6]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -424,7 +608,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *GetRunRequest) GetRunId() string {
@@ -443,7 +627,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[7]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -455,7 +639,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[7]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -468,7 +652,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ListRunsRequest) GetBox() string {
@@ -487,7 +671,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[8]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -499,7 +683,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[8]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -512,7 +696,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListRunsResponse) GetRuns() []*AgentRun {
@@ -531,7 +715,7 @@ type WatchRunRequest struct {
 
 func (x *WatchRunRequest) Reset() {
 	*x = WatchRunRequest{}
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[9]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -543,7 +727,7 @@ func (x *WatchRunRequest) String() string {
 func (*WatchRunRequest) ProtoMessage() {}
 
 func (x *WatchRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[9]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -556,7 +740,7 @@ func (x *WatchRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunRequest.ProtoReflect.Descriptor instead.
 func (*WatchRunRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *WatchRunRequest) GetRunId() string {
@@ -566,11 +750,96 @@ func (x *WatchRunRequest) GetRunId() string {
 	return ""
 }
 
+// WatchRunEvent is one thing that happened to a watched run.
+type WatchRunEvent struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// Types that are valid to be assigned to Event:
+	//
+	//	*WatchRunEvent_Step
+	//	*WatchRunEvent_Run
+	Event         isWatchRunEvent_Event `protobuf_oneof:"event"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WatchRunEvent) Reset() {
+	*x = WatchRunEvent{}
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WatchRunEvent) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WatchRunEvent) ProtoMessage() {}
+
+func (x *WatchRunEvent) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WatchRunEvent.ProtoReflect.Descriptor instead.
+func (*WatchRunEvent) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *WatchRunEvent) GetEvent() isWatchRunEvent_Event {
+	if x != nil {
+		return x.Event
+	}
+	return nil
+}
+
+func (x *WatchRunEvent) GetStep() *AgentStep {
+	if x != nil {
+		if x, ok := x.Event.(*WatchRunEvent_Step); ok {
+			return x.Step
+		}
+	}
+	return nil
+}
+
+func (x *WatchRunEvent) GetRun() *AgentRun {
+	if x != nil {
+		if x, ok := x.Event.(*WatchRunEvent_Run); ok {
+			return x.Run
+		}
+	}
+	return nil
+}
+
+type isWatchRunEvent_Event interface {
+	isWatchRunEvent_Event()
+}
+
+type WatchRunEvent_Step struct {
+	// step is a recorded step.
+	Step *AgentStep `protobuf:"bytes,1,opt,name=step,proto3,oneof"`
+}
+
+type WatchRunEvent_Run struct {
+	// run is the run (without its steps) after the recorded steps, and again after every change.
+	Run *AgentRun `protobuf:"bytes,2,opt,name=run,proto3,oneof"`
+}
+
+func (*WatchRunEvent_Step) isWatchRunEvent_Event() {}
+
+func (*WatchRunEvent_Run) isWatchRunEvent_Event() {}
+
 var File_cocoonbox_v1_agent_proto protoreflect.FileDescriptor
 
 const file_cocoonbox_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x18cocoonbox/v1/agent.proto\x12\fcocoonbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x92\x02\n" +
+	"\x18cocoonbox/v1/agent.proto\x12\fcocoonbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x91\x03\n" +
 	"\bAgentRun\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06box_id\x18\x02 \x01(\tR\x05boxId\x12\x14\n" +
@@ -580,16 +849,38 @@ const file_cocoonbox_v1_agent_proto_rawDesc = "" +
 	"\x05steps\x18\x06 \x03(\v2\x17.cocoonbox.v1.AgentStepR\x05steps\x129\n" +
 	"\n" +
 	"created_at\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x125\n" +
-	"\bended_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\"}\n" +
+	"\bended_at\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12\x14\n" +
+	"\x05error\x18\t \x01(\tR\x05error\x12\x14\n" +
+	"\x05owner\x18\n" +
+	" \x01(\tR\x05owner\x12\x1a\n" +
+	"\bprovider\x18\v \x01(\tR\bprovider\x12\x1d\n" +
+	"\n" +
+	"steps_done\x18\f \x01(\x05R\tstepsDone\x12\x16\n" +
+	"\x06result\x18\r \x01(\tR\x06result\"\xb8\x02\n" +
 	"\tAgentStep\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x05R\x06number\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
 	"\asummary\x18\x03 \x01(\tR\asummary\x12*\n" +
-	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"M\n" +
+	"\x02at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\x12\x12\n" +
+	"\x04text\x18\x05 \x01(\tR\x04text\x12:\n" +
+	"\n" +
+	"tool_calls\x18\x06 \x03(\v2\x1b.cocoonbox.v1.AgentToolCallR\ttoolCalls\x12\x18\n" +
+	"\amessage\x18\a \x01(\tR\amessage\x12\x12\n" +
+	"\x04done\x18\b \x01(\bR\x04done\x12\x1f\n" +
+	"\vstop_reason\x18\t \x01(\tR\n" +
+	"stopReason\x12\x1a\n" +
+	"\breplayed\x18\n" +
+	" \x01(\bR\breplayed\"n\n" +
+	"\rAgentToolCall\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
+	"\bis_error\x18\x02 \x01(\bR\aisError\x12\x16\n" +
+	"\x06result\x18\x03 \x01(\tR\x06result\x12\x16\n" +
+	"\x06images\x18\x04 \x01(\x05R\x06images\"j\n" +
 	"\x0fStartRunRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x12\x14\n" +
-	"\x05model\x18\x03 \x01(\tR\x05model\"?\n" +
+	"\x05model\x18\x03 \x01(\tR\x05model\x12\x1b\n" +
+	"\tmax_steps\x18\x04 \x01(\x05R\bmaxSteps\"?\n" +
 	"\x12SendMessageRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\"\x15\n" +
@@ -603,14 +894,18 @@ const file_cocoonbox_v1_agent_proto_rawDesc = "" +
 	"\x10ListRunsResponse\x12*\n" +
 	"\x04runs\x18\x01 \x03(\v2\x16.cocoonbox.v1.AgentRunR\x04runs\"(\n" +
 	"\x0fWatchRunRequest\x12\x15\n" +
-	"\x06run_id\x18\x01 \x01(\tR\x05runId2\xb9\x03\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\"s\n" +
+	"\rWatchRunEvent\x12-\n" +
+	"\x04step\x18\x01 \x01(\v2\x17.cocoonbox.v1.AgentStepH\x00R\x04step\x12*\n" +
+	"\x03run\x18\x02 \x01(\v2\x16.cocoonbox.v1.AgentRunH\x00R\x03runB\a\n" +
+	"\x05event2\xbe\x03\n" +
 	"\fAgentService\x12A\n" +
 	"\bStartRun\x12\x1d.cocoonbox.v1.StartRunRequest\x1a\x16.cocoonbox.v1.AgentRun\x12R\n" +
 	"\vSendMessage\x12 .cocoonbox.v1.SendMessageRequest\x1a!.cocoonbox.v1.SendMessageResponse\x12C\n" +
 	"\tCancelRun\x12\x1e.cocoonbox.v1.CancelRunRequest\x1a\x16.cocoonbox.v1.AgentRun\x12=\n" +
 	"\x06GetRun\x12\x1b.cocoonbox.v1.GetRunRequest\x1a\x16.cocoonbox.v1.AgentRun\x12I\n" +
-	"\bListRuns\x12\x1d.cocoonbox.v1.ListRunsRequest\x1a\x1e.cocoonbox.v1.ListRunsResponse\x12C\n" +
-	"\bWatchRun\x12\x1d.cocoonbox.v1.WatchRunRequest\x1a\x16.cocoonbox.v1.AgentRun0\x01B>Z<github.com/loomhand/cocoonbox/proto/cocoonbox/v1;cocoonboxv1b\x06proto3"
+	"\bListRuns\x12\x1d.cocoonbox.v1.ListRunsRequest\x1a\x1e.cocoonbox.v1.ListRunsResponse\x12H\n" +
+	"\bWatchRun\x12\x1d.cocoonbox.v1.WatchRunRequest\x1a\x1b.cocoonbox.v1.WatchRunEvent0\x01B>Z<github.com/loomhand/cocoonbox/proto/cocoonbox/v1;cocoonboxv1b\x06proto3"
 
 var (
 	file_cocoonbox_v1_agent_proto_rawDescOnce sync.Once
@@ -624,43 +919,48 @@ func file_cocoonbox_v1_agent_proto_rawDescGZIP() []byte {
 	return file_cocoonbox_v1_agent_proto_rawDescData
 }
 
-var file_cocoonbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_cocoonbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
 var file_cocoonbox_v1_agent_proto_goTypes = []any{
 	(*AgentRun)(nil),              // 0: cocoonbox.v1.AgentRun
 	(*AgentStep)(nil),             // 1: cocoonbox.v1.AgentStep
-	(*StartRunRequest)(nil),       // 2: cocoonbox.v1.StartRunRequest
-	(*SendMessageRequest)(nil),    // 3: cocoonbox.v1.SendMessageRequest
-	(*SendMessageResponse)(nil),   // 4: cocoonbox.v1.SendMessageResponse
-	(*CancelRunRequest)(nil),      // 5: cocoonbox.v1.CancelRunRequest
-	(*GetRunRequest)(nil),         // 6: cocoonbox.v1.GetRunRequest
-	(*ListRunsRequest)(nil),       // 7: cocoonbox.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),      // 8: cocoonbox.v1.ListRunsResponse
-	(*WatchRunRequest)(nil),       // 9: cocoonbox.v1.WatchRunRequest
-	(*timestamppb.Timestamp)(nil), // 10: google.protobuf.Timestamp
+	(*AgentToolCall)(nil),         // 2: cocoonbox.v1.AgentToolCall
+	(*StartRunRequest)(nil),       // 3: cocoonbox.v1.StartRunRequest
+	(*SendMessageRequest)(nil),    // 4: cocoonbox.v1.SendMessageRequest
+	(*SendMessageResponse)(nil),   // 5: cocoonbox.v1.SendMessageResponse
+	(*CancelRunRequest)(nil),      // 6: cocoonbox.v1.CancelRunRequest
+	(*GetRunRequest)(nil),         // 7: cocoonbox.v1.GetRunRequest
+	(*ListRunsRequest)(nil),       // 8: cocoonbox.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),      // 9: cocoonbox.v1.ListRunsResponse
+	(*WatchRunRequest)(nil),       // 10: cocoonbox.v1.WatchRunRequest
+	(*WatchRunEvent)(nil),         // 11: cocoonbox.v1.WatchRunEvent
+	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
 }
 var file_cocoonbox_v1_agent_proto_depIdxs = []int32{
 	1,  // 0: cocoonbox.v1.AgentRun.steps:type_name -> cocoonbox.v1.AgentStep
-	10, // 1: cocoonbox.v1.AgentRun.created_at:type_name -> google.protobuf.Timestamp
-	10, // 2: cocoonbox.v1.AgentRun.ended_at:type_name -> google.protobuf.Timestamp
-	10, // 3: cocoonbox.v1.AgentStep.at:type_name -> google.protobuf.Timestamp
-	0,  // 4: cocoonbox.v1.ListRunsResponse.runs:type_name -> cocoonbox.v1.AgentRun
-	2,  // 5: cocoonbox.v1.AgentService.StartRun:input_type -> cocoonbox.v1.StartRunRequest
-	3,  // 6: cocoonbox.v1.AgentService.SendMessage:input_type -> cocoonbox.v1.SendMessageRequest
-	5,  // 7: cocoonbox.v1.AgentService.CancelRun:input_type -> cocoonbox.v1.CancelRunRequest
-	6,  // 8: cocoonbox.v1.AgentService.GetRun:input_type -> cocoonbox.v1.GetRunRequest
-	7,  // 9: cocoonbox.v1.AgentService.ListRuns:input_type -> cocoonbox.v1.ListRunsRequest
-	9,  // 10: cocoonbox.v1.AgentService.WatchRun:input_type -> cocoonbox.v1.WatchRunRequest
-	0,  // 11: cocoonbox.v1.AgentService.StartRun:output_type -> cocoonbox.v1.AgentRun
-	4,  // 12: cocoonbox.v1.AgentService.SendMessage:output_type -> cocoonbox.v1.SendMessageResponse
-	0,  // 13: cocoonbox.v1.AgentService.CancelRun:output_type -> cocoonbox.v1.AgentRun
-	0,  // 14: cocoonbox.v1.AgentService.GetRun:output_type -> cocoonbox.v1.AgentRun
-	8,  // 15: cocoonbox.v1.AgentService.ListRuns:output_type -> cocoonbox.v1.ListRunsResponse
-	0,  // 16: cocoonbox.v1.AgentService.WatchRun:output_type -> cocoonbox.v1.AgentRun
-	11, // [11:17] is the sub-list for method output_type
-	5,  // [5:11] is the sub-list for method input_type
-	5,  // [5:5] is the sub-list for extension type_name
-	5,  // [5:5] is the sub-list for extension extendee
-	0,  // [0:5] is the sub-list for field type_name
+	12, // 1: cocoonbox.v1.AgentRun.created_at:type_name -> google.protobuf.Timestamp
+	12, // 2: cocoonbox.v1.AgentRun.ended_at:type_name -> google.protobuf.Timestamp
+	12, // 3: cocoonbox.v1.AgentStep.at:type_name -> google.protobuf.Timestamp
+	2,  // 4: cocoonbox.v1.AgentStep.tool_calls:type_name -> cocoonbox.v1.AgentToolCall
+	0,  // 5: cocoonbox.v1.ListRunsResponse.runs:type_name -> cocoonbox.v1.AgentRun
+	1,  // 6: cocoonbox.v1.WatchRunEvent.step:type_name -> cocoonbox.v1.AgentStep
+	0,  // 7: cocoonbox.v1.WatchRunEvent.run:type_name -> cocoonbox.v1.AgentRun
+	3,  // 8: cocoonbox.v1.AgentService.StartRun:input_type -> cocoonbox.v1.StartRunRequest
+	4,  // 9: cocoonbox.v1.AgentService.SendMessage:input_type -> cocoonbox.v1.SendMessageRequest
+	6,  // 10: cocoonbox.v1.AgentService.CancelRun:input_type -> cocoonbox.v1.CancelRunRequest
+	7,  // 11: cocoonbox.v1.AgentService.GetRun:input_type -> cocoonbox.v1.GetRunRequest
+	8,  // 12: cocoonbox.v1.AgentService.ListRuns:input_type -> cocoonbox.v1.ListRunsRequest
+	10, // 13: cocoonbox.v1.AgentService.WatchRun:input_type -> cocoonbox.v1.WatchRunRequest
+	0,  // 14: cocoonbox.v1.AgentService.StartRun:output_type -> cocoonbox.v1.AgentRun
+	5,  // 15: cocoonbox.v1.AgentService.SendMessage:output_type -> cocoonbox.v1.SendMessageResponse
+	0,  // 16: cocoonbox.v1.AgentService.CancelRun:output_type -> cocoonbox.v1.AgentRun
+	0,  // 17: cocoonbox.v1.AgentService.GetRun:output_type -> cocoonbox.v1.AgentRun
+	9,  // 18: cocoonbox.v1.AgentService.ListRuns:output_type -> cocoonbox.v1.ListRunsResponse
+	11, // 19: cocoonbox.v1.AgentService.WatchRun:output_type -> cocoonbox.v1.WatchRunEvent
+	14, // [14:20] is the sub-list for method output_type
+	8,  // [8:14] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_cocoonbox_v1_agent_proto_init() }
@@ -668,13 +968,17 @@ func file_cocoonbox_v1_agent_proto_init() {
 	if File_cocoonbox_v1_agent_proto != nil {
 		return
 	}
+	file_cocoonbox_v1_agent_proto_msgTypes[11].OneofWrappers = []any{
+		(*WatchRunEvent_Step)(nil),
+		(*WatchRunEvent_Run)(nil),
+	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cocoonbox_v1_agent_proto_rawDesc), len(file_cocoonbox_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   12,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -45,8 +45,10 @@ type AgentServiceClient interface {
 	GetRun(ctx context.Context, in *GetRunRequest, opts ...grpc.CallOption) (*AgentRun, error)
 	// ListRuns returns a box's runs, newest first.
 	ListRuns(ctx context.Context, in *ListRunsRequest, opts ...grpc.CallOption) (*ListRunsResponse, error)
-	// WatchRun streams a run: its current state first, then every step and state change.
-	WatchRun(ctx context.Context, in *WatchRunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AgentRun], error)
+	// WatchRun streams a run: the steps already recorded, then the run as it is, then each new step
+	// and state change as it happens. The stream ends after the run's final state, or when the
+	// caller loses access to the box. Reading needs viewer.
+	WatchRun(ctx context.Context, in *WatchRunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchRunEvent], error)
 }
 
 type agentServiceClient struct {
@@ -107,13 +109,13 @@ func (c *agentServiceClient) ListRuns(ctx context.Context, in *ListRunsRequest, 
 	return out, nil
 }
 
-func (c *agentServiceClient) WatchRun(ctx context.Context, in *WatchRunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[AgentRun], error) {
+func (c *agentServiceClient) WatchRun(ctx context.Context, in *WatchRunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchRunEvent], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &AgentService_ServiceDesc.Streams[0], AgentService_WatchRun_FullMethodName, cOpts...)
 	if err != nil {
 		return nil, err
 	}
-	x := &grpc.GenericClientStream[WatchRunRequest, AgentRun]{ClientStream: stream}
+	x := &grpc.GenericClientStream[WatchRunRequest, WatchRunEvent]{ClientStream: stream}
 	if err := x.ClientStream.SendMsg(in); err != nil {
 		return nil, err
 	}
@@ -124,7 +126,7 @@ func (c *agentServiceClient) WatchRun(ctx context.Context, in *WatchRunRequest, 
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type AgentService_WatchRunClient = grpc.ServerStreamingClient[AgentRun]
+type AgentService_WatchRunClient = grpc.ServerStreamingClient[WatchRunEvent]
 
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
@@ -144,8 +146,10 @@ type AgentServiceServer interface {
 	GetRun(context.Context, *GetRunRequest) (*AgentRun, error)
 	// ListRuns returns a box's runs, newest first.
 	ListRuns(context.Context, *ListRunsRequest) (*ListRunsResponse, error)
-	// WatchRun streams a run: its current state first, then every step and state change.
-	WatchRun(*WatchRunRequest, grpc.ServerStreamingServer[AgentRun]) error
+	// WatchRun streams a run: the steps already recorded, then the run as it is, then each new step
+	// and state change as it happens. The stream ends after the run's final state, or when the
+	// caller loses access to the box. Reading needs viewer.
+	WatchRun(*WatchRunRequest, grpc.ServerStreamingServer[WatchRunEvent]) error
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -171,7 +175,7 @@ func (UnimplementedAgentServiceServer) GetRun(context.Context, *GetRunRequest) (
 func (UnimplementedAgentServiceServer) ListRuns(context.Context, *ListRunsRequest) (*ListRunsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListRuns not implemented")
 }
-func (UnimplementedAgentServiceServer) WatchRun(*WatchRunRequest, grpc.ServerStreamingServer[AgentRun]) error {
+func (UnimplementedAgentServiceServer) WatchRun(*WatchRunRequest, grpc.ServerStreamingServer[WatchRunEvent]) error {
 	return status.Error(codes.Unimplemented, "method WatchRun not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
@@ -290,11 +294,11 @@ func _AgentService_WatchRun_Handler(srv interface{}, stream grpc.ServerStream) e
 	if err := stream.RecvMsg(m); err != nil {
 		return err
 	}
-	return srv.(AgentServiceServer).WatchRun(m, &grpc.GenericServerStream[WatchRunRequest, AgentRun]{ServerStream: stream})
+	return srv.(AgentServiceServer).WatchRun(m, &grpc.GenericServerStream[WatchRunRequest, WatchRunEvent]{ServerStream: stream})
 }
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
-type AgentService_WatchRunServer = grpc.ServerStreamingServer[AgentRun]
+type AgentService_WatchRunServer = grpc.ServerStreamingServer[WatchRunEvent]
 
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,

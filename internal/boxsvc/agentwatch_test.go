@@ -1,0 +1,179 @@
+package boxsvc_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/boxsvc"
+	"github.com/loomhand/cocoonbox/internal/store"
+	"github.com/loomhand/cocoonbox/internal/store/storetest"
+)
+
+func TestMain(m *testing.M) { storetest.Main(m) }
+
+// runEnv is a box with a run on it, owned by ann and shared with viewer vic.
+type runEnv struct {
+	st       *store.Store
+	svc      *boxsvc.Service
+	box      cocoonbox.BoxID
+	ann, vic string
+	run      string
+}
+
+func newRunEnv(t *testing.T) runEnv {
+	t.Helper()
+	ctx := context.Background()
+	st := storetest.New(t)
+	e := runEnv{st: st, svc: &boxsvc.Service{Store: st, WatchEvery: 10 * time.Millisecond}, box: cocoonbox.NewBoxID(), run: "run_w"}
+	for _, u := range []struct {
+		name string
+		id   *string
+	}{{"ann", &e.ann}, {"vic", &e.vic}} {
+		user, err := st.CreateUser(ctx, store.NewUser{Name: u.name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		*u.id = user.ID
+	}
+	if _, err := st.CreateBox(ctx, store.NewBox{ID: e.box, Owner: e.ann, Name: "dev", Size: cocoonbox.DefaultSize}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.PutShare(ctx, e.box, e.vic, cocoonbox.RoleViewer, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.CreateAgentRun(ctx, store.NewAgentRun{ID: e.run, BoxID: e.box, Owner: e.ann, Task: "look", Provider: "openai", Model: "m"}); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+func (e runEnv) step(t *testing.T, n int, text string) {
+	t.Helper()
+	payload, _ := json.Marshal(map[string]any{"text": text, "tool_calls": []map[string]any{{"name": "shell", "is_error": n == 1, "result": "ok"}}})
+	if err := e.st.AppendAgentStep(context.Background(), store.NewAgentStep{RunID: e.run, Step: n, Kind: "model_turn",
+		Summary: fmt.Sprintf("step %d", n), Payload: payload}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// event is a RunEvent in brief, for comparing sequences.
+func event(e boxsvc.RunEvent) string {
+	if e.Step != nil {
+		return fmt.Sprintf("step %d", e.Step.Step)
+	}
+	return fmt.Sprintf("run %s %d %q %q", e.Run.State, e.Run.StepsDone, e.Run.Result, e.Run.Error)
+}
+
+// TestWatchRun follows a run from its recorded steps through new ones to its end: the steps
+// already there come first, then the run, then each change once, and the watch ends after the
+// final state.
+func TestWatchRun(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e.step(t, 1, "looking")
+
+	events := make(chan string, 100)
+	done := make(chan error, 1)
+	go func() {
+		done <- e.svc.WatchRun(ctx, e.vic, e.run, func(ev boxsvc.RunEvent) error {
+			events <- event(ev)
+			return nil
+		})
+	}()
+	next := func(want string) {
+		t.Helper()
+		select {
+		case got := <-events:
+			if got != want {
+				t.Fatalf("event %q, want %q", got, want)
+			}
+		case <-ctx.Done():
+			t.Fatalf("no event; want %q", want)
+		}
+	}
+	next("step 1")
+	next(`run running 1 "looking" ""`)
+	if err := e.st.SetAgentRunState(ctx, e.run, cocoonbox.AgentRunWaiting, ""); err != nil {
+		t.Fatal(err)
+	}
+	next(`run waiting 1 "looking" ""`)
+	e.step(t, 2, "")
+	next("step 2")
+	e.step(t, 3, "the site is up")
+	if err := e.st.SetAgentRunState(ctx, e.run, cocoonbox.AgentRunSucceeded, ""); err != nil {
+		t.Fatal(err)
+	}
+	// A poll may land between the step and the state; either way, step 3 before the end.
+	next("step 3")
+	next(`run succeeded 3 "the site is up" ""`)
+	if err := <-done; err != nil {
+		t.Fatalf("watch ended with %v", err)
+	}
+	if len(events) != 0 {
+		t.Fatalf("events after the end: %q", <-events)
+	}
+
+	// An ended run: its steps and its final state, then the end.
+	var seen []string
+	if err := e.svc.WatchRun(ctx, e.ann, e.run, func(ev boxsvc.RunEvent) error {
+		seen = append(seen, event(ev))
+		return nil
+	}); err != nil || fmt.Sprint(seen) != `[step 1 step 2 step 3 run succeeded 3 "the site is up" ""]` {
+		t.Fatalf("watch of an ended run: %q, %v", seen, err)
+	}
+}
+
+// TestWatchRunAccess: a stranger's watch is not found; a share revoked mid-watch ends it with
+// not found; a failing send ends it with the send's error.
+func TestWatchRunAccess(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	stranger, err := e.st.CreateUser(ctx, store.NewUser{Name: "sam"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nop := func(boxsvc.RunEvent) error { return nil }
+	if err := e.svc.WatchRun(ctx, stranger.ID, e.run, nop); cocoonbox.ErrorCode(err) != cocoonbox.ENotFound {
+		t.Fatalf("stranger: %v, want not found", err)
+	}
+	if err := e.svc.WatchRun(ctx, e.ann, "run_nope", nop); cocoonbox.ErrorCode(err) != cocoonbox.ENotFound {
+		t.Fatalf("unknown run: %v, want not found", err)
+	}
+
+	started := make(chan struct{}, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- e.svc.WatchRun(ctx, e.vic, e.run, func(boxsvc.RunEvent) error {
+			started <- struct{}{}
+			return nil
+		})
+	}()
+	<-started
+	if err := e.st.DeleteShare(ctx, e.box, e.vic); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; cocoonbox.ErrorCode(err) != cocoonbox.ENotFound {
+		t.Fatalf("revoked mid-watch: %v, want not found", err)
+	}
+
+	gone := errors.New("client went away")
+	if err := e.svc.WatchRun(ctx, e.ann, e.run, func(boxsvc.RunEvent) error { return gone }); !errors.Is(err, gone) {
+		t.Fatalf("failing send: %v", err)
+	}
+
+	// The caller leaving ends the watch quietly.
+	cctx, ccancel := context.WithCancel(ctx)
+	ccancel()
+	if err := e.svc.WatchRun(cctx, e.ann, e.run, nop); err != nil {
+		t.Fatalf("cancelled: %v", err)
+	}
+}
