@@ -101,6 +101,7 @@ func serveAPI(ctx context.Context, cfg config.API, logger *slog.Logger, ready fu
 		Temporal: tc, Store: st, Policy: boxsvc.DefaultPolicy,
 		Sandbox: sandbox.NewHTTP(cfg.Sandbox.URL, cfg.Sandbox.Token, nil),
 		Tokens:  store.SandboxTokens{Store: st, Keys: keys}, Logger: logger.With("component", "boxsvc"),
+		Agent: cfg.Agent,
 	}
 	srv := api.New(api.Options{
 		Store: st, Boxes: boxes, Vault: &vault.Vault{Store: st, Keys: keys}, Keys: keys,

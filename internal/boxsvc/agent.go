@@ -7,28 +7,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/workflows"
 )
-
-// AgentDefaults fill what a run request leaves empty: the model gateway and the vault secret
-// holding its key.
-type AgentDefaults struct {
-	Provider  string // "openai" or "anthropic"
-	BaseURL   string
-	Model     string
-	KeySecret string // the vault secret, in the run's starter's vault, holding the gateway key
-	MaxSteps  int    // 0 is workflows.DefaultAgentMaxSteps
-}
-
-// DefaultAgent is what runs use until the configuration carries a gateway section.
-var DefaultAgent = AgentDefaults{Provider: "openai", BaseURL: "https://api.openai.com/v1", KeySecret: "OPENAI_API_KEY"}
 
 // maxTaskBytes bounds a task or a message; longer instructions belong in a file in the box.
 const maxTaskBytes = 32 << 10
@@ -37,15 +26,14 @@ const maxTaskBytes = 32 << 10
 // call paid from the caller's key, and a run this long has lost its way.
 const MaxRunSteps = 500
 
-// RunRequest is a task for a box's agent. Empty fields take DefaultAgent's.
+// RunRequest is a task for a box's agent. The gateway, its protocol and the key's vault secret
+// are the service's Agent configuration, never the caller's: a caller chooses what the agent
+// does and with which model, not where the box's model calls go.
 type RunRequest struct {
-	Task      string
-	Model     string
-	Provider  string
-	BaseURL   string
-	KeySecret string
-	System    string
-	MaxSteps  int
+	Task     string
+	Model    string // "" is Agent.Model
+	System   string
+	MaxSteps int // 0 is Agent.MaxSteps
 }
 
 // Run is an agent run with its steps (GetRun) or without (the others).
@@ -102,30 +90,30 @@ func (s *Service) StartRun(ctx context.Context, caller string, id cocoonbox.BoxI
 	if req.MaxSteps < 0 || req.MaxSteps > MaxRunSteps {
 		return Run{}, cocoonbox.Invalid("max_steps", fmt.Sprintf("must be between 1 and %d, or 0 for the default", MaxRunSteps))
 	}
-	req = withDefaults(req, DefaultAgent)
+	req = withDefaults(req, s.Agent)
 	switch {
 	case strings.TrimSpace(req.Task) == "":
 		return Run{}, cocoonbox.Invalid("task", "is required")
 	case len(req.Task) > maxTaskBytes:
 		return Run{}, cocoonbox.Invalid("task", fmt.Sprintf("is longer than %d bytes", maxTaskBytes))
 	case req.Model == "":
-		return Run{}, cocoonbox.Invalid("model", "is required")
-	case req.Provider != "openai" && req.Provider != "anthropic":
-		return Run{}, cocoonbox.Invalid("provider", "must be openai or anthropic")
+		return Run{}, cocoonbox.Invalid("model", "is required: this server has no default model")
+	case len(s.Agent.Models) > 0 && !slices.Contains(s.Agent.Models, req.Model):
+		return Run{}, cocoonbox.Invalid("model", fmt.Sprintf("%q is not offered here; choose one of %s", req.Model, strings.Join(s.Agent.Models, ", ")))
 	}
 	b := make([]byte, 16)
 	rand.Read(b) // never fails since Go 1.24
-	runID := "run_" + hex.EncodeToString(b)
+	runID := workflows.RunIDPrefix + hex.EncodeToString(b)
 	run, err := s.Store.CreateAgentRun(ctx, store.NewAgentRun{ID: runID, BoxID: id, Owner: caller,
-		Task: req.Task, Provider: req.Provider, Model: req.Model})
+		Task: req.Task, Provider: s.Agent.Provider, Model: req.Model})
 	if err != nil {
 		return Run{}, fmt.Errorf("record run: %w", err)
 	}
 	_, err = s.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID: workflows.AgentRunWorkflowID(runID), TaskQueue: workflows.TaskQueue,
 	}, workflows.AgentRunWorkflow, workflows.AgentRunInput{
-		RunID: runID, BoxID: id, Owner: caller, Task: req.Task, System: req.System, Provider: req.Provider,
-		BaseURL: req.BaseURL, Model: req.Model, KeySecret: req.KeySecret, MaxSteps: req.MaxSteps,
+		RunID: runID, BoxID: id, Owner: caller, Task: req.Task, System: req.System, Provider: s.Agent.Provider,
+		BaseURL: s.Agent.BaseURL, Model: req.Model, KeySecret: s.Agent.KeySecret, MaxSteps: req.MaxSteps,
 	})
 	if err != nil {
 		// The run never started: say so on its row rather than leave it running forever.
@@ -138,16 +126,9 @@ func (s *Service) StartRun(ctx context.Context, caller string, id cocoonbox.BoxI
 	return Run{AgentRun: run}, nil
 }
 
-func withDefaults(r RunRequest, d AgentDefaults) RunRequest {
-	for _, f := range []struct {
-		v *string
-		d string
-	}{
-		{&r.Model, d.Model}, {&r.Provider, d.Provider}, {&r.BaseURL, d.BaseURL}, {&r.KeySecret, d.KeySecret},
-	} {
-		if *f.v == "" {
-			*f.v = f.d
-		}
+func withDefaults(r RunRequest, d config.Agent) RunRequest {
+	if r.Model == "" {
+		r.Model = d.Model
 	}
 	if r.MaxSteps <= 0 {
 		r.MaxSteps = d.MaxSteps

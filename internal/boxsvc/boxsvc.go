@@ -19,6 +19,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/workflows"
@@ -40,6 +41,8 @@ type Service struct {
 	Logger  *slog.Logger
 	// WatchEvery is how often WatchBox polls the workflow's status; 0 is 500 ms.
 	WatchEvery time.Duration
+	// Agent is the model gateway agent runs use (config.DefaultAgent when unset by the caller).
+	Agent config.Agent
 }
 
 // View is a box as a caller sees it: the workflow's status with the box's record and the

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -79,6 +80,49 @@ type Sandbox struct {
 	Token string `yaml:"token" env:"COCOONBOX_SANDBOXD_TOKEN"`
 }
 
+// Agent is the model gateway agent runs use. The gateway URL is the operator's: users pick a
+// model (among Models, when the list is not empty), never where the box's model calls go.
+type Agent struct {
+	// Provider is the gateway's wire protocol: openai (chat completions) or anthropic (messages).
+	Provider string `yaml:"provider" env:"COCOONBOX_AGENT_PROVIDER"`
+	// BaseURL is the gateway's URL as the provider's client takes it, e.g.
+	// https://api.openai.com/v1 or https://api.anthropic.com.
+	BaseURL string `yaml:"base_url" env:"COCOONBOX_AGENT_BASE_URL"`
+	// Model is the model of a run that does not name one; empty makes the model required.
+	Model string `yaml:"model" env:"COCOONBOX_AGENT_MODEL"`
+	// Models are the models runs may use; empty allows any the gateway knows.
+	Models []string `yaml:"models" env:"COCOONBOX_AGENT_MODELS"`
+	// KeySecret names the vault secret, in the vault of the run's starter, holding the gateway
+	// key; empty sends no key (a gateway that authenticates otherwise).
+	KeySecret string `yaml:"key_secret" env:"COCOONBOX_AGENT_KEY_SECRET"`
+	// MaxSteps bounds a run; 0 is the workflow's default (50).
+	MaxSteps int `yaml:"max_steps" env:"COCOONBOX_AGENT_MAX_STEPS"`
+}
+
+// DefaultAgent is the gateway of a configuration that does not name one: OpenAI's API with the
+// key in each user's OPENAI_API_KEY vault secret.
+func DefaultAgent() Agent {
+	return Agent{Provider: "openai", BaseURL: "https://api.openai.com/v1", Model: "gpt-4.1", KeySecret: "OPENAI_API_KEY"}
+}
+
+// Validate checks the agent section and names the first bad field.
+func (a *Agent) Validate() error {
+	if a.Provider != "openai" && a.Provider != "anthropic" {
+		return fmt.Errorf("config agent.provider: must be openai or anthropic, got %q", a.Provider)
+	}
+	u, err := url.Parse(a.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("config agent.base_url: must be an http or https URL, got %q", a.BaseURL)
+	}
+	if a.Model != "" && len(a.Models) > 0 && !slices.Contains(a.Models, a.Model) {
+		return fmt.Errorf("config agent.model: %q is not among agent.models", a.Model)
+	}
+	if a.MaxSteps < 0 {
+		return fmt.Errorf("config agent.max_steps: must not be negative, got %d", a.MaxSteps)
+	}
+	return nil
+}
+
 // Dev is the configuration of `cocoonbox dev`: every role in one process tree, with embedded
 // Temporal, PostgreSQL and S3 unless an external one is configured.
 type Dev struct {
@@ -103,6 +147,8 @@ type Dev struct {
 	Sandbox Sandbox `yaml:"sandbox"`
 	// Template is the image boxes are claimed from ("desktop"; "base" is the small test image).
 	Template string `yaml:"template" env:"COCOONBOX_BOX_TEMPLATE"`
+	// Agent is the model gateway of agent runs.
+	Agent Agent `yaml:"agent"`
 	// NoWorker starts the stack without its in-process Temporal worker, for tests and for running
 	// workers separately (`cocoonbox serve worker`); box operations wait until a worker polls.
 	NoWorker bool `yaml:"no_worker" env:"COCOONBOX_DEV_NO_WORKER"`
@@ -120,6 +166,8 @@ type API struct {
 	// Keyring is the master key file that seals sandbox tokens and vault keys; the same file as
 	// the workers'. Empty means <home>/keys/master.key.
 	Keyring string `yaml:"keyring" env:"COCOONBOX_KEYRING"`
+	// Agent is the model gateway of agent runs.
+	Agent Agent `yaml:"agent"`
 }
 
 // Validate checks the api configuration and names the first bad field.
@@ -145,7 +193,7 @@ func (c *API) Validate() error {
 	if c.Keyring != "" && !filepath.IsAbs(c.Keyring) {
 		return fmt.Errorf("config keyring: must be an absolute path, got %q", c.Keyring)
 	}
-	return nil
+	return c.Agent.Validate()
 }
 
 // KeyringPath returns the keyring file: Keyring, or <home>/keys/master.key when it is empty.
@@ -213,6 +261,7 @@ func DefaultDev(env Lookup) Dev {
 		Template:         DefaultBoxTemplate,
 		Temporal:         Temporal{Namespace: DefaultNamespace},
 		S3:               S3{Region: DefaultRegion, Bucket: DefaultBucket, PathStyle: true},
+		Agent:            DefaultAgent(),
 	}
 }
 
@@ -249,7 +298,7 @@ func (c *Dev) Validate() error {
 	if c.S3.Endpoint != "" && c.S3.Bucket == "" {
 		return errors.New("config s3.bucket: is required with s3.endpoint")
 	}
-	return nil
+	return c.Agent.Validate()
 }
 
 // DataDir returns the directory of one component's state under Home.
@@ -258,7 +307,7 @@ func (c *Dev) DataDir(component string) string { return filepath.Join(c.Home, co
 // DefaultAPI returns the api role's defaults.
 func DefaultAPI(env Lookup) API {
 	return API{Home: defaultHome(env), LogLevel: "info", Listen: DefaultAPIListen,
-		Temporal: Temporal{Address: DefaultTemporalListen, Namespace: DefaultNamespace}}
+		Temporal: Temporal{Address: DefaultTemporalListen, Namespace: DefaultNamespace}, Agent: DefaultAgent()}
 }
 
 // DefaultWorker returns the worker role's defaults.
@@ -474,6 +523,14 @@ func setField(v reflect.Value, raw string) error {
 			return fmt.Errorf("not a boolean: %q", raw)
 		}
 		v.SetBool(b)
+	case v.Type() == reflect.TypeFor[[]string]():
+		var list []string
+		for _, s := range strings.Split(raw, ",") {
+			if s = strings.TrimSpace(s); s != "" {
+				list = append(list, s)
+			}
+		}
+		v.Set(reflect.ValueOf(list))
 	case v.Kind() == reflect.Int:
 		n, err := strconv.Atoi(raw)
 		if err != nil {

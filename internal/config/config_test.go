@@ -3,6 +3,7 @@ package config_test
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -74,6 +75,25 @@ func TestPrecedenceFileThenEnv(t *testing.T) {
 	}
 }
 
+func TestAgentGateway(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "cocoonbox.yaml")
+	writeFile(t, path, "agent:\n  provider: anthropic\n  base_url: https://gw.example/anthropic\n  models: [claude-a, claude-b]\n  model: claude-a\n")
+	c, err := config.Load(path, config.MapEnv(map[string]string{
+		"HOME": "/root", "COCOONBOX_AGENT_MODELS": " claude-a, claude-c ,", "COCOONBOX_AGENT_KEY_SECRET": "GW_KEY",
+	}), config.DefaultAPI(config.MapEnv(nil)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := config.Agent{Provider: "anthropic", BaseURL: "https://gw.example/anthropic", Model: "claude-a",
+		Models: []string{"claude-a", "claude-c"}, KeySecret: "GW_KEY"}
+	if !reflect.DeepEqual(c.Agent, want) {
+		t.Errorf("agent: got %+v, want %+v", c.Agent, want)
+	}
+	if d := config.DefaultDev(config.MapEnv(map[string]string{"HOME": "/root"})); d.Agent.Validate() != nil || d.Agent.BaseURL == "" {
+		t.Errorf("the default gateway must be valid: %+v", d.Agent)
+	}
+}
+
 func TestBadInput(t *testing.T) {
 	dir := t.TempDir()
 	cases := []struct {
@@ -123,6 +143,10 @@ func TestValidate(t *testing.T) {
 		{"bucket", func(c *config.Dev) { c.S3.Endpoint = "http://x"; c.S3.Bucket = "" }, "config s3.bucket"},
 		{"engine runtime", func(c *config.Dev) { c.EngineRuntime = "docker" }, "config engine_runtime: must be auto, gvisor or process"},
 		{"engine listen", func(c *config.Dev) { c.EngineListen = "x" }, "config engine_listen"},
+		{"agent provider", func(c *config.Dev) { c.Agent.Provider = "gemini" }, "config agent.provider: must be openai or anthropic"},
+		{"agent base url", func(c *config.Dev) { c.Agent.BaseURL = "gateway:8080" }, "config agent.base_url: must be an http or https URL"},
+		{"agent model", func(c *config.Dev) { c.Agent.Models = []string{"a", "b"} }, `config agent.model: "gpt-4.1" is not among agent.models`},
+		{"agent steps", func(c *config.Dev) { c.Agent.MaxSteps = -1 }, "config agent.max_steps"},
 	}
 	for _, tc := range cases {
 		c := base
@@ -228,5 +252,19 @@ func TestWorkerConfig(t *testing.T) {
 		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: got %v, want %q", tc.name, err, tc.want)
 		}
+	}
+}
+
+// TestExampleConfig: the documented example is a valid dev configuration.
+func TestExampleConfig(t *testing.T) {
+	c, err := config.LoadDev("../../deploy/cocoonbox.example.yaml", config.MapEnv(map[string]string{"HOME": "/root"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if c.Agent.Provider != "openai" || c.Agent.KeySecret != "OPENAI_API_KEY" {
+		t.Errorf("agent section: %+v", c.Agent)
 	}
 }
