@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Turn is one scripted answer: text, tool calls (or both), or a fault.
@@ -65,6 +66,9 @@ type Request struct {
 	Path   string
 	Header http.Header
 	Body   []byte
+	// At is when the whole body had arrived: the gap between two requests of a tool loop is
+	// everything but the model's own time.
+	At time.Time
 }
 
 // JSON decodes the body into a generic value, for assertions on its shape.
@@ -134,7 +138,7 @@ func (s *Server) Remaining() int {
 func (s *Server) receive(w http.ResponseWriter, r *http.Request, authorized func(http.Header) bool, fail func(w http.ResponseWriter, status int, msg string)) (turn Turn, body map[string]any, n int, ok bool) {
 	raw, err := io.ReadAll(r.Body)
 	s.mu.Lock()
-	s.requests = append(s.requests, Request{Path: r.URL.Path, Header: r.Header.Clone(), Body: raw})
+	s.requests = append(s.requests, Request{Path: r.URL.Path, Header: r.Header.Clone(), Body: raw, At: time.Now()})
 	s.mu.Unlock()
 	if err != nil {
 		fail(w, http.StatusBadRequest, "read body: "+err.Error())
@@ -352,7 +356,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		// Recorded like any other request, but the real API refuses it before anything else.
 		raw, _ := io.ReadAll(r.Body)
 		s.mu.Lock()
-		s.requests = append(s.requests, Request{Path: r.URL.Path, Header: r.Header.Clone(), Body: raw})
+		s.requests = append(s.requests, Request{Path: r.URL.Path, Header: r.Header.Clone(), Body: raw, At: time.Now()})
 		s.mu.Unlock()
 		anthropicError(w, http.StatusBadRequest, "anthropic-version: header is required")
 		return
