@@ -11,6 +11,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"unicode"
 	"unicode/utf8"
 
 	"google.golang.org/grpc"
@@ -25,7 +26,8 @@ import (
 	agentvmv1 "github.com/loomhand/cocoonbox/proto/agentvm/v1"
 )
 
-// AgentPort is where the in-box agent (cocoonbox-agent serve) listens on the box's loopback.
+// AgentPort is where the in-box agent (cocoonbox-agent serve) listens on the box's loopback for
+// gRPC; its model links are on AgentLinkPort.
 const AgentPort = 7070
 
 // AgentCredentialPath is the file in the box the agent reads its per-box credential from; it
@@ -58,6 +60,9 @@ type Agent struct {
 	// step finds a sandbox even after the box hibernated or lost its node, and returns who holds
 	// the desktop's control lease ("" for nobody). nil skips it.
 	Wake func(ctx context.Context, boxID cocoonbox.BoxID) (controller string, err error)
+	// DialGateway dials the model gateway for the box's model links (the box has no network);
+	// nil means a net.Dialer with a 10 s timeout. Only the step's base URL host is dialed.
+	DialGateway func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	written sync.Map // sandbox ID → credential known to be in that sandbox
 }
@@ -114,16 +119,20 @@ const maxStepText = 4 << 10
 // Step runs one step of the run in the box's agent and records it. A retry of the same step is
 // safe: the agent answers a completed step from its journal, and the row is replaced.
 func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
-	if in.RunID == "" || in.Step < 1 {
-		return StepResult{}, classify(cocoonbox.Invalid("step", "needs a run ID and a step from 1"))
+	if in.RunID == "" || strings.ContainsFunc(in.RunID, unicode.IsSpace) || in.Step < 1 {
+		// A run ID is a word of the model links' first line.
+		return StepResult{}, classify(cocoonbox.Invalid("step", "needs a run ID without spaces and a step from 1"))
 	}
 	if err := in.BoxID.Validate(); err != nil {
 		return StepResult{}, classify(err)
 	}
+	gateway, err := gatewayAddr(in.BaseURL)
+	if err != nil {
+		return StepResult{}, newError(ErrTypeInvalidArgument, err)
+	}
 	controller := ""
 	if a.Wake != nil {
 		// A hibernated box restores for as long as it takes; heartbeats keep the step alive.
-		var err error
 		if controller, err = whileHeartbeating(ctx, func(ctx context.Context) (string, error) {
 			return a.Wake(ctx, in.BoxID)
 		}); err != nil {
@@ -168,6 +177,8 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 		FreshScreenshot:     in.FreshScreenshot,
 	}
 	resp, err := whileHeartbeating(ctx, func(ctx context.Context) (*agentvmv1.StepResponse, error) {
+		// The box has no network: its model calls go over the links kept open meanwhile.
+		defer a.keepLinks(ctx, ref, cred, in.RunID, in.Step, gateway)()
 		return a.callStep(ctx, ref, cred, req)
 	})
 	if err != nil {

@@ -185,7 +185,7 @@ func newAgentFixture(t *testing.T) (*Agent, *fakeAgent, *fakeBox, *fakeRuns) {
 func TestAgentStep(t *testing.T) {
 	ctx := context.Background()
 	a, agent, box, runs := newAgentFixture(t)
-	in := StepInput{RunID: "run_1", BoxID: agentBox, Owner: "usr_a", Step: 1, Provider: "openai",
+	in := StepInput{RunID: "run_1", BoxID: agentBox, Owner: "usr_a", Step: 1, Provider: "openai", BaseURL: "http://gw.test",
 		Model: "m", KeySecret: "OPENAI_KEY", Task: "do it"}
 	res, err := a.Step(ctx, in)
 	if err != nil {
@@ -226,7 +226,7 @@ func TestAgentStep(t *testing.T) {
 func TestAgentStepErrors(t *testing.T) {
 	ctx := context.Background()
 	a, agent, _, _ := newAgentFixture(t)
-	in := StepInput{RunID: "run_1", BoxID: agentBox, Owner: "usr_a", Step: 1, Provider: "openai", Model: "m", KeySecret: "NOPE"}
+	in := StepInput{RunID: "run_1", BoxID: agentBox, Owner: "usr_a", Step: 1, Provider: "openai", BaseURL: "http://gw.test", Model: "m", KeySecret: "NOPE"}
 	var app *temporal.ApplicationError
 	if _, err := a.Step(ctx, in); !errors.As(err, &app) || app.Type() != ErrTypeInvalidArgument || !strings.Contains(err.Error(), "NOPE") {
 		t.Errorf("missing key secret: %v", err)

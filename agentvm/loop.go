@@ -27,20 +27,28 @@ const (
 type Loop struct {
 	// Tools are what the model may call, by name.
 	Tools []tools.Tool
-	// HTTPClient carries the model calls; nil means a client without a total timeout (the
-	// step's context bounds it).
+	// HTTPClient carries the model calls when Links is nil; nil means a client without a total
+	// timeout (the step's context bounds it).
 	HTTPClient *http.Client
+	// Links, when set, carry every model call instead: a box has no network, so each step's
+	// calls go over the model links the control plane opens for that step (see LinkPort).
+	Links *Links
 	// ModelOptions configure the provider adapters (retries).
 	ModelOptions []model.Option
 }
 
 // NewProvider returns the adapter for a StepRequest's provider.
+// It calls through HTTPClient, never the links; Step makes its own.
 func (l *Loop) NewProvider(provider, baseURL, apiKey string) (model.Provider, error) {
+	return l.newProvider(provider, baseURL, apiKey, l.HTTPClient)
+}
+
+func (l *Loop) newProvider(provider, baseURL, apiKey string, hc *http.Client) (model.Provider, error) {
 	switch provider {
 	case ProviderOpenAI:
-		return model.NewOpenAI(baseURL, apiKey, l.HTTPClient, l.ModelOptions...), nil
+		return model.NewOpenAI(baseURL, apiKey, hc, l.ModelOptions...), nil
 	case ProviderAnthropic:
-		return model.NewAnthropic(baseURL, apiKey, l.HTTPClient, l.ModelOptions...), nil
+		return model.NewAnthropic(baseURL, apiKey, hc, l.ModelOptions...), nil
 	}
 	return nil, fmt.Errorf("provider must be %q or %q, not %q", ProviderOpenAI, ProviderAnthropic, provider)
 }
@@ -52,7 +60,14 @@ func (l *Loop) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1
 	if req.GetBaseUrl() == "" || req.GetModel() == "" {
 		return nil, status.Error(codes.InvalidArgument, "base_url and model are required")
 	}
-	provider, err := l.NewProvider(req.GetProvider(), req.GetBaseUrl(), req.GetApiKey())
+	hc := l.HTTPClient
+	if l.Links != nil {
+		defer l.Links.begin(req.GetRunId(), req.GetStep())()
+		var tr *http.Transport
+		hc, tr = l.Links.client(req.GetRunId(), req.GetStep())
+		defer tr.CloseIdleConnections()
+	}
+	provider, err := l.newProvider(req.GetProvider(), req.GetBaseUrl(), req.GetApiKey(), hc)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}

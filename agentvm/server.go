@@ -79,8 +79,9 @@ type Server struct {
 	cred *credential
 	grpc *grpc.Server
 
-	mu      sync.Mutex
-	running map[string]map[int32]context.CancelFunc // run ID → step → cancel of the step in progress
+	mu            sync.Mutex
+	running       map[string]map[int32]context.CancelFunc // run ID → step → cancel of the step in progress
+	linkListeners []net.Listener
 }
 
 // NewServer returns a server for cfg.
@@ -123,7 +124,13 @@ func (s *Server) Stop() {
 			cancel()
 		}
 	}
+	for _, lis := range s.linkListeners {
+		_ = lis.Close()
+	}
 	s.mu.Unlock()
+	if s.cfg.Loop.Links != nil {
+		s.cfg.Loop.Links.closeAll()
+	}
 	s.grpc.GracefulStop()
 }
 
@@ -168,21 +175,33 @@ func (c *credential) current(log *slog.Logger) ([sha256.Size]byte, bool) {
 	return c.sum, c.ok
 }
 
-// authorize checks the call's bearer credential in constant time.
-func (s *Server) authorize(ctx context.Context) error {
+// check compares a presented credential with the box's in constant time. Its errors name the
+// reason, never the credential. The gRPC calls and the model links both go through it.
+func (s *Server) check(token string) error {
 	want, ok := s.cred.current(s.cfg.Logger)
 	if !ok {
-		return status.Error(codes.Unauthenticated, "no credential yet")
+		return errors.New("no credential yet")
 	}
+	sum := sha256.Sum256([]byte(token))
+	if subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
+		return errors.New("invalid credential")
+	}
+	return nil
+}
+
+// authorize checks the call's bearer credential. A missing or malformed header checks as the
+// empty token, which never matches: the credential is never empty.
+func (s *Server) authorize(ctx context.Context) error {
 	md, _ := metadata.FromIncomingContext(ctx)
 	vals := md.Get("authorization")
-	if len(vals) != 1 {
-		return status.Error(codes.Unauthenticated, "missing credential")
+	var token string
+	if len(vals) == 1 {
+		if t, ok := strings.CutPrefix(vals[0], "Bearer "); ok {
+			token = t
+		}
 	}
-	token, ok := strings.CutPrefix(vals[0], "Bearer ")
-	sum := sha256.Sum256([]byte(token))
-	if !ok || subtle.ConstantTimeCompare(sum[:], want[:]) != 1 {
-		return status.Error(codes.Unauthenticated, "invalid credential")
+	if err := s.check(token); err != nil {
+		return status.Error(codes.Unauthenticated, err.Error())
 	}
 	return nil
 }

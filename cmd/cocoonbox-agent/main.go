@@ -1,5 +1,6 @@
 // Command cocoonbox-agent is the agent resident in every box: `cocoonbox-agent serve` answers the
-// control plane's gRPC calls (agent steps, exec, info) behind the per-box credential.
+// control plane's gRPC calls (agent steps, exec, info) behind the per-box credential, and takes
+// the model links its steps' model calls go over.
 package main
 
 import (
@@ -11,6 +12,7 @@ import (
 	"net"
 	"os"
 	"os/signal"
+	"strconv"
 	"syscall"
 
 	"github.com/loomhand/cocoonbox/agentvm"
@@ -66,6 +68,7 @@ func desktopInputAllowed() error { return nil }
 func serve(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:7070", "address to listen on")
+	linkListen := fs.String("link-listen", "127.0.0.1:"+strconv.Itoa(agentvm.LinkPort), "address to accept model links from the control plane on (the box has no network of its own)")
 	credFile := fs.String("credential-file", "", "file holding the per-box credential, read when calls arrive (default: $"+agentvm.CredentialEnv+")")
 	journalDir := fs.String("journal", agentvm.DefaultJournalDir, "directory of the step journal")
 	workDir := fs.String("dir", "", "working directory of the tools (default: the agent's)")
@@ -97,7 +100,7 @@ func serve(args []string) error {
 	desk := desktop.New(desktop.Config{Display: display, Allowed: desktopInputAllowed})
 	toolset := append([]tools.Tool{tools.Shell{Dir: *workDir}}, tools.Files(*workDir)...)
 	toolset = append(toolset, br.Tools()...)
-	cfg.Loop = &agentvm.Loop{Tools: append(toolset, desk.Tools()...)}
+	cfg.Loop = &agentvm.Loop{Tools: append(toolset, desk.Tools()...), Links: agentvm.NewLinks()}
 	srv, err := agentvm.NewServer(cfg)
 	if err != nil {
 		return err
@@ -105,6 +108,11 @@ func serve(args []string) error {
 	lis, err := net.Listen("tcp", *listen)
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
+	}
+	linkLis, err := net.Listen("tcp", *linkListen)
+	if err != nil {
+		_ = lis.Close()
+		return fmt.Errorf("listen for links: %w", err)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -114,6 +122,12 @@ func serve(args []string) error {
 		log.Info("stopping")
 		srv.Stop()
 	}()
-	log.Info("serving", "addr", lis.Addr().String(), "version", agentvm.Version, "journal", *journalDir)
+	go func() {
+		if err := srv.ServeLinks(linkLis); err != nil {
+			log.Error("serve links", "err", err)
+			stop()
+		}
+	}()
+	log.Info("serving", "addr", lis.Addr().String(), "links", linkLis.Addr().String(), "version", agentvm.Version, "journal", *journalDir)
 	return srv.Serve(lis)
 }

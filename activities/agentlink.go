@@ -1,0 +1,255 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"strings"
+	"sync"
+	"time"
+
+	"go.temporal.io/sdk/log"
+
+	"github.com/loomhand/cocoonbox/internal/sandbox"
+)
+
+// AgentLinkPort is where the in-box agent takes model links on the box's loopback. It must
+// match agentvm.LinkPort (a test checks); activities does not import agentvm, which brings the
+// model SDKs.
+const AgentLinkPort = 7071
+
+// agentLinkProtocol opens a model link's first line; it must match agentvm.LinkProtocol.
+const agentLinkProtocol = "COCOONBOX-LINK/1"
+
+const (
+	// idleLinks is how many unused links wait in the box during a step: one for the model call,
+	// one spare for a retry or a second connection.
+	idleLinks = 2
+	// linkHandshakeTimeout bounds the agent's answer to a link's first line.
+	linkHandshakeTimeout = 10 * time.Second
+	// linkBackoff and maxLinkBackoff pace the reopening of links that failed.
+	linkBackoff    = 100 * time.Millisecond
+	maxLinkBackoff = 5 * time.Second
+	// gatewayDialTimeout bounds the default gateway dial.
+	gatewayDialTimeout = 10 * time.Second
+)
+
+// gatewayAddr is the host:port model links are piped to: the host of the step's base URL, on
+// its port or the scheme's. The base URL comes from operator config, so this is the only
+// address a link ever reaches.
+func gatewayAddr(baseURL string) (string, error) {
+	u, err := url.Parse(baseURL)
+	if err != nil {
+		return "", errors.New("base_url is not a URL")
+	}
+	port := ""
+	switch u.Scheme {
+	case "https":
+		port = "443"
+	case "http":
+		port = "80"
+	default:
+		return "", fmt.Errorf("base_url scheme must be http or https, not %q", u.Scheme)
+	}
+	if u.Hostname() == "" {
+		return "", errors.New("base_url has no host")
+	}
+	if p := u.Port(); p != "" {
+		port = p
+	}
+	return net.JoinHostPort(u.Hostname(), port), nil
+}
+
+// modelLinks keeps idle model links open to a box's agent for one step, and pipes each link the
+// agent starts using to the gateway.
+type modelLinks struct {
+	a        *Agent
+	ref      sandbox.SandboxRef
+	preamble string // holds the credential: never logged
+	gateway  string
+	log      log.Logger
+
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	stopped bool
+	open    map[net.Conn]struct{}
+}
+
+// keepLinks opens model links for the step until the returned stop, which closes them all and
+// waits for their goroutines. Its failures are logged, never the step's: without links the
+// agent's model call fails and says so.
+func (a *Agent) keepLinks(ctx context.Context, ref sandbox.SandboxRef, cred, runID string, step int, gateway string) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	m := &modelLinks{
+		a: a, ref: ref, gateway: gateway, log: logger(ctx), open: map[net.Conn]struct{}{},
+		preamble: fmt.Sprintf("%s %s %s %d\n", agentLinkProtocol, cred, runID, step),
+	}
+	for range idleLinks {
+		m.wg.Go(func() { m.keep(ctx) })
+	}
+	return func() {
+		cancel()
+		m.mu.Lock()
+		m.stopped = true
+		for c := range m.open {
+			_ = c.Close()
+		}
+		m.mu.Unlock()
+		m.wg.Wait()
+	}
+}
+
+// track registers c to be closed at stop; false (c closed) when stop came first.
+func (m *modelLinks) track(c net.Conn) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.stopped {
+		_ = c.Close()
+		return false
+	}
+	m.open[c] = struct{}{}
+	return true
+}
+
+// close closes c and forgets it.
+func (m *modelLinks) close(c net.Conn) {
+	m.mu.Lock()
+	delete(m.open, c)
+	m.mu.Unlock()
+	_ = c.Close()
+}
+
+// keep holds one idle link open: when the agent starts using it, it is piped to the gateway and
+// another takes its place.
+func (m *modelLinks) keep(ctx context.Context) {
+	backoff := linkBackoff
+	for ctx.Err() == nil {
+		link, first, err := m.idle(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, errLinkUnused) {
+				// Usually the step ended in the box before its answer reached us.
+				m.log.Debug("model link", "sandbox", m.ref.ID, "error", err.Error(), "retry_in", backoff)
+			} else {
+				m.log.Warn("model link", "sandbox", m.ref.ID, "error", err.Error(), "retry_in", backoff)
+			}
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(backoff):
+			}
+			backoff = min(2*backoff, maxLinkBackoff)
+			continue
+		}
+		backoff = linkBackoff
+		m.wg.Go(func() { m.pipe(ctx, link, first) })
+	}
+}
+
+// errLinkUnused is an idle link the agent closed: its step ended, or it waited too long.
+var errLinkUnused = errors.New("agent closed an unused link")
+
+// idle opens a link and waits until the agent sends its first bytes.
+func (m *modelLinks) idle(ctx context.Context) (sandbox.Conn, []byte, error) {
+	link, err := m.a.Sandbox.DialPort(ctx, m.ref, AgentLinkPort)
+	if err != nil {
+		return nil, nil, fmt.Errorf("dial agent link: %w", err)
+	}
+	if !m.track(link) {
+		return nil, nil, ctx.Err()
+	}
+	if err := m.handshake(link); err != nil {
+		m.close(link)
+		return nil, nil, err
+	}
+	buf := make([]byte, 32<<10)
+	n, err := link.Read(buf)
+	if n == 0 {
+		m.close(link)
+		if err == nil || errors.Is(err, io.EOF) {
+			err = errLinkUnused
+		}
+		return nil, nil, fmt.Errorf("wait for agent: %w", err)
+	}
+	return link, buf[:n], nil
+}
+
+// handshake sends the link's first line and reads the agent's answer.
+func (m *modelLinks) handshake(link net.Conn) error {
+	_ = link.SetDeadline(time.Now().Add(linkHandshakeTimeout))
+	if _, err := io.WriteString(link, m.preamble); err != nil {
+		return fmt.Errorf("send link preamble: %w", err)
+	}
+	// One byte at a time: nothing after the answer may be consumed here.
+	var answer []byte
+	b := make([]byte, 1)
+	for {
+		if _, err := link.Read(b); err != nil {
+			return fmt.Errorf("read link answer: %w", err)
+		}
+		if b[0] == '\n' {
+			break
+		}
+		if answer = append(answer, b[0]); len(answer) > 256 {
+			return errors.New("read link answer: too long")
+		}
+	}
+	_ = link.SetDeadline(time.Time{})
+	if reason, ok := strings.CutPrefix(string(answer), "ERR "); ok {
+		return fmt.Errorf("agent refused link: %s", reason)
+	}
+	if string(answer) != "OK" {
+		return fmt.Errorf("agent answered link with %q", answer)
+	}
+	return nil
+}
+
+// pipe dials the gateway for a link the agent started using and copies both ways, each
+// direction's end passed on as a half-close.
+func (m *modelLinks) pipe(ctx context.Context, link sandbox.Conn, first []byte) {
+	defer m.close(link)
+	gw, err := m.a.dialGateway(ctx, "tcp", m.gateway)
+	if err != nil {
+		// The agent's model call sees its connection close, and retries.
+		m.log.Warn("dial model gateway", "sandbox", m.ref.ID, "gateway", m.gateway, "error", err.Error())
+		return
+	}
+	if !m.track(gw) {
+		return
+	}
+	defer m.close(gw)
+	if _, err := gw.Write(first); err != nil {
+		return
+	}
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		_, _ = io.Copy(gw, link)
+		closeWrite(gw)
+	})
+	_, _ = io.Copy(link, gw)
+	_ = link.CloseWrite()
+	wg.Wait()
+}
+
+// closeWrite half-closes c when it can, else closes it.
+func closeWrite(c net.Conn) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+		return
+	}
+	_ = c.Close()
+}
+
+// dialGateway is DialGateway or a net.Dialer with a timeout.
+func (a *Agent) dialGateway(ctx context.Context, network, addr string) (net.Conn, error) {
+	if a.DialGateway != nil {
+		return a.DialGateway(ctx, network, addr)
+	}
+	d := net.Dialer{Timeout: gatewayDialTimeout}
+	return d.DialContext(ctx, network, addr)
+}

@@ -1,0 +1,358 @@
+package activities
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/agentvm"
+	"github.com/loomhand/cocoonbox/agentvm/model"
+	"github.com/loomhand/cocoonbox/agentvm/model/modeltest"
+	"github.com/loomhand/cocoonbox/agentvm/tools"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
+	"github.com/loomhand/cocoonbox/internal/store"
+)
+
+const linkModelKey = "sk-link-model-key"
+
+func TestAgentLinkMatchesTheAgent(t *testing.T) {
+	if AgentLinkPort != agentvm.LinkPort || agentLinkProtocol != agentvm.LinkProtocol {
+		t.Fatalf("activities speaks %s on %d, the agent %s on %d", agentLinkProtocol, AgentLinkPort, agentvm.LinkProtocol, agentvm.LinkPort)
+	}
+}
+
+func TestGatewayAddr(t *testing.T) {
+	for in, want := range map[string]string{
+		"https://api.openai.com/v1":    "api.openai.com:443",
+		"http://gw.internal/v1":        "gw.internal:80",
+		"http://127.0.0.1:8080":        "127.0.0.1:8080",
+		"https://[::1]:8443/anthropic": "[::1]:8443",
+	} {
+		if got, err := gatewayAddr(in); err != nil || got != want {
+			t.Errorf("gatewayAddr(%q) = %q, %v; want %q", in, got, err, want)
+		}
+	}
+	for _, in := range []string{"", "ftp://gw/v1", "https:///v1", "gw:443", "http://%zz"} {
+		if got, err := gatewayAddr(in); err == nil || !strings.Contains(err.Error(), "base_url") {
+			t.Errorf("gatewayAddr(%q) = %q, %v; want an error naming base_url", in, got, err)
+		}
+	}
+}
+
+// noNetwork is the model client of the agent in a box: using it fails the test.
+type noNetwork struct{ t *testing.T }
+
+func (n noNetwork) RoundTrip(r *http.Request) (*http.Response, error) {
+	n.t.Errorf("model call to %s went around the links", r.URL)
+	return nil, errors.New("the box has no network")
+}
+
+// linkBox is a sandbox engine whose one sandbox is a real agent on loopback listeners, reached
+// by port as through the ports relay. It counts the connections still open.
+type linkBox struct {
+	sandbox.Client
+	ports map[int]string // box port → loopback address
+
+	mu    sync.Mutex
+	open  map[int]int // box port → connections not yet closed
+	dials map[int]int
+}
+
+// trackedConn is a relay connection that tells its box when it closes.
+type trackedConn struct {
+	*net.TCPConn
+	once    sync.Once
+	onClose func()
+}
+
+func (c *trackedConn) Close() error {
+	c.once.Do(c.onClose)
+	return c.TCPConn.Close()
+}
+
+func (b *linkBox) DialPort(ctx context.Context, sb sandbox.SandboxRef, port int) (sandbox.Conn, error) {
+	addr, ok := b.ports[port]
+	if sb.ID != "sb_1" || sb.Token != "tok" || !ok {
+		return nil, sandbox.ErrNotFound
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, sandbox.ErrUnavailable
+	}
+	b.mu.Lock()
+	b.open[port]++
+	b.dials[port]++
+	b.mu.Unlock()
+	return &trackedConn{TCPConn: c.(*net.TCPConn), onClose: func() {
+		b.mu.Lock()
+		b.open[port]--
+		b.mu.Unlock()
+	}}, nil
+}
+
+func (b *linkBox) Exec(context.Context, sandbox.SandboxRef, sandbox.ExecRequest) (sandbox.ExecResult, error) {
+	return sandbox.ExecResult{}, nil // the agent below was given its credential directly
+}
+
+func (b *linkBox) counts(port int) (open, dials int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.open[port], b.dials[port]
+}
+
+// gatewayDials records the gateway dials and counts the gateway connections still open.
+type gatewayDials struct {
+	fail error
+
+	mu    sync.Mutex
+	addrs []string
+	open  int
+}
+
+func (g *gatewayDials) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	g.mu.Lock()
+	g.addrs = append(g.addrs, addr)
+	g.mu.Unlock()
+	if g.fail != nil {
+		return nil, g.fail
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	g.open++
+	g.mu.Unlock()
+	return &trackedConn{TCPConn: c.(*net.TCPConn), onClose: func() {
+		g.mu.Lock()
+		g.open--
+		g.mu.Unlock()
+	}}, nil
+}
+
+type linkFixture struct {
+	a    *Agent
+	box  *linkBox
+	gw   *gatewayDials
+	runs *fakeRuns
+	dir  string
+}
+
+// newLinkFixture runs a real agent whose model calls can only go over model links.
+func newLinkFixture(t *testing.T) *linkFixture {
+	t.Helper()
+	dir := t.TempDir()
+	cred := AgentCredential([]byte("key"), agentBox)
+	links := agentvm.NewLinks()
+	links.Wait = 5 * time.Second
+	links.Orphan = time.Hour // only the control plane's end of a step closes idle links
+	loop := &agentvm.Loop{
+		Tools:        append([]tools.Tool{tools.Shell{Dir: dir}}, tools.Files(dir)...),
+		HTTPClient:   &http.Client{Transport: noNetwork{t}},
+		Links:        links,
+		ModelOptions: []model.Option{model.WithRetry(model.Retry{Attempts: 1})},
+	}
+	journal, err := agentvm.OpenJournal(filepath.Join(dir, "journal"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := agentvm.NewServer(agentvm.Config{Credential: cred, Loop: loop, Journal: journal})
+	if err != nil {
+		t.Fatal(err)
+	}
+	grpcLis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	linkLis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(grpcLis) }()
+	go func() { _ = srv.ServeLinks(linkLis) }()
+	t.Cleanup(srv.Stop)
+
+	box := &linkBox{
+		ports: map[int]string{AgentPort: grpcLis.Addr().String(), AgentLinkPort: linkLis.Addr().String()},
+		open:  map[int]int{}, dials: map[int]int{},
+	}
+	gw := &gatewayDials{}
+	runs := &fakeRuns{steps: map[int]store.NewAgentStep{}}
+	a := &Agent{
+		Sandbox: box, Tokens: fakeTokens{}, Runs: runs, Vault: fakeVault{"usr_a/MODEL_KEY": linkModelKey},
+		Credentials: func(id cocoonbox.BoxID) (string, error) { return AgentCredential([]byte("key"), id), nil },
+		DialGateway: gw.dial,
+	}
+	return &linkFixture{a: a, box: box, gw: gw, runs: runs, dir: dir}
+}
+
+// step runs a step and fails the test when it does not end soon: a step waiting on its links'
+// goroutines would hang.
+func (f *linkFixture) step(t *testing.T, in StepInput) (StepResult, error) {
+	t.Helper()
+	type result struct {
+		res StepResult
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		res, err := f.a.Step(t.Context(), in)
+		done <- result{res, err}
+	}()
+	select {
+	case r := <-done:
+		return r.res, r.err
+	case <-time.After(10 * time.Second):
+		t.Fatal("the step did not end")
+		return StepResult{}, nil
+	}
+}
+
+// assertLinksClosed checks that a step left no link or gateway connection open.
+func (f *linkFixture) assertLinksClosed(t *testing.T) {
+	t.Helper()
+	if open, dials := f.box.counts(AgentLinkPort); open != 0 || dials == 0 {
+		t.Errorf("%d of %d links still open after the step", open, dials)
+	}
+	f.gw.mu.Lock()
+	defer f.gw.mu.Unlock()
+	if f.gw.open != 0 {
+		t.Errorf("%d gateway connections still open after the step", f.gw.open)
+	}
+}
+
+func TestAgentStepOverModelLinks(t *testing.T) {
+	for _, provider := range []string{agentvm.ProviderOpenAI, agentvm.ProviderAnthropic} {
+		t.Run(provider, func(t *testing.T) {
+			f := newLinkFixture(t)
+			srv := modeltest.NewServer(t, linkModelKey,
+				modeltest.Calls(modeltest.Call("write_file", `{"path":"out.txt","content":"hello\n"}`)),
+				modeltest.Reply("Wrote ", "it."))
+			base := srv.OpenAIBaseURL()
+			if provider == agentvm.ProviderAnthropic {
+				base = srv.AnthropicBaseURL()
+			}
+			in := StepInput{RunID: "run_1", BoxID: agentBox, Owner: "usr_a", Step: 1, Provider: provider,
+				BaseURL: base, Model: "m", KeySecret: "MODEL_KEY", Task: "write hello to out.txt"}
+
+			res, err := f.step(t, in)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Done || res.ToolCalls != 1 {
+				t.Fatalf("step 1 = %+v", res)
+			}
+			if got, err := os.ReadFile(filepath.Join(f.dir, "out.txt")); err != nil || string(got) != "hello\n" {
+				t.Fatalf("out.txt = %q, %v", got, err)
+			}
+			f.assertLinksClosed(t)
+
+			in.Step = 2
+			if res, err = f.step(t, in); err != nil || !res.Done || res.Text != "Wrote it." {
+				t.Fatalf("step 2 = %+v, %v", res, err)
+			}
+			f.assertLinksClosed(t)
+			if n := len(srv.Requests()); n != 2 {
+				t.Errorf("the model server saw %d requests, want 2", n)
+			}
+			u, _ := url.Parse(srv.URL)
+			for _, addr := range f.gw.addrs {
+				if addr != u.Host {
+					t.Errorf("dialed %s, want only the gateway %s", addr, u.Host)
+				}
+			}
+			if !strings.Contains(string(srv.Requests()[1].Body), "wrote 6 bytes") {
+				t.Errorf("step 2 did not feed back the tool result: %s", srv.Requests()[1].Body)
+			}
+		})
+	}
+}
+
+func TestAgentLinkGatewayDownIsRetryable(t *testing.T) {
+	f := newLinkFixture(t)
+	f.gw.fail = errors.New("connect: connection refused")
+	srv := modeltest.NewServer(t, linkModelKey, modeltest.Reply("never"))
+	in := StepInput{RunID: "run_1", BoxID: agentBox, Owner: "usr_a", Step: 1, Provider: agentvm.ProviderOpenAI,
+		BaseURL: srv.OpenAIBaseURL(), Model: "m", KeySecret: "MODEL_KEY", Task: "t"}
+	_, err := f.step(t, in)
+	var app *temporal.ApplicationError
+	if !errors.As(err, &app) || app.Type() != ErrTypeUnavailable || app.NonRetryable() {
+		t.Fatalf("gateway down: %v; want a retryable %s", err, ErrTypeUnavailable)
+	}
+	if cred := AgentCredential([]byte("key"), agentBox); strings.Contains(err.Error(), cred) || strings.Contains(err.Error(), linkModelKey) {
+		t.Errorf("a secret in the error: %v", err)
+	}
+	if len(srv.Requests()) != 0 {
+		t.Errorf("the model server saw %d requests", len(srv.Requests()))
+	}
+	f.assertLinksClosed(t)
+}
+
+func TestAgentLinkRefusesAWrongCredential(t *testing.T) {
+	f := newLinkFixture(t)
+	ref := sandbox.SandboxRef{ID: "sb_1", Token: "tok"}
+	for cred, want := range map[string]error{
+		AgentCredential([]byte("key"), agentBox):   nil,
+		AgentCredential([]byte("other"), agentBox): errors.New("agent refused link: invalid credential"),
+	} {
+		m := &modelLinks{a: f.a, ref: ref, preamble: agentLinkProtocol + " " + cred + " run_1 1\n"}
+		link, err := f.box.DialPort(t.Context(), ref, AgentLinkPort)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = m.handshake(link)
+		link.Close()
+		if (err == nil) != (want == nil) || (err != nil && err.Error() != want.Error()) {
+			t.Errorf("handshake: %v, want %v", err, want)
+		}
+	}
+}
+
+func TestAgentStepRefusesABadBaseURL(t *testing.T) {
+	a, agent, _, _ := newAgentFixture(t)
+	in := StepInput{RunID: "run_1", BoxID: agentBox, Owner: "usr_a", Step: 1, Provider: "openai",
+		BaseURL: "file:///etc/passwd", Model: "m", KeySecret: "OPENAI_KEY", Task: "t"}
+	var app *temporal.ApplicationError
+	if _, err := a.Step(t.Context(), in); !errors.As(err, &app) || app.Type() != ErrTypeInvalidArgument || !strings.Contains(err.Error(), "base_url") {
+		t.Errorf("bad base URL: %v", err)
+	}
+	if len(agent.reqs) != 0 {
+		t.Errorf("the agent was called")
+	}
+}
+
+func TestAgentLinkStopClosesIdleLinks(t *testing.T) {
+	f := newLinkFixture(t)
+	ref := sandbox.SandboxRef{ID: "sb_1", Token: "tok"}
+	stop := f.a.keepLinks(t.Context(), ref, AgentCredential([]byte("key"), agentBox), "run_1", 1, "127.0.0.1:1")
+	deadline := time.Now().Add(10 * time.Second)
+	for open, _ := f.box.counts(AgentLinkPort); open < idleLinks; open, _ = f.box.counts(AgentLinkPort) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d idle links open, want %d", open, idleLinks)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	stopped := make(chan struct{})
+	go func() { stop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		t.Fatal("stop did not return: idle links hold their goroutines")
+	}
+	if open, dials := f.box.counts(AgentLinkPort); open != 0 || dials != idleLinks {
+		t.Errorf("after stop: %d of %d links open; want 0 of %d", open, dials, idleLinks)
+	}
+}
