@@ -11,6 +11,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -226,6 +227,9 @@ mkdir -p "$(dirname "$f")" && umask 077 && printf %s "$COCOONBOX_CRED" > "$f.tmp
 	return nil
 }
 
+// agentCancelTimeout bounds telling the agent to stop a cancelled run's step.
+const agentCancelTimeout = 10 * time.Second
+
 // callStep dials the agent through the engine's ports relay and runs one Step.
 func (a *Agent) callStep(ctx context.Context, ref sandbox.SandboxRef, cred string, req *agentvmv1.StepRequest) (*agentvmv1.StepResponse, error) {
 	var (
@@ -249,7 +253,17 @@ func (a *Agent) callStep(ctx context.Context, ref sandbox.SandboxRef, cred strin
 	}
 	defer conn.Close()
 	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+cred)
-	resp, err := agentvmv1.NewAgentsClient(conn).Step(ctx, req)
+	agents := agentvmv1.NewAgentsClient(conn)
+	resp, err := agents.Step(ctx, req)
+	if errors.Is(ctx.Err(), context.Canceled) {
+		// The run was cancelled (a timeout is not: its retry wants the step to finish). The step
+		// runs on in the box without its caller, so tell the agent to stop it.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), agentCancelTimeout)
+		if _, cerr := agents.Cancel(cctx, &agentvmv1.CancelRequest{RunId: req.GetRunId()}); cerr != nil {
+			logger(ctx).Warn("cancel the agent's step", "run", req.GetRunId(), "step", req.GetStep(), "error", cerr)
+		}
+		cancel()
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if err != nil && dialErr != nil && status.Code(err) == codes.Unavailable {

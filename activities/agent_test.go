@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"go.temporal.io/sdk/temporal"
 	"google.golang.org/grpc"
@@ -74,8 +75,18 @@ type fakeAgent struct {
 	agentvmv1.UnimplementedAgentsServer
 	cred string
 	fail error
-	mu   sync.Mutex
-	reqs []*agentvmv1.StepRequest
+	// block holds Step until the call ends, like a long step in the box.
+	block     bool
+	mu        sync.Mutex
+	reqs      []*agentvmv1.StepRequest
+	cancelled []string // runs Cancel was called for
+}
+
+func (f *fakeAgent) Cancel(ctx context.Context, req *agentvmv1.CancelRequest) (*agentvmv1.CancelResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.cancelled = append(f.cancelled, req.GetRunId())
+	return &agentvmv1.CancelResponse{Cancelled: true}, nil
 }
 
 func (f *fakeAgent) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1.StepResponse, error) {
@@ -88,6 +99,10 @@ func (f *fakeAgent) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agen
 	f.mu.Unlock()
 	if f.fail != nil {
 		return nil, f.fail
+	}
+	if f.block {
+		<-ctx.Done()
+		return nil, status.FromContextError(ctx.Err()).Err()
 	}
 	return &agentvmv1.StepResponse{
 		Messages:  append(append([]byte{}, req.GetMessages()...), byte('0'+req.GetStep())),
@@ -245,5 +260,37 @@ func TestAgentStepErrors(t *testing.T) {
 	agent.fail = nil
 	if _, err := a.Step(ctx, in); !errors.As(err, &app) || app.Type() != ErrTypeUnavailable || app.NonRetryable() {
 		t.Errorf("refused credential: %v", err)
+	}
+}
+
+// TestAgentStepCancelStopsTheStepInTheBox: a cancelled step activity (the run was cancelled)
+// tells the agent to stop the step, which otherwise runs on without its caller; a step that
+// merely timed out does not, since its retry wants the step to finish.
+func TestAgentStepCancelStopsTheStepInTheBox(t *testing.T) {
+	a, agent, _, _ := newAgentFixture(t)
+	agent.block = true
+	in := StepInput{RunID: "run_1", BoxID: agentBox, Owner: "usr_a", Step: 1, Provider: "openai", BaseURL: "http://gw.test",
+		Model: "m", Task: "do it"}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	if _, err := a.Step(ctx, in); err == nil {
+		t.Fatal("a timed-out step succeeded")
+	}
+	agent.mu.Lock()
+	if len(agent.cancelled) != 0 {
+		t.Fatalf("a timeout cancelled the step in the box: %v", agent.cancelled)
+	}
+	agent.mu.Unlock()
+
+	ctx, cancel = context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	if _, err := a.Step(ctx, in); err == nil {
+		t.Fatal("a cancelled step succeeded")
+	}
+	agent.mu.Lock()
+	defer agent.mu.Unlock()
+	if len(agent.cancelled) != 1 || agent.cancelled[0] != "run_1" {
+		t.Fatalf("cancel calls: %v, want run_1 once", agent.cancelled)
 	}
 }

@@ -28,6 +28,7 @@ func TestBoxWorkflowReplay(t *testing.T) {
 			r := worker.NewWorkflowReplayer()
 			r.RegisterWorkflow(workflows.BoxWorkflow)
 			r.RegisterWorkflow(workflows.SnapshotWorkflow)
+			r.RegisterWorkflow(workflows.AgentRunWorkflow)
 			logger := log.NewStructuredLogger(slog.New(slog.DiscardHandler))
 			if err := r.ReplayWorkflowHistoryFromJSONFile(logger, f); err != nil {
 				t.Fatalf("replay %s: %v", f, err)
