@@ -32,6 +32,8 @@ type fakeAPI struct {
 	cbv1.UnimplementedAccountServiceServer
 	cbv1.UnimplementedVaultServiceServer
 
+	agent *fakeAgent
+
 	mu    sync.Mutex
 	boxes []*cbv1.Box
 	files map[string]*cbv1.WriteFileRequest // box/path → last write
@@ -43,14 +45,16 @@ func startFake(t *testing.T) (*fakeAPI, string) {
 	t.Helper()
 	f := &fakeAPI{files: map[string]*cbv1.WriteFileRequest{}, reqs: map[string]proto.Message{}}
 	f.boxes = sampleBoxes()
+	f.agent = &fakeAgent{f: f, watching: make(chan struct{}, 1)}
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := grpc.NewServer(grpc.UnaryInterceptor(f.auth))
+	srv := grpc.NewServer(grpc.UnaryInterceptor(f.auth), grpc.StreamInterceptor(f.streamAuth))
 	cbv1.RegisterBoxServiceServer(srv, f)
 	cbv1.RegisterAccountServiceServer(srv, f)
 	cbv1.RegisterVaultServiceServer(srv, f)
+	cbv1.RegisterAgentServiceServer(srv, f.agent)
 	go func() { _ = srv.Serve(lis) }()
 	t.Cleanup(srv.Stop)
 	return f, "http://" + lis.Addr().String()

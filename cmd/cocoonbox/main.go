@@ -36,6 +36,7 @@ func newApp() *cli.App {
 			loginCommand(),
 			whoamiCommand(),
 			boxCommand(),
+			agentCommand(),
 			tokenCommand(),
 			vaultCommand(),
 			desktopCommand(),
