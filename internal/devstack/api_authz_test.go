@@ -3,6 +3,7 @@ package devstack_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strings"
@@ -151,6 +152,20 @@ func TestAPIAuthorization(t *testing.T) {
 		t.Fatalf("ReadFile: %v, %v", got, err)
 	}
 
+	// An ended run on the box, recorded as its workflow leaves one: starting a real run needs a
+	// model gateway, and what is checked here is who may read and act on runs.
+	const runID = "run_authz"
+	if _, err := d.Store.CreateAgentRun(ctx, store.NewAgentRun{ID: runID, BoxID: cocoonbox.BoxID(id), Owner: owner.ID,
+		Task: "look around", Provider: "openai", Model: "m"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Store.AppendAgentStep(ctx, store.NewAgentStep{RunID: runID, Step: 1, Kind: "model_turn", Summary: "looked"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Store.SetAgentRunState(ctx, runID, cocoonbox.AgentRunSucceeded, ""); err != nil {
+		t.Fatal(err)
+	}
+
 	principals := []principal{
 		{name: "no token", unauthenticated: true},
 		{name: "revoked token", token: revokedTok, unauthenticated: true},
@@ -209,16 +224,46 @@ func TestAPIAuthorization(t *testing.T) {
 		}
 		return err
 	}))
-	// No model and no configured default: an allowed caller gets past the role check to the
-	// field check, so a run never starts in a box with no agent.
+	// A blank task: an allowed caller gets past the role check to the field check, so no run
+	// starts whatever model the server is configured with.
 	add("Agent.StartRun", cocoonbox.RoleDriver, codes.InvalidArgument, call(func(ctx context.Context) error {
-		return errOf(agent.StartRun(ctx, &cbv1.StartRunRequest{Box: id, Task: "look around"}))
+		return errOf(agent.StartRun(ctx, &cbv1.StartRunRequest{Box: id, Task: " "}))
 	}))
 	add("Agent.ListRuns", cocoonbox.RoleViewer, codes.OK, call(func(ctx context.Context) error {
 		return errOf(agent.ListRuns(ctx, &cbv1.ListRunsRequest{Box: id}))
 	}))
 	add("Agent.GetRun", "", codes.NotFound, call(func(ctx context.Context) error {
 		return errOf(agent.GetRun(ctx, &cbv1.GetRunRequest{RunId: "run_1"}))
+	}))
+	add("Agent.GetRun(ended)", cocoonbox.RoleViewer, codes.OK, call(func(ctx context.Context) error {
+		return errOf(agent.GetRun(ctx, &cbv1.GetRunRequest{RunId: runID}))
+	}))
+	add("Agent.WatchRun(ended)", cocoonbox.RoleViewer, codes.OK, call(func(ctx context.Context) error {
+		stream, err := agent.WatchRun(ctx, &cbv1.WatchRunRequest{RunId: runID})
+		if err != nil {
+			return err
+		}
+		var last *cbv1.WatchRunEvent
+		for {
+			e, err := stream.Recv()
+			if errors.Is(err, io.EOF) {
+				if last.GetRun().GetState() != "succeeded" {
+					t.Errorf("WatchRun ended on %v, want the succeeded run", last)
+				}
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			last = e
+		}
+	}))
+	// An ended run takes no messages: an allowed caller gets past the role check to that.
+	add("Agent.SendMessage(ended)", cocoonbox.RoleDriver, codes.FailedPrecondition, call(func(ctx context.Context) error {
+		return errOf(agent.SendMessage(ctx, &cbv1.SendMessageRequest{RunId: runID, Text: "hello"}))
+	}))
+	add("Agent.CancelRun(ended)", cocoonbox.RoleDriver, codes.OK, call(func(ctx context.Context) error {
+		return errOf(agent.CancelRun(ctx, &cbv1.CancelRunRequest{RunId: runID}))
 	}))
 	add("Vault.ListSecrets", "", codes.OK, call(func(ctx context.Context) error {
 		return errOf(vlt.ListSecrets(ctx, &cbv1.ListSecretsRequest{}))
@@ -302,7 +347,7 @@ func TestAPIAuthorization(t *testing.T) {
 	checkExpiredShare(ctx, t, e, ownerCtx, second.GetId(), strangerTok)
 	checkBadInput(ctx, t, e, ownerCtx, id)
 	checkConnectGetBox(t, d, cli.Token, id)
-	checkMCPMatrix(ctx, t, d, principals, id)
+	checkMCPMatrix(ctx, t, d, principals, id, runID)
 
 	for _, r := range calls {
 		// Refusals first, so the allowed callers of a state change find the box as it was.
@@ -442,21 +487,26 @@ func checkConnectGetBox(t *testing.T, d *devstack.Dev, token, id string) {
 // checkMCPMatrix is the authorization matrix over MCP: every tool, called by every principal,
 // answers as its gRPC counterpart does. Callers without a valid token are refused at connect
 // (401); a stranger's tool errors say not_found, a weaker role's say forbidden.
-func checkMCPMatrix(ctx context.Context, t *testing.T, d *devstack.Dev, principals []principal, id string) {
+func checkMCPMatrix(ctx context.Context, t *testing.T, d *devstack.Dev, principals []principal, id, runID string) {
 	t.Helper()
 	endpoint := d.URLs().API + "/mcp"
 	tools := []struct {
 		name string
 		need cocoonbox.Role
 		args map[string]any
+		ok   string // the error an allowed caller gets past the role check to; "" is success
 	}{
-		{"box_list", "", map[string]any{}},
-		{"box_exec", cocoonbox.RoleDriver, map[string]any{"box": id, "argv": []string{"true"}}},
-		{"box_read_file", cocoonbox.RoleDriver, map[string]any{"box": id, "path": "/root/authz.txt"}},
-		{"box_write_file", cocoonbox.RoleDriver, map[string]any{"box": id, "path": "/root/mcp.txt", "content": "x"}},
-		{"box_hibernate", cocoonbox.RoleDriver, map[string]any{"box": id}},
-		{"box_wake", cocoonbox.RoleDriver, map[string]any{"box": id}},
-		{"box_snapshot", cocoonbox.RoleDriver, map[string]any{"box": id}},
+		{"box_list", "", map[string]any{}, ""},
+		{"box_exec", cocoonbox.RoleDriver, map[string]any{"box": id, "argv": []string{"true"}}, ""},
+		{"box_read_file", cocoonbox.RoleDriver, map[string]any{"box": id, "path": "/root/authz.txt"}, ""},
+		{"box_write_file", cocoonbox.RoleDriver, map[string]any{"box": id, "path": "/root/mcp.txt", "content": "x"}, ""},
+		{"box_hibernate", cocoonbox.RoleDriver, map[string]any{"box": id}, ""},
+		{"box_wake", cocoonbox.RoleDriver, map[string]any{"box": id}, ""},
+		{"box_snapshot", cocoonbox.RoleDriver, map[string]any{"box": id}, ""},
+		// A blank task, as for Agent.StartRun; runID names an ended run.
+		{"agent_run", cocoonbox.RoleDriver, map[string]any{"box": id, "task": " "}, "invalid"},
+		{"agent_status", cocoonbox.RoleViewer, map[string]any{"run": runID}, ""},
+		{"agent_message", cocoonbox.RoleDriver, map[string]any{"run": runID, "text": "hello"}, "conflict"},
 	}
 	for _, p := range principals {
 		c, err := mcpConnect(ctx, t, endpoint, p.token)
@@ -471,7 +521,7 @@ func checkMCPMatrix(ctx context.Context, t *testing.T, d *devstack.Dev, principa
 		}
 		for _, tool := range tools {
 			res := mcpCallRaw(ctx, t, c, tool.name, tool.args)
-			want := ""
+			want := tool.ok
 			switch {
 			case tool.need == "":
 			case p.role == "":
