@@ -11,7 +11,6 @@ import (
 	"net"
 	"strings"
 	"sync"
-	"time"
 	"unicode"
 	"unicode/utf8"
 
@@ -227,19 +226,56 @@ mkdir -p "$(dirname "$f")" && umask 077 && printf %s "$COCOONBOX_CRED" > "$f.tmp
 	return nil
 }
 
-// agentCancelTimeout bounds telling the agent to stop a cancelled run's step.
-const agentCancelTimeout = 10 * time.Second
+// CancelStepInput names the run whose step in the box to stop.
+type CancelStepInput struct {
+	RunID string
+	BoxID cocoonbox.BoxID
+}
+
+// CancelStep tells the box's agent to stop the run's step in progress. The agent runs a step
+// detached from its caller, so that a retried activity finds it finished; a cancelled run's step
+// must therefore be stopped in the box, not only abandoned by the activity. A box without a
+// sandbox has nothing running.
+func (a *Agent) CancelStep(ctx context.Context, in CancelStepInput) error {
+	sid, token, err := a.Tokens.SandboxToken(ctx, string(in.BoxID))
+	switch {
+	case cocoonbox.ErrorCode(err) == cocoonbox.ENotFound:
+		return nil
+	case err != nil:
+		return classify(fmt.Errorf("read sandbox token: %w", err))
+	}
+	cred, err := a.Credentials(in.BoxID)
+	if err != nil {
+		return classify(fmt.Errorf("derive agent credential: %w", err))
+	}
+	_, err = callAgent(ctx, a.Sandbox, sandbox.SandboxRef{ID: sid, Token: token}, cred,
+		func(ctx context.Context, conn *grpc.ClientConn) (*agentvmv1.CancelResponse, error) {
+			return agentvmv1.NewAgentsClient(conn).Cancel(ctx, &agentvmv1.CancelRequest{RunId: in.RunID})
+		})
+	if err != nil {
+		return agentError(ctx, err)
+	}
+	return nil
+}
 
 // callStep dials the agent through the engine's ports relay and runs one Step.
 func (a *Agent) callStep(ctx context.Context, ref sandbox.SandboxRef, cred string, req *agentvmv1.StepRequest) (*agentvmv1.StepResponse, error) {
+	return callAgent(ctx, a.Sandbox, ref, cred, func(ctx context.Context, conn *grpc.ClientConn) (*agentvmv1.StepResponse, error) {
+		return agentvmv1.NewAgentsClient(conn).Step(ctx, req)
+	})
+}
+
+// callAgent makes one authenticated call to the box's agent through the engine's ports relay.
+func callAgent[T any](ctx context.Context, sb sandbox.Client, ref sandbox.SandboxRef, cred string, call func(context.Context, *grpc.ClientConn) (T, error)) (T, error) {
 	var (
 		mu      sync.Mutex
 		dialErr error // the relay's last refusal, which says more than gRPC's UNAVAILABLE
+		zero    T
 	)
 	conn, err := grpc.NewClient("passthrough:///agent",
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-			c, err := a.Sandbox.DialPort(ctx, ref, AgentPort)
+			c, err := sb.DialPort(ctx, ref, AgentPort)
 			if err != nil {
 				mu.Lock()
 				dialErr = err
@@ -249,25 +285,14 @@ func (a *Agent) callStep(ctx context.Context, ref sandbox.SandboxRef, cred strin
 			return c, nil
 		}))
 	if err != nil {
-		return nil, fmt.Errorf("agent client: %w", err)
+		return zero, fmt.Errorf("agent client: %w", err)
 	}
 	defer conn.Close()
-	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+cred)
-	agents := agentvmv1.NewAgentsClient(conn)
-	resp, err := agents.Step(ctx, req)
-	if errors.Is(ctx.Err(), context.Canceled) {
-		// The run was cancelled (a timeout is not: its retry wants the step to finish). The step
-		// runs on in the box without its caller, so tell the agent to stop it.
-		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), agentCancelTimeout)
-		if _, cerr := agents.Cancel(cctx, &agentvmv1.CancelRequest{RunId: req.GetRunId()}); cerr != nil {
-			logger(ctx).Warn("cancel the agent's step", "run", req.GetRunId(), "step", req.GetStep(), "error", cerr)
-		}
-		cancel()
-	}
+	resp, err := call(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+cred), conn)
 	mu.Lock()
 	defer mu.Unlock()
 	if err != nil && dialErr != nil && status.Code(err) == codes.Unavailable {
-		return nil, fmt.Errorf("dial agent: %w", dialErr)
+		return zero, fmt.Errorf("dial agent: %w", dialErr)
 	}
 	return resp, err
 }

@@ -67,6 +67,7 @@ type agentRun struct {
 	controller string
 	leaseSeq   int
 	look       bool // a person handed the desktop back: the next step starts from a screenshot
+	stepCut    bool // the run was cancelled with a step in flight
 }
 
 // setup registers the signals.
@@ -114,6 +115,14 @@ func (r *agentRun) run(ctx workflow.Context) (AgentRunResult, error) {
 	}
 	// Cleanup runs even when the workflow is cancelled.
 	dctx, _ := workflow.NewDisconnectedContext(ctx)
+	if r.stepCut {
+		// The step runs on in the box without its activity: stop it there.
+		if err := workflow.ExecuteActivity(cancelStepOptions(dctx), agentActs.CancelStep, activities.CancelStepInput{
+			RunID: r.in.RunID, BoxID: r.in.BoxID,
+		}).Get(dctx, nil); err != nil {
+			workflow.GetLogger(ctx).Warn("stop the cancelled step in the box", "error", err)
+		}
+	}
 	r.setState(dctx, state, reason)
 	if err := workflow.SignalExternalWorkflow(dctx, box, "", SignalUnpin, PinSignal{Ref: r.in.RunID}).Get(dctx, nil); err != nil {
 		workflow.GetLogger(ctx).Warn("unpin box", "error", err)
@@ -155,6 +164,7 @@ func (r *agentRun) loop(ctx workflow.Context, box string) (cocoonbox.AgentRunSta
 		r.cancelStep = nil
 		cancel()
 		if r.cancelled || ctx.Err() != nil {
+			r.stepCut = err != nil // cancelled in flight, not after it finished
 			return cocoonbox.AgentRunCancelled, ""
 		}
 		if err != nil {
@@ -220,3 +230,12 @@ func stepOptions(ctx workflow.Context) workflow.Context {
 }
 
 func runStateOptions(ctx workflow.Context) workflow.Context { return storeOptions(ctx) }
+
+// cancelStepOptions: stopping a cancelled step is worth a few quick tries, not a long wait; a box
+// that cannot be reached has its step end at the agent's own step timeout.
+func cancelStepOptions(ctx workflow.Context) workflow.Context {
+	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 30 * time.Second,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
+	})
+}

@@ -30,6 +30,7 @@ type runEnv struct {
 	pins   []string // "pin" and "unpin", in order
 	states []activities.RunStateInput
 	inputs []activities.StepInput
+	cuts   int // CancelStep calls
 }
 
 func newRunEnv(t *testing.T) *runEnv {
@@ -48,6 +49,13 @@ func newRunEnv(t *testing.T) *runEnv {
 				return nil
 			})
 	}
+	e.OnActivity(agentAct.CancelStep, mock.Anything, activities.CancelStepInput{RunID: "run_1", BoxID: testBox}).Return(
+		func(context.Context, activities.CancelStepInput) error {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			e.cuts++
+			return nil
+		}).Maybe()
 	e.OnActivity(agentAct.SetRunState, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.RunStateInput) error {
 			e.mu.Lock()
@@ -115,6 +123,7 @@ func TestAgentRunCancelStopsWithinAStep(t *testing.T) {
 	require.Equal(t, cocoonbox.AgentRunCancelled, res.State)
 	require.LessOrEqual(t, len(e.inputs), 2) // the step in flight when the signal came is the last
 	require.Equal(t, cocoonbox.AgentRunCancelled, e.finalState(t).State)
+	require.Equal(t, 1, e.cuts, "the step in flight is stopped in the box")
 }
 
 func TestAgentRunMessageReachesNextStep(t *testing.T) {
