@@ -56,6 +56,11 @@ BEGIN {
 	what["DesktopFirstFrameHibernated"] = "the same on a hibernated desktop box: the edge wakes it first"
 	what["RawDesktopFirstFrame"] = "raw: the same RFB client over the engine ports relay to port 5900, with the sandbox client"
 	pair["DesktopFirstFrame"] = "RawDesktopFirstFrame"
+	what["AgentStep"] = "agent step overhead, model time excluded: from one model call of a run to the next, each step calling the shell tool with true (tool in the box, journal, relay, step row, workflow, next step start, model link)"
+	what["AgentScreenshotToModel"] = "screenshot to model: from the model call asking for a desktop screenshot to the model call carrying it (capture, downscale, PNG, a step boundary, the image through the model link)"
+	what["RawAgentInfo"] = "raw: dial the in-box agent through the engine ports relay and make one authenticated gRPC call (Info)"
+	pair["AgentStep"] = "RawAgentInfo"
+	pair["AgentScreenshotToModel"] = "RawAgentInfo"
 
 	what["EngineClaimCold"] = "cold claim with the sandbox client (list by claim_ref, POST /v1/claim), no warm pool"
 	what["RawRuntimeStart"] = "raw: runtime Start (overlay, bundle, runsc run, first exec)"

@@ -140,6 +140,13 @@ type desktopEnv struct {
 // edge and its window manager runs.
 func newDesktopEnv(tb testing.TB, cfg config.Dev, timeout time.Duration) *desktopEnv {
 	tb.Helper()
+	return newDesktopEnvWith(tb, cfg, timeout, nil)
+}
+
+// newDesktopEnvWith is newDesktopEnv with started called on the stack before the box is created
+// (to start a worker of a stack without its own).
+func newDesktopEnvWith(tb testing.TB, cfg config.Dev, timeout time.Duration, started func(*devstack.Dev)) *desktopEnv {
+	tb.Helper()
 	start, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	d, err := devstack.Start(start, cfg, nil)
@@ -147,6 +154,9 @@ func newDesktopEnv(tb testing.TB, cfg config.Dev, timeout time.Duration) *deskto
 		tb.Fatalf("start dev stack: %v", err)
 	}
 	tb.Cleanup(func() { _ = d.Close() })
+	if started != nil {
+		started(d)
+	}
 	ctx, cancelRun := context.WithTimeout(context.Background(), timeout)
 	tb.Cleanup(cancelRun)
 	owner, err := d.Store.UserByName(ctx, "admin")

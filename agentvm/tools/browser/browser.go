@@ -244,7 +244,9 @@ func (b *Browser) connect(ctx context.Context) error {
 		if b.cfg.Headless {
 			l = l.Set("window-size", "1280,800")
 		} else {
-			l = l.Set("start-maximized")
+			// A startup window, which rod turns off by default: the agent works in its tab,
+			// in a window the desktop shows from the start, rather than one created over CDP.
+			l = l.Set("start-maximized").Delete("no-startup-window")
 		}
 		if b.cfg.Display != "" {
 			l = l.Env(append(os.Environ(), "DISPLAY="+b.cfg.Display)...)

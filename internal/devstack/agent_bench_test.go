@@ -1,0 +1,130 @@
+package devstack_test
+
+import (
+	"context"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+
+	"github.com/loomhand/cocoonbox/activities"
+	"github.com/loomhand/cocoonbox/agentvm/model/modeltest"
+	"github.com/loomhand/cocoonbox/internal/benchreport"
+	agentvmv1 "github.com/loomhand/cocoonbox/proto/agentvm/v1"
+	"github.com/loomhand/cocoonbox/workflows"
+)
+
+// Agent benchmarks: what a run's step costs beyond the model, with a scripted model that answers
+// at once. The scripted server stamps each request's arrival, so the gap between two model calls
+// of a run is everything between them: the tool call in the box, the step's end (journal, reply
+// through the relay, row, activity completion), the workflow's next step and the next step's
+// start (wake check, relay dial, credential, model link).
+
+// agentBenchSteps is how many tool steps each sampled run makes.
+const agentBenchSteps = 5
+
+// BenchmarkAgentStep: the gap between consecutive model calls of a run whose steps each call the
+// shell tool with true.
+func BenchmarkAgentStep(b *testing.B) {
+	a := newAgentBench(b)
+	var samples []time.Duration
+	for b.Loop() {
+		turns := make([]modeltest.Turn, 0, agentBenchSteps+1)
+		for range agentBenchSteps {
+			turns = append(turns, modeltest.Calls(modeltest.Call("shell", `{"command":"true"}`)))
+		}
+		samples = append(samples, a.runGaps(b, append(turns, modeltest.Reply("done"))...)...)
+	}
+	benchreport.Latency(b, samples)
+}
+
+// BenchmarkAgentScreenshotToModel: from the model call that asks for a desktop screenshot to the
+// model call that carries it (the screenshot, its downscale and PNG encoding, a step boundary,
+// and the image's trip through the model link).
+func BenchmarkAgentScreenshotToModel(b *testing.B) {
+	a := newAgentBench(b)
+	var samples []time.Duration
+	for b.Loop() {
+		gaps := a.runGaps(b, modeltest.Calls(modeltest.Call("desktop_screenshot", `{}`)), modeltest.Reply("seen"))
+		if last := a.models.Requests(); !strings.Contains(string(last[len(last)-1].Body), "data:image/png;base64,") {
+			b.Fatal("the model call after the screenshot carries no image")
+		}
+		samples = append(samples, gaps...)
+	}
+	benchreport.Latency(b, samples)
+}
+
+// BenchmarkRawAgentInfo: the floor under a step: dial the box's agent through the engine's ports
+// relay and make one authenticated gRPC call (Info), with the sandbox client directly.
+func BenchmarkRawAgentInfo(b *testing.B) {
+	a := newAgentBench(b)
+	ref, err := a.sandbox()
+	if err != nil {
+		b.Fatal(err)
+	}
+	cred := strings.TrimSpace(a.mustRun(b, "cat "+activities.AgentCredentialPath))
+	var samples []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		conn, err := grpc.NewClient("passthrough:///agent", grpc.WithTransportCredentials(insecure.NewCredentials()),
+			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
+				return a.eng.DialPort(ctx, ref, activities.AgentPort)
+			}))
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx := metadata.AppendToOutgoingContext(a.ctx, "authorization", "Bearer "+cred)
+		_, err = agentvmv1.NewInfoClient(conn).Get(ctx, &agentvmv1.GetInfoRequest{})
+		samples = append(samples, time.Since(start))
+		_ = conn.Close()
+		if err != nil {
+			b.Fatalf("info: %v", err)
+		}
+	}
+	benchreport.Latency(b, samples)
+}
+
+// newAgentBench starts a desktop dev stack on the scripted gateway with a running desktop box
+// whose agent has run once (so its credential is in the box and chromium-free tools are warm).
+func newAgentBench(b *testing.B) *agentEnv {
+	b.Helper()
+	dir, err := os.MkdirTemp("", "cbdev-")
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = os.RemoveAll(dir) })
+	models := modeltest.NewServer(b, gatewayKey)
+	cfg := benchConfig(b, filepath.Join(dir, "h"))
+	useGateway(&cfg, models)
+	a := newAgentEnv(b, cfg, models, newDesktopEnv(b, cfg, boxBenchRun))
+	a.runGaps(b, modeltest.Calls(modeltest.Call("desktop_screenshot", `{}`)), modeltest.Reply("warm"))
+	return a
+}
+
+// runGaps runs the turns as one run, waits for its end and returns the gaps between its
+// consecutive model calls.
+func (a *agentEnv) runGaps(b testing.TB, turns ...modeltest.Turn) []time.Duration {
+	b.Helper()
+	before := len(a.models.Requests())
+	a.models.Script(turns...)
+	run := a.start(b, "benchmark")
+	var res workflows.AgentRunResult
+	if err := a.d.Temporal.GetWorkflow(a.ctx, workflows.AgentRunWorkflowID(run.GetId()), "").Get(a.ctx, &res); err != nil {
+		b.Fatalf("run: %v", err)
+	}
+	reqs := a.models.Requests()[before:]
+	if len(reqs) != len(turns) {
+		b.Fatalf("%d model calls for %d turns", len(reqs), len(turns))
+	}
+	gaps := make([]time.Duration, 0, len(reqs)-1)
+	for i := 1; i < len(reqs); i++ {
+		gaps = append(gaps, reqs[i].At.Sub(reqs[i-1].At))
+	}
+	return gaps
+}

@@ -1,0 +1,469 @@
+package devstack_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/agentvm"
+	"github.com/loomhand/cocoonbox/agentvm/model/modeltest"
+	"github.com/loomhand/cocoonbox/internal/config"
+	"github.com/loomhand/cocoonbox/internal/devstack"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
+	"github.com/loomhand/cocoonbox/internal/store"
+	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
+	"github.com/loomhand/cocoonbox/workflows"
+)
+
+// Agent runs end to end: the API starts a run, the run workflow drives the real cocoonbox-agent
+// in a desktop box under gVisor, and the agent's model calls reach a scripted model server (the
+// real OpenAI and Anthropic wire formats) only through the worker's model link, since a box has
+// no network of its own.
+
+// gatewayKey is the scripted gateway's key; it lives in the owner's vault as gatewaySecret.
+const (
+	gatewayKey    = "sk-gateway-test-3f9a"
+	gatewaySecret = "GATEWAY_KEY"
+)
+
+// agentRunHistoryFile is the committed agent run history workflows/replay_test.go replays;
+// TestAgentRuns rewrites it when COCOONBOX_WRITE_HISTORY=1:
+//
+//	COCOONBOX_WRITE_HISTORY=1 go test -run 'TestAgentRuns/take_over' ./internal/devstack/
+var agentRunHistoryFile = filepath.Join("..", "..", "workflows", "testdata", "histories", "agent_run.json")
+
+// agentEnv is a desktop box with an agent, the scripted gateway and API clients of its owner.
+type agentEnv struct {
+	*desktopEnv
+	models *modeltest.Server
+	agents cbv1.AgentServiceClient
+	auth   context.Context // e.ctx with the owner's bearer token
+}
+
+// agentConfig is a desktop stack whose agent runs use the scripted gateway.
+func agentConfig(t *testing.T, models *modeltest.Server) config.Dev {
+	cfg := boxConfig(t)
+	useGateway(&cfg, models)
+	return cfg
+}
+
+// useGateway makes cfg claim desktop boxes and run agents on the scripted gateway.
+func useGateway(cfg *config.Dev, models *modeltest.Server) {
+	cfg.Template = "desktop"
+	cfg.Agent = config.Agent{Provider: "openai", BaseURL: models.OpenAIBaseURL(), Model: "scripted-1",
+		Models: []string{"scripted-1", "scripted-2"}, KeySecret: gatewaySecret, MaxSteps: 8}
+}
+
+func newAgentEnv(t testing.TB, cfg config.Dev, models *modeltest.Server, e *desktopEnv) *agentEnv {
+	t.Helper()
+	conn, err := grpc.NewClient(strings.TrimPrefix(e.d.URLs().API, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	a := &agentEnv{desktopEnv: e, models: models, agents: cbv1.NewAgentServiceClient(conn),
+		auth: metadata.AppendToOutgoingContext(e.ctx, "authorization", "Bearer "+e.token)}
+	if _, err := cbv1.NewVaultServiceClient(conn).SetSecret(a.auth, &cbv1.SetSecretRequest{Name: gatewaySecret, Value: gatewayKey}); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// viewerClient is the context of a new user the owner shared the box with as a viewer.
+func (a *agentEnv) viewerClient(t *testing.T) context.Context {
+	t.Helper()
+	u, err := a.d.Store.CreateUser(a.ctx, store.NewUser{Name: "watcher"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := store.NewToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.d.Store.CreateToken(a.ctx, u.ID, "test", store.HashToken(raw)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.d.Boxes.Share(a.ctx, a.owner.ID, a.id, u.Name, cocoonbox.RoleViewer, nil); err != nil {
+		t.Fatal(err)
+	}
+	return metadata.AppendToOutgoingContext(a.ctx, "authorization", "Bearer "+raw)
+}
+
+// useProvider points new runs at the scripted gateway's endpoint for provider.
+func (a *agentEnv) useProvider(provider string) {
+	a.d.Boxes.Agent.Provider = provider
+	a.d.Boxes.Agent.BaseURL = a.models.OpenAIBaseURL()
+	if provider == agentvm.ProviderAnthropic {
+		a.d.Boxes.Agent.BaseURL = a.models.AnthropicBaseURL()
+	}
+}
+
+func (a *agentEnv) start(t testing.TB, task string) *cbv1.AgentRun {
+	t.Helper()
+	run, err := a.agents.StartRun(a.auth, &cbv1.StartRunRequest{Box: string(a.id), Task: task})
+	if err != nil {
+		t.Fatalf("start run: %v", err)
+	}
+	return run
+}
+
+// waitRun polls the run until its state is one of states and returns it.
+func (a *agentEnv) waitRun(t *testing.T, id string, within time.Duration, states ...string) *cbv1.AgentRun {
+	t.Helper()
+	var run *cbv1.AgentRun
+	if err := waitFor(a.ctx, within, func() error {
+		var err error
+		if run, err = a.agents.GetRun(a.auth, &cbv1.GetRunRequest{RunId: id}); err != nil {
+			return err
+		}
+		if !slices.Contains(states, run.GetState()) {
+			return fmt.Errorf("run %s is %s (error %q), want %v", id, run.GetState(), run.GetError(), states)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return run
+}
+
+// toolResults are the results of the run's tool calls called name, in order.
+func toolResults(run *cbv1.AgentRun, name string) []string {
+	var out []string
+	for _, s := range run.GetSteps() {
+		for _, c := range s.GetToolCalls() {
+			if c.GetName() == name {
+				out = append(out, c.GetResult())
+			}
+		}
+	}
+	return out
+}
+
+// TestAgentRuns drives one desktop box's agent through the acceptance cases of agent runs, each
+// a subtest on the same box: a shell run over the OpenAI protocol followed through WatchRun, a
+// browser run over the Anthropic protocol that a viewer of the desktop sees, a take-over in the
+// middle of a run, model errors, cancel, and bad input.
+func TestAgentRuns(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	models := modeltest.NewServer(t, gatewayKey)
+	cfg := agentConfig(t, models)
+	a := newAgentEnv(t, cfg, models, newDesktopEnv(t, cfg, 10*time.Minute))
+
+	t.Run("shell over openai, watched", func(t *testing.T) {
+		a.useProvider(agentvm.ProviderOpenAI)
+		models.Script(
+			modeltest.Calls(modeltest.Call("shell", `{"command":"echo written by the agent > /home/user/agent-out.txt && cat /home/user/agent-out.txt"}`)),
+			modeltest.Reply("I wrote ", "the file."))
+		run := a.start(t, "Write a file in the home directory.")
+		watch, err := a.agents.WatchRun(a.auth, &cbv1.WatchRunRequest{RunId: run.GetId()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var steps []*cbv1.AgentStep
+		var last *cbv1.AgentRun
+		for {
+			ev, err := watch.Recv()
+			if errors.Is(err, io.EOF) {
+				break
+			}
+			if err != nil {
+				t.Fatalf("watch: %v", err)
+			}
+			if s := ev.GetStep(); s != nil {
+				steps = append(steps, s)
+			}
+			if r := ev.GetRun(); r != nil {
+				last = r
+			}
+		}
+		if last.GetState() != string(cocoonbox.AgentRunSucceeded) || last.GetResult() != "I wrote the file." {
+			t.Fatalf("watched run ended %s (%q), result %q", last.GetState(), last.GetError(), last.GetResult())
+		}
+		if len(steps) != 2 || steps[0].GetNumber() != 1 || steps[0].GetToolCalls()[0].GetName() != "shell" ||
+			!strings.Contains(steps[0].GetToolCalls()[0].GetResult(), "written by the agent") || !steps[1].GetDone() {
+			t.Fatalf("watched steps: %v", steps)
+		}
+		if got := a.mustRun(t, "cat /home/user/agent-out.txt"); got != "written by the agent\n" {
+			t.Fatalf("file in the box: %q", got)
+		}
+		reqs := models.Requests()
+		first := reqs[len(reqs)-2]
+		if first.Path != "/v1/chat/completions" || first.Header.Get("Authorization") != "Bearer "+gatewayKey {
+			t.Fatalf("the model call: %s with %q", first.Path, first.Header.Get("Authorization"))
+		}
+	})
+
+	t.Run("browser over anthropic, seen by a viewer", func(t *testing.T) {
+		a.useProvider(agentvm.ProviderAnthropic)
+		a.mustRun(t, `cat > /tmp/agent-page.html <<'EOF'
+<!doctype html><title>agent test</title>
+<button id="go" style="font-size:40px" onclick="document.getElementById('out').textContent='answer '+(6*7)">Press</button>
+<p id="out">not pressed</p>
+EOF
+chmod 644 /tmp/agent-page.html`)
+		viewer, err := a.open(a.ctx, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer viewer.Close()
+		models.Script(
+			modeltest.Calls(modeltest.Call("browser_open", `{"url":"file:///tmp/agent-page.html"}`)),
+			modeltest.Calls(modeltest.Call("browser_click", `{"selector":"#go"}`)),
+			modeltest.Calls(modeltest.Call("browser_read", `{"selector":"#out"}`)),
+			modeltest.Reply("The page says answer 42."))
+		run := a.start(t, "Press the button on the page and tell me what it says.")
+		run = a.waitRun(t, run.GetId(), 3*time.Minute, string(cocoonbox.AgentRunSucceeded), string(cocoonbox.AgentRunFailed))
+		if run.GetState() != string(cocoonbox.AgentRunSucceeded) {
+			t.Fatalf("run %s: %s", run.GetState(), run.GetError())
+		}
+		if got := toolResults(run, "browser_read"); len(got) != 1 || !strings.Contains(got[0], "answer 42") {
+			t.Fatalf("browser_read gave %q", got)
+		}
+		// The browser is a window on the desktop a viewer watches, not a headless tab: a mapped,
+		// viewable window titled by the page. A box's first chromium maps its window seconds after
+		// the page loads (its first start in a box is slow).
+		if err := waitFor(a.ctx, time.Minute, func() error {
+			out, err := a.run(`export DISPLAY=:0; w=$(timeout 5 runuser -u user -- xdotool search --name '^agent test - Chromium$' | head -1) &&
+timeout 5 runuser -u user -- xwininfo -id "$w" | grep 'Map State'`)
+			if err != nil || !strings.Contains(out, "IsViewable") {
+				return fmt.Errorf("no viewable window of the page on the box's display: %v %s", err, out)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := viewer.frame(); err != nil {
+			t.Fatalf("viewer frame after the run: %v", err)
+		}
+		last := models.Requests()[len(models.Requests())-1]
+		if last.Path != "/v1/messages" || last.Header.Get("X-Api-Key") != gatewayKey {
+			t.Fatalf("the model call: %s with key %q", last.Path, last.Header.Get("X-Api-Key"))
+		}
+	})
+
+	t.Run("take over and hand back", func(t *testing.T) {
+		a.useProvider(agentvm.ProviderOpenAI)
+		if _, err := a.api.TakeOver(a.auth, &cbv1.TakeOverRequest{Box: string(a.id)}); err != nil {
+			t.Fatal(err)
+		}
+		models.Script(
+			modeltest.Calls(modeltest.Call("desktop_click", `{"x":640,"y":400}`)),
+			modeltest.Calls(modeltest.Call("desktop_click", `{"x":640,"y":400}`)),
+			modeltest.Reply("Clicked."))
+		run := a.start(t, "Click the middle of the screen.")
+		run = a.waitRun(t, run.GetId(), 2*time.Minute, string(cocoonbox.AgentRunWaiting))
+		if len(run.GetSteps()) != 1 || run.GetSteps()[0].GetToolCalls()[0].GetResult() != agentvm.RefusedWhileControlled {
+			t.Fatalf("steps while a person drives: %v", run.GetSteps())
+		}
+		served := len(models.Requests())
+		if err := consistently(a.ctx, 2*time.Second, func() error {
+			if n := len(models.Requests()); n != served {
+				return fmt.Errorf("the model was called %d more times while the run waited", n-served)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.api.HandBack(a.auth, &cbv1.HandBackRequest{Box: string(a.id)}); err != nil {
+			t.Fatal(err)
+		}
+		run = a.waitRun(t, run.GetId(), 2*time.Minute, string(cocoonbox.AgentRunSucceeded))
+		if got := toolResults(run, "desktop_click"); len(got) != 2 || got[1] == agentvm.RefusedWhileControlled {
+			t.Fatalf("clicks: %q", got)
+		}
+		// The first model call after the hand-back carried a fresh screenshot of the desktop.
+		after := string(models.Requests()[served].Body)
+		if !strings.Contains(after, agentvm.HandedBack) || !strings.Contains(after, "data:image/png;base64,") {
+			t.Fatalf("the step after hand-back did not look at the desktop first: %.300s", after)
+		}
+		// This run passes through every state a run has but failure: it is the replay history.
+		if v, _ := config.Env()(writeHistoryEnv); v == "1" {
+			writeHistory(a.ctx, t, a.d, workflows.AgentRunWorkflowID(run.GetId()), agentRunHistoryFile)
+		}
+	})
+
+	t.Run("model errors", func(t *testing.T) {
+		a.useProvider(agentvm.ProviderOpenAI)
+		models.Script(
+			modeltest.Fault(500, "upstream hiccup"), modeltest.Fault(500, "upstream hiccup"),
+			modeltest.Reply("Fine after all."))
+		run := a.start(t, "Say something.")
+		run = a.waitRun(t, run.GetId(), 2*time.Minute, string(cocoonbox.AgentRunSucceeded), string(cocoonbox.AgentRunFailed))
+		if run.GetState() != string(cocoonbox.AgentRunSucceeded) || run.GetResult() != "Fine after all." {
+			t.Fatalf("after two 500s: %s %q %q", run.GetState(), run.GetError(), run.GetResult())
+		}
+		models.Script(modeltest.Fault(400, "model scripted-1 does not support tools"))
+		run = a.start(t, "Say something else.")
+		run = a.waitRun(t, run.GetId(), 2*time.Minute, string(cocoonbox.AgentRunSucceeded), string(cocoonbox.AgentRunFailed))
+		if run.GetState() != string(cocoonbox.AgentRunFailed) || !strings.Contains(run.GetError(), "model scripted-1 does not support tools") {
+			t.Fatalf("after a 400: %s %q", run.GetState(), run.GetError())
+		}
+	})
+
+	t.Run("cancel", func(t *testing.T) {
+		a.useProvider(agentvm.ProviderOpenAI)
+		models.Script(modeltest.Calls(modeltest.Call("shell", `{"command":"sleep 60; echo slept > /tmp/agent-cancelled"}`)))
+		asked := len(models.Requests()) + 1
+		run := a.start(t, "Take your time.")
+		if err := waitFor(a.ctx, time.Minute, func() error {
+			_, err := a.run("pgrep -fx 'sleep 60'")
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		began := time.Now()
+		if _, err := a.agents.CancelRun(a.auth, &cbv1.CancelRunRequest{RunId: run.GetId()}); err != nil {
+			t.Fatal(err)
+		}
+		run = a.waitRun(t, run.GetId(), 30*time.Second, string(cocoonbox.AgentRunCancelled))
+		t.Logf("cancelled in %v", time.Since(began).Round(time.Millisecond))
+		if err := waitFor(a.ctx, 10*time.Second, func() error {
+			if _, err := a.run("pgrep -fx 'sleep 60'"); err == nil {
+				ps, _ := a.run("ps -eo pid,pgid,ppid,args | cut -c1-120")
+				var evs []string
+				it := a.d.Temporal.GetWorkflowHistory(a.ctx, workflows.AgentRunWorkflowID(run.GetId()), "", false, 0)
+				for it.HasNext() {
+					ev, err := it.Next()
+					if err != nil {
+						break
+					}
+					evs = append(evs, ev.GetEventType().String()+" "+ev.GetActivityTaskScheduledEventAttributes().GetActivityType().GetName()+ev.GetActivityTaskFailedEventAttributes().GetFailure().GetMessage())
+				}
+				return fmt.Errorf("the cancelled step's command still runs:\n%s\n%s", ps, strings.Join(evs, "\n"))
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		if out, _ := a.run("cat /tmp/agent-cancelled 2>/dev/null"); out != "" {
+			t.Fatal("the cancelled command finished")
+		}
+		if n := len(models.Requests()); n != asked {
+			t.Fatalf("the model was asked %d more times after the cancel", n-asked)
+		}
+	})
+
+	t.Run("bad input", func(t *testing.T) {
+		a.useProvider(agentvm.ProviderOpenAI)
+		before := len(models.Requests())
+		a.mustRun(t, "echo intact > /home/user/marker")
+		for _, tc := range []struct {
+			req  *cbv1.StartRunRequest
+			code codes.Code
+			want string
+		}{
+			{&cbv1.StartRunRequest{Box: string(a.id), Task: "x", Model: "gpt-unknown"}, codes.InvalidArgument, "model"},
+			{&cbv1.StartRunRequest{Box: string(a.id), Task: "  "}, codes.InvalidArgument, "task"},
+			{&cbv1.StartRunRequest{Box: string(a.id), Task: "x", MaxSteps: -1}, codes.InvalidArgument, "max_steps"},
+			{&cbv1.StartRunRequest{Box: "bx_0000000000000000", Task: "x"}, codes.NotFound, "not found"},
+			{&cbv1.StartRunRequest{Box: "", Task: "x"}, codes.InvalidArgument, "box"},
+		} {
+			_, err := a.agents.StartRun(a.auth, tc.req)
+			if status.Code(err) != tc.code || !strings.Contains(status.Convert(err).Message(), tc.want) {
+				t.Errorf("StartRun(%v): %v, want %v naming %q", tc.req, err, tc.code, tc.want)
+			}
+		}
+		// A viewer of the box may watch runs but not start one.
+		viewer := a.viewerClient(t)
+		if _, err := a.agents.StartRun(viewer, &cbv1.StartRunRequest{Box: string(a.id), Task: "x"}); status.Code(err) != codes.PermissionDenied {
+			t.Errorf("a viewer started a run: %v", err)
+		}
+		// Tool arguments that fail validation are the model's to fix: the run goes on.
+		models.Script(
+			modeltest.Calls(modeltest.Call("write_file", `{"path":42}`)),
+			modeltest.Reply("I give up on that file."))
+		run := a.start(t, "Write a file.")
+		run = a.waitRun(t, run.GetId(), 2*time.Minute, string(cocoonbox.AgentRunSucceeded), string(cocoonbox.AgentRunFailed))
+		calls := run.GetSteps()[0].GetToolCalls()
+		if run.GetState() != string(cocoonbox.AgentRunSucceeded) || len(calls) != 1 || !calls[0].GetIsError() ||
+			!strings.Contains(calls[0].GetResult(), "write_file") {
+			t.Fatalf("bad tool arguments: %s %v", run.GetState(), calls)
+		}
+		if models.Remaining() != 0 || len(models.Requests()) != before+2 {
+			t.Fatalf("model calls: %d requests, %d turns left", len(models.Requests())-before, models.Remaining())
+		}
+		// The box is untouched by all of it.
+		if got := a.mustRun(t, "cat /home/user/marker"); got != "intact\n" {
+			t.Fatalf("box file after bad input: %q", got)
+		}
+	})
+}
+
+// TestAgentRunSurvivesHibernateAndKilledWorker kills the worker while a step's command runs in
+// the box, hibernates the box between steps with a new worker, and checks the run resumes after
+// the wake and finishes, with every step executed in the box exactly once: the interrupted step's
+// retry is answered from the agent's journal.
+func TestAgentRunSurvivesHibernateAndKilledWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	models := modeltest.NewServer(t, gatewayKey)
+	cfg := agentConfig(t, models)
+	cfg.NoWorker = true
+	var first *childWorker
+	var wcfg config.Worker
+	e := newDesktopEnvWith(t, cfg, 10*time.Minute, func(d *devstack.Dev) {
+		wcfg = workerConfig(d)
+		wcfg.Template = "desktop"
+		first = startChildWorker(t, wcfg)
+	})
+	a := newAgentEnv(t, cfg, models, e)
+
+	models.Script(
+		modeltest.Calls(modeltest.Call("shell", `{"command":"echo one >> /home/user/proof"}`)),
+		modeltest.Calls(modeltest.Call("shell", `{"command":"echo two >> /home/user/proof; touch /tmp/step2-running; sleep 4; echo two-done >> /home/user/proof"}`)),
+		modeltest.Calls(modeltest.Call("shell", `{"command":"echo three >> /home/user/proof"}`)),
+		modeltest.Reply("All three done."))
+	run := a.start(t, "Write three lines.")
+	if err := waitFor(a.ctx, 2*time.Minute, func() error { _, err := a.run("test -e /tmp/step2-running"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	first.kill()
+	t.Log("killed the worker while step 2's command ran in the box")
+	// The step goes on in the box without its caller and lands in the agent's journal. (Straight
+	// to the engine: with no worker, the box workflow answers no queries.)
+	if err := waitFor(a.ctx, time.Minute, func() error {
+		res, err := a.eng.Exec(a.ctx, a.ref, sandbox.ExecRequest{Argv: []string{"sh", "-c",
+			"grep -q two-done /home/user/proof && ls /var/lib/cocoonbox-agent/journal/*/2.pb"}})
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("exit %d: %s", res.ExitCode, res.Stderr)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	startChildWorker(t, wcfg)
+	if v, err := a.d.Boxes.Hibernate(a.ctx, a.owner.ID, a.id); err != nil || v.State != cocoonbox.BoxStateHibernated {
+		t.Fatalf("hibernate between steps: %+v, %v", v.State, err)
+	}
+	t.Log("hibernated the box between steps with a new worker")
+
+	run = a.waitRun(t, run.GetId(), 3*time.Minute, string(cocoonbox.AgentRunSucceeded), string(cocoonbox.AgentRunFailed))
+	if run.GetState() != string(cocoonbox.AgentRunSucceeded) || run.GetResult() != "All three done." {
+		t.Fatalf("run after the kill and the hibernate: %s %q", run.GetState(), run.GetError())
+	}
+	if got := a.mustRun(t, "cat /home/user/proof"); got != "one\ntwo\ntwo-done\nthree\n" {
+		t.Fatalf("the steps' commands ran %q, want each once", got)
+	}
+	if !run.GetSteps()[1].GetReplayed() {
+		t.Fatalf("step 2 was not answered from the journal: %v", run.GetSteps()[1])
+	}
+	if n := len(models.Requests()); n != 4 {
+		t.Fatalf("the model was asked %d times for 4 turns", n)
+	}
+}
