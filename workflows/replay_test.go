@@ -11,11 +11,12 @@ import (
 	"github.com/loomhand/cocoonbox/workflows"
 )
 
-// TestBoxWorkflowReplay replays committed histories of real box workflows (recorded on the dev
-// stack by internal/devstack's TestWriteBoxHistory) against the current BoxWorkflow, so a change
+// TestWorkflowReplay replays committed histories of real box, snapshot and agent run workflows
+// (recorded on the dev stack by internal/devstack's TestWrite*History and, for agent runs,
+// TestAgentRuns) against the current workflows, so a change
 // that would break running workflows (reordered or removed activities, timers or search attribute
 // upserts without a version marker) fails here rather than in production.
-func TestBoxWorkflowReplay(t *testing.T) {
+func TestWorkflowReplay(t *testing.T) {
 	files, err := filepath.Glob(filepath.Join("testdata", "histories", "*.json"))
 	if err != nil {
 		t.Fatal(err)
