@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -205,6 +206,63 @@ func TestAgentRuns(t *testing.T) {
 		first := reqs[len(reqs)-2]
 		if first.Path != "/v1/chat/completions" || first.Header.Get("Authorization") != "Bearer "+gatewayKey {
 			t.Fatalf("the model call: %s with %q", first.Path, first.Header.Get("Authorization"))
+		}
+	})
+
+	t.Run("web app", func(t *testing.T) {
+		bin, err := exec.LookPath("chromium")
+		if err != nil {
+			t.Fatal("chromium is not installed: run make deps")
+		}
+		a.useProvider(agentvm.ProviderOpenAI)
+		models.Script(
+			modeltest.Calls(modeltest.Call("shell", `{"command":"echo typed in the web app > /home/user/web.txt"}`)),
+			modeltest.Reply("Done from the web."))
+		page := openBrowser(t, a.ctx, bin)
+		if err := page.Navigate(a.d.URLs().API + "/"); err != nil {
+			t.Fatal(err)
+		}
+		step(t, "type the token", func() error {
+			el, err := page.Element("#token")
+			if err != nil {
+				return err
+			}
+			return el.Input(a.token)
+		})
+		click(t, page, "#signin-form button[type=submit]", "")
+		click(t, page, "#box-list button", "^Open$")
+		step(t, "type the task", func() error {
+			el, err := page.Element("#agent-task")
+			if err != nil {
+				return err
+			}
+			return el.Input("Write a file from the web app.")
+		})
+		click(t, page, "#agent-run", "")
+		// The run's steps show beside the desktop as the workflow records them.
+		var shown struct {
+			State string
+			Steps []string
+		}
+		if err := waitFor(a.ctx, time.Minute, func() error {
+			if err := evalInto(page, `() => ({
+				state: document.querySelector('#agent-state').textContent.trim(),
+				steps: [...document.querySelectorAll('#agent-steps > li')].map(li => li.textContent),
+			})`, &shown); err != nil {
+				return err
+			}
+			if shown.State != string(cocoonbox.AgentRunSucceeded) || len(shown.Steps) != 2 ||
+				!strings.Contains(shown.Steps[0], "shell") || !strings.Contains(shown.Steps[1], "Done from the web.") {
+				return fmt.Errorf("the panel shows %+v", shown)
+			}
+			return nil
+		}); err != nil {
+			saveScreens(t, page)
+			t.Fatal(err)
+		}
+		saveScreens(t, page)
+		if got := a.mustRun(t, "cat /home/user/web.txt"); got != "typed in the web app\n" {
+			t.Fatalf("file in the box: %q", got)
 		}
 	})
 

@@ -207,7 +207,8 @@ function stepItem(s) {
     head.append(' ', t);
   }
   li.append(head);
-  if (s.summary) li.append(el('p', 'summary', s.summary));
+  // A step without tool calls is summed up by its text's first line: show the text alone.
+  if (s.summary && !(s.text || '').trim().startsWith(s.summary)) li.append(el('p', 'summary', s.summary));
   if (s.message) {
     const p = el('p', 'message');
     p.append(el('span', 'who', 'Message: '), s.message);
