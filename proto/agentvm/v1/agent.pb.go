@@ -695,6 +695,737 @@ func (x *InfoResponse) GetCapabilities() []string {
 	return nil
 }
 
+type ScreenshotRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// max_width downscales the image to at most this width, keeping the aspect; 0 is full size.
+	MaxWidth      int32 `protobuf:"varint,1,opt,name=max_width,json=maxWidth,proto3" json:"max_width,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScreenshotRequest) Reset() {
+	*x = ScreenshotRequest{}
+	mi := &file_agentvm_v1_agent_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScreenshotRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScreenshotRequest) ProtoMessage() {}
+
+func (x *ScreenshotRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentvm_v1_agent_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScreenshotRequest.ProtoReflect.Descriptor instead.
+func (*ScreenshotRequest) Descriptor() ([]byte, []int) {
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ScreenshotRequest) GetMaxWidth() int32 {
+	if x != nil {
+		return x.MaxWidth
+	}
+	return 0
+}
+
+type ScreenshotResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Png   []byte                 `protobuf:"bytes,1,opt,name=png,proto3" json:"png,omitempty"`
+	// width and height are the image's; screen_width and screen_height the screen's, for
+	// mapping a point in the image back to the screen.
+	Width         int32 `protobuf:"varint,2,opt,name=width,proto3" json:"width,omitempty"`
+	Height        int32 `protobuf:"varint,3,opt,name=height,proto3" json:"height,omitempty"`
+	ScreenWidth   int32 `protobuf:"varint,4,opt,name=screen_width,json=screenWidth,proto3" json:"screen_width,omitempty"`
+	ScreenHeight  int32 `protobuf:"varint,5,opt,name=screen_height,json=screenHeight,proto3" json:"screen_height,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScreenshotResponse) Reset() {
+	*x = ScreenshotResponse{}
+	mi := &file_agentvm_v1_agent_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScreenshotResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScreenshotResponse) ProtoMessage() {}
+
+func (x *ScreenshotResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentvm_v1_agent_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScreenshotResponse.ProtoReflect.Descriptor instead.
+func (*ScreenshotResponse) Descriptor() ([]byte, []int) {
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *ScreenshotResponse) GetPng() []byte {
+	if x != nil {
+		return x.Png
+	}
+	return nil
+}
+
+func (x *ScreenshotResponse) GetWidth() int32 {
+	if x != nil {
+		return x.Width
+	}
+	return 0
+}
+
+func (x *ScreenshotResponse) GetHeight() int32 {
+	if x != nil {
+		return x.Height
+	}
+	return 0
+}
+
+func (x *ScreenshotResponse) GetScreenWidth() int32 {
+	if x != nil {
+		return x.ScreenWidth
+	}
+	return 0
+}
+
+func (x *ScreenshotResponse) GetScreenHeight() int32 {
+	if x != nil {
+		return x.ScreenHeight
+	}
+	return 0
+}
+
+type ClickRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	X     int32                  `protobuf:"varint,1,opt,name=x,proto3" json:"x,omitempty"`
+	Y     int32                  `protobuf:"varint,2,opt,name=y,proto3" json:"y,omitempty"`
+	// button is left (default), middle or right.
+	Button string `protobuf:"bytes,3,opt,name=button,proto3" json:"button,omitempty"`
+	// double clicks twice.
+	Double        bool `protobuf:"varint,4,opt,name=double,proto3" json:"double,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ClickRequest) Reset() {
+	*x = ClickRequest{}
+	mi := &file_agentvm_v1_agent_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ClickRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ClickRequest) ProtoMessage() {}
+
+func (x *ClickRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentvm_v1_agent_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ClickRequest.ProtoReflect.Descriptor instead.
+func (*ClickRequest) Descriptor() ([]byte, []int) {
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{11}
+}
+
+func (x *ClickRequest) GetX() int32 {
+	if x != nil {
+		return x.X
+	}
+	return 0
+}
+
+func (x *ClickRequest) GetY() int32 {
+	if x != nil {
+		return x.Y
+	}
+	return 0
+}
+
+func (x *ClickRequest) GetButton() string {
+	if x != nil {
+		return x.Button
+	}
+	return ""
+}
+
+func (x *ClickRequest) GetDouble() bool {
+	if x != nil {
+		return x.Double
+	}
+	return false
+}
+
+type MoveRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	X             int32                  `protobuf:"varint,1,opt,name=x,proto3" json:"x,omitempty"`
+	Y             int32                  `protobuf:"varint,2,opt,name=y,proto3" json:"y,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MoveRequest) Reset() {
+	*x = MoveRequest{}
+	mi := &file_agentvm_v1_agent_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MoveRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MoveRequest) ProtoMessage() {}
+
+func (x *MoveRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentvm_v1_agent_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MoveRequest.ProtoReflect.Descriptor instead.
+func (*MoveRequest) Descriptor() ([]byte, []int) {
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *MoveRequest) GetX() int32 {
+	if x != nil {
+		return x.X
+	}
+	return 0
+}
+
+func (x *MoveRequest) GetY() int32 {
+	if x != nil {
+		return x.Y
+	}
+	return 0
+}
+
+type TypeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// text is typed as is, newlines included. Required.
+	Text          string `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TypeRequest) Reset() {
+	*x = TypeRequest{}
+	mi := &file_agentvm_v1_agent_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TypeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TypeRequest) ProtoMessage() {}
+
+func (x *TypeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentvm_v1_agent_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TypeRequest.ProtoReflect.Descriptor instead.
+func (*TypeRequest) Descriptor() ([]byte, []int) {
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *TypeRequest) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+type KeyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// keys is one key or chord in xdotool's names, e.g. "Return", "ctrl+l", "alt+Tab". Required.
+	Keys          string `protobuf:"bytes,1,opt,name=keys,proto3" json:"keys,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *KeyRequest) Reset() {
+	*x = KeyRequest{}
+	mi := &file_agentvm_v1_agent_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *KeyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*KeyRequest) ProtoMessage() {}
+
+func (x *KeyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentvm_v1_agent_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use KeyRequest.ProtoReflect.Descriptor instead.
+func (*KeyRequest) Descriptor() ([]byte, []int) {
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *KeyRequest) GetKeys() string {
+	if x != nil {
+		return x.Keys
+	}
+	return ""
+}
+
+type ScrollRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	X             int32                  `protobuf:"varint,1,opt,name=x,proto3" json:"x,omitempty"`
+	Y             int32                  `protobuf:"varint,2,opt,name=y,proto3" json:"y,omitempty"`
+	Dx            int32                  `protobuf:"varint,3,opt,name=dx,proto3" json:"dx,omitempty"`
+	Dy            int32                  `protobuf:"varint,4,opt,name=dy,proto3" json:"dy,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ScrollRequest) Reset() {
+	*x = ScrollRequest{}
+	mi := &file_agentvm_v1_agent_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ScrollRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ScrollRequest) ProtoMessage() {}
+
+func (x *ScrollRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentvm_v1_agent_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ScrollRequest.ProtoReflect.Descriptor instead.
+func (*ScrollRequest) Descriptor() ([]byte, []int) {
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *ScrollRequest) GetX() int32 {
+	if x != nil {
+		return x.X
+	}
+	return 0
+}
+
+func (x *ScrollRequest) GetY() int32 {
+	if x != nil {
+		return x.Y
+	}
+	return 0
+}
+
+func (x *ScrollRequest) GetDx() int32 {
+	if x != nil {
+		return x.Dx
+	}
+	return 0
+}
+
+func (x *ScrollRequest) GetDy() int32 {
+	if x != nil {
+		return x.Dy
+	}
+	return 0
+}
+
+type DesktopResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DesktopResponse) Reset() {
+	*x = DesktopResponse{}
+	mi := &file_agentvm_v1_agent_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DesktopResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DesktopResponse) ProtoMessage() {}
+
+func (x *DesktopResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentvm_v1_agent_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DesktopResponse.ProtoReflect.Descriptor instead.
+func (*DesktopResponse) Descriptor() ([]byte, []int) {
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{16}
+}
+
+type StatRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// path is an absolute directory in the box. Required.
+	Path          string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatRequest) Reset() {
+	*x = StatRequest{}
+	mi := &file_agentvm_v1_agent_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatRequest) ProtoMessage() {}
+
+func (x *StatRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentvm_v1_agent_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatRequest.ProtoReflect.Descriptor instead.
+func (*StatRequest) Descriptor() ([]byte, []int) {
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *StatRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+type StatResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bytes         int64                  `protobuf:"varint,1,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Files         int64                  `protobuf:"varint,2,opt,name=files,proto3" json:"files,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatResponse) Reset() {
+	*x = StatResponse{}
+	mi := &file_agentvm_v1_agent_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatResponse) ProtoMessage() {}
+
+func (x *StatResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentvm_v1_agent_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatResponse.ProtoReflect.Descriptor instead.
+func (*StatResponse) Descriptor() ([]byte, []int) {
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *StatResponse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *StatResponse) GetFiles() int64 {
+	if x != nil {
+		return x.Files
+	}
+	return 0
+}
+
+type ExportRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// path is an absolute directory in the box. Required.
+	Path          string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ExportRequest) Reset() {
+	*x = ExportRequest{}
+	mi := &file_agentvm_v1_agent_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ExportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ExportRequest) ProtoMessage() {}
+
+func (x *ExportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentvm_v1_agent_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ExportRequest.ProtoReflect.Descriptor instead.
+func (*ExportRequest) Descriptor() ([]byte, []int) {
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *ExportRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+// Chunk is a piece of a tar stream.
+type Chunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Data          []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Chunk) Reset() {
+	*x = Chunk{}
+	mi := &file_agentvm_v1_agent_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Chunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Chunk) ProtoMessage() {}
+
+func (x *Chunk) ProtoReflect() protoreflect.Message {
+	mi := &file_agentvm_v1_agent_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
+func (*Chunk) Descriptor() ([]byte, []int) {
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *Chunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type ImportRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// path, on the first message only, is the absolute directory to replace. Required.
+	Path          string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Data          []byte `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportRequest) Reset() {
+	*x = ImportRequest{}
+	mi := &file_agentvm_v1_agent_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportRequest) ProtoMessage() {}
+
+func (x *ImportRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentvm_v1_agent_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportRequest.ProtoReflect.Descriptor instead.
+func (*ImportRequest) Descriptor() ([]byte, []int) {
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *ImportRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ImportRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type ImportResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Bytes         int64                  `protobuf:"varint,1,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	Files         int64                  `protobuf:"varint,2,opt,name=files,proto3" json:"files,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImportResponse) Reset() {
+	*x = ImportResponse{}
+	mi := &file_agentvm_v1_agent_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImportResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImportResponse) ProtoMessage() {}
+
+func (x *ImportResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentvm_v1_agent_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImportResponse.ProtoReflect.Descriptor instead.
+func (*ImportResponse) Descriptor() ([]byte, []int) {
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ImportResponse) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
+func (x *ImportResponse) GetFiles() int64 {
+	if x != nil {
+		return x.Files
+	}
+	return 0
+}
+
 var File_agentvm_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agentvm_v1_agent_proto_rawDesc = "" +
@@ -754,12 +1485,66 @@ const file_agentvm_v1_agent_proto_rawDesc = "" +
 	"\x0eGetInfoRequest\"L\n" +
 	"\fInfoResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\"\n" +
-	"\fcapabilities\x18\x02 \x03(\tR\fcapabilities2\xac\x01\n" +
+	"\fcapabilities\x18\x02 \x03(\tR\fcapabilities\"0\n" +
+	"\x11ScreenshotRequest\x12\x1b\n" +
+	"\tmax_width\x18\x01 \x01(\x05R\bmaxWidth\"\x9c\x01\n" +
+	"\x12ScreenshotResponse\x12\x10\n" +
+	"\x03png\x18\x01 \x01(\fR\x03png\x12\x14\n" +
+	"\x05width\x18\x02 \x01(\x05R\x05width\x12\x16\n" +
+	"\x06height\x18\x03 \x01(\x05R\x06height\x12!\n" +
+	"\fscreen_width\x18\x04 \x01(\x05R\vscreenWidth\x12#\n" +
+	"\rscreen_height\x18\x05 \x01(\x05R\fscreenHeight\"Z\n" +
+	"\fClickRequest\x12\f\n" +
+	"\x01x\x18\x01 \x01(\x05R\x01x\x12\f\n" +
+	"\x01y\x18\x02 \x01(\x05R\x01y\x12\x16\n" +
+	"\x06button\x18\x03 \x01(\tR\x06button\x12\x16\n" +
+	"\x06double\x18\x04 \x01(\bR\x06double\")\n" +
+	"\vMoveRequest\x12\f\n" +
+	"\x01x\x18\x01 \x01(\x05R\x01x\x12\f\n" +
+	"\x01y\x18\x02 \x01(\x05R\x01y\"!\n" +
+	"\vTypeRequest\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\" \n" +
+	"\n" +
+	"KeyRequest\x12\x12\n" +
+	"\x04keys\x18\x01 \x01(\tR\x04keys\"K\n" +
+	"\rScrollRequest\x12\f\n" +
+	"\x01x\x18\x01 \x01(\x05R\x01x\x12\f\n" +
+	"\x01y\x18\x02 \x01(\x05R\x01y\x12\x0e\n" +
+	"\x02dx\x18\x03 \x01(\x05R\x02dx\x12\x0e\n" +
+	"\x02dy\x18\x04 \x01(\x05R\x02dy\"\x11\n" +
+	"\x0fDesktopResponse\"!\n" +
+	"\vStatRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\":\n" +
+	"\fStatResponse\x12\x14\n" +
+	"\x05bytes\x18\x01 \x01(\x03R\x05bytes\x12\x14\n" +
+	"\x05files\x18\x02 \x01(\x03R\x05files\"#\n" +
+	"\rExportRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\"\x1b\n" +
+	"\x05Chunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\"7\n" +
+	"\rImportRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"<\n" +
+	"\x0eImportResponse\x12\x14\n" +
+	"\x05bytes\x18\x01 \x01(\x03R\x05bytes\x12\x14\n" +
+	"\x05files\x18\x02 \x01(\x03R\x05files2\xac\x01\n" +
 	"\x06Agents\x12M\n" +
 	"\x04Step\x12!.cocoonbox.agentvm.v1.StepRequest\x1a\".cocoonbox.agentvm.v1.StepResponse\x12S\n" +
 	"\x06Cancel\x12#.cocoonbox.agentvm.v1.CancelRequest\x1a$.cocoonbox.agentvm.v1.CancelResponse2X\n" +
 	"\aSession\x12M\n" +
-	"\x04Exec\x12!.cocoonbox.agentvm.v1.ExecRequest\x1a .cocoonbox.agentvm.v1.ExecOutput0\x012W\n" +
+	"\x04Exec\x12!.cocoonbox.agentvm.v1.ExecRequest\x1a .cocoonbox.agentvm.v1.ExecOutput0\x012\x88\x04\n" +
+	"\aDesktop\x12_\n" +
+	"\n" +
+	"Screenshot\x12'.cocoonbox.agentvm.v1.ScreenshotRequest\x1a(.cocoonbox.agentvm.v1.ScreenshotResponse\x12R\n" +
+	"\x05Click\x12\".cocoonbox.agentvm.v1.ClickRequest\x1a%.cocoonbox.agentvm.v1.DesktopResponse\x12P\n" +
+	"\x04Move\x12!.cocoonbox.agentvm.v1.MoveRequest\x1a%.cocoonbox.agentvm.v1.DesktopResponse\x12P\n" +
+	"\x04Type\x12!.cocoonbox.agentvm.v1.TypeRequest\x1a%.cocoonbox.agentvm.v1.DesktopResponse\x12N\n" +
+	"\x03Key\x12 .cocoonbox.agentvm.v1.KeyRequest\x1a%.cocoonbox.agentvm.v1.DesktopResponse\x12T\n" +
+	"\x06Scroll\x12#.cocoonbox.agentvm.v1.ScrollRequest\x1a%.cocoonbox.agentvm.v1.DesktopResponse2\xfb\x01\n" +
+	"\x05State\x12M\n" +
+	"\x04Stat\x12!.cocoonbox.agentvm.v1.StatRequest\x1a\".cocoonbox.agentvm.v1.StatResponse\x12L\n" +
+	"\x06Export\x12#.cocoonbox.agentvm.v1.ExportRequest\x1a\x1b.cocoonbox.agentvm.v1.Chunk0\x01\x12U\n" +
+	"\x06Import\x12#.cocoonbox.agentvm.v1.ImportRequest\x1a$.cocoonbox.agentvm.v1.ImportResponse(\x012W\n" +
 	"\x04Info\x12O\n" +
 	"\x03Get\x12$.cocoonbox.agentvm.v1.GetInfoRequest\x1a\".cocoonbox.agentvm.v1.InfoResponseB:Z8github.com/loomhand/cocoonbox/proto/agentvm/v1;agentvmv1b\x06proto3"
 
@@ -775,35 +1560,67 @@ func file_agentvm_v1_agent_proto_rawDescGZIP() []byte {
 	return file_agentvm_v1_agent_proto_rawDescData
 }
 
-var file_agentvm_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 10)
+var file_agentvm_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_agentvm_v1_agent_proto_goTypes = []any{
-	(*StepRequest)(nil),    // 0: cocoonbox.agentvm.v1.StepRequest
-	(*StepResponse)(nil),   // 1: cocoonbox.agentvm.v1.StepResponse
-	(*ToolCallResult)(nil), // 2: cocoonbox.agentvm.v1.ToolCallResult
-	(*CancelRequest)(nil),  // 3: cocoonbox.agentvm.v1.CancelRequest
-	(*CancelResponse)(nil), // 4: cocoonbox.agentvm.v1.CancelResponse
-	(*ExecRequest)(nil),    // 5: cocoonbox.agentvm.v1.ExecRequest
-	(*ExecOutput)(nil),     // 6: cocoonbox.agentvm.v1.ExecOutput
-	(*GetInfoRequest)(nil), // 7: cocoonbox.agentvm.v1.GetInfoRequest
-	(*InfoResponse)(nil),   // 8: cocoonbox.agentvm.v1.InfoResponse
-	nil,                    // 9: cocoonbox.agentvm.v1.ExecRequest.EnvEntry
+	(*StepRequest)(nil),        // 0: cocoonbox.agentvm.v1.StepRequest
+	(*StepResponse)(nil),       // 1: cocoonbox.agentvm.v1.StepResponse
+	(*ToolCallResult)(nil),     // 2: cocoonbox.agentvm.v1.ToolCallResult
+	(*CancelRequest)(nil),      // 3: cocoonbox.agentvm.v1.CancelRequest
+	(*CancelResponse)(nil),     // 4: cocoonbox.agentvm.v1.CancelResponse
+	(*ExecRequest)(nil),        // 5: cocoonbox.agentvm.v1.ExecRequest
+	(*ExecOutput)(nil),         // 6: cocoonbox.agentvm.v1.ExecOutput
+	(*GetInfoRequest)(nil),     // 7: cocoonbox.agentvm.v1.GetInfoRequest
+	(*InfoResponse)(nil),       // 8: cocoonbox.agentvm.v1.InfoResponse
+	(*ScreenshotRequest)(nil),  // 9: cocoonbox.agentvm.v1.ScreenshotRequest
+	(*ScreenshotResponse)(nil), // 10: cocoonbox.agentvm.v1.ScreenshotResponse
+	(*ClickRequest)(nil),       // 11: cocoonbox.agentvm.v1.ClickRequest
+	(*MoveRequest)(nil),        // 12: cocoonbox.agentvm.v1.MoveRequest
+	(*TypeRequest)(nil),        // 13: cocoonbox.agentvm.v1.TypeRequest
+	(*KeyRequest)(nil),         // 14: cocoonbox.agentvm.v1.KeyRequest
+	(*ScrollRequest)(nil),      // 15: cocoonbox.agentvm.v1.ScrollRequest
+	(*DesktopResponse)(nil),    // 16: cocoonbox.agentvm.v1.DesktopResponse
+	(*StatRequest)(nil),        // 17: cocoonbox.agentvm.v1.StatRequest
+	(*StatResponse)(nil),       // 18: cocoonbox.agentvm.v1.StatResponse
+	(*ExportRequest)(nil),      // 19: cocoonbox.agentvm.v1.ExportRequest
+	(*Chunk)(nil),              // 20: cocoonbox.agentvm.v1.Chunk
+	(*ImportRequest)(nil),      // 21: cocoonbox.agentvm.v1.ImportRequest
+	(*ImportResponse)(nil),     // 22: cocoonbox.agentvm.v1.ImportResponse
+	nil,                        // 23: cocoonbox.agentvm.v1.ExecRequest.EnvEntry
 }
 var file_agentvm_v1_agent_proto_depIdxs = []int32{
-	2, // 0: cocoonbox.agentvm.v1.StepResponse.tool_calls:type_name -> cocoonbox.agentvm.v1.ToolCallResult
-	9, // 1: cocoonbox.agentvm.v1.ExecRequest.env:type_name -> cocoonbox.agentvm.v1.ExecRequest.EnvEntry
-	0, // 2: cocoonbox.agentvm.v1.Agents.Step:input_type -> cocoonbox.agentvm.v1.StepRequest
-	3, // 3: cocoonbox.agentvm.v1.Agents.Cancel:input_type -> cocoonbox.agentvm.v1.CancelRequest
-	5, // 4: cocoonbox.agentvm.v1.Session.Exec:input_type -> cocoonbox.agentvm.v1.ExecRequest
-	7, // 5: cocoonbox.agentvm.v1.Info.Get:input_type -> cocoonbox.agentvm.v1.GetInfoRequest
-	1, // 6: cocoonbox.agentvm.v1.Agents.Step:output_type -> cocoonbox.agentvm.v1.StepResponse
-	4, // 7: cocoonbox.agentvm.v1.Agents.Cancel:output_type -> cocoonbox.agentvm.v1.CancelResponse
-	6, // 8: cocoonbox.agentvm.v1.Session.Exec:output_type -> cocoonbox.agentvm.v1.ExecOutput
-	8, // 9: cocoonbox.agentvm.v1.Info.Get:output_type -> cocoonbox.agentvm.v1.InfoResponse
-	6, // [6:10] is the sub-list for method output_type
-	2, // [2:6] is the sub-list for method input_type
-	2, // [2:2] is the sub-list for extension type_name
-	2, // [2:2] is the sub-list for extension extendee
-	0, // [0:2] is the sub-list for field type_name
+	2,  // 0: cocoonbox.agentvm.v1.StepResponse.tool_calls:type_name -> cocoonbox.agentvm.v1.ToolCallResult
+	23, // 1: cocoonbox.agentvm.v1.ExecRequest.env:type_name -> cocoonbox.agentvm.v1.ExecRequest.EnvEntry
+	0,  // 2: cocoonbox.agentvm.v1.Agents.Step:input_type -> cocoonbox.agentvm.v1.StepRequest
+	3,  // 3: cocoonbox.agentvm.v1.Agents.Cancel:input_type -> cocoonbox.agentvm.v1.CancelRequest
+	5,  // 4: cocoonbox.agentvm.v1.Session.Exec:input_type -> cocoonbox.agentvm.v1.ExecRequest
+	9,  // 5: cocoonbox.agentvm.v1.Desktop.Screenshot:input_type -> cocoonbox.agentvm.v1.ScreenshotRequest
+	11, // 6: cocoonbox.agentvm.v1.Desktop.Click:input_type -> cocoonbox.agentvm.v1.ClickRequest
+	12, // 7: cocoonbox.agentvm.v1.Desktop.Move:input_type -> cocoonbox.agentvm.v1.MoveRequest
+	13, // 8: cocoonbox.agentvm.v1.Desktop.Type:input_type -> cocoonbox.agentvm.v1.TypeRequest
+	14, // 9: cocoonbox.agentvm.v1.Desktop.Key:input_type -> cocoonbox.agentvm.v1.KeyRequest
+	15, // 10: cocoonbox.agentvm.v1.Desktop.Scroll:input_type -> cocoonbox.agentvm.v1.ScrollRequest
+	17, // 11: cocoonbox.agentvm.v1.State.Stat:input_type -> cocoonbox.agentvm.v1.StatRequest
+	19, // 12: cocoonbox.agentvm.v1.State.Export:input_type -> cocoonbox.agentvm.v1.ExportRequest
+	21, // 13: cocoonbox.agentvm.v1.State.Import:input_type -> cocoonbox.agentvm.v1.ImportRequest
+	7,  // 14: cocoonbox.agentvm.v1.Info.Get:input_type -> cocoonbox.agentvm.v1.GetInfoRequest
+	1,  // 15: cocoonbox.agentvm.v1.Agents.Step:output_type -> cocoonbox.agentvm.v1.StepResponse
+	4,  // 16: cocoonbox.agentvm.v1.Agents.Cancel:output_type -> cocoonbox.agentvm.v1.CancelResponse
+	6,  // 17: cocoonbox.agentvm.v1.Session.Exec:output_type -> cocoonbox.agentvm.v1.ExecOutput
+	10, // 18: cocoonbox.agentvm.v1.Desktop.Screenshot:output_type -> cocoonbox.agentvm.v1.ScreenshotResponse
+	16, // 19: cocoonbox.agentvm.v1.Desktop.Click:output_type -> cocoonbox.agentvm.v1.DesktopResponse
+	16, // 20: cocoonbox.agentvm.v1.Desktop.Move:output_type -> cocoonbox.agentvm.v1.DesktopResponse
+	16, // 21: cocoonbox.agentvm.v1.Desktop.Type:output_type -> cocoonbox.agentvm.v1.DesktopResponse
+	16, // 22: cocoonbox.agentvm.v1.Desktop.Key:output_type -> cocoonbox.agentvm.v1.DesktopResponse
+	16, // 23: cocoonbox.agentvm.v1.Desktop.Scroll:output_type -> cocoonbox.agentvm.v1.DesktopResponse
+	18, // 24: cocoonbox.agentvm.v1.State.Stat:output_type -> cocoonbox.agentvm.v1.StatResponse
+	20, // 25: cocoonbox.agentvm.v1.State.Export:output_type -> cocoonbox.agentvm.v1.Chunk
+	22, // 26: cocoonbox.agentvm.v1.State.Import:output_type -> cocoonbox.agentvm.v1.ImportResponse
+	8,  // 27: cocoonbox.agentvm.v1.Info.Get:output_type -> cocoonbox.agentvm.v1.InfoResponse
+	15, // [15:28] is the sub-list for method output_type
+	2,  // [2:15] is the sub-list for method input_type
+	2,  // [2:2] is the sub-list for extension type_name
+	2,  // [2:2] is the sub-list for extension extendee
+	0,  // [0:2] is the sub-list for field type_name
 }
 
 func init() { file_agentvm_v1_agent_proto_init() }
@@ -817,9 +1634,9 @@ func file_agentvm_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentvm_v1_agent_proto_rawDesc), len(file_agentvm_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   10,
+			NumMessages:   24,
 			NumExtensions: 0,
-			NumServices:   3,
+			NumServices:   5,
 		},
 		GoTypes:           file_agentvm_v1_agent_proto_goTypes,
 		DependencyIndexes: file_agentvm_v1_agent_proto_depIdxs,

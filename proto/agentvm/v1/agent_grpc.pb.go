@@ -284,6 +284,505 @@ var Session_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
+	Desktop_Screenshot_FullMethodName = "/cocoonbox.agentvm.v1.Desktop/Screenshot"
+	Desktop_Click_FullMethodName      = "/cocoonbox.agentvm.v1.Desktop/Click"
+	Desktop_Move_FullMethodName       = "/cocoonbox.agentvm.v1.Desktop/Move"
+	Desktop_Type_FullMethodName       = "/cocoonbox.agentvm.v1.Desktop/Type"
+	Desktop_Key_FullMethodName        = "/cocoonbox.agentvm.v1.Desktop/Key"
+	Desktop_Scroll_FullMethodName     = "/cocoonbox.agentvm.v1.Desktop/Scroll"
+)
+
+// DesktopClient is the client API for Desktop service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// Desktop acts on the box's X display (:0) as a person at it would: the control plane's
+// desktop verbs (MCP box_screenshot, box_click, box_type, box_key). Coordinates are in screen
+// pixels unless a request says otherwise.
+type DesktopClient interface {
+	// Screenshot captures the screen as PNG, downscaled to max_width when that is smaller.
+	Screenshot(ctx context.Context, in *ScreenshotRequest, opts ...grpc.CallOption) (*ScreenshotResponse, error)
+	// Click moves the pointer to (x, y) and clicks.
+	Click(ctx context.Context, in *ClickRequest, opts ...grpc.CallOption) (*DesktopResponse, error)
+	// Move moves the pointer to (x, y).
+	Move(ctx context.Context, in *MoveRequest, opts ...grpc.CallOption) (*DesktopResponse, error)
+	// Type types text at the keyboard focus.
+	Type(ctx context.Context, in *TypeRequest, opts ...grpc.CallOption) (*DesktopResponse, error)
+	// Key presses a key or a chord, in xdotool's names ("Return", "ctrl+l").
+	Key(ctx context.Context, in *KeyRequest, opts ...grpc.CallOption) (*DesktopResponse, error)
+	// Scroll scrolls at (x, y) by dx, dy wheel steps (positive: right, down).
+	Scroll(ctx context.Context, in *ScrollRequest, opts ...grpc.CallOption) (*DesktopResponse, error)
+}
+
+type desktopClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewDesktopClient(cc grpc.ClientConnInterface) DesktopClient {
+	return &desktopClient{cc}
+}
+
+func (c *desktopClient) Screenshot(ctx context.Context, in *ScreenshotRequest, opts ...grpc.CallOption) (*ScreenshotResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ScreenshotResponse)
+	err := c.cc.Invoke(ctx, Desktop_Screenshot_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *desktopClient) Click(ctx context.Context, in *ClickRequest, opts ...grpc.CallOption) (*DesktopResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DesktopResponse)
+	err := c.cc.Invoke(ctx, Desktop_Click_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *desktopClient) Move(ctx context.Context, in *MoveRequest, opts ...grpc.CallOption) (*DesktopResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DesktopResponse)
+	err := c.cc.Invoke(ctx, Desktop_Move_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *desktopClient) Type(ctx context.Context, in *TypeRequest, opts ...grpc.CallOption) (*DesktopResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DesktopResponse)
+	err := c.cc.Invoke(ctx, Desktop_Type_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *desktopClient) Key(ctx context.Context, in *KeyRequest, opts ...grpc.CallOption) (*DesktopResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DesktopResponse)
+	err := c.cc.Invoke(ctx, Desktop_Key_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *desktopClient) Scroll(ctx context.Context, in *ScrollRequest, opts ...grpc.CallOption) (*DesktopResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DesktopResponse)
+	err := c.cc.Invoke(ctx, Desktop_Scroll_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// DesktopServer is the server API for Desktop service.
+// All implementations must embed UnimplementedDesktopServer
+// for forward compatibility.
+//
+// Desktop acts on the box's X display (:0) as a person at it would: the control plane's
+// desktop verbs (MCP box_screenshot, box_click, box_type, box_key). Coordinates are in screen
+// pixels unless a request says otherwise.
+type DesktopServer interface {
+	// Screenshot captures the screen as PNG, downscaled to max_width when that is smaller.
+	Screenshot(context.Context, *ScreenshotRequest) (*ScreenshotResponse, error)
+	// Click moves the pointer to (x, y) and clicks.
+	Click(context.Context, *ClickRequest) (*DesktopResponse, error)
+	// Move moves the pointer to (x, y).
+	Move(context.Context, *MoveRequest) (*DesktopResponse, error)
+	// Type types text at the keyboard focus.
+	Type(context.Context, *TypeRequest) (*DesktopResponse, error)
+	// Key presses a key or a chord, in xdotool's names ("Return", "ctrl+l").
+	Key(context.Context, *KeyRequest) (*DesktopResponse, error)
+	// Scroll scrolls at (x, y) by dx, dy wheel steps (positive: right, down).
+	Scroll(context.Context, *ScrollRequest) (*DesktopResponse, error)
+	mustEmbedUnimplementedDesktopServer()
+}
+
+// UnimplementedDesktopServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedDesktopServer struct{}
+
+func (UnimplementedDesktopServer) Screenshot(context.Context, *ScreenshotRequest) (*ScreenshotResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Screenshot not implemented")
+}
+func (UnimplementedDesktopServer) Click(context.Context, *ClickRequest) (*DesktopResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Click not implemented")
+}
+func (UnimplementedDesktopServer) Move(context.Context, *MoveRequest) (*DesktopResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Move not implemented")
+}
+func (UnimplementedDesktopServer) Type(context.Context, *TypeRequest) (*DesktopResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Type not implemented")
+}
+func (UnimplementedDesktopServer) Key(context.Context, *KeyRequest) (*DesktopResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Key not implemented")
+}
+func (UnimplementedDesktopServer) Scroll(context.Context, *ScrollRequest) (*DesktopResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Scroll not implemented")
+}
+func (UnimplementedDesktopServer) mustEmbedUnimplementedDesktopServer() {}
+func (UnimplementedDesktopServer) testEmbeddedByValue()                 {}
+
+// UnsafeDesktopServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to DesktopServer will
+// result in compilation errors.
+type UnsafeDesktopServer interface {
+	mustEmbedUnimplementedDesktopServer()
+}
+
+func RegisterDesktopServer(s grpc.ServiceRegistrar, srv DesktopServer) {
+	// If the following call panics, it indicates UnimplementedDesktopServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&Desktop_ServiceDesc, srv)
+}
+
+func _Desktop_Screenshot_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ScreenshotRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DesktopServer).Screenshot(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Desktop_Screenshot_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DesktopServer).Screenshot(ctx, req.(*ScreenshotRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Desktop_Click_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ClickRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DesktopServer).Click(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Desktop_Click_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DesktopServer).Click(ctx, req.(*ClickRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Desktop_Move_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(MoveRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DesktopServer).Move(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Desktop_Move_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DesktopServer).Move(ctx, req.(*MoveRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Desktop_Type_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(TypeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DesktopServer).Type(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Desktop_Type_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DesktopServer).Type(ctx, req.(*TypeRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Desktop_Key_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(KeyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DesktopServer).Key(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Desktop_Key_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DesktopServer).Key(ctx, req.(*KeyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Desktop_Scroll_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ScrollRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(DesktopServer).Scroll(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Desktop_Scroll_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(DesktopServer).Scroll(ctx, req.(*ScrollRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+// Desktop_ServiceDesc is the grpc.ServiceDesc for Desktop service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var Desktop_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "cocoonbox.agentvm.v1.Desktop",
+	HandlerType: (*DesktopServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Screenshot",
+			Handler:    _Desktop_Screenshot_Handler,
+		},
+		{
+			MethodName: "Click",
+			Handler:    _Desktop_Click_Handler,
+		},
+		{
+			MethodName: "Move",
+			Handler:    _Desktop_Move_Handler,
+		},
+		{
+			MethodName: "Type",
+			Handler:    _Desktop_Type_Handler,
+		},
+		{
+			MethodName: "Key",
+			Handler:    _Desktop_Key_Handler,
+		},
+		{
+			MethodName: "Scroll",
+			Handler:    _Desktop_Scroll_Handler,
+		},
+	},
+	Streams:  []grpc.StreamDesc{},
+	Metadata: "agentvm/v1/agent.proto",
+}
+
+const (
+	State_Stat_FullMethodName   = "/cocoonbox.agentvm.v1.State/Stat"
+	State_Export_FullMethodName = "/cocoonbox.agentvm.v1.State/Export"
+	State_Import_FullMethodName = "/cocoonbox.agentvm.v1.State/Import"
+)
+
+// StateClient is the client API for State service.
+//
+// For semantics around ctx use and closing/ending streaming RPCs, please refer to https://pkg.go.dev/google.golang.org/grpc/?tab=doc#ClientConn.NewStream.
+//
+// State moves a directory tree of the box in and out as tar streams: the snapshot path for an
+// engine without disk export (upstream sandboxd).
+type StateClient interface {
+	// Stat reports the size of a tree.
+	Stat(ctx context.Context, in *StatRequest, opts ...grpc.CallOption) (*StatResponse, error)
+	// Export streams the tree as an uncompressed tar, in chunks.
+	Export(ctx context.Context, in *ExportRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Chunk], error)
+	// Import replaces the tree with a tar stream; the first message names the path.
+	Import(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportRequest, ImportResponse], error)
+}
+
+type stateClient struct {
+	cc grpc.ClientConnInterface
+}
+
+func NewStateClient(cc grpc.ClientConnInterface) StateClient {
+	return &stateClient{cc}
+}
+
+func (c *stateClient) Stat(ctx context.Context, in *StatRequest, opts ...grpc.CallOption) (*StatResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(StatResponse)
+	err := c.cc.Invoke(ctx, State_Stat_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *stateClient) Export(ctx context.Context, in *ExportRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Chunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &State_ServiceDesc.Streams[0], State_Export_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ExportRequest, Chunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type State_ExportClient = grpc.ServerStreamingClient[Chunk]
+
+func (c *stateClient) Import(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[ImportRequest, ImportResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &State_ServiceDesc.Streams[1], State_Import_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ImportRequest, ImportResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type State_ImportClient = grpc.ClientStreamingClient[ImportRequest, ImportResponse]
+
+// StateServer is the server API for State service.
+// All implementations must embed UnimplementedStateServer
+// for forward compatibility.
+//
+// State moves a directory tree of the box in and out as tar streams: the snapshot path for an
+// engine without disk export (upstream sandboxd).
+type StateServer interface {
+	// Stat reports the size of a tree.
+	Stat(context.Context, *StatRequest) (*StatResponse, error)
+	// Export streams the tree as an uncompressed tar, in chunks.
+	Export(*ExportRequest, grpc.ServerStreamingServer[Chunk]) error
+	// Import replaces the tree with a tar stream; the first message names the path.
+	Import(grpc.ClientStreamingServer[ImportRequest, ImportResponse]) error
+	mustEmbedUnimplementedStateServer()
+}
+
+// UnimplementedStateServer must be embedded to have
+// forward compatible implementations.
+//
+// NOTE: this should be embedded by value instead of pointer to avoid a nil
+// pointer dereference when methods are called.
+type UnimplementedStateServer struct{}
+
+func (UnimplementedStateServer) Stat(context.Context, *StatRequest) (*StatResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method Stat not implemented")
+}
+func (UnimplementedStateServer) Export(*ExportRequest, grpc.ServerStreamingServer[Chunk]) error {
+	return status.Error(codes.Unimplemented, "method Export not implemented")
+}
+func (UnimplementedStateServer) Import(grpc.ClientStreamingServer[ImportRequest, ImportResponse]) error {
+	return status.Error(codes.Unimplemented, "method Import not implemented")
+}
+func (UnimplementedStateServer) mustEmbedUnimplementedStateServer() {}
+func (UnimplementedStateServer) testEmbeddedByValue()               {}
+
+// UnsafeStateServer may be embedded to opt out of forward compatibility for this service.
+// Use of this interface is not recommended, as added methods to StateServer will
+// result in compilation errors.
+type UnsafeStateServer interface {
+	mustEmbedUnimplementedStateServer()
+}
+
+func RegisterStateServer(s grpc.ServiceRegistrar, srv StateServer) {
+	// If the following call panics, it indicates UnimplementedStateServer was
+	// embedded by pointer and is nil.  This will cause panics if an
+	// unimplemented method is ever invoked, so we test this at initialization
+	// time to prevent it from happening at runtime later due to I/O.
+	if t, ok := srv.(interface{ testEmbeddedByValue() }); ok {
+		t.testEmbeddedByValue()
+	}
+	s.RegisterService(&State_ServiceDesc, srv)
+}
+
+func _State_Stat_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StatRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(StateServer).Stat(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: State_Stat_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(StateServer).Stat(ctx, req.(*StatRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _State_Export_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ExportRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(StateServer).Export(m, &grpc.GenericServerStream[ExportRequest, Chunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type State_ExportServer = grpc.ServerStreamingServer[Chunk]
+
+func _State_Import_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(StateServer).Import(&grpc.GenericServerStream[ImportRequest, ImportResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type State_ImportServer = grpc.ClientStreamingServer[ImportRequest, ImportResponse]
+
+// State_ServiceDesc is the grpc.ServiceDesc for State service.
+// It's only intended for direct use with grpc.RegisterService,
+// and not to be introspected or modified (even as a copy)
+var State_ServiceDesc = grpc.ServiceDesc{
+	ServiceName: "cocoonbox.agentvm.v1.State",
+	HandlerType: (*StateServer)(nil),
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "Stat",
+			Handler:    _State_Stat_Handler,
+		},
+	},
+	Streams: []grpc.StreamDesc{
+		{
+			StreamName:    "Export",
+			Handler:       _State_Export_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Import",
+			Handler:       _State_Import_Handler,
+			ClientStreams: true,
+		},
+	},
+	Metadata: "agentvm/v1/agent.proto",
+}
+
+const (
 	Info_Get_FullMethodName = "/cocoonbox.agentvm.v1.Info/Get"
 )
 
