@@ -348,29 +348,12 @@ func storeError(err error) error {
 	return classify(err)
 }
 
-// stepPayload is a step's row payload: what a person or a tool reads about it.
-type stepPayload struct {
-	Text       string     `json:"text,omitempty"`
-	Message    string     `json:"message,omitempty"`
-	Done       bool       `json:"done,omitempty"`
-	StopReason string     `json:"stop_reason,omitempty"`
-	Replayed   bool       `json:"replayed,omitempty"`
-	ToolCalls  []toolLine `json:"tool_calls,omitempty"`
-}
-
-type toolLine struct {
-	Name    string `json:"name"`
-	IsError bool   `json:"is_error,omitempty"`
-	Images  int32  `json:"images,omitempty"`
-	Result  string `json:"result,omitempty"` // cut to 1 KiB
-}
-
 func stepRow(in StepInput, resp *agentvmv1.StepResponse) store.NewAgentStep {
-	p := stepPayload{Text: cut(resp.GetText(), maxStepText), Message: cut(in.Message, maxStepText),
+	p := store.StepPayload{Text: cut(resp.GetText(), maxStepText), Message: cut(in.Message, maxStepText),
 		Done: resp.GetDone(), StopReason: resp.GetStopReason(), Replayed: resp.GetReplayed()}
 	var names []string
 	for _, tc := range resp.GetToolCalls() {
-		p.ToolCalls = append(p.ToolCalls, toolLine{Name: tc.GetName(), IsError: tc.GetIsError(), Images: tc.GetImages(), Result: cut(tc.GetResult(), 1<<10)})
+		p.ToolCalls = append(p.ToolCalls, store.StepToolCall{Name: tc.GetName(), IsError: tc.GetIsError(), Images: tc.GetImages(), Result: cut(tc.GetResult(), 1<<10)})
 		names = append(names, tc.GetName())
 	}
 	payload, _ := json.Marshal(p) // plain strings and numbers: cannot fail

@@ -102,7 +102,7 @@ func runProto(r boxsvc.Run) *cbv1.AgentRun {
 }
 
 func stepProto(s store.AgentStep) *cbv1.AgentStep {
-	rec := boxsvc.DecodeStep(s)
+	rec := s.Record()
 	out := &cbv1.AgentStep{
 		Number: int32(s.Step), Kind: s.Kind, Summary: s.Summary, At: ts(s.At),
 		Text: rec.Text, Message: rec.Message, Done: rec.Done, StopReason: rec.StopReason, Replayed: rec.Replayed,

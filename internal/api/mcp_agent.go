@@ -141,7 +141,7 @@ func toRunJSON(r boxsvc.Run, steps bool) runJSON {
 		return out
 	}
 	for _, st := range r.Steps {
-		rec := boxsvc.DecodeStep(st)
+		rec := st.Record()
 		sj := stepJSON{Number: st.Step, Summary: st.Summary, Message: rec.Message}
 		for _, tc := range rec.ToolCalls {
 			if tc.IsError {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -50,34 +49,8 @@ type Run struct {
 func withSteps(run store.AgentRun, steps []store.AgentStep) Run {
 	r := Run{AgentRun: run, StepsDone: len(steps)}
 	for i := len(steps) - 1; i >= 0 && r.Result == ""; i-- {
-		r.Result = DecodeStep(steps[i]).Text
+		r.Result = steps[i].Record().Text
 	}
-	return r
-}
-
-// StepRecord is what a step's payload says about it, as the step activity records it.
-type StepRecord struct {
-	Text       string     `json:"text"`
-	Message    string     `json:"message"`
-	Done       bool       `json:"done"`
-	StopReason string     `json:"stop_reason"`
-	Replayed   bool       `json:"replayed"`
-	ToolCalls  []ToolCall `json:"tool_calls"`
-}
-
-// ToolCall is one tool call a step recorded.
-type ToolCall struct {
-	Name    string `json:"name"`
-	IsError bool   `json:"is_error"`
-	Images  int32  `json:"images"`
-	Result  string `json:"result"` // cut to 1 KiB
-}
-
-// DecodeStep reads a step's payload. A payload it cannot read (a newer or older writer) reads as
-// empty: the step's summary still says what happened.
-func DecodeStep(s store.AgentStep) StepRecord {
-	var r StepRecord
-	_ = json.Unmarshal(s.Payload, &r)
 	return r
 }
 

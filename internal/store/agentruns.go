@@ -41,6 +41,33 @@ type AgentStep struct {
 	At      time.Time
 }
 
+// StepPayload is an agent step's payload (AgentStep.Payload): what a person or a tool reads about
+// the step. The step activity writes it; the API reads it.
+type StepPayload struct {
+	Text       string         `json:"text,omitempty"`
+	Message    string         `json:"message,omitempty"`
+	Done       bool           `json:"done,omitempty"`
+	StopReason string         `json:"stop_reason,omitempty"`
+	Replayed   bool           `json:"replayed,omitempty"`
+	ToolCalls  []StepToolCall `json:"tool_calls,omitempty"`
+}
+
+// StepToolCall is one tool call a step recorded.
+type StepToolCall struct {
+	Name    string `json:"name"`
+	IsError bool   `json:"is_error,omitempty"`
+	Images  int32  `json:"images,omitempty"`
+	Result  string `json:"result,omitempty"` // cut to 1 KiB
+}
+
+// Record decodes the step's payload. A payload it cannot read (a newer or older writer) reads as
+// empty: the step's summary still says what happened.
+func (s AgentStep) Record() StepPayload {
+	var r StepPayload
+	_ = json.Unmarshal(s.Payload, &r)
+	return r
+}
+
 // NewAgentStep is one step to record. Conversation is the agent's opaque conversation after the
 // step, which the next step sends back.
 type NewAgentStep struct {
