@@ -203,26 +203,37 @@ func (a *Agent) SetRunState(ctx context.Context, in RunStateInput) error {
 	return nil
 }
 
-// ensureCredential writes cred to AgentCredentialPath in the sandbox unless it is there already.
-// The credential travels in the exec's environment, not its argv, so the engine's logs of
-// commands do not show it.
+// ensureCredential writes cred to AgentCredentialPath in the sandbox unless this worker knows it
+// is there already.
 func (a *Agent) ensureCredential(ctx context.Context, ref sandbox.SandboxRef, cred string) error {
 	if v, ok := a.written.Load(ref.ID); ok && v.(string) == cred {
 		return nil
 	}
+	if err := WriteAgentCredential(ctx, a.Sandbox, ref, cred); err != nil {
+		return sandboxError(err)
+	}
+	a.written.Store(ref.ID, cred)
+	return nil
+}
+
+// WriteAgentCredential writes cred to AgentCredentialPath in the sandbox through the engine's
+// exec (the agent need not be up, nor in the image), leaving a file that already holds it
+// untouched. The credential travels in the exec's environment, not its argv, so the engine's logs
+// of commands do not show it. Engine errors are wrapped as they are; a failed write is a
+// cocoonbox EUnavailable error.
+func WriteAgentCredential(ctx context.Context, sb sandbox.Client, ref sandbox.SandboxRef, cred string) error {
 	const script = `f=` + AgentCredentialPath + `
 [ "$(cat "$f" 2>/dev/null)" = "$COCOONBOX_CRED" ] && exit 0
 mkdir -p "$(dirname "$f")" && umask 077 && printf %s "$COCOONBOX_CRED" > "$f.tmp" && mv -f "$f.tmp" "$f"`
-	res, err := a.Sandbox.Exec(ctx, ref, sandbox.ExecRequest{
+	res, err := sb.Exec(ctx, ref, sandbox.ExecRequest{
 		Argv: []string{"sh", "-c", script}, Env: map[string]string{"COCOONBOX_CRED": cred}, TimeoutSeconds: 30,
 	})
 	if err != nil {
-		return sandboxError(fmt.Errorf("write agent credential: %w", err))
+		return fmt.Errorf("write agent credential: %w", err)
 	}
 	if res.ExitCode != 0 {
-		return newError(ErrTypeUnavailable, fmt.Errorf("write agent credential: exit %d: %s", res.ExitCode, cut(res.Stderr, 200)))
+		return cocoonbox.Errorf(cocoonbox.EUnavailable, "write agent credential: exit %d: %s", res.ExitCode, cut(res.Stderr, 200))
 	}
-	a.written.Store(ref.ID, cred)
 	return nil
 }
 
@@ -248,7 +259,7 @@ func (a *Agent) CancelStep(ctx context.Context, in CancelStepInput) error {
 	if err != nil {
 		return classify(fmt.Errorf("derive agent credential: %w", err))
 	}
-	_, err = callAgent(ctx, a.Sandbox, sandbox.SandboxRef{ID: sid, Token: token}, cred,
+	_, err = CallAgent(ctx, a.Sandbox, sandbox.SandboxRef{ID: sid, Token: token}, cred,
 		func(ctx context.Context, conn *grpc.ClientConn) (*agentvmv1.CancelResponse, error) {
 			return agentvmv1.NewAgentsClient(conn).Cancel(ctx, &agentvmv1.CancelRequest{RunId: in.RunID})
 		})
@@ -260,13 +271,15 @@ func (a *Agent) CancelStep(ctx context.Context, in CancelStepInput) error {
 
 // callStep dials the agent through the engine's ports relay and runs one Step.
 func (a *Agent) callStep(ctx context.Context, ref sandbox.SandboxRef, cred string, req *agentvmv1.StepRequest) (*agentvmv1.StepResponse, error) {
-	return callAgent(ctx, a.Sandbox, ref, cred, func(ctx context.Context, conn *grpc.ClientConn) (*agentvmv1.StepResponse, error) {
+	return CallAgent(ctx, a.Sandbox, ref, cred, func(ctx context.Context, conn *grpc.ClientConn) (*agentvmv1.StepResponse, error) {
 		return agentvmv1.NewAgentsClient(conn).Step(ctx, req)
 	})
 }
 
-// callAgent makes one authenticated call to the box's agent through the engine's ports relay.
-func callAgent[T any](ctx context.Context, sb sandbox.Client, ref sandbox.SandboxRef, cred string, call func(context.Context, *grpc.ClientConn) (T, error)) (T, error) {
+// CallAgent makes one authenticated call to the box's agent through the engine's ports relay.
+// When the relay could not reach the agent, the error wraps the relay's refusal (a sandbox
+// sentinel) rather than gRPC's UNAVAILABLE; every other failure is the agent's gRPC status.
+func CallAgent[T any](ctx context.Context, sb sandbox.Client, ref sandbox.SandboxRef, cred string, call func(context.Context, *grpc.ClientConn) (T, error)) (T, error) {
 	var (
 		mu      sync.Mutex
 		dialErr error // the relay's last refusal, which says more than gRPC's UNAVAILABLE

@@ -30,6 +30,10 @@ type Sandbox struct {
 	Net      string // the network lane; "" is sandbox.NetNone
 	// PollInterval is how often WaitReady probes the sandbox; 0 means half a second.
 	PollInterval time.Duration
+	// Credentials derives a box's agent credential (see AgentCredential), which WaitReady writes
+	// into the box so its agent, and every caller of it, is ready as soon as the box is; nil skips
+	// the write.
+	Credentials func(boxID cocoonbox.BoxID) (string, error)
 }
 
 // ClaimInput asks for a sandbox for a box. Attempt numbers the box's claims, so that a retried
@@ -105,13 +109,27 @@ func (a *Sandbox) Claim(ctx context.Context, in ClaimInput) (ClaimResult, error)
 }
 
 // WaitReady probes the sandbox with `true` until it answers, heartbeating between probes so a
-// dead worker is noticed by the HeartbeatTimeout rather than the whole StartToCloseTimeout.
+// dead worker is noticed by the HeartbeatTimeout rather than the whole StartToCloseTimeout. Then
+// it writes the box's agent credential into it (with Credentials set): a fresh claim, a restore
+// and a new sandbox after a lost one all pass here. The write needs only the engine's exec, so a
+// box whose image has no agent is ready all the same.
 func (a *Sandbox) WaitReady(ctx context.Context, in SandboxInput) error {
 	ref, err := a.ref(ctx, in.BoxID, in.SandboxID)
 	if err != nil {
 		return err
 	}
-	return waitReady(ctx, a.Client, ref, a.PollInterval)
+	if err := waitReady(ctx, a.Client, ref, a.PollInterval); err != nil || a.Credentials == nil {
+		return err
+	}
+	cred, err := a.Credentials(in.BoxID)
+	if err != nil {
+		return classify(fmt.Errorf("derive agent credential: %w", err))
+	}
+	err = WriteAgentCredential(ctx, a.Client, ref, cred)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return gone(fmt.Errorf("sandbox %s: %w", ref.ID, err))
+	}
+	return classify(err)
 }
 
 // waitReady probes sandbox ref with `true` every interval (0: half a second) until it answers.

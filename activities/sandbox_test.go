@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 
@@ -100,5 +101,34 @@ func requireType(t *testing.T, err error, typ string) {
 	var app *temporal.ApplicationError
 	if !errors.As(err, &app) || app.Type() != typ {
 		t.Fatalf("error %v, want type %s", err, typ)
+	}
+}
+
+// TestWaitReadyWritesCredential: once the sandbox answers, WaitReady writes the box's agent
+// credential into it through the engine's exec, the credential in the environment, not argv.
+func TestWaitReadyWritesCredential(t *testing.T) {
+	box := &fakeBox{}
+	a := &Sandbox{Client: box, Tokens: fakeTokens{},
+		Credentials: func(id cocoonbox.BoxID) (string, error) { return AgentCredential([]byte("key"), id), nil }}
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(a)
+	if _, err := env.ExecuteActivity(a.WaitReady, SandboxInput{BoxID: agentBox, SandboxID: "sb_1"}); err != nil {
+		t.Fatal(err)
+	}
+	want := AgentCredential([]byte("key"), agentBox)
+	if len(box.execs) != 2 || box.execs[0].Argv[0] != "true" {
+		t.Fatalf("execs %+v, want the probe and the write", box.execs)
+	}
+	w := box.execs[1]
+	if w.Env["COCOONBOX_CRED"] != want || strings.Contains(strings.Join(w.Argv, " "), want) ||
+		!strings.Contains(strings.Join(w.Argv, " "), AgentCredentialPath) {
+		t.Errorf("credential write %+v", w)
+	}
+	// Without Credentials only the probe runs.
+	box.execs = nil
+	a.Credentials = nil
+	if _, err := env.ExecuteActivity(a.WaitReady, SandboxInput{BoxID: agentBox, SandboxID: "sb_1"}); err != nil || len(box.execs) != 1 {
+		t.Fatalf("without credentials: %v, execs %+v", err, box.execs)
 	}
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/internal/tclient"
 	"github.com/loomhand/cocoonbox/internal/vault"
+	"github.com/loomhand/cocoonbox/internal/worker"
 )
 
 func serveAPICommand() *cli.Command {
@@ -101,7 +102,9 @@ func serveAPI(ctx context.Context, cfg config.API, logger *slog.Logger, ready fu
 		Temporal: tc, Store: st, Policy: boxsvc.DefaultPolicy,
 		Sandbox: sandbox.NewHTTP(cfg.Sandbox.URL, cfg.Sandbox.Token, nil),
 		Tokens:  store.SandboxTokens{Store: st, Keys: keys}, Logger: logger.With("component", "boxsvc"),
-		Agent: cfg.Agent,
+		// The same derivation as the workers', from the deployment's shared keyring.
+		Credentials: worker.AgentCredentials(keys),
+		Agent:       cfg.Agent,
 	}
 	srv := api.New(api.Options{
 		Store: st, Boxes: boxes, Vault: &vault.Vault{Store: st, Keys: keys}, Keys: keys,

@@ -25,8 +25,8 @@ const mcpMaxBody = 4*boxsvc.MaxFileBytes + 1<<20
 
 const mcpInstructions = `cocoonbox boxes are persistent Linux computers in the cloud. Name a box by its name ` +
 	`(one of your boxes) or its ID (bx_…; boxes shared with you are named by ID). A hibernated box is ` +
-	`woken by any call that needs it running (box_exec, box_read_file, box_write_file), so there is ` +
-	`rarely a need to call box_wake first.`
+	`woken by any call that needs it running (box_exec, box_read_file, box_write_file, box_screenshot and ` +
+	`the desktop input tools), so there is rarely a need to call box_wake first.`
 
 // mcpHandler serves MCP over Streamable HTTP for local coding agents. It is stateless, so any API
 // replica can answer any request, and every request carries its own bearer token.
@@ -123,7 +123,7 @@ func (s *Server) mcpServer() *server.MCPServer {
 }
 
 // mcpTool is a tool and what it does for the authenticated caller; run's result is sent back as
-// JSON text.
+// JSON text, unless it is a *mcp.CallToolResult, which is sent as it is.
 type mcpTool struct {
 	tool mcp.Tool
 	run  func(ctx context.Context, caller string, req mcp.CallToolRequest) (any, error)
@@ -289,6 +289,7 @@ func (s *Server) mcpTools() []mcpTool {
 			return toSnapshotJSON(res), nil
 		}),
 	}}
+	tools = append(tools, s.mcpDesktopTools()...)
 	return append(tools, s.mcpAgentTools()...)
 }
 
@@ -323,6 +324,9 @@ func (s *Server) mcpCall(name string, run func(context.Context, string, mcp.Call
 		out, err := run(ctx, p.User.ID, req)
 		if err != nil {
 			return s.mcpError(ctx, name, err), nil
+		}
+		if r, ok := out.(*mcp.CallToolResult); ok {
+			return r, nil // a result of its own content, such as an image
 		}
 		b, err := json.Marshal(out)
 		if err != nil {

@@ -503,6 +503,12 @@ func checkMCPMatrix(ctx context.Context, t *testing.T, d *devstack.Dev, principa
 		{"box_hibernate", cocoonbox.RoleDriver, map[string]any{"box": id}, ""},
 		{"box_wake", cocoonbox.RoleDriver, map[string]any{"box": id}, ""},
 		{"box_snapshot", cocoonbox.RoleDriver, map[string]any{"box": id}, ""},
+		// The base image has no agent: an allowed caller gets past the role check to the relay,
+		// which finds nothing listening.
+		{"box_screenshot", cocoonbox.RoleViewer, map[string]any{"box": id}, "unavailable"},
+		{"box_click", cocoonbox.RoleDriver, map[string]any{"box": id, "x": 10, "y": 10}, "unavailable"},
+		{"box_type", cocoonbox.RoleDriver, map[string]any{"box": id, "text": "hi"}, "unavailable"},
+		{"box_key", cocoonbox.RoleDriver, map[string]any{"box": id, "keys": "Return"}, "unavailable"},
 		// A blank task, as for Agent.StartRun; runID names an ended run.
 		{"agent_run", cocoonbox.RoleDriver, map[string]any{"box": id, "task": " "}, "invalid"},
 		{"agent_status", cocoonbox.RoleViewer, map[string]any{"run": runID}, ""},

@@ -52,7 +52,8 @@ func TestMCPTools(t *testing.T) {
 		names = append(names, tool.Name)
 	}
 	slices.Sort(names)
-	want := []string{"agent_message", "agent_run", "agent_status", "box_create", "box_exec", "box_hibernate", "box_list", "box_read_file", "box_snapshot", "box_wake", "box_write_file"}
+	want := []string{"agent_message", "agent_run", "agent_status", "box_click", "box_create", "box_exec", "box_hibernate",
+		"box_key", "box_list", "box_read_file", "box_screenshot", "box_snapshot", "box_type", "box_wake", "box_write_file"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("tools = %v, want %v", names, want)
 	}

@@ -28,7 +28,7 @@ func (d *Dev) startWorker() error {
 	d.Boxes = &boxsvc.Service{
 		Temporal: d.Temporal, Store: d.Store, Policy: boxsvc.DefaultPolicy,
 		Sandbox: sb, Tokens: store.SandboxTokens{Store: d.Store, Keys: keys}, Logger: d.log.With("component", "boxsvc"),
-		Agent: d.cfg.Agent,
+		Agent: d.cfg.Agent, Credentials: worker.AgentCredentials(keys),
 	}
 	if d.cfg.NoWorker {
 		return nil

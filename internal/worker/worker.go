@@ -37,8 +37,8 @@ type Options struct {
 	// UploadRate caps snapshot uploads in bytes per second; 0 is no cap.
 	UploadRate int64
 	// AgentKey is the HMAC key boxes' agent credentials derive from (activities.AgentCredential).
-	// Every worker of a deployment needs the same one; nil uses a random key for this process,
-	// which works for a single worker (the credential in a box is rewritten when it differs).
+	// Every worker and API server of a deployment needs the same one; nil derives it from Keys
+	// (AgentCredentials), as the API server does.
 	AgentKey []byte
 	Logger   *slog.Logger
 }
@@ -50,24 +50,33 @@ func New(opts Options) worker.Worker {
 	w.RegisterWorkflow(workflows.SnapshotWorkflow)
 	w.RegisterWorkflow(workflows.AgentRunWorkflow)
 	tok := tokens{store.SandboxTokens{Store: opts.Store, Keys: opts.Keys}}
-	w.RegisterActivity(&activities.Sandbox{Client: opts.Sandbox, Tokens: tok, Template: opts.Template})
 	w.RegisterActivity(&activities.Store{Boxes: boxes{opts.Store}})
 	w.RegisterActivity(&activities.Snapshots{
 		Client: opts.Sandbox, Tokens: tok, Blobs: opts.Blobs, Store: snapshots{opts.Store},
 		Template: opts.Template, UploadRate: opts.UploadRate,
 	})
-	agentKey := opts.AgentKey
-	if len(agentKey) == 0 {
-		// Every worker of a deployment shares the keyring, so every worker derives the same
-		// credential for a box.
-		agentKey = opts.Keys.Derive("agent-credential")
+	creds := AgentCredentials(opts.Keys)
+	if len(opts.AgentKey) != 0 {
+		creds = credentials(opts.AgentKey)
 	}
+	// The credential is written at claim (WaitReady) and checked again before each agent step.
+	w.RegisterActivity(&activities.Sandbox{Client: opts.Sandbox, Tokens: tok, Template: opts.Template, Credentials: creds})
 	w.RegisterActivity(&activities.Agent{
 		Sandbox: opts.Sandbox, Tokens: tok, Runs: opts.Store, Vault: &vault.Vault{Store: opts.Store, Keys: opts.Keys},
-		Credentials: func(id cocoonbox.BoxID) (string, error) { return activities.AgentCredential(agentKey, id), nil },
-		Wake:        wakeBox(opts.Temporal),
+		Credentials: creds, Wake: wakeBox(opts.Temporal),
 	})
 	return w
+}
+
+// AgentCredentials derives boxes' agent credentials from the keyring. Every worker and API server
+// of a deployment shares the keyring, so each derives the same credential for a box: the worker
+// writes it into the box, the API server presents it to the box's agent.
+func AgentCredentials(keys *secrets.Keyring) func(cocoonbox.BoxID) (string, error) {
+	return credentials(keys.Derive("agent-credential"))
+}
+
+func credentials(key []byte) func(cocoonbox.BoxID) (string, error) {
+	return func(id cocoonbox.BoxID) (string, error) { return activities.AgentCredential(key, id), nil }
 }
 
 // wakeBox wakes a box through its workflow's wake update (a no-op when it runs), for the agent
