@@ -20,6 +20,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/loomhand/cocoonbox/agentvm/tools"
+	"github.com/loomhand/cocoonbox/agentvm/tools/desktop"
 	agentvmv1 "github.com/loomhand/cocoonbox/proto/agentvm/v1"
 )
 
@@ -65,11 +66,17 @@ type Config struct {
 	Journal *Journal
 	// StepTimeout bounds one step; zero means DefaultStepTimeout.
 	StepTimeout time.Duration
+	// Desktop is the box's display the Desktop service drives; nil leaves the service
+	// unregistered (UNIMPLEMENTED), for a box without a desktop.
+	Desktop *desktop.Desktop
+	// MCP says the agent also serves the in-box MCP endpoint (MCPHandler); Info reports it.
+	MCP bool
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
 }
 
-// Server is the agent's gRPC server: Agents, Session and Info behind the credential check.
+// Server is the agent's gRPC server: Agents, Session, Desktop, State and Info behind the
+// credential check.
 type Server struct {
 	agentvmv1.UnimplementedAgentsServer
 	agentvmv1.UnimplementedSessionServer
@@ -110,6 +117,10 @@ func NewServer(cfg Config) (*Server, error) {
 	agentvmv1.RegisterAgentsServer(s.grpc, s)
 	agentvmv1.RegisterSessionServer(s.grpc, s)
 	agentvmv1.RegisterInfoServer(s.grpc, s)
+	agentvmv1.RegisterStateServer(s.grpc, &stateService{log: cfg.Logger})
+	if cfg.Desktop != nil {
+		agentvmv1.RegisterDesktopServer(s.grpc, &desktopService{d: cfg.Desktop})
+	}
 	return s, nil
 }
 
@@ -299,7 +310,13 @@ func (s *Server) Cancel(ctx context.Context, req *agentvmv1.CancelRequest) (*age
 
 // Get returns the agent's version and capabilities.
 func (s *Server) Get(ctx context.Context, _ *agentvmv1.GetInfoRequest) (*agentvmv1.InfoResponse, error) {
-	caps := []string{"step", "exec"}
+	caps := []string{"step", "exec", "state"}
+	if s.cfg.Desktop != nil {
+		caps = append(caps, "desktop")
+	}
+	if s.cfg.MCP {
+		caps = append(caps, "mcp")
+	}
 	for _, t := range s.cfg.Loop.Tools {
 		caps = append(caps, "tool:"+t.Name())
 	}

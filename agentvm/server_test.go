@@ -29,14 +29,18 @@ type testAgent struct {
 	calls *atomic.Int32
 }
 
-// startAgent serves an agent on 127.0.0.1:0 and dials it.
-func startAgent(t *testing.T) *testAgent {
+// startAgent serves an agent on 127.0.0.1:0 and dials it; opts adjust its config.
+func startAgent(t *testing.T, opts ...func(*agentvm.Config)) *testAgent {
 	t.Helper()
 	dir := t.TempDir()
 	var n atomic.Int32
 	j, err := agentvm.OpenJournal(filepath.Join(dir, "journal"))
 	require.NoError(t, err)
-	srv, err := agentvm.NewServer(agentvm.Config{Credential: testCredential, Loop: newLoop(dir, &n), Journal: j})
+	cfg := agentvm.Config{Credential: testCredential, Loop: newLoop(dir, &n), Journal: j}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	srv, err := agentvm.NewServer(cfg)
 	require.NoError(t, err)
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -78,7 +82,12 @@ func TestServerInfoAnswersTheVersion(t *testing.T) {
 	resp, err := agentvmv1.NewInfoClient(a.conn).Get(withCredential(t.Context(), testCredential), &agentvmv1.GetInfoRequest{})
 	require.NoError(t, err)
 	require.Equal(t, agentvm.Version, resp.Version)
-	require.Equal(t, []string{"step", "exec", "tool:shell", "tool:read_file", "tool:write_file", "tool:list_dir"}, resp.Capabilities)
+	require.Equal(t, []string{"step", "exec", "state", "tool:shell", "tool:read_file", "tool:write_file", "tool:list_dir"}, resp.Capabilities)
+
+	a = startAgent(t, func(c *agentvm.Config) { c.MCP = true })
+	resp, err = agentvmv1.NewInfoClient(a.conn).Get(withCredential(t.Context(), testCredential), &agentvmv1.GetInfoRequest{})
+	require.NoError(t, err)
+	require.Contains(t, resp.Capabilities, "mcp")
 }
 
 func TestServerStepIsAnsweredFromTheJournalWhenRetried(t *testing.T) {

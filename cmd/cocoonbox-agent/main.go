@@ -1,6 +1,7 @@
 // Command cocoonbox-agent is the agent resident in every box: `cocoonbox-agent serve` answers the
-// control plane's gRPC calls (agent steps, exec, info) behind the per-box credential, and takes
-// the model links its steps' model calls go over.
+// control plane's gRPC calls (agent steps, exec, desktop, state, info) behind the per-box
+// credential, takes the model links its steps' model calls go over, and serves the agent's tools
+// over MCP on the box's loopback for whatever runs in the box.
 package main
 
 import (
@@ -10,10 +11,12 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"os/signal"
 	"strconv"
 	"syscall"
+	"time"
 
 	"github.com/loomhand/cocoonbox/agentvm"
 	"github.com/loomhand/cocoonbox/agentvm/tools"
@@ -72,15 +75,21 @@ func serve(args []string) error {
 	credFile := fs.String("credential-file", "", "file holding the per-box credential, read when calls arrive (default: $"+agentvm.CredentialEnv+")")
 	journalDir := fs.String("journal", agentvm.DefaultJournalDir, "directory of the step journal")
 	workDir := fs.String("dir", "", "working directory of the tools (default: the agent's)")
+	mcpListen := fs.String("mcp-listen", "127.0.0.1:"+strconv.Itoa(agentvm.MCPPort), "loopback address of the in-box MCP endpoint (/mcp, no credential); empty: none")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
 	if fs.NArg() > 0 {
 		return fmt.Errorf("serve: unexpected argument %q", fs.Arg(0))
 	}
+	if *mcpListen != "" {
+		if err := loopback(*mcpListen); err != nil {
+			return fmt.Errorf("serve: --mcp-listen: %w", err)
+		}
+	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 
-	cfg := agentvm.Config{CredentialFile: *credFile, Logger: log}
+	cfg := agentvm.Config{CredentialFile: *credFile, Logger: log, MCP: *mcpListen != ""}
 	if *credFile == "" {
 		// The file may not exist yet (the control plane writes it after boot); the environment
 		// must hold the credential now.
@@ -100,7 +109,9 @@ func serve(args []string) error {
 	desk := desktop.New(desktop.Config{Display: display, Allowed: desktopInputAllowed})
 	toolset := append([]tools.Tool{tools.Shell{Dir: *workDir}}, tools.Files(*workDir)...)
 	toolset = append(toolset, br.Tools()...)
-	cfg.Loop = &agentvm.Loop{Tools: append(toolset, desk.Tools()...), Links: agentvm.NewLinks()}
+	toolset = append(toolset, desk.Tools()...)
+	cfg.Loop = &agentvm.Loop{Tools: toolset, Links: agentvm.NewLinks()}
+	cfg.Desktop = desk
 	srv, err := agentvm.NewServer(cfg)
 	if err != nil {
 		return err
@@ -115,19 +126,54 @@ func serve(args []string) error {
 		return fmt.Errorf("listen for links: %w", err)
 	}
 
+	var mcpLis net.Listener
+	if *mcpListen != "" {
+		if mcpLis, err = net.Listen("tcp", *mcpListen); err != nil {
+			_ = lis.Close()
+			_ = linkLis.Close()
+			return fmt.Errorf("listen for mcp: %w", err)
+		}
+	}
+
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	mcpSrv := &http.Server{Handler: agentvm.MCPHandler(toolset, log), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
 		log.Info("stopping")
+		_ = mcpSrv.Close()
 		srv.Stop()
 	}()
+	if mcpLis != nil {
+		go func() {
+			if err := mcpSrv.Serve(mcpLis); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				log.Error("serve mcp", "err", err)
+				stop()
+			}
+		}()
+	}
 	go func() {
 		if err := srv.ServeLinks(linkLis); err != nil {
 			log.Error("serve links", "err", err)
 			stop()
 		}
 	}()
-	log.Info("serving", "addr", lis.Addr().String(), "links", linkLis.Addr().String(), "version", agentvm.Version, "journal", *journalDir)
+	log.Info("serving", "addr", lis.Addr().String(), "links", linkLis.Addr().String(), "mcp", *mcpListen, "version", agentvm.Version, "journal", *journalDir)
 	return srv.Serve(lis)
+}
+
+// loopback checks that addr listens on the box's loopback only: the MCP endpoint takes no
+// credential (see agentvm.MCPHandler), so it must never be reachable from outside the box.
+func loopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return err
+	}
+	if host == "localhost" {
+		return nil
+	}
+	if ip := net.ParseIP(host); ip == nil || !ip.IsLoopback() {
+		return fmt.Errorf("%q is not a loopback address", addr)
+	}
+	return nil
 }

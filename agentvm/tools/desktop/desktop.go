@@ -7,12 +7,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"image"
 	"os"
 	"os/exec"
 	"regexp"
-	"strconv"
 	"strings"
 	"time"
 
@@ -97,15 +97,15 @@ func (d *Desktop) Tools() []tools.Tool {
 		&tool{"desktop_screenshot", "Take a PNG screenshot of the whole desktop. Coordinates the other desktop tools take are pixels of this screenshot.",
 			`{"type":"object","properties":{},"additionalProperties":false}`, d.screenshot},
 		&tool{"desktop_click", "Move the pointer to (x, y) on the desktop and click a mouse button (1 left, 2 middle, 3 right; default 1).",
-			`{"type":"object","properties":{` + xy + `,"button":{"type":"integer","minimum":1,"maximum":3}},"required":["x","y"],"additionalProperties":false}`, d.click},
+			`{"type":"object","properties":{` + xy + `,"button":{"type":"integer","minimum":1,"maximum":3}},"required":["x","y"],"additionalProperties":false}`, d.clickTool},
 		&tool{"desktop_move", "Move the pointer to (x, y) on the desktop without clicking.",
-			`{"type":"object","properties":{` + xy + `},"required":["x","y"],"additionalProperties":false}`, d.move},
+			`{"type":"object","properties":{` + xy + `},"required":["x","y"],"additionalProperties":false}`, d.moveTool},
 		&tool{"desktop_type", "Type text on the desktop's keyboard into the focused window.",
-			`{"type":"object","properties":{"text":{"type":"string","maxLength":2000}},"required":["text"],"additionalProperties":false}`, d.typeText},
+			`{"type":"object","properties":{"text":{"type":"string","maxLength":2000}},"required":["text"],"additionalProperties":false}`, d.typeTool},
 		&tool{"desktop_key", `Press a key or key combination, X keysym names joined by "+", several separated by spaces: "Return", "ctrl+l", "alt+Tab", "ctrl+a BackSpace".`,
-			`{"type":"object","properties":{"keys":{"type":"string"}},"required":["keys"],"additionalProperties":false}`, d.key},
+			`{"type":"object","properties":{"keys":{"type":"string"}},"required":["keys"],"additionalProperties":false}`, d.keyTool},
 		&tool{"desktop_scroll", "Scroll the window under the pointer: dy steps down (negative up), dx steps right (negative left).",
-			`{"type":"object","properties":{"dx":{"type":"integer","minimum":-50,"maximum":50},"dy":{"type":"integer","minimum":-50,"maximum":50}},"additionalProperties":false}`, d.scroll},
+			`{"type":"object","properties":{"dx":{"type":"integer","minimum":-50,"maximum":50},"dy":{"type":"integer","minimum":-50,"maximum":50}},"additionalProperties":false}`, d.scrollTool},
 	}
 }
 
@@ -137,63 +137,30 @@ func invalid(field, why string) error {
 	return fmt.Errorf("%w: %s: %s", tools.ErrInvalid, field, why)
 }
 
-func failed(format string, a ...any) tools.Result {
-	return tools.Result{Text: fmt.Sprintf(format, a...), IsError: true}
+// result turns an action's outcome into what the model sees: invalid arguments stay an error,
+// a refusal or a failing display become an error result, success says done.
+func result(err error, done string) (tools.Result, error) {
+	switch {
+	case err == nil:
+		return tools.Result{Text: done}, nil
+	case errors.Is(err, tools.ErrInvalid):
+		return tools.Result{}, err
+	case errors.Is(err, ErrRefused):
+		return tools.Result{Text: RefusedText, IsError: true}, nil
+	default:
+		return tools.Result{Text: err.Error(), IsError: true}, nil
+	}
 }
 
-// input runs one input action: refused while a person holds control, else xdotool with args.
-func (d *Desktop) input(ctx context.Context, timeout time.Duration, done string, args ...string) (tools.Result, error) {
-	if d.cfg.Allowed != nil {
-		if err := d.cfg.Allowed(); err != nil {
-			return tools.Result{Text: RefusedText, IsError: true}, nil
-		}
-	}
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	out, err := d.cfg.Run(ctx, args...)
-	if err != nil {
-		return failed("xdotool %s: %v: %s", args[0], err, strings.TrimSpace(string(out))), nil
-	}
-	return tools.Result{Text: done}, nil
-}
-
-// point validates (x, y), given in screenshot pixels, and maps it to screen pixels.
-func (d *Desktop) point(ctx context.Context, x, y *int) (int, int, *tools.Result, error) {
+// xy checks the point a tool call names is complete.
+func needXY(x, y *int) error {
 	if x == nil {
-		return 0, 0, nil, invalid("x", "is required")
+		return invalid("x", "is required")
 	}
 	if y == nil {
-		return 0, 0, nil, invalid("y", "is required")
+		return invalid("y", "is required")
 	}
-	if *x < 0 {
-		return 0, 0, nil, invalid("x", "must not be negative")
-	}
-	if *y < 0 {
-		return 0, 0, nil, invalid("y", "must not be negative")
-	}
-	sctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
-	defer cancel()
-	w, h, err := d.cfg.Screen.Size(sctx)
-	if err != nil {
-		r := failed("desktop: %v", err)
-		return 0, 0, &r, nil
-	}
-	sw, sh := scaled(w, h, d.cfg.MaxWidth)
-	if *x >= sw {
-		return 0, 0, nil, invalid("x", fmt.Sprintf("%d is off the screen (width %d)", *x, sw))
-	}
-	if *y >= sh {
-		return 0, 0, nil, invalid("y", fmt.Sprintf("%d is off the screen (height %d)", *y, sh))
-	}
-	return *x * w / sw, *y * h / sh, nil, nil
-}
-
-// scaled is the size of a w×h screen's screenshot.
-func scaled(w, h, maxWidth int) (int, int) {
-	if w > maxWidth {
-		return maxWidth, max(h*maxWidth/w, 1)
-	}
-	return w, h
+	return nil
 }
 
 func (d *Desktop) screenshot(ctx context.Context, args json.RawMessage) (tools.Result, error) {
@@ -201,48 +168,34 @@ func (d *Desktop) screenshot(ctx context.Context, args json.RawMessage) (tools.R
 	if err := decode(args, &a); err != nil {
 		return tools.Result{}, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
-	defer cancel()
-	img, err := d.cfg.Screen.Capture(ctx)
+	shot, err := d.Screenshot(ctx, d.cfg.MaxWidth)
 	if err != nil {
-		return failed("desktop screenshot: %v", err), nil
+		return result(err, "")
 	}
-	small := tools.Downscale(img, d.cfg.MaxWidth)
-	out, err := tools.EncodePNG(small)
-	if err != nil {
-		return failed("desktop screenshot: encode: %v", err), nil
-	}
-	b := small.Bounds()
-	return tools.Result{Text: fmt.Sprintf("desktop %dx%d", b.Dx(), b.Dy()), Images: [][]byte{out}}, nil
+	return tools.Result{Text: fmt.Sprintf("desktop %dx%d", shot.Width, shot.Height), Images: [][]byte{shot.PNG}}, nil
 }
 
-type xyArgs struct {
-	X      *int `json:"x"`
-	Y      *int `json:"y"`
-	Button *int `json:"button"`
-}
-
-func (d *Desktop) click(ctx context.Context, args json.RawMessage) (tools.Result, error) {
-	var a xyArgs
+func (d *Desktop) clickTool(ctx context.Context, args json.RawMessage) (tools.Result, error) {
+	var a struct {
+		X      *int `json:"x"`
+		Y      *int `json:"y"`
+		Button *int `json:"button"`
+	}
 	if err := decode(args, &a); err != nil {
 		return tools.Result{}, err
 	}
-	button := 1
+	button := ButtonLeft
 	if a.Button != nil {
-		if *a.Button < 1 || *a.Button > 3 {
-			return tools.Result{}, invalid("button", "must be 1 (left), 2 (middle) or 3 (right)")
-		}
 		button = *a.Button
 	}
-	x, y, r, err := d.point(ctx, a.X, a.Y)
-	if r != nil || err != nil {
-		return deref(r), err
+	if err := needXY(a.X, a.Y); err != nil {
+		return tools.Result{}, err
 	}
-	return d.input(ctx, d.cfg.Timeout, fmt.Sprintf("clicked button %d at %d,%d", button, *a.X, *a.Y),
-		"mousemove", strconv.Itoa(x), strconv.Itoa(y), "click", strconv.Itoa(button))
+	err := d.click(ctx, *a.X, *a.Y, button, false, d.cfg.MaxWidth)
+	return result(err, fmt.Sprintf("clicked button %d at %d,%d", button, *a.X, *a.Y))
 }
 
-func (d *Desktop) move(ctx context.Context, args json.RawMessage) (tools.Result, error) {
+func (d *Desktop) moveTool(ctx context.Context, args json.RawMessage) (tools.Result, error) {
 	var a struct {
 		X *int `json:"x"`
 		Y *int `json:"y"`
@@ -250,62 +203,38 @@ func (d *Desktop) move(ctx context.Context, args json.RawMessage) (tools.Result,
 	if err := decode(args, &a); err != nil {
 		return tools.Result{}, err
 	}
-	x, y, r, err := d.point(ctx, a.X, a.Y)
-	if r != nil || err != nil {
-		return deref(r), err
+	if err := needXY(a.X, a.Y); err != nil {
+		return tools.Result{}, err
 	}
-	return d.input(ctx, d.cfg.Timeout, fmt.Sprintf("moved the pointer to %d,%d", *a.X, *a.Y),
-		"mousemove", strconv.Itoa(x), strconv.Itoa(y))
+	err := d.move(ctx, *a.X, *a.Y, d.cfg.MaxWidth)
+	return result(err, fmt.Sprintf("moved the pointer to %d,%d", *a.X, *a.Y))
 }
 
-func deref(r *tools.Result) tools.Result {
-	if r == nil {
-		return tools.Result{}
-	}
-	return *r
-}
-
-func (d *Desktop) typeText(ctx context.Context, args json.RawMessage) (tools.Result, error) {
+func (d *Desktop) typeTool(ctx context.Context, args json.RawMessage) (tools.Result, error) {
 	var a struct {
 		Text string `json:"text"`
 	}
 	if err := decode(args, &a); err != nil {
 		return tools.Result{}, err
 	}
-	n := len([]rune(a.Text))
-	if n == 0 {
-		return tools.Result{}, invalid("text", "must not be empty")
-	}
-	if n > maxTypeRunes {
-		return tools.Result{}, invalid("text", fmt.Sprintf("%d characters; at most %d a call", n, maxTypeRunes))
-	}
-	timeout := d.cfg.Timeout + time.Duration(n)*typeDelay
-	return d.input(ctx, timeout, fmt.Sprintf("typed %d characters", n),
-		"type", "--delay", strconv.Itoa(int(typeDelay/time.Millisecond)), "--", a.Text)
+	return result(d.Type(ctx, a.Text), fmt.Sprintf("typed %d characters", len([]rune(a.Text))))
 }
 
 // keysPattern is one or more keysym combinations ("ctrl+shift+t", "Return") separated by
 // spaces: nothing xdotool could read as an option or a command.
 var keysPattern = regexp.MustCompile(`^[A-Za-z0-9_]+(\+[A-Za-z0-9_]+)*( [A-Za-z0-9_]+(\+[A-Za-z0-9_]+)*)*$`)
 
-func (d *Desktop) key(ctx context.Context, args json.RawMessage) (tools.Result, error) {
+func (d *Desktop) keyTool(ctx context.Context, args json.RawMessage) (tools.Result, error) {
 	var a struct {
 		Keys string `json:"keys"`
 	}
 	if err := decode(args, &a); err != nil {
 		return tools.Result{}, err
 	}
-	keys := strings.Join(strings.Fields(a.Keys), " ")
-	if keys == "" {
-		return tools.Result{}, invalid("keys", "must not be empty")
-	}
-	if !keysPattern.MatchString(keys) || len(keys) > 200 {
-		return tools.Result{}, invalid("keys", fmt.Sprintf("%q is not keysym names joined by + and separated by spaces", a.Keys))
-	}
-	return d.input(ctx, d.cfg.Timeout, "pressed "+keys, append([]string{"key"}, strings.Fields(keys)...)...)
+	return result(d.Key(ctx, a.Keys), "pressed "+strings.Join(strings.Fields(a.Keys), " "))
 }
 
-func (d *Desktop) scroll(ctx context.Context, args json.RawMessage) (tools.Result, error) {
+func (d *Desktop) scrollTool(ctx context.Context, args json.RawMessage) (tools.Result, error) {
 	var a struct {
 		DX int `json:"dx"`
 		DY int `json:"dy"`
@@ -313,36 +242,6 @@ func (d *Desktop) scroll(ctx context.Context, args json.RawMessage) (tools.Resul
 	if err := decode(args, &a); err != nil {
 		return tools.Result{}, err
 	}
-	if a.DX < -maxScrollSteps || a.DX > maxScrollSteps {
-		return tools.Result{}, invalid("dx", fmt.Sprintf("must be between %d and %d", -maxScrollSteps, maxScrollSteps))
-	}
-	if a.DY < -maxScrollSteps || a.DY > maxScrollSteps {
-		return tools.Result{}, invalid("dy", fmt.Sprintf("must be between %d and %d", -maxScrollSteps, maxScrollSteps))
-	}
-	if a.DX == 0 && a.DY == 0 {
-		return tools.Result{}, invalid("dy", "dx and dy are both zero")
-	}
-	// X has no scroll events: wheel steps are clicks of buttons 4 (up), 5 (down), 6 (left), 7 (right).
-	var cmd []string
-	if a.DY != 0 {
-		cmd = append(cmd, "click", "--repeat", strconv.Itoa(abs(a.DY)), wheel(a.DY, "4", "5"))
-	}
-	if a.DX != 0 {
-		cmd = append(cmd, "click", "--repeat", strconv.Itoa(abs(a.DX)), wheel(a.DX, "6", "7"))
-	}
-	return d.input(ctx, d.cfg.Timeout, fmt.Sprintf("scrolled dx=%d dy=%d", a.DX, a.DY), cmd...)
-}
-
-func wheel(v int, neg, pos string) string {
-	if v < 0 {
-		return neg
-	}
-	return pos
-}
-
-func abs(v int) int {
-	if v < 0 {
-		return -v
-	}
-	return v
+	err := d.scroll(ctx, nil, nil, a.DX, a.DY, d.cfg.MaxWidth)
+	return result(err, fmt.Sprintf("scrolled dx=%d dy=%d", a.DX, a.DY))
 }

@@ -263,3 +263,63 @@ func TestNoDisplay(t *testing.T) {
 		t.Errorf("click on a missing display: %+v, %v", res, err)
 	}
 }
+
+func TestTypedActions(t *testing.T) {
+	// The typed actions take screen pixels: a 2560x1600 screen is not scaled to the model's view.
+	rec := &recorder{}
+	src := image.NewRGBA(image.Rect(0, 0, 2560, 1600))
+	d := New(Config{Run: rec.run, Screen: fakeScreen{w: 2560, h: 1600, img: src}})
+	ctx := context.Background()
+	if err := d.Click(ctx, 2000, 1500, ButtonRight, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Move(ctx, 2559, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Scroll(ctx, 10, 20, 0, -2); err != nil {
+		t.Fatal(err)
+	}
+	want := [][]string{
+		{"mousemove", "2000", "1500", "click", "--repeat", "2", "3"},
+		{"mousemove", "2559", "0"},
+		{"mousemove", "10", "20", "click", "--repeat", "2", "4"},
+	}
+	if !reflect.DeepEqual(rec.calls, want) {
+		t.Errorf("ran %q, want %q", rec.calls, want)
+	}
+	for name, err := range map[string]error{
+		"x":      d.Move(ctx, 2560, 0),
+		"y":      d.Click(ctx, 0, -1, ButtonLeft, false),
+		"button": d.Click(ctx, 0, 0, 4, false),
+		"text":   d.Type(ctx, ""),
+		"keys":   d.Key(ctx, " "),
+		"dx":     d.Scroll(ctx, 0, 0, 99, 0),
+	} {
+		if !errors.Is(err, tools.ErrInvalid) || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: %v, want ErrInvalid naming it", name, err)
+		}
+	}
+	if _, err := ParseButton("back"); !errors.Is(err, tools.ErrInvalid) {
+		t.Errorf("ParseButton(back): %v", err)
+	}
+	if b, err := ParseButton(""); err != nil || b != ButtonLeft {
+		t.Errorf("ParseButton(\"\") = %d, %v", b, err)
+	}
+
+	shot, err := d.Screenshot(ctx, 0)
+	if err != nil || shot.Width != 2560 || shot.Height != 1600 || shot.ScreenWidth != 2560 {
+		t.Errorf("full-size screenshot: %dx%d of %dx%d, %v", shot.Width, shot.Height, shot.ScreenWidth, shot.ScreenHeight, err)
+	}
+	shot, err = d.Screenshot(ctx, 640)
+	if err != nil || shot.Width != 640 || shot.Height != 400 || shot.ScreenHeight != 1600 {
+		t.Errorf("screenshot at 640: %dx%d of %dx%d, %v", shot.Width, shot.Height, shot.ScreenWidth, shot.ScreenHeight, err)
+	}
+	if _, err := d.Screenshot(ctx, -1); !errors.Is(err, tools.ErrInvalid) || !strings.Contains(err.Error(), "max_width") {
+		t.Errorf("screenshot at -1: %v", err)
+	}
+
+	refused := New(Config{Run: rec.run, Screen: fakeScreen{w: 100, h: 100}, Allowed: func() error { return errors.New("held") }})
+	if err := refused.Key(ctx, "Return"); !errors.Is(err, ErrRefused) {
+		t.Errorf("key while a person holds control: %v", err)
+	}
+}

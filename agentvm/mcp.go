@@ -1,0 +1,98 @@
+package agentvm
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+
+	"github.com/loomhand/cocoonbox/agentvm/tools"
+)
+
+// MCPPath is where the in-box MCP endpoint answers.
+const MCPPath = "/mcp"
+
+// MCPPort is where the agent serves MCPHandler on the box's loopback by default.
+const MCPPort = 7072
+
+// mcpMaxBody bounds one request: write_file carries up to tools.WriteFileMax of text, which JSON
+// escaping can grow several times over.
+const mcpMaxBody = 4*tools.WriteFileMax + 1<<20
+
+const mcpInstructions = `The tools of the cocoonbox box you run in: a shell, its files, its Chromium browser and ` +
+	`its desktop (display :0), the same tools the box's own agent uses.`
+
+// MCPHandler serves the agent's tools over MCP (Streamable HTTP, stateless) at MCPPath, for
+// anything running in the box: a coding agent the box's user starts there gets the shell, files,
+// browser and desktop tools by name, with the same schemas and limits the model's loop has.
+//
+// It takes no credential, by design: it is served on the box's loopback only, and everything
+// that can reach the box's loopback already runs in the box as its user or root, and could do
+// what these tools do directly. The per-box credential guards the control plane's ports (7070,
+// 7071), which the engine relays into the box. The DNS-rebinding guard stays on, so a web page
+// in the box's browser cannot reach it through a name that resolves to 127.0.0.1.
+func MCPHandler(toolset []tools.Tool, log *slog.Logger) http.Handler {
+	if log == nil {
+		log = slog.Default()
+	}
+	m := server.NewMCPServer("cocoonbox-agent", Version,
+		server.WithToolCapabilities(false),
+		server.WithInstructions(mcpInstructions),
+	)
+	for _, t := range toolset {
+		m.AddTool(mcp.NewToolWithRawSchema(t.Name(), t.Description(), t.Schema()), mcpCall(t))
+	}
+	h := server.NewStreamableHTTPServer(m,
+		server.WithEndpointPath(MCPPath),
+		server.WithStateLess(true),
+		// Stateless: no session exists for a GET stream to deliver anything to.
+		server.WithDisableStreaming(true),
+		server.WithStreamableHTTPLogger(log),
+	)
+	mux := http.NewServeMux()
+	mux.Handle(MCPPath, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = http.MaxBytesReader(w, r.Body, mcpMaxBody)
+		h.ServeHTTP(w, r)
+	}))
+	return mux
+}
+
+// mcpCall adapts a tool to MCP: its text and images (PNG, base64) become the result's content;
+// invalid arguments and failures the tool reports become isError results, as the model's loop
+// shows them. Only the caller's own cancellation is a protocol error.
+func mcpCall(t tools.Tool) server.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		args, ok := req.GetRawArguments().(json.RawMessage)
+		if !ok {
+			raw, err := json.Marshal(req.GetRawArguments())
+			if err != nil {
+				return mcp.NewToolResultError(fmt.Sprintf("%s: arguments: %v", t.Name(), err)), nil
+			}
+			args = raw
+		}
+		res, err := t.Call(ctx, args)
+		switch {
+		case err == nil:
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case errors.Is(err, tools.ErrInvalid):
+			return mcp.NewToolResultError(fmt.Sprintf("%s: %v; see the tool's schema", t.Name(), err)), nil
+		default:
+			return mcp.NewToolResultError(fmt.Sprintf("%s failed: %v", t.Name(), err)), nil
+		}
+		out := &mcp.CallToolResult{IsError: res.IsError}
+		if res.Text != "" || len(res.Images) == 0 {
+			out.Content = append(out.Content, mcp.NewTextContent(res.Text))
+		}
+		for _, img := range res.Images {
+			out.Content = append(out.Content, mcp.NewImageContent(base64.StdEncoding.EncodeToString(img), "image/png"))
+		}
+		return out, nil
+	}
+}
