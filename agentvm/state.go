@@ -56,7 +56,7 @@ func stateStatus(ctx context.Context, err error) error {
 	switch {
 	case ctx.Err() != nil:
 		return status.FromContextError(ctx.Err()).Err()
-	case errors.Is(err, errInvalidPath), errors.Is(err, errUnsafeEntry):
+	case errors.Is(err, errInvalidPath), errors.Is(err, errUnsafeEntry), errors.Is(err, errBadTar):
 		return status.Error(codes.InvalidArgument, err.Error())
 	case errors.Is(err, fs.ErrNotExist):
 		return status.Error(codes.NotFound, err.Error())

@@ -20,8 +20,12 @@ import (
 	agentvmv1 "github.com/loomhand/cocoonbox/proto/agentvm/v1"
 )
 
-// errUnsafeEntry marks a tar entry that would land outside the tree being imported.
-var errUnsafeEntry = errors.New("unsafe tar entry")
+// Errors of an import the caller caused: an entry that would land outside the tree, a stream
+// that is not a tar.
+var (
+	errUnsafeEntry = errors.New("unsafe tar entry")
+	errBadTar      = errors.New("read tar")
+)
 
 // importReader reads the tar data of an Import stream, after its first message.
 type importReader struct {
@@ -76,6 +80,9 @@ func (s *stateService) Import(stream grpc.ClientStreamingServer[agentvmv1.Import
 
 	r := &importReader{stream: stream, path: first.GetPath(), buf: first.GetData()}
 	x := &extractor{root: tmp, chown: os.Geteuid() == 0}
+	if err := x.inherit(root); err != nil {
+		return stateStatus(ctx, fmt.Errorf("import tree: %w", err))
+	}
 	if err := x.extract(tar.NewReader(r)); err != nil {
 		return stateStatus(ctx, fmt.Errorf("import tree: %w", err))
 	}
@@ -117,6 +124,24 @@ type extractor struct {
 	dirs    []*tar.Header // applied last, deepest first: creating entries changes a directory's mtime
 }
 
+// inherit gives the new tree the old one's mode and owner (0755, the agent's, when there is none
+// yet), for a tar without an entry for the tree itself ("./"); Export always writes one.
+func (x *extractor) inherit(root string) error {
+	fi, err := os.Stat(root)
+	if errors.Is(err, fs.ErrNotExist) {
+		return os.Chmod(x.root, 0o755)
+	}
+	if err != nil {
+		return err
+	}
+	if uid, gid, ok := owner(fi); ok && x.chown {
+		if err := os.Chown(x.root, uid, gid); err != nil {
+			return err
+		}
+	}
+	return os.Chmod(x.root, fi.Mode()&(fs.ModePerm|fs.ModeSetgid|fs.ModeSticky))
+}
+
 func (x *extractor) extract(tr *tar.Reader) error {
 	for {
 		hdr, err := tr.Next()
@@ -124,7 +149,10 @@ func (x *extractor) extract(tr *tar.Reader) error {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("read tar: %w", err)
+			if _, ok := status.FromError(err); ok {
+				return err // the stream broke
+			}
+			return fmt.Errorf("%w: %v", errBadTar, err)
 		}
 		if err := x.entry(tr, hdr); err != nil {
 			return err

@@ -255,3 +255,25 @@ func TestStatePaths(t *testing.T) {
 	_, err = agentvmv1.NewStateClient(a.conn).Stat(t.Context(), &agentvmv1.StatRequest{Path: "/"})
 	require.Equal(t, codes.Unauthenticated, status.Code(err))
 }
+
+func TestStateImportKeepsTheTreeItselfWithoutARootEntry(t *testing.T) {
+	a := startAgent(t)
+	dst := filepath.Join(t.TempDir(), "user")
+	require.NoError(t, os.Mkdir(dst, 0o751))
+	require.NoError(t, os.Chmod(dst, 0o751))
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	require.NoError(t, tw.WriteHeader(&tar.Header{Name: "d/f", Typeflag: tar.TypeReg, Mode: 0o600, Size: 1}))
+	_, _ = tw.Write([]byte("x"))
+	require.NoError(t, tw.Close())
+	resp, err := importTree(t, a, dst, buf.Bytes())
+	require.NoError(t, err)
+	require.Equal(t, int64(1), resp.GetFiles())
+	fi, err := os.Stat(dst)
+	require.NoError(t, err)
+	require.Equal(t, fs.FileMode(0o751), fi.Mode().Perm())
+
+	_, err = importTree(t, a, dst, bytes.Repeat([]byte("not a tar "), 100))
+	require.Equal(t, codes.InvalidArgument, status.Code(err), "%v", err)
+	require.FileExists(t, filepath.Join(dst, "d/f"))
+}
