@@ -83,10 +83,12 @@ func (s *Server) mcpDesktopTools() []mcpTool {
 		}),
 	}, {
 		tool: mcp.NewTool("box_key",
-			mcp.WithDescription(`Press a key or a chord on a box's desktop, in xdotool's key names: "Return", "Escape", `+
-				`"ctrl+l", "alt+Tab", "ctrl+shift+t". Refused while another person holds the desktop's control lease.`),
+			mcp.WithDescription(`Press keys or chords on a box's desktop, in xdotool's key names: "Return", "Escape", `+
+				`"ctrl+l", "alt+Tab", "ctrl+shift+t"; several separated by spaces are pressed in turn. `+
+				`Refused while another person holds the desktop's control lease.`),
 			boxArg(),
-			mcp.WithString("keys", mcp.Required(), mcp.MinLength(1), mcp.Description(`One key or chord, e.g. "Return" or "ctrl+l".`)),
+			mcp.WithString("keys", mcp.Required(), mcp.MinLength(1),
+				mcp.Description(`A key or chord, e.g. "Return" or "ctrl+l"; several separated by spaces ("ctrl+a Delete").`)),
 			mcp.WithDestructiveHintAnnotation(true),
 		),
 		run: s.onBox(func(ctx context.Context, caller string, id cocoonbox.BoxID, req mcp.CallToolRequest) (any, error) {

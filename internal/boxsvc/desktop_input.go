@@ -94,8 +94,8 @@ func (s *Service) Type(ctx context.Context, caller string, id cocoonbox.BoxID, t
 	return err
 }
 
-// Key presses a key or chord on the box's desktop, in xdotool's names ("Return", "ctrl+l")
-// (driver, as Click).
+// Key presses a key or chord on the box's desktop, in xdotool's names ("Return", "ctrl+l"),
+// or several separated by spaces in turn (driver, as Click).
 func (s *Service) Key(ctx context.Context, caller string, id cocoonbox.BoxID, keys string) error {
 	if keys == "" {
 		return cocoonbox.Invalid("keys", `is required: a key or chord such as "Return" or "ctrl+l"`)

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"image/png"
+	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,8 +19,8 @@ import (
 )
 
 // TestMCPDesktop is what a local coding agent does with a box's desktop over MCP: it takes a
-// screenshot (a 1280-wide PNG), clicks into a terminal window (the box's pointer goes there),
-// types a line and presses Return (the terminal's program reads it); while another person holds
+// screenshot (a 1280-wide PNG), clicks into a window (the box's pointer goes there), types and
+// presses a chord (the window gets the key presses); while another person holds
 // the desktop's control lease its click is refused naming them, and after they hand back it
 // works again; a screenshot of a hibernated box wakes it.
 func TestMCPDesktop(t *testing.T) {
@@ -47,16 +49,16 @@ func TestMCPDesktop(t *testing.T) {
 	}
 	checkScreenshot(t, shot, 1280)
 
-	// A terminal whose program writes what it reads to a file.
-	e.mustRun(t, `setsid -f runuser -u user -- env DISPLAY=:0 xfce4-terminal --disable-server --title typing `+
-		`-x sh -c 'cat > /home/user/typed' </dev/null >/dev/null 2>&1`)
+	// An xev window, which logs the key events it gets.
+	e.mustRun(t, `setsid -f runuser -u user -- env DISPLAY=:0 stdbuf -oL xev -name typing -geometry 400x300+200+150 `+
+		`-event keyboard </dev/null >/home/user/xev.log 2>&1`)
 	var geo string
 	if err := waitFor(ctx, 30*time.Second, func() error {
 		var err error
 		geo, err = e.run("runuser -u user -- env DISPLAY=:0 xdotool search --name '^typing$' getwindowgeometry --shell")
 		return err
 	}); err != nil {
-		t.Fatalf("the terminal window: %v", err)
+		t.Fatalf("the xev window: %v", err)
 	}
 	var win struct{ x, y, w, h int }
 	for _, f := range strings.Fields(geo) {
@@ -68,7 +70,7 @@ func TestMCPDesktop(t *testing.T) {
 		}
 	}
 	if win.w == 0 || win.h == 0 {
-		t.Fatalf("terminal geometry %q", geo)
+		t.Fatalf("xev window geometry %q", geo)
 	}
 	at := point{win.x + win.w/2, win.y + win.h/2}
 
@@ -79,22 +81,23 @@ func TestMCPDesktop(t *testing.T) {
 		t.Fatalf("pointer after box_click at %v: %v", at, got)
 	}
 	var out map[string]any
-	mcpCall(ctx, t, c, "box_type", map[string]any{"box": "desk", "text": "hello cocoon"}, &out)
-	mcpCall(ctx, t, c, "box_key", map[string]any{"box": "desk", "keys": "Return"}, &out)
+	mcpCall(ctx, t, c, "box_type", map[string]any{"box": "desk", "text": "hi cocoon"}, &out)
+	mcpCall(ctx, t, c, "box_key", map[string]any{"box": "desk", "keys": "ctrl+Return"}, &out)
+	want := []string{"h", "i", "space", "c", "o", "c", "o", "o", "n", "Control_L", "Return"}
 	if err := waitFor(ctx, 20*time.Second, func() error {
-		got, err := e.run("cat /home/user/typed")
-		if err == nil && got != "hello cocoon\n" {
-			err = fmt.Errorf("typed file holds %q", got)
+		log, err := e.run("cat /home/user/xev.log")
+		if got := keyPresses(log); err == nil && !slices.Equal(got, want) {
+			err = fmt.Errorf("key presses %v", got)
 		}
 		return err
 	}); err != nil {
-		t.Fatalf("box_type and box_key into the terminal: %v", err)
+		t.Fatalf("box_type and box_key into the xev window: %v; want %v", err, want)
 	}
 
-	// Bad input is refused naming the field.
-	if res := mcpCallRaw(ctx, t, c, "box_click", map[string]any{"box": "desk", "x": 10, "y": 10, "button": "thumb"}); !res.IsError ||
-		!strings.HasPrefix(mcpText(res), "invalid") || !strings.Contains(mcpText(res), "button") {
-		t.Errorf("box_click with a bad button: %q (isError %v)", mcpText(res), res.IsError)
+	// A point off the screen is refused by the box's agent, naming the field.
+	if res := mcpCallRaw(ctx, t, c, "box_click", map[string]any{"box": "desk", "x": 5000, "y": 10}); !res.IsError ||
+		!strings.HasPrefix(mcpText(res), "invalid: x:") {
+		t.Errorf("box_click off the screen: %q (isError %v); want invalid naming x", mcpText(res), res.IsError)
 	}
 
 	// Another person takes the desktop over: the owner's input is refused, naming them.
@@ -130,6 +133,27 @@ func TestMCPDesktop(t *testing.T) {
 		t.Fatalf("pointer after box_click at (5, 5) once handed back: %v", got)
 	}
 
+	// Input is audited, screenshots are not; typed text is counted, never recorded.
+	events, err := e.d.Store.EventsForBox(ctx, string(e.id), 100)
+	if err != nil {
+		t.Fatal(err)
+	}
+	audited := map[string]int{}
+	for _, ev := range events {
+		audited[ev.Action]++
+		if strings.Contains(string(ev.Detail), "cocoon") {
+			t.Errorf("audit event %s records the typed text: %s", ev.Action, ev.Detail)
+		}
+	}
+	if audited["box.desktop.click"] != 2 || audited["box.desktop.type"] != 1 || audited["box.desktop.key"] != 1 {
+		t.Errorf("audit events %v; want 2 clicks, a type and a key", audited)
+	}
+	for action := range audited {
+		if strings.Contains(action, "screenshot") {
+			t.Errorf("audit event %s for a screenshot", action)
+		}
+	}
+
 	// A screenshot of a hibernated box wakes it through its workflow.
 	if v, err := e.d.Boxes.Hibernate(ctx, e.owner.ID, e.id); err != nil || v.State != cocoonbox.BoxStateHibernated {
 		t.Fatalf("hibernate: %+v, %v", v.State, err)
@@ -142,6 +166,18 @@ func TestMCPDesktop(t *testing.T) {
 	if v, err := e.d.Boxes.Get(ctx, e.owner.ID, e.id); err != nil || v.State != cocoonbox.BoxStateRunning {
 		t.Fatalf("box after the screenshot: %+v, %v", v.State, err)
 	}
+}
+
+// keyPress is a KeyPress event in xev's log, up to its keysym's name.
+var keyPress = regexp.MustCompile(`(?s)KeyPress event.*?keysym 0x[0-9a-f]+, (\w+)\)`)
+
+// keyPresses lists the keysyms of the KeyPress events in xev's log.
+func keyPresses(log string) []string {
+	var out []string
+	for _, m := range keyPress.FindAllStringSubmatch(log, -1) {
+		out = append(out, m[1])
+	}
+	return out
 }
 
 // checkScreenshot checks that res is a PNG of the given width with a text line naming its sizes.
