@@ -645,7 +645,8 @@ type InfoResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// version is the agent's version (agentvm.Version); the control plane checks it.
 	Version string `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
-	// capabilities names what this agent offers: "step", "exec", and "tool:<name>" per tool.
+	// capabilities names what this agent offers: "step", "exec", "state", "desktop" (with a
+	// display), "mcp" (serving the in-box /mcp), and "tool:<name>" per tool.
 	Capabilities  []string `protobuf:"bytes,2,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
