@@ -3,6 +3,7 @@ package devstack_test
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -11,7 +12,10 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/agentvm/model/modeltest"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
+	"github.com/loomhand/cocoonbox/internal/config"
+	"github.com/loomhand/cocoonbox/internal/devstack"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/workflows"
 )
@@ -101,6 +105,70 @@ func TestWakeSurvivesKilledWorker(t *testing.T) {
 	}
 	if n := usageEvents(t, d.Home(), "wake", ref.ID); n != 1 {
 		t.Fatalf("engine usage journal: %d wakes of %s, want 1 (a retried wake must be a no-op)", n, ref.ID)
+	}
+}
+
+// TestAgentRunSurvivesHibernateAndKilledWorker kills the worker while a step's command runs in
+// the box, hibernates the box between steps with a new worker, and checks the run resumes after
+// the wake and finishes, with every step executed in the box exactly once: the interrupted step's
+// retry is answered from the agent's journal.
+func TestAgentRunSurvivesHibernateAndKilledWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	models := modeltest.NewServer(t, gatewayKey)
+	cfg := agentConfig(t, models)
+	cfg.NoWorker = true
+	var first *childWorker
+	var wcfg config.Worker
+	e := newDesktopEnvWith(t, cfg, 10*time.Minute, func(d *devstack.Dev) {
+		wcfg = workerConfig(d)
+		wcfg.Template = "desktop"
+		first = startChildWorker(t, wcfg)
+	})
+	a := newAgentEnv(t, cfg, models, e)
+
+	models.Script(
+		modeltest.Calls(modeltest.Call("shell", `{"command":"echo one >> /home/user/proof"}`)),
+		modeltest.Calls(modeltest.Call("shell", `{"command":"echo two >> /home/user/proof; touch /tmp/step2-running; sleep 4; echo two-done >> /home/user/proof"}`)),
+		modeltest.Calls(modeltest.Call("shell", `{"command":"echo three >> /home/user/proof"}`)),
+		modeltest.Reply("All three done."))
+	run := a.start(t, "Write three lines.")
+	if err := waitFor(a.ctx, 2*time.Minute, func() error { _, err := a.run("test -e /tmp/step2-running"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	first.kill()
+	t.Log("killed the worker while step 2's command ran in the box")
+	// The step goes on in the box without its caller and lands in the agent's journal. (Straight
+	// to the engine: with no worker, the box workflow answers no queries.)
+	if err := waitFor(a.ctx, time.Minute, func() error {
+		res, err := a.eng.Exec(a.ctx, a.ref, sandbox.ExecRequest{Argv: []string{"sh", "-c",
+			"grep -q two-done /home/user/proof && ls /var/lib/cocoonbox-agent/journal/*/2.pb"}})
+		if err == nil && res.ExitCode != 0 {
+			err = fmt.Errorf("exit %d: %s", res.ExitCode, res.Stderr)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	startChildWorker(t, wcfg)
+	if v, err := a.d.Boxes.Hibernate(a.ctx, a.owner.ID, a.id); err != nil || v.State != cocoonbox.BoxStateHibernated {
+		t.Fatalf("hibernate between steps: %+v, %v", v.State, err)
+	}
+	t.Log("hibernated the box between steps with a new worker")
+
+	run = a.waitRun(t, run.GetId(), 3*time.Minute, string(cocoonbox.AgentRunSucceeded), string(cocoonbox.AgentRunFailed))
+	if run.GetState() != string(cocoonbox.AgentRunSucceeded) || run.GetResult() != "All three done." {
+		t.Fatalf("run after the kill and the hibernate: %s %q", run.GetState(), run.GetError())
+	}
+	if got := a.mustRun(t, "cat /home/user/proof"); got != "one\ntwo\ntwo-done\nthree\n" {
+		t.Fatalf("the steps' commands ran %q, want each once", got)
+	}
+	if !run.GetSteps()[1].GetReplayed() {
+		t.Fatalf("step 2 was not answered from the journal: %v", run.GetSteps()[1])
+	}
+	if n := len(models.Requests()); n != 4 {
+		t.Fatalf("the model was asked %d times for 4 turns", n)
 	}
 }
 

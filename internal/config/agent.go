@@ -1,0 +1,50 @@
+package config
+
+import (
+	"fmt"
+	"net/url"
+	"slices"
+)
+
+// Agent is the model gateway agent runs use. The gateway URL is the operator's: users pick a
+// model (among Models, when the list is not empty), never where the box's model calls go.
+type Agent struct {
+	// Provider is the gateway's wire protocol: openai (chat completions) or anthropic (messages).
+	Provider string `yaml:"provider" env:"COCOONBOX_AGENT_PROVIDER"`
+	// BaseURL is the gateway's URL as the provider's client takes it, e.g.
+	// https://api.openai.com/v1 or https://api.anthropic.com.
+	BaseURL string `yaml:"base_url" env:"COCOONBOX_AGENT_BASE_URL"`
+	// Model is the model of a run that does not name one; empty makes the model required.
+	Model string `yaml:"model" env:"COCOONBOX_AGENT_MODEL"`
+	// Models are the models runs may use; empty allows any the gateway knows.
+	Models []string `yaml:"models" env:"COCOONBOX_AGENT_MODELS"`
+	// KeySecret names the vault secret, in the vault of the run's starter, holding the gateway
+	// key; empty sends no key (a gateway that authenticates otherwise).
+	KeySecret string `yaml:"key_secret" env:"COCOONBOX_AGENT_KEY_SECRET"`
+	// MaxSteps bounds a run; 0 is the workflow's default (50).
+	MaxSteps int `yaml:"max_steps" env:"COCOONBOX_AGENT_MAX_STEPS"`
+}
+
+// DefaultAgent is the gateway of a configuration that does not name one: OpenAI's API with the
+// key in each user's OPENAI_API_KEY vault secret.
+func DefaultAgent() Agent {
+	return Agent{Provider: "openai", BaseURL: "https://api.openai.com/v1", Model: "gpt-4.1", KeySecret: "OPENAI_API_KEY"}
+}
+
+// Validate checks the agent section and names the first bad field.
+func (a *Agent) Validate() error {
+	if a.Provider != "openai" && a.Provider != "anthropic" {
+		return fmt.Errorf("config agent.provider: must be openai or anthropic, got %q", a.Provider)
+	}
+	u, err := url.Parse(a.BaseURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return fmt.Errorf("config agent.base_url: must be an http or https URL, got %q", a.BaseURL)
+	}
+	if a.Model != "" && len(a.Models) > 0 && !slices.Contains(a.Models, a.Model) {
+		return fmt.Errorf("config agent.model: %q is not among agent.models", a.Model)
+	}
+	if a.MaxSteps < 0 {
+		return fmt.Errorf("config agent.max_steps: must not be negative, got %d", a.MaxSteps)
+	}
+	return nil
+}
