@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.temporal.io/sdk/log"
@@ -33,6 +34,11 @@ const (
 	// linkBackoff and maxLinkBackoff pace the reopening of links that failed.
 	linkBackoff    = 100 * time.Millisecond
 	maxLinkBackoff = 5 * time.Second
+	// maxGatewayPipes bounds a step's links that are idle or piped to the gateway. The box's
+	// root can make every link busy at once; without a bound the worker would open links,
+	// goroutines and gateway connections for it until the step ends. An honest model client
+	// uses one or two at a time, so the idle links stay ready.
+	maxGatewayPipes = 8
 	// gatewayDialTimeout bounds the default gateway dial.
 	gatewayDialTimeout = 10 * time.Second
 )
@@ -72,6 +78,11 @@ type modelLinks struct {
 	gateway  string
 	log      log.Logger
 
+	// slots holds one token per idle link or pipe, so at most maxGatewayPipes of them are
+	// live; a token is taken before dialing a link and given back when the link or its pipe
+	// ends.
+	slots   chan struct{}
+	warned  atomic.Bool // the bound was logged
 	wg      sync.WaitGroup
 	mu      sync.Mutex
 	stopped bool
@@ -85,6 +96,7 @@ func (a *Agent) keepLinks(ctx context.Context, ref sandbox.SandboxRef, cred, run
 	ctx, cancel := context.WithCancel(ctx)
 	m := &modelLinks{
 		a: a, ref: ref, gateway: gateway, log: logger(ctx), open: map[net.Conn]struct{}{},
+		slots:    make(chan struct{}, maxGatewayPipes),
 		preamble: fmt.Sprintf("%s %s %s %d\n", agentLinkProtocol, cred, runID, step),
 	}
 	for range idleLinks {
@@ -127,8 +139,12 @@ func (m *modelLinks) close(c net.Conn) {
 func (m *modelLinks) keep(ctx context.Context) {
 	backoff := linkBackoff
 	for ctx.Err() == nil {
+		if !m.acquire(ctx) {
+			return
+		}
 		link, first, err := m.idle(ctx)
 		if err != nil {
+			m.release()
 			if ctx.Err() != nil {
 				return
 			}
@@ -147,9 +163,35 @@ func (m *modelLinks) keep(ctx context.Context) {
 			continue
 		}
 		backoff = linkBackoff
-		m.wg.Go(func() { m.pipe(ctx, link, first) })
+		m.wg.Go(func() {
+			defer m.release()
+			m.pipe(ctx, link, first)
+		})
 	}
 }
+
+// acquire takes a slot for a new link, waiting for a pipe to end when all are taken; false
+// when ctx ends first.
+func (m *modelLinks) acquire(ctx context.Context) bool {
+	select {
+	case m.slots <- struct{}{}:
+		return true
+	default:
+	}
+	if m.warned.CompareAndSwap(false, true) {
+		m.log.Warn("model links at their bound: no new link until a pipe ends",
+			"sandbox", m.ref.ID, "max", maxGatewayPipes)
+	}
+	select {
+	case m.slots <- struct{}{}:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// release gives back a slot taken by acquire.
+func (m *modelLinks) release() { <-m.slots }
 
 // errLinkUnused is an idle link the agent closed: its step ended, or it waited too long.
 var errLinkUnused = errors.New("agent closed an unused link")

@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"net/http"
 	"net/url"
@@ -119,6 +120,7 @@ type gatewayDials struct {
 	mu    sync.Mutex
 	addrs []string
 	open  int
+	peak  int // most connections open at once
 }
 
 func (g *gatewayDials) dial(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -135,6 +137,7 @@ func (g *gatewayDials) dial(ctx context.Context, network, addr string) (net.Conn
 	}
 	g.mu.Lock()
 	g.open++
+	g.peak = max(g.peak, g.open)
 	g.mu.Unlock()
 	return &trackedConn{TCPConn: c.(*net.TCPConn), onClose: func() {
 		g.mu.Lock()
@@ -354,5 +357,83 @@ func TestAgentLinkStopClosesIdleLinks(t *testing.T) {
 	}
 	if open, dials := f.box.counts(AgentLinkPort); open != 0 || dials != idleLinks {
 		t.Errorf("after stop: %d of %d links open; want 0 of %d", open, dials, idleLinks)
+	}
+}
+
+// listen serves each connection of a new loopback listener with serve until the test ends.
+func listen(t *testing.T, serve func(net.Conn)) string {
+	t.Helper()
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lis.Close() })
+	go func() {
+		for {
+			c, err := lis.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				serve(c)
+			}()
+		}
+	}()
+	return lis.Addr().String()
+}
+
+func TestAgentLinkFloodIsBounded(t *testing.T) {
+	// The box's root replaced the agent: every link is accepted and used at once.
+	agent := listen(t, func(c net.Conn) {
+		b := make([]byte, 1)
+		for b[0] != '\n' {
+			if _, err := c.Read(b); err != nil {
+				return
+			}
+		}
+		if _, err := io.WriteString(c, "OK\nx"); err != nil {
+			return
+		}
+		_, _ = io.Copy(io.Discard, c)
+	})
+	// The gateway holds every connection open.
+	gateway := listen(t, func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
+	box := &linkBox{ports: map[int]string{AgentLinkPort: agent}, open: map[int]int{}, dials: map[int]int{}}
+	gw := &gatewayDials{}
+	a := &Agent{Sandbox: box, DialGateway: gw.dial}
+	ref := sandbox.SandboxRef{ID: "sb_1", Token: "tok"}
+	stop := a.keepLinks(t.Context(), ref, "cred", "run_1", 1, gateway)
+	defer stop()
+
+	peak := func() int {
+		gw.mu.Lock()
+		defer gw.mu.Unlock()
+		return gw.peak
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for peak() < maxGatewayPipes {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d gateway connections, want the bound %d reached", peak(), maxGatewayPipes)
+		}
+		time.Sleep(time.Millisecond)
+	}
+	// Unbounded, the flood opens hundreds in this time.
+	time.Sleep(500 * time.Millisecond)
+	if n := peak(); n > maxGatewayPipes {
+		t.Errorf("%d gateway connections open at once, want at most %d", n, maxGatewayPipes)
+	}
+	if _, dials := box.counts(AgentLinkPort); dials > maxGatewayPipes {
+		t.Errorf("%d links opened while every pipe was live, want at most %d", dials, maxGatewayPipes)
+	}
+
+	stop()
+	if open, _ := box.counts(AgentLinkPort); open != 0 {
+		t.Errorf("%d links open after stop", open)
+	}
+	gw.mu.Lock()
+	defer gw.mu.Unlock()
+	if gw.open != 0 {
+		t.Errorf("%d gateway connections open after stop", gw.open)
 	}
 }

@@ -52,8 +52,8 @@ type Links struct {
 
 	mu      sync.Mutex
 	idle    map[linkKey][]net.Conn
-	arrived map[linkKey]chan struct{} // closed when a link for the step arrives
-	running map[linkKey]int           // steps in progress (a count: a retry may overlap)
+	arrived map[linkKey]*arrival // while a model call of the step waits for a link
+	running map[linkKey]int      // steps in progress (a count: a retry may overlap)
 }
 
 type linkKey struct {
@@ -61,9 +61,17 @@ type linkKey struct {
 	step int32
 }
 
+// arrival wakes the model calls waiting for a step's link. It is dropped when the last of them
+// stops waiting, when a link arrives, or when the step ends, so an agent that lives as long as
+// its box keeps nothing per past step.
+type arrival struct {
+	ch      chan struct{} // closed when a link for the step arrives
+	waiters int
+}
+
 // NewLinks returns an empty set of links.
 func NewLinks() *Links {
-	return &Links{idle: map[linkKey][]net.Conn{}, arrived: map[linkKey]chan struct{}{}, running: map[linkKey]int{}}
+	return &Links{idle: map[linkKey][]net.Conn{}, arrived: map[linkKey]*arrival{}, running: map[linkKey]int{}}
 }
 
 // put queues a link for a step. A link nobody takes is closed when its step ends or, if the step
@@ -72,8 +80,8 @@ func (l *Links) put(runID string, step int32, c net.Conn) {
 	k := linkKey{runID, step}
 	l.mu.Lock()
 	l.idle[k] = append(l.idle[k], c)
-	if ch, ok := l.arrived[k]; ok {
-		close(ch)
+	if a, ok := l.arrived[k]; ok {
+		close(a.ch)
 		delete(l.arrived, k)
 	}
 	l.mu.Unlock()
@@ -121,6 +129,8 @@ func (l *Links) begin(runID string, step int32) (end func()) {
 			_ = c.Close()
 		}
 		delete(l.idle, k)
+		// A call still waiting keeps its own reference and times out.
+		delete(l.arrived, k)
 	}
 }
 
@@ -137,18 +147,28 @@ func (l *Links) take(ctx context.Context, runID string, step int32) (net.Conn, e
 			l.mu.Unlock()
 			return c, nil
 		}
-		ch, ok := l.arrived[k]
+		a, ok := l.arrived[k]
 		if !ok {
-			ch = make(chan struct{})
-			l.arrived[k] = ch
+			a = &arrival{ch: make(chan struct{})}
+			l.arrived[k] = a
+		}
+		a.waiters++
+		l.mu.Unlock()
+		var err error
+		select {
+		case <-a.ch:
+		case <-ctx.Done():
+			err = ctx.Err()
+		case <-timer.C:
+			err = fmt.Errorf("no model link from the control plane for run %s step %d", runID, step)
+		}
+		l.mu.Lock()
+		if a.waiters--; a.waiters == 0 && l.arrived[k] == a {
+			delete(l.arrived, k)
 		}
 		l.mu.Unlock()
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-timer.C:
-			return nil, fmt.Errorf("no model link from the control plane for run %s step %d", runID, step)
+		if err != nil {
+			return nil, err
 		}
 	}
 }
