@@ -32,11 +32,12 @@ const mcpInstructions = `The tools of the cocoonbox box you run in: a shell, its
 // anything running in the box: a coding agent the box's user starts there gets the shell, files,
 // browser and desktop tools by name, with the same schemas and limits the model's loop has.
 //
-// It takes no credential, by design: it is served on the box's loopback only, and everything
-// that can reach the box's loopback already runs in the box as its user or root, and could do
-// what these tools do directly. The per-box credential guards the control plane's ports (7070,
-// 7071), which the engine relays into the box. The DNS-rebinding guard stays on, so a web page
-// in the box's browser cannot reach it through a name that resolves to 127.0.0.1.
+// It takes no credential, by design: it is served on the box's loopback only, and a program in
+// the box runs as its user or root and could do what these tools do directly. From outside the
+// box its loopback is reachable only through the engine's ports relay, which takes the sandbox
+// token that only the control plane holds; a relay of box ports to users (none exists yet) must
+// refuse the agent's ports 7070-7072. The DNS-rebinding guard stays on, so a web page in the
+// box's browser cannot reach it through a name that resolves to 127.0.0.1.
 func MCPHandler(toolset []tools.Tool, log *slog.Logger) http.Handler {
 	if log == nil {
 		log = slog.Default()

@@ -180,7 +180,7 @@ func TestAgentMCPTools(t *testing.T) {
 	}{
 		{"agent_status", map[string]any{"run": "run_nope"}, "not_found: run run_nope not found"},
 		{"agent_message", map[string]any{"run": runID, "text": "and the db?"}, "conflict: run run_a is failed"},
-		{"agent_run", map[string]any{"box": "dev", "task": "look", "wait": true}, "invalid: model: is required"},
+		{"agent_run", map[string]any{"box": "dev", "task": "look", "wait": true}, "unavailable: agent runs are not configured on this server"},
 		{"agent_run", map[string]any{"box": "nope", "task": "look"}, `not_found: box "nope" not found`},
 	} {
 		if text, isErr := call(tc.name, tc.args); !isErr || !strings.HasPrefix(text, tc.want) {

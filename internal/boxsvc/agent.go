@@ -69,6 +69,8 @@ func (s *Service) StartRun(ctx context.Context, caller string, id cocoonbox.BoxI
 		return Run{}, cocoonbox.Invalid("task", "is required")
 	case len(req.Task) > maxTaskBytes:
 		return Run{}, cocoonbox.Invalid("task", fmt.Sprintf("is longer than %d bytes", maxTaskBytes))
+	case s.Agent.Provider == "" || s.Agent.BaseURL == "":
+		return Run{}, cocoonbox.Errorf(cocoonbox.EUnavailable, "agent runs are not configured on this server: its configuration needs agent.provider and agent.base_url")
 	case req.Model == "":
 		return Run{}, cocoonbox.Invalid("model", "is required: this server has no default model")
 	case len(s.Agent.Models) > 0 && !slices.Contains(s.Agent.Models, req.Model):

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
@@ -105,7 +106,8 @@ func (s *Service) Key(ctx context.Context, caller string, id cocoonbox.BoxID, ke
 		return err
 	})
 	if err == nil {
-		s.audit(ctx, caller, id, "desktop.key", map[string]any{"keys": keys})
+		// The count only: a sequence of single keys may spell a password, like typed text.
+		s.audit(ctx, caller, id, "desktop.key", map[string]any{"chords": len(strings.Fields(keys))})
 	}
 	return err
 }

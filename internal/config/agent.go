@@ -25,14 +25,31 @@ type Agent struct {
 	MaxSteps int `yaml:"max_steps" env:"COCOONBOX_AGENT_MAX_STEPS"`
 }
 
-// DefaultAgent is the gateway of a configuration that does not name one: OpenAI's API with the
-// key in each user's OPENAI_API_KEY vault secret.
+// DefaultAgent is the gateway of a configuration without an agent section: OpenAI's API with the
+// key in each user's OPENAI_API_KEY vault secret. A section given in part takes none of it.
 func DefaultAgent() Agent {
 	return Agent{Provider: "openai", BaseURL: "https://api.openai.com/v1", Model: "gpt-4.1", KeySecret: "OPENAI_API_KEY"}
 }
 
-// Validate checks the agent section and names the first bad field.
+// unset reports whether no file or variable set any of the section.
+func (a *Agent) unset() bool {
+	return a.Provider == "" && a.BaseURL == "" && a.Model == "" && len(a.Models) == 0 && a.KeySecret == "" && a.MaxSteps == 0
+}
+
+// fill gives a section nobody set the defaults (DefaultAgent); a section set in part keeps only
+// what was set.
+func (a *Agent) fill() {
+	if a.unset() {
+		*a = DefaultAgent()
+	}
+}
+
+// Validate checks the agent section and names the first bad field. An unset section (no agent
+// runs on this server) is valid; one set in part needs its provider and base URL.
 func (a *Agent) Validate() error {
+	if a.unset() {
+		return nil
+	}
 	if a.Provider != "openai" && a.Provider != "anthropic" {
 		return fmt.Errorf("config agent.provider: must be openai or anthropic, got %q", a.Provider)
 	}

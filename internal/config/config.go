@@ -217,7 +217,6 @@ func DefaultDev(env Lookup) Dev {
 		Template:         DefaultBoxTemplate,
 		Temporal:         Temporal{Namespace: DefaultNamespace},
 		S3:               S3{Region: DefaultRegion, Bucket: DefaultBucket, PathStyle: true},
-		Agent:            DefaultAgent(),
 	}
 }
 
@@ -263,7 +262,7 @@ func (c *Dev) DataDir(component string) string { return filepath.Join(c.Home, co
 // DefaultAPI returns the api role's defaults.
 func DefaultAPI(env Lookup) API {
 	return API{Home: defaultHome(env), LogLevel: "info", Listen: DefaultAPIListen,
-		Temporal: Temporal{Address: DefaultTemporalListen, Namespace: DefaultNamespace}, Agent: DefaultAgent()}
+		Temporal: Temporal{Address: DefaultTemporalListen, Namespace: DefaultNamespace}}
 }
 
 // DefaultWorker returns the worker role's defaults.
@@ -344,8 +343,19 @@ func Load[T any](path string, env Lookup, defaults T) (T, error) {
 		var zero T
 		return zero, err
 	}
+	if d, ok := any(&c).(sectionDefaulter); ok {
+		d.fillSections()
+	}
 	return c, nil
 }
+
+// sectionDefaulter is a role whose sections take their defaults only when the file and the
+// environment left them out entirely: a section given in part is not mixed with defaults it
+// would contradict (an anthropic gateway keeping OpenAI's model).
+type sectionDefaulter interface{ fillSections() }
+
+func (c *Dev) fillSections() { c.Agent.fill() }
+func (c *API) fillSections() { c.Agent.fill() }
 
 // LoadCLI reads the CLI configuration from path (missing is fine) and the environment.
 func LoadCLI(path string, env Lookup) (CLI, error) {

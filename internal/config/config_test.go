@@ -89,8 +89,24 @@ func TestAgentGateway(t *testing.T) {
 	if !reflect.DeepEqual(c.Agent, want) {
 		t.Errorf("agent: got %+v, want %+v", c.Agent, want)
 	}
-	if d := config.DefaultDev(config.MapEnv(map[string]string{"HOME": "/root"})); d.Agent.Validate() != nil || d.Agent.BaseURL == "" {
-		t.Errorf("the default gateway must be valid: %+v", d.Agent)
+	// No section: the default gateway, valid.
+	d, err := config.LoadDev("", config.MapEnv(map[string]string{"HOME": "/root"}))
+	if err != nil || !reflect.DeepEqual(d.Agent, config.DefaultAgent()) || d.Validate() != nil {
+		t.Errorf("without an agent section: %+v, %v", d.Agent, err)
+	}
+	// A section in part keeps nothing of the default's: no OpenAI model or key secret on an
+	// anthropic gateway.
+	writeFile(t, path, "agent:\n  provider: anthropic\n  base_url: https://gw.example\n")
+	d, err = config.LoadDev(path, config.MapEnv(map[string]string{"HOME": "/root"}))
+	if err != nil || d.Agent.Model != "" || d.Agent.KeySecret != "" || d.Validate() != nil {
+		t.Errorf("a partial agent section: %+v, %v", d.Agent, err)
+	}
+	writeFile(t, path, "agent:\n  models: [claude-x]\n")
+	if d, err = config.LoadDev(path, config.MapEnv(map[string]string{"HOME": "/root"})); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Validate(); err == nil || !strings.Contains(err.Error(), "config agent.provider") {
+		t.Errorf("a section without its provider: %v", err)
 	}
 }
 
@@ -130,6 +146,7 @@ func TestBadInput(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	base := config.DefaultDev(config.MapEnv(map[string]string{"HOME": "/root"}))
+	base.Agent = config.DefaultAgent()
 	cases := []struct {
 		name   string
 		mutate func(*config.Dev)
