@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"sync/atomic"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -35,7 +36,15 @@ type Loop struct {
 	Links *Links
 	// ModelOptions configure the provider adapters (retries).
 	ModelOptions []model.Option
+
+	// held is the one state kept between steps: a person holds the desktop's control lease. Each
+	// step sets it from its request; SetDesktopHeld changes it while steps run.
+	held atomic.Bool
 }
+
+// SetDesktopHeld tells the loop a person took (true) or handed back (false) the desktop: the
+// desktop actions of steps running from now on are refused (or allowed).
+func (l *Loop) SetDesktopHeld(held bool) { l.held.Store(held) }
 
 // NewProvider returns the adapter for a StepRequest's provider.
 // It calls through HTTPClient, never the links; Step makes its own.
@@ -67,6 +76,7 @@ func (l *Loop) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1
 		hc, tr = l.Links.client(req.GetRunId(), req.GetStep())
 		defer tr.CloseIdleConnections()
 	}
+	l.held.Store(req.GetDesktopInputRefused())
 	provider, err := l.newProvider(req.GetProvider(), req.GetBaseUrl(), req.GetApiKey(), hc)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -115,7 +125,7 @@ func (l *Loop) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1
 	for _, call := range reply.ToolCalls {
 		var res tools.Result
 		var err error
-		if req.GetDesktopInputRefused() && actsOnDesktop[call.Name] {
+		if l.held.Load() && actsOnDesktop[call.Name] {
 			res = tools.Result{Text: RefusedWhileControlled, IsError: true}
 			resp.DesktopRefused = true
 		} else {

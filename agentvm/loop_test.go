@@ -244,3 +244,33 @@ func TestStepRefusesDesktopInputWhileControlled(t *testing.T) {
 		})
 	}
 }
+
+// leaseTaker stands in for a tool during which a person takes over the desktop.
+type leaseTaker struct{ loop *agentvm.Loop }
+
+func (leaseTaker) Name() string            { return "wait_a_bit" }
+func (leaseTaker) Description() string     { return "wait" }
+func (leaseTaker) Schema() json.RawMessage { return json.RawMessage(`{"type":"object"}`) }
+func (l leaseTaker) Call(context.Context, json.RawMessage) (tools.Result, error) {
+	l.loop.SetDesktopHeld(true) // what Agents.SetDesktopLease does when a person takes over
+	return tools.Result{Text: "waited"}, nil
+}
+
+// TestStepRefusesDesktopInputAfterATakeOverMidStep: a person taking over while a step runs stops
+// that step's later desktop actions, not only the next step's.
+func TestStepRefusesDesktopInputAfterATakeOverMidStep(t *testing.T) {
+	srv := modeltest.NewServer(t, testKey, modeltest.Calls(
+		modeltest.Call("desktop_click", `{"x":1,"y":1}`),
+		modeltest.Call("wait_a_bit", `{}`),
+		modeltest.Call("desktop_click", `{"x":1,"y":1}`),
+	))
+	var n, clicks atomic.Int32
+	loop := newLoop(t.TempDir(), &n)
+	loop.Tools = append(loop.Tools, fakeClick{&clicks}, leaseTaker{loop})
+	resp, err := loop.Step(t.Context(), stepRequest(srv, agentvm.ProviderOpenAI, 1, nil))
+	require.NoError(t, err)
+	require.Equal(t, "clicked", resp.ToolCalls[0].Result, "before the take-over")
+	require.Equal(t, agentvm.RefusedWhileControlled, resp.ToolCalls[2].Result, "after it")
+	require.EqualValues(t, 1, clicks.Load())
+	require.True(t, resp.DesktopRefused)
+}

@@ -308,6 +308,12 @@ func (s *Server) Cancel(ctx context.Context, req *agentvmv1.CancelRequest) (*age
 	return &agentvmv1.CancelResponse{Cancelled: len(steps) > 0}, nil
 }
 
+// SetDesktopLease tells the loop whether a person holds the desktop's control lease now.
+func (s *Server) SetDesktopLease(_ context.Context, req *agentvmv1.SetDesktopLeaseRequest) (*agentvmv1.SetDesktopLeaseResponse, error) {
+	s.cfg.Loop.SetDesktopHeld(req.GetHeld())
+	return &agentvmv1.SetDesktopLeaseResponse{}, nil
+}
+
 // Get returns the agent's version and capabilities.
 func (s *Server) Get(ctx context.Context, _ *agentvmv1.GetInfoRequest) (*agentvmv1.InfoResponse, error) {
 	caps := []string{"step", "exec", "state"}

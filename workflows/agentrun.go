@@ -66,6 +66,7 @@ type agentRun struct {
 	// nobody); leaseSeq counts those signals, so a step's older view never overrides a newer one.
 	controller string
 	leaseSeq   int
+	boxSeq     int64 // the box's LeaseSeq of the last lease signal applied
 	look       bool // a person handed the desktop back: the next step starts from a screenshot
 	stepCut    bool // the run was cancelled with a step in flight
 }
@@ -88,6 +89,10 @@ func (r *agentRun) setup(ctx workflow.Context) {
 			for {
 				var l RunLeaseSignal
 				ch.Receive(ctx, &l)
+				if l.Seq != 0 && l.Seq <= r.boxSeq {
+					continue // an older change than one already applied
+				}
+				r.boxSeq = l.Seq
 				r.controller, r.look = l.Controller, r.look || l.Controller == ""
 				r.leaseSeq++
 			}
@@ -178,25 +183,29 @@ func (r *agentRun) loop(ctx workflow.Context, box string) (cocoonbox.AgentRunSta
 			r.controller = res.Controller // a lease taken before the run pinned the box
 		}
 		if res.DesktopRefused && r.controller != "" {
-			if !r.wait(ctx) {
-				return cocoonbox.AgentRunCancelled, ""
+			if state, reason, ended := r.wait(ctx); ended {
+				return state, reason
 			}
 		}
 	}
 }
 
 // wait holds the run in the waiting state while a person drives the desktop: the model wanted
-// the desktop and spending steps on refusals would only burn them. It answers false when the run
-// was cancelled meanwhile. The step after it starts from a fresh screenshot.
-func (r *agentRun) wait(ctx workflow.Context) bool {
+// the desktop and spending steps on refusals would only burn them. After the hand-back the run goes
+// on (ended false) from a fresh screenshot; a cancel ends it, and so does a person holding the
+// desktop for longer than MaxRunWait, since the waiting run keeps the box pinned awake.
+func (r *agentRun) wait(ctx workflow.Context) (state cocoonbox.AgentRunState, reason string, ended bool) {
 	r.setState(ctx, cocoonbox.AgentRunWaiting, "a person holds the desktop ("+r.controller+"); the run goes on when they hand it back")
-	_ = workflow.Await(ctx, func() bool { return r.controller == "" || r.cancelled })
-	if r.cancelled || ctx.Err() != nil {
-		return false
+	handedBack, _ := workflow.AwaitWithTimeout(ctx, MaxRunWait, func() bool { return r.controller == "" || r.cancelled })
+	switch {
+	case r.cancelled || ctx.Err() != nil:
+		return cocoonbox.AgentRunCancelled, "", true
+	case !handedBack:
+		return cocoonbox.AgentRunFailed, fmt.Sprintf("%s held the desktop for more than %v; start the run again when it is free", r.controller, MaxRunWait), true
 	}
 	r.look = true
 	r.setState(ctx, cocoonbox.AgentRunRunning, "")
-	return true
+	return "", "", false
 }
 
 // setState records a state the run passes through; a failure to record it is logged, not fatal.
@@ -231,11 +240,12 @@ func stepOptions(ctx workflow.Context) workflow.Context {
 
 func runStateOptions(ctx workflow.Context) workflow.Context { return storeOptions(ctx) }
 
-// cancelStepOptions: stopping a cancelled step is worth a few quick tries, not a long wait; a box
-// that cannot be reached has its step end at the agent's own step timeout.
+// cancelStepOptions: stopping a cancelled step is retried with back-off for a few minutes (a box
+// briefly unreachable); past that, the step ends at the agent's own step timeout.
 func cancelStepOptions(ctx workflow.Context) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: 30 * time.Second,
-		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 3},
+		StartToCloseTimeout:    30 * time.Second,
+		ScheduleToCloseTimeout: 5 * time.Minute,
+		RetryPolicy:            &temporal.RetryPolicy{InitialInterval: time.Second, BackoffCoefficient: 2, MaximumInterval: 30 * time.Second},
 	})
 }

@@ -235,7 +235,7 @@ func TestAgentRunWaitsWhileAPersonDrives(t *testing.T) {
 		during = len(e.inputs)
 		e.mu.Unlock()
 		e.SignalWorkflow(SignalRunHandBack, RunLeaseSignal{})
-	}, time.Hour)
+	}, 30*time.Minute)
 	e.ExecuteWorkflow(AgentRunWorkflow, testRun())
 	require.True(t, e.IsWorkflowCompleted())
 	require.NoError(t, e.GetWorkflowError())
@@ -264,7 +264,7 @@ func TestAgentRunLeaseSignals(t *testing.T) {
 		}
 	})
 	e.RegisterDelayedCallback(func() { e.SignalWorkflow(SignalRunTakeOver, RunLeaseSignal{Controller: "usr_b"}) }, 30*time.Second)
-	e.RegisterDelayedCallback(func() { e.SignalWorkflow(SignalRunCancel, RunCancelSignal{By: "usr_a"}) }, 3*time.Hour)
+	e.RegisterDelayedCallback(func() { e.SignalWorkflow(SignalRunCancel, RunCancelSignal{By: "usr_a"}) }, 50*time.Minute)
 	e.ExecuteWorkflow(AgentRunWorkflow, testRun())
 	require.True(t, e.IsWorkflowCompleted())
 	require.NoError(t, e.GetWorkflowError())
@@ -274,4 +274,50 @@ func TestAgentRunLeaseSignals(t *testing.T) {
 	require.Len(t, e.inputs, 2, "the run waited after step 2 instead of spending steps")
 	require.Equal(t, cocoonbox.AgentRunWaiting, e.states[0].State)
 	require.Equal(t, cocoonbox.AgentRunCancelled, e.states[len(e.states)-1].State)
+}
+
+// TestAgentRunStopsWaitingAfterMaxRunWait: a person who takes the desktop and never hands it back
+// does not keep the run, and the box it pins, waiting for ever.
+func TestAgentRunStopsWaitingAfterMaxRunWait(t *testing.T) {
+	e := newRunEnv(t)
+	e.onStep(func(in activities.StepInput) (activities.StepResult, error) {
+		return activities.StepResult{DesktopRefused: true, Controller: "usr_b"}, nil
+	})
+	e.ExecuteWorkflow(AgentRunWorkflow, testRun())
+	require.True(t, e.IsWorkflowCompleted())
+	require.ErrorContains(t, e.GetWorkflowError(), "usr_b held the desktop for more than 1h0m0s")
+	require.Len(t, e.inputs, 1)
+	last := e.states[len(e.states)-1]
+	require.Equal(t, cocoonbox.AgentRunFailed, last.State)
+	require.Equal(t, []string{SignalPin, SignalUnpin}, e.pins, "the box is unpinned")
+}
+
+// TestAgentRunAppliesLeaseSignalsInOrder: a hand-back and a newer take-over delivered together
+// leave the run waiting for the newer holder, whichever channel is read first.
+func TestAgentRunAppliesLeaseSignalsInOrder(t *testing.T) {
+	e := newRunEnv(t)
+	e.onStep(func(in activities.StepInput) (activities.StepResult, error) {
+		if in.Step == 1 {
+			return activities.StepResult{DesktopRefused: true, Controller: "usr_b"}, nil
+		}
+		return activities.StepResult{Done: true}, nil
+	})
+	e.RegisterDelayedCallback(func() {
+		// usr_b hands back (seq 2) and usr_c takes over (seq 3) in one go; the take-over's
+		// channel is read first.
+		e.SignalWorkflow(SignalRunTakeOver, RunLeaseSignal{Controller: "usr_c", Seq: 3})
+		e.SignalWorkflow(SignalRunHandBack, RunLeaseSignal{Seq: 2})
+	}, time.Minute)
+	e.RegisterDelayedCallback(func() { e.SignalWorkflow(SignalRunHandBack, RunLeaseSignal{Seq: 4}) }, 10*time.Minute)
+	var during int
+	e.RegisterDelayedCallback(func() {
+		e.mu.Lock()
+		during = len(e.inputs)
+		e.mu.Unlock()
+	}, 5*time.Minute)
+	e.ExecuteWorkflow(AgentRunWorkflow, testRun())
+	require.True(t, e.IsWorkflowCompleted())
+	require.NoError(t, e.GetWorkflowError())
+	require.Equal(t, 1, during, "the run still waited for usr_c")
+	require.Len(t, e.inputs, 2)
 }

@@ -100,6 +100,9 @@ type BoxCarriedState struct {
 	// Controller is the user who holds the desktop's control lease; "" when nobody does (the
 	// agent may drive).
 	Controller string
+	// LeaseSeq counts the lease's changes of hands, so a run told of several in one go applies
+	// them in order.
+	LeaseSeq int64
 }
 
 // CreateInput is the create update's argument (sent with Update-with-Start).
@@ -213,6 +216,10 @@ const (
 	SignalRunHandBack = "handback" // the person handed the desktop back
 )
 
+// MaxRunWait is how long a run waits for a person to hand the desktop back before it fails: a
+// waiting run pins the box awake.
+const MaxRunWait = time.Hour
+
 // DefaultAgentMaxSteps bounds a run whose input does not say.
 const DefaultAgentMaxSteps = 50
 
@@ -247,6 +254,9 @@ type RunMessageSignal struct {
 // SignalRunHandBack); the box workflow sends it to every run pinning the box.
 type RunLeaseSignal struct {
 	Controller string // who holds the lease now; "" after a hand-back
+	// Seq is the box's BoxCarriedState.LeaseSeq after this change: a run ignores a signal older
+	// than one it applied (the two signal channels are read in no particular order).
+	Seq int64
 }
 
 // RunCancelSignal stops a run.

@@ -314,16 +314,24 @@ timeout 5 runuser -u user -- xwininfo -id "$w" | grep 'Map State'`)
 
 	t.Run("take over and hand back", func(t *testing.T) {
 		a.useProvider(agentvm.ProviderOpenAI)
-		if _, err := a.api.TakeOver(a.auth, &cbv1.TakeOverRequest{Box: string(a.id)}); err != nil {
-			t.Fatal(err)
-		}
+		// The person takes over while the first step's shell command runs: the same step's
+		// click after it is refused, and the run waits.
 		models.Script(
-			modeltest.Calls(modeltest.Call("desktop_click", `{"x":640,"y":400}`)),
+			modeltest.Calls(
+				modeltest.Call("shell", `{"command":"touch /tmp/agent-step-1; sleep 3"}`),
+				modeltest.Call("desktop_click", `{"x":640,"y":400}`)),
 			modeltest.Calls(modeltest.Call("desktop_click", `{"x":640,"y":400}`)),
 			modeltest.Reply("Clicked."))
 		run := a.start(t, "Click the middle of the screen.")
+		if err := waitFor(a.ctx, time.Minute, func() error { _, err := a.run("test -e /tmp/agent-step-1"); return err }); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.api.TakeOver(a.auth, &cbv1.TakeOverRequest{Box: string(a.id)}); err != nil {
+			t.Fatal(err)
+		}
 		run = a.waitRun(t, run.GetId(), 2*time.Minute, string(cocoonbox.AgentRunWaiting))
-		if len(run.GetSteps()) != 1 || run.GetSteps()[0].GetToolCalls()[0].GetResult() != agentvm.RefusedWhileControlled {
+		if len(run.GetSteps()) != 1 || len(run.GetSteps()[0].GetToolCalls()) != 2 ||
+			run.GetSteps()[0].GetToolCalls()[1].GetResult() != agentvm.RefusedWhileControlled {
 			t.Fatalf("steps while a person drives: %v", run.GetSteps())
 		}
 		served := len(models.Requests())
@@ -349,6 +357,10 @@ timeout 5 runuser -u user -- xwininfo -id "$w" | grep 'Map State'`)
 		}
 		// This run passes through every state a run has but failure: it is the replay history.
 		if v, _ := config.Env()(writeHistoryEnv); v == "1" {
+			// The run's row says succeeded before its workflow has unpinned the box and ended.
+			if err := a.d.Temporal.GetWorkflow(a.ctx, workflows.AgentRunWorkflowID(run.GetId()), "").Get(a.ctx, nil); err != nil {
+				t.Fatal(err)
+			}
 			writeHistory(a.ctx, t, a.d, workflows.AgentRunWorkflowID(run.GetId()), agentRunHistoryFile)
 		}
 	})

@@ -1427,6 +1427,87 @@ func (x *ImportResponse) GetFiles() int64 {
 	return 0
 }
 
+type SetDesktopLeaseRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// held is true while a person holds the desktop's control lease.
+	Held          bool `protobuf:"varint,1,opt,name=held,proto3" json:"held,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetDesktopLeaseRequest) Reset() {
+	*x = SetDesktopLeaseRequest{}
+	mi := &file_agentvm_v1_agent_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetDesktopLeaseRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetDesktopLeaseRequest) ProtoMessage() {}
+
+func (x *SetDesktopLeaseRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentvm_v1_agent_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetDesktopLeaseRequest.ProtoReflect.Descriptor instead.
+func (*SetDesktopLeaseRequest) Descriptor() ([]byte, []int) {
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *SetDesktopLeaseRequest) GetHeld() bool {
+	if x != nil {
+		return x.Held
+	}
+	return false
+}
+
+type SetDesktopLeaseResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetDesktopLeaseResponse) Reset() {
+	*x = SetDesktopLeaseResponse{}
+	mi := &file_agentvm_v1_agent_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetDesktopLeaseResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetDesktopLeaseResponse) ProtoMessage() {}
+
+func (x *SetDesktopLeaseResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentvm_v1_agent_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetDesktopLeaseResponse.ProtoReflect.Descriptor instead.
+func (*SetDesktopLeaseResponse) Descriptor() ([]byte, []int) {
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{24}
+}
+
 var File_agentvm_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agentvm_v1_agent_proto_rawDesc = "" +
@@ -1528,10 +1609,14 @@ const file_agentvm_v1_agent_proto_rawDesc = "" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"<\n" +
 	"\x0eImportResponse\x12\x14\n" +
 	"\x05bytes\x18\x01 \x01(\x03R\x05bytes\x12\x14\n" +
-	"\x05files\x18\x02 \x01(\x03R\x05files2\xac\x01\n" +
+	"\x05files\x18\x02 \x01(\x03R\x05files\",\n" +
+	"\x16SetDesktopLeaseRequest\x12\x12\n" +
+	"\x04held\x18\x01 \x01(\bR\x04held\"\x19\n" +
+	"\x17SetDesktopLeaseResponse2\x9c\x02\n" +
 	"\x06Agents\x12M\n" +
 	"\x04Step\x12!.cocoonbox.agentvm.v1.StepRequest\x1a\".cocoonbox.agentvm.v1.StepResponse\x12S\n" +
-	"\x06Cancel\x12#.cocoonbox.agentvm.v1.CancelRequest\x1a$.cocoonbox.agentvm.v1.CancelResponse2X\n" +
+	"\x06Cancel\x12#.cocoonbox.agentvm.v1.CancelRequest\x1a$.cocoonbox.agentvm.v1.CancelResponse\x12n\n" +
+	"\x0fSetDesktopLease\x12,.cocoonbox.agentvm.v1.SetDesktopLeaseRequest\x1a-.cocoonbox.agentvm.v1.SetDesktopLeaseResponse2X\n" +
 	"\aSession\x12M\n" +
 	"\x04Exec\x12!.cocoonbox.agentvm.v1.ExecRequest\x1a .cocoonbox.agentvm.v1.ExecOutput0\x012\x88\x04\n" +
 	"\aDesktop\x12_\n" +
@@ -1561,64 +1646,68 @@ func file_agentvm_v1_agent_proto_rawDescGZIP() []byte {
 	return file_agentvm_v1_agent_proto_rawDescData
 }
 
-var file_agentvm_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_agentvm_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_agentvm_v1_agent_proto_goTypes = []any{
-	(*StepRequest)(nil),        // 0: cocoonbox.agentvm.v1.StepRequest
-	(*StepResponse)(nil),       // 1: cocoonbox.agentvm.v1.StepResponse
-	(*ToolCallResult)(nil),     // 2: cocoonbox.agentvm.v1.ToolCallResult
-	(*CancelRequest)(nil),      // 3: cocoonbox.agentvm.v1.CancelRequest
-	(*CancelResponse)(nil),     // 4: cocoonbox.agentvm.v1.CancelResponse
-	(*ExecRequest)(nil),        // 5: cocoonbox.agentvm.v1.ExecRequest
-	(*ExecOutput)(nil),         // 6: cocoonbox.agentvm.v1.ExecOutput
-	(*GetInfoRequest)(nil),     // 7: cocoonbox.agentvm.v1.GetInfoRequest
-	(*InfoResponse)(nil),       // 8: cocoonbox.agentvm.v1.InfoResponse
-	(*ScreenshotRequest)(nil),  // 9: cocoonbox.agentvm.v1.ScreenshotRequest
-	(*ScreenshotResponse)(nil), // 10: cocoonbox.agentvm.v1.ScreenshotResponse
-	(*ClickRequest)(nil),       // 11: cocoonbox.agentvm.v1.ClickRequest
-	(*MoveRequest)(nil),        // 12: cocoonbox.agentvm.v1.MoveRequest
-	(*TypeRequest)(nil),        // 13: cocoonbox.agentvm.v1.TypeRequest
-	(*KeyRequest)(nil),         // 14: cocoonbox.agentvm.v1.KeyRequest
-	(*ScrollRequest)(nil),      // 15: cocoonbox.agentvm.v1.ScrollRequest
-	(*DesktopResponse)(nil),    // 16: cocoonbox.agentvm.v1.DesktopResponse
-	(*StatRequest)(nil),        // 17: cocoonbox.agentvm.v1.StatRequest
-	(*StatResponse)(nil),       // 18: cocoonbox.agentvm.v1.StatResponse
-	(*ExportRequest)(nil),      // 19: cocoonbox.agentvm.v1.ExportRequest
-	(*Chunk)(nil),              // 20: cocoonbox.agentvm.v1.Chunk
-	(*ImportRequest)(nil),      // 21: cocoonbox.agentvm.v1.ImportRequest
-	(*ImportResponse)(nil),     // 22: cocoonbox.agentvm.v1.ImportResponse
-	nil,                        // 23: cocoonbox.agentvm.v1.ExecRequest.EnvEntry
+	(*StepRequest)(nil),             // 0: cocoonbox.agentvm.v1.StepRequest
+	(*StepResponse)(nil),            // 1: cocoonbox.agentvm.v1.StepResponse
+	(*ToolCallResult)(nil),          // 2: cocoonbox.agentvm.v1.ToolCallResult
+	(*CancelRequest)(nil),           // 3: cocoonbox.agentvm.v1.CancelRequest
+	(*CancelResponse)(nil),          // 4: cocoonbox.agentvm.v1.CancelResponse
+	(*ExecRequest)(nil),             // 5: cocoonbox.agentvm.v1.ExecRequest
+	(*ExecOutput)(nil),              // 6: cocoonbox.agentvm.v1.ExecOutput
+	(*GetInfoRequest)(nil),          // 7: cocoonbox.agentvm.v1.GetInfoRequest
+	(*InfoResponse)(nil),            // 8: cocoonbox.agentvm.v1.InfoResponse
+	(*ScreenshotRequest)(nil),       // 9: cocoonbox.agentvm.v1.ScreenshotRequest
+	(*ScreenshotResponse)(nil),      // 10: cocoonbox.agentvm.v1.ScreenshotResponse
+	(*ClickRequest)(nil),            // 11: cocoonbox.agentvm.v1.ClickRequest
+	(*MoveRequest)(nil),             // 12: cocoonbox.agentvm.v1.MoveRequest
+	(*TypeRequest)(nil),             // 13: cocoonbox.agentvm.v1.TypeRequest
+	(*KeyRequest)(nil),              // 14: cocoonbox.agentvm.v1.KeyRequest
+	(*ScrollRequest)(nil),           // 15: cocoonbox.agentvm.v1.ScrollRequest
+	(*DesktopResponse)(nil),         // 16: cocoonbox.agentvm.v1.DesktopResponse
+	(*StatRequest)(nil),             // 17: cocoonbox.agentvm.v1.StatRequest
+	(*StatResponse)(nil),            // 18: cocoonbox.agentvm.v1.StatResponse
+	(*ExportRequest)(nil),           // 19: cocoonbox.agentvm.v1.ExportRequest
+	(*Chunk)(nil),                   // 20: cocoonbox.agentvm.v1.Chunk
+	(*ImportRequest)(nil),           // 21: cocoonbox.agentvm.v1.ImportRequest
+	(*ImportResponse)(nil),          // 22: cocoonbox.agentvm.v1.ImportResponse
+	(*SetDesktopLeaseRequest)(nil),  // 23: cocoonbox.agentvm.v1.SetDesktopLeaseRequest
+	(*SetDesktopLeaseResponse)(nil), // 24: cocoonbox.agentvm.v1.SetDesktopLeaseResponse
+	nil,                             // 25: cocoonbox.agentvm.v1.ExecRequest.EnvEntry
 }
 var file_agentvm_v1_agent_proto_depIdxs = []int32{
 	2,  // 0: cocoonbox.agentvm.v1.StepResponse.tool_calls:type_name -> cocoonbox.agentvm.v1.ToolCallResult
-	23, // 1: cocoonbox.agentvm.v1.ExecRequest.env:type_name -> cocoonbox.agentvm.v1.ExecRequest.EnvEntry
+	25, // 1: cocoonbox.agentvm.v1.ExecRequest.env:type_name -> cocoonbox.agentvm.v1.ExecRequest.EnvEntry
 	0,  // 2: cocoonbox.agentvm.v1.Agents.Step:input_type -> cocoonbox.agentvm.v1.StepRequest
 	3,  // 3: cocoonbox.agentvm.v1.Agents.Cancel:input_type -> cocoonbox.agentvm.v1.CancelRequest
-	5,  // 4: cocoonbox.agentvm.v1.Session.Exec:input_type -> cocoonbox.agentvm.v1.ExecRequest
-	9,  // 5: cocoonbox.agentvm.v1.Desktop.Screenshot:input_type -> cocoonbox.agentvm.v1.ScreenshotRequest
-	11, // 6: cocoonbox.agentvm.v1.Desktop.Click:input_type -> cocoonbox.agentvm.v1.ClickRequest
-	12, // 7: cocoonbox.agentvm.v1.Desktop.Move:input_type -> cocoonbox.agentvm.v1.MoveRequest
-	13, // 8: cocoonbox.agentvm.v1.Desktop.Type:input_type -> cocoonbox.agentvm.v1.TypeRequest
-	14, // 9: cocoonbox.agentvm.v1.Desktop.Key:input_type -> cocoonbox.agentvm.v1.KeyRequest
-	15, // 10: cocoonbox.agentvm.v1.Desktop.Scroll:input_type -> cocoonbox.agentvm.v1.ScrollRequest
-	17, // 11: cocoonbox.agentvm.v1.State.Stat:input_type -> cocoonbox.agentvm.v1.StatRequest
-	19, // 12: cocoonbox.agentvm.v1.State.Export:input_type -> cocoonbox.agentvm.v1.ExportRequest
-	21, // 13: cocoonbox.agentvm.v1.State.Import:input_type -> cocoonbox.agentvm.v1.ImportRequest
-	7,  // 14: cocoonbox.agentvm.v1.Info.Get:input_type -> cocoonbox.agentvm.v1.GetInfoRequest
-	1,  // 15: cocoonbox.agentvm.v1.Agents.Step:output_type -> cocoonbox.agentvm.v1.StepResponse
-	4,  // 16: cocoonbox.agentvm.v1.Agents.Cancel:output_type -> cocoonbox.agentvm.v1.CancelResponse
-	6,  // 17: cocoonbox.agentvm.v1.Session.Exec:output_type -> cocoonbox.agentvm.v1.ExecOutput
-	10, // 18: cocoonbox.agentvm.v1.Desktop.Screenshot:output_type -> cocoonbox.agentvm.v1.ScreenshotResponse
-	16, // 19: cocoonbox.agentvm.v1.Desktop.Click:output_type -> cocoonbox.agentvm.v1.DesktopResponse
-	16, // 20: cocoonbox.agentvm.v1.Desktop.Move:output_type -> cocoonbox.agentvm.v1.DesktopResponse
-	16, // 21: cocoonbox.agentvm.v1.Desktop.Type:output_type -> cocoonbox.agentvm.v1.DesktopResponse
-	16, // 22: cocoonbox.agentvm.v1.Desktop.Key:output_type -> cocoonbox.agentvm.v1.DesktopResponse
-	16, // 23: cocoonbox.agentvm.v1.Desktop.Scroll:output_type -> cocoonbox.agentvm.v1.DesktopResponse
-	18, // 24: cocoonbox.agentvm.v1.State.Stat:output_type -> cocoonbox.agentvm.v1.StatResponse
-	20, // 25: cocoonbox.agentvm.v1.State.Export:output_type -> cocoonbox.agentvm.v1.Chunk
-	22, // 26: cocoonbox.agentvm.v1.State.Import:output_type -> cocoonbox.agentvm.v1.ImportResponse
-	8,  // 27: cocoonbox.agentvm.v1.Info.Get:output_type -> cocoonbox.agentvm.v1.InfoResponse
-	15, // [15:28] is the sub-list for method output_type
-	2,  // [2:15] is the sub-list for method input_type
+	23, // 4: cocoonbox.agentvm.v1.Agents.SetDesktopLease:input_type -> cocoonbox.agentvm.v1.SetDesktopLeaseRequest
+	5,  // 5: cocoonbox.agentvm.v1.Session.Exec:input_type -> cocoonbox.agentvm.v1.ExecRequest
+	9,  // 6: cocoonbox.agentvm.v1.Desktop.Screenshot:input_type -> cocoonbox.agentvm.v1.ScreenshotRequest
+	11, // 7: cocoonbox.agentvm.v1.Desktop.Click:input_type -> cocoonbox.agentvm.v1.ClickRequest
+	12, // 8: cocoonbox.agentvm.v1.Desktop.Move:input_type -> cocoonbox.agentvm.v1.MoveRequest
+	13, // 9: cocoonbox.agentvm.v1.Desktop.Type:input_type -> cocoonbox.agentvm.v1.TypeRequest
+	14, // 10: cocoonbox.agentvm.v1.Desktop.Key:input_type -> cocoonbox.agentvm.v1.KeyRequest
+	15, // 11: cocoonbox.agentvm.v1.Desktop.Scroll:input_type -> cocoonbox.agentvm.v1.ScrollRequest
+	17, // 12: cocoonbox.agentvm.v1.State.Stat:input_type -> cocoonbox.agentvm.v1.StatRequest
+	19, // 13: cocoonbox.agentvm.v1.State.Export:input_type -> cocoonbox.agentvm.v1.ExportRequest
+	21, // 14: cocoonbox.agentvm.v1.State.Import:input_type -> cocoonbox.agentvm.v1.ImportRequest
+	7,  // 15: cocoonbox.agentvm.v1.Info.Get:input_type -> cocoonbox.agentvm.v1.GetInfoRequest
+	1,  // 16: cocoonbox.agentvm.v1.Agents.Step:output_type -> cocoonbox.agentvm.v1.StepResponse
+	4,  // 17: cocoonbox.agentvm.v1.Agents.Cancel:output_type -> cocoonbox.agentvm.v1.CancelResponse
+	24, // 18: cocoonbox.agentvm.v1.Agents.SetDesktopLease:output_type -> cocoonbox.agentvm.v1.SetDesktopLeaseResponse
+	6,  // 19: cocoonbox.agentvm.v1.Session.Exec:output_type -> cocoonbox.agentvm.v1.ExecOutput
+	10, // 20: cocoonbox.agentvm.v1.Desktop.Screenshot:output_type -> cocoonbox.agentvm.v1.ScreenshotResponse
+	16, // 21: cocoonbox.agentvm.v1.Desktop.Click:output_type -> cocoonbox.agentvm.v1.DesktopResponse
+	16, // 22: cocoonbox.agentvm.v1.Desktop.Move:output_type -> cocoonbox.agentvm.v1.DesktopResponse
+	16, // 23: cocoonbox.agentvm.v1.Desktop.Type:output_type -> cocoonbox.agentvm.v1.DesktopResponse
+	16, // 24: cocoonbox.agentvm.v1.Desktop.Key:output_type -> cocoonbox.agentvm.v1.DesktopResponse
+	16, // 25: cocoonbox.agentvm.v1.Desktop.Scroll:output_type -> cocoonbox.agentvm.v1.DesktopResponse
+	18, // 26: cocoonbox.agentvm.v1.State.Stat:output_type -> cocoonbox.agentvm.v1.StatResponse
+	20, // 27: cocoonbox.agentvm.v1.State.Export:output_type -> cocoonbox.agentvm.v1.Chunk
+	22, // 28: cocoonbox.agentvm.v1.State.Import:output_type -> cocoonbox.agentvm.v1.ImportResponse
+	8,  // 29: cocoonbox.agentvm.v1.Info.Get:output_type -> cocoonbox.agentvm.v1.InfoResponse
+	16, // [16:30] is the sub-list for method output_type
+	2,  // [2:16] is the sub-list for method input_type
 	2,  // [2:2] is the sub-list for extension type_name
 	2,  // [2:2] is the sub-list for extension extendee
 	0,  // [0:2] is the sub-list for field type_name
@@ -1635,7 +1724,7 @@ func file_agentvm_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentvm_v1_agent_proto_rawDesc), len(file_agentvm_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   24,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

@@ -19,8 +19,9 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	Agents_Step_FullMethodName   = "/cocoonbox.agentvm.v1.Agents/Step"
-	Agents_Cancel_FullMethodName = "/cocoonbox.agentvm.v1.Agents/Cancel"
+	Agents_Step_FullMethodName            = "/cocoonbox.agentvm.v1.Agents/Step"
+	Agents_Cancel_FullMethodName          = "/cocoonbox.agentvm.v1.Agents/Cancel"
+	Agents_SetDesktopLease_FullMethodName = "/cocoonbox.agentvm.v1.Agents/SetDesktopLease"
 )
 
 // AgentsClient is the client API for Agents service.
@@ -36,6 +37,10 @@ type AgentsClient interface {
 	Step(ctx context.Context, in *StepRequest, opts ...grpc.CallOption) (*StepResponse, error)
 	// Cancel stops the run's step in progress, if any; its context is cancelled.
 	Cancel(ctx context.Context, in *CancelRequest, opts ...grpc.CallOption) (*CancelResponse, error)
+	// SetDesktopLease tells the agent a person took (or handed back) the desktop's control lease
+	// while steps may be running: from then on their desktop actions are refused (or allowed). Each
+	// Step also sets it from its desktop_input_refused, so a missed call corrects itself.
+	SetDesktopLease(ctx context.Context, in *SetDesktopLeaseRequest, opts ...grpc.CallOption) (*SetDesktopLeaseResponse, error)
 }
 
 type agentsClient struct {
@@ -66,6 +71,16 @@ func (c *agentsClient) Cancel(ctx context.Context, in *CancelRequest, opts ...gr
 	return out, nil
 }
 
+func (c *agentsClient) SetDesktopLease(ctx context.Context, in *SetDesktopLeaseRequest, opts ...grpc.CallOption) (*SetDesktopLeaseResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(SetDesktopLeaseResponse)
+	err := c.cc.Invoke(ctx, Agents_SetDesktopLease_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentsServer is the server API for Agents service.
 // All implementations must embed UnimplementedAgentsServer
 // for forward compatibility.
@@ -79,6 +94,10 @@ type AgentsServer interface {
 	Step(context.Context, *StepRequest) (*StepResponse, error)
 	// Cancel stops the run's step in progress, if any; its context is cancelled.
 	Cancel(context.Context, *CancelRequest) (*CancelResponse, error)
+	// SetDesktopLease tells the agent a person took (or handed back) the desktop's control lease
+	// while steps may be running: from then on their desktop actions are refused (or allowed). Each
+	// Step also sets it from its desktop_input_refused, so a missed call corrects itself.
+	SetDesktopLease(context.Context, *SetDesktopLeaseRequest) (*SetDesktopLeaseResponse, error)
 	mustEmbedUnimplementedAgentsServer()
 }
 
@@ -94,6 +113,9 @@ func (UnimplementedAgentsServer) Step(context.Context, *StepRequest) (*StepRespo
 }
 func (UnimplementedAgentsServer) Cancel(context.Context, *CancelRequest) (*CancelResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Cancel not implemented")
+}
+func (UnimplementedAgentsServer) SetDesktopLease(context.Context, *SetDesktopLeaseRequest) (*SetDesktopLeaseResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetDesktopLease not implemented")
 }
 func (UnimplementedAgentsServer) mustEmbedUnimplementedAgentsServer() {}
 func (UnimplementedAgentsServer) testEmbeddedByValue()                {}
@@ -152,6 +174,24 @@ func _Agents_Cancel_Handler(srv interface{}, ctx context.Context, dec func(inter
 	return interceptor(ctx, in, info, handler)
 }
 
+func _Agents_SetDesktopLease_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetDesktopLeaseRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentsServer).SetDesktopLease(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Agents_SetDesktopLease_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentsServer).SetDesktopLease(ctx, req.(*SetDesktopLeaseRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Agents_ServiceDesc is the grpc.ServiceDesc for Agents service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -166,6 +206,10 @@ var Agents_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "Cancel",
 			Handler:    _Agents_Cancel_Handler,
+		},
+		{
+			MethodName: "SetDesktopLease",
+			Handler:    _Agents_SetDesktopLease_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},
