@@ -67,8 +67,8 @@ type agentRun struct {
 	controller string
 	leaseSeq   int
 	boxSeq     int64 // the box's LeaseSeq of the last lease signal applied
-	look       bool // a person handed the desktop back: the next step starts from a screenshot
-	stepCut    bool // the run was cancelled with a step in flight
+	look       bool  // a person handed the desktop back: the next step starts from a screenshot
+	stepCut    bool  // the run was cancelled with a step in flight
 }
 
 // setup registers the signals.
