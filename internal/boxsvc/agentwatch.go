@@ -31,7 +31,9 @@ func (s *Service) WatchRun(ctx context.Context, caller, runID string, send func(
 		every = defaultRunWatchEvery
 	}
 	var last *store.AgentRun
-	sent := 0 // the highest step number sent
+	// What was sent of each step: a retried step's row is replaced, and a follower hears the
+	// step again if it reads differently.
+	sent := map[int]string{}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -52,13 +54,14 @@ func (s *Service) WatchRun(ctx context.Context, caller, runID string, send func(
 			return fmt.Errorf("read run steps: %w", err)
 		}
 		for i := range steps {
-			if steps[i].Step <= sent {
+			seen := steps[i].Summary + "\x00" + string(steps[i].Payload)
+			if prev, ok := sent[steps[i].Step]; ok && prev == seen {
 				continue
 			}
 			if err := send(RunEvent{Step: &steps[i]}); err != nil {
 				return err
 			}
-			sent = steps[i].Step
+			sent[steps[i].Step] = seen
 		}
 		if last == nil || runChanged(*last, run) {
 			if err := send(RunEvent{Run: ref(withSteps(run, steps))}); err != nil {

@@ -106,6 +106,8 @@ func TestWatchRun(t *testing.T) {
 	next(`run waiting 1 "looking" ""`)
 	e.step(t, 2, "")
 	next("step 2")
+	e.step(t, 2, "retried") // a retried step's row is replaced: the follower hears it again
+	next("step 2")
 	e.step(t, 3, "the site is up")
 	if err := e.st.SetAgentRunState(ctx, e.run, cocoonbox.AgentRunSucceeded, ""); err != nil {
 		t.Fatal(err)
