@@ -5,7 +5,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -18,8 +17,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/loomhand/cocoonbox/agentvm"
-	"github.com/loomhand/cocoonbox/internal/config"
-	"github.com/loomhand/cocoonbox/internal/engine/images"
 	agentvmv1 "github.com/loomhand/cocoonbox/proto/agentvm/v1"
 )
 
@@ -35,26 +32,12 @@ const (
 // agent answers after hibernate and wake. Like every runtime test it fails, never skips, when the
 // image is not built.
 func TestGVisorDesktopAgentSurvivesHibernate(t *testing.T) {
-	e := newTestEnv(t, NameGVisor)
-	cache, _ := config.Env()("COCOONBOX_IMAGE_CACHE")
-	rootfs, err := images.Resolve(cache, "desktop")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.rootfs = rootfs
-	spec := e.spec()
-	spec.VCPUs, spec.MemoryMB = 2, 2048
 	t0 := time.Now()
-	b := e.start(t, spec)
-	t.Cleanup(func() { // before the box and its console go
-		if t.Failed() {
-			t.Logf("console:\n%s", readFrom(filepath.Join(b.Dir, consoleFile), 0))
-		}
-	})
+	e, b := startDesktopBox(t)
 
 	// Before the control plane writes the credential, the agent is up and refuses everyone.
 	conn := dialAgent(t, e, b.ID)
-	_, err = agentvmv1.NewInfoClient(conn).Get(t.Context(), &agentvmv1.GetInfoRequest{})
+	_, err := agentvmv1.NewInfoClient(conn).Get(t.Context(), &agentvmv1.GetInfoRequest{})
 	if status.Code(err) != codes.Unauthenticated || !strings.Contains(err.Error(), "no credential yet") {
 		t.Fatalf("Info before the credential: %v, want UNAUTHENTICATED no credential yet", err)
 	}

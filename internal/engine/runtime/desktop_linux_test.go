@@ -27,22 +27,8 @@ const (
 // same desktop answers after hibernate and wake. Like every runtime test it fails, never skips,
 // when the image is not built.
 func TestGVisorDesktopSurvivesHibernate(t *testing.T) {
-	e := newTestEnv(t, NameGVisor)
-	cache, _ := config.Env()("COCOONBOX_IMAGE_CACHE")
-	rootfs, err := images.Resolve(cache, "desktop")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.rootfs = rootfs
-	spec := e.spec()
-	spec.VCPUs, spec.MemoryMB = 2, 2048
 	t0 := time.Now()
-	b := e.start(t, spec)
-	t.Cleanup(func() { // before the box and its console go
-		if t.Failed() {
-			t.Logf("console:\n%s", readFrom(filepath.Join(b.Dir, consoleFile), 0))
-		}
-	})
+	e, b := startDesktopBox(t)
 
 	checkRFB(t, e, b.ID)
 	t.Logf("boot to an RFB answer: %v", time.Since(t0))
@@ -149,4 +135,27 @@ func pollLong(t *testing.T, what string, cond func() bool, seen *string) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// startDesktopBox starts a box from the desktop image (2 vCPUs, 2 GiB, as XFCE wants) and logs
+// its console if the test fails. Like every runtime test it fails, never skips, when the image
+// is not built.
+func startDesktopBox(t *testing.T) (*testEnv, Spec) {
+	t.Helper()
+	e := newTestEnv(t, NameGVisor)
+	cache, _ := config.Env()("COCOONBOX_IMAGE_CACHE")
+	rootfs, err := images.Resolve(cache, "desktop")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.rootfs = rootfs
+	spec := e.spec()
+	spec.VCPUs, spec.MemoryMB = 2, 2048
+	b := e.start(t, spec)
+	t.Cleanup(func() { // before the box and its console go
+		if t.Failed() {
+			t.Logf("console:\n%s", readFrom(filepath.Join(b.Dir, consoleFile), 0))
+		}
+	})
+	return e, b
 }

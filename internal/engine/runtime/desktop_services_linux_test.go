@@ -10,7 +10,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -24,8 +23,6 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/loomhand/cocoonbox/agentvm"
-	"github.com/loomhand/cocoonbox/internal/config"
-	"github.com/loomhand/cocoonbox/internal/engine/images"
 	agentvmv1 "github.com/loomhand/cocoonbox/proto/agentvm/v1"
 )
 
@@ -34,21 +31,7 @@ import (
 // desktop, the pointer moved and read back with xdotool, a key pressed, the home directory
 // measured and exported; and the in-box MCP endpoint (7072) listing the agent's tools.
 func TestGVisorDesktopAgentServices(t *testing.T) {
-	e := newTestEnv(t, NameGVisor)
-	cache, _ := config.Env()("COCOONBOX_IMAGE_CACHE")
-	rootfs, err := images.Resolve(cache, "desktop")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.rootfs = rootfs
-	spec := e.spec()
-	spec.VCPUs, spec.MemoryMB = 2, 2048
-	b := e.start(t, spec)
-	t.Cleanup(func() {
-		if t.Failed() {
-			t.Logf("console:\n%s", readFrom(filepath.Join(b.Dir, consoleFile), 0))
-		}
-	})
+	e, b := startDesktopBox(t)
 	conn := dialAgent(t, e, b.ID)
 	defer func() { _ = conn.Close() }()
 	const cred = "box-credential-desk"
