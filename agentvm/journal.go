@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/loomhand/cocoonbox/agentvm/tools"
 	agentvmv1 "github.com/loomhand/cocoonbox/proto/agentvm/v1"
 )
 
@@ -100,7 +101,7 @@ func (j *Journal) Record(runID string, step int32, resp *agentvmv1.StepResponse)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("write journal: %w", err)
 	}
-	if err := writeSynced(path, data); err != nil {
+	if err := tools.WriteFileAtomic(path, data, 0o600); err != nil {
 		return fmt.Errorf("write journal: %w", err)
 	}
 	return nil
@@ -163,35 +164,4 @@ func (j *Journal) lock(ctx context.Context, key string) (unlock func(), err erro
 		go func() { <-got; l.mu.Unlock(); release() }()
 		return nil, ctx.Err()
 	}
-}
-
-// writeSynced writes data to path through a synced temporary file, a rename and a sync of the
-// directory, so a crash leaves either no file or the whole file.
-func writeSynced(path string, data []byte) error {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, ".tmp-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name()) // no-op after the rename
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return err
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -73,7 +73,7 @@ func (ReadFile) Schema() json.RawMessage {
 // Call reads the file.
 func (t ReadFile) Call(ctx context.Context, raw json.RawMessage) (Result, error) {
 	var a pathArgs
-	if err := decodeArgs(raw, &a); err != nil {
+	if err := DecodeArgs(raw, &a); err != nil {
 		return Result{}, err
 	}
 	if err := a.check(); err != nil {
@@ -141,7 +141,7 @@ type writeArgs struct {
 // Call writes the file atomically: a temporary file in the same directory, then a rename.
 func (t WriteFile) Call(ctx context.Context, raw json.RawMessage) (Result, error) {
 	var a writeArgs
-	if err := decodeArgs(raw, &a); err != nil {
+	if err := DecodeArgs(raw, &a); err != nil {
 		return Result{}, err
 	}
 	if err := (pathArgs{Path: a.Path}).check(); err != nil {
@@ -164,14 +164,16 @@ func (t WriteFile) Call(ctx context.Context, raw json.RawMessage) (Result, error
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return failed("write %s: %v", path, unwrapPath(err))
 	}
-	if err := writeAtomic(path, []byte(*a.Content), mode); err != nil {
+	if err := WriteFileAtomic(path, []byte(*a.Content), mode); err != nil {
 		return failed("write %s: %v", path, unwrapPath(err))
 	}
 	return Result{Text: fmt.Sprintf("wrote %d bytes to %s", len(*a.Content), path)}, nil
 }
 
-// writeAtomic replaces path with data through a synced temporary file and a rename.
-func writeAtomic(path string, data []byte, mode fs.FileMode) error {
+// WriteFileAtomic replaces path with data through a synced temporary file, a rename and a sync
+// of the directory: a reader sees the old file or the new one, and after a crash the new one
+// stays once this returned.
+func WriteFileAtomic(path string, data []byte, mode fs.FileMode) error {
 	tmp, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".tmp-*")
 	if err != nil {
 		return err
@@ -192,7 +194,15 @@ func writeAtomic(path string, data []byte, mode fs.FileMode) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), path)
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
 
 // ListDir is the `list_dir` tool.
@@ -214,7 +224,7 @@ func (ListDir) Schema() json.RawMessage {
 // Call lists the directory, sorted by name.
 func (t ListDir) Call(ctx context.Context, raw json.RawMessage) (Result, error) {
 	var a pathArgs
-	if err := decodeArgs(raw, &a); err != nil {
+	if err := DecodeArgs(raw, &a); err != nil {
 		return Result{}, err
 	}
 	if err := a.check(); err != nil {

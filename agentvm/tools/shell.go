@@ -51,7 +51,7 @@ type shellArgs struct {
 // Call runs the command. A non-zero exit or a timeout is a Result with IsError set.
 func (s Shell) Call(ctx context.Context, raw json.RawMessage) (Result, error) {
 	var a shellArgs
-	if err := decodeArgs(raw, &a); err != nil {
+	if err := DecodeArgs(raw, &a); err != nil {
 		return Result{}, err
 	}
 	if strings.TrimSpace(a.Command) == "" {
@@ -153,9 +153,10 @@ func (w *capWriter) writeTo(b *strings.Builder, name string) {
 	}
 }
 
-// decodeArgs decodes a call's JSON arguments strictly; empty arguments decode as {}.
-func decodeArgs(raw json.RawMessage, v any) error {
-	if len(bytes.TrimSpace(raw)) == 0 {
+// DecodeArgs decodes a call's JSON arguments strictly, so a misspelt field is a validation error
+// the model sees; empty or null arguments decode as {}.
+func DecodeArgs(raw json.RawMessage, v any) error {
+	if t := bytes.TrimSpace(raw); len(t) == 0 || string(t) == "null" {
 		raw = json.RawMessage(`{}`)
 	}
 	dec := json.NewDecoder(bytes.NewReader(raw))

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 )
 
 // Tool is one capability the agent offers.
@@ -34,3 +35,26 @@ type Result struct {
 
 // ErrInvalid marks arguments that fail validation.
 var ErrInvalid = errors.New("invalid tool arguments")
+
+// Func is a Tool made of its parts, for a set of tools that share one receiver (the browser's
+// tab, the desktop's display).
+func Func(name, description, schema string, call func(ctx context.Context, args json.RawMessage) (Result, error)) Tool {
+	return &funcTool{name, description, schema, call}
+}
+
+type funcTool struct {
+	name, desc, schema string
+	call               func(context.Context, json.RawMessage) (Result, error)
+}
+
+func (t *funcTool) Name() string            { return t.name }
+func (t *funcTool) Description() string     { return t.desc }
+func (t *funcTool) Schema() json.RawMessage { return json.RawMessage(t.schema) }
+func (t *funcTool) Call(ctx context.Context, args json.RawMessage) (Result, error) {
+	return t.call(ctx, args)
+}
+
+// Invalid is the error of an argument that fails validation, naming it.
+func Invalid(field, why string) error {
+	return fmt.Errorf("%w: %s: %s", ErrInvalid, field, why)
+}

@@ -106,66 +106,37 @@ func (b *Browser) Close() error {
 // Tools returns the browser tools, all driving this Browser.
 func (b *Browser) Tools() []tools.Tool {
 	return []tools.Tool{
-		&tool{
-			name:   "browser_open",
-			desc:   "Open a URL (http, https or file) in the browser tab and wait for it to load.",
-			schema: `{"type":"object","properties":{"url":{"type":"string","description":"http, https or file URL"}},"required":["url"],"additionalProperties":false}`,
-			call:   b.open,
-		},
-		&tool{
-			name:   "browser_click",
-			desc:   "Click the first element matching a CSS selector in the browser tab.",
-			schema: `{"type":"object","properties":{"selector":{"type":"string","description":"CSS selector"}},"required":["selector"],"additionalProperties":false}`,
-			call:   b.click,
-		},
-		&tool{
-			name:   "browser_type",
-			desc:   "Type text into the first element matching a CSS selector (an input, textarea or editable element), at its caret.",
-			schema: `{"type":"object","properties":{"selector":{"type":"string","description":"CSS selector"},"text":{"type":"string"}},"required":["selector","text"],"additionalProperties":false}`,
-			call:   b.typeText,
-		},
-		&tool{
-			name:   "browser_read",
-			desc:   "Read the visible text of the first element matching a CSS selector (default: the whole page body).",
-			schema: `{"type":"object","properties":{"selector":{"type":"string","description":"CSS selector; default body"}},"additionalProperties":false}`,
-			call:   b.read,
-		},
-		&tool{
-			name:   "browser_screenshot",
-			desc:   "Take a PNG screenshot of the browser tab's viewport.",
-			schema: `{"type":"object","properties":{},"additionalProperties":false}`,
-			call:   b.screenshot,
-		},
+		tools.Func(
+			"browser_open",
+			"Open a URL (http, https or file) in the browser tab and wait for it to load.",
+			`{"type":"object","properties":{"url":{"type":"string","description":"http, https or file URL"}},"required":["url"],"additionalProperties":false}`,
+			b.open,
+		),
+		tools.Func(
+			"browser_click",
+			"Click the first element matching a CSS selector in the browser tab.",
+			`{"type":"object","properties":{"selector":{"type":"string","description":"CSS selector"}},"required":["selector"],"additionalProperties":false}`,
+			b.click,
+		),
+		tools.Func(
+			"browser_type",
+			"Type text into the first element matching a CSS selector (an input, textarea or editable element), at its caret.",
+			`{"type":"object","properties":{"selector":{"type":"string","description":"CSS selector"},"text":{"type":"string"}},"required":["selector","text"],"additionalProperties":false}`,
+			b.typeText,
+		),
+		tools.Func(
+			"browser_read",
+			"Read the visible text of the first element matching a CSS selector (default: the whole page body).",
+			`{"type":"object","properties":{"selector":{"type":"string","description":"CSS selector; default body"}},"additionalProperties":false}`,
+			b.read,
+		),
+		tools.Func(
+			"browser_screenshot",
+			"Take a PNG screenshot of the browser tab's viewport.",
+			`{"type":"object","properties":{},"additionalProperties":false}`,
+			b.screenshot,
+		),
 	}
-}
-
-type tool struct {
-	name, desc, schema string
-	call               func(context.Context, json.RawMessage) (tools.Result, error)
-}
-
-func (t *tool) Name() string            { return t.name }
-func (t *tool) Description() string     { return t.desc }
-func (t *tool) Schema() json.RawMessage { return json.RawMessage(t.schema) }
-func (t *tool) Call(ctx context.Context, args json.RawMessage) (tools.Result, error) {
-	return t.call(ctx, args)
-}
-
-// decode reads args strictly, so a misspelt field is a validation error the model sees.
-func decode(args json.RawMessage, v any) error {
-	if len(bytes.TrimSpace(args)) == 0 || string(bytes.TrimSpace(args)) == "null" {
-		args = json.RawMessage(`{}`)
-	}
-	d := json.NewDecoder(bytes.NewReader(args))
-	d.DisallowUnknownFields()
-	if err := d.Decode(v); err != nil {
-		return fmt.Errorf("%w: %v", tools.ErrInvalid, err)
-	}
-	return nil
-}
-
-func invalid(field, why string) error {
-	return fmt.Errorf("%w: %s: %s", tools.ErrInvalid, field, why)
 }
 
 func failed(format string, a ...any) tools.Result {
@@ -174,7 +145,7 @@ func failed(format string, a ...any) tools.Result {
 
 func checkSelector(sel string) error {
 	if strings.TrimSpace(sel) == "" {
-		return invalid("selector", "must not be empty")
+		return tools.Invalid("selector", "must not be empty")
 	}
 	return nil
 }
@@ -182,20 +153,20 @@ func checkSelector(sel string) error {
 // checkURL admits only what a browser tab should be sent to by the agent: web pages and files.
 func checkURL(raw string) error {
 	if raw == "" {
-		return invalid("url", "must not be empty")
+		return tools.Invalid("url", "must not be empty")
 	}
 	u, err := url.Parse(raw)
 	if err != nil {
-		return invalid("url", err.Error())
+		return tools.Invalid("url", err.Error())
 	}
 	switch u.Scheme {
 	case "http", "https":
 		if u.Host == "" {
-			return invalid("url", "has no host")
+			return tools.Invalid("url", "has no host")
 		}
 	case "file":
 	default:
-		return invalid("url", fmt.Sprintf("scheme %q is not http, https or file", u.Scheme))
+		return tools.Invalid("url", fmt.Sprintf("scheme %q is not http, https or file", u.Scheme))
 	}
 	return nil
 }
@@ -325,7 +296,7 @@ func (b *Browser) open(ctx context.Context, args json.RawMessage) (tools.Result,
 	var a struct {
 		URL string `json:"url"`
 	}
-	if err := decode(args, &a); err != nil {
+	if err := tools.DecodeArgs(args, &a); err != nil {
 		return tools.Result{}, err
 	}
 	if err := checkURL(a.URL); err != nil {
@@ -350,7 +321,7 @@ func (b *Browser) click(ctx context.Context, args json.RawMessage) (tools.Result
 	var a struct {
 		Selector string `json:"selector"`
 	}
-	if err := decode(args, &a); err != nil {
+	if err := tools.DecodeArgs(args, &a); err != nil {
 		return tools.Result{}, err
 	}
 	if err := checkSelector(a.Selector); err != nil {
@@ -373,14 +344,14 @@ func (b *Browser) typeText(ctx context.Context, args json.RawMessage) (tools.Res
 		Selector string  `json:"selector"`
 		Text     *string `json:"text"`
 	}
-	if err := decode(args, &a); err != nil {
+	if err := tools.DecodeArgs(args, &a); err != nil {
 		return tools.Result{}, err
 	}
 	if err := checkSelector(a.Selector); err != nil {
 		return tools.Result{}, err
 	}
 	if a.Text == nil {
-		return tools.Result{}, invalid("text", "is required")
+		return tools.Result{}, tools.Invalid("text", "is required")
 	}
 	return b.do(ctx, func(ctx context.Context, p *rod.Page) tools.Result {
 		el, r := b.element(ctx, p, a.Selector)
@@ -398,7 +369,7 @@ func (b *Browser) read(ctx context.Context, args json.RawMessage) (tools.Result,
 	var a struct {
 		Selector *string `json:"selector"`
 	}
-	if err := decode(args, &a); err != nil {
+	if err := tools.DecodeArgs(args, &a); err != nil {
 		return tools.Result{}, err
 	}
 	sel := "body"
@@ -427,7 +398,7 @@ func (b *Browser) read(ctx context.Context, args json.RawMessage) (tools.Result,
 
 func (b *Browser) screenshot(ctx context.Context, args json.RawMessage) (tools.Result, error) {
 	var a struct{}
-	if err := decode(args, &a); err != nil {
+	if err := tools.DecodeArgs(args, &a); err != nil {
 		return tools.Result{}, err
 	}
 	return b.do(ctx, func(ctx context.Context, p *rod.Page) tools.Result {

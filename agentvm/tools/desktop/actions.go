@@ -36,7 +36,7 @@ func ParseButton(name string) (int, error) {
 	case "right":
 		return ButtonRight, nil
 	}
-	return 0, invalid("button", fmt.Sprintf("%q is not left, middle or right", name))
+	return 0, tools.Invalid("button", fmt.Sprintf("%q is not left, middle or right", name))
 }
 
 // Shot is a screenshot.
@@ -51,7 +51,7 @@ type Shot struct {
 // the full size. Looking is allowed while a person holds control.
 func (d *Desktop) Screenshot(ctx context.Context, maxWidth int) (Shot, error) {
 	if maxWidth < 0 {
-		return Shot{}, invalid("max_width", "must not be negative")
+		return Shot{}, tools.Invalid("max_width", "must not be negative")
 	}
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
 	defer cancel()
@@ -85,10 +85,10 @@ func (d *Desktop) Move(ctx context.Context, x, y int) error {
 func (d *Desktop) Type(ctx context.Context, text string) error {
 	n := len([]rune(text))
 	if n == 0 {
-		return invalid("text", "must not be empty")
+		return tools.Invalid("text", "must not be empty")
 	}
 	if n > maxTypeRunes {
-		return invalid("text", fmt.Sprintf("%d characters; at most %d a call", n, maxTypeRunes))
+		return tools.Invalid("text", fmt.Sprintf("%d characters; at most %d a call", n, maxTypeRunes))
 	}
 	timeout := d.cfg.Timeout + time.Duration(n)*typeDelay
 	return d.input(ctx, timeout, "type", "--delay", strconv.Itoa(int(typeDelay/time.Millisecond)), "--", text)
@@ -98,10 +98,10 @@ func (d *Desktop) Type(ctx context.Context, text string) error {
 func (d *Desktop) Key(ctx context.Context, keys string) error {
 	norm := strings.Join(strings.Fields(keys), " ")
 	if norm == "" {
-		return invalid("keys", "must not be empty")
+		return tools.Invalid("keys", "must not be empty")
 	}
 	if !keysPattern.MatchString(norm) || len(norm) > 200 {
-		return invalid("keys", fmt.Sprintf("%q is not keysym names joined by + and separated by spaces", keys))
+		return tools.Invalid("keys", fmt.Sprintf("%q is not keysym names joined by + and separated by spaces", keys))
 	}
 	return d.input(ctx, d.cfg.Timeout, append([]string{"key"}, strings.Fields(norm)...)...)
 }
@@ -115,7 +115,7 @@ func (d *Desktop) Scroll(ctx context.Context, x, y, dx, dy int) error {
 // pixels).
 func (d *Desktop) click(ctx context.Context, x, y, button int, double bool, maxWidth int) error {
 	if button < ButtonLeft || button > ButtonRight {
-		return invalid("button", "must be 1 (left), 2 (middle) or 3 (right)")
+		return tools.Invalid("button", "must be 1 (left), 2 (middle) or 3 (right)")
 	}
 	sx, sy, err := d.locate(ctx, x, y, maxWidth)
 	if err != nil {
@@ -139,13 +139,13 @@ func (d *Desktop) move(ctx context.Context, x, y, maxWidth int) error {
 // scroll scrolls by dx, dy at (x, y), or where the pointer is when x and y are nil.
 func (d *Desktop) scroll(ctx context.Context, x, y *int, dx, dy, maxWidth int) error {
 	if dx < -maxScrollSteps || dx > maxScrollSteps {
-		return invalid("dx", fmt.Sprintf("must be between %d and %d", -maxScrollSteps, maxScrollSteps))
+		return tools.Invalid("dx", fmt.Sprintf("must be between %d and %d", -maxScrollSteps, maxScrollSteps))
 	}
 	if dy < -maxScrollSteps || dy > maxScrollSteps {
-		return invalid("dy", fmt.Sprintf("must be between %d and %d", -maxScrollSteps, maxScrollSteps))
+		return tools.Invalid("dy", fmt.Sprintf("must be between %d and %d", -maxScrollSteps, maxScrollSteps))
 	}
 	if dx == 0 && dy == 0 {
-		return invalid("dy", "dx and dy are both zero")
+		return tools.Invalid("dy", "dx and dy are both zero")
 	}
 	var cmd []string
 	if x != nil && y != nil {
@@ -185,10 +185,10 @@ func (d *Desktop) input(ctx context.Context, timeout time.Duration, args ...stri
 // pixels of a screenshot at most maxWidth wide (the model's view), else in screen pixels.
 func (d *Desktop) locate(ctx context.Context, x, y, maxWidth int) (int, int, error) {
 	if x < 0 {
-		return 0, 0, invalid("x", "must not be negative")
+		return 0, 0, tools.Invalid("x", "must not be negative")
 	}
 	if y < 0 {
-		return 0, 0, invalid("y", "must not be negative")
+		return 0, 0, tools.Invalid("y", "must not be negative")
 	}
 	sctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
 	defer cancel()
@@ -201,10 +201,10 @@ func (d *Desktop) locate(ctx context.Context, x, y, maxWidth int) (int, int, err
 		vw, vh = scaled(w, h, maxWidth)
 	}
 	if x >= vw {
-		return 0, 0, invalid("x", fmt.Sprintf("%d is off the screen (width %d)", x, vw))
+		return 0, 0, tools.Invalid("x", fmt.Sprintf("%d is off the screen (width %d)", x, vw))
 	}
 	if y >= vh {
-		return 0, 0, invalid("y", fmt.Sprintf("%d is off the screen (height %d)", y, vh))
+		return 0, 0, tools.Invalid("y", fmt.Sprintf("%d is off the screen (height %d)", y, vh))
 	}
 	return x * w / vw, y * h / vh, nil
 }

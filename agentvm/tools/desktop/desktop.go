@@ -4,7 +4,6 @@
 package desktop
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -94,47 +93,19 @@ func New(cfg Config) *Desktop {
 func (d *Desktop) Tools() []tools.Tool {
 	const xy = `"x":{"type":"integer","minimum":0,"description":"pixels from the screenshot's left edge"},"y":{"type":"integer","minimum":0,"description":"pixels from the screenshot's top edge"}`
 	return []tools.Tool{
-		&tool{"desktop_screenshot", "Take a PNG screenshot of the whole desktop. Coordinates the other desktop tools take are pixels of this screenshot.",
-			`{"type":"object","properties":{},"additionalProperties":false}`, d.screenshot},
-		&tool{"desktop_click", "Move the pointer to (x, y) on the desktop and click a mouse button (1 left, 2 middle, 3 right; default 1).",
-			`{"type":"object","properties":{` + xy + `,"button":{"type":"integer","minimum":1,"maximum":3}},"required":["x","y"],"additionalProperties":false}`, d.clickTool},
-		&tool{"desktop_move", "Move the pointer to (x, y) on the desktop without clicking.",
-			`{"type":"object","properties":{` + xy + `},"required":["x","y"],"additionalProperties":false}`, d.moveTool},
-		&tool{"desktop_type", "Type text on the desktop's keyboard into the focused window.",
-			`{"type":"object","properties":{"text":{"type":"string","maxLength":2000}},"required":["text"],"additionalProperties":false}`, d.typeTool},
-		&tool{"desktop_key", `Press a key or key combination, X keysym names joined by "+", several separated by spaces: "Return", "ctrl+l", "alt+Tab", "ctrl+a BackSpace".`,
-			`{"type":"object","properties":{"keys":{"type":"string"}},"required":["keys"],"additionalProperties":false}`, d.keyTool},
-		&tool{"desktop_scroll", "Scroll the window under the pointer: dy steps down (negative up), dx steps right (negative left).",
-			`{"type":"object","properties":{"dx":{"type":"integer","minimum":-50,"maximum":50},"dy":{"type":"integer","minimum":-50,"maximum":50}},"additionalProperties":false}`, d.scrollTool},
+		tools.Func("desktop_screenshot", "Take a PNG screenshot of the whole desktop. Coordinates the other desktop tools take are pixels of this screenshot.",
+			`{"type":"object","properties":{},"additionalProperties":false}`, d.screenshot),
+		tools.Func("desktop_click", "Move the pointer to (x, y) on the desktop and click a mouse button (1 left, 2 middle, 3 right; default 1).",
+			`{"type":"object","properties":{`+xy+`,"button":{"type":"integer","minimum":1,"maximum":3}},"required":["x","y"],"additionalProperties":false}`, d.clickTool),
+		tools.Func("desktop_move", "Move the pointer to (x, y) on the desktop without clicking.",
+			`{"type":"object","properties":{`+xy+`},"required":["x","y"],"additionalProperties":false}`, d.moveTool),
+		tools.Func("desktop_type", "Type text on the desktop's keyboard into the focused window.",
+			`{"type":"object","properties":{"text":{"type":"string","maxLength":2000}},"required":["text"],"additionalProperties":false}`, d.typeTool),
+		tools.Func("desktop_key", `Press a key or key combination, X keysym names joined by "+", several separated by spaces: "Return", "ctrl+l", "alt+Tab", "ctrl+a BackSpace".`,
+			`{"type":"object","properties":{"keys":{"type":"string"}},"required":["keys"],"additionalProperties":false}`, d.keyTool),
+		tools.Func("desktop_scroll", "Scroll the window under the pointer: dy steps down (negative up), dx steps right (negative left).",
+			`{"type":"object","properties":{"dx":{"type":"integer","minimum":-50,"maximum":50},"dy":{"type":"integer","minimum":-50,"maximum":50}},"additionalProperties":false}`, d.scrollTool),
 	}
-}
-
-type tool struct {
-	name, desc, schema string
-	call               func(context.Context, json.RawMessage) (tools.Result, error)
-}
-
-func (t *tool) Name() string            { return t.name }
-func (t *tool) Description() string     { return t.desc }
-func (t *tool) Schema() json.RawMessage { return json.RawMessage(t.schema) }
-func (t *tool) Call(ctx context.Context, args json.RawMessage) (tools.Result, error) {
-	return t.call(ctx, args)
-}
-
-func decode(args json.RawMessage, v any) error {
-	if t := bytes.TrimSpace(args); len(t) == 0 || string(t) == "null" {
-		args = json.RawMessage(`{}`)
-	}
-	dec := json.NewDecoder(bytes.NewReader(args))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: %v", tools.ErrInvalid, err)
-	}
-	return nil
-}
-
-func invalid(field, why string) error {
-	return fmt.Errorf("%w: %s: %s", tools.ErrInvalid, field, why)
 }
 
 // result turns an action's outcome into what the model sees: invalid arguments stay an error,
@@ -155,17 +126,17 @@ func result(err error, done string) (tools.Result, error) {
 // xy checks the point a tool call names is complete.
 func needXY(x, y *int) error {
 	if x == nil {
-		return invalid("x", "is required")
+		return tools.Invalid("x", "is required")
 	}
 	if y == nil {
-		return invalid("y", "is required")
+		return tools.Invalid("y", "is required")
 	}
 	return nil
 }
 
 func (d *Desktop) screenshot(ctx context.Context, args json.RawMessage) (tools.Result, error) {
 	var a struct{}
-	if err := decode(args, &a); err != nil {
+	if err := tools.DecodeArgs(args, &a); err != nil {
 		return tools.Result{}, err
 	}
 	shot, err := d.Screenshot(ctx, d.cfg.MaxWidth)
@@ -181,7 +152,7 @@ func (d *Desktop) clickTool(ctx context.Context, args json.RawMessage) (tools.Re
 		Y      *int `json:"y"`
 		Button *int `json:"button"`
 	}
-	if err := decode(args, &a); err != nil {
+	if err := tools.DecodeArgs(args, &a); err != nil {
 		return tools.Result{}, err
 	}
 	button := ButtonLeft
@@ -200,7 +171,7 @@ func (d *Desktop) moveTool(ctx context.Context, args json.RawMessage) (tools.Res
 		X *int `json:"x"`
 		Y *int `json:"y"`
 	}
-	if err := decode(args, &a); err != nil {
+	if err := tools.DecodeArgs(args, &a); err != nil {
 		return tools.Result{}, err
 	}
 	if err := needXY(a.X, a.Y); err != nil {
@@ -214,7 +185,7 @@ func (d *Desktop) typeTool(ctx context.Context, args json.RawMessage) (tools.Res
 	var a struct {
 		Text string `json:"text"`
 	}
-	if err := decode(args, &a); err != nil {
+	if err := tools.DecodeArgs(args, &a); err != nil {
 		return tools.Result{}, err
 	}
 	return result(d.Type(ctx, a.Text), fmt.Sprintf("typed %d characters", len([]rune(a.Text))))
@@ -228,7 +199,7 @@ func (d *Desktop) keyTool(ctx context.Context, args json.RawMessage) (tools.Resu
 	var a struct {
 		Keys string `json:"keys"`
 	}
-	if err := decode(args, &a); err != nil {
+	if err := tools.DecodeArgs(args, &a); err != nil {
 		return tools.Result{}, err
 	}
 	return result(d.Key(ctx, a.Keys), "pressed "+strings.Join(strings.Fields(a.Keys), " "))
@@ -239,7 +210,7 @@ func (d *Desktop) scrollTool(ctx context.Context, args json.RawMessage) (tools.R
 		DX int `json:"dx"`
 		DY int `json:"dy"`
 	}
-	if err := decode(args, &a); err != nil {
+	if err := tools.DecodeArgs(args, &a); err != nil {
 		return tools.Result{}, err
 	}
 	err := d.scroll(ctx, nil, nil, a.DX, a.DY, d.cfg.MaxWidth)
