@@ -137,27 +137,15 @@ func (c *API) Validate() error {
 	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
 		return fmt.Errorf("config listen: %q is not host:port", c.Listen)
 	}
-	if c.Temporal.Address == "" {
-		return errors.New("config temporal.address: is required (TEMPORAL_ADDRESS)")
-	}
-	if c.Postgres.URL == "" {
-		return errors.New("config postgres.url: is required (COCOONBOX_DATABASE_URL)")
-	}
-	if c.Sandbox.URL == "" {
-		return errors.New("config sandbox.url: is required (COCOONBOX_SANDBOXD_URL)")
-	}
-	if c.Keyring != "" && !filepath.IsAbs(c.Keyring) {
-		return fmt.Errorf("config keyring: must be an absolute path, got %q", c.Keyring)
+	if err := validateServices(c.Temporal, c.Postgres, c.Sandbox, c.Keyring); err != nil {
+		return err
 	}
 	return c.Agent.Validate()
 }
 
 // KeyringPath returns the keyring file: Keyring, or <home>/keys/master.key when it is empty.
 func (c *API) KeyringPath() string {
-	if c.Keyring != "" {
-		return c.Keyring
-	}
-	return filepath.Join(c.Home, "keys", "master.key")
+	return keyringPath(c.Home, c.Keyring)
 }
 
 // Worker is the configuration of `cocoonbox serve worker`.
@@ -275,10 +263,7 @@ func DefaultWorker(env Lookup) Worker {
 // KeyringPath returns the keyring file: Keyring, or <home>/keys/master.key when it is empty,
 // the same file `cocoonbox dev` uses.
 func (c *Worker) KeyringPath() string {
-	if c.Keyring != "" {
-		return c.Keyring
-	}
-	return filepath.Join(c.Home, "keys", "master.key")
+	return keyringPath(c.Home, c.Keyring)
 }
 
 // Validate checks the worker configuration and names the first bad field.
@@ -289,17 +274,8 @@ func (c *Worker) Validate() error {
 	if err := validateLogLevel(c.LogLevel); err != nil {
 		return err
 	}
-	if c.Temporal.Address == "" {
-		return errors.New("config temporal.address: is required (TEMPORAL_ADDRESS)")
-	}
-	if c.Postgres.URL == "" {
-		return errors.New("config postgres.url: is required (COCOONBOX_DATABASE_URL)")
-	}
-	if c.Sandbox.URL == "" {
-		return errors.New("config sandbox.url: is required (COCOONBOX_SANDBOXD_URL)")
-	}
-	if c.Keyring != "" && !filepath.IsAbs(c.Keyring) {
-		return fmt.Errorf("config keyring: must be an absolute path, got %q", c.Keyring)
+	if err := validateServices(c.Temporal, c.Postgres, c.Sandbox, c.Keyring); err != nil {
+		return err
 	}
 	if c.Template == "" {
 		return errors.New("config template: is required (COCOONBOX_BOX_TEMPLATE)")
@@ -539,4 +515,28 @@ func validateListen(field, addr string) error {
 		return fmt.Errorf("config %s: give a host (127.0.0.1 for loopback only), got %q", field, addr)
 	}
 	return nil
+}
+
+// validateServices checks what the api and the worker roles both need: the Temporal, PostgreSQL
+// and sandboxd they use, and the keyring file they share.
+func validateServices(t Temporal, pg Postgres, sb Sandbox, keyring string) error {
+	switch {
+	case t.Address == "":
+		return errors.New("config temporal.address: is required (TEMPORAL_ADDRESS)")
+	case pg.URL == "":
+		return errors.New("config postgres.url: is required (COCOONBOX_DATABASE_URL)")
+	case sb.URL == "":
+		return errors.New("config sandbox.url: is required (COCOONBOX_SANDBOXD_URL)")
+	case keyring != "" && !filepath.IsAbs(keyring):
+		return fmt.Errorf("config keyring: must be an absolute path, got %q", keyring)
+	}
+	return nil
+}
+
+// keyringPath is keyring, or <home>/keys/master.key (the file `cocoonbox dev` uses) when empty.
+func keyringPath(home, keyring string) string {
+	if keyring != "" {
+		return keyring
+	}
+	return filepath.Join(home, "keys", "master.key")
 }
