@@ -248,20 +248,45 @@ type CancelStepInput struct {
 // must therefore be stopped in the box, not only abandoned by the activity. A box without a
 // sandbox has nothing running.
 func (a *Agent) CancelStep(ctx context.Context, in CancelStepInput) error {
-	sid, token, err := a.Tokens.SandboxToken(ctx, string(in.BoxID))
+	return a.onRunningAgent(ctx, in.BoxID, func(ctx context.Context, c agentvmv1.AgentsClient) error {
+		_, err := c.Cancel(ctx, &agentvmv1.CancelRequest{RunId: in.RunID})
+		return err
+	})
+}
+
+// DesktopLeaseInput tells a box's agent whether a person holds the desktop's control lease.
+type DesktopLeaseInput struct {
+	BoxID cocoonbox.BoxID
+	Held  bool
+}
+
+// SetDesktopLease tells the box's agent of a lease change while a step runs, so that step's
+// desktop actions stop (or may go on) at once rather than from the next step, whose request
+// carries the lease anyway.
+func (a *Agent) SetDesktopLease(ctx context.Context, in DesktopLeaseInput) error {
+	return a.onRunningAgent(ctx, in.BoxID, func(ctx context.Context, c agentvmv1.AgentsClient) error {
+		_, err := c.SetDesktopLease(ctx, &agentvmv1.SetDesktopLeaseRequest{Held: in.Held})
+		return err
+	})
+}
+
+// onRunningAgent makes call on the agent of the box's sandbox, if it has one: a box without a
+// sandbox runs no step, so there is nothing to tell; it is not woken through its workflow.
+func (a *Agent) onRunningAgent(ctx context.Context, boxID cocoonbox.BoxID, call func(context.Context, agentvmv1.AgentsClient) error) error {
+	sid, token, err := a.Tokens.SandboxToken(ctx, string(boxID))
 	switch {
 	case cocoonbox.ErrorCode(err) == cocoonbox.ENotFound:
 		return nil
 	case err != nil:
 		return classify(fmt.Errorf("read sandbox token: %w", err))
 	}
-	cred, err := a.Credentials(in.BoxID)
+	cred, err := a.Credentials(boxID)
 	if err != nil {
 		return classify(fmt.Errorf("derive agent credential: %w", err))
 	}
 	_, err = CallAgent(ctx, a.Sandbox, sandbox.SandboxRef{ID: sid, Token: token}, cred,
-		func(ctx context.Context, conn *grpc.ClientConn) (*agentvmv1.CancelResponse, error) {
-			return agentvmv1.NewAgentsClient(conn).Cancel(ctx, &agentvmv1.CancelRequest{RunId: in.RunID})
+		func(ctx context.Context, conn *grpc.ClientConn) (struct{}, error) {
+			return struct{}{}, call(ctx, agentvmv1.NewAgentsClient(conn))
 		})
 	if err != nil {
 		return agentError(ctx, err)

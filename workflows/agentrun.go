@@ -95,6 +95,9 @@ func (r *agentRun) setup(ctx workflow.Context) {
 				r.boxSeq = l.Seq
 				r.controller, r.look = l.Controller, r.look || l.Controller == ""
 				r.leaseSeq++
+				if r.cancelStep != nil {
+					r.tellAgent(ctx) // a step runs: its desktop actions stop (or go on) now
+				}
 			}
 		})
 	}
@@ -206,6 +209,21 @@ func (r *agentRun) wait(ctx workflow.Context) (state cocoonbox.AgentRunState, re
 	r.look = true
 	r.setState(ctx, cocoonbox.AgentRunRunning, "")
 	return "", "", false
+}
+
+// tellAgent tells the box's agent whether a person holds the desktop now. Best effort: the next
+// step's request carries the lease anyway.
+func (r *agentRun) tellAgent(ctx workflow.Context) {
+	ctx = workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout:    30 * time.Second,
+		ScheduleToCloseTimeout: time.Minute,
+	})
+	err := workflow.ExecuteActivity(ctx, agentActs.SetDesktopLease, activities.DesktopLeaseInput{
+		BoxID: r.in.BoxID, Held: r.controller != "",
+	}).Get(ctx, nil)
+	if err != nil {
+		workflow.GetLogger(ctx).Warn("tell the agent of the lease", "held", r.controller != "", "error", err)
+	}
 }
 
 // setState records a state the run passes through; a failure to record it is logged, not fatal.

@@ -30,7 +30,8 @@ type runEnv struct {
 	pins   []string // "pin" and "unpin", in order
 	states []activities.RunStateInput
 	inputs []activities.StepInput
-	cuts   int // CancelStep calls
+	cuts   int    // CancelStep calls
+	told   []bool // SetDesktopLease calls
 }
 
 func newRunEnv(t *testing.T) *runEnv {
@@ -54,6 +55,13 @@ func newRunEnv(t *testing.T) *runEnv {
 			e.mu.Lock()
 			defer e.mu.Unlock()
 			e.cuts++
+			return nil
+		}).Maybe()
+	e.OnActivity(agentAct.SetDesktopLease, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.DesktopLeaseInput) error {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			e.told = append(e.told, in.Held)
 			return nil
 		}).Maybe()
 	e.OnActivity(agentAct.SetRunState, mock.Anything, mock.Anything).Return(
@@ -272,6 +280,7 @@ func TestAgentRunLeaseSignals(t *testing.T) {
 	require.NoError(t, e.GetWorkflowResult(&res))
 	require.Equal(t, cocoonbox.AgentRunCancelled, res.State)
 	require.Len(t, e.inputs, 2, "the run waited after step 2 instead of spending steps")
+	require.Equal(t, []bool{true}, e.told, "the take-over during step 1 reached the box's agent")
 	require.Equal(t, cocoonbox.AgentRunWaiting, e.states[0].State)
 	require.Equal(t, cocoonbox.AgentRunCancelled, e.states[len(e.states)-1].State)
 }
