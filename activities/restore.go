@@ -95,7 +95,7 @@ func (a *Snapshots) RestoreSnapshot(ctx context.Context, in RestoreSnapshotInput
 // leaves the box fully usable. A sandbox that never answers is released.
 func (a *Snapshots) settle(ctx context.Context, boxID cocoonbox.BoxID, snapID, ckID string, got sandbox.Claimed) (RestoreSnapshotResult, error) {
 	readyCtx, cancel := context.WithTimeout(ctx, restoreReadyTimeout)
-	err := waitReady(readyCtx, a.Client, got.SandboxRef, a.PollInterval)
+	err := readyWithCredential(readyCtx, a.Client, got.SandboxRef, a.PollInterval, boxID, a.Credentials)
 	cancel()
 	if err != nil {
 		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)

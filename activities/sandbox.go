@@ -118,14 +118,22 @@ func (a *Sandbox) WaitReady(ctx context.Context, in SandboxInput) error {
 	if err != nil {
 		return err
 	}
-	if err := waitReady(ctx, a.Client, ref, a.PollInterval); err != nil || a.Credentials == nil {
+	return readyWithCredential(ctx, a.Client, ref, a.PollInterval, in.BoxID, a.Credentials)
+}
+
+// readyWithCredential waits until the sandbox answers, then writes the box's agent credential
+// into it when creds is set: every sandbox that becomes a box's (a claim, a rebuild, a restore)
+// passes here, so the control plane's calls to the agent find it.
+func readyWithCredential(ctx context.Context, client sandbox.Client, ref sandbox.SandboxRef, every time.Duration,
+	boxID cocoonbox.BoxID, creds func(cocoonbox.BoxID) (string, error)) error {
+	if err := waitReady(ctx, client, ref, every); err != nil || creds == nil {
 		return err
 	}
-	cred, err := a.Credentials(in.BoxID)
+	cred, err := creds(boxID)
 	if err != nil {
 		return classify(fmt.Errorf("derive agent credential: %w", err))
 	}
-	err = WriteAgentCredential(ctx, a.Client, ref, cred)
+	err = WriteAgentCredential(ctx, client, ref, cred)
 	if errors.Is(err, sandbox.ErrNotFound) {
 		return gone(fmt.Errorf("sandbox %s: %w", ref.ID, err))
 	}

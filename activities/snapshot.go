@@ -53,6 +53,9 @@ type Snapshots struct {
 	Net      string
 	// PollInterval is how often a restored sandbox is probed until it answers; 0 is half a second.
 	PollInterval time.Duration
+	// Credentials derives a box's agent credential, written into a restored sandbox once it
+	// answers (as Sandbox.WaitReady does for a claim); nil skips it.
+	Credentials func(boxID cocoonbox.BoxID) (string, error)
 	// UploadRate caps the upload in bytes per second, so a snapshot does not starve the node's
 	// uplink; 0 is no cap.
 	UploadRate int64

@@ -113,9 +113,8 @@ func (s *Service) Key(ctx context.Context, caller string, id cocoonbox.BoxID, ke
 }
 
 // onDesktop checks need (and, for input, the control lease), wakes the box through its workflow
-// when it sleeps, and makes call on the box's agent with the box's credential. An agent that has
-// no credential yet (a box claimed before credentials were written at claim, or a restored one)
-// gets it written through the engine and is asked once more.
+// when it sleeps, and makes call on the box's agent with the box's credential, which the
+// workflow's activities wrote when the sandbox became the box's.
 func (s *Service) onDesktop(ctx context.Context, caller string, id cocoonbox.BoxID, need cocoonbox.Role, call func(context.Context, agentvmv1.DesktopClient) error) error {
 	if s.Sandbox == nil || s.Credentials == nil {
 		return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "boxes' desktops cannot be reached from this server", Err: errUnavailable}
@@ -142,19 +141,9 @@ func (s *Service) onDesktop(ctx context.Context, caller string, id cocoonbox.Box
 	defer s.touch(ctx, id)
 	ctx, cancel := context.WithTimeout(ctx, desktopCallTimeout)
 	defer cancel()
-	do := func() error {
-		_, err := activities.CallAgent(ctx, s.Sandbox, ref, cred, func(ctx context.Context, conn *grpc.ClientConn) (struct{}, error) {
-			return struct{}{}, call(ctx, agentvmv1.NewDesktopClient(conn))
-		})
-		return err
-	}
-	err = do()
-	if status.Code(err) == grpccodes.Unauthenticated {
-		if werr := activities.WriteAgentCredential(ctx, s.Sandbox, ref, cred); werr != nil {
-			return desktopError(ctx, werr)
-		}
-		err = do()
-	}
+	_, err = activities.CallAgent(ctx, s.Sandbox, ref, cred, func(ctx context.Context, conn *grpc.ClientConn) (struct{}, error) {
+		return struct{}{}, call(ctx, agentvmv1.NewDesktopClient(conn))
+	})
 	return desktopError(ctx, err)
 }
 

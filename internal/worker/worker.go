@@ -51,11 +51,11 @@ func New(opts Options) worker.Worker {
 	w.RegisterWorkflow(workflows.AgentRunWorkflow)
 	tok := tokens{store.SandboxTokens{Store: opts.Store, Keys: opts.Keys}}
 	w.RegisterActivity(&activities.Store{Boxes: boxes{opts.Store}})
+	creds := AgentCredentials(opts.Keys)
 	w.RegisterActivity(&activities.Snapshots{
 		Client: opts.Sandbox, Tokens: tok, Blobs: opts.Blobs, Store: snapshots{opts.Store},
-		Template: opts.Template, UploadRate: opts.UploadRate,
+		Template: opts.Template, UploadRate: opts.UploadRate, Credentials: creds,
 	})
-	creds := AgentCredentials(opts.Keys)
 	if len(opts.AgentKey) != 0 {
 		creds = credentials(opts.AgentKey)
 	}
