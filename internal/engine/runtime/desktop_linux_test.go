@@ -34,9 +34,9 @@ func TestGVisorDesktopSurvivesHibernate(t *testing.T) {
 	t.Logf("boot to an RFB answer: %v", time.Since(t0))
 	var procs string
 	pollLong(t, "the XFCE session and its window manager", func() bool {
-		out, _, _, _ := e.exec(b.ID, "pgrep", "-u", "user", "-l", "-x", "Xvnc|xfce4-session|xfwm4")
-		procs = strings.TrimSpace(out)
-		return strings.Count(procs, "\n") == 2
+		var ok bool
+		procs, ok = desktopProcs(e, b.ID)
+		return ok
 	}, &procs)
 	t.Logf("boot to a running session: %v", time.Since(t0))
 	if got := e.sh(t, b.ID, "setpriv --reuid=user --regid=user --init-groups env DISPLAY=:0 xdotool getdisplaygeometry"); strings.TrimSpace(got) != "1280 800" {
@@ -56,11 +56,25 @@ func TestGVisorDesktopSurvivesHibernate(t *testing.T) {
 	t.Logf("hibernate %v, wake %v", t2.Sub(t1), time.Since(t2))
 
 	// The same processes, not new ones: the desktop was restored, not started again.
-	out, _, _, _ := e.exec(b.ID, "pgrep", "-u", "user", "-l", "-x", "Xvnc|xfce4-session|xfwm4")
-	if got := strings.TrimSpace(out); got != procs {
+	if got, _ := desktopProcs(e, b.ID); got != procs {
 		t.Fatalf("desktop processes after wake:\n%s\nbefore:\n%s", got, procs)
 	}
 	checkRFB(t, e, b.ID)
+}
+
+// desktopProcs names the PID of each of the desktop's long-lived processes (the oldest of each
+// name: a starting session forks short-lived children under its own name), and says whether all
+// of them run.
+func desktopProcs(e *testEnv, id string) (string, bool) {
+	out, _, _, _ := e.exec(id, "sh", "-c",
+		`for n in Xvnc xfce4-session xfwm4; do echo "$n $(pgrep -u user -o -x $n)"; done`)
+	procs := strings.TrimSpace(out)
+	for _, line := range strings.Split(procs, "\n") {
+		if len(strings.Fields(line)) != 2 {
+			return procs, false
+		}
+	}
+	return procs, procs != ""
 }
 
 // checkRFB dials the box's VNC server through the relay, waiting while it is still starting, and
