@@ -26,6 +26,8 @@ func (fakeScreen) Capture(context.Context) (image.Image, error) {
 	return image.NewRGBA(image.Rect(0, 0, 1280, 800)), nil
 }
 
+func (fakeScreen) WindowManager(context.Context) (string, error) { return "Xfwm4", nil }
+
 type xdotool struct {
 	mu    sync.Mutex
 	calls []string
@@ -96,6 +98,7 @@ func TestDesktopService(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, info.Capabilities, "desktop")
 	require.Contains(t, info.Capabilities, "state")
+	require.Equal(t, "Xfwm4", info.WindowManager, "the display's window manager, as the screen names it")
 }
 
 func TestDesktopServiceWithoutADesktop(t *testing.T) {

@@ -314,11 +314,14 @@ func (s *Server) SetDesktopLease(_ context.Context, req *agentvmv1.SetDesktopLea
 	return &agentvmv1.SetDesktopLeaseResponse{}, nil
 }
 
-// Get returns the agent's version and capabilities.
+// Get returns the agent's version, capabilities and, with a desktop, its window manager.
 func (s *Server) Get(ctx context.Context, _ *agentvmv1.GetInfoRequest) (*agentvmv1.InfoResponse, error) {
 	caps := []string{"step", "exec", "state"}
+	var wm string
 	if s.cfg.Desktop != nil {
 		caps = append(caps, "desktop")
+		// A display not up yet has no manager either: Info still answers.
+		wm, _ = s.cfg.Desktop.WindowManager(ctx)
 	}
 	if s.cfg.MCP {
 		caps = append(caps, "mcp")
@@ -326,7 +329,7 @@ func (s *Server) Get(ctx context.Context, _ *agentvmv1.GetInfoRequest) (*agentvm
 	for _, t := range s.cfg.Loop.Tools {
 		caps = append(caps, "tool:"+t.Name())
 	}
-	return &agentvmv1.InfoResponse{Version: Version, Capabilities: caps}, nil
+	return &agentvmv1.InfoResponse{Version: Version, Capabilities: caps, WindowManager: wm}, nil
 }
 
 // execChunk is the most output one ExecOutput carries.

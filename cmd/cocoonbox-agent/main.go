@@ -68,6 +68,24 @@ const (
 // step loop answers the model's desktop actions with a refusal without calling these tools.
 func desktopInputAllowed() error { return nil }
 
+// maxManagedWait bounds how long chromium's launch waits for the desktop's window manager:
+// XFCE's announces itself seconds after boot (~14 s on a loaded 2-core host under gVisor).
+const maxManagedWait = 30 * time.Second
+
+// waitManaged waits, at most maxManagedWait, for a window manager to manage the desktop, so that
+// the window about to open is visible to people watching from its first frame. A desktop without
+// one still gets its window, later visible or not: the agent's work does not depend on it.
+func waitManaged(ctx context.Context, desk *desktop.Desktop, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(ctx, maxManagedWait)
+	defer cancel()
+	start := time.Now()
+	if wm, err := desk.WaitManaged(ctx); err != nil {
+		log.Warn("no window manager on the desktop; opening the window anyway", "err", err)
+	} else if waited := time.Since(start); waited > time.Second {
+		log.Info("waited for the window manager", "wm", wm, "took", waited)
+	}
+}
+
 func serve(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:7070", "address to listen on")
@@ -104,9 +122,11 @@ func serve(args []string) error {
 		return err
 	}
 	cfg.Journal = journal
-	br := browser.New(browser.Config{Bin: browserBin, Display: display})
-	defer func() { _ = br.Close() }()
 	desk := desktop.New(desktop.Config{Display: display, Allowed: desktopInputAllowed})
+	br := browser.New(browser.Config{Bin: browserBin, Display: display, BeforeLaunch: func(ctx context.Context) {
+		waitManaged(ctx, desk, log)
+	}})
+	defer func() { _ = br.Close() }()
 	toolset := append([]tools.Tool{tools.Shell{Dir: *workDir}}, tools.Files(*workDir)...)
 	toolset = append(toolset, br.Tools()...)
 	toolset = append(toolset, desk.Tools()...)

@@ -291,8 +291,8 @@ chmod 644 /tmp/agent-page.html`)
 			t.Fatalf("browser_read gave %q", got)
 		}
 		// The browser is a window on the desktop a viewer watches, not a headless tab: a mapped,
-		// viewable window titled by the page. A box's first chromium maps its window seconds after
-		// the page loads (its first start in a box is slow).
+		// viewable window titled by the page (the agent launched it once XFCE's window manager
+		// managed the display). The title follows the page a moment after it loads.
 		if err := waitFor(a.ctx, time.Minute, func() error {
 			out, err := a.run(`export DISPLAY=:0; w=$(timeout 5 runuser -u user -- xdotool search --name '^agent test - Chromium$' | head -1) &&
 timeout 5 runuser -u user -- xwininfo -id "$w" | grep 'Map State'`)

@@ -47,6 +47,11 @@ type Config struct {
 	Display string
 	// Headless launches without a window: for tests on hosts without a display.
 	Headless bool
+	// BeforeLaunch, when set, is called before chromium is launched with a window and returns
+	// once the display can show it, or once it stops waiting: in a box, when the window manager
+	// manages the display, since a window mapped before then stays invisible to a person
+	// watching. Its wait is not counted in CallTimeout.
+	BeforeLaunch func(ctx context.Context)
 	// CallTimeout bounds each tool call; ElementTimeout bounds waiting for a selector to match.
 	CallTimeout    time.Duration
 	ElementTimeout time.Duration
@@ -257,10 +262,13 @@ func (b *Browser) connect(ctx context.Context) error {
 // do runs one action with the call's timeout and the Browser held. A failure to reach the
 // browser at all is an error; a failure of the action is the result act returns.
 func (b *Browser) do(ctx context.Context, act func(ctx context.Context, p *rod.Page) tools.Result) (tools.Result, error) {
-	ctx, cancel := context.WithTimeout(ctx, b.cfg.CallTimeout)
-	defer cancel()
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.browser == nil && b.cfg.ControlURL == "" && !b.cfg.Headless && b.cfg.BeforeLaunch != nil {
+		b.cfg.BeforeLaunch(ctx)
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.CallTimeout)
+	defer cancel()
 	p, err := b.tab(ctx)
 	if err != nil {
 		return tools.Result{}, fmt.Errorf("browser: %w", err)

@@ -93,6 +93,38 @@ func TestDownscale(t *testing.T) {
 	}
 }
 
+// TestBeforeLaunch: a launch with a window waits for the display first (in a box, for the
+// window manager), every time it launches; a headless launch and an attach do not wait.
+func TestBeforeLaunch(t *testing.T) {
+	var waits int
+	cfg := Config{Bin: "/nonexistent/chromium", BeforeLaunch: func(context.Context) { waits++ }}
+	open := func(b *Browser) error {
+		_, err := toolsByName(b)["browser_open"].Call(t.Context(), json.RawMessage(`{"url":"http://127.0.0.1:1/"}`))
+		return err
+	}
+	windowed := New(cfg)
+	for range 2 { // the launch fails (no such binary), so the next call launches, and waits, again
+		if err := open(windowed); err == nil || !strings.Contains(err.Error(), "launch chromium") {
+			t.Fatalf("open with a missing chromium: %v", err)
+		}
+	}
+	if waits != 2 {
+		t.Fatalf("BeforeLaunch called %d times for 2 windowed launches", waits)
+	}
+	headless := cfg
+	headless.Headless = true
+	attached := cfg
+	attached.ControlURL = "ws://127.0.0.1:1/devtools/browser/none"
+	for _, c := range []Config{headless, attached} {
+		if err := open(New(c)); err == nil {
+			t.Fatal("open reached a browser that does not exist")
+		}
+	}
+	if waits != 2 {
+		t.Fatalf("BeforeLaunch called for a headless launch or an attach (%d calls)", waits)
+	}
+}
+
 // TestHeadless drives Debian's chromium headless against a local page. Real display (non-
 // headless on :0) runs belong to the box integration suite.
 func TestHeadless(t *testing.T) {

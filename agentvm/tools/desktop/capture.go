@@ -166,3 +166,64 @@ func (s xScreen) Capture(ctx context.Context) (image.Image, error) {
 	}
 	return zpixmapToImage(reply.Data, w, h, f)
 }
+
+// WindowManager names the window manager managing the display, as EWMH announces it: the root
+// window's _NET_SUPPORTING_WM_CHECK names a child window that names itself the same way and
+// carries the manager's _NET_WM_NAME. It is "" while no manager has announced itself, as while
+// a desktop session starts (a window mapped then stays invisible until one does).
+func (s xScreen) WindowManager(ctx context.Context) (string, error) {
+	c, err := s.dial(ctx)
+	if err != nil {
+		return "", err
+	}
+	stop := context.AfterFunc(ctx, c.Close)
+	defer func() {
+		if stop() {
+			c.Close()
+		}
+	}()
+	atom := func(name string) (xproto.Atom, error) {
+		r, err := xproto.InternAtom(c, false, uint16(len(name)), name).Reply()
+		if err != nil {
+			return 0, fmt.Errorf("intern atom %s: %w", name, err)
+		}
+		return r.Atom, nil
+	}
+	check, err := atom("_NET_SUPPORTING_WM_CHECK")
+	if err != nil {
+		return "", err
+	}
+	// checkWindow reads w's _NET_SUPPORTING_WM_CHECK: the window it names, or 0.
+	checkWindow := func(w xproto.Window) (xproto.Window, error) {
+		r, err := xproto.GetProperty(c, false, w, check, xproto.AtomWindow, 0, 1).Reply()
+		if err != nil {
+			return 0, fmt.Errorf("get _NET_SUPPORTING_WM_CHECK: %w", err)
+		}
+		if r.Format != 32 || len(r.Value) < 4 {
+			return 0, nil
+		}
+		return xproto.Window(xgb.Get32(r.Value)), nil
+	}
+	root := xproto.Setup(c).DefaultScreen(c).Root
+	w, err := checkWindow(root)
+	if err != nil || w == 0 {
+		return "", err
+	}
+	// A manager that died leaves the root's property behind, naming a window that is gone
+	// (BadWindow) or no longer names itself: no manager, not a failure.
+	if self, err := checkWindow(w); err != nil || self != w {
+		return "", nil
+	}
+	name, err := atom("_NET_WM_NAME")
+	if err != nil {
+		return "", err
+	}
+	r, err := xproto.GetProperty(c, false, w, name, xproto.GetPropertyTypeAny, 0, 64).Reply()
+	if err != nil {
+		return "", fmt.Errorf("get _NET_WM_NAME: %w", err)
+	}
+	if len(r.Value) == 0 {
+		return "unnamed", nil // managing, but nameless: still a manager
+	}
+	return string(r.Value), nil
+}

@@ -26,6 +26,7 @@ const (
 	maxTypeRunes    = 2000
 	maxScrollSteps  = 50
 	typeDelay       = 12 * time.Millisecond
+	managedPoll     = 200 * time.Millisecond
 )
 
 // RefusedText is the result of an input action while a person holds control of the desktop.
@@ -40,6 +41,8 @@ type Screen interface {
 	Size(ctx context.Context) (width, height int, err error)
 	// Capture grabs the whole screen.
 	Capture(ctx context.Context) (image.Image, error)
+	// WindowManager names the window manager managing the screen; "" while there is none.
+	WindowManager(ctx context.Context) (string, error)
 }
 
 // Config says which display to drive and who may drive it.
@@ -105,6 +108,36 @@ func (d *Desktop) Tools() []tools.Tool {
 			`{"type":"object","properties":{"keys":{"type":"string"}},"required":["keys"],"additionalProperties":false}`, d.keyTool),
 		tools.Func("desktop_scroll", "Scroll the window under the pointer: dy steps down (negative up), dx steps right (negative left).",
 			`{"type":"object","properties":{"dx":{"type":"integer","minimum":-50,"maximum":50},"dy":{"type":"integer","minimum":-50,"maximum":50}},"additionalProperties":false}`, d.scrollTool),
+	}
+}
+
+// WindowManager names the window manager managing the display; "" while there is none, as in
+// the first seconds of a desktop session.
+func (d *Desktop) WindowManager(ctx context.Context) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
+	defer cancel()
+	return d.cfg.Screen.WindowManager(ctx)
+}
+
+// WaitManaged waits until a window manager manages the display and names it. Windows mapped
+// before then stay invisible to a person watching until it does (XFCE's manager announces itself
+// seconds after its session starts), so whatever opens the first window waits here.
+func (d *Desktop) WaitManaged(ctx context.Context) (string, error) {
+	tick := time.NewTicker(managedPoll)
+	defer tick.Stop()
+	for {
+		wm, err := d.WindowManager(ctx)
+		if wm != "" {
+			return wm, nil
+		}
+		select {
+		case <-ctx.Done():
+			if err != nil {
+				return "", fmt.Errorf("wait for a window manager: %w (last: %w)", ctx.Err(), err)
+			}
+			return "", fmt.Errorf("wait for a window manager: %w", ctx.Err())
+		case <-tick.C:
+		}
 	}
 }
 

@@ -10,7 +10,9 @@ import (
 	"image/png"
 	"reflect"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/loomhand/cocoonbox/agentvm/tools"
 )
@@ -29,6 +31,42 @@ func (s fakeScreen) Capture(context.Context) (image.Image, error) {
 		return nil, errors.New("no display")
 	}
 	return s.img, nil
+}
+
+func (fakeScreen) WindowManager(context.Context) (string, error) { return "", nil }
+
+// startingScreen is a display whose window manager announces itself at the third look, as
+// XFCE's does seconds after its session starts.
+type startingScreen struct {
+	fakeScreen
+	looks atomic.Int32
+}
+
+func (s *startingScreen) WindowManager(context.Context) (string, error) {
+	if s.looks.Add(1) < 3 {
+		return "", nil
+	}
+	return "Xfwm4", nil
+}
+
+func TestWaitManagedWaitsForTheWindowManager(t *testing.T) {
+	s := &startingScreen{}
+	d := New(Config{Screen: s})
+	wm, err := d.WaitManaged(t.Context())
+	if err != nil || wm != "Xfwm4" {
+		t.Fatalf("WaitManaged = %q, %v; want Xfwm4", wm, err)
+	}
+	if n := s.looks.Load(); n != 3 {
+		t.Fatalf("looked %d times, want 3", n)
+	}
+
+	// No manager ever: the wait ends with its context and says what it waited for.
+	ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+	defer cancel()
+	_, err = New(Config{Screen: fakeScreen{}}).WaitManaged(ctx)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "wait for a window manager") {
+		t.Fatalf("WaitManaged without a manager: %v", err)
+	}
 }
 
 type recorder struct{ calls [][]string }

@@ -65,6 +65,17 @@ func TestGVisorDesktopAgentSurvivesHibernate(t *testing.T) {
 		geometry = agentExecOutput(t, conn, cred, "xdotool getdisplaygeometry 2>&1")
 		return strings.TrimSpace(geometry) == "1280 800"
 	}, &geometry)
+	// The agent tells when XFCE's window manager manages the display (windows mapped before
+	// then stay invisible): what its browser waits for before opening a window.
+	var wm string
+	pollLong(t, "the agent to report the window manager", func() bool {
+		wm = checkAgentInfo(t, conn, cred).GetWindowManager()
+		return wm != ""
+	}, &wm)
+	t.Logf("boot to a managed display: %v", time.Since(t0))
+	if !strings.EqualFold(wm, "xfwm4") {
+		t.Fatalf("window manager %q, want Xfwm4", wm)
+	}
 	var pid string
 	pollLong(t, "the agent's pid", func() bool {
 		out, _, _, _ := e.exec(b.ID, "pgrep", "-u", "root", "-x", "cocoonbox-agent")
@@ -88,7 +99,9 @@ func TestGVisorDesktopAgentSurvivesHibernate(t *testing.T) {
 	// The same agent, not a restarted one, with the credential it had read.
 	conn = dialAgent(t, e, b.ID)
 	defer func() { _ = conn.Close() }()
-	checkAgentInfo(t, conn, cred)
+	if got := checkAgentInfo(t, conn, cred).GetWindowManager(); got != wm {
+		t.Fatalf("window manager after wake %q, before %q", got, wm)
+	}
 	if out, _, _, _ := e.exec(b.ID, "pgrep", "-u", "root", "-x", "cocoonbox-agent"); strings.TrimSpace(out) != pid {
 		t.Fatalf("agent pid after wake %q, before %q", strings.TrimSpace(out), pid)
 	}

@@ -647,7 +647,11 @@ type InfoResponse struct {
 	Version string `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
 	// capabilities names what this agent offers: "step", "exec", "state", "desktop" (with a
 	// display), "mcp" (serving the in-box /mcp), and "tool:<name>" per tool.
-	Capabilities  []string `protobuf:"bytes,2,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
+	Capabilities []string `protobuf:"bytes,2,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
+	// window_manager names the window manager managing the desktop (XFCE's is "Xfwm4"); empty
+	// without a desktop or while its session is still starting. A window opened before a manager
+	// manages the display stays invisible to viewers until then.
+	WindowManager string `protobuf:"bytes,3,opt,name=window_manager,json=windowManager,proto3" json:"window_manager,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -694,6 +698,13 @@ func (x *InfoResponse) GetCapabilities() []string {
 		return x.Capabilities
 	}
 	return nil
+}
+
+func (x *InfoResponse) GetWindowManager() string {
+	if x != nil {
+		return x.WindowManager
+	}
+	return ""
 }
 
 type ScreenshotRequest struct {
@@ -1564,10 +1575,11 @@ const file_agentvm_v1_agent_proto_rawDesc = "" +
 	"\x06stderr\x18\x02 \x01(\fR\x06stderr\x12\x16\n" +
 	"\x06exited\x18\x03 \x01(\bR\x06exited\x12\x1b\n" +
 	"\texit_code\x18\x04 \x01(\x05R\bexitCode\"\x10\n" +
-	"\x0eGetInfoRequest\"L\n" +
+	"\x0eGetInfoRequest\"s\n" +
 	"\fInfoResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\"\n" +
-	"\fcapabilities\x18\x02 \x03(\tR\fcapabilities\"0\n" +
+	"\fcapabilities\x18\x02 \x03(\tR\fcapabilities\x12%\n" +
+	"\x0ewindow_manager\x18\x03 \x01(\tR\rwindowManager\"0\n" +
 	"\x11ScreenshotRequest\x12\x1b\n" +
 	"\tmax_width\x18\x01 \x01(\x05R\bmaxWidth\"\x9c\x01\n" +
 	"\x12ScreenshotResponse\x12\x10\n" +
