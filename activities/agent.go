@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"unicode"
@@ -33,6 +34,12 @@ const AgentPort = 7070
 // AgentCredentialPath is the file in the box the agent reads its per-box credential from; it
 // re-reads it when it changes.
 const AgentCredentialPath = "/run/cocoonbox/agent-credential"
+
+// MinAgentVersion is the oldest in-box agent whose protocol agent runs rely on: SetDesktopLease
+// (0.6.1), model links (0.5.0), the refusal of desktop input (0.3.0). A box keeps the agent of
+// the image it was created from, so a step on an older one is refused with the reason rather
+// than run by an agent that would ignore what it does not know (a refusal of desktop input).
+const MinAgentVersion = "0.6.1"
 
 // AgentRunStore is the part of the database agent runs write: the run's state and its steps,
 // with the conversation each step left.
@@ -65,6 +72,7 @@ type Agent struct {
 	DialGateway func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	written sync.Map // sandbox ID → credential known to be in that sandbox
+	current sync.Map // sandbox ID → true once its agent is known to be MinAgentVersion or newer
 }
 
 // AgentCredential is the per-box agent credential: hex HMAC-SHA256 of the box ID under key.
@@ -169,6 +177,9 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 	if err := a.ensureCredential(ctx, ref, cred); err != nil {
 		return StepResult{}, err
 	}
+	if err := a.checkAgentVersion(ctx, in.BoxID, ref, cred); err != nil {
+		return StepResult{}, err
+	}
 	req := &agentvmv1.StepRequest{
 		RunId: in.RunID, Step: int32(in.Step), Provider: in.Provider, BaseUrl: in.BaseURL, Model: in.Model,
 		ApiKey: key, System: in.System, Task: in.Task, Messages: conv, Message: in.Message,
@@ -182,10 +193,7 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 		return a.callStep(ctx, ref, cred, req)
 	})
 	if err != nil {
-		if status.Code(err) == codes.Unauthenticated {
-			a.written.Delete(sid) // the file may be gone (a restored box); write it again
-		}
-		return StepResult{}, agentError(ctx, err)
+		return StepResult{}, a.agentCallError(ctx, sid, err)
 	}
 	if err := a.Runs.AppendAgentStep(ctx, stepRow(in, resp)); err != nil {
 		return StepResult{}, storeError(fmt.Errorf("record step: %w", err))
@@ -201,6 +209,69 @@ func (a *Agent) SetRunState(ctx context.Context, in RunStateInput) error {
 		return storeError(fmt.Errorf("set run %s state: %w", in.RunID, err))
 	}
 	return nil
+}
+
+// agentCallError classifies an error of a call on the sandbox's agent, forgetting the credential
+// it refused: the file may be gone (a restored box), so the next attempt writes it again.
+func (a *Agent) agentCallError(ctx context.Context, sandboxID string, err error) error {
+	if status.Code(err) == codes.Unauthenticated {
+		a.written.Delete(sandboxID)
+	}
+	return agentError(ctx, err)
+}
+
+// checkAgentVersion refuses a sandbox whose agent is older than MinAgentVersion, asking it once
+// per sandbox (a sandbox's agent binary never changes: a box gets a new one only with a new
+// sandbox).
+func (a *Agent) checkAgentVersion(ctx context.Context, boxID cocoonbox.BoxID, ref sandbox.SandboxRef, cred string) error {
+	if _, ok := a.current.Load(ref.ID); ok {
+		return nil
+	}
+	info, err := CallAgent(ctx, a.Sandbox, ref, cred, func(ctx context.Context, conn *grpc.ClientConn) (*agentvmv1.InfoResponse, error) {
+		return agentvmv1.NewInfoClient(conn).Get(ctx, &agentvmv1.GetInfoRequest{})
+	})
+	if err != nil {
+		return a.agentCallError(ctx, ref.ID, err)
+	}
+	if !versionAtLeast(info.GetVersion(), MinAgentVersion) {
+		return newError(ErrTypeConflict, fmt.Errorf(
+			"box %s runs cocoonbox-agent %q, older than the %s agent runs need: the box was created from an older image; run the agent in a new box",
+			boxID, info.GetVersion(), MinAgentVersion))
+	}
+	a.current.Store(ref.ID, true)
+	return nil
+}
+
+// versionAtLeast says whether version (major.minor.patch) is min or newer; a version that does
+// not parse is not.
+func versionAtLeast(version, min string) bool {
+	v, ok := parseVersion(version)
+	m, okMin := parseVersion(min)
+	if !ok || !okMin {
+		return false
+	}
+	for i := range v {
+		if v[i] != m[i] {
+			return v[i] > m[i]
+		}
+	}
+	return true
+}
+
+func parseVersion(s string) ([3]int, bool) {
+	var v [3]int
+	parts := strings.Split(s, ".")
+	if len(parts) != len(v) {
+		return v, false
+	}
+	for i, p := range parts {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 0 {
+			return v, false
+		}
+		v[i] = n
+	}
+	return v, true
 }
 
 // ensureCredential writes cred to AgentCredentialPath in the sandbox unless this worker knows it

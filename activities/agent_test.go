@@ -3,9 +3,11 @@ package activities
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"go.temporal.io/sdk/temporal"
@@ -16,6 +18,7 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/agentvm"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/store"
 	agentvmv1 "github.com/loomhand/cocoonbox/proto/agentvm/v1"
@@ -77,6 +80,7 @@ type fakeAgent struct {
 	mu        sync.Mutex
 	reqs      []*agentvmv1.StepRequest
 	cancelled []string // runs Cancel was called for
+	info      *fakeInfo
 }
 
 func (f *fakeAgent) Cancel(ctx context.Context, req *agentvmv1.CancelRequest) (*agentvmv1.CancelResponse, error) {
@@ -104,6 +108,18 @@ func (f *fakeAgent) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agen
 		Text:      "step text\nmore",
 		ToolCalls: []*agentvmv1.ToolCallResult{{Name: "shell", Result: "ok"}},
 	}, nil
+}
+
+// fakeInfo is the agent's Info service, answering version; it counts the calls.
+type fakeInfo struct {
+	agentvmv1.UnimplementedInfoServer
+	version string
+	calls   atomic.Int32
+}
+
+func (f *fakeInfo) Get(context.Context, *agentvmv1.GetInfoRequest) (*agentvmv1.InfoResponse, error) {
+	f.calls.Add(1)
+	return &agentvmv1.InfoResponse{Version: f.version}, nil
 }
 
 // fakeBox is a sandbox engine with one sandbox whose port AgentPort is the fake agent.
@@ -174,10 +190,11 @@ func (v fakeVault) Open(_ context.Context, owner, name string) (string, error) {
 func newAgentFixture(t *testing.T) (*Agent, *fakeAgent, *fakeBox, *fakeRuns) {
 	t.Helper()
 	cred := AgentCredential([]byte("key"), agentBox)
-	agent := &fakeAgent{cred: cred}
+	agent := &fakeAgent{cred: cred, info: &fakeInfo{version: MinAgentVersion}}
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer()
 	agentvmv1.RegisterAgentsServer(srv, agent)
+	agentvmv1.RegisterInfoServer(srv, agent.info)
 	go srv.Serve(lis)
 	t.Cleanup(srv.Stop)
 	box := &fakeBox{lis: lis}
@@ -229,6 +246,42 @@ func TestAgentStep(t *testing.T) {
 	if s.Kind != "model_turn" || s.Summary != "called shell" || string(s.Conversation) != "12" ||
 		strings.Contains(string(s.Payload), "sk-secret") || !strings.Contains(string(s.Payload), `"message":"hurry"`) {
 		t.Errorf("step 2 row %+v payload %s", s, s.Payload)
+	}
+	if n := agent.info.calls.Load(); n != 1 {
+		t.Errorf("asked the agent its version %d times for two steps in one sandbox, want 1", n)
+	}
+}
+
+// TestTheBuiltAgentIsCurrent: the agent built from this tree into images is one agent runs take.
+func TestTheBuiltAgentIsCurrent(t *testing.T) {
+	if !versionAtLeast(agentvm.Version, MinAgentVersion) {
+		t.Fatalf("agentvm.Version %s is older than MinAgentVersion %s", agentvm.Version, MinAgentVersion)
+	}
+}
+
+// TestAgentStepRefusesAnOldAgent: a box whose agent predates the protocol agent runs rely on
+// (its image is older) is refused before any step reaches it, with both versions named.
+func TestAgentStepRefusesAnOldAgent(t *testing.T) {
+	in := StepInput{RunID: "run_1", BoxID: agentBox, Owner: "usr_a", Step: 1, Provider: "openai", BaseURL: "http://gw.test", Model: "m", Task: "do it"}
+	for _, v := range []string{"0.6.0", "0.5.9", "", "dev"} {
+		a, agent, _, _ := newAgentFixture(t)
+		agent.info.version = v
+		_, err := a.Step(t.Context(), in)
+		var app *temporal.ApplicationError
+		if !errors.As(err, &app) || app.Type() != ErrTypeConflict || !app.NonRetryable() ||
+			!strings.Contains(err.Error(), fmt.Sprintf("%q", v)) || !strings.Contains(err.Error(), MinAgentVersion) {
+			t.Errorf("agent %q: %v, want a non-retryable conflict naming both versions", v, err)
+		}
+		if len(agent.reqs) != 0 {
+			t.Errorf("agent %q was sent %d steps", v, len(agent.reqs))
+		}
+	}
+	for _, v := range []string{MinAgentVersion, "0.10.0", "1.0.0"} {
+		a, agent, _, _ := newAgentFixture(t)
+		agent.info.version = v
+		if _, err := a.Step(t.Context(), in); err != nil {
+			t.Errorf("agent %q: %v", v, err)
+		}
 	}
 }
 
