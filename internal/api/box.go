@@ -304,8 +304,8 @@ func (b *boxService) HandBack(ctx context.Context, req *cbv1.HandBackRequest) (*
 	return boxProto(v), nil
 }
 
-// DesktopTicket returns a ticket that opens the box's desktop at the edge for a minute: view
-// needs viewer; control needs driver and the control lease (TakeOver first).
+// DesktopTicket returns a ticket that opens the box's desktop at the edge once, within a minute:
+// view needs viewer; control needs driver and the control lease (TakeOver first).
 func (b *boxService) DesktopTicket(ctx context.Context, req *cbv1.DesktopTicketRequest) (*cbv1.DesktopTicketResponse, error) {
 	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
 	if err != nil {
@@ -318,9 +318,13 @@ func (b *boxService) DesktopTicket(ctx context.Context, req *cbv1.DesktopTicketR
 	if err != nil {
 		return nil, err
 	}
-	t := desktopTicket{Box: id, User: caller, Mode: modeView, Expires: time.Now().Add(ticketTTL).UTC()}
+	mode := modeView
 	if req.GetControl() {
-		t.Mode = modeControl
+		mode = modeControl
+	}
+	t, err := newTicket(id, caller, mode, time.Now())
+	if err != nil {
+		return nil, err
 	}
 	sealed, err := sealTicket(keys, t)
 	if err != nil {

@@ -115,7 +115,7 @@ func (s *Server) serveDesktop(w http.ResponseWriter, r *http.Request) {
 		s.writeHTTPError(w, r, err)
 		return
 	}
-	caller, err := s.desktopCaller(r, id, mode, q.Get("ticket"))
+	caller, ticket, err := s.desktopCaller(r, id, mode, q.Get("ticket"))
 	if err != nil {
 		s.writeHTTPError(w, r, err)
 		return
@@ -131,6 +131,13 @@ func (s *Server) serveDesktop(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer func() { _ = box.Close() }()
+	// Spent only now: a refusal or a box that could not be reached leaves the ticket usable.
+	if ticket != nil {
+		if err := s.spendTicket(ctx, *ticket); err != nil {
+			s.writeHTTPError(w, r, err)
+			return
+		}
+	}
 	if control {
 		if !s.desktop.claimControl(id) {
 			s.writeHTTPError(w, r, cocoonbox.Errorf(cocoonbox.EConflict, "the desktop already has a controller connection"))
@@ -163,34 +170,35 @@ func (s *Server) serveDesktop(w http.ResponseWriter, r *http.Request) {
 }
 
 // desktopCaller returns the user a request acts for: the ticket's, when it carries one, which
-// must name this box and mode; otherwise the bearer token's.
-func (s *Server) desktopCaller(r *http.Request, id cocoonbox.BoxID, mode, ticket string) (string, error) {
+// must name this box and mode (and is returned, to be spent once the desktop is reached);
+// otherwise the bearer token's.
+func (s *Server) desktopCaller(r *http.Request, id cocoonbox.BoxID, mode, ticket string) (string, *desktopTicket, error) {
 	if ticket == "" {
 		tok := httpBearer(r)
 		if tok == "" {
-			return "", cocoonbox.Errorf(cocoonbox.EUnauthorized, "missing credential: add ?ticket= from DesktopTicket, or send authorization: Bearer <token>")
+			return "", nil, cocoonbox.Errorf(cocoonbox.EUnauthorized, "missing credential: add ?ticket= from DesktopTicket, or send authorization: Bearer <token>")
 		}
 		p, err := s.authenticate(r.Context(), tok)
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
-		return p.User.ID, nil
+		return p.User.ID, nil, nil
 	}
 	keys, err := s.ticketKeys()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	t, err := openTicket(keys, ticket, time.Now())
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	if t.Box != id {
-		return "", errBadTicket
+		return "", nil, errBadTicket
 	}
 	if t.Mode != mode {
-		return "", cocoonbox.Errorf(cocoonbox.EForbidden, "the ticket is for %s mode, not %s: ask DesktopTicket for a %s ticket", t.Mode, mode, mode)
+		return "", nil, cocoonbox.Errorf(cocoonbox.EForbidden, "the ticket is for %s mode, not %s: ask DesktopTicket for a %s ticket", t.Mode, mode, mode)
 	}
-	return t.User, nil
+	return t.User, &t, nil
 }
 
 // checkWebSocket refuses, before any work, a request that is not a WebSocket upgrade or comes

@@ -33,10 +33,20 @@ func testKeys(t *testing.T) *secrets.Keyring {
 	return k
 }
 
+// ticketFor is a fresh ticket for u_1 on testBox in mode, expiring at exp.
+func ticketFor(t *testing.T, mode string, exp time.Time) desktopTicket {
+	t.Helper()
+	tk, err := newTicket(testBox, "u_1", mode, exp.Add(-ticketTTL))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tk
+}
+
 func TestTicketSealOpen(t *testing.T) {
 	keys := testKeys(t)
 	now := time.Now()
-	in := desktopTicket{Box: testBox, User: "u_1", Mode: modeControl, Expires: now.Add(ticketTTL).UTC()}
+	in := ticketFor(t, modeControl, now.Add(ticketTTL))
 	s, err := sealTicket(keys, in)
 	if err != nil {
 		t.Fatal(err)
@@ -45,7 +55,7 @@ func TestTicketSealOpen(t *testing.T) {
 		t.Fatalf("ticket %q is not opaque base64url", s)
 	}
 	out, err := openTicket(keys, s, now)
-	if err != nil || out.Box != in.Box || out.User != in.User || out.Mode != in.Mode || !out.Expires.Equal(in.Expires) {
+	if err != nil || out != in || len(out.ID) != 32 {
 		t.Fatalf("open = %+v, %v; want %+v", out, err, in)
 	}
 	if again, _ := sealTicket(keys, in); again == s {
@@ -59,7 +69,7 @@ func TestTicketSealOpen(t *testing.T) {
 func TestTicketExpiry(t *testing.T) {
 	keys := testKeys(t)
 	exp := time.Now().Add(ticketTTL)
-	s, err := sealTicket(keys, desktopTicket{Box: testBox, User: "u_1", Mode: modeView, Expires: exp})
+	s, err := sealTicket(keys, ticketFor(t, modeView, exp))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +87,7 @@ func TestTicketExpiry(t *testing.T) {
 func TestTicketForgery(t *testing.T) {
 	keys := testKeys(t)
 	now := time.Now()
-	good := desktopTicket{Box: testBox, User: "u_1", Mode: modeView, Expires: now.Add(ticketTTL)}
+	good := ticketFor(t, modeView, now.Add(ticketTTL))
 	s, err := sealTicket(keys, good)
 	if err != nil {
 		t.Fatal(err)
@@ -106,9 +116,10 @@ func TestTicketForgery(t *testing.T) {
 
 	// A ticket the keyring sealed but whose content is not a valid ticket.
 	for _, bad := range []desktopTicket{
-		{Box: testBox, User: "u_1", Mode: "admin", Expires: good.Expires},
-		{Box: testBox, Mode: modeView, Expires: good.Expires},
-		{User: "u_1", Mode: modeView, Expires: good.Expires},
+		{ID: good.ID, Box: testBox, User: "u_1", Mode: "admin", Expires: good.Expires},
+		{ID: good.ID, Box: testBox, Mode: modeView, Expires: good.Expires},
+		{ID: good.ID, User: "u_1", Mode: modeView, Expires: good.Expires},
+		{Box: testBox, User: "u_1", Mode: modeView, Expires: good.Expires}, // no ID: it could not be spent
 	} {
 		s, _ := sealTicket(keys, bad)
 		refused("bad content "+bad.Mode, s)
@@ -120,18 +131,19 @@ func TestTicketForgery(t *testing.T) {
 func TestDesktopCallerTicket(t *testing.T) {
 	keys := testKeys(t)
 	s := New(Options{Keys: keys})
-	ticket, _ := sealTicket(keys, desktopTicket{Box: testBox, User: "u_1", Mode: modeView, Expires: time.Now().Add(ticketTTL)})
+	in := ticketFor(t, modeView, time.Now().Add(ticketTTL))
+	ticket, _ := sealTicket(keys, in)
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
-	if u, err := s.desktopCaller(r, testBox, modeView, ticket); err != nil || u != "u_1" {
-		t.Fatalf("good ticket: %q, %v", u, err)
+	if u, got, err := s.desktopCaller(r, testBox, modeView, ticket); err != nil || u != "u_1" || got == nil || *got != in {
+		t.Fatalf("good ticket: %q, %+v, %v", u, got, err)
 	}
-	if _, err := s.desktopCaller(r, "bx_ffffffffffffffff", modeView, ticket); cocoonbox.ErrorCode(err) != cocoonbox.EUnauthorized {
+	if _, _, err := s.desktopCaller(r, "bx_ffffffffffffffff", modeView, ticket); cocoonbox.ErrorCode(err) != cocoonbox.EUnauthorized {
 		t.Fatalf("other box: %v, want unauthorized", err)
 	}
-	if _, err := s.desktopCaller(r, testBox, modeControl, ticket); cocoonbox.ErrorCode(err) != cocoonbox.EForbidden {
+	if _, _, err := s.desktopCaller(r, testBox, modeControl, ticket); cocoonbox.ErrorCode(err) != cocoonbox.EForbidden {
 		t.Fatalf("view ticket for control: %v, want forbidden", err)
 	}
-	if _, err := s.desktopCaller(r, testBox, modeView, ""); cocoonbox.ErrorCode(err) != cocoonbox.EUnauthorized {
+	if _, _, err := s.desktopCaller(r, testBox, modeView, ""); cocoonbox.ErrorCode(err) != cocoonbox.EUnauthorized {
 		t.Fatalf("no credential: %v, want unauthorized", err)
 	}
 }
@@ -141,8 +153,8 @@ func TestServeDesktopRefusals(t *testing.T) {
 	keys := testKeys(t)
 	srv := httptest.NewServer(New(Options{Keys: keys}).Handler())
 	t.Cleanup(srv.Close)
-	ticket, _ := sealTicket(keys, desktopTicket{Box: testBox, User: "u_1", Mode: modeView, Expires: time.Now().Add(ticketTTL)})
-	expired, _ := sealTicket(keys, desktopTicket{Box: testBox, User: "u_1", Mode: modeView, Expires: time.Now().Add(-time.Second)})
+	ticket, _ := sealTicket(keys, ticketFor(t, modeView, time.Now().Add(ticketTTL)))
+	expired, _ := sealTicket(keys, ticketFor(t, modeView, time.Now().Add(-time.Second)))
 	base := srv.URL + "/v1/boxes/" + string(testBox) + "/desktop"
 	for _, c := range []struct {
 		name, url, origin string

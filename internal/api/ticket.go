@@ -1,8 +1,10 @@
 package api
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,9 +18,10 @@ import (
 // A desktop ticket is what a browser presents to open a box's desktop, because a browser cannot
 // set headers on a WebSocket. It is the JSON of desktopTicket sealed with the server's keyring
 // (AES-GCM, so it can be neither forged nor read) and base64url-encoded without padding. It
-// names one box, one user and one mode, and lives a minute: long enough to open the WebSocket,
-// short enough that a ticket leaked through a log or the address bar is soon worthless. Access
-// is checked again when the ticket is used.
+// names one box, one user and one mode, lives a minute (long enough to open the WebSocket), and
+// opens one connection: the edge spends its ID in the database when it accepts it, so a ticket
+// leaked through a log or the address bar is worthless once used, on every API replica. Access is
+// checked again when the ticket is used.
 const (
 	ticketTTL = 60 * time.Second
 	// ticketAAD binds a sealed ticket to its purpose, so no other blob the keyring sealed (a
@@ -34,6 +37,7 @@ const (
 
 // desktopTicket is a ticket's sealed content.
 type desktopTicket struct {
+	ID      string          `json:"id"` // random; spent on first use
 	Box     cocoonbox.BoxID `json:"box"`
 	User    string          `json:"user"`
 	Mode    string          `json:"mode"`
@@ -68,13 +72,40 @@ func openTicket(keys *secrets.Keyring, s string, now time.Time) (desktopTicket, 
 		return desktopTicket{}, errBadTicket
 	}
 	var t desktopTicket
-	if err := json.Unmarshal(b, &t); err != nil || t.Box == "" || t.User == "" || validMode(t.Mode) != nil {
+	if err := json.Unmarshal(b, &t); err != nil || t.ID == "" || t.Box == "" || t.User == "" || validMode(t.Mode) != nil {
 		return desktopTicket{}, errBadTicket
 	}
 	if !now.Before(t.Expires) {
 		return desktopTicket{}, cocoonbox.Errorf(cocoonbox.EUnauthorized, "the desktop ticket expired: ask DesktopTicket for a new one")
 	}
 	return t, nil
+}
+
+// newTicket returns a fresh ticket for user to open box in mode, valid for ticketTTL from now.
+func newTicket(box cocoonbox.BoxID, user, mode string, now time.Time) (desktopTicket, error) {
+	id := make([]byte, 16)
+	if _, err := rand.Read(id); err != nil {
+		return desktopTicket{}, fmt.Errorf("new desktop ticket: %w", err)
+	}
+	return desktopTicket{ID: hex.EncodeToString(id), Box: box, User: user, Mode: mode, Expires: now.Add(ticketTTL).UTC()}, nil
+}
+
+// errTicketSpent is the answer to a ticket used before.
+var errTicketSpent = cocoonbox.Errorf(cocoonbox.EUnauthorized, "the desktop ticket was already used: ask DesktopTicket for a new one")
+
+// spendTicket records t's use: a ticket opens one connection.
+func (s *Server) spendTicket(ctx context.Context, t desktopTicket) error {
+	if s.store == nil {
+		return errors.New("spend desktop ticket: no store")
+	}
+	first, err := s.store.SpendTicket(ctx, t.ID, t.Expires)
+	if err != nil {
+		return err
+	}
+	if !first {
+		return errTicketSpent
+	}
+	return nil
 }
 
 // validMode checks a desktop mode's name.

@@ -182,14 +182,26 @@ func TestDesktopEdge(t *testing.T) {
 		t.Fatal(err)
 	}
 	expectHTTP(ctx, t, revoked, nil, http.StatusNotFound)
+	// A refused ticket is not spent: shared again, it opens the desktop.
+	if _, err := d.Boxes.Share(ctx, owner.ID, id, viewer.ID, cocoonbox.RoleViewer, nil); err != nil {
+		t.Fatal(err)
+	}
+	again := dialDesktop(ctx, t, revoked, nil)
+	handshake(ctx, t, again)
+	_ = again.Close(websocket.StatusNormalClosure, "")
 
 	// View: shared forced, input dropped, frames arrive.
 	mustExec(ctx, t, eng, ref, "rm -f /tmp/rfb.*.in")
-	view := dialDesktop(ctx, t, mustTicket(ownerCtx, false), nil)
+	viewURL := mustTicket(ownerCtx, false)
+	view := dialDesktop(ctx, t, viewURL, nil)
 	defer view.CloseNow()
 	handshake(ctx, t, view)
 	sendAll(ctx, t, view, pointerEvent, keyEvent, fbRequest)
 	waitBoxIn(append([]byte{1}, fbRequest...))
+	// A ticket opens one connection: replayed (leaked from a log, say) it opens nothing.
+	if resp := expectHTTP(ctx, t, viewURL, nil, http.StatusUnauthorized); !strings.Contains(resp, "already used") {
+		t.Fatalf("a spent ticket: %s", resp)
+	}
 
 	// Control: after TakeOver, input passes; a second control connection is refused.
 	if _, err := e.box.TakeOver(ownerCtx, &cbv1.TakeOverRequest{Box: string(id)}); err != nil {

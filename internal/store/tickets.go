@@ -1,0 +1,22 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// SpendTicket records that the one-time ticket id (valid until expires) was used, and says
+// whether this was its first use. Expired tickets' rows are deleted on the way: an expired ticket
+// is refused before it is spent, so its row no longer protects anything.
+func (q *Queries) SpendTicket(ctx context.Context, id string, expires time.Time) (bool, error) {
+	if _, err := q.db.Exec(ctx, `DELETE FROM spent_tickets WHERE expires_at < now()`); err != nil {
+		return false, fmt.Errorf("spend ticket: %w", mapErr(err))
+	}
+	tag, err := q.db.Exec(ctx,
+		`INSERT INTO spent_tickets (id, expires_at) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING`, id, expires)
+	if err != nil {
+		return false, fmt.Errorf("spend ticket: %w", mapErr(err))
+	}
+	return tag.RowsAffected() == 1, nil
+}
