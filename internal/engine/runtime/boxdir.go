@@ -52,13 +52,17 @@ func checkSpec(spec Spec) error {
 	return nil
 }
 
-// prepareDir creates a box's directories and records its spec. An existing disk (a restarted
-// box, or one seeded from a snapshot) is kept as it is.
+// prepareDir creates a box's directories, registers the box as a user of its image (after its
+// Dir exists, so the link never dangles while the box lives) and records its spec. An existing
+// disk (a restarted box, or one seeded from a snapshot) is kept as it is.
 func prepareDir(spec Spec) error {
 	for _, d := range []string{diskDir, workDir, rootfsDir} {
 		if err := os.MkdirAll(filepath.Join(spec.Dir, d), 0o755); err != nil {
 			return fmt.Errorf("create box dir: %w", err)
 		}
+	}
+	if err := registerImageUse(spec); err != nil {
+		return err
 	}
 	b, err := json.MarshalIndent(spec, "", "  ")
 	if err != nil {
