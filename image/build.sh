@@ -15,6 +15,10 @@
 # The build goes to a temporary directory renamed into place at the end: a half-built image is
 # never seen. Needs root, mmdebstrap, Go, and the distribution's mirror.
 #
+# Every run, cached or built, then prunes the other versions of NAME in CACHEDIR that no box uses
+# (see prune below; COCOONBOX_IMAGE_KEEP=1 keeps them all): every box registers as a user of its
+# image with a link in NAME-<hash>/users/ to its directory (internal/engine/runtime/imageuse.go).
+#
 # The distribution is part of the recipe: Debian bookworm from deb.debian.org, unless NAME/suite
 # says otherwise in one line "SUITE [MIRROR [COMPONENTS]]", e.g.
 # "noble http://archive.ubuntu.com/ubuntu main,universe" (docs/image.md). COCOONBOX_DEBIAN_MIRROR
@@ -76,7 +80,89 @@ if [[ -f $here/$name/agent ]] && ! agent_sum | cmp -s - "$here/agent.sum"; then
 	echo "build.sh: updated image/agent.sum (the agent's source changed); rebuild the engine" >&2
 fi
 dest=$cache/$name-$hash
+
+# An image is pruned only when nothing has used it for prune_grace minutes (build.sh returning
+# it, or a box registering): another checkout with other sources may have just built it for
+# tests whose boxes have not started yet.
+prune_grace=60
+
+# in_use DIR ORIG succeeds when the image in DIR (at ORIG in the cache until moved) has a user:
+# a link in users/ that resolves to an existing directory (a live or hibernated box's Dir; a
+# destroyed box's link dangles), or a mount of its rootfs (a running box of an engine that
+# predates users/).
+in_use() {
+	local link
+	for link in "$1"/users/*; do
+		[[ -d $link ]] && return 0
+	done
+	grep -qF -- "$2/rootfs" /proc/self/mountinfo 2>/dev/null
+}
+
+# recent DIR succeeds when the image in DIR was returned or registered within prune_grace
+# minutes.
+recent() {
+	local stamp=$1/users
+	[[ -d $stamp ]] || stamp=$1
+	[[ -n $(find "$stamp" -maxdepth 0 -mmin -"$prune_grace" 2>/dev/null) ]]
+}
+
+# prune removes every other NAME-<12 hex digits> directory of the cache that no box uses and
+# nothing used recently, under NAME's lock (fd 9). An image is first renamed to a hidden
+# .NAME-<hash>.pruned.XXXXXX, so no engine resolves it half-deleted, and its users are checked
+# again there: a box registers before looking for its image (imageuse.go), so one that
+# registered in between either finds it put back or does not find it at all. Leftovers of an
+# interrupted prune go too. Build directories (.NAME-<hash>.XXXXXX) and anything else are left
+# alone. Failures are reported, not fatal: the image asked for is there either way.
+prune() {
+	[[ ${COCOONBOX_IMAGE_KEEP:-} == 1 ]] && return 0
+	local d rest old
+	for d in "$cache/.$name-"*.pruned.*; do
+		rest=${d#"$cache/.$name-"}
+		[[ $rest =~ ^[0-9a-f]{12}\.pruned\.[A-Za-z0-9]{6}$ && -d $d && ! -L $d ]] || continue
+		if in_use "$d" "$cache/$name-${rest%%.*}"; then
+			echo "build.sh: ${d##*/} has users again; keeping it (move it back to ${rest%%.*} by hand)" >&2
+			continue
+		fi
+		rm -rf --one-file-system -- "$d" || echo "build.sh: could not remove ${d##*/}" >&2
+	done
+	for d in "$cache/$name-"*; do
+		rest=${d#"$cache/$name-"}
+		[[ $rest =~ ^[0-9a-f]{12}$ && $d != "$dest" && -d $d && ! -L $d ]] || continue
+		if recent "$d" || in_use "$d" "$d"; then
+			continue
+		fi
+		old=$(mktemp -d "$cache/.${d##*/}.pruned.XXXXXX") || continue
+		if ! mv -T -- "$d" "$old"; then
+			rmdir -- "$old" || true
+			continue
+		fi
+		if in_use "$old" "$d"; then
+			mv -T -- "$old" "$d" || echo "build.sh: could not put $d back from $old" >&2
+			continue
+		fi
+		if rm -rf --one-file-system -- "$old"; then
+			echo "build.sh: pruned unused image ${d##*/}" >&2
+		else
+			echo "build.sh: could not remove ${d##*/} (moved to ${old##*/})" >&2
+		fi
+	done
+}
+
+# done_with prints the image's path after marking it used now and pruning: the caller (make
+# image, tests) is about to start boxes from it.
+done_with() {
+	mkdir -p "$dest/users" && touch "$dest/users" || true
+	prune || echo "build.sh: pruning old images failed" >&2
+	echo "$dest/rootfs"
+	exit 0
+}
+
+shopt -s nullglob
 if [[ -d $dest/rootfs ]]; then
+	# Cached: prune only when no other run holds the lock (a build, which prunes when done).
+	if { exec 9>>"$cache/.$name.lock"; } 2>/dev/null && flock -n 9; then
+		done_with
+	fi
 	echo "$dest/rootfs"
 	exit 0
 fi
@@ -85,8 +171,7 @@ mkdir -p "$cache"
 exec 9>"$cache/.$name.lock"
 flock 9 # a concurrent build of the same image waits, then finds it built
 if [[ -d $dest/rootfs ]]; then
-	echo "$dest/rootfs"
-	exit 0
+	done_with
 fi
 if [[ $(id -u) -ne 0 ]]; then
 	echo "build.sh: building an image needs root (mmdebstrap, device nodes)" >&2
@@ -117,7 +202,8 @@ if [[ -x $here/$name/customize.sh ]]; then
 	"$here/$name/customize.sh" "$tmp/rootfs"
 fi
 printf 'name=%s\nhash=%s\n' "$name" "$hash" >"$tmp/rootfs/etc/cocoonbox-image"
+mkdir "$tmp/users"
 
 mv -T "$tmp" "$dest"
 trap - EXIT
-echo "$dest/rootfs"
+done_with
