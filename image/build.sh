@@ -115,7 +115,7 @@ recent() {
 # alone. Failures are reported, not fatal: the image asked for is there either way.
 prune() {
 	[[ ${COCOONBOX_IMAGE_KEEP:-} == 1 ]] && return 0
-	local d rest old
+	local d rest old legacy=0
 	for d in "$cache/.$name-"*.pruned.*; do
 		rest=${d#"$cache/.$name-"}
 		[[ $rest =~ ^[0-9a-f]{12}\.pruned\.[A-Za-z0-9]{6}$ && -d $d && ! -L $d ]] || continue
@@ -128,6 +128,12 @@ prune() {
 	for d in "$cache/$name-"*; do
 		rest=${d#"$cache/$name-"}
 		[[ $rest =~ ^[0-9a-f]{12}$ && $d != "$dest" && -d $d && ! -L $d ]] || continue
+		if [[ ! -d $d/users ]]; then
+			# Built before boxes registered: a hibernated box may still need it, and nothing
+			# says which, so it stays (an engine that wakes such a box registers it then).
+			legacy=$((legacy + 1))
+			continue
+		fi
 		if recent "$d" || in_use "$d" "$d"; then
 			continue
 		fi
@@ -146,6 +152,9 @@ prune() {
 			echo "build.sh: could not remove ${d##*/} (moved to ${old##*/})" >&2
 		fi
 	done
+	if ((legacy > 0)); then
+		echo "build.sh: kept $legacy $name image(s) in $cache built before boxes registered their use; remove them by hand once no box of theirs remains" >&2
+	fi
 }
 
 # done_with prints the image's path after marking it used now and pruning: the caller (make
