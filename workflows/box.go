@@ -3,6 +3,7 @@ package workflows
 import (
 	"errors"
 	"slices"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -81,7 +82,7 @@ func (w *box) setup(ctx workflow.Context) error {
 	}
 	listen(ctx, w, SignalTouch, func(struct{}) { w.st.LastActive = workflow.Now(ctx) })
 	listen(ctx, w, SignalViewers, func(s ViewersSignal) {
-		w.st.Viewers = max(s.Count, 0)
+		w.setViewers(s, workflow.Now(ctx))
 		w.st.LastActive = workflow.Now(ctx)
 	})
 	listen(ctx, w, SignalPin, func(s PinSignal) {
@@ -160,19 +161,64 @@ func (w *box) run(ctx workflow.Context) error {
 	}
 }
 
-// nextTimer is the earliest of the idle deadline and the lease renewal; zero when neither counts.
+// nextTimer is the earliest of the idle deadline, the lease renewal and the expiry of a viewer
+// count; zero when none counts.
 func (w *box) nextTimer() time.Time {
 	next := w.idleDeadline()
-	if r := w.renewAt(); !r.IsZero() && (next.IsZero() || r.Before(next)) {
-		next = r
+	for _, t := range []time.Time{w.renewAt(), w.viewersExpire()} {
+		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+			next = t
+		}
 	}
 	return next
+}
+
+// setViewers records a viewer count reported at now.
+func (w *box) setViewers(s ViewersSignal, now time.Time) {
+	if s.Source == "" {
+		w.st.Viewers = max(s.Count, 0)
+		return
+	}
+	w.st.ViewersBy = slices.DeleteFunc(w.st.ViewersBy, func(r ViewerReport) bool { return r.Source == s.Source })
+	if s.Count > 0 {
+		w.st.ViewersBy = append(w.st.ViewersBy, ViewerReport{Source: s.Source, Count: s.Count, At: now})
+		slices.SortFunc(w.st.ViewersBy, func(a, b ViewerReport) int { return strings.Compare(a.Source, b.Source) })
+	}
+}
+
+// viewers is the number of desktop viewers: every source's count.
+func (w *box) viewers() int {
+	n := w.st.Viewers
+	for _, r := range w.st.ViewersBy {
+		n += r.Count
+	}
+	return n
+}
+
+// viewersExpire is when the oldest source's count expires; zero when no source reported.
+func (w *box) viewersExpire() time.Time {
+	var first time.Time
+	for _, r := range w.st.ViewersBy {
+		if t := r.At.Add(ViewersReportTTL); first.IsZero() || t.Before(first) {
+			first = t
+		}
+	}
+	return first
+}
+
+// expireViewers drops the counts of sources that have not reported for ViewersReportTTL: the API
+// process is gone, and its viewers' connections with it.
+func (w *box) expireViewers(now time.Time) {
+	w.st.ViewersBy = slices.DeleteFunc(w.st.ViewersBy, func(r ViewerReport) bool {
+		return !now.Before(r.At.Add(ViewersReportTTL))
+	})
 }
 
 // onTimer renews the lease when due and hibernates the box when idle; either runs as an
 // operation under the mutex, like an update.
 func (w *box) onTimer(ctx workflow.Context) error {
 	now := workflow.Now(ctx)
+	w.expireViewers(now)
 	if r := w.renewAt(); !r.IsZero() && !now.Before(r) {
 		if _, err := w.operate(ctx, false, w.renewLocked); err != nil && isCanceled(err) {
 			return err
@@ -200,7 +246,7 @@ func (w *box) idleDeadline() time.Time { return w.idleDeadlineWith(0) }
 // idleDeadlineWith is idleDeadline with ownBusy operations (the caller's own) not counted.
 func (w *box) idleDeadlineWith(ownBusy int) time.Time {
 	if w.in.Policy.IdleAfter <= 0 || w.st.State != cocoonbox.BoxStateRunning ||
-		w.st.Viewers > 0 || len(w.st.Pins) > 0 || w.busy > ownBusy {
+		w.viewers() > 0 || len(w.st.Pins) > 0 || w.busy > ownBusy {
 		return time.Time{}
 	}
 	return w.st.LastActive.Add(w.in.Policy.IdleAfter)
@@ -247,7 +293,7 @@ func (w *box) continueAsNew(ctx workflow.Context) error {
 			case SignalViewers:
 				var v ViewersSignal
 				if ok = ch.ReceiveAsync(&v); ok {
-					w.st.Viewers = max(v.Count, 0)
+					w.setViewers(v, workflow.Now(ctx))
 				}
 			case SignalPin:
 				var v PinSignal
@@ -279,7 +325,7 @@ func (w *box) status() Status {
 		State:        w.st.State,
 		SandboxID:    w.st.SandboxID,
 		Deadline:     w.st.Deadline,
-		Viewers:      w.st.Viewers,
+		Viewers:      w.viewers(),
 		Pins:         slices.Clone(w.st.Pins),
 		LastError:    w.st.LastError,
 		IdleDeadline: w.idleDeadline(),

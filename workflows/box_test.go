@@ -358,6 +358,55 @@ func TestIdleBlockedByViewerPinAndTouch(t *testing.T) {
 	})
 }
 
+// TestViewersAddUpBySource: each API process reports its own viewer count; the box's viewers
+// are their sum, so one process's 0 does not cancel another's viewer. A process that stops
+// reporting (it died, and its connections with it) no longer counts after ViewersReportTTL, and
+// the box idles from then; one that repeats its count keeps the box awake.
+func TestViewersAddUpBySource(t *testing.T) {
+	t.Run("a silent source expires", func(t *testing.T) {
+		env := newEnv(t)
+		claimOK(env, 1, "sb-1")
+		env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil).Once()
+		update(env, 0, UpdateCreate, CreateInput{})
+		env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalViewers, ViewersSignal{Source: "api-a", Count: 1}) }, time.Minute)
+		env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalViewers, ViewersSignal{Source: "api-b", Count: 2}) }, 2*time.Minute)
+		env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalViewers, ViewersSignal{Source: "api-b", Count: 0}) }, 3*time.Minute)
+		var at3, at10, at13 Status
+		env.RegisterDelayedCallback(func() { at3 = query(t, env) }, 3*time.Minute+time.Second)
+		env.RegisterDelayedCallback(func() { at10 = query(t, env) }, 10*time.Minute)
+		env.RegisterDelayedCallback(func() { at13 = query(t, env) }, 13*time.Minute+time.Second)
+		deleteAt(env, time.Hour)
+
+		env.ExecuteWorkflow(BoxWorkflow, idleInput())
+		require.NoError(t, env.GetWorkflowError())
+		require.Equal(t, 1, at3.Viewers, "api-b's 0 leaves api-a's viewer")
+		require.Equal(t, cocoonbox.BoxStateRunning, at10.State)
+		require.True(t, at10.IdleDeadline.IsZero(), "idle does not count while api-a's viewer is")
+		// api-a last reported at 1m: its count is gone at 11m, and the box idled 10m after the
+		// last report (api-b's, at 3m).
+		require.Equal(t, 0, at13.Viewers)
+		require.Equal(t, cocoonbox.BoxStateHibernated, at13.State)
+		env.AssertActivityNumberOfCalls(t, "Hibernate", 1)
+	})
+	t.Run("a reporting source keeps the box awake", func(t *testing.T) {
+		env := newEnv(t)
+		claimOK(env, 1, "sb-1")
+		update(env, 0, UpdateCreate, CreateInput{})
+		for at := time.Minute; at < time.Hour; at += ViewersReportEvery {
+			env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalViewers, ViewersSignal{Source: "api-a", Count: 1}) }, at)
+		}
+		var later Status
+		env.RegisterDelayedCallback(func() { later = query(t, env) }, time.Hour)
+		deleteAt(env, time.Hour+time.Minute)
+
+		env.ExecuteWorkflow(BoxWorkflow, idleInput())
+		require.NoError(t, env.GetWorkflowError())
+		require.Equal(t, cocoonbox.BoxStateRunning, later.State)
+		require.Equal(t, 1, later.Viewers)
+		env.AssertActivityNumberOfCalls(t, "Hibernate", 0)
+	})
+}
+
 func TestLeaseRenewedBeforeDeadline(t *testing.T) {
 	env := newEnv(t)
 	start := env.Now()

@@ -88,11 +88,12 @@ type BoxWorkflowInput struct {
 type BoxCarriedState struct {
 	State      cocoonbox.BoxState
 	SandboxID  string
-	Deadline   time.Time // the sandbox lease's end
-	NextRenew  time.Time // when to renew the lease; zero means not scheduled
-	Attempt    int       // claims made so far; the next claim uses Attempt+1 in its claim_ref
-	Viewers    int
-	Pins       []string // sorted, so the state is deterministic
+	Deadline   time.Time      // the sandbox lease's end
+	NextRenew  time.Time      // when to renew the lease; zero means not scheduled
+	Attempt    int            // claims made so far; the next claim uses Attempt+1 in its claim_ref
+	Viewers    int            // the count reported without a source (older APIs)
+	ViewersBy  []ViewerReport // counts by reporting API process, sorted by source
+	Pins       []string       // sorted, so the state is deterministic
 	LastError  string
 	LastActive time.Time // the last touch, operation or presence change, for the idle clock
 	// LastSnapshot is the newest snapshot this workflow completed or restored from.
@@ -174,9 +175,28 @@ type SnapshotWorkflowResult struct {
 	Pruned   []string
 }
 
-// ViewersSignal reports how many desktop viewers are attached now.
+// ViewersSignal reports how many desktop viewers are attached now through one API process.
 type ViewersSignal struct {
 	Count int
+	// Source names the reporting API process: the box's viewers are the sum of every source's
+	// newest count. A source reports again at least every ViewersReportEvery while it has
+	// viewers, and a report older than ViewersReportTTL no longer counts, so viewers of an API
+	// process that died do not keep the box awake. "" (APIs before sources) replaces a count of
+	// its own that never expires.
+	Source string
+}
+
+// How often an API process repeats its viewer counts, and how long a count holds without one.
+const (
+	ViewersReportEvery = 3 * time.Minute
+	ViewersReportTTL   = 10 * time.Minute
+)
+
+// ViewerReport is a source's newest viewer count and when it came.
+type ViewerReport struct {
+	Source string
+	Count  int
+	At     time.Time
 }
 
 // PinSignal pins (or, on the unpin signal, unpins) the box awake on behalf of Ref, e.g. a run ID.

@@ -2,10 +2,13 @@ package api
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"strings"
 	"sync"
 	"time"
@@ -16,6 +19,7 @@ import (
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	"github.com/loomhand/cocoonbox/internal/rfb"
+	"github.com/loomhand/cocoonbox/workflows"
 )
 
 // The desktop edge: GET /v1/boxes/{id}/desktop?mode=view|control upgrades to a WebSocket that
@@ -39,12 +43,24 @@ const (
 // desktopEdge counts the open desktop connections of this process, per box, and holds the one
 // control connection a box may have.
 type desktopEdge struct {
+	// source names this process in its viewer reports: each API process reports its own count,
+	// and the box's workflow adds them up.
+	source  string
 	mu      sync.Mutex
 	open    map[cocoonbox.BoxID]int
 	control map[cocoonbox.BoxID]bool
 	// report serialises viewer reports, each sending the count current when it is sent, so the
 	// workflow's last word is the latest count whatever order the connections change in.
 	report sync.Mutex
+}
+
+// viewerSource names this process in viewer reports: its host, and random bytes so that a
+// restarted process's reports are not taken for its predecessor's.
+func viewerSource() string {
+	host, _ := os.Hostname()
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return host + "/" + hex.EncodeToString(b)
 }
 
 // claimControl takes the box's control slot; false when another connection holds it.
@@ -90,7 +106,7 @@ func (e *desktopEdge) count(id cocoonbox.BoxID) int {
 func (s *Server) reportViewers(ctx context.Context, id cocoonbox.BoxID) {
 	s.desktop.report.Lock()
 	defer s.desktop.report.Unlock()
-	s.boxes.SetViewers(ctx, id, s.desktop.count(id))
+	s.boxes.SetViewers(ctx, id, s.desktop.source, s.desktop.count(id))
 }
 
 // serveDesktop authenticates, authorizes and dials before it upgrades, so every refusal is a
@@ -157,6 +173,19 @@ func (s *Server) serveDesktop(w http.ResponseWriter, r *http.Request) {
 	defer func() {
 		s.desktop.add(id, -1)
 		go s.reportViewers(ctx, id)
+	}()
+	// The workflow forgets a count not repeated within its TTL (the process may have died).
+	go func() {
+		tick := time.NewTicker(workflows.ViewersReportEvery)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				s.reportViewers(ctx, id)
+			}
+		}
 	}()
 	s.log.InfoContext(ctx, "desktop connected", "box", id, "user", caller, "mode", mode)
 	rfbMode := rfb.View

@@ -74,6 +74,7 @@ func New(opts Options) *Server {
 	if s.keys == nil {
 		s.keys, _ = ephemeralKeyring() // nil only if crypto/rand fails; tickets then fail closed
 	}
+	s.desktop.source = viewerSource()
 	s.grpc = grpc.NewServer(
 		grpc.ChainUnaryInterceptor(s.unary),
 		grpc.ChainStreamInterceptor(s.stream),

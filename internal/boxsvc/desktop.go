@@ -50,13 +50,17 @@ func (s *Service) DialDesktop(ctx context.Context, caller string, id cocoonbox.B
 	return conn, nil
 }
 
-// SetViewers tells the box's workflow how many desktop connections are open (best effort,
-// logged): a box with viewers is not idle-hibernated. It outlives ctx's cancellation, because the
-// last report is sent as a connection closes.
-func (s *Service) SetViewers(ctx context.Context, id cocoonbox.BoxID, n int) {
+// SetViewers tells the box's workflow how many desktop connections are open through the API
+// process source (best effort, logged): a box with viewers is not idle-hibernated. The workflow
+// adds up the sources' counts and forgets one that has not reported for
+// workflows.ViewersReportTTL, so a source repeats its count every workflows.ViewersReportEvery
+// while it has viewers. It outlives ctx's cancellation, because the last report is sent as a
+// connection closes.
+func (s *Service) SetViewers(ctx context.Context, id cocoonbox.BoxID, source string, n int) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	err := s.Temporal.SignalWorkflow(ctx, workflows.BoxWorkflowID(id), "", workflows.SignalViewers, workflows.ViewersSignal{Count: n})
+	err := s.Temporal.SignalWorkflow(ctx, workflows.BoxWorkflowID(id), "", workflows.SignalViewers,
+		workflows.ViewersSignal{Count: n, Source: source})
 	if err != nil && s.Logger != nil {
 		s.Logger.Warn("report desktop viewers", "box", id, "viewers", n, "err", err)
 	}
