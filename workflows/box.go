@@ -82,7 +82,7 @@ func (w *box) setup(ctx workflow.Context) error {
 	}
 	listen(ctx, w, SignalTouch, func(struct{}) { w.st.LastActive = workflow.Now(ctx) })
 	listen(ctx, w, SignalViewers, func(s ViewersSignal) {
-		w.setViewers(s, workflow.Now(ctx))
+		w.setViewers(ctx, s)
 		w.st.LastActive = workflow.Now(ctx)
 	})
 	listen(ctx, w, SignalPin, func(s PinSignal) {
@@ -173,12 +173,22 @@ func (w *box) nextTimer() time.Time {
 	return next
 }
 
-// setViewers records a viewer count reported at now.
-func (w *box) setViewers(s ViewersSignal, now time.Time) {
-	if s.Source == "" {
+// versionViewersBySource marks the box workflow's adding up viewer counts by source.
+const versionViewersBySource = "viewers-by-source"
+
+// setViewers records a viewer count reported now.
+func (w *box) setViewers(ctx workflow.Context, s ViewersSignal) {
+	// Histories recorded before sources (by an older worker, whatever the API sent) replace the
+	// one count: replaying them must plan the same timers.
+	if workflow.GetVersion(ctx, versionViewersBySource, workflow.DefaultVersion, 1) == workflow.DefaultVersion ||
+		s.Source == "" {
 		w.st.Viewers = max(s.Count, 0)
 		return
 	}
+	// A count without a source never expires, and the older API that sent it may be gone before
+	// its last report: the first report with a source ends it.
+	w.st.Viewers = 0
+	now := workflow.Now(ctx)
 	w.st.ViewersBy = slices.DeleteFunc(w.st.ViewersBy, func(r ViewerReport) bool { return r.Source == s.Source })
 	if s.Count > 0 {
 		w.st.ViewersBy = append(w.st.ViewersBy, ViewerReport{Source: s.Source, Count: s.Count, At: now})
@@ -293,7 +303,7 @@ func (w *box) continueAsNew(ctx workflow.Context) error {
 			case SignalViewers:
 				var v ViewersSignal
 				if ok = ch.ReceiveAsync(&v); ok {
-					w.setViewers(v, workflow.Now(ctx))
+					w.setViewers(ctx, v)
 				}
 			case SignalPin:
 				var v PinSignal

@@ -388,6 +388,21 @@ func TestViewersAddUpBySource(t *testing.T) {
 		require.Equal(t, cocoonbox.BoxStateHibernated, at13.State)
 		env.AssertActivityNumberOfCalls(t, "Hibernate", 1)
 	})
+	t.Run("a source ends the count of an older API", func(t *testing.T) {
+		env := newEnv(t)
+		claimOK(env, 1, "sb-1")
+		update(env, 0, UpdateCreate, CreateInput{})
+		// An older API counted a viewer and went away before reporting 0.
+		env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalViewers, ViewersSignal{Count: 1}) }, time.Minute)
+		env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalViewers, ViewersSignal{Source: "api-a", Count: 2}) }, 2*time.Minute)
+		var at3 Status
+		env.RegisterDelayedCallback(func() { at3 = query(t, env) }, 3*time.Minute)
+		deleteAt(env, 4*time.Minute)
+
+		env.ExecuteWorkflow(BoxWorkflow, idleInput())
+		require.NoError(t, env.GetWorkflowError())
+		require.Equal(t, 2, at3.Viewers, "the count without a source no longer adds")
+	})
 	t.Run("a reporting source keeps the box awake", func(t *testing.T) {
 		env := newEnv(t)
 		claimOK(env, 1, "sb-1")

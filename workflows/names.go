@@ -182,7 +182,7 @@ type ViewersSignal struct {
 	// newest count. A source reports again at least every ViewersReportEvery while it has
 	// viewers, and a report older than ViewersReportTTL no longer counts, so viewers of an API
 	// process that died do not keep the box awake. "" (APIs before sources) replaces a count of
-	// its own that never expires.
+	// its own that never expires, until the first report with a source ends it.
 	Source string
 }
 

@@ -49,6 +49,8 @@ type desktopEdge struct {
 	mu      sync.Mutex
 	open    map[cocoonbox.BoxID]int
 	control map[cocoonbox.BoxID]bool
+	// repeating marks the boxes whose viewer counts a repeatViewers goroutine repeats.
+	repeating map[cocoonbox.BoxID]bool
 	// report serialises viewer reports, each sending the count current when it is sent, so the
 	// workflow's last word is the latest count whatever order the connections change in.
 	report sync.Mutex
@@ -83,23 +85,57 @@ func (e *desktopEdge) releaseControl(id cocoonbox.BoxID) {
 	delete(e.control, id)
 }
 
-// add changes the box's count of open connections by d.
-func (e *desktopEdge) add(id cocoonbox.BoxID, d int) {
+// add changes the box's count of open connections by d, and says whether the caller is to start
+// the box's repeater of viewer reports (none runs yet).
+func (e *desktopEdge) add(id cocoonbox.BoxID, d int) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.open == nil {
 		e.open = map[cocoonbox.BoxID]int{}
+		e.repeating = map[cocoonbox.BoxID]bool{}
 	}
 	e.open[id] += d
 	if e.open[id] <= 0 {
 		delete(e.open, id)
+		return false
 	}
+	if d > 0 && !e.repeating[id] {
+		e.repeating[id] = true
+		return true
+	}
+	return false
+}
+
+// keepRepeating says whether the box's repeater goes on: only while the box has connections;
+// a repeater told to stop is forgotten, so the next connection starts another.
+func (e *desktopEdge) keepRepeating(id cocoonbox.BoxID) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.open[id] > 0 {
+		return true
+	}
+	delete(e.repeating, id)
+	return false
 }
 
 func (e *desktopEdge) count(id cocoonbox.BoxID) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.open[id]
+}
+
+// repeatViewers reports the box's count every workflows.ViewersReportEvery until its last
+// connection closes: the workflow forgets a count not repeated within its TTL, as that of a
+// process that died. One runs per box with connections, however many there are.
+func (s *Server) repeatViewers(id cocoonbox.BoxID) {
+	tick := time.NewTicker(workflows.ViewersReportEvery)
+	defer tick.Stop()
+	for range tick.C {
+		if !s.desktop.keepRepeating(id) {
+			return
+		}
+		s.reportViewers(context.Background(), id)
+	}
 }
 
 // reportViewers tells the box's workflow its current count of open connections.
@@ -147,19 +183,20 @@ func (s *Server) serveDesktop(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer func() { _ = box.Close() }()
-	// Spent only now: a refusal or a box that could not be reached leaves the ticket usable.
-	if ticket != nil {
-		if err := s.spendTicket(ctx, *ticket); err != nil {
-			s.writeHTTPError(w, r, err)
-			return
-		}
-	}
 	if control {
 		if !s.desktop.claimControl(id) {
 			s.writeHTTPError(w, r, cocoonbox.Errorf(cocoonbox.EConflict, "the desktop already has a controller connection"))
 			return
 		}
 		defer s.desktop.releaseControl(id)
+	}
+	// Spent only now: a refusal, a box that could not be reached or a busy control slot leaves
+	// the ticket usable.
+	if ticket != nil {
+		if err := s.spendTicket(ctx, *ticket); err != nil {
+			s.writeHTTPError(w, r, err)
+			return
+		}
 	}
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{"binary"}})
 	if err != nil {
@@ -168,24 +205,13 @@ func (s *Server) serveDesktop(w http.ResponseWriter, r *http.Request) {
 	defer func() { _ = ws.CloseNow() }()
 	ws.SetReadLimit(desktopReadLimit)
 
-	s.desktop.add(id, 1)
+	if s.desktop.add(id, 1) {
+		go s.repeatViewers(id)
+	}
 	go s.reportViewers(ctx, id)
 	defer func() {
 		s.desktop.add(id, -1)
 		go s.reportViewers(ctx, id)
-	}()
-	// The workflow forgets a count not repeated within its TTL (the process may have died).
-	go func() {
-		tick := time.NewTicker(workflows.ViewersReportEvery)
-		defer tick.Stop()
-		for {
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-				s.reportViewers(ctx, id)
-			}
-		}
 	}()
 	s.log.InfoContext(ctx, "desktop connected", "box", id, "user", caller, "mode", mode)
 	rfbMode := rfb.View

@@ -319,3 +319,31 @@ func TestCloseReason(t *testing.T) {
 		t.Fatal("short reason changed")
 	}
 }
+
+// TestViewerRepeaterPerBox: one repeater of viewer reports runs per box with connections, however
+// many connections come and go; it stops with the box's last connection, and the next one starts
+// another.
+func TestViewerRepeaterPerBox(t *testing.T) {
+	var e desktopEdge
+	if !e.add(testBox, 1) {
+		t.Fatal("the first connection did not start a repeater")
+	}
+	if e.add(testBox, 1) || e.add("bx_ffffffffffffffff", 1) == false {
+		t.Fatal("a second connection started another repeater, or another box got none")
+	}
+	e.add(testBox, -1)
+	e.add(testBox, -1)
+	if e.add(testBox, 1) {
+		t.Fatal("a connection opened before the repeater noticed the box empty started a second one")
+	}
+	if !e.keepRepeating(testBox) {
+		t.Fatal("the repeater stopped while the box has a connection")
+	}
+	e.add(testBox, -1)
+	if e.keepRepeating(testBox) {
+		t.Fatal("the repeater goes on with no connection")
+	}
+	if !e.add(testBox, 1) {
+		t.Fatal("the next connection after the repeater stopped started none")
+	}
+}

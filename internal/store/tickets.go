@@ -7,10 +7,11 @@ import (
 )
 
 // SpendTicket records that the one-time ticket id (valid until expires) was used, and says
-// whether this was its first use. Expired tickets' rows are deleted on the way: an expired ticket
-// is refused before it is spent, so its row no longer protects anything.
+// whether this was its first use. Rows of tickets expired for five minutes are deleted on the
+// way: an expired ticket is refused before it is spent, so its row no longer protects anything
+// (the margin covers the API's clock being behind the database's).
 func (q *Queries) SpendTicket(ctx context.Context, id string, expires time.Time) (bool, error) {
-	if _, err := q.db.Exec(ctx, `DELETE FROM spent_tickets WHERE expires_at < now()`); err != nil {
+	if _, err := q.db.Exec(ctx, `DELETE FROM spent_tickets WHERE expires_at < now() - interval '5 minutes'`); err != nil {
 		return false, fmt.Errorf("spend ticket: %w", mapErr(err))
 	}
 	tag, err := q.db.Exec(ctx,
