@@ -106,6 +106,15 @@ recent() {
 	[[ -n $(find "$stamp" -maxdepth 0 -mmin -"$prune_grace" 2>/dev/null) ]]
 }
 
+# drop_gone_users removes the links in DIR/users/ of boxes whose directories are gone, keeping
+# users/'s time, which says when the image was last used.
+drop_gone_users() {
+	local used
+	used=$(stat -c %Y "$1/users" 2>/dev/null) || return 0
+	find "$1/users" -mindepth 1 -maxdepth 1 -xtype l -delete 2>/dev/null || true
+	touch -m -d "@$used" "$1/users" 2>/dev/null || true
+}
+
 # prune removes every other NAME-<12 hex digits> directory of the cache that no box uses and
 # nothing used recently, under NAME's lock (fd 9). An image is first renamed to a hidden
 # .NAME-<hash>.pruned.XXXXXX, so no engine resolves it half-deleted, and its users are checked
@@ -130,10 +139,11 @@ prune() {
 		[[ $rest =~ ^[0-9a-f]{12}$ && $d != "$dest" && -d $d && ! -L $d ]] || continue
 		if [[ ! -d $d/users ]]; then
 			# Built before boxes registered: a hibernated box may still need it, and nothing
-			# says which, so it stays (an engine that wakes such a box registers it then).
+			# says which, so it stays (and boxes never give it a users/).
 			legacy=$((legacy + 1))
 			continue
 		fi
+		drop_gone_users "$d"
 		if recent "$d" || in_use "$d" "$d"; then
 			continue
 		fi
@@ -160,7 +170,10 @@ prune() {
 # done_with prints the image's path after marking it used now and pruning: the caller (make
 # image, tests) is about to start boxes from it.
 done_with() {
-	mkdir -p "$dest/users" && touch "$dest/users" || true
+	if [[ -d $dest/users ]]; then
+		touch "$dest/users" || true
+		drop_gone_users "$dest"
+	fi
 	prune || echo "build.sh: pruning old images failed" >&2
 	echo "$dest/rootfs"
 	exit 0

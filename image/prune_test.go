@@ -48,7 +48,7 @@ func TestBuildPrunesUnusedImages(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	image("base-"+hash, []string{}, old)                                             // the one asked for
+	image("base-"+hash, []string{filepath.Join(cache, "gone")}, old)                 // the one asked for
 	image("base-aaaaaaaaaaa1", []string{}, old)                                      // unused
 	image("base-aaaaaaaaaaa2", nil, old)                                             // from before users/: kept
 	image("base-aaaaaaaaaaa3", []string{filepath.Join(cache, "gone"), liveBox}, old) // a live box
@@ -119,6 +119,12 @@ func TestBuildPrunesUnusedImages(t *testing.T) {
 	}
 	if strings.Count(stderr, "pruned unused image") != 2 {
 		t.Errorf("stderr reports other prunes: %s", stderr)
+	}
+	// Links of boxes that are gone are dropped from the images kept; live ones stay.
+	for img, want := range map[string]int{"base-" + hash: 0, "base-aaaaaaaaaaa3": 1} {
+		if links, err := os.ReadDir(filepath.Join(cache, img, "users")); err != nil || len(links) != want {
+			t.Errorf("%s/users holds %d links (%v), want %d", img, len(links), err, want)
+		}
 	}
 	// The image returned counts as used now, so another checkout's build.sh leaves it a while.
 	fi, err := os.Stat(filepath.Join(cache, "base-"+hash, "users"))

@@ -322,9 +322,8 @@ func (g *gvisor) Wake(ctx context.Context, id string) error {
 			return fmt.Errorf("wake box %s: %w", id, g.unrestore(dir, err))
 		}
 	}
-	// A box hibernated by an engine that predates image registration registers now, so its
-	// image is not pruned under it; after a host reboot the overlay is gone, and the restore
-	// needs the same root back.
+	// Registering again marks the image used now (and puts back a link lost by hand); after a
+	// host reboot the overlay is gone, and the restore needs the same root back.
 	if err := registerImageUse(b.spec); err != nil {
 		return fmt.Errorf("wake box %s: %w", id, g.unrestore(dir, err))
 	}

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestPrepareDirRegistersImageUse: preparing a box's Dir leaves a link to it in its image's
@@ -13,8 +14,10 @@ import (
 func TestPrepareDirRegistersImageUse(t *testing.T) {
 	cache := t.TempDir()
 	image := filepath.Join(cache, "base-0123456789ab")
-	if err := os.MkdirAll(filepath.Join(image, "rootfs"), 0o755); err != nil {
-		t.Fatal(err)
+	for _, d := range []string{"rootfs", imageUsersDir} { // build.sh makes users/ with the image
+		if err := os.MkdirAll(filepath.Join(image, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	boxes := t.TempDir()
 	spec := Spec{ID: "b1", Dir: filepath.Join(boxes, "b1"), Rootfs: filepath.Join(image, "rootfs"), VCPUs: 1, MemoryMB: 64}
@@ -85,5 +88,33 @@ func TestPrepareDirRegistersImageUse(t *testing.T) {
 	gone.Rootfs = filepath.Join(half, "rootfs")
 	if err := prepareDir(gone); err == nil {
 		t.Fatal("prepareDir succeeded on an image without a rootfs")
+	}
+
+	// An image built before registration (no users/) starts boxes and stays without users/:
+	// a first link would make it prunable under the older engines' boxes that have none.
+	legacy := filepath.Join(cache, "base-dddddddddddd")
+	if err := os.MkdirAll(filepath.Join(legacy, "rootfs"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := other
+	old.ID, old.Dir, old.Rootfs = "b4", filepath.Join(boxes, "b4"), filepath.Join(legacy, "rootfs")
+	if err := prepareDir(old); err != nil {
+		t.Fatalf("prepareDir on an image from before registration: %v", err)
+	}
+	if exists(filepath.Join(legacy, imageUsersDir)) {
+		t.Fatal("registering gave an image from before registration a users/ directory")
+	}
+
+	// Registering marks the image used now, even when the link was there: build.sh spares
+	// images used within the hour.
+	past := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(users, past, past); err != nil {
+		t.Fatal(err)
+	}
+	if err := prepareDir(spec); err != nil {
+		t.Fatal(err)
+	}
+	if fi, err := os.Stat(users); err != nil || time.Since(fi.ModTime()) > time.Minute {
+		t.Fatalf("users/ not marked used by a registration: %v", err)
 	}
 }
