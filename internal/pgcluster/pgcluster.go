@@ -98,9 +98,10 @@ type Cluster struct {
 // connections.
 //
 // A cluster whose previous server was SIGKILLed starts normally: postgres discards a
-// postmaster.pid whose pid is dead (after checking no old backend still holds its shared memory),
-// and Start removes one whose pid now belongs to another program (checked by name and working
-// directory, so a reused pid is never signalled). A server still running from a
+// postmaster.pid whose pid is dead (after checking no old backend still holds its shared memory;
+// Start first waits for those backends to notice and exit), and Start removes one whose pid now
+// belongs to another program (checked by name and working directory, so a reused pid is never
+// signalled). A server still running from a
 // parent that crashed (its lock is free) is stopped with a fast shutdown and started again, rather
 // than adopted, so this call's Options always apply and this process owns the server. A server
 // whose parent is alive (the lock is held) is an error: two owners of one cluster is a bug.
@@ -207,6 +208,9 @@ func (c *Cluster) stopLeftover(ctx context.Context) error {
 		if err := waitReaped(ctx, pf.pid); err != nil {
 			return err
 		}
+		if err := waitBackendsGone(ctx, c.dir); err != nil {
+			return err
+		}
 		if processExists(pf.pid) {
 			// postgres would refuse to start, taking the unrelated process for a live server. The
 			// socket lock in our private socket directory names the same pid.
@@ -225,6 +229,29 @@ func (c *Cluster) stopLeftover(ctx context.Context) error {
 	}
 	c.removeOldSocketDir(pf.sockDir)
 	return nil
+}
+
+// backendsGrace bounds the wait for the backends of a server that was killed: each leaves when
+// it notices its postmaster gone, usually within milliseconds, later on a loaded machine.
+const backendsGrace = 30 * time.Second
+
+// waitBackendsGone waits until no postgres process works in dir. The backends of a killed
+// postmaster hold its shared memory until they exit, and postgres refuses to start beside them
+// ("pre-existing shared memory block is still in use").
+func waitBackendsGone(ctx context.Context, dir string) error {
+	ctx, cancel := context.WithTimeout(ctx, backendsGrace)
+	defer cancel()
+	for {
+		pids := serverProcesses(dir)
+		if len(pids) == 0 {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("postgres processes %v of the previous server of %s are still running: stop them", pids, dir)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
 }
 
 // removeOldSocketDir removes a short socket directory an earlier run made under os.TempDir().

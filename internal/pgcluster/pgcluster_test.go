@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -195,6 +196,73 @@ func TestStartAfterKill(t *testing.T) {
 		}
 	}
 	c = start(t, Options{Dir: dir, NoSync: true, DieWithParent: true})
+	if err := c.Check(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStartAfterKillWaitsForBackends: the processes of a SIGKILLed postmaster (its checkpointer,
+// writers, launchers, backends) hold its shared memory until they notice it is gone, and a
+// postgres started meanwhile, whose lock files Start had to remove, refuses to start beside them
+// ("pre-existing shared memory block is still in use"; seen in CI on a loaded machine).
+// Processes kept from noticing (stopped) for a second must delay the next Start, not fail it.
+func TestStartAfterKillWaitsForBackends(t *testing.T) {
+	ctx := context.Background()
+	dir := newDir(t)
+	c, err := Start(ctx, Options{Dir: dir, NoSync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, err := runningPID(dir)
+	if err != nil || pid == 0 {
+		t.Fatalf("running pid: %d, %v", pid, err)
+	}
+	children := slices.DeleteFunc(serverProcesses(dir), func(p int) bool { return p == pid })
+	if len(children) == 0 {
+		t.Fatal("the server has no processes besides its postmaster")
+	}
+	for _, p := range children {
+		if err := syscall.Kill(p, syscall.SIGSTOP); err != nil {
+			t.Fatal(err)
+		}
+	}
+	resume := func() {
+		for _, p := range children {
+			_ = syscall.Kill(p, syscall.SIGCONT) // each notices the postmaster is gone and exits
+		}
+	}
+	resumed := make(chan struct{})
+	defer func() { resume(); <-resumed }()
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	c.cleanup()
+	eventually(t, func() bool { return !isServer(pid, dir) })
+	// As after a reboot, the lock files name a live process of another program, so Start removes
+	// them, and postgres no longer knows the old segment: only its key colliding tells it apart.
+	other := c.run.command("/bin/sleep", "60")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { other.Process.Kill(); other.Wait() }()
+	for _, name := range []string{"postmaster.pid", "sock/.s.PGSQL.5432.lock"} {
+		path := filepath.Join(dir, name)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rest, _ := strings.Cut(string(b), "\n")
+		if err := os.WriteFile(path, []byte(strconv.Itoa(other.Process.Pid)+"\n"+rest), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	go func() {
+		defer close(resumed)
+		time.Sleep(time.Second)
+		resume()
+	}()
+
+	c = start(t, Options{Dir: dir, NoSync: true})
 	if err := c.Check(ctx); err != nil {
 		t.Fatal(err)
 	}

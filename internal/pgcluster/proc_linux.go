@@ -79,3 +79,21 @@ func procStat(pid int) (comm string, state byte, ok bool) {
 	}
 	return string(b[open+1 : end]), b[end+2], true
 }
+
+// serverProcesses lists the live postgres processes working in dir: a server's postmaster and
+// its backends, which outlive a SIGKILLed postmaster until they notice it is gone, holding its
+// shared memory meanwhile.
+func serverProcesses(dir string) []int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return nil
+	}
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err == nil && isServer(pid, dir) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
