@@ -368,9 +368,6 @@ func (c *Cluster) TCPURL(dbname string) string {
 	return u.String()
 }
 
-// Dir returns the cluster directory.
-func (c *Cluster) Dir() string { return c.dir }
-
 // LogFile returns the path of the server log, for messages that tell people where to look.
 func (c *Cluster) LogFile() string { return filepath.Join(c.dir, logName) }
 

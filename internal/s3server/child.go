@@ -46,7 +46,6 @@ type childReply struct {
 // Server is a running embedded S3 server (a child process of this one).
 type Server struct {
 	endpoint string
-	dir      string
 	cmd      *exec.Cmd
 	stdin    io.WriteCloser
 	log      *slog.Logger
@@ -106,7 +105,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("s3: start child: %w", err)
 	}
-	s := &Server{dir: dir, cmd: cmd, stdin: stdin, log: log, done: make(chan struct{})}
+	s := &Server{cmd: cmd, stdin: stdin, log: log, done: make(chan struct{})}
 	go relayLog(stderr, log)
 	go func() {
 		s.waitErr = cmd.Wait()
@@ -152,9 +151,6 @@ func (s *Server) Endpoint() string { return s.endpoint }
 // Done is closed when the server has exited, after Stop or on its own; a
 // supervisor selects on it to notice a server that died.
 func (s *Server) Done() <-chan struct{} { return s.done }
-
-// Dir returns the absolute posix backend root.
-func (s *Server) Dir() string { return s.dir }
 
 // Stop shuts the server down gracefully and waits for it; calling it again
 // returns the first result.
