@@ -142,12 +142,10 @@ func TestRestartKeepsData(t *testing.T) {
 	}
 }
 
-// TestStartAfterKill covers the postmaster.pid a SIGKILLed server leaves, and one whose pid now
-// belongs to an unrelated process (after a reboot).
-func TestStartAfterKill(t *testing.T) {
-	ctx := context.Background()
-	dir := newDir(t)
-	c, err := Start(ctx, Options{Dir: dir, NoSync: true})
+// startKillable starts a daemon cluster in dir and returns it with its postmaster's pid.
+func startKillable(t *testing.T, dir string) (*Cluster, int) {
+	t.Helper()
+	c, err := Start(context.Background(), Options{Dir: dir, NoSync: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -155,6 +153,38 @@ func TestStartAfterKill(t *testing.T) {
 	if err != nil || pid == 0 {
 		t.Fatalf("running pid: %d, %v", pid, err)
 	}
+	return c, pid
+}
+
+// lockFilesNameOther makes both lock files of the dead server in dir name a live process of
+// another program, as after a reboot (postgres ignores other users' pids: kill(pid, 0) fails
+// with EPERM, so the process runs as the server's user).
+func lockFilesNameOther(t *testing.T, c *Cluster, dir string) {
+	t.Helper()
+	other := c.run.command("/bin/sleep", "60")
+	if err := other.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { other.Process.Kill(); other.Wait() })
+	for _, name := range []string{"postmaster.pid", "sock/.s.PGSQL.5432.lock"} {
+		path := filepath.Join(dir, name)
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, rest, _ := strings.Cut(string(b), "\n")
+		if err := os.WriteFile(path, []byte(strconv.Itoa(other.Process.Pid)+"\n"+rest), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestStartAfterKill covers the postmaster.pid a SIGKILLed server leaves, and one whose pid now
+// belongs to an unrelated process (after a reboot).
+func TestStartAfterKill(t *testing.T) {
+	ctx := context.Background()
+	dir := newDir(t)
+	c, pid := startKillable(t, dir)
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
@@ -169,32 +199,12 @@ func TestStartAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// After a reboot the pid in both lock files may belong to some other live process of the
-	// server's user (postgres ignores other users' pids: kill(pid, 0) fails with EPERM).
-	other := c.run.command("/bin/sleep", "60")
-	if err := other.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { other.Process.Kill(); other.Wait() }()
-	c, err = Start(ctx, Options{Dir: dir, NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, _ = runningPID(dir)
+	// After a reboot the pid in both lock files may belong to some other live process.
+	c, pid = startKillable(t, dir)
 	syscall.Kill(pid, syscall.SIGKILL)
 	c.cleanup()
 	eventually(t, func() bool { return !isServer(pid, dir) })
-	for _, name := range []string{"postmaster.pid", "sock/.s.PGSQL.5432.lock"} {
-		path := filepath.Join(dir, name)
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, rest, _ := strings.Cut(string(b), "\n")
-		if err := os.WriteFile(path, []byte(strconv.Itoa(other.Process.Pid)+"\n"+rest), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	lockFilesNameOther(t, c, dir)
 	c = start(t, Options{Dir: dir, NoSync: true, DieWithParent: true})
 	if err := c.Check(ctx); err != nil {
 		t.Fatal(err)
@@ -209,14 +219,7 @@ func TestStartAfterKill(t *testing.T) {
 func TestStartAfterKillWaitsForBackends(t *testing.T) {
 	ctx := context.Background()
 	dir := newDir(t)
-	c, err := Start(ctx, Options{Dir: dir, NoSync: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	pid, err := runningPID(dir)
-	if err != nil || pid == 0 {
-		t.Fatalf("running pid: %d, %v", pid, err)
-	}
+	c, pid := startKillable(t, dir)
 	children := slices.DeleteFunc(serverProcesses(dir), func(p int) bool { return p == pid })
 	if len(children) == 0 {
 		t.Fatal("the server has no processes besides its postmaster")
@@ -240,22 +243,7 @@ func TestStartAfterKillWaitsForBackends(t *testing.T) {
 	eventually(t, func() bool { return !isServer(pid, dir) })
 	// As after a reboot, the lock files name a live process of another program, so Start removes
 	// them, and postgres no longer knows the old segment: only its key colliding tells it apart.
-	other := c.run.command("/bin/sleep", "60")
-	if err := other.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() { other.Process.Kill(); other.Wait() }()
-	for _, name := range []string{"postmaster.pid", "sock/.s.PGSQL.5432.lock"} {
-		path := filepath.Join(dir, name)
-		b, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		_, rest, _ := strings.Cut(string(b), "\n")
-		if err := os.WriteFile(path, []byte(strconv.Itoa(other.Process.Pid)+"\n"+rest), 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
+	lockFilesNameOther(t, c, dir)
 	go func() {
 		defer close(resumed)
 		time.Sleep(time.Second)
