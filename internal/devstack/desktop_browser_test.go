@@ -86,7 +86,7 @@ func TestDesktopInBrowser(t *testing.T) {
 	if before == target {
 		target = point{330, 570}
 	}
-	moveOver(t, page, target)
+	step(t, "move over the canvas", func() error { return moveOver(page, target) })
 	if err := consistently(e.ctx, time.Second, func() error {
 		if p := e.pointer(t); p != before {
 			return fmt.Errorf("box pointer moved from %v to %v in view mode", before, p)
@@ -101,8 +101,13 @@ func TestDesktopInBrowser(t *testing.T) {
 	click(t, page, "#takeover", "")
 	var at point
 	if err := waitFor(e.ctx, 30*time.Second, func() error {
-		moveOver(t, page, point{target.x + 4, target.y})
-		moveOver(t, page, target)
+		// The canvas is replaced while the app reconnects in control mode.
+		if err := moveOver(page, point{target.x + 4, target.y}); err != nil {
+			return err
+		}
+		if err := moveOver(page, target); err != nil {
+			return err
+		}
 		if at = e.pointer(t); at.near(target) {
 			return nil
 		}
@@ -326,18 +331,23 @@ func (p point) near(q point) bool {
 	return p.x-q.x <= 3 && q.x-p.x <= 3 && p.y-q.y <= 3 && q.y-p.y <= 3
 }
 
-// moveOver moves the browser's mouse to where the canvas shows the box's pixel p.
-func moveOver(t *testing.T, page *rod.Page, p point) {
-	t.Helper()
+// moveOver moves the browser's mouse to where the canvas shows the box's pixel p. There is no
+// canvas while the app connects (a take-over replaces the connection): an error to retry on.
+func moveOver(page *rod.Page, p point) error {
 	var r struct{ X, Y, W, H float64 }
-	step(t, "find the canvas", func() error {
-		return evalInto(page, `() => {
-			const c = document.querySelector('#screen canvas'), r = c.getBoundingClientRect();
+	if err := evalInto(page, `() => {
+			const c = document.querySelector('#screen canvas');
+			if (!c) throw new Error('no desktop canvas (the app is connecting)');
+			const r = c.getBoundingClientRect();
 			return {X: r.left, Y: r.top, W: r.width / c.width, H: r.height / c.height};
-		}`, &r)
-	})
+		}`, &r); err != nil {
+		return fmt.Errorf("find the canvas: %w", err)
+	}
 	at := proto.Point{X: r.X + (float64(p.x)+0.5)*r.W, Y: r.Y + (float64(p.y)+0.5)*r.H}
-	step(t, fmt.Sprintf("move the mouse to %v", at), func() error { return page.Mouse.MoveTo(at) })
+	if err := page.Mouse.MoveTo(at); err != nil {
+		return fmt.Errorf("move the mouse to %v: %w", at, err)
+	}
+	return nil
 }
 
 // pointer is where the box's X pointer is.
