@@ -3,7 +3,6 @@ package devstack_test
 import (
 	"context"
 	"net"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -94,11 +93,7 @@ func BenchmarkRawAgentInfo(b *testing.B) {
 // whose agent has run once (so its credential is in the box and chromium-free tools are warm).
 func newAgentBench(b *testing.B) *agentEnv {
 	b.Helper()
-	dir, err := os.MkdirTemp("", "cbdev-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = os.RemoveAll(dir) })
+	dir := shortTemp(b)
 	models := modeltest.NewServer(b, gatewayKey)
 	cfg := benchConfig(b, filepath.Join(dir, "h"))
 	useGateway(&cfg, models)

@@ -3,7 +3,6 @@ package devstack_test
 import (
 	"context"
 	"net/http"
-	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -42,11 +41,7 @@ type boxBench struct {
 // which b.TempDir's long names do not leave room for.
 func newBoxBench(b *testing.B) *boxBench {
 	b.Helper()
-	dir, err := os.MkdirTemp("", "cbdev-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = os.RemoveAll(dir) })
+	dir := shortTemp(b)
 	ctx, cancel := context.WithTimeout(context.Background(), boxBenchWait)
 	defer cancel()
 	d, err := devstack.Start(ctx, benchConfig(b, filepath.Join(dir, "h")), nil)

@@ -8,7 +8,6 @@ import (
 	"io"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -112,11 +111,7 @@ func BenchmarkRawDesktopFirstFrame(b *testing.B) {
 // (runsc socket paths must fit 108 bytes).
 func newDesktopBench(b *testing.B) *desktopEnv {
 	b.Helper()
-	dir, err := os.MkdirTemp("", "cbdev-")
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = os.RemoveAll(dir) })
+	dir := shortTemp(b)
 	cfg := benchConfig(b, filepath.Join(dir, "h"))
 	cfg.Template = "desktop"
 	return newDesktopEnv(b, cfg, boxBenchRun)

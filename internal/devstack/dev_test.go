@@ -275,7 +275,7 @@ func assertNoPostgres(t *testing.T, home string) {
 
 // shortTemp is a temporary directory with a short path: runsc's unix socket paths under the
 // engine's data dir must fit in 108 bytes, which t.TempDir's long names can exceed.
-func shortTemp(t *testing.T) string {
+func shortTemp(t testing.TB) string {
 	t.Helper()
 	dir, err := os.MkdirTemp("", "cbdev-")
 	if err != nil {
