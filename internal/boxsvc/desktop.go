@@ -18,7 +18,8 @@ const DesktopPort = 5900
 // the lease holder may send input. It is checked when a ticket is issued, when the edge
 // connects, and again while a connection lasts, so a revoked share or a lease taken over ends it.
 func (s *Service) CheckDesktop(ctx context.Context, caller string, id cocoonbox.BoxID, control bool) error {
-	_, err := s.desktopStatus(ctx, caller, id, control)
+	need, check := desktopRule(caller, id, control)
+	_, err := s.checked(ctx, caller, id, need, check)
 	return err
 }
 
@@ -26,20 +27,14 @@ func (s *Service) CheckDesktop(ctx context.Context, caller string, id cocoonbox.
 // CheckDesktop, waking the box through its workflow when it sleeps. The caller owns the
 // connection; while it is open the edge reports it through SetViewers, which keeps the box awake.
 func (s *Service) DialDesktop(ctx context.Context, caller string, id cocoonbox.BoxID, control bool) (Conn, error) {
-	if s.Sandbox == nil {
-		return nil, &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "boxes cannot be reached from this server", Err: errUnavailable}
-	}
-	st, err := s.desktopStatus(ctx, caller, id, control)
-	if err != nil {
-		return nil, err
-	}
-	ref, err := s.awake(ctx, id, st)
+	need, check := desktopRule(caller, id, control)
+	ref, err := s.reach(ctx, caller, id, need, check)
 	if err != nil {
 		return nil, err
 	}
 	conn, err := s.Sandbox.DialPort(ctx, ref, DesktopPort)
 	if err != nil {
-		return nil, dialError(err)
+		return nil, dialError(err, "desktop")
 	}
 	mode := "view"
 	if control {
@@ -66,32 +61,25 @@ func (s *Service) SetViewers(ctx context.Context, id cocoonbox.BoxID, source str
 	}
 }
 
-// desktopStatus checks the role CheckDesktop describes and returns the box's status, which
-// names the lease holder.
-func (s *Service) desktopStatus(ctx context.Context, caller string, id cocoonbox.BoxID, control bool) (workflows.Status, error) {
-	need := cocoonbox.RoleViewer
-	if control {
-		need = cocoonbox.RoleDriver
+// desktopRule is what CheckDesktop checks: the role, and for control the lease in caller's name.
+func desktopRule(caller string, id cocoonbox.BoxID, control bool) (cocoonbox.Role, func(workflows.Status) error) {
+	if !control {
+		return cocoonbox.RoleViewer, nil
 	}
-	if _, err := s.authorize(ctx, caller, id, need); err != nil {
-		return workflows.Status{}, err
-	}
-	st, err := s.status(ctx, id)
-	if err != nil {
-		return workflows.Status{}, err
-	}
-	if control && st.Controller != caller {
-		if st.Controller == "" {
-			return workflows.Status{}, cocoonbox.Errorf(cocoonbox.EConflict, "box %s: take over first: control mode needs the desktop's control lease", id)
+	return cocoonbox.RoleDriver, func(st workflows.Status) error {
+		switch st.Controller {
+		case caller:
+			return nil
+		case "":
+			return cocoonbox.Errorf(cocoonbox.EConflict, "box %s: take over first: control mode needs the desktop's control lease", id)
 		}
-		return workflows.Status{}, cocoonbox.Errorf(cocoonbox.EConflict, "box %s: take over first: another user holds the desktop's control lease", id)
+		return cocoonbox.Errorf(cocoonbox.EConflict, "box %s: take over first: another user holds the desktop's control lease", id)
 	}
-	return st, nil
 }
 
 // awake returns a ref to the box's sandbox given its status, waking the box through its workflow
 // when it sleeps, so the workflow never believes asleep a box the engine woke behind it. The
-// caller has checked the role (running for exec and files, DialDesktop for the desktop).
+// caller has checked the role (reach).
 func (s *Service) awake(ctx context.Context, id cocoonbox.BoxID, st workflows.Status) (sandbox.SandboxRef, error) {
 	var err error
 	switch st.State {
@@ -110,16 +98,16 @@ func (s *Service) awake(ctx context.Context, id cocoonbox.BoxID, st workflows.St
 	return sandbox.SandboxRef{ID: sid, Token: token}, nil
 }
 
-// dialError gives an engine error on the desktop dial its domain code and a message a person can
-// act on.
-func dialError(err error) error {
+// dialError gives an engine error on the way to a port of the box, where what listens ("desktop",
+// "agent"), its domain code and a message a person can act on.
+func dialError(err error, what string) error {
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound):
 		return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "the box's sandbox is gone; wake the box to rebuild it", Err: err}
-	case errors.Is(err, sandbox.ErrUnavailable):
-		// The engine answers 502 when nothing listens on the port: the desktop is still starting,
-		// or the box's image has none.
-		return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "the box's desktop is not answering (" + sandbox.Message(err) + "); try again", Err: err}
+	case errors.Is(err, sandbox.ErrUnavailable), errors.Is(err, sandbox.ErrTimeout):
+		// The engine answers 502 when nothing listens on the port: the box is still starting
+		// it, or the box's image has none.
+		return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "the box's " + what + " is not answering (" + sandbox.Message(err) + "); try again", Err: err}
 	case errors.Is(err, sandbox.ErrNoCapacity):
 		return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "the sandbox engine is busy or down; try again", Err: err}
 	}

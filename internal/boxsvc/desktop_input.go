@@ -13,8 +13,8 @@ import (
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/activities"
-	"github.com/loomhand/cocoonbox/internal/sandbox"
 	agentvmv1 "github.com/loomhand/cocoonbox/proto/agentvm/v1"
+	"github.com/loomhand/cocoonbox/workflows"
 )
 
 // desktopCallTimeout bounds one call to the box's agent for a screenshot or an input.
@@ -116,21 +116,20 @@ func (s *Service) Key(ctx context.Context, caller string, id cocoonbox.BoxID, ke
 // when it sleeps, and makes call on the box's agent with the box's credential, which the
 // workflow's activities wrote when the sandbox became the box's.
 func (s *Service) onDesktop(ctx context.Context, caller string, id cocoonbox.BoxID, need cocoonbox.Role, call func(context.Context, agentvmv1.DesktopClient) error) error {
-	if s.Sandbox == nil || s.Credentials == nil {
+	if s.Credentials == nil {
 		return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "boxes' desktops cannot be reached from this server", Err: errUnavailable}
 	}
-	if _, err := s.authorize(ctx, caller, id, need); err != nil {
-		return err
+	var check func(workflows.Status) error
+	if need != cocoonbox.RoleViewer {
+		check = func(st workflows.Status) error {
+			if st.Controller != "" && st.Controller != caller {
+				return cocoonbox.Errorf(cocoonbox.EConflict, "box %s: %s holds the desktop's control lease; wait until they hand it back, or take over",
+					id, s.userName(ctx, st.Controller))
+			}
+			return nil
+		}
 	}
-	st, err := s.status(ctx, id)
-	if err != nil {
-		return err
-	}
-	if need != cocoonbox.RoleViewer && st.Controller != "" && st.Controller != caller {
-		return cocoonbox.Errorf(cocoonbox.EConflict, "box %s: %s holds the desktop's control lease; wait until they hand it back, or take over",
-			id, s.userName(ctx, st.Controller))
-	}
-	ref, err := s.awake(ctx, id, st)
+	ref, err := s.reach(ctx, caller, id, need, check)
 	if err != nil {
 		return err
 	}
@@ -165,20 +164,10 @@ func desktopError(ctx context.Context, err error) error {
 	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return ctx.Err()
 	}
-	if cocoonbox.ErrorCode(err) != cocoonbox.EInternal {
-		return err // already a domain error (a failed credential write)
-	}
 	st, ok := status.FromError(err)
 	if !ok {
-		// The relay could not reach the agent (nothing listens yet, or the image has none), or
-		// the engine refused the credential write.
-		if errors.Is(err, sandbox.ErrNotFound) {
-			return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "the box's sandbox is gone; wake the box to rebuild it", Err: err}
-		}
-		if errors.Is(err, sandbox.ErrUnavailable) || errors.Is(err, sandbox.ErrNoCapacity) || errors.Is(err, sandbox.ErrTimeout) {
-			return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "the box's agent is not answering yet; try again", Err: err}
-		}
-		return err
+		// The relay could not reach the agent: nothing listens yet, or the image has none.
+		return dialError(err, "agent")
 	}
 	msg := st.Message()
 	switch st.Code() {

@@ -27,9 +27,9 @@ func TestDesktopError(t *testing.T) {
 		{status.Error(grpccodes.Unauthenticated, "no credential yet"), cocoonbox.EUnavailable, "credential"},
 		{status.Error(grpccodes.FailedPrecondition, "no display"), cocoonbox.EConflict, "no display"},
 		{status.Error(grpccodes.Unimplemented, "unknown service"), cocoonbox.EUnimplemented, "no desktop service"},
-		{fmt.Errorf("dial agent: %w", sandbox.ErrUnavailable), cocoonbox.EUnavailable, "not answering yet"},
+		{fmt.Errorf("dial agent: %w", sandbox.ErrUnavailable), cocoonbox.EUnavailable, "agent is not answering"},
 		{fmt.Errorf("dial agent: %w", sandbox.ErrNotFound), cocoonbox.EUnavailable, "sandbox is gone"},
-		{cocoonbox.Errorf(cocoonbox.EUnavailable, "write agent credential: exit 1"), cocoonbox.EUnavailable, "exit 1"},
+		{fmt.Errorf("dial agent: %w", sandbox.ErrNoCapacity), cocoonbox.EUnavailable, "busy"},
 		{status.Error(grpccodes.Internal, "boom"), cocoonbox.EInternal, ""},
 	}
 	for _, tc := range cases {

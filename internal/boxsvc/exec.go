@@ -62,7 +62,7 @@ func (s *Service) Exec(ctx context.Context, caller string, id cocoonbox.BoxID, r
 	if req.TimeoutSeconds == 0 {
 		req.TimeoutSeconds = DefaultExecTimeout
 	}
-	ref, err := s.running(ctx, caller, id)
+	ref, err := s.reach(ctx, caller, id, cocoonbox.RoleDriver, nil)
 	if err != nil {
 		return ExecResult{}, err
 	}
@@ -81,7 +81,7 @@ func (s *Service) ReadFile(ctx context.Context, caller string, id cocoonbox.BoxI
 	if err := checkPath(p); err != nil {
 		return nil, 0, err
 	}
-	ref, err := s.running(ctx, caller, id)
+	ref, err := s.reach(ctx, caller, id, cocoonbox.RoleDriver, nil)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -142,7 +142,7 @@ func (s *Service) WriteFile(ctx context.Context, caller string, id cocoonbox.Box
 	if mode == 0 {
 		mode = 0o644
 	}
-	ref, err := s.running(ctx, caller, id)
+	ref, err := s.reach(ctx, caller, id, cocoonbox.RoleDriver, nil)
 	if err != nil {
 		return 0, err
 	}
@@ -186,16 +186,31 @@ func (s *Service) WriteFile(ctx context.Context, caller string, id cocoonbox.Box
 	return int64(len(content)), nil
 }
 
-// running checks the driver role and returns a ref to the box's sandbox, waking the box through
-// its workflow when it sleeps.
-func (s *Service) running(ctx context.Context, caller string, id cocoonbox.BoxID) (sandbox.SandboxRef, error) {
+// checked checks caller's role need on the box and, against its status, check (nil for none),
+// and returns the status.
+func (s *Service) checked(ctx context.Context, caller string, id cocoonbox.BoxID, need cocoonbox.Role, check func(workflows.Status) error) (workflows.Status, error) {
+	if _, err := s.authorize(ctx, caller, id, need); err != nil {
+		return workflows.Status{}, err
+	}
+	st, err := s.status(ctx, id)
+	if err != nil {
+		return workflows.Status{}, err
+	}
+	if check != nil {
+		if err := check(st); err != nil {
+			return workflows.Status{}, err
+		}
+	}
+	return st, nil
+}
+
+// reach makes the checks of checked and returns a ref to the box's sandbox, waking the box
+// through its workflow when it sleeps.
+func (s *Service) reach(ctx context.Context, caller string, id cocoonbox.BoxID, need cocoonbox.Role, check func(workflows.Status) error) (sandbox.SandboxRef, error) {
 	if s.Sandbox == nil {
 		return sandbox.SandboxRef{}, &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "boxes cannot be reached from this server", Err: errUnavailable}
 	}
-	if _, err := s.authorize(ctx, caller, id, cocoonbox.RoleDriver); err != nil {
-		return sandbox.SandboxRef{}, err
-	}
-	st, err := s.status(ctx, id)
+	st, err := s.checked(ctx, caller, id, need, check)
 	if err != nil {
 		return sandbox.SandboxRef{}, err
 	}
