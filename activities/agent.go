@@ -23,6 +23,7 @@ import (
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
+	"github.com/loomhand/cocoonbox/internal/secrets"
 	"github.com/loomhand/cocoonbox/internal/store"
 	agentvmv1 "github.com/loomhand/cocoonbox/proto/agentvm/v1"
 )
@@ -80,6 +81,14 @@ func AgentCredential(key []byte, boxID cocoonbox.BoxID) string {
 	m := hmac.New(sha256.New, key)
 	m.Write([]byte(boxID))
 	return hex.EncodeToString(m.Sum(nil))
+}
+
+// AgentCredentials derives boxes' agent credentials from the keyring. Every worker and API server
+// of a deployment shares the keyring, so each derives the same credential for a box: the worker
+// writes it into the box, the API server presents it to the box's agent.
+func AgentCredentials(keys *secrets.Keyring) func(cocoonbox.BoxID) (string, error) {
+	key := keys.Derive("agent-credential")
+	return func(id cocoonbox.BoxID) (string, error) { return AgentCredential(key, id), nil }
 }
 
 // StepInput is one step of a run: everything but the key and the conversation, which the
@@ -280,19 +289,19 @@ func (a *Agent) ensureCredential(ctx context.Context, ref sandbox.SandboxRef, cr
 	if v, ok := a.written.Load(ref.ID); ok && v.(string) == cred {
 		return nil
 	}
-	if err := WriteAgentCredential(ctx, a.Sandbox, ref, cred); err != nil {
+	if err := writeAgentCredential(ctx, a.Sandbox, ref, cred); err != nil {
 		return sandboxError(err)
 	}
 	a.written.Store(ref.ID, cred)
 	return nil
 }
 
-// WriteAgentCredential writes cred to AgentCredentialPath in the sandbox through the engine's
+// writeAgentCredential writes cred to AgentCredentialPath in the sandbox through the engine's
 // exec (the agent need not be up, nor in the image), leaving a file that already holds it
 // untouched. The credential travels in the exec's environment, not its argv, so the engine's logs
 // of commands do not show it. Engine errors are wrapped as they are; a failed write is a
 // cocoonbox EUnavailable error.
-func WriteAgentCredential(ctx context.Context, sb sandbox.Client, ref sandbox.SandboxRef, cred string) error {
+func writeAgentCredential(ctx context.Context, sb sandbox.Client, ref sandbox.SandboxRef, cred string) error {
 	const script = `f=` + AgentCredentialPath + `
 [ "$(cat "$f" 2>/dev/null)" = "$COCOONBOX_CRED" ] && exit 0
 mkdir -p "$(dirname "$f")" && umask 077 && printf %s "$COCOONBOX_CRED" > "$f.tmp" && mv -f "$f.tmp" "$f"`

@@ -133,7 +133,7 @@ func readyWithCredential(ctx context.Context, client sandbox.Client, ref sandbox
 	if err != nil {
 		return classify(fmt.Errorf("derive agent credential: %w", err))
 	}
-	err = WriteAgentCredential(ctx, client, ref, cred)
+	err = writeAgentCredential(ctx, client, ref, cred)
 	if errors.Is(err, sandbox.ErrNotFound) {
 		return gone(fmt.Errorf("sandbox %s: %w", ref.ID, err))
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"go.temporal.io/sdk/client"
 
+	"github.com/loomhand/cocoonbox/activities"
 	"github.com/loomhand/cocoonbox/internal/api"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	"github.com/loomhand/cocoonbox/internal/buildinfo"
@@ -20,7 +21,6 @@ import (
 	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/internal/tclient"
 	"github.com/loomhand/cocoonbox/internal/vault"
-	"github.com/loomhand/cocoonbox/internal/worker"
 )
 
 func serveAPICommand() *cli.Command {
@@ -103,7 +103,7 @@ func serveAPI(ctx context.Context, cfg config.API, logger *slog.Logger, ready fu
 		Sandbox: sandbox.NewHTTP(cfg.Sandbox.URL, cfg.Sandbox.Token, nil),
 		Tokens:  store.SandboxTokens{Store: st, Keys: keys}, Logger: logger.With("component", "boxsvc"),
 		// The same derivation as the workers', from the deployment's shared keyring.
-		Credentials: worker.AgentCredentials(keys),
+		Credentials: activities.AgentCredentials(keys),
 		Agent:       cfg.Agent,
 	}
 	srv := api.New(api.Options{

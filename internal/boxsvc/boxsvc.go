@@ -38,13 +38,14 @@ type Service struct {
 	// unavailable.
 	Sandbox sandbox.Client
 	Tokens  store.SandboxTokens
-	// Credentials derives a box's agent credential (worker.AgentCredentials), which the desktop
+	// Credentials derives a box's agent credential (activities.AgentCredentials), which the desktop
 	// verbs present to the box's agent; without it they are unavailable.
 	Credentials func(cocoonbox.BoxID) (string, error)
 	Logger      *slog.Logger
 	// WatchEvery is how often WatchBox polls the workflow's status; 0 is 500 ms.
 	WatchEvery time.Duration
-	// Agent is the model gateway agent runs use (config.DefaultAgent when unset by the caller).
+	// Agent is the model gateway agent runs use; without a provider and base URL (a Service built
+	// without a loaded configuration) runs are refused as not configured.
 	Agent config.Agent
 }
 

@@ -3,6 +3,7 @@ package devstack
 import (
 	"fmt"
 
+	"github.com/loomhand/cocoonbox/activities"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
@@ -28,7 +29,7 @@ func (d *Dev) startWorker() error {
 	d.Boxes = &boxsvc.Service{
 		Temporal: d.Temporal, Store: d.Store, Policy: boxsvc.DefaultPolicy,
 		Sandbox: sb, Tokens: store.SandboxTokens{Store: d.Store, Keys: keys}, Logger: d.log.With("component", "boxsvc"),
-		Agent: d.cfg.Agent, Credentials: worker.AgentCredentials(keys),
+		Agent: d.cfg.Agent, Credentials: activities.AgentCredentials(keys),
 	}
 	if d.cfg.NoWorker {
 		return nil

@@ -36,11 +36,7 @@ type Options struct {
 	Blobs    objstore.Store
 	// UploadRate caps snapshot uploads in bytes per second; 0 is no cap.
 	UploadRate int64
-	// AgentKey is the HMAC key boxes' agent credentials derive from (activities.AgentCredential).
-	// Every worker and API server of a deployment needs the same one; nil derives it from Keys
-	// (AgentCredentials), as the API server does.
-	AgentKey []byte
-	Logger   *slog.Logger
+	Logger     *slog.Logger
 }
 
 // New returns a worker with every workflow and activity registered; the caller starts and stops it.
@@ -51,14 +47,11 @@ func New(opts Options) worker.Worker {
 	w.RegisterWorkflow(workflows.AgentRunWorkflow)
 	tok := tokens{store.SandboxTokens{Store: opts.Store, Keys: opts.Keys}}
 	w.RegisterActivity(&activities.Store{Boxes: boxes{opts.Store}})
-	creds := AgentCredentials(opts.Keys)
+	creds := activities.AgentCredentials(opts.Keys)
 	w.RegisterActivity(&activities.Snapshots{
 		Client: opts.Sandbox, Tokens: tok, Blobs: opts.Blobs, Store: snapshots{opts.Store},
 		Template: opts.Template, UploadRate: opts.UploadRate, Credentials: creds,
 	})
-	if len(opts.AgentKey) != 0 {
-		creds = credentials(opts.AgentKey)
-	}
 	// The credential is written at claim (WaitReady) and checked again before each agent step.
 	w.RegisterActivity(&activities.Sandbox{Client: opts.Sandbox, Tokens: tok, Template: opts.Template, Credentials: creds})
 	w.RegisterActivity(&activities.Agent{
@@ -66,17 +59,6 @@ func New(opts Options) worker.Worker {
 		Credentials: creds, Wake: wakeBox(opts.Temporal),
 	})
 	return w
-}
-
-// AgentCredentials derives boxes' agent credentials from the keyring. Every worker and API server
-// of a deployment shares the keyring, so each derives the same credential for a box: the worker
-// writes it into the box, the API server presents it to the box's agent.
-func AgentCredentials(keys *secrets.Keyring) func(cocoonbox.BoxID) (string, error) {
-	return credentials(keys.Derive("agent-credential"))
-}
-
-func credentials(key []byte) func(cocoonbox.BoxID) (string, error) {
-	return func(id cocoonbox.BoxID) (string, error) { return activities.AgentCredential(key, id), nil }
 }
 
 // wakeBox wakes a box through its workflow's wake update (a no-op when it runs), for the agent
