@@ -23,7 +23,7 @@ type desktopService struct {
 var _ agentvmv1.DesktopServer = (*desktopService)(nil)
 
 // desktopStatus is the one table from the desktop's errors to gRPC codes: bad arguments are
-// INVALID_ARGUMENT naming the field, a person in control FAILED_PRECONDITION, and a display that
+// INVALID_ARGUMENT naming the field, and a display that
 // does not answer (not up yet, xdotool failing) UNAVAILABLE, so a caller may retry.
 func desktopStatus(ctx context.Context, err error) error {
 	switch {
@@ -33,8 +33,6 @@ func desktopStatus(ctx context.Context, err error) error {
 		return status.FromContextError(ctx.Err()).Err()
 	case errors.Is(err, tools.ErrInvalid):
 		return status.Error(codes.InvalidArgument, invalidField(err))
-	case errors.Is(err, desktop.ErrRefused):
-		return status.Error(codes.FailedPrecondition, err.Error())
 	default:
 		return status.Error(codes.Unavailable, err.Error())
 	}

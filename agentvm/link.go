@@ -129,8 +129,7 @@ func (l *Links) begin(runID string, step int32) (end func()) {
 			_ = c.Close()
 		}
 		delete(l.idle, k)
-		// A call still waiting keeps its own reference and times out.
-		delete(l.arrived, k)
+		// A call still waiting removes its arrival entry itself when it gives up.
 	}
 }
 

@@ -125,7 +125,7 @@ func (l *Loop) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1
 	for _, call := range reply.ToolCalls {
 		var res tools.Result
 		var err error
-		if l.held.Load() && actsOnDesktop[call.Name] {
+		if l.refuses(call.Name) {
 			res = tools.Result{Text: RefusedWhileControlled, IsError: true}
 			resp.DesktopRefused = true
 		} else {
@@ -184,6 +184,37 @@ var actsOnDesktop = map[string]bool{
 	"browser_open": true, "browser_click": true, "browser_type": true,
 }
 
+// refuses says whether a call of the tool named name is refused now: it acts on what a person
+// watching sees, and a person holds the desktop's control lease.
+func (l *Loop) refuses(name string) bool { return actsOnDesktop[name] && l.held.Load() }
+
+// GateDesktop returns ts with the tools that act on the desktop refusing while a person holds its
+// control lease, as the loop's steps do: for the in-box MCP, which serves the same tools to
+// programs in the box.
+func (l *Loop) GateDesktop(ts []tools.Tool) []tools.Tool {
+	out := make([]tools.Tool, len(ts))
+	for i, t := range ts {
+		out[i] = t
+		if actsOnDesktop[t.Name()] {
+			out[i] = gated{Tool: t, loop: l}
+		}
+	}
+	return out
+}
+
+// gated is a desktop tool refusing while the loop's lease is held.
+type gated struct {
+	tools.Tool
+	loop *Loop
+}
+
+func (g gated) Call(ctx context.Context, args json.RawMessage) (tools.Result, error) {
+	if g.loop.refuses(g.Name()) {
+		return tools.Result{Text: RefusedWhileControlled, IsError: true}, nil
+	}
+	return g.Tool.Call(ctx, args)
+}
+
 // call runs one tool call. Everything but the step's own cancellation is a result for the model.
 func (l *Loop) call(ctx context.Context, call model.ToolCall) (tools.Result, error) {
 	var tool tools.Tool
@@ -197,16 +228,26 @@ func (l *Loop) call(ctx context.Context, call model.ToolCall) (tools.Result, err
 	if tool == nil {
 		return tools.Result{Text: fmt.Sprintf("unknown tool %q; the tools are: %s", call.Name, strings.Join(names, ", ")), IsError: true}, nil
 	}
-	res, err := tool.Call(ctx, call.Arguments)
+	res, err := runTool(ctx, tool, call.Arguments)
+	if err != nil {
+		return tools.Result{}, status.FromContextError(err).Err()
+	}
+	return res, nil
+}
+
+// runTool calls t the way the loop and the in-box MCP both show tools: invalid arguments and
+// failures become error results naming the tool; only ctx's own end is an error.
+func runTool(ctx context.Context, t tools.Tool, args json.RawMessage) (tools.Result, error) {
+	res, err := t.Call(ctx, args)
 	switch {
 	case err == nil:
 		return res, nil
 	case ctx.Err() != nil:
-		return tools.Result{}, status.FromContextError(ctx.Err()).Err()
+		return tools.Result{}, ctx.Err()
 	case errors.Is(err, tools.ErrInvalid):
-		return tools.Result{Text: fmt.Sprintf("%s: %v; see the tool's schema", call.Name, err), IsError: true}, nil
+		return tools.Result{Text: fmt.Sprintf("%s: %v; see the tool's schema", t.Name(), err), IsError: true}, nil
 	default:
-		return tools.Result{Text: fmt.Sprintf("%s failed: %v", call.Name, err), IsError: true}, nil
+		return tools.Result{Text: fmt.Sprintf("%s failed: %v", t.Name(), err), IsError: true}, nil
 	}
 }
 

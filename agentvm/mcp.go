@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -77,15 +76,9 @@ func mcpCall(t tools.Tool) server.ToolHandlerFunc {
 			}
 			args = raw
 		}
-		res, err := t.Call(ctx, args)
-		switch {
-		case err == nil:
-		case ctx.Err() != nil:
-			return nil, ctx.Err()
-		case errors.Is(err, tools.ErrInvalid):
-			return mcp.NewToolResultError(fmt.Sprintf("%s: %v; see the tool's schema", t.Name(), err)), nil
-		default:
-			return mcp.NewToolResultError(fmt.Sprintf("%s failed: %v", t.Name(), err)), nil
+		res, err := runTool(ctx, t, args)
+		if err != nil {
+			return nil, err
 		}
 		out := &mcp.CallToolResult{IsError: res.IsError}
 		if res.Text != "" || len(res.Images) == 0 {

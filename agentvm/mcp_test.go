@@ -23,8 +23,10 @@ import (
 func TestMCPServesTheTools(t *testing.T) {
 	dir := t.TempDir()
 	toolset := append([]tools.Tool{tools.Shell{Dir: dir}}, tools.Files(dir)...)
-	toolset = append(toolset, desktop.New(desktop.Config{Run: (&xdotool{}).run, Screen: fakeScreen{}}).Tools()...)
-	srv := httptest.NewServer(agentvm.MCPHandler(toolset, nil))
+	x := &xdotool{}
+	toolset = append(toolset, desktop.New(desktop.Config{Run: x.run, Screen: fakeScreen{}}).Tools()...)
+	loop := &agentvm.Loop{Tools: toolset}
+	srv := httptest.NewServer(agentvm.MCPHandler(loop.GateDesktop(toolset), nil))
 	t.Cleanup(srv.Close)
 
 	ctx := t.Context()
@@ -108,6 +110,20 @@ func TestMCPServesTheTools(t *testing.T) {
 	require.Contains(t, text(res), "x: must not be negative")
 	res = call("read_file", map[string]any{"path": "missing.txt"})
 	require.True(t, res.IsError, text(res))
+
+	// While a person holds the desktop, programs in the box are refused its input as the model
+	// is; looking stays allowed.
+	loop.SetDesktopHeld(true)
+	res = call("desktop_click", map[string]any{"x": 10, "y": 10})
+	require.True(t, res.IsError)
+	require.Equal(t, agentvm.RefusedWhileControlled, text(res))
+	require.Empty(t, x.calls, "a refused click reached xdotool")
+	res = call("desktop_screenshot", map[string]any{})
+	require.False(t, res.IsError, text(res))
+	loop.SetDesktopHeld(false)
+	res = call("desktop_click", map[string]any{"x": 10, "y": 10})
+	require.False(t, res.IsError, text(res))
+	require.NotEmpty(t, x.calls)
 
 	// The DNS-rebinding guard: a loopback request naming a foreign host is refused.
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+agentvm.MCPPath, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))

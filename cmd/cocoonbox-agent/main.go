@@ -63,11 +63,6 @@ const (
 	browserBin = "/usr/bin/chromium"
 )
 
-// desktopInputAllowed is the desktop tools' own gate. The control lease is enforced one level up:
-// the control plane marks a step desktop_input_refused while a person holds the lease, and the
-// step loop answers the model's desktop actions with a refusal without calling these tools.
-func desktopInputAllowed() error { return nil }
-
 // maxManagedWait bounds how long chromium's launch waits for the desktop's window manager:
 // XFCE's announces itself seconds after boot (~14 s on a loaded 2-core host under gVisor).
 const maxManagedWait = 30 * time.Second
@@ -122,7 +117,7 @@ func serve(args []string) error {
 		return err
 	}
 	cfg.Journal = journal
-	desk := desktop.New(desktop.Config{Display: display, Allowed: desktopInputAllowed})
+	desk := desktop.New(desktop.Config{Display: display})
 	br := browser.New(browser.Config{Bin: browserBin, Display: display, BeforeLaunch: func(ctx context.Context) {
 		waitManaged(ctx, desk, log)
 	}})
@@ -157,7 +152,7 @@ func serve(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	mcpSrv := &http.Server{Handler: agentvm.MCPHandler(toolset, log), ReadHeaderTimeout: 10 * time.Second}
+	mcpSrv := &http.Server{Handler: agentvm.MCPHandler(cfg.Loop.GateDesktop(toolset), log), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		<-ctx.Done()
 		log.Info("stopping")

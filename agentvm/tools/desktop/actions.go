@@ -2,7 +2,6 @@ package desktop
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -14,10 +13,8 @@ import (
 // The typed actions below are the desktop as the control plane drives it (the agent's Desktop
 // gRPC service), in screen pixels; the JSON tools the model calls are thin adapters over the
 // same code, in screenshot pixels. Errors wrap tools.ErrInvalid for bad arguments (naming the
-// field) and ErrRefused while a person holds control; anything else is the display failing.
-
-// ErrRefused is returned by an input action while a person holds control of the desktop.
-var ErrRefused = errors.New(RefusedText)
+// field); anything else is the display failing. Whether a person holds control is the agent's
+// to decide (agentvm.Loop), not these actions'.
 
 // Buttons of the pointer, as X numbers them.
 const (
@@ -165,13 +162,8 @@ func (d *Desktop) scroll(ctx context.Context, x, y *int, dx, dy, maxWidth int) e
 	return d.input(ctx, d.cfg.Timeout, cmd...)
 }
 
-// input runs one input action: refused while a person holds control, else xdotool with args.
+// input runs one input action: xdotool with args.
 func (d *Desktop) input(ctx context.Context, timeout time.Duration, args ...string) error {
-	if d.cfg.Allowed != nil {
-		if err := d.cfg.Allowed(); err != nil {
-			return ErrRefused
-		}
-	}
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	out, err := d.cfg.Run(ctx, args...)

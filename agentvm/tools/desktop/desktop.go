@@ -29,9 +29,6 @@ const (
 	managedPoll     = 200 * time.Millisecond
 )
 
-// RefusedText is the result of an input action while a person holds control of the desktop.
-const RefusedText = "a person is in control of the desktop; wait for hand-back"
-
 // Runner runs xdotool with args and returns its combined output.
 type Runner func(ctx context.Context, args ...string) ([]byte, error)
 
@@ -49,9 +46,6 @@ type Screen interface {
 type Config struct {
 	// Display is the X display, ":0" if empty.
 	Display string
-	// Allowed is asked before every input action (not screenshots); an error means a person
-	// holds control and the action is refused. Nil allows everything.
-	Allowed func() error
 	// Run runs xdotool; nil execs it with DISPLAY set. Tests inject a fake.
 	Run Runner
 	// Screen captures the display; nil reads Display over the X protocol.
@@ -142,15 +136,13 @@ func (d *Desktop) WaitManaged(ctx context.Context) (string, error) {
 }
 
 // result turns an action's outcome into what the model sees: invalid arguments stay an error,
-// a refusal or a failing display become an error result, success says done.
+// a failing display becomes an error result, success says done.
 func result(err error, done string) (tools.Result, error) {
 	switch {
 	case err == nil:
 		return tools.Result{Text: done}, nil
 	case errors.Is(err, tools.ErrInvalid):
 		return tools.Result{}, err
-	case errors.Is(err, ErrRefused):
-		return tools.Result{Text: RefusedText, IsError: true}, nil
 	default:
 		return tools.Result{Text: err.Error(), IsError: true}, nil
 	}

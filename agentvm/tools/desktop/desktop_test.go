@@ -76,9 +76,9 @@ func (r *recorder) run(_ context.Context, args ...string) ([]byte, error) {
 	return nil, nil
 }
 
-func newDesktop(w, h int, allowed func() error) (map[string]tools.Tool, *recorder) {
+func newDesktop(w, h int) (map[string]tools.Tool, *recorder) {
 	rec := &recorder{}
-	d := New(Config{Run: rec.run, Screen: fakeScreen{w: w, h: h}, Allowed: allowed})
+	d := New(Config{Run: rec.run, Screen: fakeScreen{w: w, h: h}})
 	m := map[string]tools.Tool{}
 	for _, t := range d.Tools() {
 		m[t.Name()] = t
@@ -87,7 +87,7 @@ func newDesktop(w, h int, allowed func() error) (map[string]tools.Tool, *recorde
 }
 
 func TestValidation(t *testing.T) {
-	ts, rec := newDesktop(1280, 800, nil)
+	ts, rec := newDesktop(1280, 800)
 	cases := []struct{ tool, args, field string }{
 		{"desktop_click", `{"y":1}`, "x"},
 		{"desktop_click", `{"x":1}`, "y"},
@@ -138,7 +138,7 @@ func TestInputCommands(t *testing.T) {
 		{"desktop_scroll", `{"dx":-2,"dy":-1}`, []string{"click", "--repeat", "1", "4", "click", "--repeat", "2", "6"}},
 	}
 	for _, c := range cases {
-		ts, rec := newDesktop(1280, 800, nil)
+		ts, rec := newDesktop(1280, 800)
 		res, err := ts[c.tool].Call(context.Background(), json.RawMessage(c.args))
 		if err != nil || res.IsError {
 			t.Errorf("%s %s: %+v, %v", c.tool, c.args, res, err)
@@ -152,7 +152,7 @@ func TestInputCommands(t *testing.T) {
 
 func TestScaledCoordinates(t *testing.T) {
 	// A 2560x1600 screen is shown to the model at 1280x800: its coordinates double.
-	ts, rec := newDesktop(2560, 1600, nil)
+	ts, rec := newDesktop(2560, 1600)
 	if _, err := ts["desktop_click"].Call(context.Background(), json.RawMessage(`{"x":100,"y":799}`)); err != nil {
 		t.Fatal(err)
 	}
@@ -161,26 +161,6 @@ func TestScaledCoordinates(t *testing.T) {
 	}
 	if _, err := ts["desktop_move"].Call(context.Background(), json.RawMessage(`{"x":1280,"y":0}`)); !errors.Is(err, tools.ErrInvalid) {
 		t.Errorf("x beyond the screenshot: %v", err)
-	}
-}
-
-func TestPersonInControl(t *testing.T) {
-	held := errors.New("held by alice")
-	ts, rec := newDesktop(1280, 800, func() error { return held })
-	for name, args := range map[string]string{
-		"desktop_click":  `{"x":1,"y":1}`,
-		"desktop_move":   `{"x":1,"y":1}`,
-		"desktop_type":   `{"text":"x"}`,
-		"desktop_key":    `{"keys":"Return"}`,
-		"desktop_scroll": `{"dy":1}`,
-	} {
-		res, err := ts[name].Call(context.Background(), json.RawMessage(args))
-		if err != nil || !res.IsError || res.Text != RefusedText {
-			t.Errorf("%s while a person holds control: %+v, %v", name, res, err)
-		}
-	}
-	if len(rec.calls) != 0 {
-		t.Errorf("refused calls ran xdotool: %q", rec.calls)
 	}
 }
 
@@ -200,8 +180,7 @@ func TestXdotoolFailure(t *testing.T) {
 func TestScreenshot(t *testing.T) {
 	src := image.NewRGBA(image.Rect(0, 0, 1920, 1080))
 	src.Set(0, 0, color.RGBA{255, 0, 0, 255})
-	d := New(Config{Run: (&recorder{}).run, Screen: fakeScreen{w: 1920, h: 1080, img: src}, Allowed: func() error { return errors.New("held") }})
-	// Looking is allowed while a person holds control.
+	d := New(Config{Run: (&recorder{}).run, Screen: fakeScreen{w: 1920, h: 1080, img: src}})
 	res, err := d.Tools()[0].Call(context.Background(), nil)
 	if err != nil || res.IsError || len(res.Images) != 1 {
 		t.Fatalf("screenshot: %+v, %v", res, err)
@@ -356,8 +335,4 @@ func TestTypedActions(t *testing.T) {
 		t.Errorf("screenshot at -1: %v", err)
 	}
 
-	refused := New(Config{Run: rec.run, Screen: fakeScreen{w: 100, h: 100}, Allowed: func() error { return errors.New("held") }})
-	if err := refused.Key(ctx, "Return"); !errors.Is(err, ErrRefused) {
-		t.Errorf("key while a person holds control: %v", err)
-	}
 }
