@@ -65,9 +65,9 @@ type Agent struct {
 	// Credentials derives a box's agent credential (see AgentCredential).
 	Credentials func(boxID cocoonbox.BoxID) (string, error)
 	// Wake brings the box up through its workflow's wake update (a no-op for a running box), so a
-	// step finds a sandbox even after the box hibernated or lost its node, and returns who holds
-	// the desktop's control lease ("" for nobody). nil skips it.
-	Wake func(ctx context.Context, boxID cocoonbox.BoxID) (controller string, err error)
+	// step finds a sandbox even after the box hibernated or lost its node, and returns the
+	// desktop's control lease. nil skips it.
+	Wake func(ctx context.Context, boxID cocoonbox.BoxID) (BoxLease, error)
 	// DialGateway dials the model gateway for the box's model links (the box has no network);
 	// nil means a net.Dialer with a 10 s timeout. Only the step's base URL host is dialed.
 	DialGateway func(ctx context.Context, network, addr string) (net.Conn, error)
@@ -89,6 +89,13 @@ func AgentCredential(key []byte, boxID cocoonbox.BoxID) string {
 func AgentCredentials(keys *secrets.Keyring) func(cocoonbox.BoxID) (string, error) {
 	key := keys.Derive("agent-credential")
 	return func(id cocoonbox.BoxID) (string, error) { return AgentCredential(key, id), nil }
+}
+
+// BoxLease is the box's desktop control lease as its workflow knows it: who holds it ("" for
+// nobody) and how many times it changed hands, which orders what the box's agent is told.
+type BoxLease struct {
+	Controller string
+	Seq        int64
 }
 
 // StepInput is one step of a run: everything but the key and the conversation, which the
@@ -147,10 +154,10 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 	if err != nil {
 		return StepResult{}, newError(ErrTypeInvalidArgument, err)
 	}
-	controller := ""
+	var lease BoxLease
 	if a.Wake != nil {
 		// A hibernated box restores for as long as it takes; heartbeats keep the step alive.
-		if controller, err = whileHeartbeating(ctx, func(ctx context.Context) (string, error) {
+		if lease, err = whileHeartbeating(ctx, func(ctx context.Context) (BoxLease, error) {
 			return a.Wake(ctx, in.BoxID)
 		}); err != nil {
 			return StepResult{}, classify(fmt.Errorf("wake box %s: %w", in.BoxID, err))
@@ -193,7 +200,8 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 		RunId: in.RunID, Step: int32(in.Step), Provider: in.Provider, BaseUrl: in.BaseURL, Model: in.Model,
 		ApiKey: key, System: in.System, Task: in.Task, Messages: conv, Message: in.Message,
 		// While a person drives the desktop the agent's desktop actions are refused, not raced.
-		DesktopInputRefused: controller != "",
+		DesktopInputRefused: lease.Controller != "",
+		LeaseSeq:            lease.Seq,
 		FreshScreenshot:     in.FreshScreenshot,
 	}
 	resp, err := whileHeartbeating(ctx, func(ctx context.Context) (*agentvmv1.StepResponse, error) {
@@ -209,7 +217,7 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 	}
 	return StepResult{Done: resp.GetDone(), Text: cut(resp.GetText(), maxStepText),
 		ToolCalls: len(resp.GetToolCalls()), Replayed: resp.GetReplayed(),
-		DesktopRefused: resp.GetDesktopRefused(), Controller: controller}, nil
+		DesktopRefused: resp.GetDesktopRefused(), Controller: lease.Controller}, nil
 }
 
 // SetRunState records the run's state.
@@ -338,6 +346,7 @@ func (a *Agent) CancelStep(ctx context.Context, in CancelStepInput) error {
 type DesktopLeaseInput struct {
 	BoxID cocoonbox.BoxID
 	Held  bool
+	Seq   int64 // the box's lease sequence after the change (BoxLease.Seq)
 }
 
 // SetDesktopLease tells the box's agent of a lease change while a step runs, so that step's
@@ -345,7 +354,7 @@ type DesktopLeaseInput struct {
 // carries the lease anyway.
 func (a *Agent) SetDesktopLease(ctx context.Context, in DesktopLeaseInput) error {
 	return a.onRunningAgent(ctx, in.BoxID, func(ctx context.Context, c agentvmv1.AgentsClient) error {
-		_, err := c.SetDesktopLease(ctx, &agentvmv1.SetDesktopLeaseRequest{Held: in.Held})
+		_, err := c.SetDesktopLease(ctx, &agentvmv1.SetDesktopLeaseRequest{Held: in.Held, LeaseSeq: in.Seq})
 		return err
 	})
 }

@@ -203,7 +203,7 @@ func newAgentFixture(t *testing.T) (*Agent, *fakeAgent, *fakeBox, *fakeRuns) {
 	a := &Agent{
 		Sandbox: box, Tokens: fakeTokens{}, Runs: runs, Vault: fakeVault{"usr_a/OPENAI_KEY": "sk-secret"},
 		Credentials: func(id cocoonbox.BoxID) (string, error) { return AgentCredential([]byte("key"), id), nil },
-		Wake:        func(context.Context, cocoonbox.BoxID) (string, error) { woke++; return "", nil },
+		Wake:        func(context.Context, cocoonbox.BoxID) (BoxLease, error) { woke++; return BoxLease{}, nil },
 	}
 	return a, agent, box, runs
 }
@@ -222,7 +222,9 @@ func TestAgentStep(t *testing.T) {
 	}
 	in.Step, in.Message = 2, "hurry"
 	// A person took the desktop between the steps: the agent is told so.
-	a.Wake = func(context.Context, cocoonbox.BoxID) (string, error) { return "usr_b", nil }
+	a.Wake = func(context.Context, cocoonbox.BoxID) (BoxLease, error) {
+		return BoxLease{Controller: "usr_b", Seq: 3}, nil
+	}
 	if res, err = a.Step(ctx, in); err != nil || !res.Done {
 		t.Fatalf("step 2 = %+v, %v", res, err)
 	}
@@ -232,6 +234,9 @@ func TestAgentStep(t *testing.T) {
 	r1, r2 := agent.reqs[0], agent.reqs[1]
 	if r1.GetApiKey() != "sk-secret" || r1.GetRunId() != "run_1" || len(r1.GetMessages()) != 0 || r1.GetTask() != "do it" {
 		t.Errorf("step 1 request %v", r1)
+	}
+	if r2.GetLeaseSeq() != 3 {
+		t.Errorf("step 2's lease sequence %d, want the box's 3", r2.GetLeaseSeq())
 	}
 	if r1.GetDesktopInputRefused() || !r2.GetDesktopInputRefused() {
 		t.Errorf("desktop input refused: step 1 %v, step 2 %v; want false, then true while usr_b controls", r1.GetDesktopInputRefused(), r2.GetDesktopInputRefused())

@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
-	"sync/atomic"
+	"sync"
 
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -37,14 +37,35 @@ type Loop struct {
 	// ModelOptions configure the provider adapters (retries).
 	ModelOptions []model.Option
 
-	// held is the one state kept between steps: a person holds the desktop's control lease. Each
-	// step sets it from its request; SetDesktopHeld changes it while steps run.
-	held atomic.Bool
+	// lease is the one state kept between steps: whether a person holds the desktop's control
+	// lease, as of the highest lease sequence the loop was told. Each step's request and
+	// SetDesktopHeld (while steps run) tell it.
+	lease struct {
+		sync.Mutex
+		held bool
+		seq  int64
+	}
 }
 
-// SetDesktopHeld tells the loop a person took (true) or handed back (false) the desktop: the
-// desktop actions of steps running from now on are refused (or allowed).
-func (l *Loop) SetDesktopHeld(held bool) { l.held.Store(held) }
+// SetDesktopHeld tells the loop a person took (true) or handed back (false) the desktop as of the
+// box's lease sequence seq: the desktop actions of steps running from now on are refused (or
+// allowed). A word older than one already applied is ignored, so a step request computed before
+// a take-over cannot undo it; seq 0 (a caller that does not order) always applies while no
+// ordered word came.
+func (l *Loop) SetDesktopHeld(held bool, seq int64) {
+	l.lease.Lock()
+	defer l.lease.Unlock()
+	if seq >= l.lease.seq {
+		l.lease.held, l.lease.seq = held, seq
+	}
+}
+
+// desktopHeld says whether a person holds the desktop now.
+func (l *Loop) desktopHeld() bool {
+	l.lease.Lock()
+	defer l.lease.Unlock()
+	return l.lease.held
+}
 
 // NewProvider returns the adapter for a StepRequest's provider.
 // It calls through HTTPClient, never the links; Step makes its own.
@@ -76,7 +97,7 @@ func (l *Loop) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1
 		hc, tr = l.Links.client(req.GetRunId(), req.GetStep())
 		defer tr.CloseIdleConnections()
 	}
-	l.held.Store(req.GetDesktopInputRefused())
+	l.SetDesktopHeld(req.GetDesktopInputRefused(), req.GetLeaseSeq())
 	provider, err := l.newProvider(req.GetProvider(), req.GetBaseUrl(), req.GetApiKey(), hc)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
@@ -186,7 +207,7 @@ var actsOnDesktop = map[string]bool{
 
 // refuses says whether a call of the tool named name is refused now: it acts on what a person
 // watching sees, and a person holds the desktop's control lease.
-func (l *Loop) refuses(name string) bool { return actsOnDesktop[name] && l.held.Load() }
+func (l *Loop) refuses(name string) bool { return actsOnDesktop[name] && l.desktopHeld() }
 
 // GateDesktop returns ts with the tools that act on the desktop refusing while a person holds its
 // control lease, as the loop's steps do: for the in-box MCP, which serves the same tools to

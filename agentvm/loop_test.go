@@ -252,7 +252,7 @@ func (leaseTaker) Name() string            { return "wait_a_bit" }
 func (leaseTaker) Description() string     { return "wait" }
 func (leaseTaker) Schema() json.RawMessage { return json.RawMessage(`{"type":"object"}`) }
 func (l leaseTaker) Call(context.Context, json.RawMessage) (tools.Result, error) {
-	l.loop.SetDesktopHeld(true) // what Agents.SetDesktopLease does when a person takes over
+	l.loop.SetDesktopHeld(true, 1) // what Agents.SetDesktopLease does when a person takes over
 	return tools.Result{Text: "waited"}, nil
 }
 
@@ -273,4 +273,32 @@ func TestStepRefusesDesktopInputAfterATakeOverMidStep(t *testing.T) {
 	require.Equal(t, agentvm.RefusedWhileControlled, resp.ToolCalls[2].Result, "after it")
 	require.EqualValues(t, 1, clicks.Load())
 	require.True(t, resp.DesktopRefused)
+}
+
+// TestStepDoesNotUndoANewerLease: a step whose request was computed before a take-over the agent
+// already heard of (a lower lease sequence) is refused the desktop all the same; a later one
+// after the hand-back acts again.
+func TestStepDoesNotUndoANewerLease(t *testing.T) {
+	srv := modeltest.NewServer(t, testKey,
+		modeltest.Calls(modeltest.Call("desktop_click", `{"x":1,"y":1}`)),
+		modeltest.Calls(modeltest.Call("desktop_click", `{"x":1,"y":1}`)))
+	var n, clicks atomic.Int32
+	loop := newLoop(t.TempDir(), &n)
+	loop.Tools = append(loop.Tools, fakeClick{&clicks})
+	loop.SetDesktopHeld(true, 5) // the take-over, told while the next step was being prepared
+
+	req := stepRequest(srv, agentvm.ProviderOpenAI, 1, nil)
+	req.LeaseSeq = 4 // computed before it: nobody held the desktop then
+	resp, err := loop.Step(t.Context(), req)
+	require.NoError(t, err)
+	require.Equal(t, agentvm.RefusedWhileControlled, resp.ToolCalls[0].Result)
+	require.True(t, resp.DesktopRefused)
+	require.Zero(t, clicks.Load())
+
+	req = stepRequest(srv, agentvm.ProviderOpenAI, 2, resp.GetMessages())
+	req.LeaseSeq = 6 // after the hand-back
+	resp, err = loop.Step(t.Context(), req)
+	require.NoError(t, err)
+	require.Equal(t, "clicked", resp.ToolCalls[0].Result)
+	require.EqualValues(t, 1, clicks.Load())
 }

@@ -113,14 +113,14 @@ func TestMCPServesTheTools(t *testing.T) {
 
 	// While a person holds the desktop, programs in the box are refused its input as the model
 	// is; looking stays allowed.
-	loop.SetDesktopHeld(true)
+	loop.SetDesktopHeld(true, 1)
 	res = call("desktop_click", map[string]any{"x": 10, "y": 10})
 	require.True(t, res.IsError)
 	require.Equal(t, agentvm.RefusedWhileControlled, text(res))
 	require.Empty(t, x.calls, "a refused click reached xdotool")
 	res = call("desktop_screenshot", map[string]any{})
 	require.False(t, res.IsError, text(res))
-	loop.SetDesktopHeld(false)
+	loop.SetDesktopHeld(false, 2)
 	res = call("desktop_click", map[string]any{"x": 10, "y": 10})
 	require.False(t, res.IsError, text(res))
 	require.NotEmpty(t, x.calls)

@@ -310,7 +310,7 @@ func (s *Server) Cancel(ctx context.Context, req *agentvmv1.CancelRequest) (*age
 
 // SetDesktopLease tells the loop whether a person holds the desktop's control lease now.
 func (s *Server) SetDesktopLease(_ context.Context, req *agentvmv1.SetDesktopLeaseRequest) (*agentvmv1.SetDesktopLeaseResponse, error) {
-	s.cfg.Loop.SetDesktopHeld(req.GetHeld())
+	s.cfg.Loop.SetDesktopHeld(req.GetHeld(), req.GetLeaseSeq())
 	return &agentvmv1.SetDesktopLeaseResponse{}, nil
 }
 

@@ -219,7 +219,7 @@ func (r *agentRun) tellAgent(ctx workflow.Context) {
 		ScheduleToCloseTimeout: time.Minute,
 	})
 	err := workflow.ExecuteActivity(ctx, agentActs.SetDesktopLease, activities.DesktopLeaseInput{
-		BoxID: r.in.BoxID, Held: r.controller != "",
+		BoxID: r.in.BoxID, Held: r.controller != "", Seq: r.boxSeq,
 	}).Get(ctx, nil)
 	if err != nil {
 		workflow.GetLogger(ctx).Warn("tell the agent of the lease", "held", r.controller != "", "error", err)

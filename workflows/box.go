@@ -342,6 +342,7 @@ func (w *box) status() Status {
 		Policy:       w.in.Policy,
 		LastSnapshot: w.st.LastSnapshot,
 		Controller:   w.st.Controller,
+		LeaseSeq:     w.st.LeaseSeq,
 	}
 }
 

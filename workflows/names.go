@@ -220,6 +220,8 @@ type Status struct {
 	LastSnapshot string
 	// Controller holds the desktop's control lease; "" when nobody does.
 	Controller string
+	// LeaseSeq counts the control lease's changes of hands (BoxCarriedState.LeaseSeq).
+	LeaseSeq int64
 }
 
 // RunIDPrefix starts every agent run ID; the box workflow knows a run's pin by it.

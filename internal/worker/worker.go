@@ -64,13 +64,13 @@ func New(opts Options) worker.Worker {
 // wakeBox wakes a box through its workflow's wake update (a no-op when it runs), for the agent
 // step activity: an update cannot be sent from a workflow. A box without a workflow, or one whose
 // state refuses a wake (deleted), is a permanent failure of the step.
-func wakeBox(c client.Client) func(context.Context, cocoonbox.BoxID) (string, error) {
-	return func(ctx context.Context, id cocoonbox.BoxID) (string, error) {
+func wakeBox(c client.Client) func(context.Context, cocoonbox.BoxID) (activities.BoxLease, error) {
+	return func(ctx context.Context, id cocoonbox.BoxID) (activities.BoxLease, error) {
 		// A query first: it writes no history, and the box is usually up already.
 		if v, err := c.QueryWorkflow(ctx, workflows.BoxWorkflowID(id), "", workflows.QueryStatus); err == nil {
 			var st workflows.Status
 			if v.Get(&st) == nil && (st.State == cocoonbox.BoxStateRunning || st.State == cocoonbox.BoxStateSnapshotting) {
-				return st.Controller, nil
+				return lease(st), nil
 			}
 		}
 		h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
@@ -85,12 +85,16 @@ func wakeBox(c client.Client) func(context.Context, cocoonbox.BoxID) (string, er
 		var app *temporal.ApplicationError
 		switch {
 		case errors.As(err, &nf):
-			return "", cocoonbox.Errorf(cocoonbox.ENotFound, "box %s has no workflow", id)
+			return activities.BoxLease{}, cocoonbox.Errorf(cocoonbox.ENotFound, "box %s has no workflow", id)
 		case errors.As(err, &app) && app.Type() == workflows.ErrTypeInvalidTransition:
-			return "", cocoonbox.Errorf(cocoonbox.EConflict, "wake box %s: %s", id, app.Message())
+			return activities.BoxLease{}, cocoonbox.Errorf(cocoonbox.EConflict, "wake box %s: %s", id, app.Message())
 		}
-		return st.Controller, err
+		return lease(st), err
 	}
+}
+
+func lease(st workflows.Status) activities.BoxLease {
+	return activities.BoxLease{Controller: st.Controller, Seq: st.LeaseSeq}
 }
 
 // tokens adapts the store's sealed sandbox tokens to activities.TokenStore, whose callers branch

@@ -56,8 +56,12 @@ type StepRequest struct {
 	// joins this step's user message. The control plane sets it on the first step after a person
 	// hands the desktop back, so the model starts from what the person left, not what it last saw.
 	FreshScreenshot bool `protobuf:"varint,13,opt,name=fresh_screenshot,json=freshScreenshot,proto3" json:"fresh_screenshot,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// lease_seq is the box's count of control-lease changes that desktop_input_refused reflects;
+	// the agent keeps the lease state of the highest sequence it was told (Step or
+	// SetDesktopLease), so an older word never undoes a newer one. 0: unordered (older callers).
+	LeaseSeq      int64 `protobuf:"varint,14,opt,name=lease_seq,json=leaseSeq,proto3" json:"lease_seq,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StepRequest) Reset() {
@@ -179,6 +183,13 @@ func (x *StepRequest) GetFreshScreenshot() bool {
 		return x.FreshScreenshot
 	}
 	return false
+}
+
+func (x *StepRequest) GetLeaseSeq() int64 {
+	if x != nil {
+		return x.LeaseSeq
+	}
+	return 0
 }
 
 type StepResponse struct {
@@ -1441,7 +1452,9 @@ func (x *ImportResponse) GetFiles() int64 {
 type SetDesktopLeaseRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// held is true while a person holds the desktop's control lease.
-	Held          bool `protobuf:"varint,1,opt,name=held,proto3" json:"held,omitempty"`
+	Held bool `protobuf:"varint,1,opt,name=held,proto3" json:"held,omitempty"`
+	// lease_seq orders this word among the others (see StepRequest.lease_seq).
+	LeaseSeq      int64 `protobuf:"varint,2,opt,name=lease_seq,json=leaseSeq,proto3" json:"lease_seq,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1481,6 +1494,13 @@ func (x *SetDesktopLeaseRequest) GetHeld() bool {
 		return x.Held
 	}
 	return false
+}
+
+func (x *SetDesktopLeaseRequest) GetLeaseSeq() int64 {
+	if x != nil {
+		return x.LeaseSeq
+	}
+	return 0
 }
 
 type SetDesktopLeaseResponse struct {
@@ -1523,7 +1543,7 @@ var File_agentvm_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agentvm_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x16agentvm/v1/agent.proto\x12\x14cocoonbox.agentvm.v1\"\xfe\x02\n" +
+	"\x16agentvm/v1/agent.proto\x12\x14cocoonbox.agentvm.v1\"\x9b\x03\n" +
 	"\vStepRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x05R\x04step\x12\x1a\n" +
@@ -1539,7 +1559,8 @@ const file_agentvm_v1_agent_proto_rawDesc = "" +
 	" \x01(\x05R\tmaxTokens\x12\x18\n" +
 	"\amessage\x18\v \x01(\tR\amessage\x122\n" +
 	"\x15desktop_input_refused\x18\f \x01(\bR\x13desktopInputRefused\x12)\n" +
-	"\x10fresh_screenshot\x18\r \x01(\bR\x0ffreshScreenshot\"\xfd\x01\n" +
+	"\x10fresh_screenshot\x18\r \x01(\bR\x0ffreshScreenshot\x12\x1b\n" +
+	"\tlease_seq\x18\x0e \x01(\x03R\bleaseSeq\"\xfd\x01\n" +
 	"\fStepResponse\x12\x1a\n" +
 	"\bmessages\x18\x01 \x01(\fR\bmessages\x12\x12\n" +
 	"\x04done\x18\x02 \x01(\bR\x04done\x12\x12\n" +
@@ -1621,9 +1642,10 @@ const file_agentvm_v1_agent_proto_rawDesc = "" +
 	"\x04data\x18\x02 \x01(\fR\x04data\"<\n" +
 	"\x0eImportResponse\x12\x14\n" +
 	"\x05bytes\x18\x01 \x01(\x03R\x05bytes\x12\x14\n" +
-	"\x05files\x18\x02 \x01(\x03R\x05files\",\n" +
+	"\x05files\x18\x02 \x01(\x03R\x05files\"I\n" +
 	"\x16SetDesktopLeaseRequest\x12\x12\n" +
-	"\x04held\x18\x01 \x01(\bR\x04held\"\x19\n" +
+	"\x04held\x18\x01 \x01(\bR\x04held\x12\x1b\n" +
+	"\tlease_seq\x18\x02 \x01(\x03R\bleaseSeq\"\x19\n" +
 	"\x17SetDesktopLeaseResponse2\x9c\x02\n" +
 	"\x06Agents\x12M\n" +
 	"\x04Step\x12!.cocoonbox.agentvm.v1.StepRequest\x1a\".cocoonbox.agentvm.v1.StepResponse\x12S\n" +
