@@ -15,7 +15,9 @@ import (
 var static embed.FS
 
 // Handler serves the app. Responses forbid framing and limit scripts, styles and connections to
-// this origin (WebSockets to the desktop edge included).
+// this origin: connect-src 'self' covers the desktop edge's ws: or wss: on the same host (CSP
+// Level 3), and no other host, so a script smuggled in through box data has nowhere to send a
+// token or the screen.
 func Handler() http.Handler {
 	root, err := fs.Sub(static, "static")
 	if err != nil {
@@ -29,7 +31,7 @@ func Handler() http.Handler {
 			return
 		}
 		h := w.Header()
-		h.Set("Content-Security-Policy", "default-src 'self'; connect-src 'self' ws: wss:; img-src 'self' data: blob:; style-src 'self'; frame-ancestors 'none'")
+		h.Set("Content-Security-Policy", "default-src 'self'; connect-src 'self'; img-src 'self' data: blob:; style-src 'self'; frame-ancestors 'none'")
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "no-referrer")
 		files.ServeHTTP(w, r)
