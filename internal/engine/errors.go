@@ -23,7 +23,7 @@ const (
 	kindForbidden                       // a tenant asked for an operator endpoint
 	kindNotFound                        // unknown, released or expired — or a wrong sandbox token
 	kindConflict                        // the request contradicts the sandbox's state
-	kindTooLarge                        // exec output over the cap
+	kindTooLarge                        // exec output or an imported disk over its cap
 	kindUpgradeRequired                 // a relay without the Upgrade header
 	kindNotImplemented                  // an optional upstream endpoint this engine lacks
 	kindBadGateway                      // the box answered nothing on the asked port

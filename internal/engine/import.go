@@ -46,10 +46,14 @@ func (e *Engine) handleImportCheckpoint(w http.ResponseWriter, r *http.Request, 
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return fmt.Errorf("create checkpoint: %w", err)
 	}
-	if _, err := snapshot.Import(r.Context(), r.Body, filepath.Join(dir, "disk"), want); err != nil {
+	// The default limits: the stream is a box's disk, as big as the box made it.
+	if _, err := snapshot.ImportLimits(r.Context(), r.Body, filepath.Join(dir, "disk"), want, snapshot.Limits{}); err != nil {
 		_ = os.RemoveAll(dir)
 		if errors.Is(err, snapshot.ErrChecksumMismatch) || errors.Is(err, snapshot.ErrUnsafePath) {
 			return invalid("%s", err.Error())
+		}
+		if errors.Is(err, snapshot.ErrLimit) {
+			return newError(kindTooLarge, "%s", err.Error())
 		}
 		return fmt.Errorf("import checkpoint disk: %w", err)
 	}

@@ -22,15 +22,53 @@ import (
 // symlink created by the same stream.
 var ErrUnsafePath = errors.New("unsafe path in snapshot")
 
-// Import extracts the snapshot stream r into root, which must be absent or an
-// empty directory, and verifies the stream against want.SHA256 (and
+// ErrLimit is wrapped by errors for streams over one of the import's Limits;
+// the message names the limit.
+var ErrLimit = errors.New("snapshot over the import limit")
+
+// Default import limits: far above what a box's disk holds, low enough that a
+// stream built to fill the host (a small zstd frame that inflates without end,
+// millions of empty files) is cut off.
+const (
+	DefaultMaxBytes   = 64 << 30 // decompressed tar bytes
+	DefaultMaxEntries = 4 << 20  // tar entries, directories included
+)
+
+// Limits bound what one import may write. A snapshot stream comes from a box,
+// or from S3 where a box's stream was stored, so its size is the box's to
+// choose. Zero fields take the defaults.
+type Limits struct {
+	// MaxBytes bounds the decompressed tar stream: headers, file data and padding.
+	MaxBytes int64
+	// MaxEntries bounds the number of tar entries.
+	MaxEntries int
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxBytes <= 0 {
+		l.MaxBytes = DefaultMaxBytes
+	}
+	if l.MaxEntries <= 0 {
+		l.MaxEntries = DefaultMaxEntries
+	}
+	return l
+}
+
+// Import is ImportLimits with the default limits.
+func Import(ctx context.Context, r io.Reader, root string, want Manifest) (Manifest, error) {
+	return ImportLimits(ctx, r, root, want, Limits{})
+}
+
+// ImportLimits extracts the snapshot stream r into root, which must be absent
+// or an empty directory, and verifies the stream against want.SHA256 (and
 // want.Bytes, when set). It returns the manifest of the stream as read, with
-// want's identity fields copied.
+// want's identity fields copied. A stream over lim fails with ErrLimit.
 //
 // A checksum mismatch is only known once the whole stream has been read, so
-// Import extracts into a temporary directory beside root and renames it into
-// place only after verification: on any error root is left as it was.
-func Import(ctx context.Context, r io.Reader, root string, want Manifest) (Manifest, error) {
+// ImportLimits extracts into a temporary directory beside root and renames it
+// into place only after verification: on any error root is left as it was.
+func ImportLimits(ctx context.Context, r io.Reader, root string, want Manifest, lim Limits) (Manifest, error) {
+	lim = lim.withDefaults()
 	got := Manifest{Version: FormatVersion, SnapshotID: want.SnapshotID, BoxID: want.BoxID,
 		ParentID: want.ParentID, Created: want.Created}
 	if want.SHA256 == "" {
@@ -63,8 +101,8 @@ func Import(ctx context.Context, r io.Reader, root string, want Manifest) (Manif
 		return got, fmt.Errorf("create zstd reader: %w", err)
 	}
 	defer zr.Close()
-	cr := &countReader{r: zr}
-	im := &importer{ctx: ctx, dir: tmp, symlinks: map[string]bool{}, buf: make([]byte, copyBufSize)}
+	cr := &countReader{r: zr, max: lim.MaxBytes}
+	im := &importer{ctx: ctx, dir: tmp, symlinks: map[string]bool{}, buf: make([]byte, copyBufSize), maxEntries: lim.MaxEntries}
 
 	exErr := im.extract(tar.NewReader(cr), &got)
 	if exErr == nil {
@@ -77,7 +115,7 @@ func Import(ctx context.Context, r io.Reader, root string, want Manifest) (Manif
 	if exErr != nil {
 		// A corrupted stream usually breaks the decoder before the end.
 		// Name the checksum if we can: it is the error that explains it.
-		if ctx.Err() == nil && !im.localErr {
+		if ctx.Err() == nil && !im.localErr && !errors.Is(exErr, ErrLimit) {
 			if _, err := io.Copy(io.Discard, raw); err == nil {
 				if cerr := ch.check(want); cerr != nil {
 					return got, fmt.Errorf("import snapshot: %w (decoding failed: %v)", cerr, exErr)
@@ -127,14 +165,22 @@ func checkEmptyTarget(root string) error {
 	return nil
 }
 
+// countReader counts the decompressed stream and fails once it passes max.
 type countReader struct {
-	r io.Reader
-	n int64
+	r   io.Reader
+	n   int64
+	max int64
 }
 
 func (c *countReader) Read(p []byte) (int, error) {
+	if rest := c.max + 1 - c.n; int64(len(p)) > rest {
+		p = p[:rest] // read one byte past max at most, to tell "at" from "over"
+	}
 	n, err := c.r.Read(p)
 	c.n += int64(n)
+	if c.n > c.max {
+		return n, fmt.Errorf("%w: the stream holds more than %d bytes", ErrLimit, c.max)
+	}
 	return n, err
 }
 
@@ -152,7 +198,9 @@ type importer struct {
 	buf      []byte
 	// localErr marks a failure of the local filesystem rather than of the
 	// stream, where draining the input to name a checksum would be wrong.
-	localErr bool
+	localErr   bool
+	entries    int
+	maxEntries int
 }
 
 func (im *importer) extract(tr *tar.Reader, m *Manifest) error {
@@ -166,6 +214,9 @@ func (im *importer) extract(tr *tar.Reader, m *Manifest) error {
 		}
 		if err != nil {
 			return fmt.Errorf("read tar header: %w", err)
+		}
+		if im.entries++; im.entries > im.maxEntries {
+			return fmt.Errorf("%w: the stream holds more than %d entries", ErrLimit, im.maxEntries)
 		}
 		rel, err := im.safeName(hdr.Name)
 		if err != nil {
