@@ -311,7 +311,7 @@ func (s *Server) mcpCall(name string, run func(context.Context, string, mcp.Call
 	return func(ctx context.Context, req mcp.CallToolRequest) (res *mcp.CallToolResult, _ error) {
 		defer func() {
 			if r := recover(); r != nil {
-				res = s.mcpError(ctx, name, fmt.Errorf("panic in tool %s: %v", name, r))
+				res = s.mcpError(ctx, name, s.panicError(ctx, "tool "+name, r))
 			}
 		}()
 		p, ok := PrincipalFrom(ctx)

@@ -59,6 +59,7 @@ type Server struct {
 	connect http.Handler // Connect, gRPC-Web and JSON, transcoded into s.grpc
 	metrics *metrics
 	mux     *http.ServeMux
+	routes  http.Handler // mux behind panic recovery
 }
 
 // New builds a Server and registers its services.
@@ -76,8 +77,8 @@ func New(opts Options) *Server {
 	}
 	s.desktop.source = viewerSource()
 	s.grpc = grpc.NewServer(
-		grpc.ChainUnaryInterceptor(s.unary),
-		grpc.ChainStreamInterceptor(s.stream),
+		grpc.ChainUnaryInterceptor(s.recoverUnary, s.unary),
+		grpc.ChainStreamInterceptor(s.recoverStream, s.stream),
 		grpc.MaxRecvMsgSize(maxMessageBytes),
 		grpc.MaxSendMsgSize(maxMessageBytes),
 	)
@@ -97,6 +98,7 @@ func New(opts Options) *Server {
 	// The browser app: "/" without a method, because "GET /" would conflict with the method-less
 	// "/mcp" (ServeMux panics on such ambiguity); every route above wins over it.
 	s.mux.Handle("/", web.Handler())
+	s.routes = s.recoverHTTP(s.mux)
 	return s
 }
 
@@ -112,7 +114,7 @@ func (s *Server) Handler() http.Handler {
 		case isRPCPath(r.URL.Path):
 			s.connect.ServeHTTP(w, r)
 		default:
-			s.mux.ServeHTTP(w, r)
+			s.routes.ServeHTTP(w, r)
 		}
 	})
 }
