@@ -49,7 +49,7 @@ func (s *Server) mcpHandler() http.Handler {
 func (s *Server) mcpAuth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		token := httpBearer(r)
-		p, err := s.authenticate(r.Context(), token)
+		p, err := s.authorize(r.Context(), token, routeMCP)
 		if err != nil {
 			if cocoonbox.ErrorCode(err) == cocoonbox.EUnauthorized {
 				challenge := `Bearer realm="cocoonbox"`
@@ -62,7 +62,8 @@ func (s *Server) mcpAuth(next http.Handler) http.Handler {
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, mcpMaxBody)
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+		bodyDeadline(w, r)
+		next.ServeHTTP(w, r.WithContext(withPrincipal(r.Context(), p)))
 	})
 }
 

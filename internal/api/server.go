@@ -56,7 +56,9 @@ type Server struct {
 	log     *slog.Logger
 	grpc    *grpc.Server
 	healthz *healthServer
-	connect http.Handler // Connect, gRPC-Web and JSON, transcoded into s.grpc
+	rpc     http.Handler    // gRPC, behind the front door
+	connect http.Handler    // Connect, gRPC-Web and JSON, behind the front door, transcoded into s.grpc
+	methods map[string]bool // every RPC method's full name: whether it streams
 	metrics *metrics
 	mux     *http.ServeMux
 	routes  http.Handler // mux behind panic recovery
@@ -89,6 +91,8 @@ func New(opts Options) *Server {
 	s.healthz = newHealthServer(s)
 	healthpb.RegisterHealthServer(s.grpc, s.healthz)
 	reflection.Register(s.grpc)
+	s.methods = methodKinds(s.grpc.GetServiceInfo())
+	s.rpc = s.rpcDoor(s.grpc)
 	s.connect = s.newConnectHandler()
 
 	s.mux.HandleFunc("GET /healthz", s.serveHealth)
@@ -104,13 +108,14 @@ func New(opts Options) *Server {
 
 // Handler routes each request by protocol: gRPC (HTTP/2, application/grpc) to the gRPC server;
 // Connect, gRPC-Web and JSON calls of the RPC services to the transcoder, which hands them to
-// the same gRPC server and so to the same auth interceptors; everything else to the HTTP routes.
+// the same gRPC server; both through the front door (rpcDoor), which authorizes them before
+// their bodies are read; everything else to the HTTP routes.
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ct := r.Header.Get("Content-Type")
 		switch {
 		case r.ProtoMajor == 2 && strings.HasPrefix(ct, "application/grpc") && !strings.HasPrefix(ct, "application/grpc-web"):
-			s.grpc.ServeHTTP(w, r)
+			s.rpc.ServeHTTP(w, r)
 		case isRPCPath(r.URL.Path):
 			s.connect.ServeHTTP(w, r)
 		default:
