@@ -36,7 +36,7 @@ func (a *accountService) WhoAmI(ctx context.Context, _ *cbv1.WhoAmIRequest) (*cb
 	if err != nil {
 		return nil, err
 	}
-	return &cbv1.WhoAmIResponse{User: userProto(p.User), TokenName: p.TokenName}, nil
+	return &cbv1.WhoAmIResponse{User: userProto(p.User), TokenName: p.Token.Name}, nil
 }
 
 // CreateToken mints a token for the caller. Only its hash is stored; the secret is in this

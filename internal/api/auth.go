@@ -3,11 +3,9 @@ package api
 import (
 	"context"
 	"errors"
-	"strings"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/loomhand/cocoonbox"
@@ -16,22 +14,31 @@ import (
 
 // Principal is the authenticated caller of a request.
 type Principal struct {
-	User      store.User
-	TokenName string
+	User  store.User
+	Token store.Token // the token the request carried
 }
 
 type principalKey struct{}
 
-// PrincipalFrom returns the caller that the auth interceptor attached to ctx.
+// PrincipalFrom returns the caller that the front door attached to ctx.
 func PrincipalFrom(ctx context.Context) (Principal, bool) {
 	p, ok := ctx.Value(principalKey{}).(Principal)
 	return p, ok
 }
 
-// authenticate resolves a raw bearer token to a principal.
-func (s *Server) authenticate(ctx context.Context, token string) (Principal, error) {
+func withPrincipal(ctx context.Context, p Principal) context.Context {
+	return context.WithValue(ctx, principalKey{}, p)
+}
+
+// authorize is the one authorization path every surface shares (gRPC, Connect, MCP, the desktop
+// edge): it resolves a raw bearer token to its caller, once per request and from the headers
+// alone, so a caller without a valid token costs one indexed lookup.
+func (s *Server) authorize(ctx context.Context, token, route string) (Principal, error) {
 	if token == "" {
 		return Principal{}, cocoonbox.Errorf(cocoonbox.EUnauthorized, "missing bearer token: send authorization: Bearer <token>")
+	}
+	if s.store == nil {
+		return Principal{}, cocoonbox.Errorf(cocoonbox.EUnavailable, "this server checks no tokens")
 	}
 	u, t, err := s.store.UserByTokenHash(ctx, store.HashToken(token))
 	if errors.Is(err, store.ErrNotFound) {
@@ -40,47 +47,28 @@ func (s *Server) authenticate(ctx context.Context, token string) (Principal, err
 	if err != nil {
 		return Principal{}, &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "cannot check the token now; try again", Err: err}
 	}
-	return Principal{User: u, TokenName: t.Name}, nil
+	return Principal{User: u, Token: t}, nil
 }
 
-// bearer extracts the token from "authorization: Bearer <token>" metadata.
-func bearer(ctx context.Context) string {
-	md, _ := metadata.FromIncomingContext(ctx)
-	for _, v := range md.Get("authorization") {
-		if tok, ok := strings.CutPrefix(v, "Bearer "); ok {
-			return strings.TrimSpace(tok)
-		}
-	}
-	return ""
-}
-
+// unaryAuth passes calls the front door authorized; a call without a principal did not come
+// through it, and is refused.
 func (s *Server) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerInfo, handler grpc.UnaryHandler) (any, error) {
-	p, err := s.authenticate(ctx, bearer(ctx))
-	if err != nil {
-		return nil, toStatus(ctx, s.log, info.FullMethod, err)
+	if _, err := mustPrincipal(ctx); err != nil {
+		return nil, err
 	}
-	resp, err := handler(context.WithValue(ctx, principalKey{}, p), req)
+	resp, err := handler(ctx, req)
 	return resp, toStatus(ctx, s.log, info.FullMethod, err)
 }
 
 func (s *Server) streamAuth(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ctx := ss.Context()
-	p, err := s.authenticate(ctx, bearer(ctx))
-	if err != nil {
-		return toStatus(ctx, s.log, info.FullMethod, err)
+	if _, err := mustPrincipal(ctx); err != nil {
+		return err
 	}
-	err = handler(srv, &principalStream{ServerStream: ss, ctx: context.WithValue(ctx, principalKey{}, p)})
-	return toStatus(ctx, s.log, info.FullMethod, err)
+	return toStatus(ctx, s.log, info.FullMethod, handler(srv, ss))
 }
 
-type principalStream struct {
-	grpc.ServerStream
-	ctx context.Context
-}
-
-func (p *principalStream) Context() context.Context { return p.ctx }
-
-// mustPrincipal is for handlers behind the auth interceptor, where a missing principal is a bug.
+// mustPrincipal is for handlers behind the front door, where a missing principal is a bug.
 func mustPrincipal(ctx context.Context) (Principal, error) {
 	p, ok := PrincipalFrom(ctx)
 	if !ok {
@@ -88,3 +76,9 @@ func mustPrincipal(ctx context.Context) (Principal, error) {
 	}
 	return p, nil
 }
+
+// Routes that are not RPC methods, as authorize names them.
+const (
+	routeMCP     = "/mcp"
+	routeDesktop = "desktop:" // + the mode
+)

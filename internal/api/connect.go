@@ -12,8 +12,10 @@ import (
 )
 
 // newConnectHandler serves the gRPC server's services to browsers over Connect, gRPC-Web and
-// Connect's JSON. The transcoder turns each call into a gRPC call on s.grpc, so the same
-// interceptors authenticate and count it and no route reaches a service around them.
+// Connect's JSON. The front door authorizes each call before the transcoder reads it; the
+// transcoder turns it into a gRPC call on s.grpc, so the same interceptors see and count it and
+// no route reaches a service around them. The transcoder buffers messages, so both the buffer
+// and what a gzip body inflates to are capped at the gRPC server's message limit.
 func (s *Server) newConnectHandler() http.Handler {
 	h, err := vanguardgrpc.NewTranscoder(s.grpc,
 		// JSON requests are strict: a misspelt field is an error naming it, not silently ignored.
@@ -23,12 +25,14 @@ func (s *Server) newConnectHandler() http.Handler {
 				UnmarshalOptions: protojson.UnmarshalOptions{Resolver: res},
 			}}
 		}),
+		vanguard.WithDefaultServiceOptions(vanguard.WithMaxMessageBufferBytes(maxMessageBytes)),
+		vanguard.WithCompression("gzip", newGzipCompressor, newLimitedGzip),
 	)
 	if err != nil {
 		// Every service is registered from generated code, so their schemas always resolve.
 		panic("api: build the connect transcoder: " + err.Error())
 	}
-	return connectUnaryByDefault(h)
+	return connectUnaryByDefault(s.rpcDoor(h))
 }
 
 // connectUnaryByDefault marks a plain POST of application/json (or application/proto) as a

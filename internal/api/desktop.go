@@ -233,7 +233,7 @@ func (s *Server) desktopCaller(r *http.Request, id cocoonbox.BoxID, mode, ticket
 		if tok == "" {
 			return "", nil, cocoonbox.Errorf(cocoonbox.EUnauthorized, "missing credential: add ?ticket= from DesktopTicket, or send authorization: Bearer <token>")
 		}
-		p, err := s.authenticate(r.Context(), tok)
+		p, err := s.authorize(r.Context(), tok, routeDesktop+mode)
 		if err != nil {
 			return "", nil, err
 		}

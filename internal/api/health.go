@@ -29,10 +29,7 @@ func (s *Server) health(ctx context.Context) HealthReport {
 		wg.Go(func() {
 			cctx, cancel := context.WithTimeout(ctx, checkTimeout)
 			defer cancel()
-			res := "ok"
-			if err := check(cctx); err != nil {
-				res = err.Error()
-			}
+			res := s.runCheck(cctx, name, check)
 			mu.Lock()
 			defer mu.Unlock()
 			rep.Components[name] = res
@@ -43,6 +40,21 @@ func (s *Server) health(ctx context.Context) HealthReport {
 	}
 	wg.Wait()
 	return rep
+}
+
+// runCheck runs one check and returns "ok" or its error; a check that panics is "internal
+// error", logged with its stack, and does not take the process down with it.
+func (s *Server) runCheck(ctx context.Context, name string, check Check) (res string) {
+	defer func() {
+		if v := recover(); v != nil {
+			_ = s.panicError(ctx, "health check "+name, v)
+			res = "internal error"
+		}
+	}()
+	if err := check(ctx); err != nil {
+		return err.Error()
+	}
+	return "ok"
 }
 
 func (s *Server) serveHealth(w http.ResponseWriter, r *http.Request) {

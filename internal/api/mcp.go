@@ -49,7 +49,7 @@ func (s *Server) mcpHandler() http.Handler {
 func (s *Server) mcpAuth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		token := httpBearer(r)
-		p, err := s.authenticate(r.Context(), token)
+		p, err := s.authorize(r.Context(), token, routeMCP)
 		if err != nil {
 			if cocoonbox.ErrorCode(err) == cocoonbox.EUnauthorized {
 				challenge := `Bearer realm="cocoonbox"`
@@ -62,7 +62,8 @@ func (s *Server) mcpAuth(next http.Handler) http.Handler {
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, mcpMaxBody)
-		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), principalKey{}, p)))
+		bodyDeadline(w, r)
+		next.ServeHTTP(w, r.WithContext(withPrincipal(r.Context(), p)))
 	})
 }
 
@@ -311,7 +312,7 @@ func (s *Server) mcpCall(name string, run func(context.Context, string, mcp.Call
 	return func(ctx context.Context, req mcp.CallToolRequest) (res *mcp.CallToolResult, _ error) {
 		defer func() {
 			if r := recover(); r != nil {
-				res = s.mcpError(ctx, name, fmt.Errorf("panic in tool %s: %v", name, r))
+				res = s.mcpError(ctx, name, s.panicError(ctx, "tool "+name, r))
 			}
 		}()
 		p, ok := PrincipalFrom(ctx)

@@ -56,9 +56,12 @@ type Server struct {
 	log     *slog.Logger
 	grpc    *grpc.Server
 	healthz *healthServer
-	connect http.Handler // Connect, gRPC-Web and JSON, transcoded into s.grpc
+	rpc     http.Handler    // gRPC, behind the front door
+	connect http.Handler    // Connect, gRPC-Web and JSON, behind the front door, transcoded into s.grpc
+	methods map[string]bool // every RPC method's full name: whether it streams
 	metrics *metrics
 	mux     *http.ServeMux
+	routes  http.Handler // mux behind panic recovery
 }
 
 // New builds a Server and registers its services.
@@ -76,8 +79,8 @@ func New(opts Options) *Server {
 	}
 	s.desktop.source = viewerSource()
 	s.grpc = grpc.NewServer(
-		grpc.ChainUnaryInterceptor(s.unary),
-		grpc.ChainStreamInterceptor(s.stream),
+		grpc.ChainUnaryInterceptor(s.recoverUnary, s.unary),
+		grpc.ChainStreamInterceptor(s.recoverStream, s.stream),
 		grpc.MaxRecvMsgSize(maxMessageBytes),
 		grpc.MaxSendMsgSize(maxMessageBytes),
 	)
@@ -88,6 +91,8 @@ func New(opts Options) *Server {
 	s.healthz = newHealthServer(s)
 	healthpb.RegisterHealthServer(s.grpc, s.healthz)
 	reflection.Register(s.grpc)
+	s.methods = methodKinds(s.grpc.GetServiceInfo())
+	s.rpc = s.rpcDoor(s.grpc)
 	s.connect = s.newConnectHandler()
 
 	s.mux.HandleFunc("GET /healthz", s.serveHealth)
@@ -97,22 +102,24 @@ func New(opts Options) *Server {
 	// The browser app: "/" without a method, because "GET /" would conflict with the method-less
 	// "/mcp" (ServeMux panics on such ambiguity); every route above wins over it.
 	s.mux.Handle("/", web.Handler())
+	s.routes = s.recoverHTTP(s.mux)
 	return s
 }
 
 // Handler routes each request by protocol: gRPC (HTTP/2, application/grpc) to the gRPC server;
 // Connect, gRPC-Web and JSON calls of the RPC services to the transcoder, which hands them to
-// the same gRPC server and so to the same auth interceptors; everything else to the HTTP routes.
+// the same gRPC server; both through the front door (rpcDoor), which authorizes them before
+// their bodies are read; everything else to the HTTP routes.
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ct := r.Header.Get("Content-Type")
 		switch {
 		case r.ProtoMajor == 2 && strings.HasPrefix(ct, "application/grpc") && !strings.HasPrefix(ct, "application/grpc-web"):
-			s.grpc.ServeHTTP(w, r)
+			s.rpc.ServeHTTP(w, r)
 		case isRPCPath(r.URL.Path):
 			s.connect.ServeHTTP(w, r)
 		default:
-			s.mux.ServeHTTP(w, r)
+			s.routes.ServeHTTP(w, r)
 		}
 	})
 }
