@@ -55,8 +55,18 @@ func checkSpec(spec Spec) error {
 // Dir exists, so the link never dangles while the box lives) and records its spec. An existing
 // disk (a restarted box, or one seeded from a snapshot) is kept as it is.
 func prepareDir(spec Spec) error {
-	for _, d := range []string{diskDir, workDir, rootfsDir} {
-		if err := os.MkdirAll(filepath.Join(spec.Dir, d), 0o755); err != nil {
+	// The Dir is the engine's alone (0700); disk/ keeps 0755, since it is the mode of the box's /.
+	if err := os.MkdirAll(spec.Dir, 0o700); err != nil {
+		return fmt.Errorf("create box dir: %w", err)
+	}
+	if err := os.Chmod(spec.Dir, 0o700); err != nil {
+		return fmt.Errorf("create box dir: %w", err)
+	}
+	for _, d := range []struct {
+		name string
+		perm os.FileMode
+	}{{diskDir, 0o755}, {workDir, 0o700}, {rootfsDir, 0o700}} {
+		if err := os.Mkdir(filepath.Join(spec.Dir, d.name), d.perm); err != nil && !errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("create box dir: %w", err)
 		}
 	}

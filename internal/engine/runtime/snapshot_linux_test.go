@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // flipPy swaps, as fast as the box allows, each of eight entries under /root/flip between a
@@ -135,4 +137,42 @@ func findBytes(t *testing.T, root, s string) string {
 		t.Fatalf("search %s: %v", root, err)
 	}
 	return found
+}
+
+// TestGVisorBoxFilesNeverActOnTheHost: a box's Dir is the engine's alone (0700) and, while the
+// box runs (after a wake too), its disk and root are on nosuid,nodev mounts, so a setuid binary
+// the box writes is never one on the host.
+func TestGVisorBoxFilesNeverActOnTheHost(t *testing.T) {
+	e := newTestEnv(t, NameGVisor)
+	b := e.start(t, e.spec())
+	e.sh(t, b.ID, "cp /bin/true /root/suid && chmod 4755 /root/suid")
+	check := func(when string) {
+		t.Helper()
+		if fi, err := os.Stat(b.Dir); err != nil || fi.Mode().Perm() != 0o700 {
+			t.Fatalf("%s: box dir %v, %v; want 0700", when, fi.Mode(), err)
+		}
+		suid := filepath.Join(b.Dir, diskDir, "root", "suid")
+		if fi, err := os.Stat(suid); err != nil || fi.Mode()&os.ModeSetuid == 0 {
+			t.Fatalf("%s: the box's setuid file on the host: %v, %v", when, fi.Mode(), err)
+		}
+		for _, p := range []string{suid, filepath.Join(b.Dir, rootfsDir, "root", "suid")} {
+			var st unix.Statfs_t
+			if err := unix.Statfs(p, &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Flags&unix.ST_NOSUID == 0 || st.Flags&unix.ST_NODEV == 0 {
+				t.Fatalf("%s: %s is on a mount without nosuid,nodev (flags %#x)", when, p, st.Flags)
+			}
+		}
+	}
+	check("after start")
+	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	defer cancel()
+	if err := e.rt.Hibernate(ctx, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.rt.Wake(ctx, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	check("after wake")
 }
