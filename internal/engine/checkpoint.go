@@ -6,14 +6,13 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/loomhand/cocoonbox/internal/engine/runtime"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 )
 
@@ -168,21 +167,16 @@ func (e *Engine) claimFromCheckpoint(ctx context.Context, c caller, ck *checkpoi
 	return b, nil
 }
 
-// copyTree copies the directory src to dst (which must not exist) with cp -a. A box disk is an
-// overlay upper layer: whiteouts are device nodes, opaque directories are trusted.* xattrs,
-// and files keep their owners — cp -a preserves all of it (and reflinks where the filesystem
-// can), which a hand-written walk would have to reimplement.
+// copyTree seeds the box directory dst (replacing whatever is there) with the disk of the
+// checkpoint directory src. The disk was written by a box, so it is copied by the runtime's
+// confined walker, which never follows a symlink in it (see runtime.CopyDisk), not by cp -a.
 func copyTree(ctx context.Context, src, dst string) error {
-	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
-		return fmt.Errorf("copy checkpoint: %w", err)
-	}
 	if err := os.RemoveAll(dst); err != nil {
 		return fmt.Errorf("copy checkpoint: %w", err)
 	}
-	out, err := exec.CommandContext(ctx, "cp", "-a", "--reflink=auto", "--", src, dst).CombinedOutput()
-	if err != nil {
+	if err := runtime.CopyDisk(ctx, src, dst); err != nil {
 		_ = os.RemoveAll(dst)
-		return fmt.Errorf("copy checkpoint: %w: %s", err, strings.TrimSpace(string(out)))
+		return fmt.Errorf("copy checkpoint: %w", err)
 	}
 	return nil
 }

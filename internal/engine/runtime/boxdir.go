@@ -1,16 +1,15 @@
 package runtime
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strings"
 
 	"github.com/loomhand/cocoonbox/image/boxinit/boxproto"
 )
@@ -56,8 +55,18 @@ func checkSpec(spec Spec) error {
 // Dir exists, so the link never dangles while the box lives) and records its spec. An existing
 // disk (a restarted box, or one seeded from a snapshot) is kept as it is.
 func prepareDir(spec Spec) error {
-	for _, d := range []string{diskDir, workDir, rootfsDir} {
-		if err := os.MkdirAll(filepath.Join(spec.Dir, d), 0o755); err != nil {
+	// The Dir is the engine's alone (0700); disk/ keeps 0755, since it is the mode of the box's /.
+	if err := os.MkdirAll(spec.Dir, 0o700); err != nil {
+		return fmt.Errorf("create box dir: %w", err)
+	}
+	if err := os.Chmod(spec.Dir, 0o700); err != nil {
+		return fmt.Errorf("create box dir: %w", err)
+	}
+	for _, d := range []struct {
+		name string
+		perm os.FileMode
+	}{{diskDir, 0o755}, {workDir, 0o700}, {rootfsDir, 0o700}} {
+		if err := os.Mkdir(filepath.Join(spec.Dir, d.name), d.perm); err != nil && !errors.Is(err, fs.ErrExist) {
 			return fmt.Errorf("create box dir: %w", err)
 		}
 	}
@@ -131,23 +140,29 @@ func (x index) remove(id string) {
 	}
 }
 
-// copyDisk copies a box's disk into dst/disk. cp -a keeps what an overlay upper layer is made
-// of — whiteout devices, trusted.overlay.* xattrs, owners, modes, links — which a plain file
-// copy would lose (a deleted image file would come back in the copy).
+// CopyDisk copies the disk of from (a box's Dir, or a directory Snapshot wrote) into to/disk,
+// creating to (0700) if needed: seeding a new box's Dir from a checkpoint. from must not change
+// during the copy (a stopped box, or a checkpoint's own copy).
+func CopyDisk(ctx context.Context, from, to string) error { return copyDisk(ctx, from, to) }
+
+// copyDisk copies a box's disk into dst/disk. The disk is box-written, so the copy is made by
+// the walker of walk_linux.go (which never follows a symlink) in a confined child process (see
+// confine_linux.go), never by a path-following tool such as cp -a. The caller makes sure the disk
+// cannot change during the copy.
 func copyDisk(ctx context.Context, dir, dst string) error {
-	if err := os.MkdirAll(dst, 0o755); err != nil {
+	if err := os.MkdirAll(dst, 0o700); err != nil {
 		return fmt.Errorf("create snapshot dir: %w", err)
 	}
 	target := filepath.Join(dst, diskDir)
-	if exists(target) {
-		return fmt.Errorf("snapshot into %s: disk already there", dst)
+	if err := os.Mkdir(target, 0o700); err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("snapshot into %s: disk already there", dst)
+		}
+		return fmt.Errorf("create snapshot dir: %w", err)
 	}
-	var stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, "cp", "-a", "--reflink=auto", filepath.Join(dir, diskDir), target)
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
+	if err := confinedCopy(ctx, filepath.Join(dir, diskDir), target); err != nil {
 		_ = os.RemoveAll(target)
-		return fmt.Errorf("copy disk: %w: %s", err, strings.TrimSpace(stderr.String()))
+		return fmt.Errorf("copy disk: %w", err)
 	}
 	return nil
 }

@@ -351,17 +351,33 @@ func (g *gvisor) unrestore(dir string, err error) error {
 	return err
 }
 
-// Snapshot implements Runtime. The box's writes go straight to the host (runsc's gofer), but a
-// sync inside first flushes what gVisor may still cache for memory-mapped files.
+// Snapshot implements Runtime. The disk is the box's to write, so it is copied only while the
+// box cannot change it: a running sandbox is synced (flushing what gVisor may still cache for
+// memory-mapped files) and paused for the copy, then resumed; a hibernated or stopped box has no
+// process left to write.
 func (g *gvisor) Snapshot(ctx context.Context, id, dst string) error {
 	b, err := g.box(id)
 	if err != nil {
 		return fmt.Errorf("snapshot box %s: %w", id, err)
 	}
-	if !exists(filepath.Join(b.spec.Dir, checkpointDir)) {
+	st, ok, err := g.state(ctx, id)
+	if err != nil {
+		return fmt.Errorf("snapshot box %s: %w", id, err)
+	}
+	if ok && st.Status == "running" {
 		if _, err := g.Exec(ctx, id, ExecRequest{Argv: []string{"sync"}}); err != nil {
 			g.log.Warn("sync before snapshot", "id", id, "err", err)
 		}
+		if _, err := g.run(ctx, b.spec.Dir, "pause", id); err != nil {
+			return fmt.Errorf("snapshot box %s: %w", id, err)
+		}
+		defer func() {
+			if _, err := g.run(context.WithoutCancel(ctx), b.spec.Dir, "resume", id); err != nil {
+				g.log.Error("resume box after snapshot", "id", id, "err", err)
+			}
+		}()
+	} else if ok && st.Status == "paused" {
+		return fmt.Errorf("snapshot box %s: the sandbox is paused by another copy", id)
 	}
 	if err := copyDisk(ctx, b.spec.Dir, dst); err != nil {
 		return fmt.Errorf("snapshot box %s: %w", id, err)
@@ -415,6 +431,13 @@ func (g *gvisor) State(ctx context.Context, id, dir string) (State, error) {
 	}
 	ckpt := exists(filepath.Join(dir, checkpointDir))
 	restoring := filepath.Join(dir, checkpointDir+".restoring")
+	if ok && st.Status == "paused" && !ckpt {
+		// An engine that died during a snapshot's copy left the box paused.
+		if _, err := g.run(ctx, dir, "resume", id); err != nil {
+			return "", fmt.Errorf("read box state %s: %w", id, err)
+		}
+		st.Status = "running"
+	}
 	switch {
 	case ok && st.Status == "running" && !ckpt:
 		_ = os.RemoveAll(restoring) // a wake that finished after all

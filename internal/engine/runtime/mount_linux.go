@@ -28,16 +28,48 @@ func mountOverlay(spec Spec) error {
 			return fmt.Errorf("mount overlay: path %q has a comma or colon", p)
 		}
 	}
+	if err := mountBoxDir(spec.Dir); err != nil {
+		return err
+	}
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,index=off,metacopy=off,redirect_dir=off",
 		spec.Rootfs, filepath.Join(spec.Dir, diskDir), filepath.Join(spec.Dir, workDir))
-	if err := unix.Mount("overlay", target, "overlay", 0, opts); err != nil {
+	if err := unix.Mount("overlay", target, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount overlay: %w", err)
 	}
 	return nil
 }
 
-// unmountOverlay unmounts the box's root filesystem if it is mounted; a mount still held by a
-// dying sandbox is detached lazily, so that removing the directory never walks into it.
+// mountBoxDir makes the box's Dir a mount of its own with nosuid and nodev while the box runs,
+// so that nothing the box writes into its disk acts on the host as a setuid binary or a device,
+// whichever path reaches it.
+func mountBoxDir(dir string) error {
+	if bindMounted(dir) {
+		return nil
+	}
+	if err := unix.Mount(dir, dir, "", unix.MS_BIND, ""); err != nil {
+		return fmt.Errorf("mount box dir: %w", err)
+	}
+	if err := unix.Mount("", dir, "", unix.MS_REMOUNT|unix.MS_BIND|unix.MS_NOSUID|unix.MS_NODEV, ""); err != nil {
+		_ = unix.Unmount(dir, unix.MNT_DETACH)
+		return fmt.Errorf("mount box dir nosuid,nodev: %w", err)
+	}
+	return nil
+}
+
+// bindMounted reports whether p is a bind mount of a directory of its parent's filesystem (the
+// mount mountBoxDir makes): a mount of its own, on the same device.
+func bindMounted(p string) bool {
+	var st, parent unix.Statx_t
+	if unix.Statx(unix.AT_FDCWD, p, unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID, &st) != nil ||
+		unix.Statx(unix.AT_FDCWD, filepath.Dir(p), unix.AT_SYMLINK_NOFOLLOW, unix.STATX_MNT_ID, &parent) != nil {
+		return false
+	}
+	return st.Mnt_id != parent.Mnt_id && st.Dev_major == parent.Dev_major && st.Dev_minor == parent.Dev_minor
+}
+
+// unmountOverlay unmounts the box's root filesystem and then its Dir if they are mounted; a
+// mount still held by a dying sandbox is detached lazily, so that removing the directory never
+// walks into it.
 func unmountOverlay(dir string) error {
 	target := filepath.Join(dir, rootfsDir)
 	for mounted(target) {
@@ -47,6 +79,15 @@ func unmountOverlay(dir string) error {
 		}
 		if err != nil && !errors.Is(err, unix.EINVAL) {
 			return fmt.Errorf("unmount overlay: %w", err)
+		}
+	}
+	for bindMounted(dir) {
+		err := unix.Unmount(dir, 0)
+		if errors.Is(err, unix.EBUSY) {
+			err = unix.Unmount(dir, unix.MNT_DETACH)
+		}
+		if err != nil && !errors.Is(err, unix.EINVAL) {
+			return fmt.Errorf("unmount box dir: %w", err)
 		}
 	}
 	return nil

@@ -8,9 +8,10 @@
 //   - The box's root is a host overlayfs: the shared read-only image below, the box's disk
 //     (Dir/disk) above. The disk is then a plain host directory that outlives the box's
 //     processes, is never part of a memory image (checkpoints stay small and the disk survives
-//     a lost one), and can be copied while the box runs (Snapshot). runsc's own --overlay2 was
-//     tried: checkpoint/restore works, but its upper layer is a gVisor-internal file, so the
-//     disk would live inside the memory image and die with the sandbox.
+//     a lost one), and can be copied with the box frozen only for the copy (Snapshot). runsc's
+//     own --overlay2 was tried: checkpoint/restore works, but its upper layer is a
+//     gVisor-internal file, so the disk would live inside the memory image and die with the
+//     sandbox.
 //   - PID 1 is cocoonbox-init, built from image/boxinit into every image. Commands are its
 //     children, because gVisor kills every process descended from `runsc exec` when it restores a
 //     checkpoint: with `sleep infinity` as init, nothing a user started would survive a wake.
@@ -56,9 +57,10 @@ type Runtime interface {
 	// Wake brings a hibernated box back. Waking a running box is a no-op; waking a stopped one
 	// is ErrNotRunning (Start it again on its disk instead).
 	Wake(ctx context.Context, id string) error
-	// Snapshot copies the box's disk into dst (a fresh directory) while the box keeps running, so
-	// a later Start with Spec.Dir seeded from dst sees the same files. dst mirrors the layout of
-	// a box's Dir: seeding is copying dst's contents into the new box's Dir before Start.
+	// Snapshot copies the box's disk into dst (a fresh directory), so a later Start with
+	// Spec.Dir seeded from dst (CopyDisk) sees the same files. The box keeps its processes; a
+	// running one cannot change its disk during the copy (gvisor pauses it). The disk is the
+	// box's to write: it is never walked by a tool that follows symlinks (see copyDisk).
 	Snapshot(ctx context.Context, id, dst string) error
 	// Destroy stops the box and removes everything under its Dir. Unknown ids are not an error.
 	// Boxes are found by id across engine restarts (the runtime keeps an index under its data
