@@ -9,9 +9,10 @@ BIN     := $(CURDIR)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -X github.com/loomhand/cocoonbox/internal/buildinfo.Version=$(VERSION)
 BENCHTIME ?= 10x
+FUZZTIME  ?= 60s
 PROTOS  := $(shell find proto -name '*.proto')
 
-.PHONY: help deps image image-base image-desktop build test test-unit test-integration lint gen gate dev bench clean
+.PHONY: help deps image image-base image-desktop build test test-unit test-integration lint gen gate dev bench fuzz clean
 
 help: ## list every target
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-18s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -55,6 +56,9 @@ bench: deps image ## run the benchmarks (dev stack, local engine on gVisor) and 
 	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) ./internal/devstack/ ./internal/engine/ | tee bench.out
 	./scripts/benchtable.sh < bench.out > docs/benchmarks.md
 	@echo "wrote docs/benchmarks.md"
+
+fuzz: ## run every fuzz target (func FuzzXxx) for FUZZTIME (60s) each, one at a time; fails on a crash
+	GO='$(GO)' FUZZTIME='$(FUZZTIME)' ./scripts/fuzz.sh
 
 clean: ## remove build outputs (not the data dir)
 	rm -rf $(BIN)
