@@ -17,6 +17,8 @@ const (
 	EInternal      = "internal"      // a bug or an unexpected failure; details stay in the log
 	EUnimplemented = "unimplemented" // the operation exists in the API but not in this build
 	ECorrupt       = "corrupt"       // stored data fails its checksum; the message names it
+	// EResourceExhausted is a quota or limit reached; the message names the limit and its value.
+	EResourceExhausted = "resource_exhausted"
 )
 
 // Error is an application error with a code a client can branch on and a message a person can
@@ -46,6 +48,12 @@ func Errorf(code, format string, args ...any) *Error {
 // Invalid returns an EInvalid error naming the field and the reason.
 func Invalid(field, reason string) *Error {
 	return &Error{Code: EInvalid, Message: field + ": " + reason}
+}
+
+// QuotaReached returns an EResourceExhausted error naming the limit and its value, as in
+// "quota: boxes per user (3) reached".
+func QuotaReached(limit string, value int) *Error {
+	return Errorf(EResourceExhausted, "quota: %s (%d) reached", limit, value)
 }
 
 // ErrorCode returns the code of the first *Error in err's chain, EInternal for any other non-nil

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -21,6 +22,7 @@ const (
 	exitDenied      = 4 // UNAUTHENTICATED or PERMISSION_DENIED
 	exitConflict    = 5 // ALREADY_EXISTS, FAILED_PRECONDITION, ABORTED
 	exitUnavailable = 6 // UNAVAILABLE, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED: worth retrying later
+	exitQuota       = 7 // a per-user quota is reached: free something (a box, a run) first
 )
 
 // exitCodesHelp is shown in `cocoonbox --help`.
@@ -32,6 +34,7 @@ const exitCodesHelp = `EXIT CODES:
    4  not authenticated or permission denied
    5  conflict or failed precondition (the box is in the wrong state, the name is taken)
    6  unavailable or resource exhausted: retry later
+   7  quota reached: delete a box or wait for a run to end first
    box exec exits with the command's own exit code when the call itself succeeded.
    Errors go to stderr as "cocoonbox: <message>"; with --output json, stdout holds exactly one
    JSON document when the command succeeds and nothing when it fails.`
@@ -72,11 +75,24 @@ func apiError(err error) error {
 	if s.Code() == codes.Unavailable && strings.Contains(msg, "connection refused") {
 		msg = "API unavailable: " + msg
 	}
+	return cli.Exit(msg, statusExitCode(s))
+}
+
+// statusExitCode is the exit code for a gRPC status: grpcExitCodes, except that a quota
+// (RESOURCE_EXHAUSTED with a QuotaFailure detail) is exitQuota, since retrying will not help.
+func statusExitCode(s *status.Status) int {
+	if s.Code() == codes.ResourceExhausted {
+		for _, d := range s.Details() {
+			if _, ok := d.(*errdetails.QuotaFailure); ok {
+				return exitQuota
+			}
+		}
+	}
 	code, ok := grpcExitCodes[s.Code()]
 	if !ok {
-		code = exitError
+		return exitError
 	}
-	return cli.Exit(msg, code)
+	return code
 }
 
 // usageError is a bad flag or argument, found before any call.
@@ -94,9 +110,7 @@ func exitCode(err error) int {
 		return ec.ExitCode()
 	}
 	if s, ok := status.FromError(err); ok {
-		if code, ok := grpcExitCodes[s.Code()]; ok {
-			return code
-		}
+		return statusExitCode(s)
 	}
 	return exitError
 }

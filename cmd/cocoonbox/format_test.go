@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/urfave/cli/v2"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -98,6 +99,8 @@ func TestExitCodes(t *testing.T) {
 		{apiError(status.Error(codes.Aborted, "x")), 5},
 		{apiError(status.Error(codes.Unavailable, "x")), 6},
 		{apiError(status.Error(codes.ResourceExhausted, "x")), 6},
+		{apiError(quotaStatus("quota: boxes per user (3) reached")), 7},
+		{quotaStatus("quota: boxes per user (3) reached"), 7},
 		{apiError(status.Error(codes.DeadlineExceeded, "x")), 6},
 		{apiError(status.Error(codes.Internal, "internal error")), 1},
 		{apiError(status.Error(codes.Unknown, "x")), 1},
@@ -174,4 +177,14 @@ func TestRemoteSpec(t *testing.T) {
 			t.Errorf("remoteSpec(%q) = %q %q %v", tc.in, box, p, ok)
 		}
 	}
+}
+
+// quotaStatus is a status as the API sends for a quota: RESOURCE_EXHAUSTED with a QuotaFailure.
+func quotaStatus(msg string) error {
+	st, err := status.New(codes.ResourceExhausted, msg).WithDetails(&errdetails.QuotaFailure{
+		Violations: []*errdetails.QuotaFailure_Violation{{Subject: "user", Description: msg}}})
+	if err != nil {
+		panic(err)
+	}
+	return st.Err()
 }

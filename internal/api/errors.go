@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -23,6 +24,8 @@ var grpcCodes = map[string]codes.Code{
 	cocoonbox.EUnimplemented: codes.Unimplemented,
 	cocoonbox.ECorrupt:       codes.DataLoss,
 	cocoonbox.EInternal:      codes.Internal,
+
+	cocoonbox.EResourceExhausted: codes.ResourceExhausted,
 }
 
 // toStatus turns any error from the service layer into the gRPC status a client sees. Internal
@@ -42,7 +45,17 @@ func toStatus(ctx context.Context, log *slog.Logger, method string, err error) e
 	if !ok {
 		c = codes.Unknown
 	}
-	return status.Error(c, cocoonbox.ErrorMessage(err))
+	st := status.New(c, cocoonbox.ErrorMessage(err))
+	if code == cocoonbox.EResourceExhausted {
+		// The detail tells a quota apart from an engine out of capacity, which shares the gRPC
+		// code but is worth retrying.
+		if d, derr := st.WithDetails(&errdetails.QuotaFailure{Violations: []*errdetails.QuotaFailure_Violation{
+			{Subject: "user", Description: st.Message()},
+		}}); derr == nil {
+			st = d
+		}
+	}
+	return st.Err()
 }
 
 func isDomain(err error) bool {

@@ -89,6 +89,8 @@ var httpStatus = map[string]int{
 	cocoonbox.EUnimplemented: http.StatusNotImplemented,
 	cocoonbox.ECorrupt:       http.StatusInternalServerError,
 	cocoonbox.EInternal:      http.StatusInternalServerError,
+
+	cocoonbox.EResourceExhausted: http.StatusTooManyRequests,
 }
 
 // writeHTTPError answers with {"error":{"code","message"}}; internal errors are logged in full
