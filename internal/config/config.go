@@ -87,6 +87,9 @@ type Dev struct {
 	Listen           string `yaml:"listen" env:"COCOONBOX_LISTEN"`
 	TemporalListen   string `yaml:"temporal_listen" env:"COCOONBOX_TEMPORAL_LISTEN"`
 	TemporalUIListen string `yaml:"temporal_ui_listen" env:"COCOONBOX_TEMPORAL_UI_LISTEN"`
+	// TemporalInsecure serves the embedded Temporal without mutual TLS and its UI without login;
+	// only with a loopback temporal_listen.
+	TemporalInsecure bool   `yaml:"temporal_insecure" env:"COCOONBOX_TEMPORAL_INSECURE"`
 	S3Listen         string `yaml:"s3_listen" env:"COCOONBOX_S3_LISTEN"`
 	CLIConfig        string `yaml:"cli_config" env:"COCOONBOX_CLI_CONFIG"`
 	User             string `yaml:"user" env:"COCOONBOX_DEV_USER"`
@@ -234,6 +237,10 @@ func (c *Dev) Validate() error {
 	}
 	if c.User == "" {
 		return errors.New("config user: is required")
+	}
+	if host, _, _ := net.SplitHostPort(c.TemporalListen); c.TemporalInsecure && c.Temporal.Address == "" && !isLoopback(host) {
+		return fmt.Errorf("config temporal_listen: %s is off loopback, where temporal_insecure (no auth) is refused; "+
+			"drop temporal_insecure or listen on 127.0.0.1", c.TemporalListen)
 	}
 	if !slices.Contains(EngineRuntimes, c.EngineRuntime) {
 		return fmt.Errorf("config engine_runtime: must be auto, gvisor or process, got %q", c.EngineRuntime)
@@ -515,6 +522,12 @@ func validateListen(field, addr string) error {
 		return fmt.Errorf("config %s: give a host (127.0.0.1 for loopback only), got %q", field, addr)
 	}
 	return nil
+}
+
+// isLoopback reports whether host (an IP or "localhost") is reachable from this machine only.
+func isLoopback(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "localhost" || ip != nil && ip.IsLoopback()
 }
 
 // validateServices checks what the api and the worker roles both need: the Temporal, PostgreSQL

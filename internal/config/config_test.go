@@ -174,6 +174,41 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+// TestTemporalListenOffLoopbackNeedsAuth: the embedded Temporal may listen off loopback only
+// with its mutual TLS on; without auth a caller there could start any workflow.
+func TestTemporalListenOffLoopbackNeedsAuth(t *testing.T) {
+	base := config.DefaultDev(config.MapEnv(map[string]string{"HOME": "/root"}))
+	for _, tc := range []struct {
+		listen   string
+		insecure bool
+		want     string // "" validates
+	}{
+		{"0.0.0.0:7233", false, ""},
+		{"127.0.0.1:7233", true, ""},
+		{"localhost:7233", true, ""},
+		{"[::1]:7233", true, ""},
+		{"0.0.0.0:7233", true, "config temporal_listen: 0.0.0.0:7233 is off loopback, where temporal_insecure (no auth) is refused"},
+		{"192.0.2.7:7233", true, "config temporal_listen: 192.0.2.7:7233 is off loopback"},
+	} {
+		c := base
+		c.TemporalListen, c.TemporalInsecure = tc.listen, tc.insecure
+		err := c.Validate()
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("temporal_listen %s, temporal_insecure %v: err = %v, want %q", tc.listen, tc.insecure, err, tc.want)
+		}
+	}
+	// An external Temporal makes temporal_listen moot.
+	c := base
+	c.TemporalListen, c.TemporalInsecure, c.Temporal.Address = "0.0.0.0:7233", true, "temporal.example:7233"
+	if err := c.Validate(); err != nil {
+		t.Errorf("external temporal: %v", err)
+	}
+	env := config.MapEnv(map[string]string{"HOME": "/root", "COCOONBOX_TEMPORAL_INSECURE": "true"})
+	if c, err := config.LoadDev("", env); err != nil || !c.TemporalInsecure {
+		t.Errorf("COCOONBOX_TEMPORAL_INSECURE: %v, %v", c.TemporalInsecure, err)
+	}
+}
+
 func TestCLIRoundTrip(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sub", "config.yaml")
 	if err := config.WriteCLI(path, config.CLI{Endpoint: "http://127.0.0.1:8420", Token: "cbx_secret"}); err != nil {
