@@ -58,9 +58,10 @@ type Runtime interface {
 	// is ErrNotRunning (Start it again on its disk instead).
 	Wake(ctx context.Context, id string) error
 	// Snapshot copies the box's disk into dst (a fresh directory), so a later Start with
-	// Spec.Dir seeded from dst (CopyDisk) sees the same files. The box keeps its processes; a
-	// running one cannot change its disk during the copy (gvisor pauses it). The disk is the
-	// box's to write: it is never walked by a tool that follows symlinks (see copyDisk).
+	// Spec.Dir seeded from dst (CopyDisk) sees the same files. The box keeps its processes;
+	// gvisor pauses a running box for the copy so the disk cannot change under it (the process
+	// runtime does not, and relies on the walker alone). The disk is the box's to write: it is
+	// never walked by a tool that follows symlinks (see copyDisk).
 	Snapshot(ctx context.Context, id, dst string) error
 	// Destroy stops the box and removes everything under its Dir. Unknown ids are not an error.
 	// Boxes are found by id across engine restarts (the runtime keeps an index under its data
