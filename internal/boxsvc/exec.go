@@ -95,10 +95,9 @@ func (s *Service) ReadFile(ctx context.Context, caller string, id cocoonbox.BoxI
 	if res.ExitCode != 0 {
 		return nil, 0, fileError(p, res)
 	}
-	var size int64
-	var mode uint32
-	if _, err := fmt.Sscanf(res.Stdout, "%d %o", &size, &mode); err != nil {
-		return nil, 0, fmt.Errorf("read file %s: unexpected stat answer %q", p, res.Stdout)
+	size, mode, err := parseStat(p, res.Stdout)
+	if err != nil {
+		return nil, 0, err
 	}
 	if size > MaxFileBytes {
 		return nil, 0, cocoonbox.Invalid("path", fmt.Sprintf("%s is %d bytes; files over %d bytes are not read through the API", p, size, MaxFileBytes))
@@ -114,9 +113,14 @@ func (s *Service) ReadFile(ctx context.Context, caller string, id cocoonbox.BoxI
 		if res.ExitCode != 0 {
 			return nil, 0, fileError(p, res)
 		}
-		b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(res.Stdout))
+		b, err := decodeChunk(p, res.Stdout, chunk)
 		if err != nil {
-			return nil, 0, fmt.Errorf("read file %s: decode: %w", p, err)
+			return nil, 0, err
+		}
+		// A file that grows while it is read is read on (to a short chunk), but never past the
+		// limit, whatever the box answers.
+		if len(out)+len(b) > MaxFileBytes {
+			return nil, 0, cocoonbox.Invalid("path", fmt.Sprintf("%s grew past %d bytes while it was read", p, MaxFileBytes))
 		}
 		out = append(out, b...)
 		if len(b) < chunk {
@@ -260,12 +264,17 @@ func execError(err error, timeout int) error {
 	return err
 }
 
-// fileError turns a failed file command into an error naming the path.
+// fileError turns a failed file command into an error naming the path, quoting the box's own
+// message (bounded: it is the box's text).
 func fileError(p string, res sandbox.ExecResult) error {
 	msg := strings.TrimSpace(res.Stderr)
+	if i := strings.LastIndexByte(msg, '\n'); i >= 0 {
+		msg = msg[i+1:] // the last line says why
+	}
 	if i := strings.LastIndex(msg, ": "); i >= 0 && strings.Contains(msg, p) {
 		msg = msg[i+2:]
 	}
+	msg = boxText(msg)
 	if strings.Contains(msg, "No such file") || strings.Contains(msg, "not a regular file") {
 		return cocoonbox.Errorf(cocoonbox.ENotFound, "path: %s: %s", p, msg)
 	}
