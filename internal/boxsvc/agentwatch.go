@@ -26,6 +26,11 @@ const defaultRunWatchEvery = 250 * time.Millisecond
 // and state; the caller's role is checked again at every poll, so a revoked share ends the
 // watch with the error the caller would now get.
 func (s *Service) WatchRun(ctx context.Context, caller, runID string, send func(RunEvent) error) error {
+	release, err := s.streams.take(caller, s.Quota.Streams, limitStreams)
+	if err != nil {
+		return err
+	}
+	defer release()
 	every := s.WatchEvery
 	if every <= 0 {
 		every = defaultRunWatchEvery

@@ -62,6 +62,11 @@ func (s *Service) Exec(ctx context.Context, caller string, id cocoonbox.BoxID, r
 	if req.TimeoutSeconds == 0 {
 		req.TimeoutSeconds = DefaultExecTimeout
 	}
+	release, err := s.execs.take(caller, s.Quota.Execs, limitExecs)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	defer release()
 	ref, err := s.reach(ctx, caller, id, cocoonbox.RoleDriver, nil)
 	if err != nil {
 		return ExecResult{}, err
@@ -81,6 +86,11 @@ func (s *Service) ReadFile(ctx context.Context, caller string, id cocoonbox.BoxI
 	if err := checkPath(p); err != nil {
 		return nil, 0, err
 	}
+	release, err := s.execs.take(caller, s.Quota.Execs, limitExecs) // a read is execs in the box
+	if err != nil {
+		return nil, 0, err
+	}
+	defer release()
 	ref, err := s.reach(ctx, caller, id, cocoonbox.RoleDriver, nil)
 	if err != nil {
 		return nil, 0, err
@@ -146,6 +156,11 @@ func (s *Service) WriteFile(ctx context.Context, caller string, id cocoonbox.Box
 	if mode == 0 {
 		mode = 0o644
 	}
+	release, err := s.execs.take(caller, s.Quota.Execs, limitExecs) // a write is execs in the box
+	if err != nil {
+		return 0, err
+	}
+	defer release()
 	ref, err := s.reach(ctx, caller, id, cocoonbox.RoleDriver, nil)
 	if err != nil {
 		return 0, err

@@ -13,6 +13,11 @@ import (
 // needs nothing from the workflow; a caller's role is checked again at every poll, so a revoked
 // share ends the watch.
 func (s *Service) Watch(ctx context.Context, caller string, id cocoonbox.BoxID, send func(View) error) error {
+	release, err := s.streams.take(caller, s.Quota.Streams, limitStreams)
+	if err != nil {
+		return err
+	}
+	defer release()
 	every := s.WatchEvery
 	if every <= 0 {
 		every = 500 * time.Millisecond
