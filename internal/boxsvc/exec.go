@@ -206,34 +206,35 @@ func (s *Service) WriteFile(ctx context.Context, caller string, id cocoonbox.Box
 }
 
 // checked checks caller's role need on the box and, against its status, check (nil for none),
-// and returns the status.
-func (s *Service) checked(ctx context.Context, caller string, id cocoonbox.BoxID, need cocoonbox.Role, check func(workflows.Status) error) (workflows.Status, error) {
-	if _, err := s.authorize(ctx, caller, id, need); err != nil {
-		return workflows.Status{}, err
+// and returns the caller's access and the status.
+func (s *Service) checked(ctx context.Context, caller string, id cocoonbox.BoxID, need cocoonbox.Role, check func(workflows.Status) error) (access, workflows.Status, error) {
+	a, err := s.authorize(ctx, caller, id, need)
+	if err != nil {
+		return access{}, workflows.Status{}, err
 	}
 	st, err := s.status(ctx, id)
 	if err != nil {
-		return workflows.Status{}, err
+		return access{}, workflows.Status{}, err
 	}
 	if check != nil {
 		if err := check(st); err != nil {
-			return workflows.Status{}, err
+			return access{}, workflows.Status{}, err
 		}
 	}
-	return st, nil
+	return a, st, nil
 }
 
 // reach makes the checks of checked and returns a ref to the box's sandbox, waking the box
-// through its workflow when it sleeps.
+// through its workflow when it sleeps and the caller may wake it (driver).
 func (s *Service) reach(ctx context.Context, caller string, id cocoonbox.BoxID, need cocoonbox.Role, check func(workflows.Status) error) (sandbox.SandboxRef, error) {
 	if s.Sandbox == nil {
 		return sandbox.SandboxRef{}, &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "boxes cannot be reached from this server", Err: errUnavailable}
 	}
-	st, err := s.checked(ctx, caller, id, need, check)
+	a, st, err := s.checked(ctx, caller, id, need, check)
 	if err != nil {
 		return sandbox.SandboxRef{}, err
 	}
-	return s.awake(ctx, id, st)
+	return s.awake(ctx, id, st, a.role)
 }
 
 // touch tells the box's workflow it is in use, so it is not idle-hibernated; best effort, and
