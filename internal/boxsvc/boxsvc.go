@@ -77,7 +77,8 @@ type CreateRequest struct {
 	Size cocoonbox.Size
 }
 
-// Create starts the box's workflow (or finds it) and waits until the box runs.
+// Create starts the box's workflow (or finds it) and waits until the box runs. A new box must
+// fit the owner's quota of boxes, vCPUs and memory (Quota).
 func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (View, error) {
 	if req.ID == "" {
 		req.ID = cocoonbox.NewBoxID()

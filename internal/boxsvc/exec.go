@@ -49,7 +49,8 @@ type Conn interface {
 var _ Conn = sandbox.Conn(nil)
 
 // Exec runs a command to completion in the box (driver). A hibernated box is woken through its
-// workflow first, so the workflow never believes asleep a box the engine woke behind it.
+// workflow first, so the workflow never believes asleep a box the engine woke behind it. A
+// user's execs and file transfers in flight in this process are bounded by Quota.Execs.
 func (s *Service) Exec(ctx context.Context, caller string, id cocoonbox.BoxID, req ExecRequest) (ExecResult, error) {
 	switch {
 	case len(req.Argv) == 0 || req.Argv[0] == "":
