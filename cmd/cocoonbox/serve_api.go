@@ -105,6 +105,7 @@ func serveAPI(ctx context.Context, cfg config.API, logger *slog.Logger, ready fu
 		// The same derivation as the workers', from the deployment's shared keyring.
 		Credentials: activities.AgentCredentials(keys),
 		Agent:       cfg.Agent,
+		Quota:       cfg.Quota,
 	}
 	srv := api.New(api.Options{
 		Store: st, Boxes: boxes, Vault: &vault.Vault{Store: st, Keys: keys}, Keys: keys,

@@ -79,8 +79,11 @@ func (s *Service) StartRun(ctx context.Context, caller string, id cocoonbox.BoxI
 	b := make([]byte, 16)
 	rand.Read(b) // never fails since Go 1.24
 	runID := workflows.RunIDPrefix + hex.EncodeToString(b)
-	run, err := s.Store.CreateAgentRun(ctx, store.NewAgentRun{ID: runID, BoxID: id, Owner: caller,
-		Task: req.Task, Provider: s.Agent.Provider, Model: req.Model})
+	run, err := s.Store.CreateAgentRunWithin(ctx, store.NewAgentRun{ID: runID, BoxID: id, Owner: caller,
+		Task: req.Task, Provider: s.Agent.Provider, Model: req.Model}, s.Quota.Runs)
+	if errors.Is(err, store.ErrQuota) {
+		return Run{}, err
+	}
 	if err != nil {
 		return Run{}, fmt.Errorf("record run: %w", err)
 	}

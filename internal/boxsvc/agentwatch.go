@@ -24,8 +24,14 @@ const defaultRunWatchEvery = 250 * time.Millisecond
 // every new step and state change, until the run ends (the last event is its final state), ctx
 // ends, or send fails (viewer). It polls the store, where the run's workflow records each step
 // and state; the caller's role is checked again at every poll, so a revoked share ends the
-// watch with the error the caller would now get.
+// watch with the error the caller would now get. It counts as one of the user's streams
+// (Quota.Streams).
 func (s *Service) WatchRun(ctx context.Context, caller, runID string, send func(RunEvent) error) error {
+	release, err := s.streams.take(caller, s.Quota.Streams, limitStreams)
+	if err != nil {
+		return err
+	}
+	defer release()
 	every := s.WatchEvery
 	if every <= 0 {
 		every = defaultRunWatchEvery

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
@@ -47,6 +48,10 @@ type Service struct {
 	// Agent is the model gateway agent runs use; without a provider and base URL (a Service built
 	// without a loaded configuration) runs are refused as not configured.
 	Agent config.Agent
+	// Quota bounds what each user may hold and run at once; its zero value is no limit.
+	Quota config.Quota
+
+	execs, streams inflight // this process's share of Quota.Execs and Quota.Streams
 }
 
 // View is a box as a caller sees it: the workflow's status with the box's record and the
@@ -72,7 +77,8 @@ type CreateRequest struct {
 	Size cocoonbox.Size
 }
 
-// Create starts the box's workflow (or finds it) and waits until the box runs.
+// Create starts the box's workflow (or finds it) and waits until the box runs. A new box must
+// fit the owner's quota of boxes, vCPUs and memory (Quota).
 func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (View, error) {
 	if req.ID == "" {
 		req.ID = cocoonbox.NewBoxID()
@@ -89,6 +95,16 @@ func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (
 	}
 	if existing, err := s.Store.BoxByOwnerName(ctx, owner, req.Name); err == nil && existing.ID != req.ID {
 		return View{}, cocoonbox.Errorf(cocoonbox.EConflict, "name: you already have a box called %q", req.Name)
+	}
+	// The row is written here, inside the owner's quota, before the workflow starts: the quota
+	// counts rows, and two creates racing must not both pass. The workflow's own create of the
+	// row then finds it.
+	quota := store.BoxQuota{Boxes: s.Quota.Boxes, VCPUs: s.Quota.VCPUs, MemoryMB: s.Quota.MemoryMB}
+	if _, err := s.Store.CreateBoxWithin(ctx, store.NewBox{ID: req.ID, Owner: owner, Name: req.Name, Size: req.Size}, quota); err != nil {
+		if errors.Is(err, store.ErrConflict) {
+			return View{}, &cocoonbox.Error{Code: cocoonbox.EConflict, Message: fmt.Sprintf("box ID %s or name %q is taken", req.ID, req.Name), Err: err}
+		}
+		return View{}, err
 	}
 	start := s.Temporal.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
 		ID:                       workflows.BoxWorkflowID(req.ID),
@@ -111,6 +127,7 @@ func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (
 		},
 	})
 	if err != nil {
+		s.dropUnstarted(ctx, req.ID)
 		return View{}, translate(fmt.Errorf("create box %s: %w", req.ID, err))
 	}
 	var st workflows.Status
@@ -165,6 +182,23 @@ func (s *Service) status(ctx context.Context, id cocoonbox.BoxID) (workflows.Sta
 		return workflows.Status{}, fmt.Errorf("decode box %s status: %w", id, err)
 	}
 	return st, nil
+}
+
+// dropUnstarted gives back the quota a failed create reserved, when its workflow never started
+// (Temporal refused or was unreachable): otherwise the row would count against its owner with
+// no workflow to delete it through. A box whose workflow exists is left to it. Best effort,
+// logged.
+func (s *Service) dropUnstarted(ctx context.Context, id cocoonbox.BoxID) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	_, err := s.Temporal.DescribeWorkflowExecution(ctx, workflows.BoxWorkflowID(id), "")
+	var nf *serviceerror.NotFound
+	if !errors.As(err, &nf) {
+		return
+	}
+	if err := s.Store.DropUnstartedBox(ctx, id); err != nil && s.Logger != nil {
+		s.Logger.Warn("drop reservation of unstarted box", "box", id, "err", err)
+	}
 }
 
 // audit appends an event for a change a caller made; a failure is logged, not returned, because

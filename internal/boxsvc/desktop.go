@@ -19,12 +19,13 @@ const DesktopPort = 5900
 // connects, and again while a connection lasts, so a revoked share or a lease taken over ends it.
 func (s *Service) CheckDesktop(ctx context.Context, caller string, id cocoonbox.BoxID, control bool) error {
 	need, check := desktopRule(caller, id, control)
-	_, err := s.checked(ctx, caller, id, need, check)
+	_, _, err := s.checked(ctx, caller, id, need, check)
 	return err
 }
 
 // DialDesktop opens a byte pipe to the box's desktop for caller, after the checks of
-// CheckDesktop, waking the box through its workflow when it sleeps. The caller owns the
+// CheckDesktop, waking the box through its workflow when it sleeps and caller is a driver (a
+// viewer is refused a sleeping box, which stays asleep). The caller owns the
 // connection; while it is open the edge reports it through SetViewers, which keeps the box awake.
 func (s *Service) DialDesktop(ctx context.Context, caller string, id cocoonbox.BoxID, control bool) (Conn, error) {
 	need, check := desktopRule(caller, id, control)
@@ -78,13 +79,18 @@ func desktopRule(caller string, id cocoonbox.BoxID, control bool) (cocoonbox.Rol
 }
 
 // awake returns a ref to the box's sandbox given its status, waking the box through its workflow
-// when it sleeps, so the workflow never believes asleep a box the engine woke behind it. The
-// caller has checked the role (reach).
-func (s *Service) awake(ctx context.Context, id cocoonbox.BoxID, st workflows.Status) (sandbox.SandboxRef, error) {
+// when it sleeps, so the workflow never believes asleep a box the engine woke behind it. Only a
+// role that may wake the box (driver, as Wake) wakes it: a viewer's look at a sleeping box is
+// refused and leaves it asleep, since a wake costs the owner a sandbox. The caller has checked
+// the role (reach).
+func (s *Service) awake(ctx context.Context, id cocoonbox.BoxID, st workflows.Status, role cocoonbox.Role) (sandbox.SandboxRef, error) {
 	var err error
 	switch st.State {
 	case cocoonbox.BoxStateRunning, cocoonbox.BoxStateSnapshotting:
 	case cocoonbox.BoxStateHibernated, cocoonbox.BoxStateHibernating, cocoonbox.BoxStateWaking, cocoonbox.BoxStateFailed:
+		if !role.Allows(cocoonbox.RoleDriver) {
+			return sandbox.SandboxRef{}, cocoonbox.Errorf(cocoonbox.EConflict, "box %s is %s; a driver can wake it", id, st.State)
+		}
 		if st, err = send[workflows.Status](ctx, s, id, workflows.UpdateWake, workflows.WakeInput{}); err != nil {
 			return sandbox.SandboxRef{}, err
 		}

@@ -51,9 +51,8 @@ func (s *Service) Screenshot(ctx context.Context, caller string, id cocoonbox.Bo
 		if err != nil {
 			return err
 		}
-		out = Screenshot{PNG: resp.GetPng(), Width: int(resp.GetWidth()), Height: int(resp.GetHeight()),
-			ScreenWidth: int(resp.GetScreenWidth()), ScreenHeight: int(resp.GetScreenHeight())}
-		return nil
+		out, err = parseScreenshot(resp, maxWidth)
+		return err
 	})
 	return out, err
 }
@@ -164,12 +163,16 @@ func desktopError(ctx context.Context, err error) error {
 	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return ctx.Err()
 	}
+	var answer *cocoonbox.Error
+	if errors.As(err, &answer) {
+		return err // the agent answered, but not what was asked for (parseScreenshot)
+	}
 	st, ok := status.FromError(err)
 	if !ok {
 		// The relay could not reach the agent: nothing listens yet, or the image has none.
 		return dialError(err, "agent")
 	}
-	msg := st.Message()
+	msg := boxText(st.Message()) // the box's agent's words
 	switch st.Code() {
 	case grpccodes.InvalidArgument, grpccodes.OutOfRange:
 		return &cocoonbox.Error{Code: cocoonbox.EInvalid, Message: msg, Err: err}

@@ -49,7 +49,8 @@ type Conn interface {
 var _ Conn = sandbox.Conn(nil)
 
 // Exec runs a command to completion in the box (driver). A hibernated box is woken through its
-// workflow first, so the workflow never believes asleep a box the engine woke behind it.
+// workflow first, so the workflow never believes asleep a box the engine woke behind it. A
+// user's execs and file transfers in flight in this process are bounded by Quota.Execs.
 func (s *Service) Exec(ctx context.Context, caller string, id cocoonbox.BoxID, req ExecRequest) (ExecResult, error) {
 	switch {
 	case len(req.Argv) == 0 || req.Argv[0] == "":
@@ -62,6 +63,11 @@ func (s *Service) Exec(ctx context.Context, caller string, id cocoonbox.BoxID, r
 	if req.TimeoutSeconds == 0 {
 		req.TimeoutSeconds = DefaultExecTimeout
 	}
+	release, err := s.execs.take(caller, s.Quota.Execs, limitExecs)
+	if err != nil {
+		return ExecResult{}, err
+	}
+	defer release()
 	ref, err := s.reach(ctx, caller, id, cocoonbox.RoleDriver, nil)
 	if err != nil {
 		return ExecResult{}, err
@@ -81,6 +87,11 @@ func (s *Service) ReadFile(ctx context.Context, caller string, id cocoonbox.BoxI
 	if err := checkPath(p); err != nil {
 		return nil, 0, err
 	}
+	release, err := s.execs.take(caller, s.Quota.Execs, limitExecs) // a read is execs in the box
+	if err != nil {
+		return nil, 0, err
+	}
+	defer release()
 	ref, err := s.reach(ctx, caller, id, cocoonbox.RoleDriver, nil)
 	if err != nil {
 		return nil, 0, err
@@ -95,10 +106,9 @@ func (s *Service) ReadFile(ctx context.Context, caller string, id cocoonbox.BoxI
 	if res.ExitCode != 0 {
 		return nil, 0, fileError(p, res)
 	}
-	var size int64
-	var mode uint32
-	if _, err := fmt.Sscanf(res.Stdout, "%d %o", &size, &mode); err != nil {
-		return nil, 0, fmt.Errorf("read file %s: unexpected stat answer %q", p, res.Stdout)
+	size, mode, err := parseStat(p, res.Stdout)
+	if err != nil {
+		return nil, 0, err
 	}
 	if size > MaxFileBytes {
 		return nil, 0, cocoonbox.Invalid("path", fmt.Sprintf("%s is %d bytes; files over %d bytes are not read through the API", p, size, MaxFileBytes))
@@ -114,9 +124,14 @@ func (s *Service) ReadFile(ctx context.Context, caller string, id cocoonbox.BoxI
 		if res.ExitCode != 0 {
 			return nil, 0, fileError(p, res)
 		}
-		b, err := base64.StdEncoding.DecodeString(strings.TrimSpace(res.Stdout))
+		b, err := decodeChunk(p, res.Stdout, chunk)
 		if err != nil {
-			return nil, 0, fmt.Errorf("read file %s: decode: %w", p, err)
+			return nil, 0, err
+		}
+		// A file that grows while it is read is read on (to a short chunk), but never past the
+		// limit, whatever the box answers.
+		if len(out)+len(b) > MaxFileBytes {
+			return nil, 0, cocoonbox.Invalid("path", fmt.Sprintf("%s grew past %d bytes while it was read", p, MaxFileBytes))
 		}
 		out = append(out, b...)
 		if len(b) < chunk {
@@ -142,6 +157,11 @@ func (s *Service) WriteFile(ctx context.Context, caller string, id cocoonbox.Box
 	if mode == 0 {
 		mode = 0o644
 	}
+	release, err := s.execs.take(caller, s.Quota.Execs, limitExecs) // a write is execs in the box
+	if err != nil {
+		return 0, err
+	}
+	defer release()
 	ref, err := s.reach(ctx, caller, id, cocoonbox.RoleDriver, nil)
 	if err != nil {
 		return 0, err
@@ -187,34 +207,35 @@ func (s *Service) WriteFile(ctx context.Context, caller string, id cocoonbox.Box
 }
 
 // checked checks caller's role need on the box and, against its status, check (nil for none),
-// and returns the status.
-func (s *Service) checked(ctx context.Context, caller string, id cocoonbox.BoxID, need cocoonbox.Role, check func(workflows.Status) error) (workflows.Status, error) {
-	if _, err := s.authorize(ctx, caller, id, need); err != nil {
-		return workflows.Status{}, err
+// and returns the caller's access and the status.
+func (s *Service) checked(ctx context.Context, caller string, id cocoonbox.BoxID, need cocoonbox.Role, check func(workflows.Status) error) (access, workflows.Status, error) {
+	a, err := s.authorize(ctx, caller, id, need)
+	if err != nil {
+		return access{}, workflows.Status{}, err
 	}
 	st, err := s.status(ctx, id)
 	if err != nil {
-		return workflows.Status{}, err
+		return access{}, workflows.Status{}, err
 	}
 	if check != nil {
 		if err := check(st); err != nil {
-			return workflows.Status{}, err
+			return access{}, workflows.Status{}, err
 		}
 	}
-	return st, nil
+	return a, st, nil
 }
 
 // reach makes the checks of checked and returns a ref to the box's sandbox, waking the box
-// through its workflow when it sleeps.
+// through its workflow when it sleeps and the caller may wake it (driver).
 func (s *Service) reach(ctx context.Context, caller string, id cocoonbox.BoxID, need cocoonbox.Role, check func(workflows.Status) error) (sandbox.SandboxRef, error) {
 	if s.Sandbox == nil {
 		return sandbox.SandboxRef{}, &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "boxes cannot be reached from this server", Err: errUnavailable}
 	}
-	st, err := s.checked(ctx, caller, id, need, check)
+	a, st, err := s.checked(ctx, caller, id, need, check)
 	if err != nil {
 		return sandbox.SandboxRef{}, err
 	}
-	return s.awake(ctx, id, st)
+	return s.awake(ctx, id, st, a.role)
 }
 
 // touch tells the box's workflow it is in use, so it is not idle-hibernated; best effort, and
@@ -260,12 +281,17 @@ func execError(err error, timeout int) error {
 	return err
 }
 
-// fileError turns a failed file command into an error naming the path.
+// fileError turns a failed file command into an error naming the path, quoting the box's own
+// message (bounded: it is the box's text).
 func fileError(p string, res sandbox.ExecResult) error {
 	msg := strings.TrimSpace(res.Stderr)
+	if i := strings.LastIndexByte(msg, '\n'); i >= 0 {
+		msg = msg[i+1:] // the last line says why
+	}
 	if i := strings.LastIndex(msg, ": "); i >= 0 && strings.Contains(msg, p) {
 		msg = msg[i+2:]
 	}
+	msg = boxText(msg)
 	if strings.Contains(msg, "No such file") || strings.Contains(msg, "not a regular file") {
 		return cocoonbox.Errorf(cocoonbox.ENotFound, "path: %s: %s", p, msg)
 	}

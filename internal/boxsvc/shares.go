@@ -12,7 +12,9 @@ import (
 )
 
 // Share gives user (a name or a usr_ ID) role on the box until expires (nil: until revoked),
-// replacing any share they had (admin).
+// replacing any share they had (admin). So that Share is no way to learn which user names
+// exist, an unknown user gets the same answer as a known one, and nothing is granted; either
+// way the answer echoes the user as the caller named them (ListShares lists what was granted).
 func (s *Service) Share(ctx context.Context, caller string, id cocoonbox.BoxID, user string, role cocoonbox.Role, expires *time.Time) (store.Share, error) {
 	if err := role.Validate(); err != nil {
 		return store.Share{}, err
@@ -25,6 +27,10 @@ func (s *Service) Share(ctx context.Context, caller string, id cocoonbox.BoxID, 
 		return store.Share{}, err
 	}
 	u, err := s.user(ctx, user)
+	if cocoonbox.ErrorCode(err) == cocoonbox.ENotFound {
+		s.audit(ctx, caller, id, "share", map[string]any{"user": strings.TrimSpace(user), "role": role, "expires_at": expires, "unknown_user": true})
+		return shareAnswer(id, user, role, expires, time.Now()), nil
+	}
 	if err != nil {
 		return store.Share{}, err
 	}
@@ -36,21 +42,38 @@ func (s *Service) Share(ctx context.Context, caller string, id cocoonbox.BoxID, 
 		return store.Share{}, fmt.Errorf("share box %s: %w", id, err)
 	}
 	s.audit(ctx, caller, id, "share", map[string]any{"user": u.ID, "role": role, "expires_at": expires})
-	return sh, nil
+	return shareAnswer(id, user, sh.Role, sh.ExpiresAt, sh.CreatedAt), nil
 }
 
-// Unshare takes user's share of the box away (admin).
+// shareAnswer is what Share returns: the grant with the user as the caller named them (an ID or
+// a name, never the other), the same for a user who exists and one who does not.
+func shareAnswer(id cocoonbox.BoxID, user string, role cocoonbox.Role, expires *time.Time, at time.Time) store.Share {
+	sh := store.Share{BoxID: id, Role: role, ExpiresAt: expires, CreatedAt: at}
+	if user = strings.TrimSpace(user); strings.HasPrefix(user, "usr_") {
+		sh.UserID = user
+	} else {
+		sh.UserName = user
+	}
+	return sh
+}
+
+// Unshare takes user's share of the box away (admin). An unknown user gets the same answer as
+// a known one without a share, naming the user as the caller did.
 func (s *Service) Unshare(ctx context.Context, caller string, id cocoonbox.BoxID, user string) error {
 	if _, err := s.authorize(ctx, caller, id, cocoonbox.RoleAdmin); err != nil {
 		return err
 	}
+	noShare := cocoonbox.Errorf(cocoonbox.ENotFound, "user: %s has no share of box %s", strings.TrimSpace(user), id)
 	u, err := s.user(ctx, user)
+	if cocoonbox.ErrorCode(err) == cocoonbox.ENotFound {
+		return noShare
+	}
 	if err != nil {
 		return err
 	}
 	err = s.Store.DeleteShare(ctx, id, u.ID)
 	if errors.Is(err, store.ErrNotFound) {
-		return cocoonbox.Errorf(cocoonbox.ENotFound, "user: %s has no share of box %s", u.Name, id)
+		return noShare
 	}
 	if err != nil {
 		return fmt.Errorf("unshare box %s: %w", id, err)

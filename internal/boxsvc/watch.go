@@ -11,8 +11,13 @@ import (
 // Watch calls send with the box's view now and again after every change, until ctx ends, send
 // fails, or the box is deleted (viewer). It polls the workflow's status query, which is cheap and
 // needs nothing from the workflow; a caller's role is checked again at every poll, so a revoked
-// share ends the watch.
+// share ends the watch. A user's open streams in this process are bounded by Quota.Streams.
 func (s *Service) Watch(ctx context.Context, caller string, id cocoonbox.BoxID, send func(View) error) error {
+	release, err := s.streams.take(caller, s.Quota.Streams, limitStreams)
+	if err != nil {
+		return err
+	}
+	defer release()
 	every := s.WatchEvery
 	if every <= 0 {
 		every = 500 * time.Millisecond

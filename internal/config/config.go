@@ -108,6 +108,8 @@ type Dev struct {
 	Template string `yaml:"template" env:"COCOONBOX_BOX_TEMPLATE"`
 	// Agent is the model gateway of agent runs.
 	Agent Agent `yaml:"agent"`
+	// Quota bounds what each user may hold and run at once.
+	Quota Quota `yaml:"quota"`
 	// NoWorker starts the stack without its in-process Temporal worker, for tests and for running
 	// workers separately (`cocoonbox serve worker`); box operations wait until a worker polls.
 	NoWorker bool `yaml:"no_worker" env:"COCOONBOX_DEV_NO_WORKER"`
@@ -127,6 +129,8 @@ type API struct {
 	Keyring string `yaml:"keyring" env:"COCOONBOX_KEYRING"`
 	// Agent is the model gateway of agent runs.
 	Agent Agent `yaml:"agent"`
+	// Quota bounds what each user may hold and run at once.
+	Quota Quota `yaml:"quota"`
 }
 
 // Validate checks the api configuration and names the first bad field.
@@ -141,6 +145,9 @@ func (c *API) Validate() error {
 		return fmt.Errorf("config listen: %q is not host:port", c.Listen)
 	}
 	if err := validateServices(c.Temporal, c.Postgres, c.Sandbox, c.Keyring); err != nil {
+		return err
+	}
+	if err := c.Quota.Validate(); err != nil {
 		return err
 	}
 	return c.Agent.Validate()
@@ -208,6 +215,7 @@ func DefaultDev(env Lookup) Dev {
 		Template:         DefaultBoxTemplate,
 		Temporal:         Temporal{Namespace: DefaultNamespace},
 		S3:               S3{Region: DefaultRegion, Bucket: DefaultBucket, PathStyle: true},
+		Quota:            DefaultQuota(),
 	}
 }
 
@@ -248,6 +256,9 @@ func (c *Dev) Validate() error {
 	if c.S3.Endpoint != "" && c.S3.Bucket == "" {
 		return errors.New("config s3.bucket: is required with s3.endpoint")
 	}
+	if err := c.Quota.Validate(); err != nil {
+		return err
+	}
 	return c.Agent.Validate()
 }
 
@@ -257,7 +268,7 @@ func (c *Dev) DataDir(component string) string { return filepath.Join(c.Home, co
 // DefaultAPI returns the api role's defaults.
 func DefaultAPI(env Lookup) API {
 	return API{Home: defaultHome(env), LogLevel: "info", Listen: DefaultAPIListen,
-		Temporal: Temporal{Address: DefaultTemporalListen, Namespace: DefaultNamespace}}
+		Temporal: Temporal{Address: DefaultTemporalListen, Namespace: DefaultNamespace}, Quota: DefaultQuota()}
 }
 
 // DefaultWorker returns the worker role's defaults.

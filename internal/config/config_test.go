@@ -164,6 +164,7 @@ func TestValidate(t *testing.T) {
 		{"agent base url", func(c *config.Dev) { c.Agent.BaseURL = "gateway:8080" }, "config agent.base_url: must be an http or https URL"},
 		{"agent model", func(c *config.Dev) { c.Agent.Models = []string{"a", "b"} }, `config agent.model: "gpt-4.1" is not among agent.models`},
 		{"agent steps", func(c *config.Dev) { c.Agent.MaxSteps = -1 }, "config agent.max_steps"},
+		{"quota", func(c *config.Dev) { c.Quota.Runs = -1 }, "config quota.runs_per_user: must be 0 (no limit) or more, got -1"},
 	}
 	for _, tc := range cases {
 		c := base
@@ -318,5 +319,31 @@ func TestExampleConfig(t *testing.T) {
 	}
 	if c.Agent.Provider != "openai" || c.Agent.KeySecret != "OPENAI_API_KEY" {
 		t.Errorf("agent section: %+v", c.Agent)
+	}
+}
+
+// TestQuotaDefaults checks that every role serving users has per-user limits unless an operator
+// says otherwise, and that the file and the environment set them.
+func TestQuotaDefaults(t *testing.T) {
+	env := config.MapEnv(map[string]string{"HOME": "/root"})
+	want := config.Quota{Boxes: 10, VCPUs: 24, MemoryMB: 32768, Runs: 4, Execs: 16, Streams: 32}
+	if d, a := config.DefaultDev(env), config.DefaultAPI(env); d.Quota != want || a.Quota != want {
+		t.Fatalf("default quotas: dev %+v, api %+v; want %+v", d.Quota, a.Quota, want)
+	}
+	path := filepath.Join(t.TempDir(), "api.yaml")
+	if err := os.WriteFile(path, []byte("quota:\n  boxes_per_user: 3\n  streams_per_user: 0\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	a, err := config.Load(path, config.MapEnv(map[string]string{"HOME": "/root", "COCOONBOX_QUOTA_RUNS": "1"}), config.DefaultAPI(env))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want.Boxes, want.Streams, want.Runs = 3, 0, 1
+	if a.Quota != want {
+		t.Fatalf("quota from file and environment: %+v, want %+v", a.Quota, want)
+	}
+	a.Postgres.URL, a.Sandbox.URL, a.Quota.VCPUs = "postgres://db", "http://engine", -2
+	if err := a.Validate(); err == nil || !strings.Contains(err.Error(), "config quota.vcpus_per_user") {
+		t.Fatalf("negative quota: %v", err)
 	}
 }

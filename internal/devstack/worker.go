@@ -29,7 +29,7 @@ func (d *Dev) startWorker() error {
 	d.Boxes = &boxsvc.Service{
 		Temporal: d.Temporal, Store: d.Store, Policy: boxsvc.DefaultPolicy,
 		Sandbox: sb, Tokens: store.SandboxTokens{Store: d.Store, Keys: keys}, Logger: d.log.With("component", "boxsvc"),
-		Agent: d.cfg.Agent, Credentials: activities.AgentCredentials(keys),
+		Agent: d.cfg.Agent, Credentials: activities.AgentCredentials(keys), Quota: d.cfg.Quota,
 	}
 	if d.cfg.NoWorker {
 		return nil
