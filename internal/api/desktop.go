@@ -50,6 +50,8 @@ type desktopEdge struct {
 	mu      sync.Mutex
 	open    map[cocoonbox.BoxID]int
 	control map[cocoonbox.BoxID]bool
+	// slots counts each box's connections from admission to the handler's end, for the cap.
+	slots map[cocoonbox.BoxID]int
 	// repeating marks the boxes whose viewer counts a repeatViewers goroutine repeats.
 	repeating map[cocoonbox.BoxID]bool
 	// report serialises viewer reports, each sending the count current when it is sent, so the
@@ -64,6 +66,30 @@ func viewerSource() string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	return host + "/" + hex.EncodeToString(b)
+}
+
+// reserve takes one of the box's max connection slots, or refuses with resource_exhausted
+// naming the limit; release (safe to call twice) gives it back.
+func (e *desktopEdge) reserve(id cocoonbox.BoxID, max int) (release func(), err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.slots[id] >= max {
+		return nil, cocoonbox.Errorf(eResourceExhausted, "box %s has %d open desktop connections, the limit (max_desktop_connections); close one and retry", id, max)
+	}
+	if e.slots == nil {
+		e.slots = map[cocoonbox.BoxID]int{}
+	}
+	e.slots[id]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			if e.slots[id]--; e.slots[id] <= 0 {
+				delete(e.slots, id)
+			}
+		})
+	}, nil
 }
 
 // claimControl takes the box's control slot; false when another connection holds it.
@@ -177,6 +203,13 @@ func (s *Server) serveDesktop(w http.ResponseWriter, r *http.Request) {
 		s.writeHTTPError(w, r, cocoonbox.Errorf(cocoonbox.EUnavailable, "this server does not serve boxes"))
 		return
 	}
+	// Admitted before the box is dialled, so connections over the cap cost no relay.
+	release, err := s.desktop.reserve(id, s.maxDesktopConns)
+	if err != nil {
+		s.writeHTTPError(w, r, err)
+		return
+	}
+	defer release()
 	control := mode == modeControl
 	box, err := s.boxes.DialDesktop(ctx, caller, id, control)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"google.golang.org/grpc/codes"
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
@@ -402,5 +403,41 @@ func TestRelayDesktopClipboard(t *testing.T) {
 				t.Fatalf("client got more after the frames: %q", rest)
 			}
 		})
+	}
+}
+
+// TestDesktopConnectionLimit: a box's open desktop connections are capped; the connection over
+// the cap is refused before any work with resource_exhausted (HTTP 429) naming the limit, and
+// a slot freed lets the next one in.
+func TestDesktopConnectionLimit(t *testing.T) {
+	s := New(Options{Keys: testKeys(t), MaxDesktopConns: 2})
+	var releases []func()
+	for i := range 2 {
+		release, err := s.desktop.reserve(testBox, s.maxDesktopConns)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i+1, err)
+		}
+		releases = append(releases, release)
+	}
+	if _, err := s.desktop.reserve("bx_ffffffffffffffff", s.maxDesktopConns); err != nil {
+		t.Fatalf("another box's first connection: %v", err)
+	}
+	_, err := s.desktop.reserve(testBox, s.maxDesktopConns)
+	if cocoonbox.ErrorCode(err) != eResourceExhausted || !strings.Contains(err.Error(), "max_desktop_connections") || !strings.Contains(err.Error(), "2") {
+		t.Fatalf("third connection: %v, want resource_exhausted naming max_desktop_connections", err)
+	}
+	if httpStatus[eResourceExhausted] != http.StatusTooManyRequests || grpcCodes[eResourceExhausted] != codes.ResourceExhausted {
+		t.Fatal("resource_exhausted does not map to 429 / RESOURCE_EXHAUSTED")
+	}
+	releases[0]()
+	releases[0]() // a second release of one slot frees nothing more
+	if _, err := s.desktop.reserve(testBox, s.maxDesktopConns); err != nil {
+		t.Fatalf("after a release: %v", err)
+	}
+	if _, err := s.desktop.reserve(testBox, s.maxDesktopConns); err == nil {
+		t.Fatal("a double release freed two slots")
+	}
+	if New(Options{}).maxDesktopConns != DefaultMaxDesktopConns || DefaultMaxDesktopConns <= 0 {
+		t.Fatal("no default limit")
 	}
 }

@@ -11,6 +11,10 @@ import (
 	"github.com/loomhand/cocoonbox"
 )
 
+// eResourceExhausted is the domain code for a quota or limit reached; the message names the
+// limit. Local until the root package defines it.
+const eResourceExhausted = "resource_exhausted"
+
 // grpcCodes is the one table from domain error codes to gRPC codes.
 var grpcCodes = map[string]codes.Code{
 	cocoonbox.EInvalid:       codes.InvalidArgument,
@@ -23,6 +27,7 @@ var grpcCodes = map[string]codes.Code{
 	cocoonbox.EUnimplemented: codes.Unimplemented,
 	cocoonbox.ECorrupt:       codes.DataLoss,
 	cocoonbox.EInternal:      codes.Internal,
+	eResourceExhausted:       codes.ResourceExhausted,
 }
 
 // toStatus turns any error from the service layer into the gRPC status a client sees. Internal

@@ -88,6 +88,7 @@ var httpStatus = map[string]int{
 	cocoonbox.EUnimplemented: http.StatusNotImplemented,
 	cocoonbox.ECorrupt:       http.StatusInternalServerError,
 	cocoonbox.EInternal:      http.StatusInternalServerError,
+	eResourceExhausted:       http.StatusTooManyRequests,
 }
 
 // writeHTTPError answers with {"error":{"code","message"}}; internal errors are logged in full

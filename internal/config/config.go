@@ -124,6 +124,9 @@ type API struct {
 	Keyring string `yaml:"keyring" env:"COCOONBOX_KEYRING"`
 	// Agent is the model gateway of agent runs.
 	Agent Agent `yaml:"agent"`
+	// MaxDesktopConnections caps one box's open desktop connections on this process; 0 means
+	// the API's default (api.DefaultMaxDesktopConns).
+	MaxDesktopConnections int `yaml:"max_desktop_connections" env:"COCOONBOX_MAX_DESKTOP_CONNECTIONS"`
 }
 
 // Validate checks the api configuration and names the first bad field.
@@ -139,6 +142,9 @@ func (c *API) Validate() error {
 	}
 	if err := validateServices(c.Temporal, c.Postgres, c.Sandbox, c.Keyring); err != nil {
 		return err
+	}
+	if c.MaxDesktopConnections < 0 {
+		return fmt.Errorf("config max_desktop_connections: %d is negative; 0 means the default", c.MaxDesktopConnections)
 	}
 	return c.Agent.Validate()
 }
