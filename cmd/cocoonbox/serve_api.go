@@ -110,6 +110,7 @@ func serveAPI(ctx context.Context, cfg config.API, logger *slog.Logger, ready fu
 	srv := api.New(api.Options{
 		Store: st, Boxes: boxes, Vault: &vault.Vault{Store: st, Keys: keys}, Keys: keys,
 		Version: buildinfo.String(), Logger: logger.With("component", "api"),
+		MaxDesktopConns: cfg.MaxDesktopConnections,
 		Checks: map[string]api.Check{
 			"temporal": func(ctx context.Context) error {
 				_, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{})

@@ -26,8 +26,9 @@ import (
 // carries the box's RFB (VNC) stream. The box's Xvnc has no password and trusts whoever reaches
 // it, so the edge is where access is decided: a ticket from DesktopTicket (browsers cannot set
 // headers on a WebSocket) or a bearer token (native clients) names the caller, the box's rules
-// are checked again, and the client's half of the stream goes through rfb.Filter, which forces
-// shared sessions and in view mode drops input. The server's half passes untouched.
+// are checked again, and the client's half of the stream goes through the rfb filter, which
+// forces shared sessions and in view mode drops input. The server's half passes untouched to a
+// controller; to a viewer it is framed message by message, and the box's clipboard is dropped.
 
 const (
 	// desktopRecheck is how often an open connection checks its caller's access again, so a
@@ -49,6 +50,8 @@ type desktopEdge struct {
 	mu      sync.Mutex
 	open    map[cocoonbox.BoxID]int
 	control map[cocoonbox.BoxID]bool
+	// slots counts each box's connections from admission to the handler's end, for the cap.
+	slots map[cocoonbox.BoxID]int
 	// repeating marks the boxes whose viewer counts a repeatViewers goroutine repeats.
 	repeating map[cocoonbox.BoxID]bool
 	// report serialises viewer reports, each sending the count current when it is sent, so the
@@ -63,6 +66,30 @@ func viewerSource() string {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	return host + "/" + hex.EncodeToString(b)
+}
+
+// reserve takes one of the box's max connection slots, or refuses with resource_exhausted
+// naming the limit; release (safe to call twice) gives it back.
+func (e *desktopEdge) reserve(id cocoonbox.BoxID, max int) (release func(), err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.slots[id] >= max {
+		return nil, cocoonbox.Errorf(cocoonbox.EResourceExhausted, "box %s has %d open desktop connections, the limit (max_desktop_connections); close one and retry", id, max)
+	}
+	if e.slots == nil {
+		e.slots = map[cocoonbox.BoxID]int{}
+	}
+	e.slots[id]++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			e.mu.Lock()
+			defer e.mu.Unlock()
+			if e.slots[id]--; e.slots[id] <= 0 {
+				delete(e.slots, id)
+			}
+		})
+	}, nil
 }
 
 // claimControl takes the box's control slot; false when another connection holds it.
@@ -176,6 +203,13 @@ func (s *Server) serveDesktop(w http.ResponseWriter, r *http.Request) {
 		s.writeHTTPError(w, r, cocoonbox.Errorf(cocoonbox.EUnavailable, "this server does not serve boxes"))
 		return
 	}
+	// Admitted before the box is dialled, so connections over the cap cost no relay.
+	release, err := s.desktop.reserve(id, s.maxDesktopConns)
+	if err != nil {
+		s.writeHTTPError(w, r, err)
+		return
+	}
+	defer release()
 	control := mode == modeControl
 	box, err := s.boxes.DialDesktop(ctx, caller, id, control)
 	if err != nil {
@@ -294,9 +328,16 @@ func relayDesktop(ctx context.Context, ws *websocket.Conn, box boxsvc.Conn, mode
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	src := &wsReader{ctx: ctx, ws: ws}
+	sess := rfb.NewSession(mode)
 	up, down := make(chan error, 1), make(chan error, 1)
-	go func() { up <- rfb.Filter(box, src, mode) }()
-	go func() { down <- copyToClient(ctx, ws, box) }()
+	go func() { _, err := sess.FilterClient(box, src); up <- err }()
+	go func() {
+		if mode == rfb.Control {
+			down <- copyToClient(ctx, ws, box)
+			return
+		}
+		down <- filterToClient(ctx, ws, box, sess)
+	}()
 	t := time.NewTicker(desktopRecheck)
 	defer t.Stop()
 
@@ -353,6 +394,29 @@ func copyToClient(ctx context.Context, ws *websocket.Conn, box io.Reader) error 
 	}
 }
 
+// filterToClient sends the box's stream to a view client through the session's server filter,
+// which drops the clipboard; each batch it writes is one binary message.
+func filterToClient(ctx context.Context, ws *websocket.Conn, box io.Reader, sess *rfb.Session) error {
+	_, err := sess.FilterServer(wsWriter{ctx: ctx, ws: ws}, box)
+	if err == nil {
+		return io.EOF
+	}
+	return err
+}
+
+// wsWriter writes each Write as one binary message.
+type wsWriter struct {
+	ctx context.Context
+	ws  *websocket.Conn
+}
+
+func (w wsWriter) Write(p []byte) (int, error) {
+	if err := w.ws.Write(w.ctx, websocket.MessageBinary, p); err != nil {
+		return 0, errClientGone{err}
+	}
+	return len(p), nil
+}
+
 // upClose is the close status for the end of the client's half.
 func upClose(err error, src *wsReader) (websocket.StatusCode, string) {
 	switch {
@@ -376,6 +440,8 @@ func downClose(err error) (websocket.StatusCode, string) {
 		return websocket.StatusNormalClosure, "the desktop ended the session"
 	case errors.As(err, &gone):
 		return websocket.StatusNormalClosure, ""
+	case errors.Is(err, rfb.ErrProtocol):
+		return websocket.StatusPolicyViolation, strings.TrimPrefix(err.Error(), rfb.ErrProtocol.Error()+": ")
 	}
 	return websocket.StatusInternalError, "the connection to the desktop failed"
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
+	"google.golang.org/grpc/codes"
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
@@ -345,5 +346,98 @@ func TestViewerRepeaterPerBox(t *testing.T) {
 	}
 	if !e.add(testBox, 1) {
 		t.Fatal("the next connection after the repeater stopped started none")
+	}
+}
+
+// serverCutText is a ServerCutText message carrying text.
+func serverCutText(text string) []byte {
+	return append([]byte{3, 0, 0, 0, 0, 0, byte(len(text) >> 8), byte(len(text))}, text...)
+}
+
+// TestRelayDesktopClipboard: the box's clipboard (what the controller copied, or anything
+// copied inside the box) reaches a control client but never a view client, which still gets
+// the frames around it.
+func TestRelayDesktopClipboard(t *testing.T) {
+	serverInit := append([]byte{0, 16, 0, 16, 32, 24, 0, 1, 0, 255, 0, 255, 0, 255, 16, 8, 0, 0, 0, 0, 0, 0, 0, 4}, "desk"...)
+	raw := []byte{0, 0, 0, 1, 0, 0, 0, 0, 0, 1, 0, 1, 0, 0, 0, 0, 0xa, 0xb, 0xc, 0xd} // one 1x1 Raw rectangle
+	for _, mode := range []rfb.Mode{rfb.View, rfb.Control} {
+		t.Run(map[rfb.Mode]string{rfb.View: "view", rfb.Control: "control"}[mode], func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			edge, box := fakeDesktop(t)
+			u, _ := relayServer(t, edge, mode)
+			ws, _, err := websocket.Dial(ctx, u, &websocket.DialOptions{Subprotocols: []string{"binary"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ws.CloseNow()
+			nc := websocket.NetConn(ctx, ws, websocket.MessageBinary)
+			// The client's handshake and a first request, then the server's side.
+			for _, m := range [][]byte{[]byte("RFB 003.008\n"), {1}, {1}, {3, 0, 0, 0, 0, 0, 0, 16, 0, 16}} {
+				if _, err := nc.Write(m); err != nil {
+					t.Fatal(err)
+				}
+			}
+			in := make([]byte, 12+1+1+10)
+			_ = box.SetReadDeadline(time.Now().Add(5 * time.Second))
+			if _, err := io.ReadFull(box, in); err != nil {
+				t.Fatalf("box got %q: %v", in, err)
+			}
+			before := append(append([]byte("RFB 003.008\n\x01\x01\x00\x00\x00\x00"), serverInit...), raw...)
+			stream := append(append(append(bytes.Clone(before), serverCutText("the controller's password")...),
+				[]byte{3, 0, 0, 0, 0xff, 0xff, 0xff, 0xfb, 0, 0, 0, 0, 1}...), // extended clipboard: 5 bytes
+				append([]byte{2}, raw...)...) // Bell, then another frame
+			if _, err := box.Write(stream); err != nil {
+				t.Fatal(err)
+			}
+			want := append(append(bytes.Clone(before), 2), raw...)
+			if mode == rfb.Control {
+				want = stream
+			}
+			got := make([]byte, len(want))
+			if _, err := io.ReadFull(nc, got); err != nil || !bytes.Equal(got, want) {
+				t.Fatalf("client got %q, %v\nwant %q", got, err, want)
+			}
+			_ = box.Close()
+			if rest, _ := io.ReadAll(nc); len(rest) != 0 {
+				t.Fatalf("client got more after the frames: %q", rest)
+			}
+		})
+	}
+}
+
+// TestDesktopConnectionLimit: a box's open desktop connections are capped; the connection over
+// the cap is refused before any work with resource_exhausted (HTTP 429) naming the limit, and
+// a slot freed lets the next one in.
+func TestDesktopConnectionLimit(t *testing.T) {
+	s := New(Options{Keys: testKeys(t), MaxDesktopConns: 2})
+	var releases []func()
+	for i := range 2 {
+		release, err := s.desktop.reserve(testBox, s.maxDesktopConns)
+		if err != nil {
+			t.Fatalf("connection %d: %v", i+1, err)
+		}
+		releases = append(releases, release)
+	}
+	if _, err := s.desktop.reserve("bx_ffffffffffffffff", s.maxDesktopConns); err != nil {
+		t.Fatalf("another box's first connection: %v", err)
+	}
+	_, err := s.desktop.reserve(testBox, s.maxDesktopConns)
+	if cocoonbox.ErrorCode(err) != cocoonbox.EResourceExhausted || !strings.Contains(err.Error(), "max_desktop_connections") || !strings.Contains(err.Error(), "2") {
+		t.Fatalf("third connection: %v, want resource_exhausted naming max_desktop_connections", err)
+	}
+	if httpStatus[cocoonbox.EResourceExhausted] != http.StatusTooManyRequests || grpcCodes[cocoonbox.EResourceExhausted] != codes.ResourceExhausted {
+		t.Fatal("resource_exhausted does not map to 429 / RESOURCE_EXHAUSTED")
+	}
+	releases[0]()
+	releases[0]() // a second release of one slot frees nothing more
+	if _, err := s.desktop.reserve(testBox, s.maxDesktopConns); err != nil {
+		t.Fatalf("after a release: %v", err)
+	}
+	if _, err := s.desktop.reserve(testBox, s.maxDesktopConns); err == nil {
+		t.Fatal("a double release freed two slots")
+	}
+	if New(Options{}).maxDesktopConns != DefaultMaxDesktopConns || DefaultMaxDesktopConns <= 0 {
+		t.Fatal("no default limit")
 	}
 }

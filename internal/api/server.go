@@ -35,7 +35,14 @@ type Options struct {
 	Checks  map[string]Check // components reported by /healthz
 	Version string
 	Logger  *slog.Logger
+	// MaxDesktopConns caps the open desktop connections of one box on this process; over it a
+	// connection is refused with resource_exhausted. Zero means DefaultMaxDesktopConns.
+	MaxDesktopConns int
 }
+
+// DefaultMaxDesktopConns is the per-box cap on desktop connections when none is configured:
+// a controller and a room of viewers, not enough for one caller to exhaust the process.
+const DefaultMaxDesktopConns = 16
 
 // maxMessageBytes bounds one gRPC message: a file of boxsvc.MaxFileBytes with room for the
 // envelope, so an oversized WriteFile reaches the service and is refused naming its field
@@ -51,17 +58,19 @@ type Server struct {
 	vault   *vault.Vault
 	keys    *secrets.Keyring // seals desktop tickets
 	desktop desktopEdge      // the open desktop connections
-	checks  map[string]Check
-	version string
-	log     *slog.Logger
-	grpc    *grpc.Server
-	healthz *healthServer
-	rpc     http.Handler    // gRPC, behind the front door
-	connect http.Handler    // Connect, gRPC-Web and JSON, behind the front door, transcoded into s.grpc
-	methods map[string]bool // every RPC method's full name: whether it streams
-	metrics *metrics
-	mux     *http.ServeMux
-	routes  http.Handler // mux behind panic recovery
+	// maxDesktopConns caps one box's desktop connections.
+	maxDesktopConns int
+	checks          map[string]Check
+	version         string
+	log             *slog.Logger
+	grpc            *grpc.Server
+	healthz         *healthServer
+	rpc             http.Handler    // gRPC, behind the front door
+	connect         http.Handler    // Connect, gRPC-Web and JSON, behind the front door, transcoded into s.grpc
+	methods         map[string]bool // every RPC method's full name: whether it streams
+	metrics         *metrics
+	mux             *http.ServeMux
+	routes          http.Handler // mux behind panic recovery
 }
 
 // New builds a Server and registers its services.
@@ -78,6 +87,10 @@ func New(opts Options) *Server {
 		s.keys, _ = ephemeralKeyring() // nil only if crypto/rand fails; tickets then fail closed
 	}
 	s.desktop.source = viewerSource()
+	s.maxDesktopConns = opts.MaxDesktopConns
+	if s.maxDesktopConns <= 0 {
+		s.maxDesktopConns = DefaultMaxDesktopConns
+	}
 	s.grpc = grpc.NewServer(
 		grpc.ChainUnaryInterceptor(s.recoverUnary, s.unary),
 		grpc.ChainStreamInterceptor(s.recoverStream, s.stream),

@@ -131,6 +131,9 @@ type API struct {
 	Agent Agent `yaml:"agent"`
 	// Quota bounds what each user may hold and run at once.
 	Quota Quota `yaml:"quota"`
+	// MaxDesktopConnections caps one box's open desktop connections on this process; 0 means
+	// the API's default (api.DefaultMaxDesktopConns).
+	MaxDesktopConnections int `yaml:"max_desktop_connections" env:"COCOONBOX_MAX_DESKTOP_CONNECTIONS"`
 }
 
 // Validate checks the api configuration and names the first bad field.
@@ -149,6 +152,9 @@ func (c *API) Validate() error {
 	}
 	if err := c.Quota.Validate(); err != nil {
 		return err
+	}
+	if c.MaxDesktopConnections < 0 {
+		return fmt.Errorf("config max_desktop_connections: %d is negative; 0 means the default", c.MaxDesktopConnections)
 	}
 	return c.Agent.Validate()
 }

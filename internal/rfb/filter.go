@@ -30,10 +30,18 @@ func Filter(dst io.Writer, src io.Reader, mode Mode) error {
 
 // FilterWithStats is Filter that also reports what it passed, dropped and stripped.
 func FilterWithStats(dst io.Writer, src io.Reader, mode Mode) (Stats, error) {
+	return NewSession(mode).FilterClient(dst, src)
+}
+
+// FilterClient is FilterWithStats for the client half of s, recording what
+// FilterServer needs to frame the other half.
+func (s *Session) FilterClient(dst io.Writer, src io.Reader) (Stats, error) {
+	defer s.clientDone()
 	f := &filter{
 		p:    parser{r: bufio.NewReader(src)},
 		w:    bufio.NewWriter(dst),
-		mode: mode,
+		mode: s.mode,
+		s:    s,
 	}
 	err := f.run()
 	if ferr := f.w.Flush(); ferr != nil && err == nil {
@@ -48,6 +56,7 @@ type filter struct {
 	p     parser
 	w     *bufio.Writer
 	mode  Mode
+	s     *Session
 	stats Stats
 }
 
@@ -56,6 +65,7 @@ func (f *filter) run() error {
 	if err != nil {
 		return clean(err)
 	}
+	f.s.setClientVersion(minor)
 	if err := f.send(v); err != nil {
 		return err
 	}
@@ -92,8 +102,14 @@ func (f *filter) run() error {
 			}
 		case msgSetEncodings:
 			var stripped int
-			m, stripped = stripEncodings(m)
+			m, stripped = stripEncodings(m, f.mode)
 			f.stats.StrippedEncodings += stripped
+		case msgSetPixelFormat:
+			if err := f.s.setPixelFormat(m[4:20]); err != nil {
+				return err
+			}
+		case msgFramebufferUpdateRequest:
+			f.s.markRequested()
 		}
 		if err := f.send(m); err != nil {
 			return err
@@ -130,11 +146,11 @@ func clean(err error) error {
 }
 
 // stripEncodings removes from a SetEncodings message, in place, every
-// encoding the edge does not allow, and rewrites the count.
-func stripEncodings(m []byte) ([]byte, int) {
+// encoding the edge does not allow in mode, and rewrites the count.
+func stripEncodings(m []byte, mode Mode) ([]byte, int) {
 	out := m[:4]
 	for i := 4; i+4 <= len(m); i += 4 {
-		if allowedEncoding(int32(binary.BigEndian.Uint32(m[i:]))) {
+		if allowedEncoding(int32(binary.BigEndian.Uint32(m[i:])), mode) {
 			out = append(out, m[i:i+4]...)
 		}
 	}
@@ -142,13 +158,16 @@ func stripEncodings(m []byte) ([]byte, int) {
 	return out, (len(m) - len(out)) / 4
 }
 
-// allowedEncoding reports whether the edge lets the server use encoding e.
-// Anything that would let the server start an exchange whose client replies
-// the edge refuses (Fence, ContinuousUpdates, QEMU keys, xvp, the extended
-// clipboard) is left out, so a well-behaved client never sends them.
-func allowedEncoding(e int32) bool {
+// allowedEncoding reports whether the edge lets the server use encoding e in
+// mode. Anything that would let the server start an exchange whose client
+// replies the edge refuses (Fence, ContinuousUpdates, QEMU keys, xvp, the
+// extended clipboard) is left out, so a well-behaved client never sends them.
+// View clients get only what FilterServer can frame, which leaves out TRLE.
+func allowedEncoding(e int32, mode Mode) bool {
 	switch e {
-	case 0, 1, 2, 5, 7, 15, 16: // Raw, CopyRect, RRE, Hextile, Tight, TRLE, ZRLE
+	case 15: // TRLE
+		return mode == Control
+	case 0, 1, 2, 5, 7, 16: // Raw, CopyRect, RRE, Hextile, Tight, ZRLE
 		return true
 	case -260, -223, -224: // TightPNG, DesktopSize, LastRect
 		return true
