@@ -160,7 +160,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		Handler:           s.Handler(),
 		Protocols:         &protocols,
 		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
+		// No ReadTimeout: it would cut streams and the desktop's WebSocket; the front door gives
+		// a unary body its own deadline instead (bodyDeadline).
+		IdleTimeout: 2 * time.Minute,
+		BaseContext: func(net.Listener) context.Context { return ctx },
 	}
 	go s.healthz.refresh(ctx)
 	errc := make(chan error, 1)
