@@ -40,8 +40,9 @@ func (a *accountService) WhoAmI(ctx context.Context, _ *cbv1.WhoAmIRequest) (*cb
 }
 
 // CreateToken mints a token for the caller. Only its hash is stored; the secret is in this
-// answer and nowhere else. An expiring token is created and given its expiry in one
-// transaction, so it never exists without one.
+// answer and nowhere else. A token is created and given its expiry and scope in one
+// transaction, so it never exists without them. Only a full token reaches this call (see
+// readRoutes), so no token mints one of a wider scope; nor one that outlives it.
 func (a *accountService) CreateToken(ctx context.Context, req *cbv1.CreateTokenRequest) (*cbv1.CreateTokenResponse, error) {
 	p, err := mustPrincipal(ctx)
 	if err != nil {
@@ -55,6 +56,19 @@ func (a *accountService) CreateToken(ctx context.Context, req *cbv1.CreateTokenR
 	if ttl < 0 || ttl > int64(maxTokenTTL/time.Second) {
 		return nil, cocoonbox.Invalid("ttl_seconds", fmt.Sprintf("must be 0 (no expiry) to %d, got %d", int64(maxTokenTTL/time.Second), ttl))
 	}
+	scope, err := validScope(req.GetScope())
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	var expires *time.Time
+	if ttl > 0 {
+		at := now.Add(time.Duration(ttl) * time.Second)
+		expires = &at
+	}
+	if err := notOutliving(p.Token, expires, now); err != nil {
+		return nil, err
+	}
 	secret, err := store.NewToken()
 	if err != nil {
 		return nil, err
@@ -65,20 +79,46 @@ func (a *accountService) CreateToken(ctx context.Context, req *cbv1.CreateTokenR
 		if tok, err = q.CreateToken(ctx, p.User.ID, name, store.HashToken(secret)); err != nil {
 			return err
 		}
-		if ttl > 0 {
-			at := time.Now().Add(time.Duration(ttl) * time.Second)
-			if err := q.SetTokenExpiry(ctx, tok.ID, at); err != nil {
+		if expires != nil {
+			if err := q.SetTokenExpiry(ctx, tok.ID, *expires); err != nil {
 				return err
 			}
-			tok.ExpiresAt = &at
+			tok.ExpiresAt = expires
+		}
+		if scope != store.ScopeFull {
+			if err := q.SetTokenScope(ctx, tok.ID, scope); err != nil {
+				return err
+			}
+			tok.Scope = scope
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create token: %w", err)
 	}
-	a.s.audit(ctx, p.User.ID, "token.create", map[string]any{"token": tok.ID, "name": name, "expires_at": tok.ExpiresAt})
+	a.s.audit(ctx, p.User.ID, "token.create", map[string]any{"token": tok.ID, "name": name, "expires_at": tok.ExpiresAt, "scope": tok.Scope, "by": p.Token.ID})
 	return &cbv1.CreateTokenResponse{Token: tokenProto(tok), Secret: secret}, nil
+}
+
+// notOutliving refuses a token that would outlive the one minting it (minter): a leaked
+// short-lived token must not turn into a lasting one. Refused rather than clamped, so the caller
+// never holds a token that dies sooner than it asked for without being told.
+func notOutliving(minter store.Token, expires *time.Time, now time.Time) error {
+	if minter.ExpiresAt == nil {
+		return nil
+	}
+	max := int64(minter.ExpiresAt.Sub(now) / time.Second)
+	if expires == nil {
+		return cocoonbox.Invalid("ttl_seconds", fmt.Sprintf(
+			"must be 1 to %d: the token making this call expires at %s, and a token cannot mint one that outlives it",
+			max, minter.ExpiresAt.UTC().Format(time.RFC3339)))
+	}
+	if expires.After(*minter.ExpiresAt) {
+		return cocoonbox.Invalid("ttl_seconds", fmt.Sprintf(
+			"must be at most %d: the token making this call expires at %s, and a token cannot mint one that outlives it",
+			max, minter.ExpiresAt.UTC().Format(time.RFC3339)))
+	}
+	return nil
 }
 
 // ListTokens lists the caller's tokens, revoked and expired ones included.

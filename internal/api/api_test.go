@@ -122,17 +122,17 @@ func TestHealthz(t *testing.T) {
 		"postgres": func(context.Context) error { return nil },
 		"temporal": func(context.Context) error { return broken },
 	})
-	resp, err := http.Get("http://" + f.addr + "/healthz")
-	if err != nil {
-		t.Fatal(err)
+	if code, body := f.get(t, "/healthz", ""); code != http.StatusServiceUnavailable || body != "{\"status\":\"degraded\"}\n" {
+		t.Fatalf("without a token: %d %q, want 503 and the bare status", code, body)
 	}
-	defer resp.Body.Close()
+	_, _, admin := f.mint(t, "ops", true)
+	code, body := f.get(t, "/healthz", admin)
 	var rep api.HealthReport
-	if err := json.NewDecoder(resp.Body).Decode(&rep); err != nil {
+	if err := json.Unmarshal([]byte(body), &rep); err != nil {
 		t.Fatal(err)
 	}
-	if resp.StatusCode != http.StatusServiceUnavailable || rep.Status != "degraded" {
-		t.Fatalf("status %d %q, want 503 degraded", resp.StatusCode, rep.Status)
+	if code != http.StatusServiceUnavailable || rep.Status != "degraded" {
+		t.Fatalf("status %d %q, want 503 degraded", code, rep.Status)
 	}
 	if rep.Components["postgres"] != "ok" || rep.Components["temporal"] != broken.Error() {
 		t.Fatalf("components %v", rep.Components)

@@ -31,8 +31,9 @@ func withPrincipal(ctx context.Context, p Principal) context.Context {
 }
 
 // authorize is the one authorization path every surface shares (gRPC, Connect, MCP, the desktop
-// edge): it resolves a raw bearer token to its caller, once per request and from the headers
-// alone, so a caller without a valid token costs one indexed lookup.
+// edge): it resolves a raw bearer token to its caller and checks that the token's scope reaches
+// route (a full RPC method name, routeMCP, or routeDesktop and a mode). It runs once per request
+// and from the headers alone, so a caller without a valid token costs one indexed lookup.
 func (s *Server) authorize(ctx context.Context, token, route string) (Principal, error) {
 	if token == "" {
 		return Principal{}, cocoonbox.Errorf(cocoonbox.EUnauthorized, "missing bearer token: send authorization: Bearer <token>")
@@ -47,6 +48,9 @@ func (s *Server) authorize(ctx context.Context, token, route string) (Principal,
 	if err != nil {
 		return Principal{}, &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "cannot check the token now; try again", Err: err}
 	}
+	if err := allowScope(t.Scope, route); err != nil {
+		return Principal{}, err
+	}
 	return Principal{User: u, Token: t}, nil
 }
 
@@ -60,12 +64,14 @@ func (s *Server) unaryAuth(ctx context.Context, req any, info *grpc.UnaryServerI
 	return resp, toStatus(ctx, s.log, info.FullMethod, err)
 }
 
+// streamAuth is unaryAuth for streams, which also end once their token is revoked.
 func (s *Server) streamAuth(srv any, ss grpc.ServerStream, info *grpc.StreamServerInfo, handler grpc.StreamHandler) error {
 	ctx := ss.Context()
-	if _, err := mustPrincipal(ctx); err != nil {
+	p, err := mustPrincipal(ctx)
+	if err != nil {
 		return err
 	}
-	return toStatus(ctx, s.log, info.FullMethod, handler(srv, ss))
+	return toStatus(ctx, s.log, info.FullMethod, s.recheckStream(srv, ss, p, handler))
 }
 
 // mustPrincipal is for handlers behind the front door, where a missing principal is a bug.
@@ -79,6 +85,7 @@ func mustPrincipal(ctx context.Context) (Principal, error) {
 
 // Routes that are not RPC methods, as authorize names them.
 const (
-	routeMCP     = "/mcp"
-	routeDesktop = "desktop:" // + the mode
+	routeMCP      = "/mcp"
+	routeDesktop  = "desktop:" // + the mode
+	routeOperator = "operator" // /healthz details and /metrics, for admin users
 )

@@ -307,6 +307,15 @@ func (b *boxService) HandBack(ctx context.Context, req *cbv1.HandBackRequest) (*
 // DesktopTicket returns a ticket that opens the box's desktop at the edge once, within a minute:
 // view needs viewer; control needs driver and the control lease (TakeOver first).
 func (b *boxService) DesktopTicket(ctx context.Context, req *cbv1.DesktopTicketRequest) (*cbv1.DesktopTicketResponse, error) {
+	p, err := mustPrincipal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if req.GetControl() {
+		if err := allowScope(p.Token.Scope, routeDesktop+modeControl); err != nil {
+			return nil, err
+		}
+	}
 	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
 	if err != nil {
 		return nil, err
@@ -322,7 +331,7 @@ func (b *boxService) DesktopTicket(ctx context.Context, req *cbv1.DesktopTicketR
 	if req.GetControl() {
 		mode = modeControl
 	}
-	t, err := newTicket(id, caller, mode, time.Now())
+	t, err := newTicket(id, caller, p.Token.ID, mode, time.Now())
 	if err != nil {
 		return nil, err
 	}

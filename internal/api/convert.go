@@ -84,6 +84,7 @@ func tokenProto(t store.Token) *cbv1.Token {
 		LastUsedAt: tsp(t.LastUsedAt),
 		ExpiresAt:  tsp(t.ExpiresAt),
 		RevokedAt:  tsp(t.RevokedAt),
+		Scope:      t.Scope,
 	}
 }
 

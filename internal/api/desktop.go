@@ -194,7 +194,7 @@ func (s *Server) serveDesktop(w http.ResponseWriter, r *http.Request) {
 		s.writeHTTPError(w, r, err)
 		return
 	}
-	caller, ticket, err := s.desktopCaller(r, id, mode, q.Get("ticket"))
+	caller, tokenID, ticket, err := s.desktopCaller(r, id, mode, q.Get("ticket"))
 	if err != nil {
 		s.writeHTTPError(w, r, err)
 		return
@@ -253,41 +253,44 @@ func (s *Server) serveDesktop(w http.ResponseWriter, r *http.Request) {
 		rfbMode = rfb.Control
 	}
 	code, reason := relayDesktop(ctx, ws, box, rfbMode, func(ctx context.Context) error {
+		if err := s.checkToken(ctx, tokenID); err != nil {
+			return err // a revoked token ends the connection, as a revoked share does
+		}
 		return s.boxes.CheckDesktop(ctx, caller, id, control)
 	})
 	s.log.InfoContext(ctx, "desktop closed", "box", id, "user", caller, "mode", mode, "status", code, "reason", reason)
 }
 
-// desktopCaller returns the user a request acts for: the ticket's, when it carries one, which
-// must name this box and mode (and is returned, to be spent once the desktop is reached);
-// otherwise the bearer token's.
-func (s *Server) desktopCaller(r *http.Request, id cocoonbox.BoxID, mode, ticket string) (string, *desktopTicket, error) {
+// desktopCaller returns the user a request acts for and the ID of the token it rests on: the
+// ticket's, when it carries one, which must name this box and mode (and is returned, to be
+// spent once the desktop is reached); otherwise the bearer token's.
+func (s *Server) desktopCaller(r *http.Request, id cocoonbox.BoxID, mode, ticket string) (string, string, *desktopTicket, error) {
 	if ticket == "" {
 		tok := httpBearer(r)
 		if tok == "" {
-			return "", nil, cocoonbox.Errorf(cocoonbox.EUnauthorized, "missing credential: add ?ticket= from DesktopTicket, or send authorization: Bearer <token>")
+			return "", "", nil, cocoonbox.Errorf(cocoonbox.EUnauthorized, "missing credential: add ?ticket= from DesktopTicket, or send authorization: Bearer <token>")
 		}
 		p, err := s.authorize(r.Context(), tok, routeDesktop+mode)
 		if err != nil {
-			return "", nil, err
+			return "", "", nil, err
 		}
-		return p.User.ID, nil, nil
+		return p.User.ID, p.Token.ID, nil, nil
 	}
 	keys, err := s.ticketKeys()
 	if err != nil {
-		return "", nil, err
+		return "", "", nil, err
 	}
 	t, err := openTicket(keys, ticket, time.Now())
 	if err != nil {
-		return "", nil, err
+		return "", "", nil, err
 	}
 	if t.Box != id {
-		return "", nil, errBadTicket
+		return "", "", nil, errBadTicket
 	}
 	if t.Mode != mode {
-		return "", nil, cocoonbox.Errorf(cocoonbox.EForbidden, "the ticket is for %s mode, not %s: ask DesktopTicket for a %s ticket", t.Mode, mode, mode)
+		return "", "", nil, cocoonbox.Errorf(cocoonbox.EForbidden, "the ticket is for %s mode, not %s: ask DesktopTicket for a %s ticket", t.Mode, mode, mode)
 	}
-	return t.User, &t, nil
+	return t.User, t.Token, &t, nil
 }
 
 // checkWebSocket refuses, before any work, a request that is not a WebSocket upgrade or comes

@@ -37,7 +37,7 @@ func testKeys(t *testing.T) *secrets.Keyring {
 // ticketFor is a fresh ticket for u_1 on testBox in mode, expiring at exp.
 func ticketFor(t *testing.T, mode string, exp time.Time) desktopTicket {
 	t.Helper()
-	tk, err := newTicket(testBox, "u_1", mode, exp.Add(-ticketTTL))
+	tk, err := newTicket(testBox, "u_1", "tok_1", mode, exp.Add(-ticketTTL))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,16 +135,16 @@ func TestDesktopCallerTicket(t *testing.T) {
 	in := ticketFor(t, modeView, time.Now().Add(ticketTTL))
 	ticket, _ := sealTicket(keys, in)
 	r := httptest.NewRequest(http.MethodGet, "/", nil)
-	if u, got, err := s.desktopCaller(r, testBox, modeView, ticket); err != nil || u != "u_1" || got == nil || *got != in {
-		t.Fatalf("good ticket: %q, %+v, %v", u, got, err)
+	if u, tok, got, err := s.desktopCaller(r, testBox, modeView, ticket); err != nil || u != "u_1" || tok != "tok_1" || got == nil || *got != in {
+		t.Fatalf("good ticket: %q, %q, %+v, %v", u, tok, got, err)
 	}
-	if _, _, err := s.desktopCaller(r, "bx_ffffffffffffffff", modeView, ticket); cocoonbox.ErrorCode(err) != cocoonbox.EUnauthorized {
+	if _, _, _, err := s.desktopCaller(r, "bx_ffffffffffffffff", modeView, ticket); cocoonbox.ErrorCode(err) != cocoonbox.EUnauthorized {
 		t.Fatalf("other box: %v, want unauthorized", err)
 	}
-	if _, _, err := s.desktopCaller(r, testBox, modeControl, ticket); cocoonbox.ErrorCode(err) != cocoonbox.EForbidden {
+	if _, _, _, err := s.desktopCaller(r, testBox, modeControl, ticket); cocoonbox.ErrorCode(err) != cocoonbox.EForbidden {
 		t.Fatalf("view ticket for control: %v, want forbidden", err)
 	}
-	if _, _, err := s.desktopCaller(r, testBox, modeView, ""); cocoonbox.ErrorCode(err) != cocoonbox.EUnauthorized {
+	if _, _, _, err := s.desktopCaller(r, testBox, modeView, ""); cocoonbox.ErrorCode(err) != cocoonbox.EUnauthorized {
 		t.Fatalf("no credential: %v, want unauthorized", err)
 	}
 }

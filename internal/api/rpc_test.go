@@ -260,7 +260,8 @@ func checkGRPCNeedsToken(t *testing.T, conn *grpc.ClientConn, path string, m pro
 
 func TestGRPCHealthNeedsNoToken(t *testing.T) {
 	var broken error
-	f := serveOpts(t, api.Options{Checks: map[string]api.Check{
+	clock := &testClock{now: time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)}
+	f := serveOpts(t, api.Options{Now: clock.Now, Checks: map[string]api.Check{
 		"temporal": func(context.Context) error { return broken },
 	}})
 	h := healthpb.NewHealthClient(f.conn(t))
@@ -277,10 +278,12 @@ func TestGRPCHealthNeedsNoToken(t *testing.T) {
 		t.Fatalf("health of an unknown service: %v, want NotFound", err)
 	}
 	broken = errors.New("temporal is down")
+	clock.Add(time.Minute) // past the cached result
 	if st, err := check(""); err != nil || st != healthpb.HealthCheckResponse_NOT_SERVING {
 		t.Fatalf("health with a failing check: %v %v, want NOT_SERVING", st, err)
 	}
 	broken = nil
+	clock.Add(time.Minute)
 	// Browsers and plain HTTP probes reach the same service through Connect.
 	code, body := f.connectCall(t, "/grpc.health.v1.Health/Check", "", `{}`)
 	if code != http.StatusOK || !strings.Contains(body, `"SERVING"`) {
@@ -317,7 +320,7 @@ func TestReflectionListsServices(t *testing.T) {
 
 func TestMetrics(t *testing.T) {
 	f := serveOpts(t, api.Options{})
-	_, _, raw := f.mint(t, "ann", false)
+	_, _, raw := f.mint(t, "ann", true) // /metrics is for operators
 	acct := cbv1.NewAccountServiceClient(f.conn(t))
 	for range 3 {
 		if _, err := acct.WhoAmI(as(t, raw), &cbv1.WhoAmIRequest{}); err != nil {
@@ -329,13 +332,10 @@ func TestMetrics(t *testing.T) {
 	}
 	f.connectCall(t, "/cocoonbox.v1.AccountService/WhoAmI", raw, `{}`)
 
-	resp, err := http.Get("http://" + f.addr + "/metrics")
-	if err != nil {
-		t.Fatal(err)
+	code, text := f.get(t, "/metrics", raw)
+	if code != http.StatusOK {
+		t.Fatalf("/metrics for an operator: %d %s", code, text)
 	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
-	text := string(b)
 	for _, want := range []string{
 		`cocoonbox_api_requests_total{method="/cocoonbox.v1.AccountService/WhoAmI",code="OK"} 4`,
 		`cocoonbox_api_requests_total{method="/cocoonbox.v1.AccountService/WhoAmI",code="Unauthenticated"} 1`,

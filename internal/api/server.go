@@ -31,8 +31,13 @@ type Options struct {
 	Vault *vault.Vault
 	// Keys seals desktop tickets, so every API replica sharing the keyring opens the others'
 	// tickets; nil means a random key per process (tickets open only where they were issued).
-	Keys    *secrets.Keyring
-	Checks  map[string]Check // components reported by /healthz
+	Keys   *secrets.Keyring
+	Checks map[string]Check // components reported by /healthz
+	// Recheck is how often an open stream or desktop connection checks that its token still
+	// authenticates, so revoking it ends them; 0 is 15 s.
+	Recheck time.Duration
+	// Now is the clock (the health cache's); nil is time.Now.
+	Now     func() time.Time
 	Version string
 	Logger  *slog.Logger
 	// MaxDesktopConns caps the open desktop connections of one box on this process; over it a
@@ -61,6 +66,9 @@ type Server struct {
 	// maxDesktopConns caps one box's desktop connections.
 	maxDesktopConns int
 	checks          map[string]Check
+	now             func() time.Time
+	healthCache     healthCache   // the last /healthz result
+	recheck         time.Duration // how often open streams and desktops check their token again
 	version         string
 	log             *slog.Logger
 	grpc            *grpc.Server
@@ -82,6 +90,12 @@ func New(opts Options) *Server {
 	s := &Server{
 		store: opts.Store, boxes: opts.Boxes, vault: opts.Vault, checks: opts.Checks,
 		version: opts.Version, log: log, mux: http.NewServeMux(), metrics: newMetrics(), keys: opts.Keys,
+	}
+	if s.now = opts.Now; s.now == nil {
+		s.now = time.Now
+	}
+	if s.recheck = opts.Recheck; s.recheck <= 0 {
+		s.recheck = defaultRecheck
 	}
 	if s.keys == nil {
 		s.keys, _ = ephemeralKeyring() // nil only if crypto/rand fails; tickets then fail closed
@@ -109,7 +123,7 @@ func New(opts Options) *Server {
 	s.connect = s.newConnectHandler()
 
 	s.mux.HandleFunc("GET /healthz", s.serveHealth)
-	s.mux.Handle("GET /metrics", s.metrics)
+	s.mux.Handle("GET /metrics", s.operatorOnly(s.metrics))
 	s.mux.Handle("/mcp", s.mcpHandler())
 	s.mux.HandleFunc("GET /v1/boxes/{id}/desktop", s.serveDesktop)
 	// The browser app: "/" without a method, because "GET /" would conflict with the method-less
@@ -159,7 +173,10 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		Handler:           s.Handler(),
 		Protocols:         &protocols,
 		ReadHeaderTimeout: 10 * time.Second,
-		BaseContext:       func(net.Listener) context.Context { return ctx },
+		// No ReadTimeout: it would cut streams and the desktop's WebSocket; the front door gives
+		// a unary body its own deadline instead (bodyDeadline).
+		IdleTimeout: 2 * time.Minute,
+		BaseContext: func(net.Listener) context.Context { return ctx },
 	}
 	go s.healthz.refresh(ctx)
 	errc := make(chan error, 1)
@@ -185,8 +202,8 @@ const healthRefresh = 15 * time.Second
 
 // healthServer is gRPC's standard health service whose answers are the /healthz checks: the
 // whole server ("") and each cocoonbox service are SERVING exactly when every check passes.
-// Check and List run the checks first, so they never answer from a stale result; Watch streams
-// see the periodic refresh.
+// Check and List answer from the same cached result as /healthz (at most healthEvery old), since
+// they need no token; Watch streams see the periodic refresh.
 type healthServer struct {
 	*health.Server
 	s *Server
@@ -208,7 +225,7 @@ func (h *healthServer) services() []string {
 
 func (h *healthServer) update(ctx context.Context) {
 	st := healthpb.HealthCheckResponse_SERVING
-	if h.s.health(ctx).Status != "ok" {
+	if h.s.cachedHealth(ctx).Status != "ok" {
 		st = healthpb.HealthCheckResponse_NOT_SERVING
 	}
 	for _, name := range h.services() {
@@ -216,13 +233,13 @@ func (h *healthServer) update(ctx context.Context) {
 	}
 }
 
-// Check runs the checks and answers for one service.
+// Check answers for one service from a fresh enough result.
 func (h *healthServer) Check(ctx context.Context, req *healthpb.HealthCheckRequest) (*healthpb.HealthCheckResponse, error) {
 	h.update(ctx)
 	return h.Server.Check(ctx, req)
 }
 
-// List runs the checks and answers for every service.
+// List answers for every service from a fresh enough result.
 func (h *healthServer) List(ctx context.Context, req *healthpb.HealthListRequest) (*healthpb.HealthListResponse, error) {
 	h.update(ctx)
 	return h.Server.List(ctx, req)

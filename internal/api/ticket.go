@@ -40,6 +40,7 @@ type desktopTicket struct {
 	ID      string          `json:"id"` // random; spent on first use
 	Box     cocoonbox.BoxID `json:"box"`
 	User    string          `json:"user"`
+	Token   string          `json:"tok"` // the token DesktopTicket was called with: revoking it ends the connection
 	Mode    string          `json:"mode"`
 	Expires time.Time       `json:"exp"`
 }
@@ -72,7 +73,7 @@ func openTicket(keys *secrets.Keyring, s string, now time.Time) (desktopTicket, 
 		return desktopTicket{}, errBadTicket
 	}
 	var t desktopTicket
-	if err := json.Unmarshal(b, &t); err != nil || t.ID == "" || t.Box == "" || t.User == "" || validMode(t.Mode) != nil {
+	if err := json.Unmarshal(b, &t); err != nil || t.ID == "" || t.Box == "" || t.User == "" || t.Token == "" || validMode(t.Mode) != nil {
 		return desktopTicket{}, errBadTicket
 	}
 	if !now.Before(t.Expires) {
@@ -81,13 +82,14 @@ func openTicket(keys *secrets.Keyring, s string, now time.Time) (desktopTicket, 
 	return t, nil
 }
 
-// newTicket returns a fresh ticket for user to open box in mode, valid for ticketTTL from now.
-func newTicket(box cocoonbox.BoxID, user, mode string, now time.Time) (desktopTicket, error) {
+// newTicket returns a fresh ticket for user, calling with token, to open box in mode, valid for
+// ticketTTL from now.
+func newTicket(box cocoonbox.BoxID, user, token, mode string, now time.Time) (desktopTicket, error) {
 	id := make([]byte, 16)
 	if _, err := rand.Read(id); err != nil {
 		return desktopTicket{}, fmt.Errorf("new desktop ticket: %w", err)
 	}
-	return desktopTicket{ID: hex.EncodeToString(id), Box: box, User: user, Mode: mode, Expires: now.Add(ticketTTL).UTC()}, nil
+	return desktopTicket{ID: hex.EncodeToString(id), Box: box, User: user, Token: token, Mode: mode, Expires: now.Add(ticketTTL).UTC()}, nil
 }
 
 // errTicketSpent is the answer to a ticket used before.

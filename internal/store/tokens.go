@@ -38,16 +38,25 @@ type Token struct {
 	LastUsedAt *time.Time // nil until first use; updated at most once a minute
 	RevokedAt  *time.Time
 	ExpiresAt  *time.Time // nil: never expires
+	Scope      string     // ScopeFull, ScopeRead or ScopeMCP
 }
 
-const tokenColumns = `id, user_id, name, created_at, last_used_at, revoked_at, expires_at`
+// Token scopes: what a token may do, enforced by the API.
+const (
+	ScopeFull = "full" // everything its user may do
+	ScopeRead = "read" // only calls that change nothing
+	ScopeMCP  = "mcp"  // only the /mcp endpoint
+)
+
+const tokenColumns = `id, user_id, name, created_at, last_used_at, revoked_at, expires_at, scope`
 
 func (t *Token) fields() []any {
-	return []any{&t.ID, &t.UserID, &t.Name, &t.CreatedAt, &t.LastUsedAt, &t.RevokedAt, &t.ExpiresAt}
+	return []any{&t.ID, &t.UserID, &t.Name, &t.CreatedAt, &t.LastUsedAt, &t.RevokedAt, &t.ExpiresAt, &t.Scope}
 }
 
 // CreateToken stores a token for userID under hash (see HashToken). It does not expire unless
-// SetTokenExpiry says so. An unknown user is ErrNotFound.
+// SetTokenExpiry says so, and has ScopeFull unless SetTokenScope says otherwise. An unknown user
+// is ErrNotFound.
 func (q *Queries) CreateToken(ctx context.Context, userID, name string, hash []byte) (Token, error) {
 	var t Token
 	err := q.db.QueryRow(ctx,
@@ -73,6 +82,32 @@ func (q *Queries) SetTokenExpiry(ctx context.Context, id string, at time.Time) e
 	return nil
 }
 
+// SetTokenScope limits token id to scope; run it with CreateToken in InTx, so the token never
+// exists with a wider scope. A scope the table does not know is ErrInvalid.
+func (q *Queries) SetTokenScope(ctx context.Context, id, scope string) error {
+	tag, err := q.db.Exec(ctx, `UPDATE tokens SET scope = $2 WHERE id = $1`, id, scope)
+	if err != nil {
+		return fmt.Errorf("set token scope %s: %w", id, mapErr(err))
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("set token scope %s: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// TokenUsable reports whether token id still authenticates: not revoked, not expired. Open
+// streams and desktop connections ask it again while they last, so a revoked token ends them.
+func (q *Queries) TokenUsable(ctx context.Context, id string) (bool, error) {
+	var ok bool
+	err := q.db.QueryRow(ctx,
+		`SELECT EXISTS (SELECT 1 FROM tokens WHERE id = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now()))`,
+		id).Scan(&ok)
+	if err != nil {
+		return false, fmt.Errorf("check token %s: %w", id, mapErr(err))
+	}
+	return ok, nil
+}
+
 // userByTokenHash finds a usable token and its user in one round trip. It records the use, but
 // at most once a minute per token: authentication runs on every API call, and rewriting the row
 // each time would turn every read into a write. The returned Token shows the previous last use.
@@ -84,7 +119,7 @@ WITH t AS (
     UPDATE tokens SET last_used_at = now()
     WHERE id = (SELECT id FROM t) AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')
 )
-SELECT u.id, u.name, u.admin, u.created_at, t.id, t.user_id, t.name, t.created_at, t.last_used_at, t.revoked_at, t.expires_at
+SELECT u.id, u.name, u.admin, u.created_at, t.id, t.user_id, t.name, t.created_at, t.last_used_at, t.revoked_at, t.expires_at, t.scope
 FROM t JOIN users u ON u.id = t.user_id`
 
 // UserByTokenHash authenticates: it returns the user a token belongs to and the token. An
