@@ -139,9 +139,9 @@ func (e *Engine) reserve(key sandbox.PoolKey) (*box, error) {
 		e.mu.Unlock()
 		return nil, errClosed
 	}
-	if e.maxBoxes > 0 && len(e.boxes) >= e.maxBoxes {
+	if len(e.boxes) >= e.maxBoxes {
 		e.mu.Unlock()
-		return nil, errNoCapacity
+		return nil, noCapacity(e.maxBoxes)
 	}
 	b := e.newBoxLocked(key)
 	e.mu.Unlock()

@@ -23,6 +23,10 @@ import (
 // understood the same way: the claim answers 400 naming the template.
 var ErrUnknownTemplate = fmt.Errorf("unknown template: %w", fs.ErrNotExist)
 
+// IsolationHeader is the header of GET /healthz that states what isolates this engine's boxes
+// (the runtime's Capabilities().Isolation); the body stays the contract's "ok".
+const IsolationHeader = "Cocoonbox-Isolation"
+
 // Options configures an Engine.
 type Options struct {
 	// Dir holds the engine's records, box directories, checkpoints and usage journal. Required.
@@ -35,7 +39,9 @@ type Options struct {
 	// RootToken is the operator credential (upstream's api_token). Empty with no tenant tokens
 	// leaves node-level endpoints open; sandbox tokens still guard sandbox verbs.
 	RootToken string
-	// TenantTokens may claim, checkpoint and list their own sandboxes and checkpoints.
+	// TenantTokens may claim, checkpoint and list their own sandboxes and checkpoints. Each is
+	// a user of the engine, beside the root token's holder; a runtime that is not Sandboxed
+	// serves one user, so New refuses tenant tokens over it.
 	TenantTokens []string
 	// Now is the clock for leases, idle hibernation and timestamps; time.Now when nil.
 	Now func() time.Time
@@ -43,8 +49,9 @@ type Options struct {
 	Logger *slog.Logger
 	// OwnerAddr is this engine's address as clients reach it, returned as a claim's owner_addr.
 	OwnerAddr string
-	// MaxSandboxes caps the boxes (claimed and warm) this engine runs; 0 is no cap. Beyond it a
-	// claim answers 503 with Retry-After and pools stop refilling.
+	// MaxSandboxes caps the boxes (claimed and warm) this engine runs; 0 means
+	// DefaultMaxSandboxes of the host's memory. Beyond it a claim answers 503 with Retry-After,
+	// naming the limit, and pools stop refilling.
 	MaxSandboxes int
 	// TickInterval is how often Run reaps expired leases, idle-hibernates and checks the pools;
 	// one second when zero.
@@ -89,6 +96,20 @@ func New(opts Options) (*Engine, error) {
 	tenants, err := tenantsOf(opts.RootToken, opts.TenantTokens)
 	if err != nil {
 		return nil, fmt.Errorf("new engine: %w", err)
+	}
+	if !opts.Runtime.Capabilities().Sandboxed && len(tenants) > 0 {
+		return nil, fmt.Errorf("new engine: runtime %s has no sandbox (isolation %s) and serves one user; "+
+			"it takes no tenant tokens (use gvisor for more than one user)", opts.Runtime.Name(), opts.Runtime.Capabilities().Isolation)
+	}
+	if opts.MaxSandboxes < 0 {
+		return nil, fmt.Errorf("new engine: max sandboxes must not be negative, got %d", opts.MaxSandboxes)
+	}
+	if opts.MaxSandboxes == 0 {
+		mem, err := hostMemory()
+		if err != nil {
+			return nil, fmt.Errorf("new engine: default max sandboxes: %w", err)
+		}
+		opts.MaxSandboxes = DefaultMaxSandboxes(mem)
 	}
 	dir, err := filepath.Abs(opts.Dir)
 	if err != nil {
@@ -180,6 +201,7 @@ func (e *Engine) Handler() http.Handler {
 	mux.Handle("GET /metrics", e.operator(e.handleMetrics))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
+		w.Header().Set(IsolationHeader, e.rt.Capabilities().Isolation)
 		_, _ = w.Write([]byte("ok"))
 	})
 	// Everything else, including a known path with the wrong method, answers in the contract's

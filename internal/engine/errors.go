@@ -78,7 +78,6 @@ var (
 	errMissingToken      = &apiError{kind: kindUnauthorized, msg: "missing bearer token"}
 	errBadToken          = &apiError{kind: kindUnauthorized, msg: "invalid api token"}
 	errOperatorOnly      = &apiError{kind: kindForbidden, msg: sandbox.MsgOperatorRequired}
-	errNoCapacity        = &apiError{kind: kindUnavailable, msg: "no capacity for another sandbox on this engine; retry later"}
 	errClosed            = &apiError{kind: kindUnavailable, msg: "engine is shutting down"}
 )
 

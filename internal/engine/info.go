@@ -2,6 +2,7 @@ package engine
 
 import (
 	"cmp"
+	"fmt"
 	"net/http"
 	"slices"
 
@@ -38,6 +39,12 @@ func (e *Engine) info() sandbox.Info {
 			out.Hibernated++
 		}
 	}
+	e.mu.Lock()
+	if n := len(e.boxes); n >= e.maxBoxes {
+		out.AtCapacity = true
+		out.AtCapacityReason = fmt.Sprintf("max_sandboxes: %d of %d", n, e.maxBoxes)
+	}
+	e.mu.Unlock()
 	return out
 }
 

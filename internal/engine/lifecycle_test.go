@@ -253,12 +253,13 @@ func TestVanishedBox(t *testing.T) {
 // TestInfoIsHonest: /v1/info names the runtime and says whether hibernate keeps memory —
 // false for a process-like runtime, whose hibernate really does lose it.
 func TestInfoIsHonest(t *testing.T) {
-	rt := enginetest.NewWith("process", runtime.Capabilities{MemoryHibernate: false, Isolation: "namespaces"})
-	h := newHarness(t, func(o *engine.Options) { o.Runtime = rt })
+	rt := enginetest.NewWith("process", runtime.Capabilities{MemoryHibernate: false, Isolation: runtime.IsolationNone})
+	h := newHarness(t, func(o *engine.Options) { o.Runtime = rt; o.TenantTokens = nil })
 	h.rt = rt
 	info := h.info()
 	if info.Runtime != "process" || info.Capabilities == nil || info.Capabilities.MemoryHibernate ||
-		info.Capabilities.AgentRelay || !slices.Equal(info.Capabilities.Lanes, []string{"none"}) || info.MemoryHibernate() {
+		info.Capabilities.AgentRelay || !slices.Equal(info.Capabilities.Lanes, []string{"none"}) || info.MemoryHibernate() ||
+		info.Capabilities.Isolation != runtime.IsolationNone {
 		t.Fatalf("info %+v caps %+v", info, info.Capabilities)
 	}
 	sb := h.claim(rootToken, sandbox.ClaimRequest{})

@@ -163,7 +163,8 @@ func TestRuntimeSwitchRefused(t *testing.T) {
 	h := newHarness(t)
 	sb := h.claim(rootToken, sandbox.ClaimRequest{})
 	other := h.opts
-	other.Runtime = enginetest.NewWith("process", runtime.Capabilities{Isolation: "namespaces"})
+	other.Runtime = enginetest.NewWith("process", runtime.Capabilities{Isolation: runtime.IsolationNone})
+	other.TenantTokens = nil // an unsandboxed runtime serves one user
 	if _, err := engine.New(other); err == nil || !strings.Contains(err.Error(), "--runtime fake") {
 		t.Fatalf("New with another runtime over live boxes: %v", err)
 	}

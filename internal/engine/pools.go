@@ -207,7 +207,7 @@ func (e *Engine) fillLoop(ctx context.Context) {
 func (e *Engine) nextFill() (*pool, *box) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.closed || e.maxBoxes > 0 && len(e.boxes) >= e.maxBoxes {
+	if e.closed || len(e.boxes) >= e.maxBoxes {
 		return nil, nil
 	}
 	keys := make([]sandbox.PoolKey, 0, len(e.pools))

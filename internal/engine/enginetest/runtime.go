@@ -61,9 +61,10 @@ type box struct {
 	execs int               // commands running in this box
 }
 
-// New returns a fake named "fake" that, like gvisor, keeps memory across hibernate.
+// New returns a fake named "fake" that, like gvisor, keeps memory across hibernate and counts
+// as a sandbox (it runs no box code at all), so an engine over it takes tenant tokens.
 func New() *Runtime {
-	return NewWith("fake", runtime.Capabilities{MemoryHibernate: true, Isolation: "none (fake)"})
+	return NewWith("fake", runtime.Capabilities{MemoryHibernate: true, Isolation: "none (fake)", Sandboxed: true})
 }
 
 // NewWith returns a fake with the given name and capabilities (e.g. no memory hibernate, as the

@@ -24,6 +24,10 @@ type Options struct {
 	Debug bool
 	// Logger receives the runtime's log lines; nil discards them.
 	Logger *slog.Logger
+	// InsecureNoIsolation allows the process runtime, whose only boundary is the host kernel's
+	// namespaces: a box's root there is confined but shares the host's kernel. Without it New
+	// refuses "process".
+	InsecureNoIsolation bool
 }
 
 // Runtime names accepted by New.
@@ -32,8 +36,9 @@ const (
 	NameProcess = "process"
 )
 
-// New returns the runtime called name: "gvisor", "process", or "" to choose gvisor when runsc
-// is found and can start a sandbox on this host, else process (the log line says why).
+// New returns the runtime called name: "gvisor", "process" (only with
+// Options.InsecureNoIsolation), or "" for gvisor when runsc is found and can start a sandbox on
+// this host, else an error saying why. There is no silent fallback to a weaker boundary.
 func New(name string, opts Options) (Runtime, error) {
 	if opts.DataDir == "" {
 		return nil, errors.New("new runtime: no data dir")
@@ -45,6 +50,11 @@ func New(name string, opts Options) (Runtime, error) {
 	case NameGVisor:
 		return newGVisor(opts)
 	case NameProcess:
+		if !opts.InsecureNoIsolation {
+			return nil, errors.New("new runtime: process runs boxes on the host kernel with no sandbox; " +
+				"choose it only together with the no isolation option (--insecure-no-isolation, config insecure_no_isolation)")
+		}
+		opts.Logger.Warn("process runtime: boxes share the host kernel with no sandbox; one user only")
 		return newProcess(opts)
 	case "":
 		rt, err := newGVisor(opts)
@@ -55,8 +65,8 @@ func New(name string, opts Options) (Runtime, error) {
 				return rt, nil
 			}
 		}
-		opts.Logger.Warn("gvisor runtime unavailable; using the process runtime (no memory hibernate)", "err", err)
-		return newProcess(opts)
+		return nil, fmt.Errorf("new runtime: auto needs gvisor, which cannot run here: %w; fix runsc (make deps), "+
+			"or choose runtime process with no isolation (--runtime process --insecure-no-isolation)", err)
 	}
 	return nil, fmt.Errorf("new runtime: unknown runtime %q (want gvisor or process)", name)
 }

@@ -81,11 +81,11 @@ func (g *gvisor) Close() error {
 
 // Capabilities implements Runtime.
 func (g *gvisor) Capabilities() Capabilities {
-	return Capabilities{MemoryHibernate: true, Isolation: "gvisor (systrap)"}
+	return Capabilities{MemoryHibernate: true, Isolation: IsolationGVisor, Sandboxed: true}
 }
 
-// probeSandbox runs a throwaway sandbox, so that the automatic choice falls back to the process
-// runtime on hosts where runsc is present but cannot run (no ptrace, seccomp, namespaces).
+// probeSandbox runs a throwaway sandbox, so that the automatic choice fails at startup, saying
+// why, on hosts where runsc is present but cannot run (no ptrace, seccomp, namespaces).
 func (g *gvisor) probeSandbox(ctx context.Context) error {
 	root, err := os.MkdirTemp(filepath.Dir(g.root), "probe-")
 	if err != nil {

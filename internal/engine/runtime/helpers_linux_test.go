@@ -64,7 +64,7 @@ func newTestEnv(t *testing.T, name string) *testEnv {
 	rootfs := testRootfs(t)
 	base := shortTempDir(t)
 	e := &testEnv{data: filepath.Join(base, "data"), boxes: filepath.Join(base, "boxes"), rootfs: rootfs}
-	rt, err := New(name, Options{DataDir: e.data})
+	rt, err := New(name, Options{DataDir: e.data, InsecureNoIsolation: name == NameProcess})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -19,15 +19,21 @@ import (
 
 var _ Runtime = (*process)(nil)
 
-// process is the fallback runtime where runsc cannot run: each box is cocoonbox-init in new
-// mount, PID, network, UTS and IPC namespaces, chrooted into the same overlay as under gVisor,
-// in a cgroup with the size tier's limits. The engine reaches the init's socket and the box's
-// loopback by entering the box's network namespace on a dedicated thread, with no process in
-// between. There is no memory image: Hibernate stops every process and keeps the disk, and Wake
-// boots the box again on it. Its isolation is the host kernel's namespaces only.
+// process runs boxes on the host kernel, for hosts where runsc cannot run, and only when asked
+// for with the explicit no-isolation option: there is no sandbox kernel between a box and the
+// host, so one user's boxes only. Each box is cocoonbox-init in new user, mount, PID, network,
+// UTS and IPC namespaces, pivoted into the same overlay as under gVisor, in a cgroup with the
+// size tier's limits. Box root is an unprivileged uid on the host (see boxIDBase), the image is
+// idmapped beneath the box's disk, /proc and /sys are masked and read-only as OCI runtimes do,
+// and a seccomp filter refuses module loading, kexec, bpf, keyrings, perf, mounts and new
+// namespaces (see launch). The engine reaches the init's socket and the box's loopback by
+// entering the box's network namespace on a dedicated thread, with no process in between.
+// There is no memory image: Hibernate stops every process and keeps the disk, and Wake boots
+// the box again on it.
 type process struct {
-	index index
-	log   *slog.Logger
+	index  index
+	log    *slog.Logger
+	userns int // a user namespace with the boxes' id mapping, for idmapped mounts of images
 
 	mu    sync.Mutex
 	boxes map[string]Spec
@@ -48,23 +54,34 @@ func newProcess(opts Options) (*process, error) {
 	if err := processSupported(); err != nil {
 		return nil, fmt.Errorf("new process runtime: %w", err)
 	}
+	userns, err := boxUserns()
+	if err != nil {
+		return nil, fmt.Errorf("new process runtime: %w", err)
+	}
 	return &process{
-		index: index{dir: filepath.Join(opts.DataDir, "boxdirs")},
-		log:   opts.Logger,
-		boxes: map[string]Spec{},
+		index:  index{dir: filepath.Join(opts.DataDir, "boxdirs")},
+		log:    opts.Logger,
+		userns: userns,
+		boxes:  map[string]Spec{},
 	}, nil
 }
 
 // Name implements Runtime.
 func (p *process) Name() string { return NameProcess }
 
-// Close implements io.Closer like the gvisor runtime's; the process runtime holds nothing
-// outside its boxes.
-func (p *process) Close() error { return nil }
+// Close implements io.Closer like the gvisor runtime's: it lets go of the user namespace it
+// idmaps images with. Boxes keep running.
+func (p *process) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fd := p.userns
+	p.userns = -1
+	return closeUserns(fd)
+}
 
 // Capabilities implements Runtime.
 func (p *process) Capabilities() Capabilities {
-	return Capabilities{MemoryHibernate: false, Isolation: "namespaces"}
+	return Capabilities{MemoryHibernate: false, Isolation: IsolationNone}
 }
 
 // box finds a box's spec by id: in memory, else through the index a previous engine left.
@@ -138,14 +155,23 @@ func (p *process) Start(ctx context.Context, spec Spec) error {
 	p.mu.Lock()
 	p.boxes[spec.ID] = spec
 	p.mu.Unlock()
-	if err := mountOverlay(spec); err != nil {
+	lower, err := mountIDMappedImage(spec, p.userns)
+	if err != nil {
 		return fmt.Errorf("start box %s: %w", spec.ID, err)
 	}
+	if err := ownDiskRoot(spec); err != nil {
+		return fmt.Errorf("start box %s: %w", spec.ID, err)
+	}
+	root, err := detachedOverlay(spec, lower)
+	if err != nil {
+		return fmt.Errorf("start box %s: %w", spec.ID, err)
+	}
+	defer func() { _ = root.Close() }()
 	procs, err := createCgroup(cgroupPath(spec.ID), spec.VCPUs, spec.MemoryMB)
 	if err != nil {
 		return fmt.Errorf("start box %s: %w", spec.ID, err)
 	}
-	ip, err := startInit(spec, procs)
+	ip, err := startInit(spec, procs, root)
 	if err != nil {
 		return fmt.Errorf("start box %s: %w", spec.ID, err)
 	}
@@ -297,6 +323,9 @@ func (p *process) Destroy(ctx context.Context, id string) error {
 	}
 	p.stop(spec)
 	if err := unmountOverlay(spec.Dir); err != nil {
+		return fmt.Errorf("destroy box %s: %w", id, err)
+	}
+	if err := unmountImage(spec.Dir); err != nil {
 		return fmt.Errorf("destroy box %s: %w", id, err)
 	}
 	if err := os.RemoveAll(spec.Dir); err != nil {

@@ -13,40 +13,56 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/loomhand/cocoonbox/image/boxinit/boxproto"
 )
 
-// processSupported: namespaces, chroot and overlay mounts need root.
+// processSupported: user namespaces, idmapped mounts and overlay mounts need root.
 func processSupported() error {
 	if os.Geteuid() != 0 {
 		return errors.New("the process runtime needs root")
 	}
+	if _, err := seccompFilter(); err != nil {
+		return err
+	}
 	return nil
 }
 
-// startInit starts the box's init chrooted into its overlay, in new namespaces, and puts it in
-// the box's cgroup. The init mounts /proc, /dev and /sys itself (it must be inside the new
-// namespaces to do so) and brings the loopback up. It is reaped by a goroutine while this engine
-// lives; after a restart its new parent reaps it.
-func startInit(spec Spec, cgroupProcs []string) (initProc, error) {
+// startInit starts the box: this binary, re-executed as the launcher (see launch), in new user,
+// mount, PID, network, UTS and IPC namespaces, which attaches root (the box's detached overlay:
+// the launcher runs as the box's root, an unprivileged host uid that may not walk the path to
+// the box's directory), confines itself and then executes the box's init from it. The launcher waits until it is in the box's cgroup. It is reaped
+// by a goroutine while this engine lives; after a restart its new parent reaps it.
+func startInit(spec Spec, cgroupProcs []string, root *os.File) (initProc, error) {
 	console, err := os.OpenFile(filepath.Join(spec.Dir, consoleFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return initProc{}, fmt.Errorf("open console log: %w", err)
 	}
 	defer func() { _ = console.Close() }()
+	exe, err := selfExe()
+	if err != nil {
+		return initProc{}, err
+	}
+	defer func() { _ = exe.Close() }()
+	syncR, syncW, err := os.Pipe()
+	if err != nil {
+		return initProc{}, fmt.Errorf("start init: %w", err)
+	}
+	defer func() { _ = syncR.Close(); _ = syncW.Close() }()
 	cmd := &exec.Cmd{
-		Path:   boxproto.InitPath, // resolved after the chroot
-		Args:   []string{boxproto.InitPath},
-		Env:    append(boxEnv(spec), "COCOONBOX_INIT_SETUP=namespaces"),
-		Dir:    "/",
-		Stdout: console,
-		Stderr: console,
+		Path:       "/proc/self/fd/3", // exe: the launcher runs as the box's root, which may not reach its path
+		Args:       []string{launchName},
+		Env:        boxEnv(spec),
+		Dir:        "/",
+		Stdout:     console,
+		Stderr:     console,
+		ExtraFiles: []*os.File{exe, syncR, root}, // 3, 4 and 5
 		SysProcAttr: &syscall.SysProcAttr{
-			Chroot: filepath.Join(spec.Dir, rootfsDir),
-			Cloneflags: syscall.CLONE_NEWNS | syscall.CLONE_NEWPID | syscall.CLONE_NEWNET |
-				syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC,
-			Setsid: true,
+			Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWNS | syscall.CLONE_NEWPID |
+				syscall.CLONE_NEWNET | syscall.CLONE_NEWUTS | syscall.CLONE_NEWIPC,
+			UidMappings:                boxIDMappings(),
+			GidMappings:                boxIDMappings(),
+			GidMappingsEnableSetgroups: true,
+			Credential:                 &syscall.Credential{Uid: 0, Gid: 0},
+			Setsid:                     true,
 		},
 	}
 	if err := cmd.Start(); err != nil {
@@ -63,6 +79,10 @@ func startInit(spec Spec, cgroupProcs []string) (initProc, error) {
 	start, ok := procStart(pid)
 	if !ok {
 		return initProc{}, errors.New("start init: it exited at once (see console.log)")
+	}
+	if _, err := syncW.Write([]byte{0}); err != nil {
+		_ = cmd.Process.Kill()
+		return initProc{}, fmt.Errorf("start init: %w", err)
 	}
 	return initProc{Pid: pid, Start: start}, nil
 }

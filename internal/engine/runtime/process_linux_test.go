@@ -83,7 +83,7 @@ func TestProcessRuntime(t *testing.T) {
 	}
 
 	// A restarted engine finds both boxes by id.
-	rt, err := New(NameProcess, Options{DataDir: e.data})
+	rt, err := New(NameProcess, Options{DataDir: e.data, InsecureNoIsolation: true})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func helperEngine(v string) error {
 	if err := json.Unmarshal([]byte(v), &hc); err != nil {
 		return err
 	}
-	rt, err := New(hc.Runtime, Options{DataDir: hc.DataDir})
+	rt, err := New(hc.Runtime, Options{DataDir: hc.DataDir, InsecureNoIsolation: hc.Runtime == NameProcess})
 	if err != nil {
 		return err
 	}

@@ -1,7 +1,8 @@
 // Package runtime runs boxes for the local sandbox engine. A Runtime turns an image rootfs and a
 // per-box directory into an isolated box that can run commands, accept relayed connections on its
-// loopback, hibernate and wake. gVisor (runsc) is the default; the process runtime is the
-// fallback where runsc cannot run and says that memory is not preserved. New chooses.
+// loopback, hibernate and wake. gVisor (runsc) is the default and the only sandbox; the process
+// runtime (host kernel namespaces, no sandbox, no memory hibernate) runs only when asked for
+// by name with the explicit no-isolation option. New chooses, and never falls back.
 //
 // Choices both runtimes share, and why:
 //
@@ -99,8 +100,18 @@ type ExecRequest struct {
 // Capabilities are what a runtime can do.
 type Capabilities struct {
 	MemoryHibernate bool   // Hibernate preserves processes and memory (gvisor: runsc checkpoint)
-	Isolation       string // "gvisor (systrap)" or "namespaces"
+	Isolation       string // IsolationGVisor or IsolationNone; /v1/info, /healthz and the dev banner show it
+	// Sandboxed: a kernel of its own (gVisor's sentry) stands between a box and the host's, so
+	// boxes of different users may share the host. False: boxes make system calls to the host
+	// kernel itself, and the engine serves one user only.
+	Sandboxed bool
 }
+
+// Isolation levels runtimes report.
+const (
+	IsolationGVisor = "gvisor (systrap)"
+	IsolationNone   = "none: host kernel namespaces, one user only"
+)
 
 // State is a box as the runtime sees it.
 type State string
