@@ -97,9 +97,9 @@ func printReady(w io.Writer, d *devstack.Dev, took time.Duration, self string) {
 	fmt.Fprintf(w, "cocoonbox dev: ready in %s\n\n", took.Round(10*time.Millisecond))
 	fmt.Fprintf(w, "  API          %s   (gRPC; health at %s/healthz)\n", u.API, u.API)
 	if u.TemporalUI != "" {
-		fmt.Fprintf(w, "  Temporal UI  %s\n", u.TemporalUI)
+		fmt.Fprintf(w, "  Temporal UI  %s%s\n", u.TemporalUI, uiLoginNote(d.TemporalUIToken()))
 	}
-	fmt.Fprintf(w, "  Temporal     %s\n", u.Temporal)
+	printTemporal(w, u.Temporal, d.TemporalClient())
 	fmt.Fprintf(w, "  S3           %s\n", u.S3)
 	fmt.Fprintf(w, "  Engine       %s   (sandboxd API; root token in the data dir's engine/root-token)\n\n", u.Engine)
 	switch {
@@ -111,6 +111,29 @@ func printReady(w io.Writer, d *devstack.Dev, took time.Duration, self string) {
 		fmt.Fprintf(w, "  User %q; CLI config %s\n", b.UserName, b.CLIConfig)
 	}
 	fmt.Fprintf(w, "  Try: %s whoami\n\n  Press Ctrl-C to stop; state is kept for the next start.\n", self)
+}
+
+func uiLoginNote(tokenPath string) string {
+	if tokenPath == "" {
+		return "   (no login: temporal_insecure)"
+	}
+	return "   (log in with the token in " + tokenPath + ")"
+}
+
+// printTemporal says where Temporal answers and, for the embedded server's mutual TLS, the
+// settings a client needs, in the SDK's environment names (the temporal CLI reads them too).
+func printTemporal(w io.Writer, addr string, tc config.Temporal) {
+	if tc.TLSCertPath == "" {
+		fmt.Fprintf(w, "  Temporal     %s\n", addr)
+		return
+	}
+	fmt.Fprintf(w, "  Temporal     %s   (mutual TLS; clients set:)\n", addr)
+	for _, kv := range [][2]string{
+		{"TEMPORAL_TLS_SERVER_CA_CERT_PATH", tc.TLSCAPath}, {"TEMPORAL_TLS_CLIENT_CERT_PATH", tc.TLSCertPath},
+		{"TEMPORAL_TLS_CLIENT_KEY_PATH", tc.TLSKeyPath}, {"TEMPORAL_TLS_SERVER_NAME", tc.TLSServerName},
+	} {
+		fmt.Fprintf(w, "               %s=%s\n", kv[0], kv[1])
+	}
 }
 
 // selfPath is how the person can run this binary again from their current directory.

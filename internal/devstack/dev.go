@@ -60,7 +60,7 @@ type Dev struct {
 	cancel   context.CancelFunc
 	boot     Bootstrap
 	s3Config objstore.Config
-	tAddr    string
+	tcfg     config.Temporal // how this stack's clients dial Temporal
 
 	// Boxes creates and drives boxes through their workflows (the API's service layer).
 	Boxes  *boxsvc.Service
@@ -156,9 +156,7 @@ func Start(ctx context.Context, cfg config.Dev, log *slog.Logger) (_ *Dev, retEr
 	if err := d.Blobs.EnsureBucket(ctx); err != nil {
 		return nil, fmt.Errorf("s3 bucket %s: %w", d.s3Config.Bucket, err)
 	}
-	tcfg := cfg.Temporal
-	tcfg.Address = d.tAddr
-	d.Temporal, err = tclient.Dial(ctx, tcfg, log.With("component", "temporal-client"))
+	d.Temporal, err = tclient.Dial(ctx, d.tcfg, log.With("component", "temporal-client"))
 	if err != nil {
 		return nil, err
 	}
@@ -199,11 +197,25 @@ func Start(ctx context.Context, cfg config.Dev, log *slog.Logger) (_ *Dev, retEr
 
 // URLs returns where the running system answers.
 func (d *Dev) URLs() URLs {
-	u := URLs{API: "http://" + d.apiAddr, Temporal: d.tAddr, S3: d.s3Config.Endpoint, Engine: d.sandboxURL}
+	u := URLs{API: "http://" + d.apiAddr, Temporal: d.tcfg.Address, S3: d.s3Config.Endpoint, Engine: d.sandboxURL}
 	if d.temporal != nil {
 		u.TemporalUI = d.temporal.UIURL()
 	}
 	return u
+}
+
+// TemporalClient is how a client outside this process (a worker, `serve api`, the temporal CLI)
+// dials this stack's Temporal: for the embedded server, its address with the CA, client
+// certificate and server name from the data dir.
+func (d *Dev) TemporalClient() config.Temporal { return d.tcfg }
+
+// TemporalUIToken is the file holding the embedded Temporal UI's login token, or "" when the UI
+// asks for none (external Temporal, or temporal_insecure).
+func (d *Dev) TemporalUIToken() string {
+	if d.temporal == nil {
+		return ""
+	}
+	return d.temporal.UITokenPath()
 }
 
 // Home returns the data dir.
@@ -337,7 +349,7 @@ func (d *Dev) startS3(ctx context.Context) error {
 
 func (d *Dev) startTemporal(ctx context.Context) error {
 	if d.cfg.Temporal.Address != "" {
-		d.tAddr = d.cfg.Temporal.Address
+		d.tcfg = d.cfg.Temporal
 		return nil
 	}
 	host, port := splitHostPort(d.cfg.TemporalListen)
@@ -345,13 +357,13 @@ func (d *Dev) startTemporal(ctx context.Context) error {
 	t, err := StartTemporal(ctx, TemporalOptions{
 		DataDir: d.cfg.DataDir("temporal"), Host: host, Port: port, UIPort: uiPort,
 		Namespace: d.cfg.Temporal.Namespace, SearchAttributes: SearchAttributes,
-		Logger: d.log.With("component", "temporal"),
+		Logger: d.log.With("component", "temporal"), Insecure: d.cfg.TemporalInsecure,
 	})
 	if err != nil {
 		return err
 	}
 	d.temporal = t
-	d.tAddr = t.Address()
+	d.tcfg = t.ClientConfig()
 	return nil
 }
 

@@ -157,12 +157,26 @@ func TestDevStackSurvivesRestart(t *testing.T) {
 		t.Fatalf("row from before the restart: %+v, %v", got, err)
 	}
 	if ui := d.URLs().TemporalUI; ui != "" {
-		resp, err := http.Get(ui + "/api/v1/namespaces/default/workflows/devstack-echo")
-		if err == nil {
-			resp.Body.Close()
+		// The UI asks for its token, and with it shows the workflow run before the restart.
+		token, err := os.ReadFile(d.TemporalUIToken())
+		if err != nil {
+			t.Fatal(err)
 		}
-		if err != nil || resp.StatusCode >= 500 {
-			t.Fatalf("temporal ui api: %v %v", resp, err)
+		for _, tc := range []struct {
+			token string
+			want  int
+		}{{"", http.StatusUnauthorized}, {strings.TrimSpace(string(token)), http.StatusOK}} {
+			req, _ := http.NewRequest(http.MethodGet, ui+"/api/v1/namespaces/default/workflows/devstack-echo", nil)
+			if tc.token != "" {
+				req.Header.Set("Authorization", "Bearer "+tc.token)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			if err == nil {
+				resp.Body.Close()
+			}
+			if err != nil || resp.StatusCode != tc.want {
+				t.Fatalf("temporal ui api with token %v: %v %v, want %d", tc.token != "", resp, err, tc.want)
+			}
 		}
 	}
 }

@@ -19,9 +19,12 @@ import (
 	"go.temporal.io/server/temporal"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
+
+	"github.com/loomhand/cocoonbox/internal/config"
 )
 
 // Defaults for TemporalOptions.
@@ -63,13 +66,20 @@ type TemporalOptions struct {
 	// Logger receives the server's warnings and errors, untagged (callers add their own
 	// component attribute). Nil writes them as JSON to DataDir/temporal.log.
 	Logger *slog.Logger
+	// Insecure serves the frontend and the internal services as plain gRPC and the UI without
+	// login. Only for a loopback Host: anyone who reaches an insecure frontend can start any
+	// workflow and read every history. By default every listener takes only callers with a
+	// certificate from the CA in DataDir/tls, and the UI asks for the token in DataDir/ui-token.
+	Insecure bool
 }
 
 // Temporal is a running embedded Temporal server with its Web UI.
 type Temporal struct {
 	opts    TemporalOptions
 	addr    string
+	ports   servicePorts
 	server  temporal.Server
+	tls     *serverTLS // nil when Insecure
 	logger  *serverLogger
 	ui      *webUI
 	conn    *grpc.ClientConn
@@ -108,9 +118,8 @@ func StartTemporal(ctx context.Context, opts TemporalOptions) (_ *Temporal, retE
 
 	// Check every port before the server starts: the server cannot report a bind failure
 	// as an error, and this way the message names the port.
-	var res, uiRes reservation
+	var res reservation
 	defer res.release()
-	defer uiRes.release()
 	var ports servicePorts
 	if ports.frontend, err = res.reserve("temporal frontend", frontendBind, opts.Port); err != nil {
 		return nil, err
@@ -120,13 +129,20 @@ func StartTemporal(ctx context.Context, opts TemporalOptions) (_ *Temporal, retE
 			return nil, err
 		}
 	}
-	uiPort := opts.UIPort
-	if uiPort != NoUI {
-		if uiPort, err = uiRes.reserve("temporal ui", loopback, uiPort); err != nil {
-			return nil, err
+	var uiLn net.Listener // served by the UI server, which closes it at stop
+	defer func() {
+		if uiLn != nil && t.ui == nil {
+			_ = uiLn.Close()
+		}
+	}()
+	if opts.UIPort != NoUI {
+		addr := net.JoinHostPort(loopback, strconv.Itoa(opts.UIPort))
+		if uiLn, err = net.Listen("tcp", addr); err != nil {
+			return nil, listenError("temporal ui", addr, err)
 		}
 	}
 	t.addr = net.JoinHostPort(frontendDial, strconv.Itoa(ports.frontend))
+	t.ports = ports
 
 	logger, logFile, err := newLogger(opts, filepath.Join(opts.DataDir, "temporal.log"))
 	if err != nil {
@@ -139,20 +155,41 @@ func StartTemporal(ctx context.Context, opts TemporalOptions) (_ *Temporal, retE
 		return nil, err
 	}
 
+	creds := insecure.NewCredentials()
+	if !opts.Insecure {
+		if t.tls, err = loadOrCreateTLS(filepath.Join(opts.DataDir, tlsDirName), time.Now()); err != nil {
+			return nil, err
+		}
+		creds = credentials.NewTLS(t.tls.clientConfig())
+	}
+	var login *uiLogin
+	if uiLn != nil && !opts.Insecure {
+		path := filepath.Join(opts.DataDir, uiTokenFile)
+		token, err := loadOrCreateSecret(path)
+		if err != nil {
+			return nil, fmt.Errorf("temporal ui token: %w", err)
+		}
+		login = &uiLogin{token: token, tokenPath: path}
+	}
+
 	res.release()
 	slogger := newServerLogger(logger)
 	t.logger = slogger
-	if t.server, err = startServer(slogger,
+	serverOpts := []temporal.ServerOption{
 		temporal.WithConfig(serverConfig(dbPath, frontendBind, t.addr, ports)),
 		temporal.ForServices(temporal.DefaultServices),
 		temporal.WithStaticHosts(staticHosts(t.addr, ports)),
 		temporal.WithLogger(slogger),
 		temporal.WithDynamicConfigClient(dynamicConfig()),
-	); err != nil {
+	}
+	if t.tls != nil {
+		serverOpts = append(serverOpts, temporal.WithTLSConfigFactory(t.tls.provider()))
+	}
+	if t.server, err = startServer(slogger, serverOpts...); err != nil {
 		return nil, err
 	}
 
-	if t.conn, err = grpc.NewClient(t.addr, grpc.WithTransportCredentials(insecure.NewCredentials())); err != nil {
+	if t.conn, err = grpc.NewClient(t.addr, grpc.WithTransportCredentials(creds)); err != nil {
 		return nil, fmt.Errorf("dial temporal frontend: %w", err)
 	}
 	readyCtx := ctx
@@ -165,11 +202,14 @@ func StartTemporal(ctx context.Context, opts TemporalOptions) (_ *Temporal, retE
 		return nil, err
 	}
 
-	if uiPort != NoUI {
-		uiRes.release()
-		if t.ui, err = startUI(readyCtx, uiPort, t.addr, opts.Namespace); err != nil {
+	if uiLn != nil {
+		ui, err := startUI(readyCtx, uiOptions{
+			listener: uiLn, frontendAddr: t.addr, namespace: opts.Namespace, tls: t.tls, login: login,
+		})
+		if err != nil {
 			return nil, err
 		}
+		t.ui = ui
 	}
 	return t, nil
 }
@@ -201,6 +241,9 @@ func (o TemporalOptions) withDefaults() (TemporalOptions, error) {
 	}
 	if o.UIPort < NoUI || o.UIPort > 65535 {
 		return o, fmt.Errorf("start temporal: ui port %d out of range", o.UIPort)
+	}
+	if o.Insecure && !isLoopback(o.Host) {
+		return o, fmt.Errorf("start temporal: an insecure frontend must listen on loopback, not %s", o.Host)
 	}
 	return o, nil
 }
@@ -256,6 +299,25 @@ func startServer(l *serverLogger, opts ...temporal.ServerOption) (srv temporal.S
 
 // Address returns the frontend's host:port for SDK clients.
 func (t *Temporal) Address() string { return t.addr }
+
+// ClientConfig is how a client outside this package dials the frontend: its address and
+// namespace and, unless Insecure, the CA, client certificate and server name to use.
+func (t *Temporal) ClientConfig() config.Temporal {
+	c := config.Temporal{Address: t.addr, Namespace: t.opts.Namespace}
+	if t.tls != nil {
+		c.TLSCAPath, c.TLSCertPath, c.TLSKeyPath = t.tls.CAPath(), t.tls.ClientCertPath(), t.tls.ClientKeyPath()
+		c.TLSServerName = TemporalServerName
+	}
+	return c
+}
+
+// UITokenPath is the file holding the Web UI's login token, or "" when the UI asks for none.
+func (t *Temporal) UITokenPath() string {
+	if t.ui == nil || t.tls == nil {
+		return ""
+	}
+	return filepath.Join(t.opts.DataDir, uiTokenFile)
+}
 
 // Namespace returns the namespace registered at start.
 func (t *Temporal) Namespace() string { return t.opts.Namespace }

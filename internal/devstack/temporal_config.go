@@ -84,6 +84,12 @@ func bindIP(host string) (bind, dial string, err error) {
 	return ip.String(), ip.String(), nil
 }
 
+// isLoopback reports whether host (an IP or "localhost") is reachable from this machine only.
+func isLoopback(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "localhost" || ip != nil && ip.IsLoopback()
+}
+
 // serverConfig is the static configuration of the embedded server: SQLite persistence, no
 // archival, no metrics or pprof listeners, and services bound where ports says.
 func serverConfig(dbPath, frontendBind, frontendAddr string, ports servicePorts) *config.Config {

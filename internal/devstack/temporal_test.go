@@ -20,11 +20,12 @@ import (
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
-	sdklog "go.temporal.io/sdk/log"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
 	servertemporal "go.temporal.io/server/temporal"
+
+	"github.com/loomhand/cocoonbox/internal/tclient"
 )
 
 // The search attributes cocoonbox registers; the test uses the same set.
@@ -73,13 +74,15 @@ func dumpLog(t *testing.T, dir string) {
 	t.Logf("temporal.log tail:\n%s", b)
 }
 
+// dialTest dials tp as the dev stack's own clients do, with the client certificate from its
+// data dir.
 func dialTest(t *testing.T, tp *Temporal) client.Client {
 	t.Helper()
-	c, err := client.Dial(client.Options{
-		HostPort:  tp.Address(),
-		Namespace: tp.Namespace(),
-		Logger:    sdklog.NewStructuredLogger(slog.New(slog.DiscardHandler)),
-	})
+	opts, err := tclient.Options(tp.ClientConfig(), slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.Dial(opts)
 	if err != nil {
 		t.Fatalf("dial temporal: %v", err)
 	}
@@ -132,8 +135,9 @@ func TestTemporalRunsWorkflowAndKeepsStateAcrossRestart(t *testing.T) {
 		}
 	}
 
+	ui := uiSession(ctx, t, tp)
 	for _, path := range []string{"/", "/api/v1/namespaces/" + tp.Namespace()} {
-		if code := httpStatus(ctx, t, tp.UIURL()+path); code != http.StatusOK {
+		if code := httpStatus(ctx, t, ui, tp.UIURL()+path); code != http.StatusOK {
 			t.Errorf("GET ui %s = %d, want 200", path, code)
 		}
 	}
@@ -330,13 +334,13 @@ func TestVersionStamp(t *testing.T) {
 	}
 }
 
-func httpStatus(ctx context.Context, t *testing.T, url string) int {
+func httpStatus(ctx context.Context, t *testing.T, c *http.Client, url string) int {
 	t.Helper()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := c.Do(req)
 	if err != nil {
 		t.Fatalf("GET %s: %v", url, err)
 	}

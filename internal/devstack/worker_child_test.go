@@ -58,7 +58,7 @@ func runChildWorker(in io.Reader) error {
 func workerConfig(d *devstack.Dev) config.Worker {
 	cfg := config.DefaultWorker(config.MapEnv(nil))
 	cfg.Home = d.Home()
-	cfg.Temporal.Address = d.URLs().Temporal
+	cfg.Temporal = d.TemporalClient()
 	cfg.Postgres.URL = devstack.DatabaseURL(d)
 	cfg.Sandbox.URL, cfg.Sandbox.Token = d.Sandbox()
 	cfg.S3 = d.S3()
