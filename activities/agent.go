@@ -36,18 +36,23 @@ const AgentPort = 7070
 // re-reads it when it changes.
 const AgentCredentialPath = "/run/cocoonbox/agent-credential"
 
-// MinAgentVersion is the oldest in-box agent whose protocol agent runs rely on: SetDesktopLease
-// (0.6.1), model links (0.5.0), the refusal of desktop input (0.3.0). A box keeps the agent of
-// the image it was created from, so a step on an older one is refused with the reason rather
-// than run by an agent that would ignore what it does not know (a refusal of desktop input).
-const MinAgentVersion = "0.6.1"
+// MinAgentVersion is the oldest in-box agent whose protocol agent runs rely on: keyless model
+// calls in plain HTTP over the links (0.8.0; an older agent would send its calls in TLS the
+// worker no longer pipes), SetDesktopLease (0.6.1), the refusal of desktop input (0.3.0). A box
+// keeps the agent of the image it was created from, so a step on an older one is refused with
+// the reason rather than run by an agent that would ignore what it does not know.
+const MinAgentVersion = "0.8.0"
 
-// AgentRunStore is the part of the database agent runs write: the run's state and its steps,
-// with the conversation each step left.
+// AgentRunStore is the part of the database agent runs use: the run's state and its steps, with
+// the conversation each step left, and what authorizes a step: the run's row, its box and the
+// starter's share of it.
 type AgentRunStore interface {
 	SetAgentRunState(ctx context.Context, id string, state cocoonbox.AgentRunState, reason string) error
 	AppendAgentStep(ctx context.Context, s store.NewAgentStep) error
 	AgentConversation(ctx context.Context, run string, step int) ([]byte, error)
+	AgentRunByID(ctx context.Context, id string) (store.AgentRun, error)
+	BoxByID(ctx context.Context, id cocoonbox.BoxID) (store.Box, error)
+	ShareRole(ctx context.Context, boxID cocoonbox.BoxID, userID string) (cocoonbox.Role, error)
 }
 
 // SecretOpener opens an owner's vault secret in clear (internal/vault.Vault).
@@ -56,20 +61,24 @@ type SecretOpener interface {
 }
 
 // Agent holds the activities of the agent run workflow: one step of the in-box agent, and the
-// run's state. Model keys and the box credential are resolved here and never leave the activity.
+// run's state. Model keys and the box credential are resolved here and never leave the worker:
+// the key is added to the box's model calls on their way to the gateway (see Gateway).
 type Agent struct {
 	Sandbox sandbox.Client
 	Tokens  TokenStore
 	Runs    AgentRunStore
 	Vault   SecretOpener
+	// Gateway returns the operator's model gateway, read at each step: the worker's
+	// configuration, never a workflow's input.
+	Gateway func() Gateway
 	// Credentials derives a box's agent credential (see AgentCredential).
 	Credentials func(boxID cocoonbox.BoxID) (string, error)
 	// Wake brings the box up through its workflow's wake update (a no-op for a running box), so a
 	// step finds a sandbox even after the box hibernated or lost its node, and returns the
 	// desktop's control lease. nil skips it.
 	Wake func(ctx context.Context, boxID cocoonbox.BoxID) (BoxLease, error)
-	// DialGateway dials the model gateway for the box's model links (the box has no network);
-	// nil means a net.Dialer with a 10 s timeout. Only the step's base URL host is dialed.
+	// DialGateway dials the model gateway for the box's model calls (the box has no network);
+	// nil means a net.Dialer with a 10 s timeout. Only the Gateway's host is dialed.
 	DialGateway func(ctx context.Context, network, addr string) (net.Conn, error)
 
 	written sync.Map // sandbox ID → credential known to be in that sandbox
@@ -98,20 +107,21 @@ type BoxLease struct {
 	Seq        int64
 }
 
-// StepInput is one step of a run: everything but the key and the conversation, which the
-// activity loads itself (KeySecret from the vault, the conversation from step Step-1's row).
+// StepInput is one step of a run. It carries no authority: the gateway, its protocol and the
+// key's secret are the worker's Gateway, and whom the run acts for is its row in the database,
+// which the step checks against the input before it opens a secret. The conversation is loaded
+// from step Step-1's row.
 type StepInput struct {
-	RunID     string
-	BoxID     cocoonbox.BoxID
-	Owner     string
-	Step      int // from 1
-	Provider  string
-	BaseURL   string
-	Model     string
-	KeySecret string
-	System    string
-	Task      string
-	Message   string // a user message for this step; "" for none
+	RunID string
+	BoxID cocoonbox.BoxID
+	// Owner is the run's starter as the workflow was told; the run's row must say the same.
+	Owner string
+	Step  int    // from 1
+	Model string // must be the run's row's model
+	// System and Task are the run's prompts.
+	System  string
+	Task    string
+	Message string // a user message for this step; "" for none
 	// FreshScreenshot has the agent look at the desktop before the model turn (the first step
 	// after a person handed the desktop back).
 	FreshScreenshot bool
@@ -150,9 +160,17 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 	if err := in.BoxID.Validate(); err != nil {
 		return StepResult{}, classify(err)
 	}
-	gateway, err := gatewayAddr(in.BaseURL)
+	var gw Gateway
+	if a.Gateway != nil {
+		gw = a.Gateway()
+	}
+	if _, err := gw.route(""); err != nil {
+		return StepResult{}, newError(ErrTypeInvalidArgument, fmt.Errorf("the worker's agent configuration: %w", err))
+	}
+	// Nothing is woken, read or opened for a run the database does not confirm.
+	run, err := a.authorizeRun(ctx, in, gw)
 	if err != nil {
-		return StepResult{}, newError(ErrTypeInvalidArgument, err)
+		return StepResult{}, err
 	}
 	var lease BoxLease
 	if a.Wake != nil {
@@ -178,13 +196,17 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 		}
 	}
 	var key string
-	if in.KeySecret != "" {
-		if key, err = a.Vault.Open(ctx, in.Owner, in.KeySecret); err != nil {
+	if gw.KeySecret != "" {
+		if key, err = a.Vault.Open(ctx, run.Owner, gw.KeySecret); err != nil {
 			if errors.Is(err, store.ErrNotFound) {
-				return StepResult{}, newError(ErrTypeInvalidArgument, fmt.Errorf("model key: no secret called %s", in.KeySecret))
+				return StepResult{}, newError(ErrTypeInvalidArgument, fmt.Errorf("model key: no secret called %s", gw.KeySecret))
 			}
-			return StepResult{}, classify(fmt.Errorf("open model key %s: %w", in.KeySecret, err))
+			return StepResult{}, classify(fmt.Errorf("open model key %s: %w", gw.KeySecret, err))
 		}
+	}
+	rt, err := gw.route(key)
+	if err != nil {
+		return StepResult{}, newError(ErrTypeInvalidArgument, fmt.Errorf("the worker's agent configuration: %w", err))
 	}
 	cred, err := a.Credentials(in.BoxID)
 	if err != nil {
@@ -197,8 +219,9 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 		return StepResult{}, err
 	}
 	req := &agentvmv1.StepRequest{
-		RunId: in.RunID, Step: int32(in.Step), Provider: in.Provider, BaseUrl: in.BaseURL, Model: in.Model,
-		ApiKey: key, System: in.System, Task: in.Task, Messages: conv, Message: in.Message,
+		// The agent's model client speaks plain HTTP to the links; the key is added on the way out.
+		RunId: in.RunID, Step: int32(in.Step), Provider: gw.Provider, BaseUrl: rt.boxBase, Model: run.Model,
+		System: in.System, Task: in.Task, Messages: conv, Message: in.Message,
 		// While a person drives the desktop the agent's desktop actions are refused, not raced.
 		DesktopInputRefused: lease.Controller != "",
 		LeaseSeq:            lease.Seq,
@@ -206,7 +229,7 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 	}
 	resp, err := whileHeartbeating(ctx, func(ctx context.Context) (*agentvmv1.StepResponse, error) {
 		// The box has no network: its model calls go over the links kept open meanwhile.
-		defer a.keepLinks(ctx, ref, cred, in.RunID, in.Step, gateway)()
+		defer a.keepLinks(ctx, ref, cred, in.RunID, in.Step, rt)()
 		return a.callStep(ctx, ref, cred, req)
 	})
 	if err != nil {
@@ -218,6 +241,52 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 	return StepResult{Done: resp.GetDone(), Text: cut(resp.GetText(), maxStepText),
 		ToolCalls: len(resp.GetToolCalls()), Replayed: resp.GetReplayed(),
 		DesktopRefused: resp.GetDesktopRefused(), Controller: lease.Controller}, nil
+}
+
+// authorizeRun returns the run's row once the database confirms the step may act for it: the
+// run exists, on this box, started by the input's owner, who still holds driver on the box (its
+// owner, or an active driver or admin share), with a model the gateway allows. A refusal is
+// permanent and says why; it comes before anything is woken or opened.
+func (a *Agent) authorizeRun(ctx context.Context, in StepInput, gw Gateway) (store.AgentRun, error) {
+	refuse := func(format string, args ...any) error {
+		return classify(cocoonbox.Errorf(cocoonbox.EForbidden, "run %s refused: "+format, append([]any{in.RunID}, args...)...))
+	}
+	run, err := a.Runs.AgentRunByID(ctx, in.RunID)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+		return store.AgentRun{}, refuse("no such run was started through the API")
+	case err != nil:
+		return store.AgentRun{}, classify(fmt.Errorf("read run %s: %w", in.RunID, err))
+	case run.BoxID != in.BoxID:
+		return store.AgentRun{}, refuse("it runs on box %s, not %s", run.BoxID, in.BoxID)
+	case run.Owner != in.Owner:
+		return store.AgentRun{}, refuse("it was started by %s, not %s", run.Owner, in.Owner)
+	case in.Model != "" && in.Model != run.Model:
+		return store.AgentRun{}, refuse("it was started with model %q, not %q", run.Model, in.Model)
+	case !gw.allows(run.Model):
+		return store.AgentRun{}, refuse("model %q is not among the gateway's models", run.Model)
+	}
+	box, err := a.Runs.BoxByID(ctx, run.BoxID)
+	switch {
+	case errors.Is(err, store.ErrNotFound) || (err == nil && box.DeletedAt != nil):
+		return store.AgentRun{}, refuse("box %s is gone", run.BoxID)
+	case err != nil:
+		return store.AgentRun{}, classify(fmt.Errorf("read box %s: %w", run.BoxID, err))
+	}
+	role := cocoonbox.RoleOwner
+	if box.Owner != run.Owner {
+		role, err = a.Runs.ShareRole(ctx, run.BoxID, run.Owner)
+		switch {
+		case errors.Is(err, store.ErrNotFound):
+			return store.AgentRun{}, refuse("its starter %s no longer has a share of box %s", run.Owner, run.BoxID)
+		case err != nil:
+			return store.AgentRun{}, classify(fmt.Errorf("read share of box %s: %w", run.BoxID, err))
+		}
+	}
+	if !role.Allows(cocoonbox.RoleDriver) {
+		return store.AgentRun{}, refuse("its starter %s holds %s on box %s; runs need %s", run.Owner, role, run.BoxID, cocoonbox.RoleDriver)
+	}
+	return run, nil
 }
 
 // SetRunState records the run's state.

@@ -159,8 +159,20 @@ func (fakeTokens) SandboxToken(context.Context, string) (string, string, error) 
 	return "sb_1", "tok", nil
 }
 
+// fakeRuns is a database in which every run is usr_a's with model m on agentBox, which usr_a
+// owns; the refusals are tested against the real store (agentauth_test.go).
 type fakeRuns struct {
 	steps map[int]store.NewAgentStep
+}
+
+func (f *fakeRuns) AgentRunByID(_ context.Context, id string) (store.AgentRun, error) {
+	return store.AgentRun{AgentRun: cocoonbox.AgentRun{ID: id, BoxID: agentBox, Owner: "usr_a", Model: "m"}}, nil
+}
+func (f *fakeRuns) BoxByID(_ context.Context, id cocoonbox.BoxID) (store.Box, error) {
+	return store.Box{Box: cocoonbox.Box{ID: id, Owner: "usr_a"}}, nil
+}
+func (f *fakeRuns) ShareRole(context.Context, cocoonbox.BoxID, string) (cocoonbox.Role, error) {
+	return "", store.ErrNotFound
 }
 
 func (f *fakeRuns) SetAgentRunState(context.Context, string, cocoonbox.AgentRunState, string) error {
@@ -202,6 +214,9 @@ func newAgentFixture(t *testing.T) (*Agent, *fakeAgent, *fakeBox, *fakeRuns) {
 	woke := 0
 	a := &Agent{
 		Sandbox: box, Tokens: fakeTokens{}, Runs: runs, Vault: fakeVault{"usr_a/OPENAI_KEY": "sk-secret"},
+		Gateway: func() Gateway {
+			return Gateway{Provider: ProviderOpenAI, BaseURL: "http://gw.test/v1", KeySecret: "OPENAI_KEY"}
+		},
 		Credentials: func(id cocoonbox.BoxID) (string, error) { return AgentCredential([]byte("key"), id), nil },
 		Wake:        func(context.Context, cocoonbox.BoxID) (BoxLease, error) { woke++; return BoxLease{}, nil },
 	}
@@ -211,8 +226,7 @@ func newAgentFixture(t *testing.T) (*Agent, *fakeAgent, *fakeBox, *fakeRuns) {
 func TestAgentStep(t *testing.T) {
 	ctx := context.Background()
 	a, agent, box, runs := newAgentFixture(t)
-	in := StepInput{RunID: "run_1", BoxID: agentBox, Owner: "usr_a", Step: 1, Provider: "openai", BaseURL: "http://gw.test",
-		Model: "m", KeySecret: "OPENAI_KEY", Task: "do it"}
+	in := StepInput{RunID: "run_1", BoxID: agentBox, Owner: "usr_a", Step: 1, Model: "m", Task: "do it"}
 	res, err := a.Step(ctx, in)
 	if err != nil {
 		t.Fatal(err)
@@ -232,8 +246,12 @@ func TestAgentStep(t *testing.T) {
 		t.Fatalf("agent saw %d steps", len(agent.reqs))
 	}
 	r1, r2 := agent.reqs[0], agent.reqs[1]
-	if r1.GetApiKey() != "sk-secret" || r1.GetRunId() != "run_1" || len(r1.GetMessages()) != 0 || r1.GetTask() != "do it" {
+	if r1.GetRunId() != "run_1" || len(r1.GetMessages()) != 0 || r1.GetTask() != "do it" ||
+		r1.GetProvider() != "openai" || r1.GetBaseUrl() != "http://"+boxGatewayHost+"/v1" {
 		t.Errorf("step 1 request %v", r1)
+	}
+	if strings.Contains(r1.String(), "sk-secret") || strings.Contains(r1.String(), "gw.test") {
+		t.Errorf("step 1 request carries the key or the gateway: %v", r1)
 	}
 	if r2.GetLeaseSeq() != 3 {
 		t.Errorf("step 2's lease sequence %d, want the box's 3", r2.GetLeaseSeq())
@@ -267,7 +285,7 @@ func TestTheBuiltAgentIsCurrent(t *testing.T) {
 // TestAgentStepRefusesAnOldAgent: a box whose agent predates the protocol agent runs rely on
 // (its image is older) is refused before any step reaches it, with both versions named.
 func TestAgentStepRefusesAnOldAgent(t *testing.T) {
-	in := StepInput{RunID: "run_1", BoxID: agentBox, Owner: "usr_a", Step: 1, Provider: "openai", BaseURL: "http://gw.test", Model: "m", Task: "do it"}
+	in := StepInput{RunID: "run_1", BoxID: agentBox, Owner: "usr_a", Step: 1, Model: "m", Task: "do it"}
 	for _, v := range []string{"0.6.0", "0.5.9", "", "dev"} {
 		a, agent, _, _ := newAgentFixture(t)
 		agent.info.version = v
@@ -293,12 +311,18 @@ func TestAgentStepRefusesAnOldAgent(t *testing.T) {
 func TestAgentStepErrors(t *testing.T) {
 	ctx := context.Background()
 	a, agent, _, _ := newAgentFixture(t)
-	in := StepInput{RunID: "run_1", BoxID: agentBox, Owner: "usr_a", Step: 1, Provider: "openai", BaseURL: "http://gw.test", Model: "m", KeySecret: "NOPE"}
+	in := StepInput{RunID: "run_1", BoxID: agentBox, Owner: "usr_a", Step: 1, Model: "m"}
+	gateway := a.Gateway
+	a.Gateway = func() Gateway { g := gateway(); g.KeySecret = "NOPE"; return g }
 	var app *temporal.ApplicationError
 	if _, err := a.Step(ctx, in); !errors.As(err, &app) || app.Type() != ErrTypeInvalidArgument || !strings.Contains(err.Error(), "NOPE") {
 		t.Errorf("missing key secret: %v", err)
 	}
-	in.KeySecret = "OPENAI_KEY"
+	a.Gateway = func() Gateway { g := gateway(); g.BaseURL = "file:///etc/passwd"; return g }
+	if _, err := a.Step(ctx, in); !errors.As(err, &app) || app.Type() != ErrTypeInvalidArgument || !strings.Contains(err.Error(), "base_url") {
+		t.Errorf("bad gateway base URL: %v", err)
+	}
+	a.Gateway = gateway
 	agent.fail = status.Error(codes.InvalidArgument, "model: 401 invalid api key")
 	if _, err := a.Step(ctx, in); !errors.As(err, &app) || !app.NonRetryable() || !strings.Contains(err.Error(), "invalid api key") {
 		t.Errorf("model 4xx: %v", err)

@@ -1,12 +1,13 @@
 package activities
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/url"
+	"net/http"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,48 +35,23 @@ const (
 	// linkBackoff and maxLinkBackoff pace the reopening of links that failed.
 	linkBackoff    = 100 * time.Millisecond
 	maxLinkBackoff = 5 * time.Second
-	// maxGatewayPipes bounds a step's links that are idle or piped to the gateway. The box's
-	// root can make every link busy at once; without a bound the worker would open links,
-	// goroutines and gateway connections for it until the step ends. An honest model client
-	// uses one or two at a time, so the idle links stay ready.
+	// maxGatewayPipes bounds a step's links that are idle or carrying a request to the gateway.
+	// The box's root can make every link busy at once; without a bound the worker would open
+	// links, goroutines and gateway connections for it until the step ends. An honest model
+	// client uses one or two at a time, so the idle links stay ready.
 	maxGatewayPipes = 8
 	// gatewayDialTimeout bounds the default gateway dial.
 	gatewayDialTimeout = 10 * time.Second
 )
 
-// gatewayAddr is the host:port model links are piped to: the host of the step's base URL, on
-// its port or the scheme's. The base URL comes from operator config, so this is the only
-// address a link ever reaches.
-func gatewayAddr(baseURL string) (string, error) {
-	u, err := url.Parse(baseURL)
-	if err != nil {
-		return "", errors.New("base_url is not a URL")
-	}
-	port := ""
-	switch u.Scheme {
-	case "https":
-		port = "443"
-	case "http":
-		port = "80"
-	default:
-		return "", fmt.Errorf("base_url scheme must be http or https, not %q", u.Scheme)
-	}
-	if u.Hostname() == "" {
-		return "", errors.New("base_url has no host")
-	}
-	if p := u.Port(); p != "" {
-		port = p
-	}
-	return net.JoinHostPort(u.Hostname(), port), nil
-}
-
-// modelLinks keeps idle model links open to a box's agent for one step, and pipes each link the
-// agent starts using to the gateway.
+// modelLinks keeps idle model links open to a box's agent for one step, and answers the request
+// on each link the agent starts using (serve).
 type modelLinks struct {
 	a        *Agent
 	ref      sandbox.SandboxRef
 	preamble string // holds the credential: never logged
-	gateway  string
+	route    route  // holds the key: never logged
+	client   *http.Client
 	log      log.Logger
 
 	// slots holds one token per idle link or pipe, so at most maxGatewayPipes of them are
@@ -92,10 +68,11 @@ type modelLinks struct {
 // keepLinks opens model links for the step until the returned stop, which closes them all and
 // waits for their goroutines. Its failures are logged, never the step's: without links the
 // agent's model call fails and says so.
-func (a *Agent) keepLinks(ctx context.Context, ref sandbox.SandboxRef, cred, runID string, step int, gateway string) (stop func()) {
+func (a *Agent) keepLinks(ctx context.Context, ref sandbox.SandboxRef, cred, runID string, step int, rt route) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
+	client, tr := newGatewayClient(a.dialGateway)
 	m := &modelLinks{
-		a: a, ref: ref, gateway: gateway, log: logger(ctx), open: map[net.Conn]struct{}{},
+		a: a, ref: ref, route: rt, client: client, log: logger(ctx), open: map[net.Conn]struct{}{},
 		slots:    make(chan struct{}, maxGatewayPipes),
 		preamble: fmt.Sprintf("%s %s %s %d\n", agentLinkProtocol, cred, runID, step),
 	}
@@ -111,6 +88,7 @@ func (a *Agent) keepLinks(ctx context.Context, ref sandbox.SandboxRef, cred, run
 		}
 		m.mu.Unlock()
 		m.wg.Wait()
+		tr.CloseIdleConnections()
 	}
 }
 
@@ -134,15 +112,15 @@ func (m *modelLinks) close(c net.Conn) {
 	_ = c.Close()
 }
 
-// keep holds one idle link open: when the agent starts using it, it is piped to the gateway and
-// another takes its place.
+// keep holds one idle link open: when the agent starts using it, its request is served and
+// another link takes its place.
 func (m *modelLinks) keep(ctx context.Context) {
 	backoff := linkBackoff
 	for ctx.Err() == nil {
 		if !m.acquire(ctx) {
 			return
 		}
-		link, first, err := m.idle(ctx)
+		link, br, err := m.idle(ctx)
 		if err != nil {
 			m.release()
 			if ctx.Err() != nil {
@@ -165,7 +143,7 @@ func (m *modelLinks) keep(ctx context.Context) {
 		backoff = linkBackoff
 		m.wg.Go(func() {
 			defer m.release()
-			m.pipe(ctx, link, first)
+			m.serve(ctx, link, br)
 		})
 	}
 }
@@ -196,8 +174,8 @@ func (m *modelLinks) release() { <-m.slots }
 // errLinkUnused is an idle link the agent closed: its step ended, or it waited too long.
 var errLinkUnused = errors.New("agent closed an unused link")
 
-// idle opens a link and waits until the agent sends its first bytes.
-func (m *modelLinks) idle(ctx context.Context) (sandbox.Conn, []byte, error) {
+// idle opens a link and waits until the agent sends its first byte.
+func (m *modelLinks) idle(ctx context.Context) (sandbox.Conn, *bufio.Reader, error) {
 	link, err := m.a.Sandbox.DialPort(ctx, m.ref, AgentLinkPort)
 	if err != nil {
 		return nil, nil, fmt.Errorf("dial agent link: %w", err)
@@ -209,16 +187,15 @@ func (m *modelLinks) idle(ctx context.Context) (sandbox.Conn, []byte, error) {
 		m.close(link)
 		return nil, nil, err
 	}
-	buf := make([]byte, 32<<10)
-	n, err := link.Read(buf)
-	if n == 0 {
+	br := bufio.NewReaderSize(link, 4<<10)
+	if _, err := br.Peek(1); err != nil {
 		m.close(link)
-		if err == nil || errors.Is(err, io.EOF) {
+		if errors.Is(err, io.EOF) {
 			err = errLinkUnused
 		}
 		return nil, nil, fmt.Errorf("wait for agent: %w", err)
 	}
-	return link, buf[:n], nil
+	return link, br, nil
 }
 
 // handshake sends the link's first line and reads the agent's answer.
@@ -249,42 +226,6 @@ func (m *modelLinks) handshake(link net.Conn) error {
 		return fmt.Errorf("agent answered link with %q", answer)
 	}
 	return nil
-}
-
-// pipe dials the gateway for a link the agent started using and copies both ways, each
-// direction's end passed on as a half-close.
-func (m *modelLinks) pipe(ctx context.Context, link sandbox.Conn, first []byte) {
-	defer m.close(link)
-	gw, err := m.a.dialGateway(ctx, "tcp", m.gateway)
-	if err != nil {
-		// The agent's model call sees its connection close, and retries.
-		m.log.Warn("dial model gateway", "sandbox", m.ref.ID, "gateway", m.gateway, "error", err.Error())
-		return
-	}
-	if !m.track(gw) {
-		return
-	}
-	defer m.close(gw)
-	if _, err := gw.Write(first); err != nil {
-		return
-	}
-	var wg sync.WaitGroup
-	wg.Go(func() {
-		_, _ = io.Copy(gw, link)
-		closeWrite(gw)
-	})
-	_, _ = io.Copy(link, gw)
-	_ = link.CloseWrite()
-	wg.Wait()
-}
-
-// closeWrite half-closes c when it can, else closes it.
-func closeWrite(c net.Conn) {
-	if cw, ok := c.(interface{ CloseWrite() error }); ok {
-		_ = cw.CloseWrite()
-		return
-	}
-	_ = c.Close()
 }
 
 // dialGateway is DialGateway or a net.Dialer with a timeout.

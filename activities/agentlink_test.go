@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -31,23 +32,35 @@ func TestAgentLinkMatchesTheAgent(t *testing.T) {
 	if AgentLinkPort != agentvm.LinkPort || agentLinkProtocol != agentvm.LinkProtocol {
 		t.Fatalf("activities speaks %s on %d, the agent %s on %d", agentLinkProtocol, AgentLinkPort, agentvm.LinkProtocol, agentvm.LinkPort)
 	}
+	if ProviderOpenAI != agentvm.ProviderOpenAI || ProviderAnthropic != agentvm.ProviderAnthropic {
+		t.Fatalf("activities names the providers %s and %s, the agent %s and %s", ProviderOpenAI, ProviderAnthropic, agentvm.ProviderOpenAI, agentvm.ProviderAnthropic)
+	}
 }
 
-func TestGatewayAddr(t *testing.T) {
-	for in, want := range map[string]string{
-		"https://api.openai.com/v1":    "api.openai.com:443",
-		"http://gw.internal/v1":        "gw.internal:80",
-		"http://127.0.0.1:8080":        "127.0.0.1:8080",
-		"https://[::1]:8443/anthropic": "[::1]:8443",
+func TestGatewayRoute(t *testing.T) {
+	for _, tc := range []struct {
+		g                     Gateway
+		boxBase, path, target string
+	}{
+		{Gateway{Provider: ProviderOpenAI, BaseURL: "https://api.openai.com/v1"},
+			"http://" + boxGatewayHost + "/v1", "/v1/chat/completions", "https://api.openai.com/v1/chat/completions"},
+		{Gateway{Provider: ProviderAnthropic, BaseURL: "https://api.anthropic.com"},
+			"http://" + boxGatewayHost, "/v1/messages", "https://api.anthropic.com/v1/messages"},
+		{Gateway{Provider: ProviderAnthropic, BaseURL: "http://127.0.0.1:8080/anthropic/"},
+			"http://" + boxGatewayHost + "/anthropic", "/anthropic/v1/messages", "http://127.0.0.1:8080/anthropic/v1/messages"},
 	} {
-		if got, err := gatewayAddr(in); err != nil || got != want {
-			t.Errorf("gatewayAddr(%q) = %q, %v; want %q", in, got, err, want)
+		r, err := tc.g.route("k")
+		if err != nil || r.boxBase != tc.boxBase || r.path != tc.path || r.target != tc.target {
+			t.Errorf("route(%+v) = %+v, %v; want %s %s %s", tc.g, r, err, tc.boxBase, tc.path, tc.target)
 		}
 	}
-	for _, in := range []string{"", "ftp://gw/v1", "https:///v1", "gw:443", "http://%zz"} {
-		if got, err := gatewayAddr(in); err == nil || !strings.Contains(err.Error(), "base_url") {
-			t.Errorf("gatewayAddr(%q) = %q, %v; want an error naming base_url", in, got, err)
+	for _, base := range []string{"", "ftp://gw/v1", "https:///v1", "gw:443", "http://%zz", "https://gw/v1?k=1", "https://u:p@gw/v1"} {
+		if r, err := (Gateway{Provider: ProviderOpenAI, BaseURL: base}).route("k"); err == nil || !strings.Contains(err.Error(), "base_url") {
+			t.Errorf("route(%q) = %+v, %v; want an error naming base_url", base, r, err)
 		}
+	}
+	if _, err := (Gateway{Provider: "gemini", BaseURL: "https://gw/v1"}).route("k"); err == nil || !strings.Contains(err.Error(), "provider") {
+		t.Errorf("route of provider gemini: %v; want an error naming the provider", err)
 	}
 }
 
@@ -68,13 +81,27 @@ type linkBox struct {
 	mu    sync.Mutex
 	open  map[int]int // box port → connections not yet closed
 	dials map[int]int
+	sent  map[int]*bytes.Buffer // box port → every byte the control plane sent to it
 }
 
-// trackedConn is a relay connection that tells its box when it closes.
+// trackedConn is a relay connection that tells its box when it closes, and what it wrote.
 type trackedConn struct {
 	*net.TCPConn
 	once    sync.Once
 	onClose func()
+	onWrite func([]byte)
+}
+
+func (c *trackedConn) Write(p []byte) (int, error) {
+	if c.onWrite != nil {
+		c.onWrite(p)
+	}
+	return c.TCPConn.Write(p)
+}
+
+// ReadFrom hides TCPConn's, which would bypass Write.
+func (c *trackedConn) ReadFrom(r io.Reader) (int64, error) {
+	return io.Copy(struct{ io.Writer }{c}, r)
 }
 
 func (c *trackedConn) Close() error {
@@ -100,7 +127,27 @@ func (b *linkBox) DialPort(ctx context.Context, sb sandbox.SandboxRef, port int)
 		b.mu.Lock()
 		b.open[port]--
 		b.mu.Unlock()
+	}, onWrite: func(p []byte) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.sent == nil {
+			b.sent = map[int]*bytes.Buffer{}
+		}
+		if b.sent[port] == nil {
+			b.sent[port] = &bytes.Buffer{}
+		}
+		b.sent[port].Write(p)
 	}}, nil
+}
+
+// sentTo returns every byte sent to the box's port so far.
+func (b *linkBox) sentTo(port int) []byte {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.sent[port] == nil {
+		return nil
+	}
+	return bytes.Clone(b.sent[port].Bytes())
 }
 
 func (b *linkBox) Exec(context.Context, sandbox.SandboxRef, sandbox.ExecRequest) (sandbox.ExecResult, error) {
@@ -147,11 +194,12 @@ func (g *gatewayDials) dial(ctx context.Context, network, addr string) (net.Conn
 }
 
 type linkFixture struct {
-	a    *Agent
-	box  *linkBox
-	gw   *gatewayDials
-	runs *fakeRuns
-	dir  string
+	a       *Agent
+	box     *linkBox
+	gw      *gatewayDials
+	runs    *fakeRuns
+	dir     string
+	gateway Gateway // what a.Gateway returns
 }
 
 // newLinkFixture runs a real agent whose model calls can only go over model links.
@@ -199,7 +247,18 @@ func newLinkFixture(t *testing.T) *linkFixture {
 		Credentials: func(id cocoonbox.BoxID) (string, error) { return AgentCredential([]byte("key"), id), nil },
 		DialGateway: gw.dial,
 	}
-	return &linkFixture{a: a, box: box, gw: gw, runs: runs, dir: dir}
+	f := &linkFixture{a: a, box: box, gw: gw, runs: runs, dir: dir}
+	a.Gateway = func() Gateway { return f.gateway }
+	return f
+}
+
+// useGateway points the fixture's worker at srv's endpoint for provider, with the key in
+// usr_a's MODEL_KEY secret.
+func (f *linkFixture) useGateway(srv *modeltest.Server, provider string) {
+	f.gateway = Gateway{Provider: provider, BaseURL: srv.OpenAIBaseURL(), KeySecret: "MODEL_KEY"}
+	if provider == ProviderAnthropic {
+		f.gateway.BaseURL = srv.AnthropicBaseURL()
+	}
 }
 
 // step runs a step and fails the test when it does not end soon: a step waiting on its links'
@@ -244,12 +303,8 @@ func TestAgentStepOverModelLinks(t *testing.T) {
 			srv := modeltest.NewServer(t, linkModelKey,
 				modeltest.Calls(modeltest.Call("write_file", `{"path":"out.txt","content":"hello\n"}`)),
 				modeltest.Reply("Wrote ", "it."))
-			base := srv.OpenAIBaseURL()
-			if provider == agentvm.ProviderAnthropic {
-				base = srv.AnthropicBaseURL()
-			}
-			in := StepInput{RunID: "run_1", BoxID: agentBox, Owner: "usr_a", Step: 1, Provider: provider,
-				BaseURL: base, Model: "m", KeySecret: "MODEL_KEY", Task: "write hello to out.txt"}
+			f.useGateway(srv, provider)
+			in := StepInput{RunID: "run_1", BoxID: agentBox, Owner: "usr_a", Step: 1, Model: "m", Task: "write hello to out.txt"}
 
 			res, err := f.step(t, in)
 			if err != nil {
@@ -284,12 +339,46 @@ func TestAgentStepOverModelLinks(t *testing.T) {
 	}
 }
 
+// TestAgentStepKeepsTheModelKeyOutOfTheBox: whatever a box runs, it never sees the user's model
+// key: no byte the control plane sends to the agent's ports carries it, while the gateway gets
+// it on every call.
+func TestAgentStepKeepsTheModelKeyOutOfTheBox(t *testing.T) {
+	for _, provider := range []string{agentvm.ProviderOpenAI, agentvm.ProviderAnthropic} {
+		t.Run(provider, func(t *testing.T) {
+			f := newLinkFixture(t)
+			srv := modeltest.NewServer(t, linkModelKey,
+				modeltest.Calls(modeltest.Call("write_file", `{"path":"out.txt","content":"hello\n"}`)),
+				modeltest.Reply("Wrote ", "it."))
+			f.useGateway(srv, provider)
+			in := StepInput{RunID: "run_1", BoxID: agentBox, Owner: "usr_a", Step: 1, Model: "m", Task: "write hello to out.txt"}
+			for step := 1; step <= 2; step++ {
+				in.Step = step
+				if _, err := f.step(t, in); err != nil {
+					t.Fatalf("step %d: %v", step, err)
+				}
+			}
+			if n := len(srv.Requests()); n != 2 {
+				t.Fatalf("the gateway saw %d requests, want 2", n)
+			}
+			for _, port := range []int{AgentPort, AgentLinkPort} {
+				sent := f.box.sentTo(port)
+				if len(sent) == 0 {
+					t.Errorf("nothing was sent to port %d: the tap sees nothing", port)
+				}
+				if i := bytes.Index(sent, []byte(linkModelKey)); i >= 0 {
+					t.Errorf("the model key was sent into the box on port %d: …%q…", port, sent[max(0, i-40):i+len(linkModelKey)])
+				}
+			}
+		})
+	}
+}
+
 func TestAgentLinkGatewayDownIsRetryable(t *testing.T) {
 	f := newLinkFixture(t)
 	f.gw.fail = errors.New("connect: connection refused")
 	srv := modeltest.NewServer(t, linkModelKey, modeltest.Reply("never"))
-	in := StepInput{RunID: "run_1", BoxID: agentBox, Owner: "usr_a", Step: 1, Provider: agentvm.ProviderOpenAI,
-		BaseURL: srv.OpenAIBaseURL(), Model: "m", KeySecret: "MODEL_KEY", Task: "t"}
+	f.useGateway(srv, ProviderOpenAI)
+	in := StepInput{RunID: "run_1", BoxID: agentBox, Owner: "usr_a", Step: 1, Model: "m", Task: "t"}
 	_, err := f.step(t, in)
 	var app *temporal.ApplicationError
 	if !errors.As(err, &app) || app.Type() != ErrTypeUnavailable || app.NonRetryable() {
@@ -324,23 +413,10 @@ func TestAgentLinkRefusesAWrongCredential(t *testing.T) {
 	}
 }
 
-func TestAgentStepRefusesABadBaseURL(t *testing.T) {
-	a, agent, _, _ := newAgentFixture(t)
-	in := StepInput{RunID: "run_1", BoxID: agentBox, Owner: "usr_a", Step: 1, Provider: "openai",
-		BaseURL: "file:///etc/passwd", Model: "m", KeySecret: "OPENAI_KEY", Task: "t"}
-	var app *temporal.ApplicationError
-	if _, err := a.Step(t.Context(), in); !errors.As(err, &app) || app.Type() != ErrTypeInvalidArgument || !strings.Contains(err.Error(), "base_url") {
-		t.Errorf("bad base URL: %v", err)
-	}
-	if len(agent.reqs) != 0 {
-		t.Errorf("the agent was called")
-	}
-}
-
 func TestAgentLinkStopClosesIdleLinks(t *testing.T) {
 	f := newLinkFixture(t)
 	ref := sandbox.SandboxRef{ID: "sb_1", Token: "tok"}
-	stop := f.a.keepLinks(t.Context(), ref, AgentCredential([]byte("key"), agentBox), "run_1", 1, "127.0.0.1:1")
+	stop := f.a.keepLinks(t.Context(), ref, AgentCredential([]byte("key"), agentBox), "run_1", 1, route{})
 	deadline := time.Now().Add(10 * time.Second)
 	for open, _ := f.box.counts(AgentLinkPort); open < idleLinks; open, _ = f.box.counts(AgentLinkPort) {
 		if time.Now().After(deadline) {
@@ -384,7 +460,8 @@ func listen(t *testing.T, serve func(net.Conn)) string {
 }
 
 func TestAgentLinkFloodIsBounded(t *testing.T) {
-	// The box's root replaced the agent: every link is accepted and used at once.
+	// The box's root replaced the agent: every link is accepted and used at once, for a
+	// request whose body never ends.
 	agent := listen(t, func(c net.Conn) {
 		b := make([]byte, 1)
 		for b[0] != '\n' {
@@ -392,7 +469,7 @@ func TestAgentLinkFloodIsBounded(t *testing.T) {
 				return
 			}
 		}
-		if _, err := io.WriteString(c, "OK\nx"); err != nil {
+		if _, err := io.WriteString(c, "OK\nPOST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 1000000\r\n\r\n{"); err != nil {
 			return
 		}
 		_, _ = io.Copy(io.Discard, c)
@@ -403,7 +480,7 @@ func TestAgentLinkFloodIsBounded(t *testing.T) {
 	gw := &gatewayDials{}
 	a := &Agent{Sandbox: box, DialGateway: gw.dial}
 	ref := sandbox.SandboxRef{ID: "sb_1", Token: "tok"}
-	stop := a.keepLinks(t.Context(), ref, "cred", "run_1", 1, gateway)
+	stop := a.keepLinks(t.Context(), ref, "cred", "run_1", 1, route{path: "/v1/chat/completions", target: "http://" + gateway + "/v1/chat/completions"})
 	defer stop()
 
 	peak := func() int {

@@ -19,9 +19,10 @@ import (
 //	COCOONBOX-LINK/1 <credential> <run_id> <step>\n
 //
 // answered "OK\n" (the link is queued for that step) or "ERR <reason>\n" (closed). The step's
-// model client then uses each queued link as a raw TCP connection to the gateway, speaking TLS
-// over it itself; the control plane dials the gateway when the first byte arrives and pipes the
-// two together.
+// model client then sends one plain HTTP/1.1 request on each link it takes, without a key: the
+// control plane checks it against the provider's one endpoint, adds the user's key and speaks
+// TLS to the gateway itself, and streams the answer back before closing the link. The key never
+// enters the box.
 
 // LinkPort is where the agent accepts model links on the box's loopback.
 const LinkPort = 7071
@@ -185,20 +186,15 @@ func (l *Links) closeAll() {
 }
 
 // client returns the HTTP client of one step's model calls: every connection it makes is a
-// link for that step, whatever address it asks for. TLS for an https base URL runs over the
-// link, so the gateway's certificate is checked in the box. Close idle connections when the
-// step ends.
+// link for that step, whatever address it asks for, carrying one plain HTTP/1.1 request (the
+// control plane closes a link after its answer). Close idle connections when the step ends.
 func (l *Links) client(runID string, step int32) (*http.Client, *http.Transport) {
 	tr := &http.Transport{
 		Proxy: nil,
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
 			return l.take(ctx, runID, step)
 		},
-		ForceAttemptHTTP2:     true,
-		MaxIdleConns:          4,
-		IdleConnTimeout:       90 * time.Second,
-		TLSHandshakeTimeout:   10 * time.Second,
-		ExpectContinueTimeout: time.Second,
+		DisableKeepAlives: true,
 	}
 	return &http.Client{Transport: tr}, tr
 }

@@ -67,18 +67,14 @@ func (l *Loop) desktopHeld() bool {
 	return l.lease.held
 }
 
-// NewProvider returns the adapter for a StepRequest's provider.
-// It calls through HTTPClient, never the links; Step makes its own.
-func (l *Loop) NewProvider(provider, baseURL, apiKey string) (model.Provider, error) {
-	return l.newProvider(provider, baseURL, apiKey, l.HTTPClient)
-}
-
-func (l *Loop) newProvider(provider, baseURL, apiKey string, hc *http.Client) (model.Provider, error) {
+// newProvider returns the adapter for a StepRequest's provider. It sends no key: the agent has
+// none, the control plane adds it to each call on its way to the gateway.
+func (l *Loop) newProvider(provider, baseURL string, hc *http.Client) (model.Provider, error) {
 	switch provider {
 	case ProviderOpenAI:
-		return model.NewOpenAI(baseURL, apiKey, hc, l.ModelOptions...), nil
+		return model.NewOpenAI(baseURL, "", hc, l.ModelOptions...), nil
 	case ProviderAnthropic:
-		return model.NewAnthropic(baseURL, apiKey, hc, l.ModelOptions...), nil
+		return model.NewAnthropic(baseURL, "", hc, l.ModelOptions...), nil
 	}
 	return nil, fmt.Errorf("provider must be %q or %q, not %q", ProviderOpenAI, ProviderAnthropic, provider)
 }
@@ -98,7 +94,7 @@ func (l *Loop) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1
 		defer tr.CloseIdleConnections()
 	}
 	l.SetDesktopHeld(req.GetDesktopInputRefused(), req.GetLeaseSeq())
-	provider, err := l.newProvider(req.GetProvider(), req.GetBaseUrl(), req.GetApiKey(), hc)
+	provider, err := l.newProvider(req.GetProvider(), req.GetBaseUrl(), hc)
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}

@@ -48,8 +48,6 @@ func validateRun(in AgentRunInput) error {
 		return cocoonbox.Invalid("task", "is required")
 	case in.Model == "":
 		return cocoonbox.Invalid("model", "is required")
-	case in.Provider != "openai" && in.Provider != "anthropic":
-		return cocoonbox.Invalid("provider", "must be openai or anthropic")
 	}
 	return in.BoxID.Validate()
 }
@@ -165,8 +163,7 @@ func (r *agentRun) loop(ctx workflow.Context, box string) (cocoonbox.AgentRunSta
 		r.cancelStep = cancel
 		var res activities.StepResult
 		err := workflow.ExecuteActivity(stepOptions(sctx), agentActs.Step, activities.StepInput{
-			RunID: r.in.RunID, BoxID: r.in.BoxID, Owner: r.in.Owner, Step: step,
-			Provider: r.in.Provider, BaseURL: r.in.BaseURL, Model: r.in.Model, KeySecret: r.in.KeySecret,
+			RunID: r.in.RunID, BoxID: r.in.BoxID, Owner: r.in.Owner, Step: step, Model: r.in.Model,
 			System: r.in.System, Task: r.in.Task, Message: msg, FreshScreenshot: look,
 		}).Get(sctx, &res)
 		r.cancelStep = nil

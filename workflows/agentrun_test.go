@@ -20,7 +20,7 @@ var agentAct = &activities.Agent{}
 
 func testRun() AgentRunInput {
 	return AgentRunInput{RunID: "run_1", BoxID: testBox, Owner: "usr_a", Task: "open the site",
-		Provider: "openai", BaseURL: "http://gw", Model: "m", KeySecret: "OPENAI_KEY", MaxSteps: 10}
+		Model: "m", MaxSteps: 10}
 }
 
 // runEnv is a test environment for agent runs, recording the pins and the states written.
@@ -111,7 +111,7 @@ func TestAgentRunToDone(t *testing.T) {
 	require.Len(t, e.inputs, 3)
 	for i, in := range e.inputs {
 		require.Equal(t, i+1, in.Step)
-		require.Equal(t, "OPENAI_KEY", in.KeySecret) // the name only; the key never enters a payload
+		require.Equal(t, "usr_a", in.Owner) // checked against the run's row; the gateway is the worker's
 		require.Equal(t, "open the site", in.Task)
 	}
 	require.Equal(t, cocoonbox.AgentRunSucceeded, e.finalState(t).State)
@@ -211,7 +211,6 @@ func TestAgentRunValidates(t *testing.T) {
 	for _, mut := range []func(*AgentRunInput){
 		func(in *AgentRunInput) { in.Task = " " },
 		func(in *AgentRunInput) { in.Model = "" },
-		func(in *AgentRunInput) { in.Provider = "gemini" },
 		func(in *AgentRunInput) { in.BoxID = "nope" },
 	} {
 		var s testsuite.WorkflowTestSuite

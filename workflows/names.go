@@ -245,19 +245,19 @@ const MaxRunWait = time.Hour
 // DefaultAgentMaxSteps bounds a run whose input does not say.
 const DefaultAgentMaxSteps = 50
 
-// AgentRunInput starts an agent run. It names the vault secret that holds the model key, never
-// the key: secrets do not enter workflow payloads.
+// AgentRunInput starts an agent run. It carries no authority: the gateway, its protocol and the
+// vault secret of the key are the worker's configuration, and each step checks the run's row in
+// the database (its box, its starter Owner, who must still drive the box) before it opens a
+// secret. Histories of runs started with Provider, BaseURL and KeySecret fields still replay:
+// those fields are ignored.
 type AgentRunInput struct {
-	RunID     string
-	BoxID     cocoonbox.BoxID
-	Owner     string
-	Task      string
-	System    string
-	Provider  string // "openai" or "anthropic"
-	BaseURL   string
-	Model     string
-	KeySecret string // the owner's vault secret holding the API key; "" sends none
-	MaxSteps  int    // 0 is DefaultAgentMaxSteps
+	RunID    string
+	BoxID    cocoonbox.BoxID
+	Owner    string
+	Task     string
+	System   string
+	Model    string
+	MaxSteps int // 0 is DefaultAgentMaxSteps
 }
 
 // AgentRunResult is how a run ended.

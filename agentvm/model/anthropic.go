@@ -25,21 +25,25 @@ type anthropicProvider struct {
 // NewAnthropic returns a Provider for an Anthropic-compatible messages endpoint. baseURL is the
 // API root without its version, as ANTHROPIC_BASE_URL would be ("https://api.anthropic.com");
 // the key is sent as x-api-key, the header every Anthropic-compatible gateway accepts (the SDK
-// alone would send it as a bearer token). A nil hc uses a client without a total timeout.
+// alone would send it as a bearer token); an empty key sends none (a proxy on the way adds it).
+// A nil hc uses a client without a total timeout.
 func NewAnthropic(baseURL, apiKey string, hc *http.Client, opts ...Option) Provider {
 	o := buildOptions(opts)
 	// Built from explicit options only: no ANTHROPIC_* variable or credentials profile of the
 	// agent's environment takes part.
-	messages := anthropic.NewMessageService(
+	ropts := []option.RequestOption{
 		option.WithBaseURL(baseURL),
-		option.WithHeader("X-Api-Key", apiKey),
 		option.WithHTTPClient(httpClient(hc)),
 		option.WithMaxRetries(0),
 		option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
 			resp, err := next(req)
 			return checkResponse(req.Context(), apiKey, resp, err)
 		}),
-	)
+	}
+	if apiKey != "" {
+		ropts = append(ropts, option.WithHeader("X-Api-Key", apiKey))
+	}
+	messages := anthropic.NewMessageService(ropts...)
 	return &anthropicProvider{messages: messages, apiKey: apiKey, retry: o.retry}
 }
 

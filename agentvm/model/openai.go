@@ -24,7 +24,8 @@ type openAI struct {
 
 // NewOpenAI returns a Provider for an OpenAI-compatible chat-completions endpoint. baseURL is
 // the API root including its version, as OPENAI_BASE_URL would be ("https://api.openai.com/v1");
-// the key is sent as a bearer token. A nil hc uses a client without a total timeout.
+// the key is sent as a bearer token; an empty key sends none (a proxy on the way adds it). A nil
+// hc uses a client without a total timeout.
 func NewOpenAI(baseURL, apiKey string, hc *http.Client, opts ...Option) Provider {
 	o := buildOptions(opts)
 	// The service is built from explicit options only, so no OPENAI_* variable of the

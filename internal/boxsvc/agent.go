@@ -90,8 +90,8 @@ func (s *Service) StartRun(ctx context.Context, caller string, id cocoonbox.BoxI
 	_, err = s.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID: workflows.AgentRunWorkflowID(runID), TaskQueue: workflows.TaskQueue,
 	}, workflows.AgentRunWorkflow, workflows.AgentRunInput{
-		RunID: runID, BoxID: id, Owner: caller, Task: req.Task, System: req.System, Provider: s.Agent.Provider,
-		BaseURL: s.Agent.BaseURL, Model: req.Model, KeySecret: s.Agent.KeySecret, MaxSteps: req.MaxSteps,
+		RunID: runID, BoxID: id, Owner: caller, Task: req.Task, System: req.System, Model: req.Model,
+		MaxSteps: req.MaxSteps,
 	})
 	if err != nil {
 		// The run never started: say so on its row rather than leave it running forever.

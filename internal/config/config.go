@@ -180,6 +180,9 @@ type Worker struct {
 	// SnapshotUploadMiBps caps each snapshot upload at this many MiB per second, so snapshots do
 	// not starve the node's uplink; 0 is no cap.
 	SnapshotUploadMiBps int `yaml:"snapshot_upload_mibps" env:"COCOONBOX_SNAPSHOT_UPLOAD_MIBPS"`
+	// Agent is the model gateway of agent runs: the worker sends every run's model calls there,
+	// with the key from the section's vault secret, whatever a workflow's input says.
+	Agent Agent `yaml:"agent"`
 }
 
 // Engine is the configuration of `cocoonbox serve engine`.
@@ -310,7 +313,7 @@ func (c *Worker) Validate() error {
 	if c.SnapshotUploadMiBps < 0 {
 		return fmt.Errorf("config snapshot_upload_mibps: must not be negative, got %d", c.SnapshotUploadMiBps)
 	}
-	return nil
+	return c.Agent.Validate()
 }
 
 // DefaultEngine returns the engine role's defaults.
@@ -354,8 +357,9 @@ func Load[T any](path string, env Lookup, defaults T) (T, error) {
 // would contradict (an anthropic gateway keeping OpenAI's model).
 type sectionDefaulter interface{ fillSections() }
 
-func (c *Dev) fillSections() { c.Agent.fill() }
-func (c *API) fillSections() { c.Agent.fill() }
+func (c *Dev) fillSections()    { c.Agent.fill() }
+func (c *API) fillSections()    { c.Agent.fill() }
+func (c *Worker) fillSections() { c.Agent.fill() }
 
 // LoadCLI reads the CLI configuration from path (missing is fine) and the environment.
 func LoadCLI(path string, env Lookup) (CLI, error) {

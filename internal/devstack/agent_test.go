@@ -22,6 +22,7 @@ import (
 	"github.com/loomhand/cocoonbox/agentvm"
 	"github.com/loomhand/cocoonbox/agentvm/model/modeltest"
 	"github.com/loomhand/cocoonbox/internal/config"
+	"github.com/loomhand/cocoonbox/internal/devstack"
 	"github.com/loomhand/cocoonbox/internal/store"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 	"github.com/loomhand/cocoonbox/workflows"
@@ -103,11 +104,12 @@ func (a *agentEnv) viewerClient(t *testing.T) context.Context {
 
 // useProvider points new runs at the scripted gateway's endpoint for provider.
 func (a *agentEnv) useProvider(provider string) {
-	a.d.Boxes.Agent.Provider = provider
-	a.d.Boxes.Agent.BaseURL = a.models.OpenAIBaseURL()
+	cfg := a.d.Boxes.Agent
+	cfg.Provider, cfg.BaseURL = provider, a.models.OpenAIBaseURL()
 	if provider == agentvm.ProviderAnthropic {
-		a.d.Boxes.Agent.BaseURL = a.models.AnthropicBaseURL()
+		cfg.BaseURL = a.models.AnthropicBaseURL()
 	}
+	devstack.SetAgent(a.d, cfg)
 }
 
 func (a *agentEnv) start(t testing.TB, task string) *cbv1.AgentRun {

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -65,6 +66,8 @@ type Dev struct {
 	// Boxes creates and drives boxes through their workflows (the API's service layer).
 	Boxes  *boxsvc.Service
 	worker sdkworker.Worker
+	// agentMu guards cfg.Agent, which the worker reads at each agent step.
+	agentMu sync.Mutex
 
 	engine       *localEngine // nil when an external sandboxd is configured
 	sandboxURL   string

@@ -1,4 +1,15 @@
 package devstack
 
+import "github.com/loomhand/cocoonbox/internal/config"
+
 // DatabaseURL is the store's URL, for tests that run a worker in a child process.
 func DatabaseURL(d *Dev) string { return d.databaseURL() }
+
+// SetAgent points the stack's agent runs at another gateway: the API's and the worker's
+// configuration both.
+func SetAgent(d *Dev, a config.Agent) {
+	d.agentMu.Lock()
+	defer d.agentMu.Unlock()
+	d.cfg.Agent = a
+	d.Boxes.Agent = a
+}

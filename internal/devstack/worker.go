@@ -36,11 +36,19 @@ func (d *Dev) startWorker() error {
 	}
 	w := worker.New(worker.Options{
 		Temporal: d.Temporal, Store: d.Store, Sandbox: sb, Keys: keys, Template: d.cfg.Template,
-		Blobs: d.Blobs, Logger: d.log.With("component", "worker"),
+		Blobs: d.Blobs, Gateway: d.gateway, Logger: d.log.With("component", "worker"),
 	})
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	d.worker = w
 	return nil
+}
+
+// gateway is the agent gateway of the stack's worker: its configuration's, or what a test set
+// since (SetAgent in export_test.go).
+func (d *Dev) gateway() activities.Gateway {
+	d.agentMu.Lock()
+	defer d.agentMu.Unlock()
+	return worker.GatewayOf(d.cfg.Agent)
 }

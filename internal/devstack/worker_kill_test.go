@@ -124,6 +124,7 @@ func TestAgentRunSurvivesHibernateAndKilledWorker(t *testing.T) {
 	e := newDesktopEnvWith(t, cfg, 10*time.Minute, func(d *devstack.Dev) {
 		wcfg = workerConfig(d)
 		wcfg.Template = "desktop"
+		wcfg.Agent = cfg.Agent // the worker's own gateway: runs carry none
 		first = startChildWorker(t, wcfg)
 	})
 	a := newAgentEnv(t, cfg, models, e)

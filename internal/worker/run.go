@@ -58,7 +58,8 @@ func Start(ctx context.Context, cfg config.Worker, logger *slog.Logger) (_ *Runn
 	w := New(Options{
 		Temporal: tc, Store: st, Sandbox: sandbox.NewHTTP(cfg.Sandbox.URL, cfg.Sandbox.Token, nil),
 		Keys: keys, Template: cfg.Template, Blobs: blobs,
-		UploadRate: int64(cfg.SnapshotUploadMiBps) << 20, Logger: logger.With("component", "worker"),
+		UploadRate: int64(cfg.SnapshotUploadMiBps) << 20, Gateway: StaticGateway(cfg.Agent),
+		Logger: logger.With("component", "worker"),
 	})
 	if err := w.Start(); err != nil {
 		tc.Close()

@@ -18,6 +18,7 @@ import (
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/activities"
+	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/objstore"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/secrets"
@@ -36,7 +37,23 @@ type Options struct {
 	Blobs    objstore.Store
 	// UploadRate caps snapshot uploads in bytes per second; 0 is no cap.
 	UploadRate int64
-	Logger     *slog.Logger
+	// Gateway returns the model gateway of agent runs, read at each step (see StaticGateway);
+	// nil refuses every step.
+	Gateway func() activities.Gateway
+	// Vault opens the model keys of agent runs; nil is the store's vault under Keys.
+	Vault  activities.SecretOpener
+	Logger *slog.Logger
+}
+
+// GatewayOf is the activities' view of an agent configuration.
+func GatewayOf(a config.Agent) activities.Gateway {
+	return activities.Gateway{Provider: a.Provider, BaseURL: a.BaseURL, KeySecret: a.KeySecret, Models: a.Models}
+}
+
+// StaticGateway is a Gateway option for a configuration that never changes.
+func StaticGateway(a config.Agent) func() activities.Gateway {
+	g := GatewayOf(a)
+	return func() activities.Gateway { return g }
 }
 
 // New returns a worker with every workflow and activity registered; the caller starts and stops it.
@@ -54,8 +71,12 @@ func New(opts Options) worker.Worker {
 	})
 	// The credential is written at claim (WaitReady) and checked again before each agent step.
 	w.RegisterActivity(&activities.Sandbox{Client: opts.Sandbox, Tokens: tok, Template: opts.Template, Credentials: creds})
+	var vlt activities.SecretOpener = &vault.Vault{Store: opts.Store, Keys: opts.Keys}
+	if opts.Vault != nil {
+		vlt = opts.Vault
+	}
 	w.RegisterActivity(&activities.Agent{
-		Sandbox: opts.Sandbox, Tokens: tok, Runs: opts.Store, Vault: &vault.Vault{Store: opts.Store, Keys: opts.Keys},
+		Sandbox: opts.Sandbox, Tokens: tok, Runs: opts.Store, Vault: vlt, Gateway: opts.Gateway,
 		Credentials: creds, Wake: wakeBox(opts.Temporal),
 	})
 	return w

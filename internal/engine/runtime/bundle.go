@@ -3,6 +3,7 @@ package runtime
 import (
 	"encoding/json"
 	"fmt"
+	"os"
 	"path/filepath"
 
 	"github.com/loomhand/cocoonbox/image/boxinit/boxproto"
@@ -94,6 +95,24 @@ func boxEnv(spec Spec) []string {
 // cgroupPath is where a box's cgroup lives, relative to each hierarchy's root.
 func cgroupPath(id string) string { return "/cocoonbox/" + id }
 
+// imageReadOnly are the image's files that decide which agent a box runs: they are bound
+// read-only over the box's root, from the shared image, so the box's root cannot replace the
+// agent on its writable disk (a replaced copy there would also outlive a snapshot and restore).
+var imageReadOnly = []string{"/usr/local/bin/cocoonbox-agent", "/etc/cocoonbox/boot"}
+
+// readOnlyMounts are the read-only binds of the imageReadOnly files the image has.
+func readOnlyMounts(rootfs string) []ociMount {
+	var ms []ociMount
+	for _, p := range imageReadOnly {
+		src := filepath.Join(rootfs, p)
+		if fi, err := os.Lstat(src); err != nil || !fi.Mode().IsRegular() {
+			continue
+		}
+		ms = append(ms, ociMount{Destination: p, Type: "bind", Source: src, Options: []string{"bind", "ro", "nosuid", "nodev"}})
+	}
+	return ms
+}
+
 // writeBundle writes the box's OCI spec: the init as PID 1 on the overlay root, loopback-only
 // networking (runsc --network=none), limits from the size tier.
 func writeBundle(spec Spec) error {
@@ -107,6 +126,7 @@ func writeBundle(spec Spec) error {
 			{Destination: "/sys", Type: "sysfs", Source: "sysfs", Options: []string{"nosuid", "noexec", "nodev", "ro"}},
 		},
 	}
+	s.Mounts = append(s.Mounts, readOnlyMounts(spec.Rootfs)...)
 	s.Process.Args = []string{boxproto.InitPath}
 	s.Process.Env = boxEnv(spec)
 	s.Process.Cwd = "/"

@@ -29,13 +29,12 @@ type StepRequest struct {
 	Step int32 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
 	// provider is the wire protocol of the model endpoint: "openai" or "anthropic". Required.
 	Provider string `protobuf:"bytes,3,opt,name=provider,proto3" json:"provider,omitempty"`
-	// base_url is the model gateway's URL as the provider's client takes it. Required.
+	// base_url is the URL the provider's client takes, in plain http: the step's model calls go
+	// over the model links whatever its host, and the control plane adds the gateway's key and TLS
+	// on their way out, so no key ever enters the box. Required.
 	BaseUrl string `protobuf:"bytes,4,opt,name=base_url,json=baseUrl,proto3" json:"base_url,omitempty"`
 	// model names the model as the gateway knows it. Required.
 	Model string `protobuf:"bytes,5,opt,name=model,proto3" json:"model,omitempty"`
-	// api_key is the box's key for the gateway. The control plane injects it on every step; the
-	// agent never stores nor logs it (it is not part of the journal).
-	ApiKey string `protobuf:"bytes,6,opt,name=api_key,json=apiKey,proto3" json:"api_key,omitempty"`
 	// system is the system prompt.
 	System string `protobuf:"bytes,7,opt,name=system,proto3" json:"system,omitempty"`
 	// task is what the agent should do; it becomes the first user message when messages is empty.
@@ -125,13 +124,6 @@ func (x *StepRequest) GetBaseUrl() string {
 func (x *StepRequest) GetModel() string {
 	if x != nil {
 		return x.Model
-	}
-	return ""
-}
-
-func (x *StepRequest) GetApiKey() string {
-	if x != nil {
-		return x.ApiKey
 	}
 	return ""
 }
@@ -1543,14 +1535,13 @@ var File_agentvm_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agentvm_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x16agentvm/v1/agent.proto\x12\x14cocoonbox.agentvm.v1\"\x9b\x03\n" +
+	"\x16agentvm/v1/agent.proto\x12\x14cocoonbox.agentvm.v1\"\x91\x03\n" +
 	"\vStepRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x05R\x04step\x12\x1a\n" +
 	"\bprovider\x18\x03 \x01(\tR\bprovider\x12\x19\n" +
 	"\bbase_url\x18\x04 \x01(\tR\abaseUrl\x12\x14\n" +
-	"\x05model\x18\x05 \x01(\tR\x05model\x12\x17\n" +
-	"\aapi_key\x18\x06 \x01(\tR\x06apiKey\x12\x16\n" +
+	"\x05model\x18\x05 \x01(\tR\x05model\x12\x16\n" +
 	"\x06system\x18\a \x01(\tR\x06system\x12\x12\n" +
 	"\x04task\x18\b \x01(\tR\x04task\x12\x1a\n" +
 	"\bmessages\x18\t \x01(\fR\bmessages\x12\x1d\n" +
@@ -1560,7 +1551,7 @@ const file_agentvm_v1_agent_proto_rawDesc = "" +
 	"\amessage\x18\v \x01(\tR\amessage\x122\n" +
 	"\x15desktop_input_refused\x18\f \x01(\bR\x13desktopInputRefused\x12)\n" +
 	"\x10fresh_screenshot\x18\r \x01(\bR\x0ffreshScreenshot\x12\x1b\n" +
-	"\tlease_seq\x18\x0e \x01(\x03R\bleaseSeq\"\xfd\x01\n" +
+	"\tlease_seq\x18\x0e \x01(\x03R\bleaseSeqJ\x04\b\x06\x10\aR\aapi_key\"\xfd\x01\n" +
 	"\fStepResponse\x12\x1a\n" +
 	"\bmessages\x18\x01 \x01(\fR\bmessages\x12\x12\n" +
 	"\x04done\x18\x02 \x01(\bR\x04done\x12\x12\n" +
