@@ -31,7 +31,8 @@ func devCommand() *cli.Command {
 			&cli.StringFlag{Name: "temporal-ui-listen", Usage: "embedded Temporal UI (default " + config.DefaultTemporalUIListen + ")"},
 			&cli.StringFlag{Name: "s3-listen", Usage: "embedded S3 server (default " + config.DefaultS3Listen + ")"},
 			&cli.StringFlag{Name: "engine-listen", Usage: "local sandbox engine (default " + config.DefaultEngineListen + ")"},
-			&cli.StringFlag{Name: "engine-runtime", Usage: "auto, gvisor or process (default auto: gvisor where runsc runs)"},
+			&cli.StringFlag{Name: "engine-runtime", Usage: "auto, gvisor or process (default auto: gvisor, else a startup error)"},
+			&cli.BoolFlag{Name: "engine-insecure-no-isolation", Usage: "allow --engine-runtime process: boxes on the host kernel, no sandbox"},
 			&cli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error"},
 		},
 		Action: runDev,
@@ -51,6 +52,9 @@ func runDev(c *cli.Context) error {
 		if c.IsSet(flag) {
 			*dst = c.String(flag)
 		}
+	}
+	if c.IsSet("engine-insecure-no-isolation") {
+		cfg.EngineInsecureNoIsolation = c.Bool("engine-insecure-no-isolation")
 	}
 	// Absolute paths before anything starts: the embedded S3 server changes the process's working
 	// directory (versitygw's posix backend resolves buckets relative to it).
@@ -101,7 +105,15 @@ func printReady(w io.Writer, d *devstack.Dev, took time.Duration, self string) {
 	}
 	printTemporal(w, u.Temporal, d.TemporalClient())
 	fmt.Fprintf(w, "  S3           %s\n", u.S3)
-	fmt.Fprintf(w, "  Engine       %s   (sandboxd API; root token in the data dir's engine/root-token)\n\n", u.Engine)
+	fmt.Fprintf(w, "  Engine       %s   (sandboxd API; root token in the data dir's engine/root-token)\n", u.Engine)
+	switch level, sandboxed := d.EngineIsolation(); {
+	case level == "":
+		fmt.Fprintf(w, "  Isolation    external sandboxd's own\n\n")
+	case sandboxed:
+		fmt.Fprintf(w, "  Isolation    %s\n\n", level)
+	default:
+		fmt.Fprintf(w, "  Isolation    %s\n  WARNING      boxes run on the host kernel with no sandbox: for one user, never for others\n\n", level)
+	}
 	switch {
 	case b.CreatedUser:
 		fmt.Fprintf(w, "  Created user %q and wrote its token to %s\n", b.UserName, b.CLIConfig)

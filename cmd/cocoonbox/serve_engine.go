@@ -29,13 +29,18 @@ func serveEngineCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "engine",
 		Usage: "run the local sandbox engine (the sandboxd API over gVisor boxes)",
-		Description: "Records live under --home/engine; a restart re-adopts every box. Prefer\n" +
-			"COCOONBOX_ENGINE_TOKEN to --root-token: a flag shows in the process list.",
+		Description: "Records live under --home/engine; a restart re-adopts every box. A root token is\n" +
+			"required (prefer COCOONBOX_ENGINE_TOKEN to --root-token: a flag shows in the process list).\n" +
+			"The process runtime has no sandbox: it serves one user (no tenant tokens) and needs\n" +
+			"--insecure-no-isolation.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "home", Usage: "data dir (default ~/.local/share/cocoonbox)"},
 			&cli.StringFlag{Name: "listen", Usage: "API address (default 127.0.0.1:7777)"},
-			&cli.StringFlag{Name: "root-token", Usage: "operator token; none leaves node endpoints open"},
-			&cli.StringFlag{Name: "runtime", Usage: "gvisor, process or auto (gvisor where runsc can run)"},
+			&cli.StringFlag{Name: "root-token", Usage: "operator token (required unless --insecure-no-token)"},
+			&cli.BoolFlag{Name: "insecure-no-token", Usage: "run without a root token, node endpoints open (loopback --listen only)"},
+			&cli.StringFlag{Name: "runtime", Usage: "gvisor, process or auto (gvisor, else a startup error)"},
+			&cli.BoolFlag{Name: "insecure-no-isolation", Usage: "allow --runtime process: boxes on the host kernel, no sandbox"},
+			&cli.IntFlag{Name: "max-sandboxes", Usage: "most boxes this engine runs (default: one per 512 MiB of host memory beyond 1 GiB)"},
 			&cli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error"},
 		},
 		Action: runServeEngine,
@@ -55,6 +60,16 @@ func runServeEngine(c *cli.Context) error {
 			*dst = c.String(flag)
 		}
 	}
+	for flag, dst := range map[string]*bool{
+		"insecure-no-token": &cfg.InsecureNoToken, "insecure-no-isolation": &cfg.InsecureNoIsolation,
+	} {
+		if c.IsSet(flag) {
+			*dst = c.Bool(flag)
+		}
+	}
+	if c.IsSet("max-sandboxes") {
+		cfg.MaxSandboxes = c.Int("max-sandboxes")
+	}
 	if abs, err := filepath.Abs(cfg.Home); err == nil {
 		cfg.Home = abs
 	}
@@ -66,7 +81,7 @@ func runServeEngine(c *cli.Context) error {
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
 	dir := filepath.Join(cfg.Home, "engine")
-	rt, err := newEngineRuntime(cfg.Runtime, dir, logger)
+	rt, err := newEngineRuntime(cfg.Runtime, cfg.InsecureNoIsolation, dir, logger)
 	if err != nil {
 		return err
 	}
@@ -75,17 +90,18 @@ func runServeEngine(c *cli.Context) error {
 		return fmt.Errorf("listen %s: %w", cfg.Listen, err)
 	}
 	defer ln.Close()
-	if host, _, _ := net.SplitHostPort(cfg.Listen); cfg.RootToken == "" && !net.ParseIP(host).IsLoopback() {
-		logger.Warn("the engine listens beyond loopback without a root token: node endpoints are open to the network", "listen", cfg.Listen)
+	if cfg.InsecureNoToken {
+		logger.Warn("the engine runs without a root token: node endpoints are open to every local user", "listen", cfg.Listen)
 	}
 	e, err := engine.New(engine.Options{
 		Dir: dir, Runtime: rt, Images: images.Resolver(cfg.ImageCache), RootToken: cfg.RootToken,
-		Logger: logger, OwnerAddr: ln.Addr().String(),
+		Logger: logger, OwnerAddr: ln.Addr().String(), MaxSandboxes: cfg.MaxSandboxes,
 	})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(c.App.Writer, "cocoonbox engine: serving on http://%s (runtime %s, data %s)\n", ln.Addr(), rt.Name(), dir)
+	fmt.Fprintf(c.App.Writer, "cocoonbox engine: serving on http://%s (runtime %s, isolation %s, data %s)\n",
+		ln.Addr(), rt.Name(), rt.Capabilities().Isolation, dir)
 	serr := e.Serve(c.Context, ln)
 	if err := e.Close(); serr == nil {
 		serr = err
@@ -94,11 +110,12 @@ func runServeEngine(c *cli.Context) error {
 }
 
 // newEngineRuntime builds the runtime --runtime names; "auto" is the runtime package's own
-// choice (gvisor where runsc can start a sandbox here, else process, with a log line saying
-// why). Its state lives next to the engine's records so a restart finds both.
-func newEngineRuntime(kind, dir string, logger *slog.Logger) (runtime.Runtime, error) {
+// choice (gvisor where runsc can start a sandbox here, else an error saying why). Its state
+// lives next to the engine's records so a restart finds both.
+func newEngineRuntime(kind string, noIsolation bool, dir string, logger *slog.Logger) (runtime.Runtime, error) {
 	if kind == "auto" {
 		kind = ""
 	}
-	return runtime.New(kind, runtime.Options{DataDir: filepath.Join(dir, "runtime"), Logger: logger})
+	return runtime.New(kind, runtime.Options{DataDir: filepath.Join(dir, "runtime"), Logger: logger,
+		InsecureNoIsolation: noIsolation})
 }

@@ -95,8 +95,11 @@ type Dev struct {
 	User             string `yaml:"user" env:"COCOONBOX_DEV_USER"`
 	// EngineListen is the local sandbox engine's address (when sandbox.url is empty).
 	EngineListen string `yaml:"engine_listen" env:"COCOONBOX_ENGINE_LISTEN"`
-	// EngineRuntime runs the local engine's boxes: auto, gvisor or process.
+	// EngineRuntime runs the local engine's boxes: auto (gvisor, or a startup error), gvisor, or
+	// process (no sandbox; only with EngineInsecureNoIsolation).
 	EngineRuntime string `yaml:"engine_runtime" env:"COCOONBOX_ENGINE_RUNTIME"`
+	// EngineInsecureNoIsolation allows engine_runtime process: boxes on the host kernel.
+	EngineInsecureNoIsolation bool `yaml:"engine_insecure_no_isolation" env:"COCOONBOX_ENGINE_INSECURE_NO_ISOLATION"`
 	// ImageCache is where built box images are found; empty means ~/.cache/cocoonbox/images.
 	ImageCache string   `yaml:"image_cache" env:"COCOONBOX_IMAGE_CACHE"`
 	Temporal   Temporal `yaml:"temporal"`
@@ -191,8 +194,17 @@ type Engine struct {
 	LogLevel  string `yaml:"log_level" env:"COCOONBOX_LOG_LEVEL"`
 	Listen    string `yaml:"listen" env:"COCOONBOX_ENGINE_LISTEN"`
 	RootToken string `yaml:"root_token" env:"COCOONBOX_ENGINE_TOKEN"`
-	// Runtime runs the boxes: gvisor, process, or auto (gvisor where runsc can run, else process).
+	// InsecureNoToken runs the engine without a root token, its node endpoints open to anyone
+	// who reaches them; allowed on a loopback listen address only.
+	InsecureNoToken bool `yaml:"insecure_no_token" env:"COCOONBOX_ENGINE_INSECURE_NO_TOKEN"`
+	// Runtime runs the boxes: gvisor, process, or auto (gvisor, or a startup error saying why).
 	Runtime string `yaml:"runtime" env:"COCOONBOX_ENGINE_RUNTIME"`
+	// InsecureNoIsolation allows runtime process, which runs boxes on the host kernel with no
+	// sandbox, for one user.
+	InsecureNoIsolation bool `yaml:"insecure_no_isolation" env:"COCOONBOX_ENGINE_INSECURE_NO_ISOLATION"`
+	// MaxSandboxes caps the boxes the engine runs; 0 derives it from host memory (one per 512
+	// MiB beyond 1 GiB).
+	MaxSandboxes int `yaml:"max_sandboxes" env:"COCOONBOX_ENGINE_MAX_SANDBOXES"`
 	// ImageCache is where built box images are found; empty means ~/.cache/cocoonbox/images,
 	// the default of image/build.sh, which reads the same variable.
 	ImageCache string `yaml:"image_cache" env:"COCOONBOX_IMAGE_CACHE"`
@@ -261,6 +273,9 @@ func (c *Dev) Validate() error {
 	}
 	if !slices.Contains(EngineRuntimes, c.EngineRuntime) {
 		return fmt.Errorf("config engine_runtime: must be auto, gvisor or process, got %q", c.EngineRuntime)
+	}
+	if err := validateNoIsolation("engine_runtime", c.EngineRuntime, "engine_insecure_no_isolation", c.EngineInsecureNoIsolation); err != nil {
+		return err
 	}
 	if c.S3.Endpoint != "" && c.S3.Bucket == "" {
 		return errors.New("config s3.bucket: is required with s3.endpoint")
@@ -335,7 +350,44 @@ func (c *Engine) Validate() error {
 	if !slices.Contains(EngineRuntimes, c.Runtime) {
 		return fmt.Errorf("config runtime: must be auto, gvisor or process, got %q", c.Runtime)
 	}
+	if err := validateNoIsolation("runtime", c.Runtime, "insecure_no_isolation", c.InsecureNoIsolation); err != nil {
+		return err
+	}
+	switch host, _, _ := net.SplitHostPort(c.Listen); {
+	case c.RootToken == "" && !c.InsecureNoToken:
+		return errors.New("config root_token: is required (COCOONBOX_ENGINE_TOKEN); insecure_no_token " +
+			"(--insecure-no-token) runs without one, on a loopback listen address only")
+	case c.RootToken != "" && c.InsecureNoToken:
+		return errors.New("config insecure_no_token: a root token is set too; drop one of them")
+	case c.InsecureNoToken && !isLoopback(host):
+		return fmt.Errorf("config insecure_no_token: only on a loopback listen address, got %q", c.Listen)
+	}
+	if c.MaxSandboxes < 0 {
+		return fmt.Errorf("config max_sandboxes: must not be negative (0 derives it from host memory), got %d", c.MaxSandboxes)
+	}
 	return nil
+}
+
+// validateNoIsolation: the process runtime, which has no sandbox, is chosen only by name and
+// with the explicit no-isolation key, and that key means nothing with another runtime.
+func validateNoIsolation(runtimeKey, runtime, key string, set bool) error {
+	switch {
+	case runtime == "process" && !set:
+		return fmt.Errorf("config %s: process runs boxes on the host kernel with no sandbox; "+
+			"set %s (--insecure-no-isolation) as well to choose it", runtimeKey, key)
+	case runtime != "process" && set:
+		return fmt.Errorf("config %s: applies only to %s process, got %q", key, runtimeKey, runtime)
+	}
+	return nil
+}
+
+// isLoopback reports whether a listen host reaches this machine only.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Load reads a role's configuration: the given defaults, then the YAML file at path (if path is

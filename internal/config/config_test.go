@@ -245,9 +245,10 @@ func TestOtherRoleDefaults(t *testing.T) {
 		t.Errorf("worker: %+v", w)
 	}
 	e := config.DefaultEngine(env)
-	if !strings.HasPrefix(e.Listen, "127.0.0.1:") || e.Runtime != "auto" {
+	if !strings.HasPrefix(e.Listen, "127.0.0.1:") || e.Runtime != "auto" || e.MaxSandboxes != 0 {
 		t.Errorf("engine: %+v", e)
 	}
+	e.RootToken = "secret"
 	if err := e.Validate(); err != nil {
 		t.Errorf("engine defaults: %v", err)
 	}
@@ -258,6 +259,63 @@ func TestOtherRoleDefaults(t *testing.T) {
 	e, err := config.Load("", config.MapEnv(map[string]string{"HOME": "/root", "COCOONBOX_ENGINE_RUNTIME": "process"}), config.DefaultEngine(env))
 	if err != nil || e.Runtime != "process" {
 		t.Errorf("engine runtime from env: %+v %v", e, err)
+	}
+}
+
+// TestEngineNeedsRootToken: the engine refuses to start without a root token, which would leave
+// its node endpoints (claim, list, exec through any sandbox's relay) open to whoever reaches
+// them.
+func TestEngineNeedsRootToken(t *testing.T) {
+	e := config.DefaultEngine(config.MapEnv(map[string]string{"HOME": "/root"}))
+	for _, listen := range []string{"127.0.0.1:7777", "0.0.0.0:7777", "[::]:7777", "10.1.2.3:7777"} {
+		e.Listen = listen
+		if err := e.Validate(); err == nil || !strings.Contains(err.Error(), "config root_token: is required") {
+			t.Errorf("no root token on %s: %v", listen, err)
+		}
+	}
+}
+
+// TestEngineInsecureOptions: running without a token is allowed on loopback only, and the
+// process runtime only with the no-isolation key; each refusal names its key.
+func TestEngineInsecureOptions(t *testing.T) {
+	base := config.DefaultEngine(config.MapEnv(map[string]string{"HOME": "/root"}))
+	cases := []struct {
+		name   string
+		mutate func(*config.Engine)
+		want   string // "" when valid
+	}{
+		{"no token on loopback", func(c *config.Engine) { c.InsecureNoToken = true }, ""},
+		{"no token on localhost", func(c *config.Engine) { c.InsecureNoToken = true; c.Listen = "localhost:7777" }, ""},
+		{"no token on ::1", func(c *config.Engine) { c.InsecureNoToken = true; c.Listen = "[::1]:7777" }, ""},
+		{"no token on all interfaces", func(c *config.Engine) { c.InsecureNoToken = true; c.Listen = "0.0.0.0:7777" },
+			`config insecure_no_token: only on a loopback listen address, got "0.0.0.0:7777"`},
+		{"no token on a LAN address", func(c *config.Engine) { c.InsecureNoToken = true; c.Listen = "192.168.1.5:7777" },
+			"config insecure_no_token: only on a loopback"},
+		{"token and no token", func(c *config.Engine) { c.InsecureNoToken = true; c.RootToken = "x" }, "config insecure_no_token: a root token is set too"},
+		{"process without the opt-in", func(c *config.Engine) { c.RootToken = "x"; c.Runtime = "process" },
+			"config runtime: process runs boxes on the host kernel with no sandbox; set insecure_no_isolation"},
+		{"process with the opt-in", func(c *config.Engine) { c.RootToken = "x"; c.Runtime = "process"; c.InsecureNoIsolation = true }, ""},
+		{"the opt-in without process", func(c *config.Engine) { c.RootToken = "x"; c.InsecureNoIsolation = true },
+			`config insecure_no_isolation: applies only to runtime process, got "auto"`},
+		{"negative max sandboxes", func(c *config.Engine) { c.RootToken = "x"; c.MaxSandboxes = -1 }, "config max_sandboxes: must not be negative"},
+	}
+	for _, tc := range cases {
+		c := base
+		tc.mutate(&c)
+		err := c.Validate()
+		if tc.want == "" && err != nil || tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: got %v, want %q", tc.name, err, tc.want)
+		}
+	}
+	dev := config.DefaultDev(config.MapEnv(map[string]string{"HOME": "/root"}))
+	dev.Agent = config.DefaultAgent()
+	dev.EngineRuntime = "process"
+	if err := dev.Validate(); err == nil || !strings.Contains(err.Error(), "config engine_runtime: process runs boxes on the host kernel") {
+		t.Errorf("dev process without the opt-in: %v", err)
+	}
+	dev.EngineInsecureNoIsolation = true
+	if err := dev.Validate(); err != nil {
+		t.Errorf("dev process with the opt-in: %v", err)
 	}
 }
 

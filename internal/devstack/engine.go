@@ -53,7 +53,8 @@ func (d *Dev) startEngine(ctx context.Context, ln net.Listener) error {
 		kind = ""
 	}
 	log := d.log.With("component", "engine")
-	rt, err := runtime.New(kind, runtime.Options{DataDir: filepath.Join(dir, "runtime"), Logger: log})
+	rt, err := runtime.New(kind, runtime.Options{DataDir: filepath.Join(dir, "runtime"), Logger: log,
+		InsecureNoIsolation: d.cfg.EngineInsecureNoIsolation})
 	if err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}
@@ -87,6 +88,16 @@ func (le *localEngine) stop() error {
 		err = errors.Join(err, c.Close())
 	}
 	return err
+}
+
+// EngineIsolation says what isolates the local engine's boxes (runtime.IsolationGVisor or
+// runtime.IsolationNone), and whether it is a sandbox; "" for an external sandboxd.
+func (d *Dev) EngineIsolation() (level string, sandboxed bool) {
+	if d.engine == nil {
+		return "", false
+	}
+	caps := d.engine.rt.Capabilities()
+	return caps.Isolation, caps.Sandboxed
 }
 
 // check reports the engine healthy when its HTTP API answers.
