@@ -597,12 +597,6 @@ func validateListen(field, addr string) error {
 	return nil
 }
 
-// isLoopback reports whether host (an IP or "localhost") is reachable from this machine only.
-func isLoopback(host string) bool {
-	ip := net.ParseIP(host)
-	return host == "localhost" || ip != nil && ip.IsLoopback()
-}
-
 // validateServices checks what the api and the worker roles both need: the Temporal, PostgreSQL
 // and sandboxd they use, and the keyring file they share.
 func validateServices(t Temporal, pg Postgres, sb Sandbox, keyring string) error {
