@@ -266,6 +266,10 @@ func TestTokenCreatePrintsOnlyTheSecret(t *testing.T) {
 	if r := f.last("CreateToken").(*cbv1.CreateTokenRequest); r.GetTtlSeconds() != 720*3600 || r.GetName() != "ci" {
 		t.Fatalf("request %v", r)
 	}
+	runOK(t, "", "token", "create", "--name", "dash", "--scope", "read")
+	if r := f.last("CreateToken").(*cbv1.CreateTokenRequest); r.GetScope() != "read" || r.GetName() != "dash" {
+		t.Fatalf("--scope read: request %v", r)
+	}
 	out := runOK(t, "", "-o", "json", "token", "create", "--name", "ci")
 	var resp cbv1.CreateTokenResponse
 	if err := protojson.Unmarshal([]byte(out), &resp); err != nil || resp.GetSecret() != "cbx_newsecret" {

@@ -149,15 +149,23 @@ func writeTokens(w io.Writer, tokens []*cbv1.Token, now time.Time) error {
 		return err
 	}
 	tw := table(w)
-	row(tw, "ID", "NAME", "STATUS", "CREATED", "LAST USED", "EXPIRES")
+	row(tw, "ID", "NAME", "SCOPE", "STATUS", "CREATED", "LAST USED", "EXPIRES")
 	for _, t := range tokens {
 		expires := when(t.GetExpiresAt())
 		if expires == "" {
 			expires = "never"
 		}
-		row(tw, t.GetId(), t.GetName(), tokenStatus(t, now), when(t.GetCreatedAt()), when(t.GetLastUsedAt()), expires)
+		row(tw, t.GetId(), t.GetName(), tokenScope(t), tokenStatus(t, now), when(t.GetCreatedAt()), when(t.GetLastUsedAt()), expires)
 	}
 	return tw.Flush()
+}
+
+// tokenScope is a token's scope; a server from before scopes sends none, and its tokens are full.
+func tokenScope(t *cbv1.Token) string {
+	if t.GetScope() == "" {
+		return "full"
+	}
+	return t.GetScope()
 }
 
 func tokenStatus(t *cbv1.Token, now time.Time) string {

@@ -23,7 +23,8 @@ func tokenCommand() *cli.Command {
 					"works; the token's ID and expiry go to stderr.",
 				Flags: apiFlags(
 					&cli.StringFlag{Name: "name", Usage: "what the token is for (required)"},
-					&cli.DurationFlag{Name: "ttl", Usage: "expire the token after this long, e.g. 720h (default: never)"},
+					&cli.DurationFlag{Name: "ttl", Usage: "expire the token after this long, e.g. 720h (default: never; at most what the calling token has left)"},
+					&cli.StringFlag{Name: "scope", Usage: "what the token may do: full, read (only calls that change nothing) or mcp (only /mcp)", Value: "full"},
 				),
 				Action: tokenCreate,
 			},
@@ -46,7 +47,7 @@ func tokenCommand() *cli.Command {
 }
 
 func tokenCreate(c *cli.Context) error {
-	if _, err := positional(c, "--name NAME [--ttl 720h]", 0, 0); err != nil {
+	if _, err := positional(c, "--name NAME [--ttl 720h] [--scope full|read|mcp]", 0, 0); err != nil {
 		return err
 	}
 	if c.String("name") == "" {
@@ -61,7 +62,9 @@ func tokenCreate(c *cli.Context) error {
 		return err
 	}
 	defer s.Close()
-	resp, err := cbv1.NewAccountServiceClient(s.conn).CreateToken(c.Context, &cbv1.CreateTokenRequest{Name: c.String("name"), TtlSeconds: int64(ttl.Seconds())})
+	resp, err := cbv1.NewAccountServiceClient(s.conn).CreateToken(c.Context, &cbv1.CreateTokenRequest{
+		Name: c.String("name"), TtlSeconds: int64(ttl.Seconds()), Scope: c.String("scope"),
+	})
 	if err != nil {
 		return apiError(err)
 	}
@@ -71,7 +74,7 @@ func tokenCreate(c *cli.Context) error {
 		if t.GetExpiresAt() != nil {
 			expires = "expires " + when(t.GetExpiresAt())
 		}
-		s.out.note("Token %s (%q) created; it %s. The secret is shown only now:", t.GetId(), t.GetName(), expires)
+		s.out.note("Token %s (%q, scope %s) created; it %s. The secret is shown only now:", t.GetId(), t.GetName(), tokenScope(t), expires)
 		_, err := fmt.Fprintln(w, resp.GetSecret())
 		return err
 	})
