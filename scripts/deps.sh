@@ -16,6 +16,7 @@ WORKFLOWCHECK_VERSION=v0.6.0
 APT_PACKAGES=(
 	postgresql-15        # the managed database of `cocoonbox dev` and the test harness
 	protobuf-compiler    # protoc, for make gen
+	libprotobuf-dev      # the well-known types (timestamp.proto) make gen imports
 	mmdebstrap           # builds the box images (make image)
 	zstd                 # the snapshot benchmark's raw `tar | zstd` baseline
 	chromium             # the browser go-rod drives in tests (the web app's desktop test)
