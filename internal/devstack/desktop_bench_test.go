@@ -144,11 +144,12 @@ func newDesktopEnvWith(tb testing.TB, cfg config.Dev, timeout time.Duration, sta
 	tb.Helper()
 	start, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	d, err := devstack.Start(start, cfg, nil)
+	sc, log := newStackScan(tb, cfg.Home) // as startDev: scanned for leaked secrets before it closes
+	d, err := devstack.Start(start, cfg, log)
 	if err != nil {
 		tb.Fatalf("start dev stack: %v", err)
 	}
-	tb.Cleanup(func() { _ = d.Close() })
+	tb.Cleanup(func() { _ = sc.close(tb, d) })
 	if started != nil {
 		started(d)
 	}

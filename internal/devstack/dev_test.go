@@ -41,15 +41,18 @@ func testConfig(t *testing.T, home string) config.Dev {
 	return cfg
 }
 
+// startDev starts the stack cfg describes, with its logs in files the secret scan reads, and
+// closes it, after the scan, when the test ends.
 func startDev(t *testing.T, cfg config.Dev) *devstack.Dev {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	d, err := devstack.Start(ctx, cfg, nil)
+	sc, log := newStackScan(t, cfg.Home)
+	d, err := devstack.Start(ctx, cfg, log)
 	if err != nil {
 		t.Fatalf("start dev stack: %v", err)
 	}
-	t.Cleanup(func() { _ = d.Close() })
+	t.Cleanup(func() { _ = sc.close(t, d) })
 	return d
 }
 
@@ -120,7 +123,7 @@ func TestDevStackSurvivesRestart(t *testing.T) {
 		t.Fatalf("second dev stack on one data dir: %v", err)
 	}
 
-	if err := d.Close(); err != nil {
+	if err := closeDev(t, d); err != nil {
 		t.Fatalf("close: %v", err)
 	}
 	assertNoPostgres(t, home)

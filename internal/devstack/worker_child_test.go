@@ -30,7 +30,7 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(m.Run())
+	os.Exit(runScanned(m))
 }
 
 // runChildWorker reads a config.Worker from in and runs the worker it describes, built from the
@@ -75,7 +75,7 @@ type childWorker struct{ cmd *exec.Cmd }
 func startChildWorker(t *testing.T, cfg config.Worker) *childWorker {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], workerArg)
-	cmd.Stderr = os.Stderr
+	cmd.Stderr = io.MultiWriter(os.Stderr, workerLog(t, cfg.Home))
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
