@@ -101,7 +101,7 @@ func decodeChunk(p, out string, max int) ([]byte, error) {
 	if len(enc) > base64.StdEncoding.EncodedLen(max) {
 		return nil, badAnswer(what, "a chunk of %d base64 bytes is over the %d bytes asked for", len(enc), max)
 	}
-	b, err := base64.StdEncoding.DecodeString(enc)
+	b, err := base64.StdEncoding.Strict().DecodeString(enc) // strict: one encoding per content
 	if err != nil {
 		return nil, badAnswer(what, "not base64: %v", err)
 	}
