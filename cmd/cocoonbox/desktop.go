@@ -24,7 +24,9 @@ func desktopCommand() *cli.Command {
 		Description: "Without --listen, prints the web app's link to the box (open it in a browser signed in\n" +
 			"with your token). With --listen 127.0.0.1:5900, every VNC viewer that connects there gets\n" +
 			"the box's desktop through the API's desktop edge: watch-only, or with --control (after\n" +
-			"`cocoonbox box takeover BOX`, or this command takes over for you) driving it.",
+			"`cocoonbox box takeover BOX`, or this command takes over for you) driving it.\n" +
+			"Anyone who reaches the --listen address gets the desktop as you, so an address off\n" +
+			"loopback needs --control=false (watch) or --control=true (drive) said explicitly.",
 		Flags: apiFlags(
 			&cli.StringFlag{Name: "listen", Usage: "tunnel the desktop to this local host:port (loopback recommended)"},
 			&cli.BoolFlag{Name: "control", Usage: "drive the desktop (takes the control lease) instead of watching"},
@@ -37,6 +39,15 @@ func runDesktop(c *cli.Context) error {
 	args, err := positional(c, "BOX", 1, 1)
 	if err != nil {
 		return err
+	}
+	if c.IsSet("listen") {
+		warning, err := checkListen(c.String("listen"), c.IsSet("control"))
+		if err != nil {
+			return err
+		}
+		if warning != "" {
+			fmt.Fprintln(c.App.ErrWriter, warning)
+		}
 	}
 	u, token, err := target(c)
 	if err != nil {
@@ -95,6 +106,25 @@ func runDesktop(c *cli.Context) error {
 			}
 		}()
 	}
+}
+
+// checkListen applies the rule for --listen: a loopback address (127.0.0.0/8, ::1, localhost)
+// needs nothing more; any other address, the empty host (every interface) included, hands the
+// desktop to whoever reaches it as the caller, so it needs --control set explicitly, either way,
+// and then returns a warning saying so.
+func checkListen(addr string, controlSet bool) (warning string, err error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "", usageError("--listen: want host:port, got %q", addr)
+	}
+	if ip := net.ParseIP(host); host == "localhost" || ip != nil && ip.IsLoopback() {
+		return "", nil
+	}
+	if !controlSet {
+		return "", usageError("--listen %s is off loopback: anyone who reaches it gets the desktop as you; "+
+			"say --control=false to let them watch or --control=true to let them drive, or listen on 127.0.0.1", addr)
+	}
+	return fmt.Sprintf("warning: --listen %s is off loopback: anyone who reaches it gets the desktop as you", addr), nil
 }
 
 // tunnel relays one VNC viewer's TCP connection over a WebSocket to the desktop edge, which

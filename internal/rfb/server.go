@@ -259,6 +259,10 @@ func (f *serverFilter) handshake() error {
 			}
 		}
 	}
+	// Each step waits for the client's answer: it must not wait in the batch.
+	if err := f.w.Flush(); err != nil {
+		return err
+	}
 	b, err := f.read(24, "ServerInit", false)
 	if err != nil {
 		return err
