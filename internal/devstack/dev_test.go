@@ -73,7 +73,7 @@ func TestDevStackSurvivesRestart(t *testing.T) {
 	if b := d.Bootstrap(); !b.CreatedUser || !b.CreatedToken {
 		t.Fatalf("first start bootstrap = %+v, want a new user and token", b)
 	}
-	health := getHealth(t, d.URLs().API)
+	health := getHealth(t, d)
 	for _, c := range []string{"temporal", "postgres", "s3", "engine"} {
 		if health.Components[c] != "ok" {
 			t.Fatalf("healthz %s = %q (%+v)", c, health.Components[c], health)
@@ -241,9 +241,30 @@ func TestDevStartErrors(t *testing.T) {
 	})
 }
 
-func getHealth(t *testing.T, base string) api.HealthReport {
+// getHealth reads /healthz as an operator (the dev user is an admin), after checking that the
+// same request without a token gets the bare status only.
+func getHealth(t *testing.T, d *devstack.Dev) api.HealthReport {
 	t.Helper()
-	resp, err := http.Get(base + "/healthz")
+	cli, err := config.LoadCLI(d.Bootstrap().CLIConfig, config.MapEnv(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if bare := readHealth(t, d.URLs().API, ""); len(bare.Components) != 0 {
+		t.Fatalf("healthz without a token shows its components: %+v", bare)
+	}
+	return readHealth(t, d.URLs().API, cli.Token)
+}
+
+func readHealth(t *testing.T, base, token string) api.HealthReport {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, base+"/healthz", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)
 	}

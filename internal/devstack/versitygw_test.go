@@ -155,7 +155,7 @@ func TestExternalS3ByConfig(t *testing.T) {
 	if _, err := os.Stat(cfg.DataDir("s3")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("embedded s3 dir %s: %v, want it absent", cfg.DataDir("s3"), err)
 	}
-	if h := getHealth(t, d.URLs().API); h.Components["s3"] != "ok" {
+	if h := getHealth(t, d); h.Components["s3"] != "ok" {
 		t.Fatalf("healthz s3 = %q (%+v)", h.Components["s3"], h)
 	}
 
