@@ -105,6 +105,9 @@ func decodeChunk(p, out string, max int) ([]byte, error) {
 	if err != nil {
 		return nil, badAnswer(what, "not base64: %v", err)
 	}
+	if len(b) > max { // a full last quantum decodes to up to 2 bytes more than EncodedLen allows
+		return nil, badAnswer(what, "a chunk of %d bytes is over the %d bytes asked for", len(b), max)
+	}
 	return b, nil
 }
 
