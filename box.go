@@ -87,18 +87,20 @@ const (
 // DefaultSize is the size of a box created without one.
 const DefaultSize = SizeMedium
 
-// SizeSpec is what a size grants.
+// SizeSpec is what a size grants. The disk is a quota on what the box writes on top of its
+// image, held by a filesystem of that size; the host stores only what the box writes.
 type SizeSpec struct {
 	VCPUs    int
 	MemoryMB int
+	DiskMB   int
 }
 
 var sizeSpecs = map[Size]SizeSpec{
-	SizeSmall:   {1, 512},
-	SizeMedium:  {2, 1024},
-	SizeLarge:   {4, 4096},
-	SizeXLarge:  {4, 8192},
-	Size2XLarge: {8, 16384},
+	SizeSmall:   {1, 512, 10 << 10},
+	SizeMedium:  {2, 1024, 20 << 10},
+	SizeLarge:   {4, 4096, 40 << 10},
+	SizeXLarge:  {4, 8192, 80 << 10},
+	Size2XLarge: {8, 16384, 160 << 10},
 }
 
 // Sizes lists every size, smallest first.

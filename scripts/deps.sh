@@ -19,6 +19,7 @@ APT_PACKAGES=(
 	libprotobuf-dev      # the well-known types (timestamp.proto) make gen imports
 	mmdebstrap           # builds the box images (make image)
 	zstd                 # the snapshot benchmark's raw `tar | zstd` baseline
+	e2fsprogs            # mkfs.ext4: each box's disk is an ext4 filesystem of its quota
 	chromium             # the browser go-rod drives in tests (the web app's desktop test)
 	ca-certificates
 )
@@ -41,6 +42,11 @@ if ((${#missing[@]})); then
 	# Debian's package starts a cluster on 5432; cocoonbox runs its own clusters, so keep the
 	# distribution's one from holding the port and memory.
 	if systemctl is-active --quiet postgresql 2>/dev/null; then systemctl stop postgresql || true; fi
+fi
+
+# Box disks are loop-mounted ext4 images: the engine needs the loop driver.
+if [[ ! -e /dev/loop-control ]] && [[ $(id -u) -eq 0 ]]; then
+	modprobe loop 2>/dev/null || echo "deps: no loop devices (modprobe loop failed); the engine cannot give boxes disks" >&2
 fi
 
 if ! command -v go >/dev/null; then

@@ -41,6 +41,7 @@ func serveEngineCommand() *cli.Command {
 			&cli.StringFlag{Name: "runtime", Usage: "gvisor, process or auto (gvisor, else a startup error)"},
 			&cli.BoolFlag{Name: "insecure-no-isolation", Usage: "allow --runtime process: boxes on the host kernel, no sandbox"},
 			&cli.IntFlag{Name: "max-sandboxes", Usage: "most boxes this engine runs (default: one per 512 MiB of host memory beyond 1 GiB)"},
+			&cli.IntFlag{Name: "box-disk-mb", Usage: "disk quota of each box, in MiB (default: the size's, 10 GiB for small, doubling with each size)"},
 			&cli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error"},
 		},
 		Action: runServeEngine,
@@ -70,6 +71,9 @@ func runServeEngine(c *cli.Context) error {
 	if c.IsSet("max-sandboxes") {
 		cfg.MaxSandboxes = c.Int("max-sandboxes")
 	}
+	if c.IsSet("box-disk-mb") {
+		cfg.BoxDiskMB = c.Int("box-disk-mb")
+	}
 	if abs, err := filepath.Abs(cfg.Home); err == nil {
 		cfg.Home = abs
 	}
@@ -96,6 +100,7 @@ func runServeEngine(c *cli.Context) error {
 	e, err := engine.New(engine.Options{
 		Dir: dir, Runtime: rt, Images: images.Resolver(cfg.ImageCache), RootToken: cfg.RootToken,
 		Logger: logger, OwnerAddr: ln.Addr().String(), MaxSandboxes: cfg.MaxSandboxes,
+		BoxDiskMB: cfg.BoxDiskMB,
 	})
 	if err != nil {
 		return err

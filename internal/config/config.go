@@ -100,6 +100,8 @@ type Dev struct {
 	EngineRuntime string `yaml:"engine_runtime" env:"COCOONBOX_ENGINE_RUNTIME"`
 	// EngineInsecureNoIsolation allows engine_runtime process: boxes on the host kernel.
 	EngineInsecureNoIsolation bool `yaml:"engine_insecure_no_isolation" env:"COCOONBOX_ENGINE_INSECURE_NO_ISOLATION"`
+	// EngineBoxDiskMB is the local engine's disk quota per box; 0 means each size's own.
+	EngineBoxDiskMB int `yaml:"engine_box_disk_mb" env:"COCOONBOX_ENGINE_BOX_DISK_MB"`
 	// ImageCache is where built box images are found; empty means ~/.cache/cocoonbox/images.
 	ImageCache string   `yaml:"image_cache" env:"COCOONBOX_IMAGE_CACHE"`
 	Temporal   Temporal `yaml:"temporal"`
@@ -205,6 +207,9 @@ type Engine struct {
 	// MaxSandboxes caps the boxes the engine runs; 0 derives it from host memory (one per 512
 	// MiB beyond 1 GiB).
 	MaxSandboxes int `yaml:"max_sandboxes" env:"COCOONBOX_ENGINE_MAX_SANDBOXES"`
+	// BoxDiskMB is the disk quota of each box the engine starts; 0 means each size's own (10
+	// GiB for small, doubling with each size).
+	BoxDiskMB int `yaml:"box_disk_mb" env:"COCOONBOX_ENGINE_BOX_DISK_MB"`
 	// ImageCache is where built box images are found; empty means ~/.cache/cocoonbox/images,
 	// the default of image/build.sh, which reads the same variable.
 	ImageCache string `yaml:"image_cache" env:"COCOONBOX_IMAGE_CACHE"`
@@ -275,6 +280,9 @@ func (c *Dev) Validate() error {
 		return fmt.Errorf("config engine_runtime: must be auto, gvisor or process, got %q", c.EngineRuntime)
 	}
 	if err := validateNoIsolation("engine_runtime", c.EngineRuntime, "engine_insecure_no_isolation", c.EngineInsecureNoIsolation); err != nil {
+		return err
+	}
+	if err := validateBoxDisk("engine_box_disk_mb", c.EngineBoxDiskMB); err != nil {
 		return err
 	}
 	if c.S3.Endpoint != "" && c.S3.Bucket == "" {
@@ -365,8 +373,20 @@ func (c *Engine) Validate() error {
 	if c.MaxSandboxes < 0 {
 		return fmt.Errorf("config max_sandboxes: must not be negative (0 derives it from host memory), got %d", c.MaxSandboxes)
 	}
+	return validateBoxDisk("box_disk_mb", c.BoxDiskMB)
+}
+
+// validateBoxDisk: a disk quota is 0 (each size's own) or at least what an ext4 filesystem with
+// room for files needs.
+func validateBoxDisk(key string, mb int) error {
+	if mb != 0 && mb < MinBoxDiskMB {
+		return fmt.Errorf("config %s: a box's disk must be at least %d MiB (0 means each size's own), got %d", key, MinBoxDiskMB, mb)
+	}
 	return nil
 }
+
+// MinBoxDiskMB is the smallest disk quota a box may have.
+const MinBoxDiskMB = 16
 
 // validateNoIsolation: the process runtime, which has no sandbox, is chosen only by name and
 // with the explicit no-isolation key, and that key means nothing with another runtime.

@@ -152,7 +152,8 @@ func (e *Engine) claimFromCheckpoint(ctx context.Context, c caller, ck *checkpoi
 	if err != nil {
 		return nil, err
 	}
-	if err := copyTree(ctx, e.checkpointDir(ck.rec.ID), e.boxDir(b.rec.ID)); err != nil {
+	r, _ := b.snapshot()
+	if err := e.seed(ctx, e.spec(r, rootfs), e.checkpointDir(ck.rec.ID)); err != nil {
 		e.discard(ctx, b)
 		return nil, err
 	}
@@ -167,15 +168,19 @@ func (e *Engine) claimFromCheckpoint(ctx context.Context, c caller, ck *checkpoi
 	return b, nil
 }
 
-// copyTree seeds the box directory dst (replacing whatever is there) with the disk of the
-// checkpoint directory src. The disk was written by a box, so it is copied by the runtime's
-// confined walker, which never follows a symlink in it (see runtime.CopyDisk), not by cp -a.
-func copyTree(ctx context.Context, src, dst string) error {
-	if err := os.RemoveAll(dst); err != nil {
+// seed makes the directory of the box spec describes (replacing whatever is there) with a disk
+// holding the files of the checkpoint directory src. The disk was written by a box, so it is
+// copied by the runtime's confined walker, which never follows a symlink in it (see
+// runtime.Runtime.Seed), not by cp -a.
+func (e *Engine) seed(ctx context.Context, spec runtime.Spec, src string) error {
+	if err := os.RemoveAll(spec.Dir); err != nil {
 		return fmt.Errorf("copy checkpoint: %w", err)
 	}
-	if err := runtime.CopyDisk(ctx, src, dst); err != nil {
-		_ = os.RemoveAll(dst)
+	err := e.rt.Seed(ctx, spec, src)
+	if errors.Is(err, runtime.ErrDiskFull) {
+		return &apiError{kind: kindTooLarge, msg: fmt.Sprintf("the checkpoint's files do not fit in the sandbox's disk of %d MiB; claim a larger size", spec.DiskMB), err: err}
+	}
+	if err != nil {
 		return fmt.Errorf("copy checkpoint: %w", err)
 	}
 	return nil

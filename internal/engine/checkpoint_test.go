@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/loomhand/cocoonbox/internal/engine"
 	"github.com/loomhand/cocoonbox/internal/engine/enginetest"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 )
@@ -87,5 +88,45 @@ func TestCheckpoints(t *testing.T) {
 	dirs, _ := os.ReadDir(filepath.Join(h.dir, "boxes"))
 	if len(dirs) != len(h.rt.Boxes()) {
 		t.Fatalf("box directories %d, boxes %d", len(dirs), len(h.rt.Boxes()))
+	}
+}
+
+// TestBoxDisk: a box's disk is its size's unless the engine sets one for every box; a claim
+// from a checkpoint whose files do not fit in the new box's disk is 413, naming the disk, and
+// leaves nothing behind.
+func TestBoxDisk(t *testing.T) {
+	h := newHarness(t)
+	sb := h.claim(tenantA, sandbox.ClaimRequest{Size: "medium"})
+	st := decodeAs[sandbox.Stats](t, h.must(200, "GET", "/v1/sandboxes/"+sb.ID+"/stats", rootToken, nil))
+	if st.DiskTotalBytes != 20<<30 {
+		t.Fatalf("a medium box's disk is %d bytes, want 20 GiB", st.DiskTotalBytes)
+	}
+
+	h = newHarness(t, func(o *engine.Options) { o.BoxDiskMB = 16 })
+	sb = h.claim(tenantA, sandbox.ClaimRequest{Size: "medium"})
+	st = decodeAs[sandbox.Stats](t, h.must(200, "GET", "/v1/sandboxes/"+sb.ID+"/stats", rootToken, nil))
+	if st.DiskTotalBytes != 16<<20 {
+		t.Fatalf("with a 16 MiB box disk, the box's disk is %d bytes", st.DiskTotalBytes)
+	}
+	// The fake's disk is a host directory: put 17 MiB in it, as the box would.
+	big := filepath.Join(h.dir, "boxes", sb.ID, "disk", "root", "big")
+	if err := os.WriteFile(big, make([]byte, 17<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ck := decodeAs[sandbox.CheckpointResponse](t, h.must(200, "POST", "/v1/sandboxes/"+sb.ID+"/checkpoint", tenantA,
+		sandbox.CheckpointRequest{Token: sb.Token})).Checkpoint
+	before := len(h.rt.Boxes())
+	body := h.must(413, "POST", "/v1/checkpoints/"+ck.ID+"/claim", tenantA, sandbox.CheckpointClaimRequest{})
+	if !strings.Contains(string(body), "disk of 16 MiB") {
+		t.Errorf("the refusal does not name the disk: %s", body)
+	}
+	if got := len(h.rt.Boxes()); got != before {
+		t.Errorf("a refused claim left %d boxes, want %d", got, before)
+	}
+	if rows := h.list(tenantA, ""); len(rows) != 1 {
+		t.Errorf("a refused claim left sandboxes: %+v", rows)
+	}
+	if dirs, err := os.ReadDir(filepath.Join(h.dir, "boxes")); err != nil || len(dirs) != 1 {
+		t.Errorf("a refused claim left box directories: %v, %v", dirs, err)
 	}
 }

@@ -168,7 +168,10 @@ func (e *Engine) newBoxLocked(key sandbox.PoolKey) *box {
 // spec is what the runtime needs to start (or restart) a box.
 func (e *Engine) spec(r record, rootfs string) runtime.Spec {
 	sz := cocoonbox.Size(r.Key.Size).Spec()
-	return runtime.Spec{ID: r.ID, Dir: e.boxDir(r.ID), Rootfs: rootfs, VCPUs: sz.VCPUs, MemoryMB: sz.MemoryMB}
+	if e.diskMB > 0 {
+		sz.DiskMB = e.diskMB
+	}
+	return runtime.Spec{ID: r.ID, Dir: e.boxDir(r.ID), Rootfs: rootfs, VCPUs: sz.VCPUs, MemoryMB: sz.MemoryMB, DiskMB: sz.DiskMB}
 }
 
 // start starts a reserved box. On failure the box is discarded and the caller sees a 503: a

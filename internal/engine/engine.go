@@ -53,6 +53,9 @@ type Options struct {
 	// DefaultMaxSandboxes of the host's memory. Beyond it a claim answers 503 with Retry-After,
 	// naming the limit, and pools stop refilling.
 	MaxSandboxes int
+	// BoxDiskMB is the disk quota of every box this engine starts from now on; 0 means each
+	// size's own (cocoonbox.SizeSpec.DiskMB). A box keeps the disk it was made with.
+	BoxDiskMB int
 	// TickInterval is how often Run reaps expired leases, idle-hibernates and checks the pools;
 	// one second when zero.
 	TickInterval time.Duration
@@ -71,6 +74,7 @@ type Engine struct {
 	log       *slog.Logger
 	ownerAddr string
 	maxBoxes  int
+	diskMB    int
 	tick      time.Duration
 
 	journal *journal
@@ -104,6 +108,9 @@ func New(opts Options) (*Engine, error) {
 	if opts.MaxSandboxes < 0 {
 		return nil, fmt.Errorf("new engine: max sandboxes must not be negative, got %d", opts.MaxSandboxes)
 	}
+	if opts.BoxDiskMB < 0 {
+		return nil, fmt.Errorf("new engine: box disk must not be negative, got %d MiB", opts.BoxDiskMB)
+	}
 	if opts.MaxSandboxes == 0 {
 		mem, err := hostMemory()
 		if err != nil {
@@ -118,7 +125,7 @@ func New(opts Options) (*Engine, error) {
 	e := &Engine{
 		dir: dir, rt: opts.Runtime, images: opts.Images, rootToken: opts.RootToken, tenants: tenants,
 		now: opts.Now, log: opts.Logger, ownerAddr: opts.OwnerAddr, maxBoxes: opts.MaxSandboxes,
-		tick: opts.TickInterval, fillCh: make(chan struct{}, 1), metrics: newMetrics(),
+		diskMB: opts.BoxDiskMB, tick: opts.TickInterval, fillCh: make(chan struct{}, 1), metrics: newMetrics(),
 		boxes: map[string]*box{}, pools: map[sandbox.PoolKey]*pool{}, doomed: map[string]*box{},
 	}
 	if e.now == nil {

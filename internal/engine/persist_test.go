@@ -55,7 +55,7 @@ func TestCrashRestart(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(h.dir, "records", halfID+".json"), half, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := h.rt.Start(context.Background(), runtime.Spec{ID: halfID, Dir: filepath.Join(h.dir, "boxes", halfID), Rootfs: h.rootfs, VCPUs: 1, MemoryMB: 512}); err != nil {
+	if err := h.rt.Start(context.Background(), runtime.Spec{ID: halfID, Dir: filepath.Join(h.dir, "boxes", halfID), Rootfs: h.rootfs, VCPUs: 1, MemoryMB: 512, DiskMB: 1024}); err != nil {
 		t.Fatal(err)
 	}
 	// A box directory no record names.

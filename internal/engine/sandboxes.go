@@ -204,6 +204,9 @@ func (e *Engine) handleStats(w http.ResponseWriter, r *http.Request, _ caller) e
 			return e.runtimeError(ctx, b, "stats", err)
 		}
 		out.MemUsedBytes, out.MemUsedMeasured = st.MemUsedBytes, true
+		if st.DiskMeasured {
+			out.DiskUsedBytes, out.DiskTotalBytes = st.DiskUsedBytes, st.DiskBytes
+		}
 	}
 	writeJSON(w, http.StatusOK, out)
 	return nil

@@ -178,9 +178,13 @@ type Stats struct {
 	MemUsedBytes  int64  `json:"mem_used_bytes"`
 	// MemUsedMeasured is false when nothing could be measured (hibernated, not yet known), so a
 	// zero is never read as idle. Upstream field.
-	MemUsedMeasured bool      `json:"mem_used_measured"`
-	Hibernated      bool      `json:"hibernated"`
-	MeasuredAt      time.Time `json:"measured_at"`
+	MemUsedMeasured bool `json:"mem_used_measured"`
+	// DiskUsedBytes of DiskTotalBytes are the box's disk in use and its quota, measured on a
+	// running box whose disk is a filesystem of its own (absent otherwise). Our field.
+	DiskUsedBytes  int64     `json:"disk_used_bytes,omitempty"`
+	DiskTotalBytes int64     `json:"disk_total_bytes,omitempty"`
+	Hibernated     bool      `json:"hibernated"`
+	MeasuredAt     time.Time `json:"measured_at"`
 }
 
 // PoolSpec is one desired warm pool in a PUT /v1/pools body. Net and Size default like a claim's.

@@ -32,6 +32,7 @@ const (
 	OpHibernate Op = "hibernate"
 	OpWake      Op = "wake"
 	OpSnapshot  Op = "snapshot"
+	OpSeed      Op = "seed"
 	OpDestroy   Op = "destroy"
 	OpState     Op = "state"
 	OpStats     Op = "stats"
@@ -219,7 +220,7 @@ func (f *Runtime) Start(ctx context.Context, spec runtime.Spec) error {
 	if err := f.enter(ctx, OpStart); err != nil {
 		return err
 	}
-	if spec.ID == "" || spec.Dir == "" || spec.Rootfs == "" || spec.VCPUs <= 0 || spec.MemoryMB <= 0 {
+	if spec.ID == "" || spec.Dir == "" || spec.Rootfs == "" || spec.VCPUs <= 0 || spec.MemoryMB <= 0 || spec.DiskMB <= 0 {
 		return fmt.Errorf("start box: incomplete spec %+v", spec)
 	}
 	f.mu.Lock()
@@ -355,6 +356,36 @@ func (f *Runtime) Snapshot(ctx context.Context, id, dst string) error {
 	return copyDir(filepath.Join(b.spec.Dir, "disk"), filepath.Join(dst, "disk"))
 }
 
+// Seed implements runtime.Runtime: it copies src/disk into the new box's disk, refusing files
+// that add up to more than spec.DiskMB, as a real disk of that size would.
+func (f *Runtime) Seed(ctx context.Context, spec runtime.Spec, src string) error {
+	if err := f.enter(ctx, OpSeed); err != nil {
+		return err
+	}
+	var size int64
+	err := filepath.WalkDir(filepath.Join(src, "disk"), func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			fi, ierr := d.Info()
+			if ierr != nil {
+				return ierr
+			}
+			size += fi.Size()
+		}
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("seed disk: %w", err)
+	}
+	if size > int64(spec.DiskMB)<<20 {
+		return fmt.Errorf("seed disk: %w: %d bytes of files, a disk of %d MiB", runtime.ErrDiskFull, size, spec.DiskMB)
+	}
+	if err := copyDir(filepath.Join(src, "disk"), filepath.Join(spec.Dir, "disk")); err != nil {
+		_ = os.RemoveAll(spec.Dir)
+		return fmt.Errorf("seed disk: %w", err)
+	}
+	return nil
+}
+
 // Destroy implements runtime.Runtime.
 func (f *Runtime) Destroy(ctx context.Context, id string) error {
 	if err := f.enter(ctx, OpDestroy); err != nil {
@@ -398,10 +429,11 @@ func (f *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	if _, err := f.running(id); err != nil {
+	b, err := f.running(id)
+	if err != nil {
 		return runtime.Stats{}, err
 	}
-	return runtime.Stats{MemUsedBytes: 64 << 20}, nil
+	return runtime.Stats{MemUsedBytes: 64 << 20, DiskUsedBytes: 1 << 20, DiskBytes: int64(b.spec.DiskMB) << 20, DiskMeasured: true}, nil
 }
 
 // copyDir copies regular files and directories from src to dst, which is what the fake's disk

@@ -10,20 +10,26 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
+	"syscall"
 
 	"github.com/loomhand/cocoonbox/image/boxinit/boxproto"
 )
 
 // A box's Dir, the same for both runtimes:
 //
-//	disk/        the writable overlay layer: the box's disk, what Snapshot copies
-//	work/        overlayfs's work directory (scratch, never copied)
+//	disk.img     the box's disk: a sparse ext4 image of its quota (see volume_linux.go)
+//	vol/         where disk.img is mounted while the engine uses it, holding
+//	vol/disk/    the writable overlay layer: the box's files, what Snapshot copies
+//	vol/work/    overlayfs's work directory (scratch, never copied)
 //	rootfs/      the overlay mount point: the box's root filesystem
 //	box.json     the Spec, so a restarted engine can wake or stop the box by id alone
 //	config.json  the OCI spec (gvisor)
 //	checkpoint/  the memory image of a hibernated box (gvisor)
 //	console.log  the init's output and runsc's errors
 const (
+	volumeImage   = "disk.img"
+	volumeDir     = "vol"
 	diskDir       = "disk"
 	workDir       = "work"
 	rootfsDir     = "rootfs"
@@ -41,8 +47,8 @@ func checkSpec(spec Spec) error {
 		return fmt.Errorf("bad box id %q", spec.ID)
 	case !filepath.IsAbs(spec.Dir) || !filepath.IsAbs(spec.Rootfs):
 		return fmt.Errorf("box dir %q and rootfs %q must be absolute", spec.Dir, spec.Rootfs)
-	case spec.VCPUs <= 0 || spec.MemoryMB <= 0:
-		return fmt.Errorf("bad size: %d vCPUs, %d MiB", spec.VCPUs, spec.MemoryMB)
+	case spec.VCPUs <= 0 || spec.MemoryMB <= 0 || spec.DiskMB <= 0:
+		return fmt.Errorf("bad size: %d vCPUs, %d MiB of memory, %d MiB of disk", spec.VCPUs, spec.MemoryMB, spec.DiskMB)
 	}
 	init := filepath.Join(spec.Rootfs, boxproto.InitPath)
 	if fi, err := os.Stat(init); err != nil || fi.Mode()&0o111 == 0 {
@@ -51,24 +57,15 @@ func checkSpec(spec Spec) error {
 	return nil
 }
 
-// prepareDir creates a box's directories, registers the box as a user of its image (after its
-// Dir exists, so the link never dangles while the box lives) and records its spec. An existing
-// disk (a restarted box, or one seeded from a snapshot) is kept as it is.
+// prepareDir creates a box's directories and disk, registers the box as a user of its image
+// (after its Dir exists, so the link never dangles while the box lives) and records its spec.
+// An existing disk (a restarted box, or one seeded from a snapshot) is kept as it is.
 func prepareDir(spec Spec) error {
-	// The Dir is the engine's alone (0700); disk/ keeps 0755, since it is the mode of the box's /.
-	if err := os.MkdirAll(spec.Dir, 0o700); err != nil {
-		return fmt.Errorf("create box dir: %w", err)
+	if err := makeDir(spec); err != nil {
+		return err
 	}
-	if err := os.Chmod(spec.Dir, 0o700); err != nil {
+	if err := os.Mkdir(filepath.Join(spec.Dir, rootfsDir), 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return fmt.Errorf("create box dir: %w", err)
-	}
-	for _, d := range []struct {
-		name string
-		perm os.FileMode
-	}{{diskDir, 0o755}, {workDir, 0o700}, {rootfsDir, 0o700}} {
-		if err := os.Mkdir(filepath.Join(spec.Dir, d.name), d.perm); err != nil && !errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("create box dir: %w", err)
-		}
 	}
 	if err := registerImageUse(spec); err != nil {
 		return err
@@ -78,6 +75,53 @@ func prepareDir(spec Spec) error {
 		return fmt.Errorf("encode spec: %w", err)
 	}
 	return writeFileAtomic(filepath.Join(spec.Dir, specFile), b)
+}
+
+// makeDir creates the box's Dir (the engine's alone: 0700) and its disk image, unless the Dir
+// holds a disk already: an image, or the plain disk/ of a box made before disks had quotas,
+// which keeps working as it was.
+func makeDir(spec Spec) error {
+	if err := os.MkdirAll(spec.Dir, 0o700); err != nil {
+		return fmt.Errorf("create box dir: %w", err)
+	}
+	if err := os.Chmod(spec.Dir, 0o700); err != nil {
+		return fmt.Errorf("create box dir: %w", err)
+	}
+	if legacyDisk(spec.Dir) {
+		if err := os.Mkdir(filepath.Join(spec.Dir, workDir), 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return fmt.Errorf("create box dir: %w", err)
+		}
+		return nil
+	}
+	return makeVolume(spec.Dir, spec.DiskMB)
+}
+
+// legacyDisk reports whether dir is a box made before disks had quotas: its disk is a plain
+// directory, dir/disk, beside dir/work. (A directory Snapshot wrote has the same layout.)
+func legacyDisk(dir string) bool {
+	return !exists(filepath.Join(dir, volumeImage)) && exists(filepath.Join(dir, diskDir))
+}
+
+// diskPath is the directory holding a box's files: vol/disk on its volume, or disk/ in a box
+// made before quotas and in a directory Snapshot wrote.
+func diskPath(dir string) string {
+	if exists(filepath.Join(dir, volumeImage)) {
+		return filepath.Join(dir, volumeDir, diskDir)
+	}
+	return filepath.Join(dir, diskDir)
+}
+
+// workPath is overlayfs's work directory, on the same filesystem as diskPath.
+func workPath(dir string) string {
+	if exists(filepath.Join(dir, volumeImage)) {
+		return filepath.Join(dir, volumeDir, workDir)
+	}
+	return filepath.Join(dir, workDir)
+}
+
+// hasDisk reports whether dir holds a box's disk.
+func hasDisk(dir string) bool {
+	return exists(filepath.Join(dir, volumeImage)) || exists(filepath.Join(dir, diskDir))
 }
 
 // loadSpec reads the spec Start recorded in dir.
@@ -140,15 +184,42 @@ func (x index) remove(id string) {
 	}
 }
 
-// CopyDisk copies the disk of from (a box's Dir, or a directory Snapshot wrote) into to/disk,
-// creating to (0700) if needed: seeding a new box's Dir from a checkpoint. from must not change
-// during the copy (a stopped box, or a checkpoint's own copy).
-func CopyDisk(ctx context.Context, from, to string) error { return copyDisk(ctx, from, to) }
+// seedDisk is Runtime.Seed of both runtimes: it makes the Dir of spec, which must not hold a
+// box yet, with a disk of spec.DiskMB holding the files of from's disk. Nothing is left mounted.
+func seedDisk(ctx context.Context, spec Spec, from string) error {
+	if hasDisk(spec.Dir) {
+		return fmt.Errorf("seed disk: %s holds a box already", spec.Dir)
+	}
+	err := fillDisk(ctx, spec, from)
+	if uerr := unmountOverlay(spec.Dir); err == nil {
+		err = uerr
+	}
+	if err != nil {
+		_ = unmountOverlay(spec.Dir)
+		_ = os.RemoveAll(spec.Dir)
+		if strings.Contains(err.Error(), syscall.ENOSPC.Error()) {
+			err = fmt.Errorf("%w: the files do not fit in a disk of %d MiB", ErrDiskFull, spec.DiskMB)
+		}
+		return fmt.Errorf("seed disk: %w", err)
+	}
+	return nil
+}
 
-// copyDisk copies a box's disk into dst/disk. The disk is box-written, so the copy is made by
-// the walker of walk_linux.go (which never follows a symlink) in a confined child process (see
-// confine_linux.go), never by a path-following tool such as cp -a. The caller makes sure the disk
-// cannot change during the copy.
+func fillDisk(ctx context.Context, spec Spec, from string) error {
+	if err := makeDir(spec); err != nil {
+		return err
+	}
+	if err := mountDisk(spec.Dir); err != nil {
+		return err
+	}
+	return confinedCopy(ctx, diskPath(from), diskPath(spec.Dir))
+}
+
+// copyDisk copies a box's disk into dst/disk, creating dst (0700) if needed. The disk is
+// box-written, so the copy is made by the walker of walk_linux.go (which never follows a
+// symlink) in a confined child process (see confine_linux.go), never by a path-following tool
+// such as cp -a. The caller makes sure the disk cannot change during the copy, and that it is
+// mounted (mountDisk).
 func copyDisk(ctx context.Context, dir, dst string) error {
 	if err := os.MkdirAll(dst, 0o700); err != nil {
 		return fmt.Errorf("create snapshot dir: %w", err)
@@ -160,7 +231,7 @@ func copyDisk(ctx context.Context, dir, dst string) error {
 		}
 		return fmt.Errorf("create snapshot dir: %w", err)
 	}
-	if err := confinedCopy(ctx, filepath.Join(dir, diskDir), target); err != nil {
+	if err := confinedCopy(ctx, diskPath(dir), target); err != nil {
 		_ = os.RemoveAll(target)
 		return fmt.Errorf("copy disk: %w", err)
 	}

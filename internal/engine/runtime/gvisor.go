@@ -49,6 +49,9 @@ func newGVisor(opts Options) (*gvisor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("new gvisor runtime: %w", err)
 	}
+	if err := volumesSupported(); err != nil {
+		return nil, fmt.Errorf("new gvisor runtime: %w", err)
+	}
 	g := &gvisor{
 		runsc: runsc,
 		root:  filepath.Join(opts.DataDir, "runsc"),
@@ -378,11 +381,24 @@ func (g *gvisor) Snapshot(ctx context.Context, id, dst string) error {
 		}()
 	} else if ok && st.Status == "paused" {
 		return fmt.Errorf("snapshot box %s: the sandbox is paused by another copy", id)
+	} else if err := mountDisk(b.spec.Dir); err != nil { // a sleeping box's disk is not mounted
+		return fmt.Errorf("snapshot box %s: %w", id, err)
+	} else {
+		defer func() {
+			if err := unmountOverlay(b.spec.Dir); err != nil {
+				g.log.Warn("unmount disk after snapshot", "id", id, "err", err)
+			}
+		}()
 	}
 	if err := copyDisk(ctx, b.spec.Dir, dst); err != nil {
 		return fmt.Errorf("snapshot box %s: %w", id, err)
 	}
 	return nil
+}
+
+// Seed implements Runtime.
+func (g *gvisor) Seed(ctx context.Context, spec Spec, src string) error {
+	return seedDisk(ctx, spec, src)
 }
 
 // Destroy implements Runtime.
@@ -457,7 +473,7 @@ func (g *gvisor) State(ctx context.Context, id, dir string) (State, error) {
 		return StateMissing, nil
 	case ckpt:
 		return StateHibernated, nil
-	case exists(filepath.Join(dir, diskDir)):
+	case hasDisk(dir):
 		return StateStopped, nil
 	}
 	return StateMissing, nil
@@ -466,14 +482,17 @@ func (g *gvisor) State(ctx context.Context, id, dir string) (State, error) {
 // Stats implements Runtime: the sandbox's cgroup (sentry, gofer and the box's memory file).
 // A hibernated or stopped box uses nothing.
 func (g *gvisor) Stats(ctx context.Context, id string) (Stats, error) {
-	if _, err := g.box(id); err != nil {
+	b, err := g.box(id)
+	if err != nil {
 		return Stats{}, fmt.Errorf("read box stats %s: %w", id, err)
 	}
 	used, err := cgroupMemory(cgroupPath(id))
 	if err != nil {
 		return Stats{}, fmt.Errorf("read box stats %s: %w", id, err)
 	}
-	return Stats{MemUsedBytes: used}, nil
+	st := Stats{MemUsedBytes: used}
+	st.DiskUsedBytes, st.DiskBytes, st.DiskMeasured = volumeUsage(b.spec.Dir)
+	return st, nil
 }
 
 // lastLine is the last non-empty line of a command's output: runsc ends with the error.

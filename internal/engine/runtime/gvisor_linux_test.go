@@ -57,7 +57,7 @@ func TestGVisorExec(t *testing.T) {
 
 	// A file written in the box lands in its disk on the host.
 	e.sh(t, b.ID, "echo on-disk > /root/file")
-	if got, err := os.ReadFile(filepath.Join(b.Dir, diskDir, "root", "file")); err != nil || string(got) != "on-disk\n" {
+	if got, err := os.ReadFile(filepath.Join(diskPath(b.Dir), "root", "file")); err != nil || string(got) != "on-disk\n" {
 		t.Fatalf("disk: %q, %v", got, err)
 	}
 }
@@ -214,7 +214,7 @@ func TestGVisorSnapshotSeedsNewBox(t *testing.T) {
 
 	// A claim from the checkpoint: a new box whose Dir starts as a copy of dst.
 	nb := e.spec()
-	if err := copyDisk(ctx, dst, nb.Dir); err != nil {
+	if err := e.rt.Seed(ctx, nb, dst); err != nil {
 		t.Fatal(err)
 	}
 	e.start(t, nb)

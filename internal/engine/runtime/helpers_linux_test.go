@@ -97,7 +97,7 @@ func newID() string {
 // spec returns a fresh box spec; the box's Dir does not exist yet.
 func (e *testEnv) spec() Spec {
 	id := newID()
-	return Spec{ID: id, Dir: filepath.Join(e.boxes, id), Rootfs: e.rootfs, VCPUs: 1, MemoryMB: 512}
+	return Spec{ID: id, Dir: filepath.Join(e.boxes, id), Rootfs: e.rootfs, VCPUs: 1, MemoryMB: 512, DiskMB: 1024}
 }
 
 // start starts a box and destroys it when the test ends, checking nothing is left mounted.
@@ -112,6 +112,10 @@ func (e *testEnv) start(t *testing.T, spec Spec) Spec {
 		if mounted(filepath.Join(spec.Dir, rootfsDir)) {
 			t.Errorf("destroy %s left the overlay mounted", spec.ID)
 		}
+		if mounted(filepath.Join(spec.Dir, volumeDir)) {
+			t.Errorf("destroy %s left the disk mounted", spec.ID)
+		}
+		waitFor(t, "the loop device of "+spec.ID+" to detach", func() bool { return len(loopsUnder(spec.Dir)) == 0 })
 	})
 	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
 	defer cancel()
@@ -293,4 +297,16 @@ func (e *testEnv) checkPortClosed(t *testing.T, id string) {
 		}
 		t.Fatalf("dial a closed port: %v, want ErrPortClosed", err)
 	}
+}
+
+// loopsUnder lists the loop devices whose backing file is under dir.
+func loopsUnder(dir string) []string {
+	var out []string
+	files, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	for _, p := range files {
+		if b, err := os.ReadFile(p); err == nil && strings.HasPrefix(string(b), dir+"/") {
+			out = append(out, filepath.Base(filepath.Dir(filepath.Dir(p))))
+		}
+	}
+	return out
 }

@@ -20,7 +20,7 @@ func TestPrepareDirRegistersImageUse(t *testing.T) {
 		}
 	}
 	boxes := t.TempDir()
-	spec := Spec{ID: "b1", Dir: filepath.Join(boxes, "b1"), Rootfs: filepath.Join(image, "rootfs"), VCPUs: 1, MemoryMB: 64}
+	spec := Spec{ID: "b1", Dir: filepath.Join(boxes, "b1"), Rootfs: filepath.Join(image, "rootfs"), VCPUs: 1, MemoryMB: 64, DiskMB: 16}
 
 	users := filepath.Join(image, imageUsersDir)
 	for range 2 {

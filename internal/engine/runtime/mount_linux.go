@@ -28,15 +28,27 @@ func mountOverlay(spec Spec) error {
 			return fmt.Errorf("mount overlay: path %q has a comma or colon", p)
 		}
 	}
-	if err := mountBoxDir(spec.Dir); err != nil {
+	if err := mountDisk(spec.Dir); err != nil {
 		return err
 	}
 	opts := fmt.Sprintf("lowerdir=%s,upperdir=%s,workdir=%s,index=off,metacopy=off,redirect_dir=off",
-		spec.Rootfs, filepath.Join(spec.Dir, diskDir), filepath.Join(spec.Dir, workDir))
+		spec.Rootfs, diskPath(spec.Dir), workPath(spec.Dir))
 	if err := unix.Mount("overlay", target, "overlay", unix.MS_NOSUID|unix.MS_NODEV, opts); err != nil {
 		return fmt.Errorf("mount overlay: %w", err)
 	}
 	return nil
+}
+
+// mountDisk makes the box's disk reachable at diskPath: its Dir a nosuid,nodev mount of its
+// own, and its volume mounted on that.
+func mountDisk(dir string) error {
+	if err := mountBoxDir(dir); err != nil {
+		return err
+	}
+	if legacyDisk(dir) {
+		return nil
+	}
+	return mountVolume(dir)
 }
 
 // mountBoxDir makes the box's Dir a mount of its own with nosuid and nodev while the box runs,
@@ -67,27 +79,27 @@ func bindMounted(p string) bool {
 	return st.Mnt_id != parent.Mnt_id && st.Dev_major == parent.Dev_major && st.Dev_minor == parent.Dev_minor
 }
 
-// unmountOverlay unmounts the box's root filesystem and then its Dir if they are mounted; a
-// mount still held by a dying sandbox is detached lazily, so that removing the directory never
-// walks into it.
+// unmountOverlay unmounts the box's root filesystem, then its volume, then its Dir, those of
+// them that are mounted; a mount still held by a dying sandbox is detached lazily, so that
+// removing the directory never walks into it.
 func unmountOverlay(dir string) error {
-	target := filepath.Join(dir, rootfsDir)
-	for mounted(target) {
-		err := unix.Unmount(target, 0)
-		if errors.Is(err, unix.EBUSY) {
-			err = unix.Unmount(target, unix.MNT_DETACH)
-		}
-		if err != nil && !errors.Is(err, unix.EINVAL) {
-			return fmt.Errorf("unmount overlay: %w", err)
-		}
-	}
-	for bindMounted(dir) {
-		err := unix.Unmount(dir, 0)
-		if errors.Is(err, unix.EBUSY) {
-			err = unix.Unmount(dir, unix.MNT_DETACH)
-		}
-		if err != nil && !errors.Is(err, unix.EINVAL) {
-			return fmt.Errorf("unmount box dir: %w", err)
+	for _, m := range []struct {
+		path string
+		is   func(string) bool
+		what string
+	}{
+		{filepath.Join(dir, rootfsDir), mounted, "overlay"},
+		{filepath.Join(dir, volumeDir), mounted, "disk"},
+		{dir, bindMounted, "box dir"},
+	} {
+		for m.is(m.path) {
+			err := unix.Unmount(m.path, 0)
+			if errors.Is(err, unix.EBUSY) {
+				err = unix.Unmount(m.path, unix.MNT_DETACH)
+			}
+			if err != nil && !errors.Is(err, unix.EINVAL) {
+				return fmt.Errorf("unmount %s: %w", m.what, err)
+			}
 		}
 	}
 	return nil

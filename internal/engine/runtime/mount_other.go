@@ -16,3 +16,8 @@ func unmountOverlay(string) error             { return nil }
 func mounted(string) bool                     { return false }
 func unmountLazy(string) error                { return errLinuxOnly }
 func socketPair() (*os.File, *os.File, error) { return nil, nil, errLinuxOnly }
+
+func mountDisk(string) error                  { return errLinuxOnly }
+func volumesSupported() error                 { return errLinuxOnly }
+func volumeUsage(string) (int64, int64, bool) { return 0, 0, false }
+func makeVolume(string, int) error            { return errLinuxOnly }

@@ -54,6 +54,9 @@ func newProcess(opts Options) (*process, error) {
 	if err := processSupported(); err != nil {
 		return nil, fmt.Errorf("new process runtime: %w", err)
 	}
+	if err := volumesSupported(); err != nil {
+		return nil, fmt.Errorf("new process runtime: %w", err)
+	}
 	userns, err := boxUserns()
 	if err != nil {
 		return nil, fmt.Errorf("new process runtime: %w", err)
@@ -155,6 +158,9 @@ func (p *process) Start(ctx context.Context, spec Spec) error {
 	p.mu.Lock()
 	p.boxes[spec.ID] = spec
 	p.mu.Unlock()
+	if err := mountDisk(spec.Dir); err != nil {
+		return fmt.Errorf("start box %s: %w", spec.ID, err)
+	}
 	lower, err := mountIDMappedImage(spec, p.userns)
 	if err != nil {
 		return fmt.Errorf("start box %s: %w", spec.ID, err)
@@ -282,6 +288,10 @@ func (p *process) Hibernate(ctx context.Context, id string) error {
 		return fmt.Errorf("hibernate box %s: %w", id, err)
 	}
 	p.stop(spec)
+	// A sleeping box holds no kernel mount: Wake mounts its disk again.
+	if err := unmountOverlay(spec.Dir); err != nil {
+		p.log.Warn("unmount hibernated box disk; it stays mounted until wake or destroy", "id", id, "err", err)
+	}
 	return nil
 }
 
@@ -306,10 +316,25 @@ func (p *process) Snapshot(ctx context.Context, id, dst string) error {
 	if err != nil {
 		return fmt.Errorf("snapshot box %s: %w", id, err)
 	}
+	if running(spec.Dir) == 0 { // a sleeping box's disk is not mounted
+		if err := mountDisk(spec.Dir); err != nil {
+			return fmt.Errorf("snapshot box %s: %w", id, err)
+		}
+		defer func() {
+			if err := unmountOverlay(spec.Dir); err != nil {
+				p.log.Warn("unmount disk after snapshot", "id", id, "err", err)
+			}
+		}()
+	}
 	if err := copyDisk(ctx, spec.Dir, dst); err != nil {
 		return fmt.Errorf("snapshot box %s: %w", id, err)
 	}
 	return nil
+}
+
+// Seed implements Runtime.
+func (p *process) Seed(ctx context.Context, spec Spec, src string) error {
+	return seedDisk(ctx, spec, src)
 }
 
 // Destroy implements Runtime.
@@ -355,7 +380,7 @@ func (p *process) State(ctx context.Context, id, dir string) (State, error) {
 		return StateRunning, nil
 	case exists(filepath.Join(dir, hibernatedMark)):
 		return StateHibernated, nil
-	case exists(filepath.Join(dir, diskDir)):
+	case hasDisk(dir):
 		return StateStopped, nil
 	}
 	return StateMissing, nil
@@ -374,5 +399,7 @@ func (p *process) Stats(ctx context.Context, id string) (Stats, error) {
 	if err != nil {
 		return Stats{}, fmt.Errorf("read box stats %s: %w", id, err)
 	}
-	return Stats{MemUsedBytes: used}, nil
+	st := Stats{MemUsedBytes: used}
+	st.DiskUsedBytes, st.DiskBytes, st.DiskMeasured = volumeUsage(spec.Dir)
+	return st, nil
 }

@@ -74,7 +74,7 @@ func TestProcessRuntime(t *testing.T) {
 		t.Fatal(err)
 	}
 	nb := e.spec()
-	if err := copyDisk(ctx, dst, nb.Dir); err != nil {
+	if err := e.rt.Seed(ctx, nb, dst); err != nil {
 		t.Fatal(err)
 	}
 	e.start(t, nb)

@@ -131,7 +131,7 @@ func mountRoot(p string) bool {
 // / (an overlay's root takes its owner from the upper layer's). Only that directory: the host
 // never walks a tree the box can change.
 func ownDiskRoot(spec Spec) error {
-	disk := filepath.Join(spec.Dir, diskDir)
+	disk := diskPath(spec.Dir)
 	var st unix.Stat_t
 	if err := unix.Lstat(disk, &st); err != nil {
 		return fmt.Errorf("own disk: %w", err)
@@ -167,7 +167,7 @@ func detachedOverlay(spec Spec, lower string) (*os.File, error) {
 	}
 	defer func() { _ = unix.Close(fs) }()
 	for _, kv := range [][2]string{
-		{"lowerdir", lower}, {"upperdir", filepath.Join(spec.Dir, diskDir)}, {"workdir", filepath.Join(spec.Dir, workDir)},
+		{"lowerdir", lower}, {"upperdir", diskPath(spec.Dir)}, {"workdir", workPath(spec.Dir)},
 		{"index", "off"}, {"metacopy", "off"}, {"redirect_dir", "off"},
 	} {
 		if err := unix.FsconfigSetString(fs, kv[0], kv[1]); err != nil {

@@ -7,9 +7,11 @@
 // Choices both runtimes share, and why:
 //
 //   - The box's root is a host overlayfs: the shared read-only image below, the box's disk
-//     (Dir/disk) above. The disk is then a plain host directory that outlives the box's
+//     (Dir/vol/disk) above. The disk is then a plain host directory that outlives the box's
 //     processes, is never part of a memory image (checkpoints stay small and the disk survives
-//     a lost one), and can be copied with the box frozen only for the copy (Snapshot). runsc's
+//     a lost one), and can be copied with the box frozen only for the copy (Snapshot). It is on
+//     a loop-mounted ext4 filesystem of the box's quota (see volume_linux.go), so a box that
+//     fills its disk fills only that. runsc's
 //     own --overlay2 was tried: checkpoint/restore works, but its upper layer is a
 //     gVisor-internal file, so the disk would live inside the memory image and die with the
 //     sandbox.
@@ -59,11 +61,15 @@ type Runtime interface {
 	// is ErrNotRunning (Start it again on its disk instead).
 	Wake(ctx context.Context, id string) error
 	// Snapshot copies the box's disk into dst (a fresh directory), so a later Start with
-	// Spec.Dir seeded from dst (CopyDisk) sees the same files. The box keeps its processes;
+	// Spec.Dir seeded from dst (Seed) sees the same files. The box keeps its processes;
 	// gvisor pauses a running box for the copy so the disk cannot change under it (the process
 	// runtime does not, and relies on the walker alone). The disk is the box's to write: it is
 	// never walked by a tool that follows symlinks (see copyDisk).
 	Snapshot(ctx context.Context, id, dst string) error
+	// Seed makes the Dir of a box that does not exist yet hold a disk with the files of src (a
+	// directory Snapshot wrote), for a Start on it: a claim from a checkpoint. Files that do not
+	// fit in spec.DiskMB are ErrDiskFull; a failed Seed leaves no Dir.
+	Seed(ctx context.Context, spec Spec, src string) error
 	// Destroy stops the box and removes everything under its Dir. Unknown ids are not an error.
 	// Boxes are found by id across engine restarts (the runtime keeps an index under its data
 	// directory), so Destroy also cleans up a box the restarted engine has not asked about.
@@ -84,6 +90,7 @@ type Spec struct {
 	Rootfs   string // the image's read-only root filesystem, shared by every box of the image
 	VCPUs    int
 	MemoryMB int
+	DiskMB   int      // the disk quota: the size of the filesystem the box's writes land on
 	Env      []string // extra environment for the box's init
 }
 
@@ -127,6 +134,10 @@ const (
 // Stats is a box's resource use.
 type Stats struct {
 	MemUsedBytes int64
+	// DiskUsedBytes of DiskBytes are the box's disk in use and its size, when DiskMeasured
+	// (a box made before disks had quotas has no disk of its own to measure).
+	DiskUsedBytes, DiskBytes int64
+	DiskMeasured             bool
 }
 
 // HalfCloser is a connection that can close its write side alone.
@@ -141,4 +152,5 @@ var (
 	ErrBadCommand = errors.New("bad command")
 	ErrNotRunning = errors.New("box is not running")
 	ErrPortClosed = errors.New("nothing listens on that port in the box")
+	ErrDiskFull   = errors.New("the disk is full") // files to copy in do not fit in the box's disk
 )

@@ -106,7 +106,7 @@ func TestGVisorSnapshotNeverFollowsBoxSymlinks(t *testing.T) {
 	nb := e.spec()
 	ctx, cancel = context.WithTimeout(context.Background(), waitLong)
 	defer cancel()
-	if err := copyDisk(ctx, last, nb.Dir); err != nil {
+	if err := e.rt.Seed(ctx, nb, last); err != nil {
 		t.Fatal(err)
 	}
 	e.start(t, nb)
@@ -151,7 +151,7 @@ func TestGVisorBoxFilesNeverActOnTheHost(t *testing.T) {
 		if fi, err := os.Stat(b.Dir); err != nil || fi.Mode().Perm() != 0o700 {
 			t.Fatalf("%s: box dir %v, %v; want 0700", when, fi.Mode(), err)
 		}
-		suid := filepath.Join(b.Dir, diskDir, "root", "suid")
+		suid := filepath.Join(diskPath(b.Dir), "root", "suid")
 		if fi, err := os.Stat(suid); err != nil || fi.Mode()&os.ModeSetuid == 0 {
 			t.Fatalf("%s: the box's setuid file on the host: %v, %v", when, fi.Mode(), err)
 		}

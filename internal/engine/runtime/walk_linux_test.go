@@ -60,59 +60,69 @@ func TestCopyDiskKeepsTheDisk(t *testing.T) {
 	}
 	must(t, unix.Lutimes(p("home/relative"), []unix.Timeval{unix.NsecToTimeval(old.UnixNano()), unix.NsecToTimeval(old.UnixNano())}))
 
+	// A snapshot's copy, then a box disk (its own filesystem) seeded from that copy: each keeps
+	// the disk.
 	dst := filepath.Join(base, "copy")
-	if err := CopyDisk(context.Background(), src, dst); err != nil {
+	if err := copyDisk(context.Background(), src, dst); err != nil {
 		t.Fatal(err)
 	}
-	q := func(rel string) string { return filepath.Join(dst, diskDir, rel) }
-	for _, rel := range []string{".", "etc", "etc/opaque", "etc/passwd", "etc/deleted", "usr-bin-sudo",
-		"home/user", "home/user/private", "home/user/notes", "home/user/fifo", "home/user/sock",
-		"home/user/escape", "home/relative", "sparse"} {
+	seeded := Spec{ID: "sb_seeded", Dir: filepath.Join(base, "seeded"), DiskMB: 2048}
+	if err := seedDisk(context.Background(), seeded, dst); err != nil {
+		t.Fatal(err)
+	}
+	must(t, mountDisk(seeded.Dir))
+	t.Cleanup(func() { must(t, unmountOverlay(seeded.Dir)) })
+	for _, copied := range []string{filepath.Join(dst, diskDir), diskPath(seeded.Dir)} {
+		q := func(rel string) string { return filepath.Join(copied, rel) }
+		for _, rel := range []string{".", "etc", "etc/opaque", "etc/passwd", "etc/deleted", "usr-bin-sudo",
+			"home/user", "home/user/private", "home/user/notes", "home/user/fifo", "home/user/sock",
+			"home/user/escape", "home/relative", "sparse"} {
+			var a, b unix.Stat_t
+			must(t, unix.Lstat(p(rel), &a))
+			if err := unix.Lstat(q(rel), &b); err != nil {
+				t.Fatalf("%s not copied: %v", rel, err)
+			}
+			if a.Mode != b.Mode || a.Uid != b.Uid || a.Gid != b.Gid || a.Size != b.Size || a.Rdev != b.Rdev {
+				t.Errorf("%s: mode %o uid %d gid %d size %d rdev %d, copy has %o %d %d %d %d",
+					rel, a.Mode, a.Uid, a.Gid, a.Size, a.Rdev, b.Mode, b.Uid, b.Gid, b.Size, b.Rdev)
+			}
+			if a.Mtim != b.Mtim {
+				t.Errorf("%s: mtime %v, copy has %v", rel, a.Mtim, b.Mtim)
+			}
+		}
+		if _, err := os.Lstat(q("etc/null")); !os.IsNotExist(err) {
+			t.Errorf("a real device node was copied: %v", err)
+		}
+		for rel, want := range map[string]string{"etc/passwd": "root:x:0:0\n", "home/user/notes": "notes"} {
+			if b, err := os.ReadFile(q(rel)); err != nil || string(b) != want {
+				t.Errorf("%s: %q, %v", rel, b, err)
+			}
+		}
+		for rel, attr := range map[string]string{"etc/opaque": "trusted.overlay.opaque", "home/user/notes": "user.tag"} {
+			b := make([]byte, 16)
+			n, err := unix.Getxattr(q(rel), attr, b)
+			if err != nil || n == 0 {
+				t.Errorf("%s lost xattr %s: %v", rel, attr, err)
+			}
+		}
+		if target, err := os.Readlink(q("home/user/escape")); err != nil || target != host {
+			t.Errorf("the symlink out of the disk became %q, %v", target, err)
+		}
 		var a, b unix.Stat_t
-		must(t, unix.Lstat(p(rel), &a))
-		if err := unix.Lstat(q(rel), &b); err != nil {
-			t.Fatalf("%s not copied: %v", rel, err)
+		must(t, unix.Lstat(q("etc/passwd"), &a))
+		must(t, unix.Lstat(q("home/user/passwd-link"), &b))
+		if a.Ino != b.Ino {
+			t.Error("hard links became separate files")
 		}
-		if a.Mode != b.Mode || a.Uid != b.Uid || a.Gid != b.Gid || a.Size != b.Size || a.Rdev != b.Rdev {
-			t.Errorf("%s: mode %o uid %d gid %d size %d rdev %d, copy has %o %d %d %d %d",
-				rel, a.Mode, a.Uid, a.Gid, a.Size, a.Rdev, b.Mode, b.Uid, b.Gid, b.Size, b.Rdev)
+		must(t, unix.Lstat(q("sparse"), &a))
+		if a.Blocks*512 > 1<<20 {
+			t.Errorf("the sparse file's holes were filled: %d bytes allocated", a.Blocks*512)
 		}
-		if a.Mtim != b.Mtim {
-			t.Errorf("%s: mtime %v, copy has %v", rel, a.Mtim, b.Mtim)
-		}
-	}
-	if _, err := os.Lstat(q("etc/null")); !os.IsNotExist(err) {
-		t.Errorf("a real device node was copied: %v", err)
-	}
-	for rel, want := range map[string]string{"etc/passwd": "root:x:0:0\n", "home/user/notes": "notes"} {
-		if b, err := os.ReadFile(q(rel)); err != nil || string(b) != want {
-			t.Errorf("%s: %q, %v", rel, b, err)
-		}
-	}
-	for rel, attr := range map[string]string{"etc/opaque": "trusted.overlay.opaque", "home/user/notes": "user.tag"} {
-		b := make([]byte, 16)
-		n, err := unix.Getxattr(q(rel), attr, b)
-		if err != nil || n == 0 {
-			t.Errorf("%s lost xattr %s: %v", rel, attr, err)
-		}
-	}
-	if target, err := os.Readlink(q("home/user/escape")); err != nil || target != host {
-		t.Errorf("the symlink out of the disk became %q, %v", target, err)
-	}
-	var a, b unix.Stat_t
-	must(t, unix.Lstat(q("etc/passwd"), &a))
-	must(t, unix.Lstat(q("home/user/passwd-link"), &b))
-	if a.Ino != b.Ino {
-		t.Error("hard links became separate files")
-	}
-	must(t, unix.Lstat(q("sparse"), &a))
-	if a.Blocks*512 > 1<<20 {
-		t.Errorf("the sparse file's holes were filled: %d bytes allocated", a.Blocks*512)
 	}
 	if fi, err := os.Stat(dst); err != nil || fi.Mode().Perm() != 0o700 {
 		t.Errorf("the copy's directory is %v, %v; want 0700", fi.Mode(), err)
 	}
-	if err := CopyDisk(context.Background(), src, dst); err == nil {
+	if err := copyDisk(context.Background(), src, dst); err == nil {
 		t.Error("a second copy into the same directory succeeded")
 	}
 }
