@@ -63,7 +63,7 @@ func BenchmarkSnapshot1GiB(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		return filepath.Join(e.d.Home(), "engine", "boxes", st.SandboxID, "disk")
+		return filepath.Join(e.d.Home(), "engine", "boxes", st.SandboxID, "vol", "disk")
 	}
 	size := treeBytes(b, disk())
 	b.Logf("box state: %d bytes", size)

@@ -99,7 +99,7 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	// 256 MiB apparent, one page of data: a restore that filled the holes would show here. Seen
 	// on the host, in the new box's disk layer: inside, gVisor reports blocks as size/512.
 	var fi syscall.Stat_t
-	sparse := filepath.Join(d.Home(), "engine", "boxes", st.SandboxID, "disk", "root", "tree", "sparse")
+	sparse := filepath.Join(d.Home(), "engine", "boxes", st.SandboxID, "vol", "disk", "root", "tree", "sparse")
 	if err := syscall.Stat(sparse, &fi); err != nil || fi.Blocks > 2048 {
 		t.Fatalf("the sparse file after restore: %d blocks allocated (%v); its holes were filled", fi.Blocks, err)
 	}
