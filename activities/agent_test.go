@@ -18,7 +18,8 @@ import (
 	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/loomhand/cocoonbox"
-	"github.com/loomhand/cocoonbox/agentvm"
+	"github.com/loomhand/cocoonbox/agentvm/wire"
+	"github.com/loomhand/cocoonbox/internal/boxlink"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/store"
 	agentvmv1 "github.com/loomhand/cocoonbox/proto/agentvm/v1"
@@ -26,18 +27,8 @@ import (
 
 const agentBox = cocoonbox.BoxID("bx_0123456789abcdef")
 
-func TestAgentCredential(t *testing.T) {
-	a := AgentCredential([]byte("k1"), agentBox)
-	if len(a) != 64 || strings.Trim(a, "0123456789abcdef") != "" {
-		t.Fatalf("credential %q is not 64 hex digits", a)
-	}
-	if AgentCredential([]byte("k1"), agentBox) != a {
-		t.Fatal("not deterministic")
-	}
-	if AgentCredential([]byte("k2"), agentBox) == a || AgentCredential([]byte("k1"), "bx_fedcba9876543210") == a {
-		t.Fatal("same credential under another key or box")
-	}
-}
+// testCreds derives agent credentials under a fixed key.
+func testCreds(id cocoonbox.BoxID) (string, error) { return boxlink.Credential([]byte("key"), id), nil }
 
 func TestAgentErrorMapping(t *testing.T) {
 	ctx := context.Background()
@@ -47,7 +38,7 @@ func TestAgentErrorMapping(t *testing.T) {
 		retryable bool
 	}{
 		{status.Error(codes.InvalidArgument, "model: 400 no such model"), ErrTypeInvalidArgument, false},
-		{status.Error(codes.FailedPrecondition, "x"), ErrTypeInvalidArgument, false},
+		{status.Error(codes.FailedPrecondition, "x"), ErrTypeConflict, false},
 		{status.Error(codes.Unimplemented, "x"), ErrTypeInvalidArgument, false},
 		{status.Error(codes.Unavailable, "connection refused"), ErrTypeUnavailable, true},
 		{status.Error(codes.Unauthenticated, "no credential yet"), ErrTypeUnavailable, true},
@@ -122,7 +113,7 @@ func (f *fakeInfo) Get(context.Context, *agentvmv1.GetInfoRequest) (*agentvmv1.I
 	return &agentvmv1.InfoResponse{Version: f.version}, nil
 }
 
-// fakeBox is a sandbox engine with one sandbox whose port AgentPort is the fake agent.
+// fakeBox is a sandbox engine with one sandbox whose port wire.AgentPort is the fake agent.
 type fakeBox struct {
 	sandbox.Client
 	lis   *bufconn.Listener
@@ -135,7 +126,7 @@ type pipeConn struct{ net.Conn }
 func (pipeConn) CloseWrite() error { return nil }
 
 func (f *fakeBox) DialPort(ctx context.Context, sb sandbox.SandboxRef, port int) (sandbox.Conn, error) {
-	if sb.ID != "sb_1" || sb.Token != "tok" || port != AgentPort {
+	if sb.ID != "sb_1" || sb.Token != "tok" || port != wire.AgentPort {
 		return nil, sandbox.ErrNotFound
 	}
 	c, err := f.lis.DialContext(ctx)
@@ -201,8 +192,8 @@ func (v fakeVault) Open(_ context.Context, owner, name string) (string, error) {
 
 func newAgentFixture(t *testing.T) (*Agent, *fakeAgent, *fakeBox, *fakeRuns) {
 	t.Helper()
-	cred := AgentCredential([]byte("key"), agentBox)
-	agent := &fakeAgent{cred: cred, info: &fakeInfo{version: MinAgentVersion}}
+	cred := boxlink.Credential([]byte("key"), agentBox)
+	agent := &fakeAgent{cred: cred, info: &fakeInfo{version: boxlink.MinAgentVersion}}
 	lis := bufconn.Listen(1 << 20)
 	srv := grpc.NewServer()
 	agentvmv1.RegisterAgentsServer(srv, agent)
@@ -213,12 +204,11 @@ func newAgentFixture(t *testing.T) (*Agent, *fakeAgent, *fakeBox, *fakeRuns) {
 	runs := &fakeRuns{steps: map[int]store.NewAgentStep{}}
 	woke := 0
 	a := &Agent{
-		Sandbox: box, Tokens: fakeTokens{}, Runs: runs, Vault: fakeVault{"usr_a/OPENAI_KEY": "sk-secret"},
+		Link: &boxlink.Link{Sandbox: box, Tokens: fakeTokens{}, Credentials: testCreds}, Runs: runs, Vault: fakeVault{"usr_a/OPENAI_KEY": "sk-secret"},
 		Gateway: func() Gateway {
 			return Gateway{Provider: ProviderOpenAI, BaseURL: "http://gw.test/v1", KeySecret: "OPENAI_KEY"}
 		},
-		Credentials: func(id cocoonbox.BoxID) (string, error) { return AgentCredential([]byte("key"), id), nil },
-		Wake:        func(context.Context, cocoonbox.BoxID) (BoxLease, error) { woke++; return BoxLease{}, nil },
+		Wake: func(context.Context, cocoonbox.BoxID) (BoxLease, error) { woke++; return BoxLease{}, nil },
 	}
 	return a, agent, box, runs
 }
@@ -275,13 +265,6 @@ func TestAgentStep(t *testing.T) {
 	}
 }
 
-// TestTheBuiltAgentIsCurrent: the agent built from this tree into images is one agent runs take.
-func TestTheBuiltAgentIsCurrent(t *testing.T) {
-	if !versionAtLeast(agentvm.Version, MinAgentVersion) {
-		t.Fatalf("agentvm.Version %s is older than MinAgentVersion %s", agentvm.Version, MinAgentVersion)
-	}
-}
-
 // TestAgentStepRefusesAnOldAgent: a box whose agent predates the protocol agent runs rely on
 // (its image is older) is refused before any step reaches it, with both versions named.
 func TestAgentStepRefusesAnOldAgent(t *testing.T) {
@@ -292,14 +275,14 @@ func TestAgentStepRefusesAnOldAgent(t *testing.T) {
 		_, err := a.Step(t.Context(), in)
 		var app *temporal.ApplicationError
 		if !errors.As(err, &app) || app.Type() != ErrTypeConflict || !app.NonRetryable() ||
-			!strings.Contains(err.Error(), fmt.Sprintf("%q", v)) || !strings.Contains(err.Error(), MinAgentVersion) {
+			!strings.Contains(err.Error(), fmt.Sprintf("%q", v)) || !strings.Contains(err.Error(), boxlink.MinAgentVersion) {
 			t.Errorf("agent %q: %v, want a non-retryable conflict naming both versions", v, err)
 		}
 		if len(agent.reqs) != 0 {
 			t.Errorf("agent %q was sent %d steps", v, len(agent.reqs))
 		}
 	}
-	for _, v := range []string{MinAgentVersion, "0.10.0", "1.0.0"} {
+	for _, v := range []string{boxlink.MinAgentVersion, "0.10.0", "1.0.0"} {
 		a, agent, _, _ := newAgentFixture(t)
 		agent.info.version = v
 		if _, err := a.Step(t.Context(), in); err != nil {
@@ -331,7 +314,7 @@ func TestAgentStepErrors(t *testing.T) {
 	if _, err := a.Step(ctx, in); !errors.As(err, &app) || app.Type() != ErrTypeNotFound {
 		t.Errorf("missing conversation: %v", err)
 	}
-	a.Credentials = func(cocoonbox.BoxID) (string, error) { return "wrong", nil }
+	a.Link.Credentials = func(cocoonbox.BoxID) (string, error) { return "wrong", nil }
 	in.Step = 1
 	agent.fail = nil
 	if _, err := a.Step(ctx, in); !errors.As(err, &app) || app.Type() != ErrTypeUnavailable || app.NonRetryable() {

@@ -11,6 +11,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/boxlink"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/secrets"
 	"github.com/loomhand/cocoonbox/internal/store"
@@ -110,11 +111,10 @@ func TestAgentStepRefusesARunTheDatabaseDoesNotConfirm(t *testing.T) {
 	}
 	var woken atomic.Int32
 	a := &Agent{
-		Sandbox: untouchable{t: t}, Tokens: fakeTokens{}, Runs: st, Vault: v,
+		Link: &boxlink.Link{Sandbox: untouchable{t: t}, Tokens: fakeTokens{}, Credentials: testCreds}, Runs: st, Vault: v,
 		Gateway: func() Gateway {
 			return Gateway{Provider: ProviderOpenAI, BaseURL: "http://127.0.0.1:1/v1", KeySecret: "MODEL_KEY", Models: []string{"m"}}
 		},
-		Credentials: func(id cocoonbox.BoxID) (string, error) { return AgentCredential([]byte("key"), id), nil },
 		Wake: func(context.Context, cocoonbox.BoxID) (BoxLease, error) {
 			woken.Add(1)
 			return BoxLease{}, nil

@@ -15,16 +15,10 @@ import (
 
 	"go.temporal.io/sdk/log"
 
+	"github.com/loomhand/cocoonbox/agentvm/wire"
+	"github.com/loomhand/cocoonbox/internal/boxlink"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 )
-
-// AgentLinkPort is where the in-box agent takes model links on the box's loopback. It must
-// match agentvm.LinkPort (a test checks); activities does not import agentvm, which brings the
-// model SDKs.
-const AgentLinkPort = 7071
-
-// agentLinkProtocol opens a model link's first line; it must match agentvm.LinkProtocol.
-const agentLinkProtocol = "COCOONBOX-LINK/1"
 
 const (
 	// idleLinks is how many unused links wait in the box during a step: one for the model call,
@@ -68,13 +62,13 @@ type modelLinks struct {
 // keepLinks opens model links for the step until the returned stop, which closes them all and
 // waits for their goroutines. Its failures are logged, never the step's: without links the
 // agent's model call fails and says so.
-func (a *Agent) keepLinks(ctx context.Context, ref sandbox.SandboxRef, cred, runID string, step int, rt route) (stop func()) {
+func (a *Agent) keepLinks(ctx context.Context, box boxlink.Box, runID string, step int, rt route) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	client, tr := newGatewayClient(a.dialGateway)
 	m := &modelLinks{
-		a: a, ref: ref, route: rt, client: client, log: logger(ctx), open: map[net.Conn]struct{}{},
+		a: a, ref: box.Ref, route: rt, client: client, log: logger(ctx), open: map[net.Conn]struct{}{},
 		slots:    make(chan struct{}, maxGatewayPipes),
-		preamble: fmt.Sprintf("%s %s %s %d\n", agentLinkProtocol, cred, runID, step),
+		preamble: fmt.Sprintf("%s %s %s %d\n", wire.LinkProtocol, box.Cred, runID, step),
 	}
 	for range idleLinks {
 		m.wg.Go(func() { m.keep(ctx) })
@@ -176,7 +170,7 @@ var errLinkUnused = errors.New("agent closed an unused link")
 
 // idle opens a link and waits until the agent sends its first byte.
 func (m *modelLinks) idle(ctx context.Context) (sandbox.Conn, *bufio.Reader, error) {
-	link, err := m.a.Sandbox.DialPort(ctx, m.ref, AgentLinkPort)
+	link, err := m.a.Link.Sandbox.DialPort(ctx, m.ref, wire.LinkPort)
 	if err != nil {
 		return nil, nil, fmt.Errorf("dial agent link: %w", err)
 	}

@@ -17,11 +17,12 @@ import (
 
 	"go.temporal.io/sdk/temporal"
 
-	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/agentvm"
 	"github.com/loomhand/cocoonbox/agentvm/model"
 	"github.com/loomhand/cocoonbox/agentvm/model/modeltest"
 	"github.com/loomhand/cocoonbox/agentvm/tools"
+	"github.com/loomhand/cocoonbox/agentvm/wire"
+	"github.com/loomhand/cocoonbox/internal/boxlink"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/store"
 )
@@ -29,9 +30,6 @@ import (
 const linkModelKey = "sk-link-model-key"
 
 func TestAgentLinkMatchesTheAgent(t *testing.T) {
-	if AgentLinkPort != agentvm.LinkPort || agentLinkProtocol != agentvm.LinkProtocol {
-		t.Fatalf("activities speaks %s on %d, the agent %s on %d", agentLinkProtocol, AgentLinkPort, agentvm.LinkProtocol, agentvm.LinkPort)
-	}
 	if ProviderOpenAI != agentvm.ProviderOpenAI || ProviderAnthropic != agentvm.ProviderAnthropic {
 		t.Fatalf("activities names the providers %s and %s, the agent %s and %s", ProviderOpenAI, ProviderAnthropic, agentvm.ProviderOpenAI, agentvm.ProviderAnthropic)
 	}
@@ -206,7 +204,7 @@ type linkFixture struct {
 func newLinkFixture(t *testing.T) *linkFixture {
 	t.Helper()
 	dir := t.TempDir()
-	cred := AgentCredential([]byte("key"), agentBox)
+	cred := boxlink.Credential([]byte("key"), agentBox)
 	links := agentvm.NewLinks()
 	links.Wait = 5 * time.Second
 	links.Orphan = time.Hour // only the control plane's end of a step closes idle links
@@ -237,14 +235,13 @@ func newLinkFixture(t *testing.T) *linkFixture {
 	t.Cleanup(srv.Stop)
 
 	box := &linkBox{
-		ports: map[int]string{AgentPort: grpcLis.Addr().String(), AgentLinkPort: linkLis.Addr().String()},
+		ports: map[int]string{wire.AgentPort: grpcLis.Addr().String(), wire.LinkPort: linkLis.Addr().String()},
 		open:  map[int]int{}, dials: map[int]int{},
 	}
 	gw := &gatewayDials{}
 	runs := &fakeRuns{steps: map[int]store.NewAgentStep{}}
 	a := &Agent{
-		Sandbox: box, Tokens: fakeTokens{}, Runs: runs, Vault: fakeVault{"usr_a/MODEL_KEY": linkModelKey},
-		Credentials: func(id cocoonbox.BoxID) (string, error) { return AgentCredential([]byte("key"), id), nil },
+		Link: &boxlink.Link{Sandbox: box, Tokens: fakeTokens{}, Credentials: testCreds}, Runs: runs, Vault: fakeVault{"usr_a/MODEL_KEY": linkModelKey},
 		DialGateway: gw.dial,
 	}
 	f := &linkFixture{a: a, box: box, gw: gw, runs: runs, dir: dir}
@@ -286,7 +283,7 @@ func (f *linkFixture) step(t *testing.T, in StepInput) (StepResult, error) {
 // assertLinksClosed checks that a step left no link or gateway connection open.
 func (f *linkFixture) assertLinksClosed(t *testing.T) {
 	t.Helper()
-	if open, dials := f.box.counts(AgentLinkPort); open != 0 || dials == 0 {
+	if open, dials := f.box.counts(wire.LinkPort); open != 0 || dials == 0 {
 		t.Errorf("%d of %d links still open after the step", open, dials)
 	}
 	f.gw.mu.Lock()
@@ -360,7 +357,7 @@ func TestAgentStepKeepsTheModelKeyOutOfTheBox(t *testing.T) {
 			if n := len(srv.Requests()); n != 2 {
 				t.Fatalf("the gateway saw %d requests, want 2", n)
 			}
-			for _, port := range []int{AgentPort, AgentLinkPort} {
+			for _, port := range []int{wire.AgentPort, wire.LinkPort} {
 				sent := f.box.sentTo(port)
 				if len(sent) == 0 {
 					t.Errorf("nothing was sent to port %d: the tap sees nothing", port)
@@ -384,7 +381,7 @@ func TestAgentLinkGatewayDownIsRetryable(t *testing.T) {
 	if !errors.As(err, &app) || app.Type() != ErrTypeUnavailable || app.NonRetryable() {
 		t.Fatalf("gateway down: %v; want a retryable %s", err, ErrTypeUnavailable)
 	}
-	if cred := AgentCredential([]byte("key"), agentBox); strings.Contains(err.Error(), cred) || strings.Contains(err.Error(), linkModelKey) {
+	if cred := boxlink.Credential([]byte("key"), agentBox); strings.Contains(err.Error(), cred) || strings.Contains(err.Error(), linkModelKey) {
 		t.Errorf("a secret in the error: %v", err)
 	}
 	if len(srv.Requests()) != 0 {
@@ -397,11 +394,11 @@ func TestAgentLinkRefusesAWrongCredential(t *testing.T) {
 	f := newLinkFixture(t)
 	ref := sandbox.SandboxRef{ID: "sb_1", Token: "tok"}
 	for cred, want := range map[string]error{
-		AgentCredential([]byte("key"), agentBox):   nil,
-		AgentCredential([]byte("other"), agentBox): errors.New("agent refused link: invalid credential"),
+		boxlink.Credential([]byte("key"), agentBox):   nil,
+		boxlink.Credential([]byte("other"), agentBox): errors.New("agent refused link: invalid credential"),
 	} {
-		m := &modelLinks{a: f.a, ref: ref, preamble: agentLinkProtocol + " " + cred + " run_1 1\n"}
-		link, err := f.box.DialPort(t.Context(), ref, AgentLinkPort)
+		m := &modelLinks{a: f.a, ref: ref, preamble: wire.LinkProtocol + " " + cred + " run_1 1\n"}
+		link, err := f.box.DialPort(t.Context(), ref, wire.LinkPort)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -416,9 +413,9 @@ func TestAgentLinkRefusesAWrongCredential(t *testing.T) {
 func TestAgentLinkStopClosesIdleLinks(t *testing.T) {
 	f := newLinkFixture(t)
 	ref := sandbox.SandboxRef{ID: "sb_1", Token: "tok"}
-	stop := f.a.keepLinks(t.Context(), ref, AgentCredential([]byte("key"), agentBox), "run_1", 1, route{})
+	stop := f.a.keepLinks(t.Context(), boxlink.Box{ID: agentBox, Ref: ref, Cred: boxlink.Credential([]byte("key"), agentBox)}, "run_1", 1, route{})
 	deadline := time.Now().Add(10 * time.Second)
-	for open, _ := f.box.counts(AgentLinkPort); open < idleLinks; open, _ = f.box.counts(AgentLinkPort) {
+	for open, _ := f.box.counts(wire.LinkPort); open < idleLinks; open, _ = f.box.counts(wire.LinkPort) {
 		if time.Now().After(deadline) {
 			t.Fatalf("%d idle links open, want %d", open, idleLinks)
 		}
@@ -431,7 +428,7 @@ func TestAgentLinkStopClosesIdleLinks(t *testing.T) {
 	case <-time.After(10 * time.Second):
 		t.Fatal("stop did not return: idle links hold their goroutines")
 	}
-	if open, dials := f.box.counts(AgentLinkPort); open != 0 || dials != idleLinks {
+	if open, dials := f.box.counts(wire.LinkPort); open != 0 || dials != idleLinks {
 		t.Errorf("after stop: %d of %d links open; want 0 of %d", open, dials, idleLinks)
 	}
 }
@@ -476,11 +473,11 @@ func TestAgentLinkFloodIsBounded(t *testing.T) {
 	})
 	// The gateway holds every connection open.
 	gateway := listen(t, func(c net.Conn) { _, _ = io.Copy(io.Discard, c) })
-	box := &linkBox{ports: map[int]string{AgentLinkPort: agent}, open: map[int]int{}, dials: map[int]int{}}
+	box := &linkBox{ports: map[int]string{wire.LinkPort: agent}, open: map[int]int{}, dials: map[int]int{}}
 	gw := &gatewayDials{}
-	a := &Agent{Sandbox: box, DialGateway: gw.dial}
+	a := &Agent{Link: &boxlink.Link{Sandbox: box}, DialGateway: gw.dial}
 	ref := sandbox.SandboxRef{ID: "sb_1", Token: "tok"}
-	stop := a.keepLinks(t.Context(), ref, "cred", "run_1", 1, route{path: "/v1/chat/completions", target: "http://" + gateway + "/v1/chat/completions"})
+	stop := a.keepLinks(t.Context(), boxlink.Box{Ref: ref, Cred: "cred"}, "run_1", 1, route{path: "/v1/chat/completions", target: "http://" + gateway + "/v1/chat/completions"})
 	defer stop()
 
 	peak := func() int {
@@ -500,12 +497,12 @@ func TestAgentLinkFloodIsBounded(t *testing.T) {
 	if n := peak(); n > maxGatewayPipes {
 		t.Errorf("%d gateway connections open at once, want at most %d", n, maxGatewayPipes)
 	}
-	if _, dials := box.counts(AgentLinkPort); dials > maxGatewayPipes {
+	if _, dials := box.counts(wire.LinkPort); dials > maxGatewayPipes {
 		t.Errorf("%d links opened while every pipe was live, want at most %d", dials, maxGatewayPipes)
 	}
 
 	stop()
-	if open, _ := box.counts(AgentLinkPort); open != 0 {
+	if open, _ := box.counts(wire.LinkPort); open != 0 {
 		t.Errorf("%d links open after stop", open)
 	}
 	gw.mu.Lock()

@@ -44,7 +44,10 @@ func classify(err error) error {
 		return err
 	}
 	typ := ErrTypeInternal
+	_, domain := errors.AsType[*cocoonbox.Error](err) // already given its meaning (boxlink.Error)
 	switch {
+	case domain:
+		typ = domainType(err)
 	case errors.Is(err, sandbox.ErrNotFound):
 		typ = ErrTypeNotFound
 	case errors.Is(err, sandbox.ErrConflict):
@@ -60,21 +63,27 @@ func classify(err error) error {
 		typ = ErrTypeNoCapacity
 	case errors.Is(err, sandbox.ErrInternal):
 		typ = ErrTypeInternal
-	default:
-		switch cocoonbox.ErrorCode(err) {
-		case cocoonbox.ENotFound:
-			typ = ErrTypeNotFound
-		case cocoonbox.EConflict:
-			typ = ErrTypeConflict
-		case cocoonbox.EInvalid, cocoonbox.EUnauthorized, cocoonbox.EForbidden, cocoonbox.EUnimplemented:
-			typ = ErrTypeInvalidArgument
-		case cocoonbox.EUnavailable:
-			typ = ErrTypeUnavailable
-		case cocoonbox.ENoCapacity:
-			typ = ErrTypeNoCapacity
-		}
 	}
 	return newError(typ, err)
+}
+
+// domainType is the activity error type of a domain error's code.
+func domainType(err error) string {
+	switch cocoonbox.ErrorCode(err) {
+	case cocoonbox.ENotFound:
+		return ErrTypeNotFound
+	case cocoonbox.EConflict:
+		return ErrTypeConflict
+	case cocoonbox.EInvalid, cocoonbox.EUnauthorized, cocoonbox.EForbidden, cocoonbox.EUnimplemented:
+		return ErrTypeInvalidArgument
+	case cocoonbox.EUnavailable:
+		return ErrTypeUnavailable
+	case cocoonbox.ENoCapacity:
+		return ErrTypeNoCapacity
+	case cocoonbox.ECorrupt:
+		return ErrTypeSnapshotCorrupt
+	}
+	return ErrTypeInternal
 }
 
 // gone is the error for a sandbox the engine no longer has.

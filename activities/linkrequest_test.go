@@ -12,6 +12,8 @@ import (
 	"testing"
 
 	"github.com/loomhand/cocoonbox/agentvm/model/modeltest"
+	"github.com/loomhand/cocoonbox/agentvm/wire"
+	"github.com/loomhand/cocoonbox/internal/boxlink"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 )
 
@@ -43,13 +45,13 @@ func askThroughLink(t *testing.T, gw *modeltest.Server, request string) string {
 		got, _ := io.ReadAll(br)
 		answer <- string(got)
 	})
-	box := &linkBox{ports: map[int]string{AgentLinkPort: agent}, open: map[int]int{}, dials: map[int]int{}}
-	a := &Agent{Sandbox: box}
+	box := &linkBox{ports: map[int]string{wire.LinkPort: agent}, open: map[int]int{}, dials: map[int]int{}}
+	a := &Agent{Link: &boxlink.Link{Sandbox: box}}
 	rt, err := Gateway{Provider: ProviderOpenAI, BaseURL: gw.OpenAIBaseURL()}.route(linkModelKey)
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := a.keepLinks(t.Context(), sandbox.SandboxRef{ID: "sb_1", Token: "tok"}, "cred", "run_1", 1, rt)
+	stop := a.keepLinks(t.Context(), boxlink.Box{Ref: sandbox.SandboxRef{ID: "sb_1", Token: "tok"}, Cred: "cred"}, "run_1", 1, rt)
 	defer stop()
 	return <-answer
 }

@@ -9,6 +9,7 @@ import (
 	"go.temporal.io/sdk/activity"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/boxlink"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 )
 
@@ -30,7 +31,7 @@ type Sandbox struct {
 	Net      string // the network lane; "" is sandbox.NetNone
 	// PollInterval is how often WaitReady probes the sandbox; 0 means half a second.
 	PollInterval time.Duration
-	// Credentials derives a box's agent credential (see AgentCredential), which WaitReady writes
+	// Credentials derives a box's agent credential (see boxlink.Credentials), which WaitReady writes
 	// into the box so its agent, and every caller of it, is ready as soon as the box is; nil skips
 	// the write.
 	Credentials func(boxID cocoonbox.BoxID) (string, error)
@@ -133,7 +134,7 @@ func readyWithCredential(ctx context.Context, client sandbox.Client, ref sandbox
 	if err != nil {
 		return classify(fmt.Errorf("derive agent credential: %w", err))
 	}
-	err = writeAgentCredential(ctx, client, ref, cred)
+	err = boxlink.WriteCredential(ctx, client, ref, cred)
 	if errors.Is(err, sandbox.ErrNotFound) {
 		return gone(fmt.Errorf("sandbox %s: %w", ref.ID, err))
 	}

@@ -11,6 +11,8 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/agentvm/wire"
+	"github.com/loomhand/cocoonbox/internal/boxlink"
 	"github.com/loomhand/cocoonbox/internal/sandbox/sandboxtest"
 )
 
@@ -109,20 +111,20 @@ func requireType(t *testing.T, err error, typ string) {
 func TestWaitReadyWritesCredential(t *testing.T) {
 	box := &fakeBox{}
 	a := &Sandbox{Client: box, Tokens: fakeTokens{},
-		Credentials: func(id cocoonbox.BoxID) (string, error) { return AgentCredential([]byte("key"), id), nil }}
+		Credentials: func(id cocoonbox.BoxID) (string, error) { return boxlink.Credential([]byte("key"), id), nil }}
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestActivityEnvironment()
 	env.RegisterActivity(a)
 	if _, err := env.ExecuteActivity(a.WaitReady, SandboxInput{BoxID: agentBox, SandboxID: "sb_1"}); err != nil {
 		t.Fatal(err)
 	}
-	want := AgentCredential([]byte("key"), agentBox)
+	want := boxlink.Credential([]byte("key"), agentBox)
 	if len(box.execs) != 2 || box.execs[0].Argv[0] != "true" {
 		t.Fatalf("execs %+v, want the probe and the write", box.execs)
 	}
 	w := box.execs[1]
 	if w.Env["COCOONBOX_CRED"] != want || strings.Contains(strings.Join(w.Argv, " "), want) ||
-		!strings.Contains(strings.Join(w.Argv, " "), AgentCredentialPath) {
+		!strings.Contains(strings.Join(w.Argv, " "), wire.CredentialPath) {
 		t.Errorf("credential write %+v", w)
 	}
 	// Without Credentials only the probe runs.

@@ -10,10 +10,12 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/loomhand/cocoonbox/agentvm/wire"
 )
 
 // A box has no network interface, so the agent cannot reach the model gateway itself. During a
-// step the control plane opens model links through the engine's ports relay to LinkPort: each
+// step the control plane opens model links through the engine's ports relay to wire.LinkPort: each
 // starts with one line,
 //
 //	COCOONBOX-LINK/1 <credential> <run_id> <step>\n
@@ -23,12 +25,6 @@ import (
 // control plane checks it against the provider's one endpoint, adds the user's key and speaks
 // TLS to the gateway itself, and streams the answer back before closing the link. The key never
 // enters the box.
-
-// LinkPort is where the agent accepts model links on the box's loopback.
-const LinkPort = 7071
-
-// LinkProtocol opens every model link's first line.
-const LinkProtocol = "COCOONBOX-LINK/1"
 
 const (
 	// maxLinkLine bounds a link's first line.
@@ -205,7 +201,7 @@ var errLinkLine = errors.New("bad preamble")
 // parseLinkLine splits a link's first line (without its newline) into its fields.
 func parseLinkLine(line string) (cred, runID string, step int32, err error) {
 	f := strings.Split(line, " ")
-	if len(f) != 4 || f[0] != LinkProtocol || f[1] == "" {
+	if len(f) != 4 || f[0] != wire.LinkProtocol || f[1] == "" {
 		return "", "", 0, errLinkLine
 	}
 	n, err := strconv.ParseInt(f[3], 10, 32)

@@ -19,6 +19,7 @@ import (
 
 	"github.com/loomhand/cocoonbox/agentvm"
 	"github.com/loomhand/cocoonbox/agentvm/model/modeltest"
+	"github.com/loomhand/cocoonbox/agentvm/wire"
 )
 
 // noNetwork is the model client of a loop in a box: using it fails the test.
@@ -95,7 +96,7 @@ func TestLinkCarriesTheStepsModelCalls(t *testing.T) {
 		t.Run(provider, func(t *testing.T) {
 			loop, addr := startLinkAgent(t, agentvm.NewLinks())
 			srv := modeltest.NewServer(t, testKey, modeltest.Reply("Hello ", "there."))
-			link, answer := openLink(t, addr, fmt.Sprintf("%s %s run-1 1\n", agentvm.LinkProtocol, testCredential))
+			link, answer := openLink(t, addr, fmt.Sprintf("%s %s run-1 1\n", wire.LinkProtocol, testCredential))
 			require.Equal(t, "OK\n", answer)
 			pipeTo(link, srv)
 
@@ -110,11 +111,11 @@ func TestLinkCarriesTheStepsModelCalls(t *testing.T) {
 func TestLinkRefusesABadPreamble(t *testing.T) {
 	_, addr := startLinkAgent(t, agentvm.NewLinks())
 	for name, tc := range map[string]struct{ line, answer string }{
-		"credential": {agentvm.LinkProtocol + " box-credential-124 run-1 1\n", "ERR invalid credential\n"},
-		"empty":      {agentvm.LinkProtocol + "  run-1 1\n", "ERR bad preamble\n"},
+		"credential": {wire.LinkProtocol + " box-credential-124 run-1 1\n", "ERR invalid credential\n"},
+		"empty":      {wire.LinkProtocol + "  run-1 1\n", "ERR bad preamble\n"},
 		"protocol":   {"COCOONBOX-LINK/2 " + testCredential + " run-1 1\n", "ERR bad preamble\n"},
-		"step":       {agentvm.LinkProtocol + " " + testCredential + " run-1 0\n", "ERR step must be 1 or more, not 0\n"},
-		"fields":     {agentvm.LinkProtocol + " " + testCredential + " run-1\n", "ERR bad preamble\n"},
+		"step":       {wire.LinkProtocol + " " + testCredential + " run-1 0\n", "ERR step must be 1 or more, not 0\n"},
+		"fields":     {wire.LinkProtocol + " " + testCredential + " run-1\n", "ERR bad preamble\n"},
 	} {
 		c, answer := openLink(t, addr, tc.line)
 		require.Equal(t, tc.answer, answer, name)
@@ -133,7 +134,7 @@ func TestLinkWaitFailsAStepWithoutLinks(t *testing.T) {
 	loop, addr := startLinkAgent(t, links)
 	srv := modeltest.NewServer(t, testKey, modeltest.Reply("never"))
 	// A link for another step is not this step's.
-	_, answer := openLink(t, addr, fmt.Sprintf("%s %s run-1 2\n", agentvm.LinkProtocol, testCredential))
+	_, answer := openLink(t, addr, fmt.Sprintf("%s %s run-1 2\n", wire.LinkProtocol, testCredential))
 	require.Equal(t, "OK\n", answer)
 
 	_, err := loop.Step(t.Context(), stepRequest(srv, agentvm.ProviderOpenAI, 1, nil))
@@ -148,7 +149,7 @@ func TestLinkOrphanIsClosed(t *testing.T) {
 	links.Orphan = 100 * time.Millisecond
 	_, addr := startLinkAgent(t, links)
 	// A link for a step that never runs is closed after Orphan.
-	orphan, answer := openLink(t, addr, fmt.Sprintf("%s %s run-9 1\n", agentvm.LinkProtocol, testCredential))
+	orphan, answer := openLink(t, addr, fmt.Sprintf("%s %s run-9 1\n", wire.LinkProtocol, testCredential))
 	require.Equal(t, "OK\n", answer)
 	require.NoError(t, orphan.SetReadDeadline(time.Now().Add(5*time.Second)))
 	_, err := orphan.Read(make([]byte, 1))
@@ -163,7 +164,7 @@ func TestLinkStepEndClosesItsUnusedLinks(t *testing.T) {
 	srv := modeltest.NewServer(t, testKey, modeltest.Reply("done"))
 	var used []<-chan bool
 	for range 2 {
-		link, answer := openLink(t, addr, fmt.Sprintf("%s %s run-1 1\n", agentvm.LinkProtocol, testCredential))
+		link, answer := openLink(t, addr, fmt.Sprintf("%s %s run-1 1\n", wire.LinkProtocol, testCredential))
 		require.Equal(t, "OK\n", answer)
 		used = append(used, pipeTo(link, srv))
 	}

@@ -32,7 +32,7 @@ type Loop struct {
 	// timeout (the step's context bounds it).
 	HTTPClient *http.Client
 	// Links, when set, carry every model call instead: a box has no network, so each step's
-	// calls go over the model links the control plane opens for that step (see LinkPort).
+	// calls go over the model links the control plane opens for that step (see wire.LinkPort).
 	Links *Links
 	// ModelOptions configure the provider adapters (retries).
 	ModelOptions []model.Option

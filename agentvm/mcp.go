@@ -12,13 +12,8 @@ import (
 	"github.com/mark3labs/mcp-go/server"
 
 	"github.com/loomhand/cocoonbox/agentvm/tools"
+	"github.com/loomhand/cocoonbox/agentvm/wire"
 )
-
-// MCPPath is where the in-box MCP endpoint answers.
-const MCPPath = "/mcp"
-
-// MCPPort is where the agent serves MCPHandler on the box's loopback by default.
-const MCPPort = 7072
 
 // mcpMaxBody bounds one request: write_file carries up to tools.WriteFileMax of text, which JSON
 // escaping can grow several times over.
@@ -27,7 +22,7 @@ const mcpMaxBody = 4*tools.WriteFileMax + 1<<20
 const mcpInstructions = `The tools of the cocoonbox box you run in: a shell, its files, its Chromium browser and ` +
 	`its desktop (display :0), the same tools the box's own agent uses.`
 
-// MCPHandler serves the agent's tools over MCP (Streamable HTTP, stateless) at MCPPath, for
+// MCPHandler serves the agent's tools over MCP (Streamable HTTP, stateless) at wire.MCPPath, for
 // anything running in the box: a coding agent the box's user starts there gets the shell, files,
 // browser and desktop tools by name, with the same schemas and limits the model's loop has.
 //
@@ -49,14 +44,14 @@ func MCPHandler(toolset []tools.Tool, log *slog.Logger) http.Handler {
 		m.AddTool(mcp.NewToolWithRawSchema(t.Name(), t.Description(), t.Schema()), mcpCall(t))
 	}
 	h := server.NewStreamableHTTPServer(m,
-		server.WithEndpointPath(MCPPath),
+		server.WithEndpointPath(wire.MCPPath),
 		server.WithStateLess(true),
 		// Stateless: no session exists for a GET stream to deliver anything to.
 		server.WithDisableStreaming(true),
 		server.WithStreamableHTTPLogger(log),
 	)
 	mux := http.NewServeMux()
-	mux.Handle(MCPPath, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	mux.Handle(wire.MCPPath, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		r.Body = http.MaxBytesReader(w, r.Body, mcpMaxBody)
 		h.ServeHTTP(w, r)
 	}))

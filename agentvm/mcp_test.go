@@ -18,6 +18,7 @@ import (
 	"github.com/loomhand/cocoonbox/agentvm"
 	"github.com/loomhand/cocoonbox/agentvm/tools"
 	"github.com/loomhand/cocoonbox/agentvm/tools/desktop"
+	"github.com/loomhand/cocoonbox/agentvm/wire"
 )
 
 func TestMCPServesTheTools(t *testing.T) {
@@ -30,7 +31,7 @@ func TestMCPServesTheTools(t *testing.T) {
 	t.Cleanup(srv.Close)
 
 	ctx := t.Context()
-	c, err := client.NewStreamableHttpClient(srv.URL + agentvm.MCPPath)
+	c, err := client.NewStreamableHttpClient(srv.URL + wire.MCPPath)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
 	require.NoError(t, c.Start(ctx))
@@ -126,7 +127,7 @@ func TestMCPServesTheTools(t *testing.T) {
 	require.NotEmpty(t, x.calls)
 
 	// The DNS-rebinding guard: a loopback request naming a foreign host is refused.
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+agentvm.MCPPath, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, srv.URL+wire.MCPPath, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"tools/list"}`))
 	require.NoError(t, err)
 	req.Host = "evil.example"
 	req.Header.Set("Content-Type", "application/json")

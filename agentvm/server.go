@@ -21,17 +21,14 @@ import (
 
 	"github.com/loomhand/cocoonbox/agentvm/tools"
 	"github.com/loomhand/cocoonbox/agentvm/tools/desktop"
+	"github.com/loomhand/cocoonbox/agentvm/wire"
 	agentvmv1 "github.com/loomhand/cocoonbox/proto/agentvm/v1"
 )
-
-// CredentialEnv names the environment variable holding the per-box credential when no file is
-// given.
-const CredentialEnv = "COCOONBOX_AGENT_CREDENTIAL"
 
 // DefaultStepTimeout bounds one step when Config.StepTimeout is zero.
 const DefaultStepTimeout = 30 * time.Minute
 
-// LoadCredential reads the per-box credential from path, or from CredentialEnv when path is
+// LoadCredential reads the per-box credential from path, or from wire.CredentialEnv when path is
 // empty. An empty credential is an error: the agent never serves unauthenticated.
 func LoadCredential(path string) (string, error) {
 	var cred string
@@ -42,10 +39,10 @@ func LoadCredential(path string) (string, error) {
 		}
 		cred = strings.TrimSpace(string(data))
 	} else {
-		cred = strings.TrimSpace(os.Getenv(CredentialEnv))
+		cred = strings.TrimSpace(os.Getenv(wire.CredentialEnv))
 	}
 	if cred == "" {
-		return "", errors.New("read credential: empty; give a credential file or set " + CredentialEnv)
+		return "", errors.New("read credential: empty; give a credential file or set " + wire.CredentialEnv)
 	}
 	return cred, nil
 }

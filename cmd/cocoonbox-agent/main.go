@@ -22,6 +22,7 @@ import (
 	"github.com/loomhand/cocoonbox/agentvm/tools"
 	"github.com/loomhand/cocoonbox/agentvm/tools/browser"
 	"github.com/loomhand/cocoonbox/agentvm/tools/desktop"
+	"github.com/loomhand/cocoonbox/agentvm/wire"
 )
 
 func main() {
@@ -83,12 +84,12 @@ func waitManaged(ctx context.Context, desk *desktop.Desktop, log *slog.Logger) {
 
 func serve(args []string) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	listen := fs.String("listen", "127.0.0.1:7070", "address to listen on")
-	linkListen := fs.String("link-listen", "127.0.0.1:"+strconv.Itoa(agentvm.LinkPort), "address to accept model links from the control plane on (the box has no network of its own)")
-	credFile := fs.String("credential-file", "", "file holding the per-box credential, read when calls arrive (default: $"+agentvm.CredentialEnv+")")
+	listen := fs.String("listen", "127.0.0.1:"+strconv.Itoa(wire.AgentPort), "address to listen on")
+	linkListen := fs.String("link-listen", "127.0.0.1:"+strconv.Itoa(wire.LinkPort), "address to accept model links from the control plane on (the box has no network of its own)")
+	credFile := fs.String("credential-file", "", "file holding the per-box credential, read when calls arrive (default: $"+wire.CredentialEnv+")")
 	journalDir := fs.String("journal", agentvm.DefaultJournalDir, "directory of the step journal")
 	workDir := fs.String("dir", "", "working directory of the tools (default: the agent's)")
-	mcpListen := fs.String("mcp-listen", "127.0.0.1:"+strconv.Itoa(agentvm.MCPPort), "loopback address of the in-box MCP endpoint (/mcp, no credential); empty: none")
+	mcpListen := fs.String("mcp-listen", "127.0.0.1:"+strconv.Itoa(wire.MCPPort), "loopback address of the in-box MCP endpoint (/mcp, no credential); empty: none")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -11,8 +11,8 @@ import (
 	"github.com/urfave/cli/v2"
 	"go.temporal.io/sdk/client"
 
-	"github.com/loomhand/cocoonbox/activities"
 	"github.com/loomhand/cocoonbox/internal/api"
+	"github.com/loomhand/cocoonbox/internal/boxlink"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	"github.com/loomhand/cocoonbox/internal/buildinfo"
 	"github.com/loomhand/cocoonbox/internal/config"
@@ -100,12 +100,15 @@ func serveAPI(ctx context.Context, cfg config.API, logger *slog.Logger, ready fu
 	}
 	boxes := &boxsvc.Service{
 		Temporal: tc, Store: st, Policy: boxsvc.DefaultPolicy,
-		Sandbox: sandbox.NewHTTP(cfg.Sandbox.URL, cfg.Sandbox.Token, nil),
-		Tokens:  store.SandboxTokens{Store: st, Keys: keys}, Logger: logger.With("component", "boxsvc"),
-		// The same derivation as the workers', from the deployment's shared keyring.
-		Credentials: activities.AgentCredentials(keys),
-		Agent:       cfg.Agent,
-		Quota:       cfg.Quota,
+		Link: &boxlink.Link{
+			Sandbox: sandbox.NewHTTP(cfg.Sandbox.URL, cfg.Sandbox.Token, nil),
+			Tokens:  store.SandboxTokens{Store: st, Keys: keys},
+			// The same derivation as the workers', from the deployment's shared keyring.
+			Credentials: boxlink.Credentials(keys),
+		},
+		Logger: logger.With("component", "boxsvc"),
+		Agent:  cfg.Agent,
+		Quota:  cfg.Quota,
 	}
 	srv := api.New(api.Options{
 		Store: st, Boxes: boxes, Vault: &vault.Vault{Store: st, Keys: keys}, Keys: keys,

@@ -98,7 +98,7 @@ func (s *Service) StartRun(ctx context.Context, caller string, id cocoonbox.BoxI
 		if serr := s.Store.SetAgentRunState(context.WithoutCancel(ctx), runID, cocoonbox.AgentRunFailed, "could not start"); serr != nil && s.Logger != nil {
 			s.Logger.Warn("record unstarted run", "run", runID, "err", serr)
 		}
-		return Run{}, translate(fmt.Errorf("start run %s: %w", runID, err))
+		return Run{}, workflows.DomainError(fmt.Errorf("start run %s: %w", runID, err))
 	}
 	s.audit(ctx, caller, id, "agent.start", map[string]any{"run": runID, "model": req.Model})
 	return Run{AgentRun: run}, nil
@@ -159,7 +159,7 @@ func (s *Service) CancelRun(ctx context.Context, caller, runID string) (Run, err
 		workflows.RunCancelSignal{By: caller})
 	var nf *serviceerror.NotFound
 	if err != nil && !errors.As(err, &nf) { // not found: it ended meanwhile
-		return Run{}, translate(fmt.Errorf("cancel run %s: %w", runID, err))
+		return Run{}, workflows.DomainError(fmt.Errorf("cancel run %s: %w", runID, err))
 	}
 	s.audit(ctx, caller, run.BoxID, "agent.cancel", map[string]any{"run": runID})
 	return Run{AgentRun: run}, nil
@@ -188,7 +188,7 @@ func (s *Service) SendMessage(ctx context.Context, caller, runID, text string) e
 	case errors.As(err, &nf):
 		return notRunning
 	case err != nil:
-		return translate(fmt.Errorf("message run %s: %w", runID, err))
+		return workflows.DomainError(fmt.Errorf("message run %s: %w", runID, err))
 	}
 	s.audit(ctx, caller, run.BoxID, "agent.message", map[string]any{"run": runID})
 	return nil

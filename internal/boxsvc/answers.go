@@ -7,10 +7,9 @@ import (
 	"image/png"
 	"strconv"
 	"strings"
-	"unicode"
-	"unicode/utf8"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/boxlink"
 	agentvmv1 "github.com/loomhand/cocoonbox/proto/agentvm/v1"
 )
 
@@ -22,36 +21,13 @@ import (
 // maxScreenSide bounds a screen or screenshot side, in pixels: wider than any real display.
 const maxScreenSide = 1 << 15
 
-// maxBoxText bounds how much of a box's own text (an error message, a bad answer) reaches a
-// caller in an error message.
-const maxBoxText = 200
-
 // badAnswer is the error for a box answer that is not what was asked for.
 func badAnswer(what, format string, args ...any) *cocoonbox.Error {
 	return cocoonbox.Errorf(cocoonbox.EInvalid, "box answer: %s: %s", what, fmt.Sprintf(format, args...))
 }
 
-// boxText makes text from a box fit for a message: valid UTF-8, no control characters, at most
-// maxBoxText bytes.
-func boxText(s string) string {
-	if len(s) > 4*maxBoxText {
-		s = s[:4*maxBoxText] // enough to fill maxBoxText after cleaning; cut before the work
-	}
-	s = strings.Map(func(r rune) rune {
-		if r == utf8.RuneError || unicode.IsControl(r) {
-			return ' '
-		}
-		return r
-	}, strings.ToValidUTF8(s, " "))
-	if len(s) > maxBoxText {
-		cut := maxBoxText
-		for cut > 0 && !utf8.RuneStart(s[cut]) {
-			cut--
-		}
-		s = s[:cut] + "…"
-	}
-	return s
-}
+// boxText makes text from a box fit for a message (see boxlink.Text).
+func boxText(s string) string { return boxlink.Text(s) }
 
 // quoteBox quotes text from a box for a message, bounded as boxText.
 func quoteBox(s string) string { return strconv.Quote(boxText(s)) }

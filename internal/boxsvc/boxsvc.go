@@ -20,8 +20,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/boxlink"
 	"github.com/loomhand/cocoonbox/internal/config"
-	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/workflows"
 )
@@ -35,14 +35,10 @@ type Service struct {
 	Temporal client.Client
 	Store    *store.Store
 	Policy   workflows.Policy // applied to new boxes
-	// Sandbox and Tokens reach a box's sandbox for exec and files; without them those calls are
-	// unavailable.
-	Sandbox sandbox.Client
-	Tokens  store.SandboxTokens
-	// Credentials derives a box's agent credential (activities.AgentCredentials), which the desktop
-	// verbs present to the box's agent; without it they are unavailable.
-	Credentials func(cocoonbox.BoxID) (string, error)
-	Logger      *slog.Logger
+	// Link reaches a box's sandbox for exec and files, and its agent (with the box's credential)
+	// for the desktop verbs; without it those calls are unavailable.
+	Link   *boxlink.Link
+	Logger *slog.Logger
 	// WatchEvery is how often WatchBox polls the workflow's status; 0 is 500 ms.
 	WatchEvery time.Duration
 	// Agent is the model gateway agent runs use; without a provider and base URL (a Service built
@@ -128,11 +124,11 @@ func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (
 	})
 	if err != nil {
 		s.dropUnstarted(ctx, req.ID)
-		return View{}, translate(fmt.Errorf("create box %s: %w", req.ID, err))
+		return View{}, workflows.DomainError(fmt.Errorf("create box %s: %w", req.ID, err))
 	}
 	var st workflows.Status
 	if err := h.Get(ctx, &st); err != nil {
-		return View{}, translate(fmt.Errorf("create box %s: %w", req.ID, err))
+		return View{}, workflows.DomainError(fmt.Errorf("create box %s: %w", req.ID, err))
 	}
 	s.audit(ctx, owner, req.ID, "create", map[string]any{"name": req.Name, "size": req.Size})
 	v := View{Status: st, Name: req.Name, Owner: owner, Size: req.Size, Role: cocoonbox.RoleOwner}
@@ -173,15 +169,7 @@ func (s *Service) List(ctx context.Context, caller string) ([]View, error) {
 }
 
 func (s *Service) status(ctx context.Context, id cocoonbox.BoxID) (workflows.Status, error) {
-	v, err := s.Temporal.QueryWorkflow(ctx, workflows.BoxWorkflowID(id), "", workflows.QueryStatus)
-	if err != nil {
-		return workflows.Status{}, translate(fmt.Errorf("get box %s: %w", id, err))
-	}
-	var st workflows.Status
-	if err := v.Get(&st); err != nil {
-		return workflows.Status{}, fmt.Errorf("decode box %s status: %w", id, err)
-	}
-	return st, nil
+	return workflows.GetStatus(ctx, s.Temporal, id)
 }
 
 // dropUnstarted gives back the quota a failed create reserved, when its workflow never started

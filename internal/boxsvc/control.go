@@ -15,7 +15,7 @@ func (s *Service) TakeOver(ctx context.Context, caller string, id cocoonbox.BoxI
 		return View{}, err
 	}
 	in := workflows.TakeOverInput{User: caller, Force: a.role.Allows(cocoonbox.RoleAdmin)}
-	st, err := send[workflows.Status](ctx, s, id, workflows.UpdateTakeOver, in)
+	st, err := workflows.Update[workflows.Status](ctx, s.Temporal, id, workflows.UpdateTakeOver, in)
 	if err != nil {
 		return View{}, err
 	}
@@ -30,7 +30,7 @@ func (s *Service) HandBack(ctx context.Context, caller string, id cocoonbox.BoxI
 		return View{}, err
 	}
 	in := workflows.HandBackInput{User: caller, Force: a.role.Allows(cocoonbox.RoleAdmin)}
-	st, err := send[workflows.Status](ctx, s, id, workflows.UpdateHandBack, in)
+	st, err := workflows.Update[workflows.Status](ctx, s.Temporal, id, workflows.UpdateHandBack, in)
 	if err != nil {
 		return View{}, err
 	}

@@ -33,7 +33,7 @@ func (s *Service) DialDesktop(ctx context.Context, caller string, id cocoonbox.B
 	if err != nil {
 		return nil, err
 	}
-	conn, err := s.Sandbox.DialPort(ctx, ref, DesktopPort)
+	conn, err := s.Link.Sandbox.DialPort(ctx, ref, DesktopPort)
 	if err != nil {
 		return nil, dialError(err, "desktop")
 	}
@@ -91,13 +91,13 @@ func (s *Service) awake(ctx context.Context, id cocoonbox.BoxID, st workflows.St
 		if !role.Allows(cocoonbox.RoleDriver) {
 			return sandbox.SandboxRef{}, cocoonbox.Errorf(cocoonbox.EConflict, "box %s is %s; a driver can wake it", id, st.State)
 		}
-		if st, err = send[workflows.Status](ctx, s, id, workflows.UpdateWake, workflows.WakeInput{}); err != nil {
+		if st, err = workflows.Wake(ctx, s.Temporal, id); err != nil {
 			return sandbox.SandboxRef{}, err
 		}
 	default:
 		return sandbox.SandboxRef{}, cocoonbox.Errorf(cocoonbox.EConflict, "box %s is %s", id, st.State)
 	}
-	sid, token, err := s.Tokens.SandboxToken(ctx, string(id))
+	sid, token, err := s.Link.Tokens.SandboxToken(ctx, string(id))
 	if err != nil || sid != st.SandboxID {
 		return sandbox.SandboxRef{}, cocoonbox.Errorf(cocoonbox.EUnavailable, "box %s is changing sandboxes; try again", id)
 	}

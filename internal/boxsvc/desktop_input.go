@@ -2,17 +2,11 @@ package boxsvc
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
 
-	"google.golang.org/grpc"
-	grpccodes "google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
-
 	"github.com/loomhand/cocoonbox"
-	"github.com/loomhand/cocoonbox/activities"
 	agentvmv1 "github.com/loomhand/cocoonbox/proto/agentvm/v1"
 	"github.com/loomhand/cocoonbox/workflows"
 )
@@ -115,7 +109,7 @@ func (s *Service) Key(ctx context.Context, caller string, id cocoonbox.BoxID, ke
 // when it sleeps, and makes call on the box's agent with the box's credential, which the
 // workflow's activities wrote when the sandbox became the box's.
 func (s *Service) onDesktop(ctx context.Context, caller string, id cocoonbox.BoxID, need cocoonbox.Role, call func(context.Context, agentvmv1.DesktopClient) error) error {
-	if s.Credentials == nil {
+	if s.Link == nil || s.Link.Credentials == nil {
 		return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "boxes' desktops cannot be reached from this server", Err: errUnavailable}
 	}
 	var check func(workflows.Status) error
@@ -132,17 +126,14 @@ func (s *Service) onDesktop(ctx context.Context, caller string, id cocoonbox.Box
 	if err != nil {
 		return err
 	}
-	cred, err := s.Credentials(id)
+	box, err := s.Link.At(id, ref)
 	if err != nil {
-		return fmt.Errorf("derive agent credential of box %s: %w", id, err)
+		return err
 	}
 	defer s.touch(ctx, id)
 	ctx, cancel := context.WithTimeout(ctx, desktopCallTimeout)
 	defer cancel()
-	_, err = activities.CallAgent(ctx, s.Sandbox, ref, cred, func(ctx context.Context, conn *grpc.ClientConn) (struct{}, error) {
-		return struct{}{}, call(ctx, agentvmv1.NewDesktopClient(conn))
-	})
-	return desktopError(ctx, err)
+	return s.Link.Desktop(ctx, box, call)
 }
 
 // userName names a user for a message: the name with the ID, or the ID alone when the name
@@ -152,38 +143,4 @@ func (s *Service) userName(ctx context.Context, userID string) string {
 		return fmt.Sprintf("%s (%s)", u.Name, userID)
 	}
 	return userID
-}
-
-// desktopError is the one table from the box agent's answers (and the relay's refusals on the
-// way to it) to domain errors for the desktop verbs.
-func desktopError(ctx context.Context, err error) error {
-	if err == nil {
-		return nil
-	}
-	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-		return ctx.Err()
-	}
-	var answer *cocoonbox.Error
-	if errors.As(err, &answer) {
-		return err // the agent answered, but not what was asked for (parseScreenshot)
-	}
-	st, ok := status.FromError(err)
-	if !ok {
-		// The relay could not reach the agent: nothing listens yet, or the image has none.
-		return dialError(err, "agent")
-	}
-	msg := boxText(st.Message()) // the box's agent's words
-	switch st.Code() {
-	case grpccodes.InvalidArgument, grpccodes.OutOfRange:
-		return &cocoonbox.Error{Code: cocoonbox.EInvalid, Message: msg, Err: err}
-	case grpccodes.FailedPrecondition:
-		return &cocoonbox.Error{Code: cocoonbox.EConflict, Message: "the box's desktop: " + msg, Err: err}
-	case grpccodes.Unimplemented:
-		return &cocoonbox.Error{Code: cocoonbox.EUnimplemented, Message: "the box's agent has no desktop service (its image predates it): " + msg, Err: err}
-	case grpccodes.Unavailable, grpccodes.DeadlineExceeded, grpccodes.Aborted, grpccodes.ResourceExhausted, grpccodes.Canceled:
-		return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "the box's agent is not answering yet; try again", Err: err}
-	case grpccodes.Unauthenticated:
-		return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "the box's agent does not accept its credential yet; try again", Err: err}
-	}
-	return fmt.Errorf("box agent: %w", err)
 }

@@ -37,10 +37,14 @@ type ExecRequest struct {
 }
 
 // ExecResult is a finished command; a non-zero exit is a result, not an error.
-type ExecResult = sandbox.ExecResult
+type ExecResult struct {
+	ExitCode int
+	Stdout   string
+	Stderr   string
+}
 
-// Conn is a byte pipe into a box (the desktop's RFB stream) whose write side closes alone. It
-// is the engine relay's connection, named here so the API needs nothing of internal/sandbox.
+// Conn is a byte pipe into a box (the desktop's RFB stream) whose write side closes alone: the
+// engine relay's connection, as the API sees it.
 type Conn interface {
 	net.Conn
 	CloseWrite() error
@@ -72,12 +76,12 @@ func (s *Service) Exec(ctx context.Context, caller string, id cocoonbox.BoxID, r
 	if err != nil {
 		return ExecResult{}, err
 	}
-	res, err := s.Sandbox.Exec(ctx, ref, sandbox.ExecRequest{Argv: req.Argv, Cwd: req.Cwd, Env: req.Env, TimeoutSeconds: req.TimeoutSeconds})
+	res, err := s.Link.Sandbox.Exec(ctx, ref, sandbox.ExecRequest{Argv: req.Argv, Cwd: req.Cwd, Env: req.Env, TimeoutSeconds: req.TimeoutSeconds})
 	s.touch(ctx, id)
 	if err != nil {
 		return ExecResult{}, execError(err, req.TimeoutSeconds)
 	}
-	return res, nil
+	return ExecResult{ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr}, nil
 }
 
 // ReadFile returns a file's content and permission bits (driver); files over MaxFileBytes are
@@ -97,7 +101,7 @@ func (s *Service) ReadFile(ctx context.Context, caller string, id cocoonbox.BoxI
 		return nil, 0, err
 	}
 	defer s.touch(ctx, id)
-	res, err := s.Sandbox.Exec(ctx, ref, sandbox.ExecRequest{
+	res, err := s.Link.Sandbox.Exec(ctx, ref, sandbox.ExecRequest{
 		Argv: []string{"sh", "-c", `test -f "$1" || { echo "not a regular file" >&2; exit 3; }; stat -c '%s %a' "$1"`, "sh", p},
 	})
 	if err != nil {
@@ -116,7 +120,7 @@ func (s *Service) ReadFile(ctx context.Context, caller string, id cocoonbox.BoxI
 	const chunk = 4 << 20 // 4 MiB: 5.4 MiB of base64, under the engine's 8 MiB output limit
 	out := make([]byte, 0, size)
 	for off := int64(0); off < size || off == 0; off += chunk {
-		res, err := s.Sandbox.Exec(ctx, ref, sandbox.ExecRequest{Argv: []string{"sh", "-c",
+		res, err := s.Link.Sandbox.Exec(ctx, ref, sandbox.ExecRequest{Argv: []string{"sh", "-c",
 			`dd if="$1" bs=1M skip="$2" count=4 status=none | base64 -w0`, "sh", p, strconv.FormatInt(off>>20, 10)}})
 		if err != nil {
 			return nil, 0, execError(err, 0)
@@ -171,7 +175,7 @@ func (s *Service) WriteFile(ctx context.Context, caller string, id cocoonbox.Box
 	_, _ = rand.Read(r[:])
 	tmp := p + ".cocoonbox-" + hex.EncodeToString(r[:])
 	run := func(argv ...string) error {
-		res, err := s.Sandbox.Exec(ctx, ref, sandbox.ExecRequest{Argv: argv})
+		res, err := s.Link.Sandbox.Exec(ctx, ref, sandbox.ExecRequest{Argv: argv})
 		if err != nil {
 			return execError(err, 0)
 		}
@@ -228,7 +232,7 @@ func (s *Service) checked(ctx context.Context, caller string, id cocoonbox.BoxID
 // reach makes the checks of checked and returns a ref to the box's sandbox, waking the box
 // through its workflow when it sleeps and the caller may wake it (driver).
 func (s *Service) reach(ctx context.Context, caller string, id cocoonbox.BoxID, need cocoonbox.Role, check func(workflows.Status) error) (sandbox.SandboxRef, error) {
-	if s.Sandbox == nil {
+	if s.Link == nil {
 		return sandbox.SandboxRef{}, &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "boxes cannot be reached from this server", Err: errUnavailable}
 	}
 	a, st, err := s.checked(ctx, caller, id, need, check)

@@ -3,9 +3,6 @@ package boxsvc
 import (
 	"context"
 	"errors"
-	"fmt"
-
-	"go.temporal.io/sdk/client"
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/store"
@@ -43,7 +40,7 @@ func (s *Service) Snapshot(ctx context.Context, caller string, id cocoonbox.BoxI
 	if err != nil {
 		return workflows.SnapshotResult{}, err
 	}
-	res, err := send[workflows.SnapshotResult](ctx, s, id, workflows.UpdateSnapshot, workflows.SnapshotInput{})
+	res, err := workflows.Update[workflows.SnapshotResult](ctx, s.Temporal, id, workflows.UpdateSnapshot, workflows.SnapshotInput{})
 	if err == nil {
 		s.audit(ctx, caller, id, workflows.UpdateSnapshot, map[string]any{"snapshot": res.Snapshot.ID, "role": a.role})
 	}
@@ -98,28 +95,10 @@ func (s *Service) update(ctx context.Context, caller string, id cocoonbox.BoxID,
 	if err != nil {
 		return View{}, err
 	}
-	st, err := send[workflows.Status](ctx, s, id, name, arg)
+	st, err := workflows.Update[workflows.Status](ctx, s.Temporal, id, name, arg)
 	if err != nil {
 		return View{}, err
 	}
 	s.audit(ctx, caller, id, name, map[string]any{"role": a.role})
 	return view(a, st), nil
-}
-
-// send sends update name to the box's workflow and waits for its answer of type T.
-func send[T any](ctx context.Context, s *Service, id cocoonbox.BoxID, name string, arg any) (T, error) {
-	var out T
-	h, err := s.Temporal.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-		WorkflowID:   workflows.BoxWorkflowID(id),
-		UpdateName:   name,
-		Args:         []any{arg},
-		WaitForStage: client.WorkflowUpdateStageCompleted,
-	})
-	if err != nil {
-		return out, translate(fmt.Errorf("%s box %s: %w", name, id, err))
-	}
-	if err := h.Get(ctx, &out); err != nil {
-		return out, translate(fmt.Errorf("%s box %s: %w", name, id, err))
-	}
-	return out, nil
 }

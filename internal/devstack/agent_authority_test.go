@@ -16,8 +16,8 @@ import (
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/loomhand/cocoonbox"
-	"github.com/loomhand/cocoonbox/activities"
 	"github.com/loomhand/cocoonbox/agentvm/model/modeltest"
+	"github.com/loomhand/cocoonbox/agentvm/wire"
 	"github.com/loomhand/cocoonbox/internal/devstack"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/secrets"
@@ -134,7 +134,7 @@ func TestAgentKeyAndAuthority(t *testing.T) {
 		if last.Header.Get("Authorization") != "Bearer "+gatewayKey {
 			t.Fatalf("the gateway got %q", last.Header.Get("Authorization"))
 		}
-		for _, port := range []int{activities.AgentPort, activities.AgentLinkPort} {
+		for _, port := range []int{wire.AgentPort, wire.LinkPort} {
 			sent := eng.sentTo(port)
 			if len(sent) == 0 {
 				t.Errorf("the tap saw nothing sent to port %d", port)

@@ -12,8 +12,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 
-	"github.com/loomhand/cocoonbox/activities"
 	"github.com/loomhand/cocoonbox/agentvm/model/modeltest"
+	"github.com/loomhand/cocoonbox/agentvm/wire"
 	"github.com/loomhand/cocoonbox/internal/benchreport"
 	agentvmv1 "github.com/loomhand/cocoonbox/proto/agentvm/v1"
 	"github.com/loomhand/cocoonbox/workflows"
@@ -67,13 +67,13 @@ func BenchmarkRawAgentInfo(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	cred := strings.TrimSpace(a.mustRun(b, "cat "+activities.AgentCredentialPath))
+	cred := strings.TrimSpace(a.mustRun(b, "cat "+wire.CredentialPath))
 	var samples []time.Duration
 	for b.Loop() {
 		start := time.Now()
 		conn, err := grpc.NewClient("passthrough:///agent", grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-				return a.eng.DialPort(ctx, ref, activities.AgentPort)
+				return a.eng.DialPort(ctx, ref, wire.AgentPort)
 			}))
 		if err != nil {
 			b.Fatal(err)

@@ -14,7 +14,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/loomhand/cocoonbox"
-	"github.com/loomhand/cocoonbox/activities"
+	"github.com/loomhand/cocoonbox/internal/boxlink"
 	"github.com/loomhand/cocoonbox/internal/devstack"
 	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/internal/vault"
@@ -89,7 +89,7 @@ func TestSecretScanFindsPlantedSecrets(t *testing.T) {
 	if err := tokens.PutSandboxToken(ctx, string(box.ID), "sb_00000000000000aa", "5e5a7e1d0c0ffee0d15ea5e0ba5eba11"); err != nil {
 		t.Fatal(err)
 	}
-	cred := activities.AgentCredential(devstack.Keyring(d).Derive("agent-credential"), box.ID)
+	cred := boxlink.Credential(devstack.Keyring(d).Derive("agent-credential"), box.ID)
 
 	// An open workflow (no worker polls its queue) with the vault value as its input.
 	opts := client.StartWorkflowOptions{ID: "secretscan-plant-open", TaskQueue: "secretscan-plant"}

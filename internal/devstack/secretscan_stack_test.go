@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/loomhand/cocoonbox"
-	"github.com/loomhand/cocoonbox/activities"
+	"github.com/loomhand/cocoonbox/internal/boxlink"
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/devstack"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
@@ -211,7 +211,7 @@ func stackSecrets(ctx context.Context, d *devstack.Dev) ([]secret, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list boxes: %w", err)
 	}
-	creds := activities.AgentCredentials(keys)
+	creds := boxlink.Credentials(keys)
 	tokens := store.SandboxTokens{Store: d.Store, Keys: keys}
 	for _, b := range boxes {
 		c, err := creds(cocoonbox.BoxID(b.id))

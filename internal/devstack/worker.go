@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/loomhand/cocoonbox/activities"
+	"github.com/loomhand/cocoonbox/internal/boxlink"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
@@ -28,8 +29,8 @@ func (d *Dev) startWorker() error {
 	sb := sandbox.NewHTTP(d.sandboxURL, d.sandboxToken, nil)
 	d.Boxes = &boxsvc.Service{
 		Temporal: d.Temporal, Store: d.Store, Policy: boxsvc.DefaultPolicy,
-		Sandbox: sb, Tokens: store.SandboxTokens{Store: d.Store, Keys: keys}, Logger: d.log.With("component", "boxsvc"),
-		Agent: d.cfg.Agent, Credentials: activities.AgentCredentials(keys), Quota: d.cfg.Quota,
+		Link:   &boxlink.Link{Sandbox: sb, Tokens: store.SandboxTokens{Store: d.Store, Keys: keys}, Credentials: boxlink.Credentials(keys)},
+		Logger: d.log.With("component", "boxsvc"), Agent: d.cfg.Agent, Quota: d.cfg.Quota,
 	}
 	if d.cfg.NoWorker {
 		return nil

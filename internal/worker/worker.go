@@ -10,14 +10,12 @@ import (
 	"errors"
 	"log/slog"
 
-	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/temporal"
-
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/activities"
+	"github.com/loomhand/cocoonbox/internal/boxlink"
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/objstore"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
@@ -64,7 +62,7 @@ func New(opts Options) worker.Worker {
 	w.RegisterWorkflow(workflows.AgentRunWorkflow)
 	tok := tokens{store.SandboxTokens{Store: opts.Store, Keys: opts.Keys}}
 	w.RegisterActivity(&activities.Store{Boxes: boxes{opts.Store}})
-	creds := activities.AgentCredentials(opts.Keys)
+	creds := boxlink.Credentials(opts.Keys)
 	w.RegisterActivity(&activities.Snapshots{
 		Client: opts.Sandbox, Tokens: tok, Blobs: opts.Blobs, Store: snapshots{opts.Store},
 		Template: opts.Template, UploadRate: opts.UploadRate, Credentials: creds,
@@ -76,40 +74,18 @@ func New(opts Options) worker.Worker {
 		vlt = opts.Vault
 	}
 	w.RegisterActivity(&activities.Agent{
-		Sandbox: opts.Sandbox, Tokens: tok, Runs: opts.Store, Vault: vlt, Gateway: opts.Gateway,
-		Credentials: creds, Wake: wakeBox(opts.Temporal),
+		Link: &boxlink.Link{Sandbox: opts.Sandbox, Tokens: tok, Credentials: creds},
+		Runs: opts.Store, Vault: vlt, Gateway: opts.Gateway, Wake: wakeBox(opts.Temporal),
 	})
 	return w
 }
 
-// wakeBox wakes a box through its workflow's wake update (a no-op when it runs), for the agent
-// step activity: an update cannot be sent from a workflow. A box without a workflow, or one whose
-// state refuses a wake (deleted), is a permanent failure of the step.
+// wakeBox wakes a box through its workflow (a no-op when it runs), for the agent step activity:
+// an update cannot be sent from a workflow. A box without a workflow, or one whose state refuses
+// a wake (deleted), is a permanent failure of the step.
 func wakeBox(c client.Client) func(context.Context, cocoonbox.BoxID) (activities.BoxLease, error) {
 	return func(ctx context.Context, id cocoonbox.BoxID) (activities.BoxLease, error) {
-		// A query first: it writes no history, and the box is usually up already.
-		if v, err := c.QueryWorkflow(ctx, workflows.BoxWorkflowID(id), "", workflows.QueryStatus); err == nil {
-			var st workflows.Status
-			if v.Get(&st) == nil && (st.State == cocoonbox.BoxStateRunning || st.State == cocoonbox.BoxStateSnapshotting) {
-				return lease(st), nil
-			}
-		}
-		h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
-			WorkflowID: workflows.BoxWorkflowID(id), UpdateName: workflows.UpdateWake,
-			Args: []any{workflows.WakeInput{}}, WaitForStage: client.WorkflowUpdateStageCompleted,
-		})
-		var st workflows.Status
-		if err == nil {
-			err = h.Get(ctx, &st)
-		}
-		var nf *serviceerror.NotFound
-		var app *temporal.ApplicationError
-		switch {
-		case errors.As(err, &nf):
-			return activities.BoxLease{}, cocoonbox.Errorf(cocoonbox.ENotFound, "box %s has no workflow", id)
-		case errors.As(err, &app) && app.Type() == workflows.ErrTypeInvalidTransition:
-			return activities.BoxLease{}, cocoonbox.Errorf(cocoonbox.EConflict, "wake box %s: %s", id, app.Message())
-		}
+		st, err := workflows.Awake(ctx, c, id)
 		return lease(st), err
 	}
 }

@@ -22,7 +22,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
-	"github.com/loomhand/cocoonbox/agentvm"
+	"github.com/loomhand/cocoonbox/agentvm/wire"
 	agentvmv1 "github.com/loomhand/cocoonbox/proto/agentvm/v1"
 )
 
@@ -193,13 +193,13 @@ func checkHomeState(t *testing.T, conn *grpc.ClientConn, cred string) {
 func checkInBoxMCP(t *testing.T, e *testEnv, id string) {
 	hc := &http.Client{Transport: &http.Transport{
 		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return e.rt.Dial(ctx, id, agentvm.MCPPort)
+			return e.rt.Dial(ctx, id, wire.MCPPort)
 		},
 		DisableKeepAlives: true,
 	}, Timeout: waitShort}
 	ctx, cancel := context.WithTimeout(t.Context(), waitLong)
 	defer cancel()
-	c, err := client.NewStreamableHttpClient("http://127.0.0.1:"+strconv.Itoa(agentvm.MCPPort)+agentvm.MCPPath,
+	c, err := client.NewStreamableHttpClient("http://127.0.0.1:"+strconv.Itoa(wire.MCPPort)+wire.MCPPath,
 		transport.WithHTTPBasicClient(hc))
 	if err != nil {
 		t.Fatal(err)

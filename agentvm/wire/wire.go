@@ -1,0 +1,29 @@
+// Package wire holds what the control plane and the in-box agent must agree on to reach each
+// other: the agent's loopback ports, where the box keeps the agent's credential, and the model
+// link's protocol line. It imports nothing, so both sides (agentvm in the box, internal/boxlink
+// and activities outside it) name these once, and image/desktop/boot.sh is checked against them.
+package wire
+
+// AgentPort is where the agent serves gRPC (agentvm/v1) on the box's loopback, reached through
+// the engine's ports relay with the per-box credential.
+const AgentPort = 7070
+
+// LinkPort is where the agent accepts model links on the box's loopback: connections the worker
+// opens for a step, over which the agent's model calls travel (the box has no network).
+const LinkPort = 7071
+
+// MCPPort is where the agent serves MCP (MCPPath, no credential) on the box's loopback.
+const MCPPort = 7072
+
+// MCPPath is the agent's MCP endpoint.
+const MCPPath = "/mcp"
+
+// CredentialPath is the file in the box the agent reads its per-box credential from; the
+// control plane writes it after boot, and the agent re-reads it when it changes.
+const CredentialPath = "/run/cocoonbox/agent-credential"
+
+// CredentialEnv names the environment variable holding the credential when no file is given.
+const CredentialEnv = "COCOONBOX_AGENT_CREDENTIAL"
+
+// LinkProtocol opens a model link's first line: "COCOONBOX-LINK/1 <credential> <run_id> <step>\n".
+const LinkProtocol = "COCOONBOX-LINK/1"

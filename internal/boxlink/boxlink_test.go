@@ -1,0 +1,91 @@
+package boxlink
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	grpccodes "google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/agentvm"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
+)
+
+// TestError: the agent's answers and the relay's refusals reach callers with the domain code
+// they can act on, and the agent's message (cleaned) where it names a field.
+func TestError(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		in   error
+		code string
+		msg  string
+	}{
+		{status.Error(grpccodes.InvalidArgument, "x: 5000 is off the 1280x800 screen"), cocoonbox.EInvalid, "x: 5000 is off the 1280x800 screen"},
+		{status.Error(grpccodes.Unavailable, "connection refused"), cocoonbox.EUnavailable, "not answering"},
+		{status.Error(grpccodes.Unauthenticated, "no credential yet"), cocoonbox.EUnavailable, "credential"},
+		{status.Error(grpccodes.FailedPrecondition, "no display"), cocoonbox.EConflict, "no display"},
+		{status.Error(grpccodes.Unimplemented, "unknown service"), cocoonbox.EUnimplemented, "lacks this"},
+		{fmt.Errorf("dial agent: %w", sandbox.ErrUnavailable), cocoonbox.EUnavailable, "agent is not answering"},
+		{fmt.Errorf("dial agent: %w", sandbox.ErrNotFound), cocoonbox.EUnavailable, "sandbox is gone"},
+		{fmt.Errorf("dial agent: %w", sandbox.ErrNoCapacity), cocoonbox.EUnavailable, "busy"},
+		{status.Error(grpccodes.NotFound, "no run run_1"), cocoonbox.ENotFound, "no run run_1"},
+		{status.Error(grpccodes.PermissionDenied, "state import refused"), cocoonbox.EInvalid, "refused"},
+		{status.Error(grpccodes.InvalidArgument, "bad\x1b[31m\xffinput"), cocoonbox.EInvalid, "bad [31m input"},
+		{status.Error(grpccodes.Internal, "boom"), cocoonbox.EInternal, ""},
+		{cocoonbox.Errorf(cocoonbox.EConflict, "already a domain error"), cocoonbox.EConflict, "already a domain error"},
+	}
+	for _, tc := range cases {
+		got := Error(ctx, tc.in)
+		if cocoonbox.ErrorCode(got) != tc.code || !strings.Contains(cocoonbox.ErrorMessage(got), tc.msg) {
+			t.Errorf("Error(%v) = %v (code %s), want code %s with %q", tc.in, got, cocoonbox.ErrorCode(got), tc.code, tc.msg)
+		}
+	}
+	if Error(ctx, nil) != nil {
+		t.Error("Error(nil) != nil")
+	}
+}
+
+// TestErrorKeepsCancellation: a call cut short by its caller is the caller's cancellation, not
+// an agent error.
+func TestErrorKeepsCancellation(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := Error(ctx, status.Error(grpccodes.Canceled, "x")); err != context.Canceled {
+		t.Fatalf("Error on a cancelled context = %v", err)
+	}
+}
+
+// TestVersionAtLeast: only a well-formed version at or above the minimum passes.
+func TestVersionAtLeast(t *testing.T) {
+	for v, want := range map[string]bool{"0.8.0": true, "0.10.0": true, "1.0.0": true, "0.7.9": false, "0.8": false, "x.y.z": false, "": false, "0.8.-1": false} {
+		if got := versionAtLeast(v, MinAgentVersion); got != want {
+			t.Errorf("versionAtLeast(%q, %s) = %v, want %v", v, MinAgentVersion, got, want)
+		}
+	}
+}
+
+// TestCredential: a box's credential is 64 hex digits, the same for the same key and box, and
+// another for another key or box.
+func TestCredential(t *testing.T) {
+	const box = cocoonbox.BoxID("bx_0123456789abcdef")
+	a := Credential([]byte("k1"), box)
+	if len(a) != 64 || strings.Trim(a, "0123456789abcdef") != "" {
+		t.Fatalf("credential %q is not 64 hex digits", a)
+	}
+	if Credential([]byte("k1"), box) != a {
+		t.Fatal("not deterministic")
+	}
+	if Credential([]byte("k2"), box) == a || Credential([]byte("k1"), "bx_fedcba9876543210") == a {
+		t.Fatal("same credential under another key or box")
+	}
+}
+
+// TestTheBuiltAgentIsCurrent: the agent built from this tree into images is one agent runs take.
+func TestTheBuiltAgentIsCurrent(t *testing.T) {
+	if !versionAtLeast(agentvm.Version, MinAgentVersion) {
+		t.Fatalf("agentvm.Version %s is older than MinAgentVersion %s", agentvm.Version, MinAgentVersion)
+	}
+}
