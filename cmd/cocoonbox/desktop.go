@@ -23,8 +23,8 @@ func desktopCommand() *cli.Command {
 		ArgsUsage: "BOX",
 		Description: "Without --listen, prints the web app's link to the box (open it in a browser signed in\n" +
 			"with your token). With --listen 127.0.0.1:5900, every VNC viewer that connects there gets\n" +
-			"the box's desktop through the API's desktop edge: watch-only, or with --control (after\n" +
-			"`cocoonbox box takeover BOX`, or this command takes over for you) driving it.\n" +
+			"the box's desktop through the API's desktop edge: watch-only, or with --control (which\n" +
+			"takes the desktop's control lease for you) driving it.\n" +
 			"Anyone who reaches the --listen address gets the desktop as you, so an address off\n" +
 			"loopback needs --control=false (watch) or --control=true (drive) said explicitly.",
 		Flags: apiFlags(

@@ -29,7 +29,7 @@ func serveWorkerCommand() *cli.Command {
 			&cli.StringFlag{Name: "sandbox-url", Usage: "sandbox engine URL, e.g. http://127.0.0.1:7777"},
 			&cli.StringFlag{Name: "sandbox-token", Usage: "sandbox engine root token"},
 			&cli.StringFlag{Name: "keyring", Usage: "master key file (default <home>/keys/master.key)"},
-			&cli.StringFlag{Name: "template", Usage: "image boxes are claimed from (default base)"},
+			&cli.StringFlag{Name: "template", Usage: "image boxes are claimed from (default " + config.DefaultBoxTemplate + ")"},
 			&cli.StringFlag{Name: "s3-endpoint", Usage: "S3 endpoint URL for snapshots (default AWS S3)"},
 			&cli.StringFlag{Name: "s3-bucket", Usage: "snapshot bucket (default " + config.DefaultBucket + ")"},
 			&cli.IntFlag{Name: "snapshot-upload-mibps", Usage: "cap each snapshot upload at this many MiB/s (0: no cap)"},
