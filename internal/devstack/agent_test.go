@@ -24,6 +24,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/devstack"
 	"github.com/loomhand/cocoonbox/internal/store"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 	"github.com/loomhand/cocoonbox/workflows"
 )
@@ -125,7 +126,7 @@ func (a *agentEnv) start(t testing.TB, task string) *cbv1.AgentRun {
 func (a *agentEnv) waitRun(t *testing.T, id string, within time.Duration, states ...string) *cbv1.AgentRun {
 	t.Helper()
 	var run *cbv1.AgentRun
-	if err := waitFor(a.ctx, within, func() error {
+	if err := testutil.Poll(a.ctx, within, func() error {
 		var err error
 		if run, err = a.agents.GetRun(a.auth, &cbv1.GetRunRequest{RunId: id}); err != nil {
 			return err
@@ -244,7 +245,7 @@ func TestAgentRuns(t *testing.T) {
 			State string
 			Steps []string
 		}
-		if err := waitFor(a.ctx, time.Minute, func() error {
+		if err := testutil.Poll(a.ctx, time.Minute, func() error {
 			if err := evalInto(page, `() => ({
 				state: document.querySelector('#agent-state').textContent.trim(),
 				steps: [...document.querySelectorAll('#agent-steps > li')].map(li => li.textContent),
@@ -295,7 +296,7 @@ chmod 644 /tmp/agent-page.html`)
 		// The browser is a window on the desktop a viewer watches, not a headless tab: a mapped,
 		// viewable window titled by the page (the agent launched it once XFCE's window manager
 		// managed the display). The title follows the page a moment after it loads.
-		if err := waitFor(a.ctx, time.Minute, func() error {
+		if err := testutil.Poll(a.ctx, time.Minute, func() error {
 			out, err := a.run(`export DISPLAY=:0; w=$(timeout 5 runuser -u user -- xdotool search --name '^agent test - Chromium$' | head -1) &&
 timeout 5 runuser -u user -- xwininfo -id "$w" | grep 'Map State'`)
 			if err != nil || !strings.Contains(out, "IsViewable") {
@@ -325,7 +326,7 @@ timeout 5 runuser -u user -- xwininfo -id "$w" | grep 'Map State'`)
 			modeltest.Calls(modeltest.Call("desktop_click", `{"x":640,"y":400}`)),
 			modeltest.Reply("Clicked."))
 		run := a.start(t, "Click the middle of the screen.")
-		if err := waitFor(a.ctx, time.Minute, func() error { _, err := a.run("test -e /tmp/agent-step-1"); return err }); err != nil {
+		if err := testutil.Poll(a.ctx, time.Minute, func() error { _, err := a.run("test -e /tmp/agent-step-1"); return err }); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := a.api.TakeOver(a.auth, &cbv1.TakeOverRequest{Box: string(a.id)}); err != nil {
@@ -390,7 +391,7 @@ timeout 5 runuser -u user -- xwininfo -id "$w" | grep 'Map State'`)
 		models.Script(modeltest.Calls(modeltest.Call("shell", `{"command":"sleep 60; echo slept > /tmp/agent-cancelled"}`)))
 		asked := len(models.Requests()) + 1
 		run := a.start(t, "Take your time.")
-		if err := waitFor(a.ctx, time.Minute, func() error {
+		if err := testutil.Poll(a.ctx, time.Minute, func() error {
 			_, err := a.run("pgrep -fx 'sleep 60'")
 			return err
 		}); err != nil {
@@ -402,7 +403,7 @@ timeout 5 runuser -u user -- xwininfo -id "$w" | grep 'Map State'`)
 		}
 		run = a.waitRun(t, run.GetId(), 30*time.Second, string(cocoonbox.AgentRunCancelled))
 		t.Logf("cancelled in %v", time.Since(began).Round(time.Millisecond))
-		if err := waitFor(a.ctx, 10*time.Second, func() error {
+		if err := testutil.Poll(a.ctx, 10*time.Second, func() error {
 			if _, err := a.run("pgrep -fx 'sleep 60'"); err == nil {
 				ps, _ := a.run("ps -eo pid,pgid,ppid,args | cut -c1-120")
 				var evs []string

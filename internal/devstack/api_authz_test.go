@@ -21,6 +21,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/devstack"
 	"github.com/loomhand/cocoonbox/internal/store"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
 
@@ -399,7 +400,7 @@ func checkExpiredShare(ctx context.Context, t *testing.T, e apiEnv, ownerCtx con
 	if _, err := e.box.GetBox(e.as(ctx, token), &cbv1.GetBoxRequest{Box: id}); err != nil {
 		t.Fatalf("GetBox before the share expires: %v", err)
 	}
-	err := waitFor(ctx, 15*time.Second, func() error {
+	err := testutil.Poll(ctx, 15*time.Second, func() error {
 		_, err := e.box.GetBox(e.as(ctx, token), &cbv1.GetBoxRequest{Box: id})
 		if status.Code(err) != codes.NotFound {
 			return status.Errorf(codes.Unknown, "GetBox after the share expired: %v", err)

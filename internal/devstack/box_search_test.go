@@ -11,6 +11,7 @@ import (
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 	"github.com/loomhand/cocoonbox/workflows"
 )
 
@@ -49,7 +50,7 @@ func TestBoxWorkflowsFilterBySearchAttributes(t *testing.T) {
 	}
 	for _, tc := range cases {
 		// Visibility is eventually consistent: poll until the upserted attributes are indexed.
-		err := waitFor(ctx, 30*time.Second, func() error {
+		err := testutil.Poll(ctx, 30*time.Second, func() error {
 			resp, err := d.Temporal.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Query: tc.query})
 			if err != nil {
 				return err

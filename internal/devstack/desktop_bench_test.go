@@ -25,6 +25,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/devstack"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/store"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
 
@@ -181,7 +182,7 @@ func newDesktopEnvWith(tb testing.TB, cfg config.Dev, timeout time.Duration, sta
 		tb.Fatalf("create desktop box: %+v, %v", v.State, err)
 	}
 	began := time.Now()
-	if err := waitFor(ctx, time.Minute, func() error {
+	if err := testutil.Poll(ctx, time.Minute, func() error {
 		c, err := e.open(ctx, false)
 		if err != nil {
 			return err
@@ -192,7 +193,7 @@ func newDesktopEnvWith(tb testing.TB, cfg config.Dev, timeout time.Duration, sta
 		tb.Fatalf("the box's Xvnc through the edge: %v", err)
 	}
 	e.waitViewers(tb, 0) // that probe's connections are gone before anything counts viewers
-	if err := waitFor(ctx, time.Minute, func() error { _, err := e.run("pgrep -x xfwm4"); return err }); err != nil {
+	if err := testutil.Poll(ctx, time.Minute, func() error { _, err := e.run("pgrep -x xfwm4"); return err }); err != nil {
 		tb.Fatalf("the box's XFCE session: %v", err)
 	}
 	tb.Logf("desktop box %s: Xvnc and xfwm4 up %v after create", e.id, time.Since(began).Round(time.Millisecond))
@@ -268,7 +269,7 @@ func (e *desktopEnv) mustRun(tb testing.TB, script string) string {
 // waitViewers waits until the box reports n open desktop connections.
 func (e *desktopEnv) waitViewers(tb testing.TB, n int) {
 	tb.Helper()
-	if err := waitFor(e.ctx, 20*time.Second, func() error {
+	if err := testutil.Poll(e.ctx, 20*time.Second, func() error {
 		v, err := e.d.Boxes.Get(e.ctx, e.owner.ID, e.id)
 		if err != nil || v.Viewers != n {
 			return fmt.Errorf("viewers %d, %v; want %d", v.Viewers, err, n)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/config"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
 // The desktop end to end: real desktop boxes (XFCE on TigerVNC's Xvnc), seen through the API's
@@ -59,7 +60,7 @@ func TestDesktopInBrowser(t *testing.T) {
 	// last second, so the screenshot is of the desktop, not of the session drawing it.
 	var shown canvasStats
 	same := 0
-	if err := waitFor(e.ctx, time.Minute, func() error {
+	if err := testutil.Poll(e.ctx, time.Minute, func() error {
 		last := shown
 		if err := evalInto(page, canvasStatsJS, &shown); err != nil {
 			return err
@@ -100,7 +101,7 @@ func TestDesktopInBrowser(t *testing.T) {
 	// moves may reach the old connection or none, so move until one lands.
 	click(t, page, "#takeover", "")
 	var at point
-	if err := waitFor(e.ctx, 30*time.Second, func() error {
+	if err := testutil.Poll(e.ctx, 30*time.Second, func() error {
 		// The canvas is replaced while the app reconnects in control mode.
 		if err := moveOver(page, point{target.x + 4, target.y}); err != nil {
 			return err
@@ -162,7 +163,7 @@ func TestDesktopViewersAndSession(t *testing.T) {
 	procs := e.mustRun(t, "pgrep -x Xvnc && pgrep -x xfwm4")
 	e.mustRun(t, "setsid -f runuser -u user -- env DISPLAY=:0 xfce4-terminal --disable-server --title marker -x sleep infinity </dev/null >/dev/null 2>&1")
 	var window string
-	if err := waitFor(ctx, 30*time.Second, func() error {
+	if err := testutil.Poll(ctx, 30*time.Second, func() error {
 		var err error
 		window, err = e.run("runuser -u user -- env DISPLAY=:0 xdotool search --name '^marker$'")
 		return err

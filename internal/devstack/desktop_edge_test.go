@@ -20,6 +20,7 @@ import (
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	"github.com/loomhand/cocoonbox/internal/config"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
 
@@ -133,7 +134,7 @@ func TestDesktopEdge(t *testing.T) {
 	waitBoxIn := func(want []byte) {
 		t.Helper()
 		w := hex.EncodeToString(want)
-		if err := waitFor(ctx, 20*time.Second, func() error {
+		if err := testutil.Poll(ctx, 20*time.Second, func() error {
 			if got := boxIn(); got != w {
 				return fmt.Errorf("box got %s, want %s", got, w)
 			}
@@ -144,7 +145,7 @@ func TestDesktopEdge(t *testing.T) {
 	}
 	waitViewers := func(n int32) {
 		t.Helper()
-		if err := waitFor(ctx, 20*time.Second, func() error {
+		if err := testutil.Poll(ctx, 20*time.Second, func() error {
 			b, err := e.box.GetBox(ownerCtx, &cbv1.GetBoxRequest{Box: string(id)})
 			if err != nil || b.GetViewers() != n {
 				return fmt.Errorf("viewers %d, %v; want %d", b.GetViewers(), err, n)

@@ -1,13 +1,13 @@
 package devstack_test
 
 import (
-	"context"
 	"fmt"
 	"testing"
 	"time"
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 	"github.com/loomhand/cocoonbox/workflows"
 )
 
@@ -60,33 +60,14 @@ func TestIdleBoxHibernates(t *testing.T) {
 			return nil
 		}
 	}
-	if err := waitFor(ctx, waitIdle, hibernated(idle)); err != nil {
+	if err := testutil.Poll(ctx, waitIdle, hibernated(idle)); err != nil {
 		t.Fatalf("idle box: %v", err)
 	}
 	if st, err := svc.Get(ctx, owner.ID, watched); err != nil || st.State != cocoonbox.BoxStateRunning {
 		t.Fatalf("box with a viewer after the idle period: %+v, %v; want running", st, err)
 	}
 	viewers(0)
-	if err := waitFor(ctx, waitIdle, hibernated(watched)); err != nil {
+	if err := testutil.Poll(ctx, waitIdle, hibernated(watched)); err != nil {
 		t.Fatalf("box whose viewer left: %v", err)
-	}
-}
-
-// waitFor polls check until it returns nil or within passes, returning check's last error.
-func waitFor(ctx context.Context, within time.Duration, check func() error) error {
-	ctx, cancel := context.WithTimeout(ctx, within)
-	defer cancel()
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := check()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("after %s: %w", within, err)
-		case <-tick.C:
-		}
 	}
 }

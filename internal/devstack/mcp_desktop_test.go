@@ -16,6 +16,7 @@ import (
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/store"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
 // TestMCPDesktop is what a local coding agent does with a box's desktop over MCP: it takes a
@@ -38,7 +39,7 @@ func TestMCPDesktop(t *testing.T) {
 
 	// The agent starts with the box; until it answers the tool says unavailable.
 	var shot *mcp.CallToolResult
-	if err := waitFor(ctx, time.Minute, func() error {
+	if err := testutil.Poll(ctx, time.Minute, func() error {
 		shot = mcpCallRaw(ctx, t, c, "box_screenshot", map[string]any{"box": "desk"})
 		if shot.IsError {
 			return errors.New(mcpText(shot))
@@ -53,7 +54,7 @@ func TestMCPDesktop(t *testing.T) {
 	e.mustRun(t, `setsid -f runuser -u user -- env DISPLAY=:0 stdbuf -oL xev -name typing -geometry 400x300+200+150 `+
 		`-event keyboard </dev/null >/home/user/xev.log 2>&1`)
 	var geo string
-	if err := waitFor(ctx, 30*time.Second, func() error {
+	if err := testutil.Poll(ctx, 30*time.Second, func() error {
 		var err error
 		geo, err = e.run("runuser -u user -- env DISPLAY=:0 xdotool search --name '^typing$' getwindowgeometry --shell")
 		return err
@@ -84,7 +85,7 @@ func TestMCPDesktop(t *testing.T) {
 	mcpCall(ctx, t, c, "box_type", map[string]any{"box": "desk", "text": "hi cocoon"}, &out)
 	mcpCall(ctx, t, c, "box_key", map[string]any{"box": "desk", "keys": "ctrl+Return"}, &out)
 	want := []string{"h", "i", "space", "c", "o", "c", "o", "o", "n", "Control_L", "Return"}
-	if err := waitFor(ctx, 20*time.Second, func() error {
+	if err := testutil.Poll(ctx, 20*time.Second, func() error {
 		log, err := e.run("cat /home/user/xev.log")
 		if got := keyPresses(log); err == nil && !slices.Equal(got, want) {
 			err = fmt.Errorf("key presses %v", got)

@@ -17,6 +17,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/boxlink"
 	"github.com/loomhand/cocoonbox/internal/devstack"
 	"github.com/loomhand/cocoonbox/internal/store"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 	"github.com/loomhand/cocoonbox/internal/vault"
 )
 
@@ -125,7 +126,7 @@ func TestSecretScanFindsPlantedSecrets(t *testing.T) {
 		{"vault value", "json-escaped", "stack log line ", ""},
 	}
 	// The planted workflows reach the visibility store shortly after they start.
-	err = waitFor(ctx, time.Minute, func() error {
+	err = testutil.Poll(ctx, time.Minute, func() error {
 		secrets, err := stackSecrets(ctx, d)
 		if err != nil {
 			return err

@@ -22,6 +22,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/objstore"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/snapshot"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 	"github.com/loomhand/cocoonbox/workflows"
 )
 
@@ -143,7 +144,7 @@ func TestSnapshotSurvivesKilledWorker(t *testing.T) {
 		done <- result{res, err}
 	}()
 	prefix := "boxes/" + string(id) + "/"
-	err = waitFor(ctx, time.Minute, func() error {
+	err = testutil.Poll(ctx, time.Minute, func() error {
 		select {
 		case r := <-done:
 			t.Fatalf("the snapshot finished before the worker could be killed: %+v, %v", r.res, r.err)

@@ -26,6 +26,8 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
 // TestTemporalRefusesCallersWithoutCredential: whoever reaches the frontend, or one of the
@@ -98,7 +100,7 @@ func TestTemporalRefusesCallersWithoutCredential(t *testing.T) {
 	// With the credential, the same calls work, on the internal services too.
 	mine := credentials.NewTLS(tp.tls.clientConfig())
 	wf := workflowservice.NewWorkflowServiceClient(conn(t, tp.Address(), mine))
-	if err := eventually(ctx, func() error {
+	if err := testutil.Poll(ctx, 0, func() error {
 		list, err := wf.ListWorkflowExecutions(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: tp.Namespace()})
 		if err == nil && len(list.GetExecutions()) != 1 {
 			err = fmt.Errorf("%d executions, want 1", len(list.GetExecutions()))

@@ -26,6 +26,7 @@ import (
 	servertemporal "go.temporal.io/server/temporal"
 
 	"github.com/loomhand/cocoonbox/internal/tclient"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
 // The search attributes cocoonbox registers; the test uses the same set.
@@ -174,7 +175,7 @@ func TestTemporalRunsWorkflowAndKeepsStateAcrossRestart(t *testing.T) {
 	}
 	// Visibility lives in the same file and is written asynchronously; the first start had
 	// plenty of time, but poll rather than trust that.
-	if err := eventually(ctx, func() error {
+	if err := testutil.Poll(ctx, 0, func() error {
 		resp, err := c2.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
 			Namespace: tp2.Namespace(), Query: `Owner = "alice"`,
 		})
@@ -347,22 +348,6 @@ func httpStatus(ctx context.Context, t *testing.T, c *http.Client, url string) i
 	_, _ = io.Copy(io.Discard, resp.Body)
 	_ = resp.Body.Close()
 	return resp.StatusCode
-}
-
-// eventually retries f until it succeeds or ctx ends, for state the server writes
-// asynchronously.
-func eventually(ctx context.Context, f func() error) error {
-	for {
-		err := f()
-		if err == nil {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return err
-		case <-time.After(100 * time.Millisecond):
-		}
-	}
 }
 
 // rss reads this process's resident set size, for the start-time log line.

@@ -17,6 +17,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/devstack"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 	"github.com/loomhand/cocoonbox/workflows"
 )
 
@@ -135,14 +136,14 @@ func TestAgentRunSurvivesHibernateAndKilledWorker(t *testing.T) {
 		modeltest.Calls(modeltest.Call("shell", `{"command":"echo three >> /home/user/proof"}`)),
 		modeltest.Reply("All three done."))
 	run := a.start(t, "Write three lines.")
-	if err := waitFor(a.ctx, 2*time.Minute, func() error { _, err := a.run("test -e /tmp/step2-running"); return err }); err != nil {
+	if err := testutil.Poll(a.ctx, 2*time.Minute, func() error { _, err := a.run("test -e /tmp/step2-running"); return err }); err != nil {
 		t.Fatal(err)
 	}
 	first.kill()
 	t.Log("killed the worker while step 2's command ran in the box")
 	// The step goes on in the box without its caller and lands in the agent's journal. (Straight
 	// to the engine: with no worker, the box workflow answers no queries.)
-	if err := waitFor(a.ctx, time.Minute, func() error {
+	if err := testutil.Poll(a.ctx, time.Minute, func() error {
 		res, err := a.eng.Exec(a.ctx, a.ref, sandbox.ExecRequest{Argv: []string{"sh", "-c",
 			"grep -q two-done /home/user/proof && ls /var/lib/cocoonbox-agent/journal/*/2.pb"}})
 		if err == nil && res.ExitCode != 0 {

@@ -10,6 +10,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/benchreport"
 	"github.com/loomhand/cocoonbox/internal/engine/runtime"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
 // Benchmarks of the local engine over real gVisor boxes (see benchenv_test.go). Each Engine
@@ -72,7 +73,7 @@ func BenchmarkEngineClaimWarm(b *testing.B) {
 	}
 	var samples []time.Duration
 	for b.Loop() {
-		waitFor(b, "the warm pool to refill", benchWaitLong, ready)
+		testutil.Eventually(b, benchWaitLong, "the warm pool to refill", ready)
 		start := time.Now()
 		sb := e.claim(b)
 		samples = append(samples, time.Since(start))
@@ -221,7 +222,7 @@ func BenchmarkEngineRelayMBps(b *testing.B) {
 	e := newBenchEngine(b)
 	sb := e.claim(b)
 	e.exec(b, sb, sinkArgv...)
-	waitFor(b, "the sink to listen", benchWaitShort, func() bool {
+	testutil.Eventually(b, benchWaitShort, "the sink to listen", func() bool {
 		res, err := e.cli.Exec(context.Background(), sb, sandbox.ExecRequest{Argv: []string{"test", "-e", sinkReady}})
 		return err == nil && res.ExitCode == 0
 	})
@@ -247,7 +248,7 @@ func BenchmarkRawRuntimeDialMBps(b *testing.B) {
 	r := newBenchRuntime(b)
 	id := r.start(b)
 	r.exec(b, id, sinkArgv...)
-	waitFor(b, "the sink to listen", benchWaitShort, func() bool {
+	testutil.Eventually(b, benchWaitShort, "the sink to listen", func() bool {
 		code, err := r.rt.Exec(context.Background(), id, runtime.ExecRequest{Argv: []string{"test", "-e", sinkReady}})
 		return err == nil && code == 0
 	})

@@ -22,6 +22,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/engine/images"
 	"github.com/loomhand/cocoonbox/internal/engine/runtime"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
 // The benchmarks run real gVisor boxes of the base image (make image), like the conformance
@@ -258,18 +259,6 @@ func (e *benchEngine) hibernate(b *testing.B, sb sandbox.SandboxRef) {
 	}
 }
 
-// waitFor polls cond every 20 ms until it holds or wait passes.
-func waitFor(b *testing.B, what string, wait time.Duration, cond func() bool) {
-	b.Helper()
-	deadline := time.Now().Add(wait)
-	for !cond() {
-		if time.Now().After(deadline) {
-			b.Fatalf("timed out after %v waiting for %s", wait, what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // settledMemory polls a box's memory use until two readings 250 ms apart differ by less than
 // 1 MiB (the box's boot work is done), and returns the last reading in MiB.
 func settledMemory(b *testing.B, read func() (int64, error)) float64 {
@@ -277,7 +266,7 @@ func settledMemory(b *testing.B, read func() (int64, error)) float64 {
 	const step, slack = 250 * time.Millisecond, 1 << 20
 	prev := int64(-1 << 40)
 	var cur int64
-	waitFor(b, "the box's memory use to settle", benchWaitShort, func() bool {
+	testutil.Eventually(b, benchWaitShort, "the box's memory use to settle", func() bool {
 		var err error
 		if cur, err = read(); err != nil {
 			b.Fatal(err)

@@ -268,15 +268,3 @@ func errorOf(t *testing.T, data []byte) string {
 	}
 	return msg
 }
-
-// eventually polls cond for up to 10 s (a named wait, not a sleep).
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-}

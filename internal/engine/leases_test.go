@@ -12,6 +12,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/engine/enginetest"
 	"github.com/loomhand/cocoonbox/internal/engine/runtime"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
 // TestLeaseExpiry: at the deadline a sandbox is gone to callers at once and the reaper
@@ -115,9 +116,9 @@ func TestRunLoops(t *testing.T) {
 	}()
 	sb := h.claim(rootToken, sandbox.ClaimRequest{TTLSeconds: 10})
 	h.must(200, "PUT", "/v1/pools", rootToken, sandbox.PoolsRequest{Pools: []sandbox.PoolSpec{{Template: "desktop", Warm: 1}}})
-	eventually(t, "the pool to fill", func() bool { return h.info().Pools[0].Warm == 1 })
+	testutil.Eventually(t, testutil.WaitShort, "the pool to fill", func() bool { return h.info().Pools[0].Warm == 1 })
 	h.clock.Advance(10 * time.Second)
-	eventually(t, "the reaper", func() bool { return !slices.Contains(h.rt.Boxes(), sb.ID) })
+	testutil.Eventually(t, testutil.WaitShort, "the reaper", func() bool { return !slices.Contains(h.rt.Boxes(), sb.ID) })
 }
 
 func echo(c net.Conn) {

@@ -14,6 +14,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/engine/enginetest"
 	"github.com/loomhand/cocoonbox/internal/engine/runtime"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
 // TestLifecycle walks one sandbox through the contract: claim, exec, hibernate (memory kept),
@@ -157,7 +158,7 @@ func TestHibernateEndsRunningExec(t *testing.T) {
 		code, _, _ := h.call("POST", "/v1/sandboxes/"+sb.ID+"/exec", sb.Token, sandbox.ExecRequest{Argv: []string{"sleep", "30"}})
 		done <- code
 	}()
-	eventually(t, "the command to run", func() bool { return h.rt.RunningExecs() == 1 })
+	testutil.Eventually(t, testutil.WaitShort, "the command to run", func() bool { return h.rt.RunningExecs() == 1 })
 	h.must(204, "POST", "/v1/sandboxes/"+sb.ID+"/hibernate", sb.Token, nil)
 	if code := <-done; code != http.StatusConflict {
 		t.Fatalf("preempted exec: %d, want 409", code)

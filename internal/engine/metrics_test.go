@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/loomhand/cocoonbox/internal/sandbox"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
 // sampleLine is one sample of the Prometheus text format: name, optional labels, value.
@@ -31,7 +32,7 @@ func TestMetrics(t *testing.T) {
 	c := dialRelay(t, h, warm.ID, 7, warm.Token)
 	roundTrip(t, c, "12345")
 	c.Close()
-	eventually(t, "the relay to be counted closed", func() bool {
+	testutil.Eventually(t, testutil.WaitShort, "the relay to be counted closed", func() bool {
 		return strings.Contains(string(h.must(200, "GET", "/metrics", rootToken, nil)), "cocoonbox_engine_relays_open 0")
 	})
 

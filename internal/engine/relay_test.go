@@ -14,6 +14,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/engine/enginetest"
 	"github.com/loomhand/cocoonbox/internal/engine/runtime"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
 // relayConn is the client end of a relay: the TCP connection, read through the buffer that
@@ -111,7 +112,7 @@ func TestRelayEcho(t *testing.T) {
 	if err != nil || string(got) != "early|"+big {
 		t.Fatalf("echo: %d bytes, err %v", len(got), err)
 	}
-	eventually(t, "the relay to close in the box", func() bool { return h.rt.OpenConns(sb.ID) == 0 })
+	testutil.Eventually(t, testutil.WaitShort, "the relay to close in the box", func() bool { return h.rt.OpenConns(sb.ID) == 0 })
 }
 
 // TestRelayHalfCloseFromBox: the box closes its write side first; the client sees EOF and can

@@ -18,6 +18,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
 // sharedDir holds one initdb result that tests copy, so the suite pays for initdb once. It is
@@ -189,7 +191,7 @@ func TestStartAfterKill(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.cleanup() // as if this process had crashed too: the lock goes, the server is not stopped
-	eventually(t, func() bool { return !isServer(pid, dir) })
+	testutil.Eventually(t, testutil.WaitShort, "the server to be gone", func() bool { return !isServer(pid, dir) })
 
 	c = start(t, Options{Dir: dir, NoSync: true})
 	if err := c.Check(ctx); err != nil {
@@ -203,7 +205,7 @@ func TestStartAfterKill(t *testing.T) {
 	c, pid = startKillable(t, dir)
 	syscall.Kill(pid, syscall.SIGKILL)
 	c.cleanup()
-	eventually(t, func() bool { return !isServer(pid, dir) })
+	testutil.Eventually(t, testutil.WaitShort, "the server to be gone", func() bool { return !isServer(pid, dir) })
 	lockFilesNameOther(t, c, dir)
 	c = start(t, Options{Dir: dir, NoSync: true, DieWithParent: true})
 	if err := c.Check(ctx); err != nil {
@@ -240,7 +242,7 @@ func TestStartAfterKillWaitsForBackends(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.cleanup()
-	eventually(t, func() bool { return !isServer(pid, dir) })
+	testutil.Eventually(t, testutil.WaitShort, "the server to be gone", func() bool { return !isServer(pid, dir) })
 	// As after a reboot, the lock files name a live process of another program, so Start removes
 	// them, and postgres no longer knows the old segment: only its key colliding tells it apart.
 	lockFilesNameOther(t, c, dir)
@@ -275,12 +277,12 @@ func TestCrashedParent(t *testing.T) {
 			helper.Wait()
 
 			if mode == "child" {
-				eventually(t, func() bool { return !isServer(serverPID, dir) })
+				testutil.Eventually(t, testutil.WaitShort, "the server to be gone", func() bool { return !isServer(serverPID, dir) })
 			} else if !isServer(serverPID, dir) {
 				t.Fatal("daemon died with its parent")
 			}
 			c := start(t, Options{Dir: dir, NoSync: true})
-			eventually(t, func() bool { return !isServer(serverPID, dir) })
+			testutil.Eventually(t, testutil.WaitShort, "the server to be gone", func() bool { return !isServer(serverPID, dir) })
 			var n int
 			if err := connect(t, c.URL("postgres")).QueryRow(ctx, "SELECT count(*) FROM helper_was_here").Scan(&n); err != nil || n != 1 {
 				t.Fatalf("helper's data: %d, %v", n, err)
@@ -446,14 +448,4 @@ func TestBinariesNotFound(t *testing.T) {
 	if _, err := lookBinaries(); err != nil {
 		t.Errorf("installed binaries: %v", err)
 	}
-}
-
-func eventually(t *testing.T, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if cond() {
-			return
-		}
-	}
-	t.Fatal("condition not met within 10s")
 }

@@ -10,6 +10,8 @@ import (
 	goruntime "runtime"
 	"strings"
 	"testing"
+
+	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
 // buildProbe builds testdata/probe, a static program that tries from inside a box what a box
@@ -39,7 +41,7 @@ func TestProcessBoxConfinement(t *testing.T) {
 	probe := buildProbe(t)
 	e := newTestEnv(t, NameProcess)
 	b := e.start(t, e.spec())
-	ctx, cancel := context.WithTimeout(context.Background(), waitShort)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitShort)
 	defer cancel()
 	var out, errOut strings.Builder
 	code, err := e.rt.Exec(ctx, b.ID, ExecRequest{

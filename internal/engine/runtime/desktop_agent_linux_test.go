@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/loomhand/cocoonbox/agentvm"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 	agentvmv1 "github.com/loomhand/cocoonbox/proto/agentvm/v1"
 )
 
@@ -56,7 +57,7 @@ func TestGVisorDesktopAgentSurvivesHibernate(t *testing.T) {
 	}
 	// The agent's tools run as root on the desktop's display, which Xvnc serves as user.
 	var geometry string
-	pollLong(t, "the display to answer the agent", func() bool {
+	testutil.Eventually(t, testutil.WaitLong, "the display to answer the agent", func() bool {
 		out, _, _, _ := e.exec(b.ID, "pgrep", "-x", "Xvnc")
 		if strings.TrimSpace(out) == "" {
 			geometry = "no Xvnc yet"
@@ -68,7 +69,7 @@ func TestGVisorDesktopAgentSurvivesHibernate(t *testing.T) {
 	// The agent tells when XFCE's window manager manages the display (windows mapped before
 	// then stay invisible): what its browser waits for before opening a window.
 	var wm string
-	pollLong(t, "the agent to report the window manager", func() bool {
+	testutil.Eventually(t, testutil.WaitLong, "the agent to report the window manager", func() bool {
 		wm = checkAgentInfo(t, conn, cred).GetWindowManager()
 		return wm != ""
 	}, &wm)
@@ -77,14 +78,14 @@ func TestGVisorDesktopAgentSurvivesHibernate(t *testing.T) {
 		t.Fatalf("window manager %q, want Xfwm4", wm)
 	}
 	var pid string
-	pollLong(t, "the agent's pid", func() bool {
+	testutil.Eventually(t, testutil.WaitLong, "the agent's pid", func() bool {
 		out, _, _, _ := e.exec(b.ID, "pgrep", "-u", "root", "-x", "cocoonbox-agent")
 		pid = strings.TrimSpace(out)
 		return pid != "" && !strings.Contains(pid, "\n")
 	}, &pid)
 	_ = conn.Close() // an open relay would keep the box from hibernating
 
-	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitLong)
 	defer cancel()
 	t1 := time.Now()
 	if err := e.rt.Hibernate(ctx, b.ID); err != nil {
@@ -115,8 +116,8 @@ func TestGVisorDesktopAgentSurvivesHibernate(t *testing.T) {
 func dialAgent(t *testing.T, e *testEnv, id string) *grpc.ClientConn {
 	t.Helper()
 	var last string
-	pollLong(t, "the agent to listen on port 7070", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), waitShort)
+	testutil.Eventually(t, testutil.WaitLong, "the agent to listen on port 7070", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitShort)
 		defer cancel()
 		c, err := e.rt.Dial(ctx, id, agentPort)
 		if err != nil {
@@ -148,7 +149,7 @@ func withAgentCredential(ctx context.Context, cred string) context.Context {
 // a call without it.
 func checkAgentInfo(t *testing.T, conn *grpc.ClientConn, cred string) *agentvmv1.InfoResponse {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), waitShort)
+	ctx, cancel := context.WithTimeout(t.Context(), testutil.WaitShort)
 	defer cancel()
 	client := agentvmv1.NewInfoClient(conn)
 	info, err := client.Get(withAgentCredential(ctx, cred), &agentvmv1.GetInfoRequest{})
@@ -183,7 +184,7 @@ func agentExecOutput(t *testing.T, conn *grpc.ClientConn, cred, command string) 
 
 func agentExecCode(t *testing.T, conn *grpc.ClientConn, cred, command string) (string, int32) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(t.Context(), waitShort)
+	ctx, cancel := context.WithTimeout(t.Context(), testutil.WaitShort)
 	defer cancel()
 	stream, err := agentvmv1.NewSessionClient(conn).Exec(withAgentCredential(ctx, cred), &agentvmv1.ExecRequest{Command: command})
 	if err != nil {

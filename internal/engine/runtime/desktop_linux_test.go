@@ -13,6 +13,7 @@ import (
 
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/engine/images"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
 // The desktop image's display, as image/desktop/desktop.sh starts it.
@@ -33,7 +34,7 @@ func TestGVisorDesktopSurvivesHibernate(t *testing.T) {
 	checkRFB(t, e, b.ID)
 	t.Logf("boot to an RFB answer: %v", time.Since(t0))
 	var procs string
-	pollLong(t, "the XFCE session and its window manager", func() bool {
+	testutil.Eventually(t, testutil.WaitLong, "the XFCE session and its window manager", func() bool {
 		var ok bool
 		procs, ok = desktopProcs(e, b.ID)
 		return ok
@@ -43,7 +44,7 @@ func TestGVisorDesktopSurvivesHibernate(t *testing.T) {
 		t.Fatalf("xdotool getdisplaygeometry: %q", got)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitLong)
 	defer cancel()
 	t1 := time.Now()
 	if err := e.rt.Hibernate(ctx, b.ID); err != nil {
@@ -84,8 +85,8 @@ func checkRFB(t *testing.T, e *testEnv, id string) {
 	t.Helper()
 	var c HalfCloser
 	var last string
-	pollLong(t, "Xvnc to listen on port 5900", func() bool {
-		ctx, cancel := context.WithTimeout(context.Background(), waitShort)
+	testutil.Eventually(t, testutil.WaitLong, "Xvnc to listen on port 5900", func() bool {
+		ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitShort)
 		defer cancel()
 		var err error
 		c, err = e.rt.Dial(ctx, id, vncPort)
@@ -98,7 +99,7 @@ func checkRFB(t *testing.T, e *testEnv, id string) {
 		return err == nil
 	}, &last)
 	defer func() { _ = c.Close() }() // an open relay would keep the box from hibernating
-	_ = c.SetDeadline(time.Now().Add(waitShort))
+	_ = c.SetDeadline(time.Now().Add(testutil.WaitShort))
 
 	read := func(what string, n int) []byte {
 		t.Helper()
@@ -135,19 +136,6 @@ func checkRFB(t *testing.T, e *testEnv, id string) {
 	w, h := binary.BigEndian.Uint16(init[0:2]), binary.BigEndian.Uint16(init[2:4])
 	if w != desktopWidth || h != desktopHeight {
 		t.Fatalf("framebuffer %dx%d, want %dx%d", w, h, desktopWidth, desktopHeight)
-	}
-}
-
-// pollLong polls cond until it holds or waitLong passes: a desktop's first start pages in a
-// large image, which takes longer than waitFor's short wait on a slow machine.
-func pollLong(t *testing.T, what string, cond func() bool, seen *string) {
-	t.Helper()
-	deadline := time.Now().Add(waitLong)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s (last seen: %s)", what, *seen)
-		}
-		time.Sleep(100 * time.Millisecond)
 	}
 }
 

@@ -23,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/loomhand/cocoonbox/agentvm/wire"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 	agentvmv1 "github.com/loomhand/cocoonbox/proto/agentvm/v1"
 )
 
@@ -54,8 +55,8 @@ func TestGVisorDesktopAgentServices(t *testing.T) {
 func checkScreenshot(t *testing.T, conn *grpc.ClientConn, cred string) {
 	desk := agentvmv1.NewDesktopClient(conn)
 	var last string
-	pollLong(t, "a screenshot of the XFCE desktop", func() bool {
-		ctx, cancel := context.WithTimeout(t.Context(), waitShort)
+	testutil.Eventually(t, testutil.WaitLong, "a screenshot of the XFCE desktop", func() bool {
+		ctx, cancel := context.WithTimeout(t.Context(), testutil.WaitShort)
 		defer cancel()
 		shot, err := desk.Screenshot(withAgentCredential(ctx, cred), &agentvmv1.ScreenshotRequest{})
 		if err != nil {
@@ -82,7 +83,7 @@ func checkScreenshot(t *testing.T, conn *grpc.ClientConn, cred string) {
 		return true
 	}, &last)
 
-	ctx, cancel := context.WithTimeout(t.Context(), waitShort)
+	ctx, cancel := context.WithTimeout(t.Context(), testutil.WaitShort)
 	defer cancel()
 	small, err := desk.Screenshot(withAgentCredential(ctx, cred), &agentvmv1.ScreenshotRequest{MaxWidth: 640})
 	if err != nil || small.GetWidth() != 640 || small.GetHeight() != 400 || small.GetScreenWidth() != 1280 {
@@ -108,7 +109,7 @@ var mouseLocation = regexp.MustCompile(`x:(\d+) y:(\d+)`)
 // it, presses a key, and checks that a point off the screen is INVALID_ARGUMENT.
 func checkPointer(t *testing.T, conn *grpc.ClientConn, cred string) {
 	desk := agentvmv1.NewDesktopClient(conn)
-	ctx, cancel := context.WithTimeout(t.Context(), waitShort)
+	ctx, cancel := context.WithTimeout(t.Context(), testutil.WaitShort)
 	defer cancel()
 	ctx = withAgentCredential(ctx, cred)
 	if _, err := desk.Move(ctx, &agentvmv1.MoveRequest{X: 321, Y: 123}); err != nil {
@@ -134,7 +135,7 @@ func checkPointer(t *testing.T, conn *grpc.ClientConn, cred string) {
 // checkHomeState measures /home/user with State.Stat and exports it as a tar.
 func checkHomeState(t *testing.T, conn *grpc.ClientConn, cred string) {
 	state := agentvmv1.NewStateClient(conn)
-	ctx, cancel := context.WithTimeout(t.Context(), waitLong)
+	ctx, cancel := context.WithTimeout(t.Context(), testutil.WaitLong)
 	defer cancel()
 	ctx = withAgentCredential(ctx, cred)
 	st, err := state.Stat(ctx, &agentvmv1.StatRequest{Path: "/home/user"})
@@ -196,8 +197,8 @@ func checkInBoxMCP(t *testing.T, e *testEnv, id string) {
 			return e.rt.Dial(ctx, id, wire.MCPPort)
 		},
 		DisableKeepAlives: true,
-	}, Timeout: waitShort}
-	ctx, cancel := context.WithTimeout(t.Context(), waitLong)
+	}, Timeout: testutil.WaitShort}
+	ctx, cancel := context.WithTimeout(t.Context(), testutil.WaitLong)
 	defer cancel()
 	c, err := client.NewStreamableHttpClient("http://127.0.0.1:"+strconv.Itoa(wire.MCPPort)+wire.MCPPath,
 		transport.WithHTTPBasicClient(hc))

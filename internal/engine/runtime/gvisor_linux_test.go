@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
 func TestGVisorExec(t *testing.T) {
@@ -28,7 +30,7 @@ func TestGVisorExec(t *testing.T) {
 	if _, _, _, err := e.exec(b.ID); !errors.Is(err, ErrBadCommand) {
 		t.Fatalf("empty argv: %v, want ErrBadCommand", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), waitShort)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitShort)
 	defer cancel()
 	var o strings.Builder
 	code, err = e.rt.Exec(ctx, b.ID, ExecRequest{
@@ -75,7 +77,7 @@ func TestGVisorExecCancelKillsChild(t *testing.T) {
 	if d := time.Since(t0); d > 3*time.Second {
 		t.Fatalf("cancelled exec returned after %v", d)
 	}
-	waitFor(t, "the cancelled command's process group to die", func() bool {
+	testutil.Eventually(t, testutil.WaitShort, "the cancelled command's process group to die", func() bool {
 		out, _, _, _ := e.exec(b.ID, "ps", "-eo", "args")
 		return !strings.Contains(out, "sleep 99")
 	})
@@ -90,7 +92,7 @@ func TestGVisorRelayHalfCloseSurvivesHibernate(t *testing.T) {
 
 	// An open relay holds a host socket in the box: hibernate must refuse, changing nothing.
 	c := e.dial(t, b.ID, echoPort)
-	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitLong)
 	defer cancel()
 	if err := e.rt.Hibernate(ctx, b.ID); err == nil || !strings.Contains(err.Error(), "still open") {
 		t.Fatalf("hibernate with an open relay: %v", err)
@@ -132,7 +134,7 @@ func TestGVisorHibernateWakeKeepsMemoryAndDisk(t *testing.T) {
 	// A counter held in a shell variable: only a memory image can bring its value back.
 	e.sh(t, b.ID, `setsid sh -c 'i=0; while :; do i=$((i+1)); echo $i > /tmp/count; sleep 0.02; done' </dev/null >/dev/null 2>&1 & echo $! > /tmp/counter.pid`)
 	pid := strings.TrimSpace(e.sh(t, b.ID, "cat /tmp/counter.pid"))
-	waitFor(t, "the counter to count", func() bool { return counter(e, b.ID) > 3 })
+	testutil.Eventually(t, testutil.WaitShort, "the counter to count", func() bool { return counter(e, b.ID) > 3 })
 	idle, _ := e.rt.Stats(ctx, b.ID)
 	t.Logf("memory of a running box: %d MiB", idle.MemUsedBytes>>20)
 
@@ -183,7 +185,7 @@ func TestGVisorHibernateWakeKeepsMemoryAndDisk(t *testing.T) {
 		}
 	}
 	last := counter(e, b.ID)
-	waitFor(t, "the counter to go on counting", func() bool { return counter(e, b.ID) > last })
+	testutil.Eventually(t, testutil.WaitShort, "the counter to go on counting", func() bool { return counter(e, b.ID) > last })
 	t.Logf("over %d cycles: checkpoint %v, restore %v, wake to first exec %v",
 		cycles, ckpt/cycles, restore/cycles, firstExec/cycles)
 }
@@ -205,7 +207,7 @@ func TestGVisorSnapshotSeedsNewBox(t *testing.T) {
 	b := e.start(t, e.spec())
 	e.sh(t, b.ID, "mkdir -p /srv/data && echo kept > /srv/data/file && rm /etc/hostname")
 	dst := filepath.Join(shortTempDir(t), "ck")
-	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitLong)
 	defer cancel()
 	if err := e.rt.Snapshot(ctx, b.ID, dst); err != nil {
 		t.Fatal(err)
@@ -228,7 +230,7 @@ func TestGVisorReadoptAfterRestart(t *testing.T) {
 	run := e.start(t, e.spec())
 	hib := e.start(t, e.spec())
 	stop := e.start(t, e.spec())
-	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitLong)
 	defer cancel()
 	for _, b := range []Spec{run, hib, stop} {
 		e.sh(t, b.ID, "echo "+b.ID+" > /root/id")

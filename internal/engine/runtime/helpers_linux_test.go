@@ -16,12 +16,7 @@ import (
 
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/engine/images"
-)
-
-// Named waits, so a slow CI machine fails with a reason instead of a hang.
-const (
-	waitShort = 10 * time.Second
-	waitLong  = 60 * time.Second
+	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
 // testRootfs is the base image make image built. The tests need it and the real runsc: they
@@ -104,7 +99,7 @@ func (e *testEnv) spec() Spec {
 func (e *testEnv) start(t *testing.T, spec Spec) Spec {
 	t.Helper()
 	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+		ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitLong)
 		defer cancel()
 		if err := e.rt.Destroy(ctx, spec.ID); err != nil {
 			t.Errorf("destroy %s: %v", spec.ID, err)
@@ -115,9 +110,9 @@ func (e *testEnv) start(t *testing.T, spec Spec) Spec {
 		if mounted(filepath.Join(spec.Dir, volumeDir)) {
 			t.Errorf("destroy %s left the disk mounted", spec.ID)
 		}
-		waitFor(t, "the loop device of "+spec.ID+" to detach", func() bool { return len(loopsUnder(spec.Dir)) == 0 })
+		testutil.Eventually(t, testutil.WaitShort, "the loop device of "+spec.ID+" to detach", func() bool { return len(loopsUnder(spec.Dir)) == 0 })
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitLong)
 	defer cancel()
 	if err := e.rt.Start(ctx, spec); err != nil {
 		t.Fatal(err)
@@ -136,7 +131,7 @@ func (e *testEnv) sh(t *testing.T, id, script string) string {
 }
 
 func (e *testEnv) exec(id string, argv ...string) (stdout, stderr string, code int, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), waitShort)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitShort)
 	defer cancel()
 	var o, eb bytes.Buffer
 	code, err = e.rt.Exec(ctx, id, ExecRequest{Argv: argv, Stdout: &o, Stderr: &eb})
@@ -146,9 +141,9 @@ func (e *testEnv) exec(id string, argv ...string) (stdout, stderr string, code i
 // dial connects to port in the box, waiting for a server that is still starting to listen.
 func (e *testEnv) dial(t *testing.T, id string, port int) HalfCloser {
 	t.Helper()
-	deadline := time.Now().Add(waitShort)
+	deadline := time.Now().Add(testutil.WaitShort)
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), waitShort)
+		ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitShort)
 		c, err := e.rt.Dial(ctx, id, port)
 		cancel()
 		if err == nil {
@@ -220,7 +215,7 @@ serve(7002, zero)
 
 func (e *testEnv) startServers(t *testing.T, id string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitShort)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitShort)
 	defer cancel()
 	code, err := e.rt.Exec(ctx, id, ExecRequest{
 		Argv:  []string{"sh", "-c", "cat > /root/servers.py && { setsid python3 /root/servers.py </dev/null >/tmp/servers.log 2>&1 & }"},
@@ -236,7 +231,7 @@ func (e *testEnv) checkHalfClose(t *testing.T, id string) {
 	t.Helper()
 	// Client → box EOF: the echo server answers everything, then sees our EOF and closes.
 	c := e.dial(t, id, echoPort)
-	_ = c.SetDeadline(time.Now().Add(waitShort))
+	_ = c.SetDeadline(time.Now().Add(testutil.WaitShort))
 	msg := strings.Repeat("hello through the relay\n", 1000)
 	go func() {
 		_, _ = io.WriteString(c, msg)
@@ -250,7 +245,7 @@ func (e *testEnv) checkHalfClose(t *testing.T, id string) {
 
 	// Box → client EOF: the server closes its side first; we still write after reading EOF.
 	c = e.dial(t, id, byePort)
-	_ = c.SetDeadline(time.Now().Add(waitShort))
+	_ = c.SetDeadline(time.Now().Add(testutil.WaitShort))
 	got, err = io.ReadAll(c)
 	if err != nil || string(got) != "bye\n" {
 		t.Fatalf("bye: got %q, err %v", got, err)
@@ -262,33 +257,17 @@ func (e *testEnv) checkHalfClose(t *testing.T, id string) {
 	_, _ = io.ReadAll(c) // the server closes once it has our EOF
 	_ = c.Close()
 	var last string
-	waitFor(t, "the server to store what was written after its EOF", func() bool {
+	testutil.Eventually(t, testutil.WaitShort, "the server to store what was written after its EOF", func() bool {
 		out, errOut, code, err := e.exec(id, "cat", "/tmp/got")
 		last = fmt.Sprintf("%q %q %d %v", out, errOut, code, err)
 		return out == "written after EOF"
 	}, &last)
 }
 
-// waitFor polls cond until it holds or waitShort passes; seen, if given, says what cond saw last.
-func waitFor(t *testing.T, what string, cond func() bool, seen ...*string) {
-	t.Helper()
-	deadline := time.Now().Add(waitShort)
-	for !cond() {
-		if time.Now().After(deadline) {
-			last := ""
-			if len(seen) > 0 {
-				last = *seen[0]
-			}
-			t.Fatalf("timed out waiting for %s (last seen: %s)", what, last)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
 // checkPortClosed: dialing a port nobody listens on says so.
 func (e *testEnv) checkPortClosed(t *testing.T, id string) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), waitShort)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitShort)
 	defer cancel()
 	c, err := e.rt.Dial(ctx, id, 7999)
 	if !errors.Is(err, ErrPortClosed) {

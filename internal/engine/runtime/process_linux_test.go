@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
 func TestProcessRuntime(t *testing.T) {
@@ -17,7 +19,7 @@ func TestProcessRuntime(t *testing.T) {
 	t0 := time.Now()
 	b := e.start(t, e.spec())
 	t.Logf("cold start: %v", time.Since(t0))
-	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitLong)
 	defer cancel()
 
 	// Its own namespaces: PID 1 is the init, the hostname is the box's, the root is the overlay.
@@ -105,7 +107,7 @@ func TestProcessExecCancelKillsChild(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("cancelled exec: %v, want DeadlineExceeded", err)
 	}
-	waitFor(t, "the cancelled command's process group to die", func() bool {
+	testutil.Eventually(t, testutil.WaitShort, "the cancelled command's process group to die", func() bool {
 		out, _, _, _ := e.exec(b.ID, "ps", "-eo", "args")
 		return !strings.Contains(out, "sleep 99")
 	})

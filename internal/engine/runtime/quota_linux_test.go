@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
 // TestBoxDiskQuota: a box that writes past its disk quota gets "No space left on device" in the
@@ -24,7 +26,7 @@ func TestBoxDiskQuota(t *testing.T) {
 			spec.DiskMB = 64
 			b := e.start(t, spec)
 			img := filepath.Join(spec.Dir, volumeImage)
-			ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+			ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitLong)
 			defer cancel()
 
 			fill := func() {
@@ -47,7 +49,7 @@ func TestBoxDiskQuota(t *testing.T) {
 			}
 
 			e.sh(t, b.ID, "rm /big && sync")
-			waitFor(t, "the host to get the deleted file's space back", func() bool { return hostBytes(t, img) < 32<<20 })
+			testutil.Eventually(t, testutil.WaitShort, "the host to get the deleted file's space back", func() bool { return hostBytes(t, img) < 32<<20 })
 			if got := e.sh(t, b.ID, "head -c 20971520 /dev/zero > /kept && sync && wc -c < /kept"); got != "20971520\n" {
 				t.Fatalf("after deleting, the box wrote %q bytes", got)
 			}

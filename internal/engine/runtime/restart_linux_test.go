@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/loomhand/cocoonbox/internal/config"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
 // helperEnv makes the test binary act as a short-lived engine (see TestMain): it starts one
@@ -84,7 +85,7 @@ func TestBoxesSurviveEngineSIGKILL(t *testing.T) {
 				t.Fatalf("helper engine: %q", line)
 			}
 
-			ctx, cancel := context.WithTimeout(context.Background(), waitShort)
+			ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitShort)
 			defer cancel()
 			if st, err := e.rt.State(ctx, spec.ID, spec.Dir); err != nil || st != StateRunning {
 				t.Fatalf("after the engine's SIGKILL: %s, %v", st, err)

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
 // flipPy swaps, as fast as the box allows, each of eight entries under /root/flip between a
@@ -58,7 +60,7 @@ func TestGVisorSnapshotNeverFollowsBoxSymlinks(t *testing.T) {
 		t.Fatal(err)
 	}
 	b := e.start(t, e.spec())
-	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitLong)
 	defer cancel()
 	code, err := e.rt.Exec(ctx, b.ID, ExecRequest{
 		Argv:  []string{"sh", "-c", "cat > /root/flip.py && { setsid python3 /root/flip.py " + keys + " </dev/null >/tmp/flip.log 2>&1 & }"},
@@ -67,7 +69,7 @@ func TestGVisorSnapshotNeverFollowsBoxSymlinks(t *testing.T) {
 	if err != nil || code != 0 {
 		t.Fatalf("start the flipper: %d, %v", code, err)
 	}
-	waitFor(t, "the flipper to start", func() bool {
+	testutil.Eventually(t, testutil.WaitShort, "the flipper to start", func() bool {
 		_, _, code, _ := e.exec(b.ID, "test", "-e", "/root/flip/started")
 		return code == 0
 	})
@@ -78,7 +80,7 @@ func TestGVisorSnapshotNeverFollowsBoxSymlinks(t *testing.T) {
 	t0 := time.Now()
 	for i := range 200 {
 		dst := filepath.Join(snaps, strconv.Itoa(i))
-		sctx, scancel := context.WithTimeout(context.Background(), waitLong)
+		sctx, scancel := context.WithTimeout(context.Background(), testutil.WaitLong)
 		err := e.rt.Snapshot(sctx, b.ID, dst)
 		scancel()
 		if err != nil {
@@ -104,7 +106,7 @@ func TestGVisorSnapshotNeverFollowsBoxSymlinks(t *testing.T) {
 	}
 
 	nb := e.spec()
-	ctx, cancel = context.WithTimeout(context.Background(), waitLong)
+	ctx, cancel = context.WithTimeout(context.Background(), testutil.WaitLong)
 	defer cancel()
 	if err := e.rt.Seed(ctx, nb, last); err != nil {
 		t.Fatal(err)
@@ -166,7 +168,7 @@ func TestGVisorBoxFilesNeverActOnTheHost(t *testing.T) {
 		}
 	}
 	check("after start")
-	ctx, cancel := context.WithTimeout(context.Background(), waitLong)
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitLong)
 	defer cancel()
 	if err := e.rt.Hibernate(ctx, b.ID); err != nil {
 		t.Fatal(err)

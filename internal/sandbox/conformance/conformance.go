@@ -168,24 +168,6 @@ func (s *suite) row(t *testing.T, ref, id string) (sandbox.Sandbox, bool) {
 	return sandbox.Sandbox{}, false
 }
 
-// eventually polls cond until it holds or limit passes; cond returns what it saw, for the failure.
-func eventually(t *testing.T, limit time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	deadline := time.Now().Add(limit)
-	wait := 20 * time.Millisecond
-	for {
-		ok, saw := cond()
-		if ok {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s; last saw %s", what, limit, saw)
-		}
-		time.Sleep(wait)
-		wait = min(wait*2, 500*time.Millisecond)
-	}
-}
-
 // wantErr asserts err is the engine's answer status with kind and a non-empty message, and
 // returns the message.
 func wantErr(t *testing.T, what string, err error, kind error, status int) string {

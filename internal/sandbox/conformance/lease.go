@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/loomhand/cocoonbox/internal/sandbox"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
 // leaseExpiry checks the reaper: a sandbox is gone after its lease, hibernated or not.
@@ -24,7 +25,7 @@ func (s *suite) leaseExpiry(t *testing.T) {
 // waitReaped waits until the sandbox is neither listed nor reachable.
 func (s *suite) waitReaped(t *testing.T, name string, sb sandbox.SandboxRef) {
 	t.Helper()
-	eventually(t, time.Minute, sb.ID+" reaped at its deadline", func() (bool, string) {
+	testutil.EventuallyReports(t, time.Minute, sb.ID+" reaped at its deadline", func() (bool, string) {
 		if _, ok := s.row(t, s.ref(name), sb.ID); ok {
 			return false, "still listed"
 		}

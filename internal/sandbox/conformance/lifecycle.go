@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/loomhand/cocoonbox/internal/sandbox"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
 // counterScript starts a process that counts in /tmp/count ten times a second, detached so the
@@ -32,7 +33,7 @@ func (s *suite) lifecycle(t *testing.T) {
 	}
 	s.sh(t, sb.SandboxRef, "echo data > /root/f")
 	s.sh(t, sb.SandboxRef, counterScript)
-	eventually(t, 30*time.Second, "counter reaches 10", func() (bool, string) {
+	testutil.EventuallyReports(t, 30*time.Second, "counter reaches 10", func() (bool, string) {
 		n := s.readInt(t, sb.SandboxRef, "/tmp/count")
 		return n >= 10, fmt.Sprint(n)
 	})
@@ -126,7 +127,7 @@ func (s *suite) countRate(t *testing.T, sb sandbox.SandboxRef) float64 {
 	t.Helper()
 	start, n0 := time.Now(), s.readInt(t, sb, "/tmp/count")
 	var n1 int
-	eventually(t, 30*time.Second, "counter advances by 5", func() (bool, string) {
+	testutil.EventuallyReports(t, 30*time.Second, "counter advances by 5", func() (bool, string) {
 		n1 = s.readInt(t, sb, "/tmp/count")
 		return n1 >= n0+5, fmt.Sprint(n1)
 	})
@@ -155,7 +156,7 @@ func (s *suite) checkCounterAfterWake(t *testing.T, sb sandbox.SandboxRef, befor
 		t.Fatalf("counter went from %d to %d over %s hibernated and %s of hibernate and wake calls (%.1f/s): it kept running",
 			before, after, asleep, awake, rate)
 	}
-	eventually(t, 30*time.Second, "counter resumes after wake", func() (bool, string) {
+	testutil.EventuallyReports(t, 30*time.Second, "counter resumes after wake", func() (bool, string) {
 		n := s.readInt(t, sb, "/tmp/count")
 		return n > after, fmt.Sprintf("%d (was %d)", n, after)
 	})

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/loomhand/cocoonbox/internal/sandbox"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
 // relayServer is a TCP server run inside the box with perl (perl-base is in every Debian and
@@ -46,7 +47,7 @@ func (s *suite) startRelayServer(t *testing.T, sb sandbox.SandboxRef, mode strin
 	s.shEnv(t, sb, fmt.Sprintf(`nohup perl -e "$RELAY_SERVER" %s %s %s >/tmp/relay-%s.log 2>&1 </dev/null &`, mode, portFile, out, mode),
 		map[string]string{"RELAY_SERVER": relayServer})
 	var port int
-	eventually(t, 30*time.Second, mode+" server listening", func() (bool, string) {
+	testutil.EventuallyReports(t, 30*time.Second, mode+" server listening", func() (bool, string) {
 		got := strings.TrimSpace(s.sh(t, sb, "cat "+portFile+" 2>/dev/null; cat /tmp/relay-"+mode+".log"))
 		n, err := strconv.Atoi(got)
 		port = n
@@ -106,7 +107,7 @@ func (s *suite) relay(t *testing.T) {
 	if err := conn2.CloseWrite(); err != nil {
 		t.Fatalf("half-close: %v", err)
 	}
-	eventually(t, 30*time.Second, "server receives what was sent after its EOF", func() (bool, string) {
+	testutil.EventuallyReports(t, 30*time.Second, "server receives what was sent after its EOF", func() (bool, string) {
 		got := s.sh(t, sb.SandboxRef, "cat /tmp/relay-greet.got 2>/dev/null; true")
 		return got == msg, fmt.Sprintf("%q", got)
 	})
