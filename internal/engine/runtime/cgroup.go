@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // cgroupRoot is where the cgroup hierarchies are mounted; tests may point it elsewhere.
@@ -86,6 +88,10 @@ func createCgroup(path string, vcpus, memoryMB int) ([]string, error) {
 			{"cpu", "cpu.cfs_quota_us", quota},
 		}
 	}
+	if !cgroupV2() {
+		// The freezer holds the box still while Snapshot copies its disk; it has no setting.
+		settings = append(settings, setting{"freezer", "", ""})
+	}
 	var procs []string
 	seen := map[string]bool{}
 	for _, s := range settings {
@@ -93,8 +99,10 @@ func createCgroup(path string, vcpus, memoryMB int) ([]string, error) {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			return nil, fmt.Errorf("create cgroup: %w", err)
 		}
-		if err := os.WriteFile(filepath.Join(dir, s.file), []byte(s.value), 0o644); err != nil {
-			return nil, fmt.Errorf("set cgroup %s: %w", s.file, err)
+		if s.file != "" {
+			if err := os.WriteFile(filepath.Join(dir, s.file), []byte(s.value), 0o644); err != nil {
+				return nil, fmt.Errorf("set cgroup %s: %w", s.file, err)
+			}
 		}
 		if !seen[dir] {
 			seen[dir] = true
@@ -106,7 +114,66 @@ func createCgroup(path string, vcpus, memoryMB int) ([]string, error) {
 
 // removeCgroup removes the process runtime's cgroup of a box; its processes must be gone.
 func removeCgroup(path string) {
-	for _, c := range []string{"memory", "cpu"} {
+	for _, c := range []string{"memory", "cpu", "freezer"} {
 		_ = os.Remove(cgroupDir(c, path))
+	}
+}
+
+// errNoFreezer: the box's cgroup has no freezer (a box started before the freezer was used).
+var errNoFreezer = errors.New("the box's cgroup has no freezer")
+
+// freezeCgroup stops every process of the cgroup at path and waits until the kernel says they
+// are stopped, so nothing in the box can change its disk; thaw lets them go on. It is how the
+// process runtime freezes a box for a snapshot, as runsc pause does for gVisor.
+func freezeCgroup(path string) (thaw func() error, err error) {
+	dir := cgroupDir("freezer", path)
+	file, frozen, thawed := "freezer.state", "FROZEN", "THAWED"
+	if cgroupV2() {
+		file, frozen, thawed = "cgroup.freeze", "1", "0"
+	}
+	if _, err := os.Stat(filepath.Join(dir, file)); err != nil {
+		return nil, errNoFreezer
+	}
+	thaw = func() error {
+		if err := os.WriteFile(filepath.Join(dir, file), []byte(thawed), 0o644); err != nil {
+			return fmt.Errorf("thaw box: %w", err)
+		}
+		return nil
+	}
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(frozen), 0o644); err != nil {
+		return nil, fmt.Errorf("freeze box: %w", err)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		if isFrozen(dir) {
+			return thaw, nil
+		}
+		if time.Now().After(deadline) {
+			_ = thaw()
+			return nil, errors.New("freeze box: its processes did not stop within 10s")
+		}
+	}
+}
+
+// isFrozen reports whether the kernel has stopped every process of the cgroup at dir: v1's
+// freezer.state reads FROZEN (FREEZING while some still run), v2's cgroup.events says frozen 1.
+func isFrozen(dir string) bool {
+	if cgroupV2() {
+		b, err := os.ReadFile(filepath.Join(dir, "cgroup.events"))
+		return err == nil && slices.Contains(strings.Split(string(b), "\n"), "frozen 1")
+	}
+	b, err := os.ReadFile(filepath.Join(dir, "freezer.state"))
+	return err == nil && strings.TrimSpace(string(b)) == "FROZEN"
+}
+
+// thawCgroup lets a cgroup's processes go on, if they were frozen (an engine that died during a
+// snapshot's copy left them so).
+func thawCgroup(path string) {
+	dir := cgroupDir("freezer", path)
+	if isFrozen(dir) {
+		file, thawed := "freezer.state", "THAWED"
+		if cgroupV2() {
+			file, thawed = "cgroup.freeze", "0"
+		}
+		_ = os.WriteFile(filepath.Join(dir, file), []byte(thawed), 0o644)
 	}
 }

@@ -316,7 +316,22 @@ func (p *process) Snapshot(ctx context.Context, id, dst string) error {
 	if err != nil {
 		return fmt.Errorf("snapshot box %s: %w", id, err)
 	}
-	if running(spec.Dir) == 0 { // a sleeping box's disk is not mounted
+	if running(spec.Dir) != 0 {
+		// The box is frozen for the copy, so nothing in it changes the disk under the walker.
+		thaw, err := freezeCgroup(cgroupPath(id))
+		switch {
+		case errors.Is(err, errNoFreezer):
+			p.log.Warn("box has no freezer (started by an older engine); copying its disk live", "id", id)
+		case err != nil:
+			return fmt.Errorf("snapshot box %s: %w", id, err)
+		default:
+			defer func() {
+				if err := thaw(); err != nil {
+					p.log.Error("thaw box after snapshot", "id", id, "err", err)
+				}
+			}()
+		}
+	} else { // a sleeping box's disk is not mounted
 		if err := mountDisk(spec.Dir); err != nil {
 			return fmt.Errorf("snapshot box %s: %w", id, err)
 		}
@@ -377,6 +392,7 @@ func (p *process) State(ctx context.Context, id, dir string) (State, error) {
 	case dir == "":
 		return StateMissing, nil
 	case running(dir) != 0:
+		thawCgroup(cgroupPath(id)) // an engine that died during a snapshot's copy left it frozen
 		return StateRunning, nil
 	case exists(filepath.Join(dir, hibernatedMark)):
 		return StateHibernated, nil

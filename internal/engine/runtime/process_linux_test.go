@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -130,4 +131,55 @@ func TestNewChooses(t *testing.T) {
 	if _, err := New(NameGVisor, Options{DataDir: dir, Runsc: "/nonexistent/runsc"}); err == nil {
 		t.Fatal("a missing runsc accepted")
 	}
+}
+
+// TestProcessSnapshotFreezesTheBox: a process box is frozen while its disk is copied (nothing
+// in it runs, so nothing changes the disk under the walker), goes on after, and a box an engine
+// left frozen is thawed when the next engine asks for its state.
+func TestProcessSnapshotFreezesTheBox(t *testing.T) {
+	e := newTestEnv(t, NameProcess)
+	b := e.start(t, e.spec())
+	e.sh(t, b.ID, "(while :; do echo x >> /root/grow; done) >/dev/null 2>&1 &")
+	size := func() int64 {
+		fi, err := os.Stat(filepath.Join(diskPath(b.Dir), "root", "grow"))
+		if err != nil {
+			return -1
+		}
+		return fi.Size()
+	}
+	testutil.Eventually(t, testutil.WaitShort, "the writer to start", func() bool { return size() > 0 })
+
+	thaw, err := freezeCgroup(cgroupPath(b.ID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := size()
+	time.Sleep(200 * time.Millisecond)
+	if after := size(); after != before {
+		t.Fatalf("the file grew from %d to %d bytes while the box was frozen", before, after)
+	}
+	must(t, thaw())
+	testutil.Eventually(t, testutil.WaitShort, "the writer to go on after the thaw", func() bool { return size() > before })
+
+	// An engine that died mid-copy left the box frozen: State thaws it.
+	if _, err := freezeCgroup(cgroupPath(b.ID)); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitLong)
+	defer cancel()
+	if st, err := e.rt.State(ctx, b.ID, b.Dir); err != nil || st != StateRunning {
+		t.Fatalf("state of the frozen box: %s, %v", st, err)
+	}
+	frozenAt := size()
+	testutil.Eventually(t, testutil.WaitShort, "the box to run again after State", func() bool { return size() > frozenAt })
+
+	// And Snapshot freezes it for the copy, then lets it go on.
+	if err := e.rt.Snapshot(ctx, b.ID, filepath.Join(shortTempDir(t), "ck")); err != nil {
+		t.Fatal(err)
+	}
+	if isFrozen(cgroupDir("freezer", cgroupPath(b.ID))) {
+		t.Fatal("the box is still frozen after the snapshot")
+	}
+	copied := size()
+	testutil.Eventually(t, testutil.WaitShort, "the writer to go on after the snapshot", func() bool { return size() > copied })
 }

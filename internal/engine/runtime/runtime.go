@@ -62,8 +62,8 @@ type Runtime interface {
 	Wake(ctx context.Context, id string) error
 	// Snapshot copies the box's disk into dst (a fresh directory), so a later Start with
 	// Spec.Dir seeded from dst (Seed) sees the same files. The box keeps its processes;
-	// gvisor pauses a running box for the copy so the disk cannot change under it (the process
-	// runtime does not, and relies on the walker alone). The disk is the box's to write: it is
+	// a running box is frozen for the copy (gvisor: runsc pause; process: the cgroup freezer) so
+	// the disk cannot change under it. The disk is the box's to write: it is
 	// never walked by a tool that follows symlinks (see copyDisk).
 	Snapshot(ctx context.Context, id, dst string) error
 	// Seed makes the Dir of a box that does not exist yet hold a disk with the files of src (a
