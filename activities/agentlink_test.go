@@ -370,6 +370,24 @@ func TestAgentStepKeepsTheModelKeyOutOfTheBox(t *testing.T) {
 	}
 }
 
+// TestAgentStepRedactsAKeyTheGatewayEchoes: a gateway whose answer quotes the key (as some error
+// bodies quote the request) does not hand it to the box: the box reads [redacted] instead.
+func TestAgentStepRedactsAKeyTheGatewayEchoes(t *testing.T) {
+	f := newLinkFixture(t)
+	srv := modeltest.NewServer(t, linkModelKey, modeltest.Reply("you sent ", linkModelKey, " as your key"))
+	f.useGateway(srv, agentvm.ProviderOpenAI)
+	res, err := f.step(t, StepInput{RunID: "run_1", BoxID: agentBox, Owner: "usr_a", Step: 1, Model: "m", Task: "say it"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sent := f.box.sentTo(wire.LinkPort); bytes.Contains(sent, []byte(linkModelKey)) || len(sent) == 0 {
+		t.Fatalf("the box was sent the key the gateway echoed (%d bytes sent)", len(sent))
+	}
+	if !strings.Contains(res.Text, redactedKey) || strings.Contains(res.Text, linkModelKey) {
+		t.Fatalf("the agent read %q", res.Text)
+	}
+}
+
 func TestAgentLinkGatewayDownIsRetryable(t *testing.T) {
 	f := newLinkFixture(t)
 	f.gw.fail = errors.New("connect: connection refused")

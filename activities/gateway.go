@@ -50,7 +50,8 @@ type route struct {
 	path      string // the only path a box's request may name
 	target    string // the gateway URL requests are sent to
 	keyHeader string
-	key       string // never logged, never sent into the box
+	key       string // the key header's value; never logged, never sent into the box
+	secret    string // the key itself, cut out of the gateway's answers
 }
 
 // route checks g and returns its endpoint carrying key.
@@ -67,7 +68,7 @@ func (g Gateway) route(key string) (route, error) {
 		return route{}, errors.New("gateway base_url must not have a query, fragment or user")
 	}
 	base := strings.TrimSuffix(u.EscapedPath(), "/")
-	r := route{boxBase: "http://" + boxGatewayHost + base, key: key}
+	r := route{boxBase: "http://" + boxGatewayHost + base, key: key, secret: key}
 	switch g.Provider {
 	case ProviderOpenAI:
 		r.path, r.keyHeader = base+"/chat/completions", "Authorization"
@@ -169,18 +170,27 @@ func (m *modelLinks) serve(ctx context.Context, link sandbox.Conn, br *bufio.Rea
 	if err := writeLinkResponse(link, resp.StatusCode, h); err != nil {
 		return
 	}
-	// Each read is written at once: an event must reach the box when the gateway sent it.
+	// Each read is written at once: an event must reach the box when the gateway sent it. The
+	// key is cut out of the answer on the way: a gateway may quote it back in an error.
+	out2box := newRedactor(link, m.route.secret)
 	buf := make([]byte, 32<<10)
 	for {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
-			if _, werr := link.Write(buf[:n]); werr != nil {
+			if _, werr := out2box.Write(buf[:n]); werr != nil {
 				return
 			}
 		}
 		if err != nil {
 			break
 		}
+	}
+	if out2box.Flush() != nil {
+		return
+	}
+	if out2box.hits > 0 {
+		m.log.Warn("the model gateway's answer held the key; it was redacted before the box saw it",
+			"sandbox", m.ref.ID, "gateway", m.route.target, "status", resp.StatusCode)
 	}
 	_ = link.CloseWrite()
 }
