@@ -38,9 +38,9 @@ type ExecRequest struct {
 
 // ExecResult is a finished command; a non-zero exit is a result, not an error.
 type ExecResult struct {
-	ExitCode int
-	Stdout   string
-	Stderr   string
+	ExitCode int    `json:"exit_code"`
+	Stdout   string `json:"stdout"`
+	Stderr   string `json:"stderr"`
 }
 
 // Conn is a byte pipe into a box (the desktop's RFB stream) whose write side closes alone: the

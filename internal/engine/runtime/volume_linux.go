@@ -181,13 +181,26 @@ func attachLoop(img string) (*os.File, error) {
 	}
 }
 
-// loopOf returns the loop device attached to img, or "".
+// loopOf returns the loop device attached to img, or "". It compares the device's backing file
+// by inode, not by name: a file opened through a mount that was since detached (a box dir whose
+// unmount had to be lazy) no longer shows its path, and attaching a second device to it would
+// let two ext4 superblocks write one image.
 func loopOf(img string) string {
-	devs, _ := filepath.Glob("/sys/block/loop*/loop/backing_file")
-	for _, p := range devs {
-		b, err := os.ReadFile(p)
-		if err == nil && strings.TrimSpace(string(b)) == img {
-			return "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(p)))
+	var want unix.Stat_t
+	if unix.Stat(img, &want) != nil {
+		return ""
+	}
+	attached, _ := filepath.Glob("/sys/block/loop*/loop")
+	for _, p := range attached {
+		dev := "/dev/" + filepath.Base(filepath.Dir(p))
+		f, err := os.OpenFile(dev, os.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		info, err := unix.IoctlLoopGetStatus64(int(f.Fd()))
+		_ = f.Close()
+		if err == nil && info.Inode == want.Ino && info.Device == want.Dev {
+			return dev
 		}
 	}
 	return ""
