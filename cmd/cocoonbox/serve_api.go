@@ -9,18 +9,13 @@ import (
 	"path/filepath"
 
 	"github.com/urfave/cli/v2"
-	"go.temporal.io/sdk/client"
 
-	"github.com/loomhand/cocoonbox/internal/api"
-	"github.com/loomhand/cocoonbox/internal/boxlink"
-	"github.com/loomhand/cocoonbox/internal/boxsvc"
-	"github.com/loomhand/cocoonbox/internal/buildinfo"
+	"github.com/loomhand/cocoonbox/internal/app"
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/secrets"
 	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/internal/tclient"
-	"github.com/loomhand/cocoonbox/internal/vault"
 )
 
 func serveAPICommand() *cli.Command {
@@ -98,30 +93,11 @@ func serveAPI(ctx context.Context, cfg config.API, logger *slog.Logger, ready fu
 	if err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
-	boxes := &boxsvc.Service{
-		Temporal: tc, Store: st, Policy: boxsvc.DefaultPolicy,
-		Link: &boxlink.Link{
-			Sandbox: sandbox.NewHTTP(cfg.Sandbox.URL, cfg.Sandbox.Token, nil),
-			Tokens:  store.SandboxTokens{Store: st, Keys: keys},
-			// The same derivation as the workers', from the deployment's shared keyring.
-			Credentials: boxlink.Credentials(keys),
-		},
-		Logger: logger.With("component", "boxsvc"),
-		Agent:  cfg.Agent,
-		Quota:  cfg.Quota,
+	parts := app.Parts{
+		Temporal: tc, Store: st, Keys: keys, Logger: logger,
+		Sandbox: sandbox.NewHTTP(cfg.Sandbox.URL, cfg.Sandbox.Token, nil),
 	}
-	srv := api.New(api.Options{
-		Store: st, Boxes: boxes, Vault: &vault.Vault{Store: st, Keys: keys}, Keys: keys,
-		Version: buildinfo.String(), Logger: logger.With("component", "api"),
-		MaxDesktopConns: cfg.MaxDesktopConnections,
-		Checks: map[string]api.Check{
-			"temporal": func(ctx context.Context) error {
-				_, err := tc.CheckHealth(ctx, &client.CheckHealthRequest{})
-				return err
-			},
-			"postgres": func(ctx context.Context) error { return st.Ping(ctx) },
-		},
-	})
+	srv := app.API(parts, app.Boxes(parts, cfg.Agent, cfg.Quota), app.APIOptions{MaxDesktopConns: cfg.MaxDesktopConnections})
 	ready(ln.Addr().String())
 	return srv.Serve(ctx, ln)
 }

@@ -19,8 +19,8 @@ import (
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/loomhand/cocoonbox/internal/api"
+	"github.com/loomhand/cocoonbox/internal/app"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
-	"github.com/loomhand/cocoonbox/internal/buildinfo"
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/objstore"
 	"github.com/loomhand/cocoonbox/internal/pgcluster"
@@ -28,7 +28,6 @@ import (
 	"github.com/loomhand/cocoonbox/internal/secrets"
 	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/internal/tclient"
-	"github.com/loomhand/cocoonbox/internal/vault"
 )
 
 // SearchAttributes are the custom search attributes the box workflows upsert, registered when the
@@ -55,6 +54,7 @@ type Dev struct {
 	Blobs    *objstore.S3
 	api      *api.Server
 	keys     *secrets.Keyring
+	parts    app.Parts // what the API and its box service are built on
 	apiAddr  string
 	apiDone  chan struct{} // closed when the API server has returned, apiErr then set
 	apiErr   error
@@ -171,23 +171,10 @@ func Start(ctx context.Context, cfg config.Dev, log *slog.Logger) (_ *Dev, retEr
 		return nil, err
 	}
 
-	d.api = api.New(api.Options{
-		Store:   d.Store,
-		Boxes:   d.Boxes,
-		Vault:   &vault.Vault{Store: d.Store, Keys: d.keys},
-		Keys:    d.keys,
-		Version: buildinfo.String(),
-		Logger:  log.With("component", "api"),
-		Checks: map[string]api.Check{
-			"temporal": func(ctx context.Context) error {
-				_, err := d.Temporal.CheckHealth(ctx, &client.CheckHealthRequest{})
-				return err
-			},
-			"postgres": func(ctx context.Context) error { return d.Store.Ping(ctx) },
-			"s3":       func(ctx context.Context) error { return d.Blobs.Check(ctx) },
-			"engine":   d.checkEngine,
-		},
-	})
+	d.api = app.API(d.parts, d.Boxes, app.APIOptions{Checks: map[string]api.Check{
+		"s3":     func(ctx context.Context) error { return d.Blobs.Check(ctx) },
+		"engine": d.checkEngine,
+	}})
 	serveCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.cancel = cancel
 	d.apiDone = make(chan struct{})

@@ -4,12 +4,10 @@ import (
 	"fmt"
 
 	"github.com/loomhand/cocoonbox/activities"
-	"github.com/loomhand/cocoonbox/internal/boxlink"
-	"github.com/loomhand/cocoonbox/internal/boxsvc"
+	"github.com/loomhand/cocoonbox/internal/app"
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/secrets"
-	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/internal/worker"
 )
 
@@ -27,11 +25,8 @@ func (d *Dev) startWorker() error {
 	// nil: the sandbox client's own transport, with connect timeouts but no overall limit, which
 	// would cut off long engine calls such as a disk export; each call is bounded by its context.
 	sb := sandbox.NewHTTP(d.sandboxURL, d.sandboxToken, nil)
-	d.Boxes = &boxsvc.Service{
-		Temporal: d.Temporal, Store: d.Store, Policy: boxsvc.DefaultPolicy,
-		Link:   &boxlink.Link{Sandbox: sb, Tokens: store.SandboxTokens{Store: d.Store, Keys: keys}, Credentials: boxlink.Credentials(keys)},
-		Logger: d.log.With("component", "boxsvc"), Agent: d.cfg.Agent, Quota: d.cfg.Quota,
-	}
+	d.parts = app.Parts{Temporal: d.Temporal, Store: d.Store, Keys: keys, Sandbox: sb, Logger: d.log}
+	d.Boxes = app.Boxes(d.parts, d.cfg.Agent, d.cfg.Quota)
 	if d.cfg.NoWorker {
 		return nil
 	}
