@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
-	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
@@ -44,29 +42,17 @@ func runServeAPI(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	for flag, dst := range map[string]*string{
-		"home": &cfg.Home, "listen": &cfg.Listen, "temporal-address": &cfg.Temporal.Address,
-		"database-url": &cfg.Postgres.URL, "sandbox-url": &cfg.Sandbox.URL, "keyring": &cfg.Keyring,
-		"log-level": &cfg.LogLevel,
-	} {
-		if c.IsSet(flag) {
-			*dst = c.String(flag)
-		}
-	}
-	if abs, err := filepath.Abs(cfg.Home); err == nil {
-		cfg.Home = abs
-	}
-	if cfg.Keyring != "" {
-		if abs, err := filepath.Abs(cfg.Keyring); err == nil {
-			cfg.Keyring = abs
-		}
-	}
-	if err := cfg.Validate(); err != nil {
+	logger, err := loadRole(c, role{
+		strings: map[string]*string{
+			"home": &cfg.Home, "listen": &cfg.Listen, "temporal-address": &cfg.Temporal.Address,
+			"database-url": &cfg.Postgres.URL, "sandbox-url": &cfg.Sandbox.URL, "keyring": &cfg.Keyring,
+			"log-level": &cfg.LogLevel,
+		},
+		paths: []*string{&cfg.Home, &cfg.Keyring}, level: &cfg.LogLevel, check: cfg.Validate,
+	})
+	if err != nil {
 		return err
 	}
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(cfg.LogLevel))
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	return serveAPI(c.Context, cfg, logger, func(addr string) {
 		fmt.Fprintf(c.App.Writer, "cocoonbox api: serving on http://%s (Temporal %s, engine %s)\n", addr, cfg.Temporal.Address, cfg.Sandbox.URL)
 	})

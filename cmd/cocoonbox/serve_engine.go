@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 
 	"github.com/urfave/cli/v2"
@@ -53,36 +52,18 @@ func runServeEngine(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	for flag, dst := range map[string]*string{
-		"home": &cfg.Home, "listen": &cfg.Listen, "root-token": &cfg.RootToken,
-		"runtime": &cfg.Runtime, "log-level": &cfg.LogLevel,
-	} {
-		if c.IsSet(flag) {
-			*dst = c.String(flag)
-		}
-	}
-	for flag, dst := range map[string]*bool{
-		"insecure-no-token": &cfg.InsecureNoToken, "insecure-no-isolation": &cfg.InsecureNoIsolation,
-	} {
-		if c.IsSet(flag) {
-			*dst = c.Bool(flag)
-		}
-	}
-	if c.IsSet("max-sandboxes") {
-		cfg.MaxSandboxes = c.Int("max-sandboxes")
-	}
-	if c.IsSet("box-disk-mb") {
-		cfg.BoxDiskMB = c.Int("box-disk-mb")
-	}
-	if abs, err := filepath.Abs(cfg.Home); err == nil {
-		cfg.Home = abs
-	}
-	if err := cfg.Validate(); err != nil {
+	logger, err := loadRole(c, role{
+		strings: map[string]*string{
+			"home": &cfg.Home, "listen": &cfg.Listen, "root-token": &cfg.RootToken,
+			"runtime": &cfg.Runtime, "log-level": &cfg.LogLevel,
+		},
+		bools: map[string]*bool{"insecure-no-token": &cfg.InsecureNoToken, "insecure-no-isolation": &cfg.InsecureNoIsolation},
+		ints:  map[string]*int{"max-sandboxes": &cfg.MaxSandboxes, "box-disk-mb": &cfg.BoxDiskMB},
+		paths: []*string{&cfg.Home}, level: &cfg.LogLevel, check: cfg.Validate,
+	})
+	if err != nil {
 		return err
 	}
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(cfg.LogLevel))
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
 	dir := filepath.Join(cfg.Home, "engine")
 	rt, err := newEngineRuntime(cfg.Runtime, cfg.InsecureNoIsolation, dir, logger)

@@ -2,9 +2,6 @@ package main
 
 import (
 	"fmt"
-	"log/slog"
-	"os"
-	"path/filepath"
 
 	"github.com/urfave/cli/v2"
 
@@ -44,33 +41,19 @@ func runServeWorker(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	for flag, dst := range map[string]*string{
-		"home": &cfg.Home, "temporal-address": &cfg.Temporal.Address, "database-url": &cfg.Postgres.URL,
-		"sandbox-url": &cfg.Sandbox.URL, "sandbox-token": &cfg.Sandbox.Token, "keyring": &cfg.Keyring,
-		"template": &cfg.Template, "log-level": &cfg.LogLevel, "s3-endpoint": &cfg.S3.Endpoint,
-		"s3-bucket": &cfg.S3.Bucket,
-	} {
-		if c.IsSet(flag) {
-			*dst = c.String(flag)
-		}
-	}
-	if c.IsSet("snapshot-upload-mibps") {
-		cfg.SnapshotUploadMiBps = c.Int("snapshot-upload-mibps")
-	}
-	if abs, err := filepath.Abs(cfg.Home); err == nil {
-		cfg.Home = abs
-	}
-	if cfg.Keyring != "" {
-		if abs, err := filepath.Abs(cfg.Keyring); err == nil {
-			cfg.Keyring = abs
-		}
-	}
-	if err := cfg.Validate(); err != nil {
+	logger, err := loadRole(c, role{
+		strings: map[string]*string{
+			"home": &cfg.Home, "temporal-address": &cfg.Temporal.Address, "database-url": &cfg.Postgres.URL,
+			"sandbox-url": &cfg.Sandbox.URL, "sandbox-token": &cfg.Sandbox.Token, "keyring": &cfg.Keyring,
+			"template": &cfg.Template, "log-level": &cfg.LogLevel, "s3-endpoint": &cfg.S3.Endpoint,
+			"s3-bucket": &cfg.S3.Bucket,
+		},
+		ints:  map[string]*int{"snapshot-upload-mibps": &cfg.SnapshotUploadMiBps},
+		paths: []*string{&cfg.Home, &cfg.Keyring}, level: &cfg.LogLevel, check: cfg.Validate,
+	})
+	if err != nil {
 		return err
 	}
-	var level slog.Level
-	_ = level.UnmarshalText([]byte(cfg.LogLevel))
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 
 	w, err := worker.Start(c.Context, cfg, logger)
 	if err != nil {
