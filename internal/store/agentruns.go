@@ -103,7 +103,7 @@ func (q *Queries) CreateAgentRun(ctx context.Context, nr NewAgentRun) (AgentRun,
 		{"id", nr.ID}, {"box_id", string(nr.BoxID)}, {"owner", nr.Owner}, {"task", nr.Task}, {"model", nr.Model},
 	} {
 		if f.value == "" {
-			return AgentRun{}, fmt.Errorf("create agent run %s: %w: %w", nr.ID, ErrInvalid, cocoonbox.Invalid(f.name, "is required"))
+			return AgentRun{}, fmt.Errorf("create agent run %s: %w: %w", nr.ID, cocoonbox.Invalid(f.name, "is required"), ErrInvalid)
 		}
 	}
 	var r AgentRun

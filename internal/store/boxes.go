@@ -41,10 +41,10 @@ func scanBox(row interface{ Scan(...any) error }, b *Box) error {
 // *cocoonbox.Error that names the field.
 func (q *Queries) CreateBox(ctx context.Context, nb NewBox) (Box, error) {
 	if err := (&cocoonbox.Box{ID: nb.ID, Name: nb.Name, Size: nb.Size}).Validate(); err != nil {
-		return Box{}, fmt.Errorf("create box %s: %w: %w", nb.ID, ErrInvalid, err)
+		return Box{}, fmt.Errorf("create box %s: %w: %w", nb.ID, err, ErrInvalid)
 	}
 	if nb.Owner == "" {
-		return Box{}, fmt.Errorf("create box %s: %w: %w", nb.ID, ErrInvalid, cocoonbox.Invalid("owner", "is required"))
+		return Box{}, fmt.Errorf("create box %s: %w: %w", nb.ID, cocoonbox.Invalid("owner", "is required"), ErrInvalid)
 	}
 	var b Box
 	// ON CONFLICT names the primary key only, so a taken (owner, name) still fails as a unique
@@ -139,7 +139,7 @@ WHERE id = $1 AND deleted_at IS NULL`
 // another live box holds ErrConflict.
 func (q *Queries) SetBoxState(ctx context.Context, id cocoonbox.BoxID, state cocoonbox.BoxState, sandboxID, reason string) error {
 	if err := state.Validate(); err != nil {
-		return fmt.Errorf("set box %s state: %w: %w", id, ErrInvalid, err)
+		return fmt.Errorf("set box %s state: %w: %w", id, err, ErrInvalid)
 	}
 	tag, err := q.db.Exec(ctx, setBoxState, id, state, sandboxID, reason)
 	if err != nil {

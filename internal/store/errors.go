@@ -6,18 +6,22 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/loomhand/cocoonbox"
 )
 
 // Errors callers branch on. Every query error passes through mapErr, so these are the only
-// database conditions anyone outside this file needs to know about.
+// database conditions anyone outside this file needs to know about. Each is a domain error with
+// its code, so a store error reaching any caller carries the code it means (not "internal"),
+// and callers may still branch on the sentinel with errors.Is.
 var (
 	// ErrNotFound means the row does not exist (or, for tokens, is revoked or expired), or a row
 	// being written refers to one that does not.
-	ErrNotFound = errors.New("not found")
+	ErrNotFound error = &cocoonbox.Error{Code: cocoonbox.ENotFound, Message: "not found"}
 	// ErrConflict means the write collides with an existing row, such as a taken name.
-	ErrConflict = errors.New("conflict")
+	ErrConflict error = &cocoonbox.Error{Code: cocoonbox.EConflict, Message: "conflicts with what is stored"}
 	// ErrInvalid means the database rejected a value: a CHECK, NOT NULL or type constraint.
-	ErrInvalid = errors.New("invalid value")
+	ErrInvalid error = &cocoonbox.Error{Code: cocoonbox.EInvalid, Message: "invalid value"}
 )
 
 // SQLSTATE codes, from the PostgreSQL manual's appendix A.

@@ -49,7 +49,7 @@ func (s *Share) fields() []any {
 // the field (role, expires_at, user); an unknown or deleted box, or an unknown user, is ErrNotFound.
 func (q *Queries) PutShare(ctx context.Context, boxID cocoonbox.BoxID, userID string, role cocoonbox.Role, expiresAt *time.Time) (Share, error) {
 	if err := role.Validate(); err != nil {
-		return Share{}, fmt.Errorf("share box %s with %s: %w: %w", boxID, userID, ErrInvalid, err)
+		return Share{}, fmt.Errorf("share box %s with %s: %w: %w", boxID, userID, err, ErrInvalid)
 	}
 	var s Share
 	err := q.db.QueryRow(ctx, putShare, boxID, userID, role, expiresAt).Scan(s.fields()...)
@@ -76,9 +76,9 @@ func (q *Queries) whyNoShare(ctx context.Context, boxID cocoonbox.BoxID, userID 
 	case err != nil:
 		return fmt.Errorf("box %s: %w", boxID, mapErr(err))
 	case expired:
-		return fmt.Errorf("%w: %w", ErrInvalid, cocoonbox.Invalid("expires_at", "must be in the future"))
+		return fmt.Errorf("%w: %w", cocoonbox.Invalid("expires_at", "must be in the future"), ErrInvalid)
 	case isOwner:
-		return fmt.Errorf("%w: %w", ErrInvalid, cocoonbox.Invalid("user", "owns the box and needs no share"))
+		return fmt.Errorf("%w: %w", cocoonbox.Invalid("user", "owns the box and needs no share"), ErrInvalid)
 	case !userExists:
 		return fmt.Errorf("user %s: %w", userID, ErrNotFound)
 	}

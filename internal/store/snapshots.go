@@ -39,7 +39,7 @@ func (q *Queries) BeginSnapshot(ctx context.Context, ns NewSnapshot) (cocoonbox.
 		{"id", ns.ID}, {"box_id", string(ns.BoxID)}, {"object_key", ns.ObjectKey},
 	} {
 		if f.value == "" {
-			return cocoonbox.Snapshot{}, fmt.Errorf("begin snapshot %s: %w: %w", ns.ID, ErrInvalid, cocoonbox.Invalid(f.name, "is required"))
+			return cocoonbox.Snapshot{}, fmt.Errorf("begin snapshot %s: %w: %w", ns.ID, cocoonbox.Invalid(f.name, "is required"), ErrInvalid)
 		}
 	}
 	var s cocoonbox.Snapshot
@@ -83,7 +83,7 @@ func (q *Queries) CompleteSnapshot(ctx context.Context, id string, bytes int64, 
 		err = cocoonbox.Invalid("files", "must not be negative")
 	}
 	if err != nil {
-		return cocoonbox.Snapshot{}, fmt.Errorf("complete snapshot %s: %w: %w", id, ErrInvalid, err)
+		return cocoonbox.Snapshot{}, fmt.Errorf("complete snapshot %s: %w: %w", id, err, ErrInvalid)
 	}
 	var s cocoonbox.Snapshot
 	err = scanSnapshot(q.db.QueryRow(ctx,

@@ -7,7 +7,6 @@ package worker
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"log/slog"
 
 	"go.temporal.io/sdk/client"
@@ -60,7 +59,7 @@ func New(opts Options) worker.Worker {
 	w.RegisterWorkflow(workflows.BoxWorkflow)
 	w.RegisterWorkflow(workflows.SnapshotWorkflow)
 	w.RegisterWorkflow(workflows.AgentRunWorkflow)
-	tok := tokens{store.SandboxTokens{Store: opts.Store, Keys: opts.Keys}}
+	tok := store.SandboxTokens{Store: opts.Store, Keys: opts.Keys}
 	w.RegisterActivity(&activities.Store{Boxes: boxes{opts.Store}})
 	creds := boxlink.Credentials(opts.Keys)
 	w.RegisterActivity(&activities.Snapshots{
@@ -94,29 +93,13 @@ func lease(st workflows.Status) activities.BoxLease {
 	return activities.BoxLease{Controller: st.Controller, Seq: st.LeaseSeq}
 }
 
-// tokens adapts the store's sealed sandbox tokens to activities.TokenStore, whose callers branch
-// on the domain's not-found code rather than on the store's sentinel.
-type tokens struct{ st store.SandboxTokens }
-
-func (t tokens) PutSandboxToken(ctx context.Context, boxID, sandboxID, token string) error {
-	return domainErr(t.st.PutSandboxToken(ctx, boxID, sandboxID, token))
-}
-
-func (t tokens) SandboxToken(ctx context.Context, boxID string) (string, string, error) {
-	id, tok, err := t.st.SandboxToken(ctx, boxID)
-	return id, tok, domainErr(err)
-}
-
-// boxes adapts the store to activities.BoxStore.
-type boxes struct{ st *store.Store }
+// boxes is the store as activities.BoxStore: its methods, with the box's create and audit line
+// in the activities' shapes. Store errors are domain errors already.
+type boxes struct{ *store.Store }
 
 func (b boxes) CreateBox(ctx context.Context, box cocoonbox.Box) error {
-	_, err := b.st.CreateBox(ctx, store.NewBox{ID: box.ID, Owner: box.Owner, Name: box.Name, Size: box.Size})
-	return domainErr(err)
-}
-
-func (b boxes) SetBoxState(ctx context.Context, id cocoonbox.BoxID, state cocoonbox.BoxState, sandboxID, reason string) error {
-	return domainErr(b.st.SetBoxState(ctx, id, state, sandboxID, reason))
+	_, err := b.Store.CreateBox(ctx, store.NewBox{ID: box.ID, Owner: box.Owner, Name: box.Name, Size: box.Size})
+	return err
 }
 
 func (b boxes) AppendEvent(ctx context.Context, id cocoonbox.BoxID, kind, detail string) error {
@@ -124,71 +107,12 @@ func (b boxes) AppendEvent(ctx context.Context, id cocoonbox.BoxID, kind, detail
 	if err != nil {
 		return err
 	}
-	return domainErr(b.st.AppendEvent(ctx, store.Event{Actor: "worker", BoxID: string(id), Action: "box." + kind, Detail: d}))
+	return b.Store.AppendEvent(ctx, store.Event{Actor: "worker", BoxID: string(id), Action: "box." + kind, Detail: d})
 }
 
-// snapshots adapts the store to activities.SnapshotStore.
-type snapshots struct{ st *store.Store }
+// snapshots is the store as activities.SnapshotStore, with BeginSnapshot in the activities' shape.
+type snapshots struct{ *store.Store }
 
 func (s snapshots) BeginSnapshot(ctx context.Context, sn cocoonbox.Snapshot) (cocoonbox.Snapshot, error) {
-	out, err := s.st.BeginSnapshot(ctx, store.NewSnapshot{ID: sn.ID, BoxID: sn.BoxID, ParentID: sn.ParentID, ObjectKey: sn.ObjectKey})
-	return out, domainErr(err)
-}
-
-func (s snapshots) CompleteSnapshot(ctx context.Context, id string, bytes int64, sha256 string, files int64) (cocoonbox.Snapshot, error) {
-	out, err := s.st.CompleteSnapshot(ctx, id, bytes, sha256, files)
-	return out, domainErr(err)
-}
-
-func (s snapshots) FailSnapshot(ctx context.Context, id string) error {
-	return domainErr(s.st.FailSnapshot(ctx, id))
-}
-
-func (s snapshots) SnapshotByID(ctx context.Context, id string) (cocoonbox.Snapshot, error) {
-	out, err := s.st.SnapshotByID(ctx, id)
-	return out, domainErr(err)
-}
-
-func (s snapshots) LatestSnapshot(ctx context.Context, boxID cocoonbox.BoxID) (cocoonbox.Snapshot, error) {
-	out, err := s.st.LatestSnapshot(ctx, boxID)
-	return out, domainErr(err)
-}
-
-func (s snapshots) ListSnapshots(ctx context.Context, boxID cocoonbox.BoxID) ([]cocoonbox.Snapshot, error) {
-	out, err := s.st.ListSnapshots(ctx, boxID)
-	return out, domainErr(err)
-}
-
-func (s snapshots) SnapshotsToPrune(ctx context.Context, boxID cocoonbox.BoxID, keep int) ([]cocoonbox.Snapshot, error) {
-	out, err := s.st.SnapshotsToPrune(ctx, boxID, keep)
-	return out, domainErr(err)
-}
-
-func (s snapshots) DeleteSnapshot(ctx context.Context, id string) error {
-	return domainErr(s.st.DeleteSnapshot(ctx, id))
-}
-
-// storeCodes is the one table from the store's sentinels to domain codes, which the activities
-// classify into permanent or retryable failures: a taken name must fail a create at once, not be
-// retried for minutes as an internal error.
-var storeCodes = []struct {
-	sentinel error
-	code     string
-}{
-	{store.ErrNotFound, cocoonbox.ENotFound},
-	{store.ErrConflict, cocoonbox.EConflict},
-	{store.ErrInvalid, cocoonbox.EInvalid},
-}
-
-// domainErr gives a store error its domain code, keeping the cause; other errors pass unchanged.
-func domainErr(err error) error {
-	if err == nil || cocoonbox.ErrorCode(err) != cocoonbox.EInternal {
-		return err // nil, or already a *cocoonbox.Error (the store's validation errors)
-	}
-	for _, c := range storeCodes {
-		if errors.Is(err, c.sentinel) {
-			return &cocoonbox.Error{Code: c.code, Message: err.Error(), Err: err}
-		}
-	}
-	return err
+	return s.Store.BeginSnapshot(ctx, store.NewSnapshot{ID: sn.ID, BoxID: sn.BoxID, ParentID: sn.ParentID, ObjectKey: sn.ObjectKey})
 }
