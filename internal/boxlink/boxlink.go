@@ -97,20 +97,21 @@ func (l *Link) At(boxID cocoonbox.BoxID, ref sandbox.SandboxRef) (Box, error) {
 	return Box{ID: boxID, Ref: ref, Cred: cred}, nil
 }
 
-// Call makes one authenticated call to the box's agent through the engine's ports relay. When
+// call makes one authenticated call to the box's agent through the engine's ports relay. When
 // the relay could not reach the agent, the error wraps the relay's refusal (a sandbox sentinel)
-// rather than gRPC's UNAVAILABLE; every other failure is the agent's gRPC status. Error turns
-// either into a domain error.
-func Call[T any](ctx context.Context, sb sandbox.Client, b Box, call func(context.Context, *grpc.ClientConn) (T, error)) (T, error) {
+// rather than gRPC's UNAVAILABLE; every other failure is the agent's gRPC status, and Error
+// turns either into a domain error. An agent that refuses the credential makes the link forget
+// it wrote it: the file may be gone (a restored box), so the next EnsureCredential writes it
+// again.
+func (l *Link) call(ctx context.Context, b Box, call func(context.Context, *grpc.ClientConn) error) error {
 	var (
 		mu      sync.Mutex
 		dialErr error // the relay's last refusal, which says more than gRPC's UNAVAILABLE
-		zero    T
 	)
 	conn, err := grpc.NewClient("passthrough:///agent",
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-			c, err := sb.DialPort(ctx, b.Ref, wire.AgentPort)
+			c, err := l.Sandbox.DialPort(ctx, b.Ref, wire.AgentPort)
 			if err != nil {
 				mu.Lock()
 				dialErr = err
@@ -120,26 +121,17 @@ func Call[T any](ctx context.Context, sb sandbox.Client, b Box, call func(contex
 			return c, nil
 		}))
 	if err != nil {
-		return zero, fmt.Errorf("agent client: %w", err)
+		return fmt.Errorf("agent client: %w", err)
 	}
 	defer conn.Close()
-	resp, err := call(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+b.Cred), conn)
+	err = call(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+b.Cred), conn)
+	if status.Code(err) == codes.Unauthenticated {
+		l.written.Delete(b.Ref.ID)
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if err != nil && dialErr != nil && status.Code(err) == codes.Unavailable {
-		return zero, fmt.Errorf("dial agent: %w", dialErr)
-	}
-	return resp, err
-}
-
-// Call is Call on the link's engine. An agent that refuses the credential makes the link forget
-// it wrote it: the file may be gone (a restored box), so the next EnsureCredential writes it again.
-func (l *Link) call(ctx context.Context, b Box, call func(context.Context, *grpc.ClientConn) error) error {
-	_, err := Call(ctx, l.Sandbox, b, func(ctx context.Context, conn *grpc.ClientConn) (struct{}, error) {
-		return struct{}{}, call(ctx, conn)
-	})
-	if status.Code(err) == codes.Unauthenticated {
-		l.written.Delete(b.Ref.ID)
+		return fmt.Errorf("dial agent: %w", dialErr)
 	}
 	return err
 }

@@ -3,6 +3,7 @@ package boxsvc
 import (
 	"context"
 	"errors"
+	"slices"
 	"time"
 
 	"github.com/loomhand/cocoonbox"
@@ -78,6 +79,9 @@ func desktopRule(caller string, id cocoonbox.BoxID, control bool) (cocoonbox.Rol
 	}
 }
 
+// wakeable are the states a driver's call wakes a box from.
+var wakeable = []cocoonbox.BoxState{cocoonbox.BoxStateHibernated, cocoonbox.BoxStateHibernating, cocoonbox.BoxStateWaking, cocoonbox.BoxStateFailed}
+
 // awake returns a ref to the box's sandbox given its status, waking the box through its workflow
 // when it sleeps, so the workflow never believes asleep a box the engine woke behind it. Only a
 // role that may wake the box (driver, as Wake) wakes it: a viewer's look at a sleeping box is
@@ -85,9 +89,9 @@ func desktopRule(caller string, id cocoonbox.BoxID, control bool) (cocoonbox.Rol
 // the role (reach).
 func (s *Service) awake(ctx context.Context, id cocoonbox.BoxID, st workflows.Status, role cocoonbox.Role) (sandbox.SandboxRef, error) {
 	var err error
-	switch st.State {
-	case cocoonbox.BoxStateRunning, cocoonbox.BoxStateSnapshotting:
-	case cocoonbox.BoxStateHibernated, cocoonbox.BoxStateHibernating, cocoonbox.BoxStateWaking, cocoonbox.BoxStateFailed:
+	switch {
+	case workflows.Up(st.State):
+	case slices.Contains(wakeable, st.State):
 		if !role.Allows(cocoonbox.RoleDriver) {
 			return sandbox.SandboxRef{}, cocoonbox.Errorf(cocoonbox.EConflict, "box %s is %s; a driver can wake it", id, st.State)
 		}

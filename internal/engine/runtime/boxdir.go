@@ -195,7 +195,6 @@ func seedDisk(ctx context.Context, spec Spec, from string) error {
 		err = uerr
 	}
 	if err != nil {
-		_ = unmountOverlay(spec.Dir)
 		_ = os.RemoveAll(spec.Dir)
 		if strings.Contains(err.Error(), syscall.ENOSPC.Error()) {
 			err = fmt.Errorf("%w: the files do not fit in a disk of %d MiB", ErrDiskFull, spec.DiskMB)

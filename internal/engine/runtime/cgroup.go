@@ -122,24 +122,24 @@ func removeCgroup(path string) {
 // errNoFreezer: the box's cgroup has no freezer (a box started before the freezer was used).
 var errNoFreezer = errors.New("the box's cgroup has no freezer")
 
+// freezer names the cgroup at path's freeze control: its directory and file, and the values
+// that freeze and thaw it (v1's freezer controller, or v2's cgroup.freeze).
+func freezer(path string) (dir, file, frozen, thawed string) {
+	if cgroupV2() {
+		return cgroupDir("", path), "cgroup.freeze", "1", "0"
+	}
+	return cgroupDir("freezer", path), "freezer.state", "FROZEN", "THAWED"
+}
+
 // freezeCgroup stops every process of the cgroup at path and waits until the kernel says they
 // are stopped, so nothing in the box can change its disk; thaw lets them go on. It is how the
 // process runtime freezes a box for a snapshot, as runsc pause does for gVisor.
 func freezeCgroup(path string) (thaw func() error, err error) {
-	dir := cgroupDir("freezer", path)
-	file, frozen, thawed := "freezer.state", "FROZEN", "THAWED"
-	if cgroupV2() {
-		file, frozen, thawed = "cgroup.freeze", "1", "0"
-	}
+	dir, file, frozen, _ := freezer(path)
 	if _, err := os.Stat(filepath.Join(dir, file)); err != nil {
 		return nil, errNoFreezer
 	}
-	thaw = func() error {
-		if err := os.WriteFile(filepath.Join(dir, file), []byte(thawed), 0o644); err != nil {
-			return fmt.Errorf("thaw box: %w", err)
-		}
-		return nil
-	}
+	thaw = func() error { return thawCgroup(path) }
 	if err := os.WriteFile(filepath.Join(dir, file), []byte(frozen), 0o644); err != nil {
 		return nil, fmt.Errorf("freeze box: %w", err)
 	}
@@ -165,15 +165,16 @@ func isFrozen(dir string) bool {
 	return err == nil && strings.TrimSpace(string(b)) == "FROZEN"
 }
 
-// thawCgroup lets a cgroup's processes go on, if they were frozen (an engine that died during a
-// snapshot's copy left them so).
-func thawCgroup(path string) {
-	dir := cgroupDir("freezer", path)
-	if isFrozen(dir) {
-		file, thawed := "freezer.state", "THAWED"
-		if cgroupV2() {
-			file, thawed = "cgroup.freeze", "0"
-		}
-		_ = os.WriteFile(filepath.Join(dir, file), []byte(thawed), 0o644)
+// thawCgroup lets a cgroup's processes go on, also one stuck freezing; thawing one that is not
+// frozen, or has no freezer, changes nothing. An engine that died during a snapshot's copy left
+// its box frozen.
+func thawCgroup(path string) error {
+	dir, file, _, thawed := freezer(path)
+	if _, err := os.Stat(filepath.Join(dir, file)); err != nil {
+		return nil // no freezer: nothing froze it
 	}
+	if err := os.WriteFile(filepath.Join(dir, file), []byte(thawed), 0o644); err != nil {
+		return fmt.Errorf("thaw box: %w", err)
+	}
+	return nil
 }

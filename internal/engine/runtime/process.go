@@ -392,7 +392,9 @@ func (p *process) State(ctx context.Context, id, dir string) (State, error) {
 	case dir == "":
 		return StateMissing, nil
 	case running(dir) != 0:
-		thawCgroup(cgroupPath(id)) // an engine that died during a snapshot's copy left it frozen
+		if err := thawCgroup(cgroupPath(id)); err != nil { // an engine that died mid-copy left it frozen
+			return "", fmt.Errorf("read box state %s: %w", id, err)
+		}
 		return StateRunning, nil
 	case exists(filepath.Join(dir, hibernatedMark)):
 		return StateHibernated, nil
