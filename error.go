@@ -25,16 +25,25 @@ const (
 // read. Internal errors keep their cause for the log but never show it to callers.
 type Error struct {
 	Code    string
-	Message string
-	Err     error // optional cause, for logs
+	Field   string // the request field at fault, when there is one (always for EInvalid from Invalid)
+	Message string // what is wrong; shown after "field: " when Field is set
+	Err     error  // optional cause, for logs
 }
 
 // Error implements error.
 func (e *Error) Error() string {
 	if e.Err != nil {
-		return fmt.Sprintf("%s: %s: %v", e.Code, e.Message, e.Err)
+		return fmt.Sprintf("%s: %s: %v", e.Code, e.text(), e.Err)
 	}
-	return fmt.Sprintf("%s: %s", e.Code, e.Message)
+	return fmt.Sprintf("%s: %s", e.Code, e.text())
+}
+
+// text is the message a caller reads: the field, then what is wrong with it.
+func (e *Error) text() string {
+	if e.Field != "" {
+		return e.Field + ": " + e.Message
+	}
+	return e.Message
 }
 
 // Unwrap returns the cause.
@@ -47,7 +56,28 @@ func Errorf(code, format string, args ...any) *Error {
 
 // Invalid returns an EInvalid error naming the field and the reason.
 func Invalid(field, reason string) *Error {
-	return &Error{Code: EInvalid, Message: field + ": " + reason}
+	return &Error{Code: EInvalid, Field: field, Message: reason}
+}
+
+// ErrorField returns the field the first *Error in err's chain names, or "".
+func ErrorField(err error) string {
+	if e, ok := errors.AsType[*Error](err); ok {
+		return e.Field
+	}
+	return ""
+}
+
+// RenameField returns err naming the field to instead of from when the first *Error in its chain
+// names from, so a transport can tell a client the field it sent rather than the service layer's
+// name for it. Any other error is returned as it is.
+func RenameField(err error, from, to string) error {
+	e, ok := errors.AsType[*Error](err)
+	if !ok || e.Field != from {
+		return err
+	}
+	renamed := *e
+	renamed.Field = to
+	return &renamed
 }
 
 // QuotaReached returns an EResourceExhausted error naming the limit and its value, as in
@@ -77,7 +107,7 @@ func ErrorMessage(err error) string {
 	}
 	var e *Error
 	if errors.As(err, &e) && e.Code != EInternal {
-		return e.Message
+		return e.text()
 	}
 	return "internal error"
 }

@@ -145,7 +145,7 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 	var conv []byte
 	if in.Step > 1 {
 		if conv, err = a.Runs.AgentConversation(ctx, in.RunID, in.Step-1); err != nil {
-			return StepResult{}, storeError(fmt.Errorf("load conversation: %w", err))
+			return StepResult{}, classify(fmt.Errorf("load conversation: %w", err))
 		}
 	}
 	var key string
@@ -190,7 +190,7 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 		return StepResult{}, agentError(ctx, err)
 	}
 	if err := a.Runs.AppendAgentStep(ctx, stepRow(in, resp)); err != nil {
-		return StepResult{}, storeError(fmt.Errorf("record step: %w", err))
+		return StepResult{}, classify(fmt.Errorf("record step: %w", err))
 	}
 	return StepResult{Done: resp.GetDone(), Text: cut(resp.GetText(), maxStepText),
 		ToolCalls: len(resp.GetToolCalls()), Replayed: resp.GetReplayed(),
@@ -246,7 +246,7 @@ func (a *Agent) authorizeRun(ctx context.Context, in StepInput, gw Gateway) (sto
 // SetRunState records the run's state.
 func (a *Agent) SetRunState(ctx context.Context, in RunStateInput) error {
 	if err := a.Runs.SetAgentRunState(ctx, in.RunID, in.State, in.Reason); err != nil {
-		return storeError(fmt.Errorf("set run %s state: %w", in.RunID, err))
+		return classify(fmt.Errorf("set run %s state: %w", in.RunID, err))
 	}
 	return nil
 }
@@ -310,19 +310,6 @@ func agentError(ctx context.Context, err error) error {
 func sandboxError(err error) error {
 	if errors.Is(err, sandbox.ErrNotFound) {
 		return newError(ErrTypeUnavailable, err)
-	}
-	return classify(err)
-}
-
-// storeError classifies a store error: a missing row is permanent, the rest may be transient.
-func storeError(err error) error {
-	switch {
-	case errors.Is(err, store.ErrNotFound):
-		return newError(ErrTypeNotFound, err)
-	case errors.Is(err, store.ErrInvalid):
-		return newError(ErrTypeInvalidArgument, err)
-	case errors.Is(err, store.ErrConflict):
-		return newError(ErrTypeConflict, err)
 	}
 	return classify(err)
 }

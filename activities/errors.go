@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"errors"
+	"slices"
 
 	"go.temporal.io/sdk/temporal"
 
@@ -13,26 +14,57 @@ import (
 // ApplicationError types every activity error leaves as. Workflows branch on these strings, never
 // on Go sentinels, which do not survive serialization.
 const (
-	ErrTypeNotFound        = "NotFound"        // the thing does not exist; permanent
-	ErrTypeConflict        = "Conflict"        // the request contradicts the current state; permanent
-	ErrTypeInvalidArgument = "InvalidArgument" // the request is malformed; permanent
-	ErrTypeUnavailable     = "Unavailable"     // a dependency is down; retrying may succeed
-	ErrTypeNoCapacity      = "NoCapacity"      // no sandbox can be had right now; retrying may succeed
-	ErrTypeSandboxGone     = "SandboxGone"     // the engine no longer has the box's sandbox; claim anew
-	ErrTypeSnapshotCorrupt = "SnapshotCorrupt" // a stored snapshot fails its checksum; permanent
-	ErrTypeInternal        = "Internal"        // anything else; retried in case it was transient
+	ErrTypeNotFound          = "NotFound"          // the thing does not exist; permanent
+	ErrTypeConflict          = "Conflict"          // the request contradicts the current state; permanent
+	ErrTypeInvalidArgument   = "InvalidArgument"   // the request is malformed; permanent
+	ErrTypeResourceExhausted = "ResourceExhausted" // a quota or limit is reached; permanent until the user frees some
+	ErrTypeUnavailable       = "Unavailable"       // a dependency is down; retrying may succeed
+	ErrTypeNoCapacity        = "NoCapacity"        // no sandbox can be had right now; retrying may succeed
+	ErrTypeSandboxGone       = "SandboxGone"       // the engine no longer has the box's sandbox; claim anew
+	ErrTypeSnapshotCorrupt   = "SnapshotCorrupt"   // a stored snapshot fails its checksum; permanent
+	ErrTypeInternal          = "Internal"          // anything else; retried in case it was transient
 )
+
+// errorTypes is the one table between domain error codes and activity error types, read both
+// ways: classify goes from a code to its type, DomainCode from a type back to the first code
+// that has it. The last rows go one way only: a credential the engine refuses or an endpoint it
+// lacks will not change by retrying, so they are permanent like a malformed request.
+var errorTypes = []struct{ code, typ string }{
+	{cocoonbox.ENotFound, ErrTypeNotFound},
+	{cocoonbox.EConflict, ErrTypeConflict},
+	{cocoonbox.EInvalid, ErrTypeInvalidArgument},
+	{cocoonbox.EResourceExhausted, ErrTypeResourceExhausted},
+	{cocoonbox.EUnavailable, ErrTypeUnavailable},
+	{cocoonbox.ENoCapacity, ErrTypeNoCapacity},
+	{cocoonbox.ECorrupt, ErrTypeSnapshotCorrupt},
+	{cocoonbox.EInternal, ErrTypeInternal},
+	{cocoonbox.EUnauthorized, ErrTypeInvalidArgument},
+	{cocoonbox.EForbidden, ErrTypeInvalidArgument},
+	{cocoonbox.EUnimplemented, ErrTypeInvalidArgument},
+}
 
 // NonRetryableErrorTypes returns the types a RetryPolicy must not retry. classify already marks
 // these errors non-retryable; listing them in the policy too keeps a mistake in one from retrying
 // a permanent failure.
 func NonRetryableErrorTypes() []string {
-	return []string{ErrTypeNotFound, ErrTypeConflict, ErrTypeInvalidArgument, ErrTypeSandboxGone, ErrTypeSnapshotCorrupt}
+	return []string{ErrTypeNotFound, ErrTypeConflict, ErrTypeInvalidArgument, ErrTypeResourceExhausted,
+		ErrTypeSandboxGone, ErrTypeSnapshotCorrupt}
 }
 
-// classify turns err into the ApplicationError a workflow can branch on: the one table from
-// sandbox sentinels and cocoonbox error codes to activity error types. Cancellation passes through
-// so Temporal sees it as such.
+// DomainCode returns the domain error code of an activity error type, or "" for a type with no
+// code of its own (SandboxGone, which a workflow handles, and types it does not know).
+func DomainCode(typ string) string {
+	for _, e := range errorTypes {
+		if e.typ == typ {
+			return e.code
+		}
+	}
+	return ""
+}
+
+// classify turns err into the ApplicationError a workflow can branch on, by its domain code
+// (store, sandbox and box-link errors all carry one; anything else is Internal). Cancellation
+// passes through so Temporal sees it as such.
 func classify(err error) error {
 	if err == nil {
 		return nil
@@ -44,57 +76,21 @@ func classify(err error) error {
 		return err
 	}
 	typ := ErrTypeInternal
-	_, domain := errors.AsType[*cocoonbox.Error](err) // already given its meaning (boxlink.Error)
-	switch {
-	case domain:
-		typ = domainType(err)
-	case errors.Is(err, sandbox.ErrNotFound):
-		typ = ErrTypeNotFound
-	case errors.Is(err, sandbox.ErrConflict):
-		typ = ErrTypeConflict
-	case errors.Is(err, sandbox.ErrInvalid), errors.Is(err, sandbox.ErrUnauthorized),
-		errors.Is(err, sandbox.ErrForbidden), errors.Is(err, sandbox.ErrTooLarge),
-		errors.Is(err, sandbox.ErrUnimplemented), errors.Is(err, sandbox.ErrUpgradeRequired):
-		// A refused credential or an endpoint the engine lacks will not change by retrying.
-		typ = ErrTypeInvalidArgument
-	case errors.Is(err, sandbox.ErrUnavailable), errors.Is(err, sandbox.ErrTimeout):
-		typ = ErrTypeUnavailable
-	case errors.Is(err, sandbox.ErrNoCapacity):
-		typ = ErrTypeNoCapacity
-	case errors.Is(err, sandbox.ErrInternal):
-		typ = ErrTypeInternal
+	code := cocoonbox.ErrorCode(err)
+	for _, e := range errorTypes {
+		if e.code == code {
+			typ = e.typ
+			break
+		}
 	}
 	return newError(typ, err)
-}
-
-// domainType is the activity error type of a domain error's code.
-func domainType(err error) string {
-	switch cocoonbox.ErrorCode(err) {
-	case cocoonbox.ENotFound:
-		return ErrTypeNotFound
-	case cocoonbox.EConflict:
-		return ErrTypeConflict
-	case cocoonbox.EInvalid, cocoonbox.EUnauthorized, cocoonbox.EForbidden, cocoonbox.EUnimplemented:
-		return ErrTypeInvalidArgument
-	case cocoonbox.EUnavailable:
-		return ErrTypeUnavailable
-	case cocoonbox.ENoCapacity:
-		return ErrTypeNoCapacity
-	case cocoonbox.ECorrupt:
-		return ErrTypeSnapshotCorrupt
-	}
-	return ErrTypeInternal
 }
 
 // gone is the error for a sandbox the engine no longer has.
 func gone(err error) error { return newError(ErrTypeSandboxGone, err) }
 
 func newError(typ string, err error) error {
-	opts := temporal.ApplicationErrorOptions{Cause: err}
-	switch typ {
-	case ErrTypeNotFound, ErrTypeConflict, ErrTypeInvalidArgument, ErrTypeSandboxGone, ErrTypeSnapshotCorrupt:
-		opts.NonRetryable = true
-	}
+	opts := temporal.ApplicationErrorOptions{Cause: err, NonRetryable: slices.Contains(NonRetryableErrorTypes(), typ)}
 	if d := sandbox.RetryAfter(err); d > 0 {
 		opts.NextRetryDelay = d // the engine said when to come back
 	}

@@ -15,7 +15,7 @@ import (
 )
 
 // engineErr is the error the sandbox client returns for an engine's refusal.
-func engineErr(kind error, retryAfter time.Duration) error {
+func engineErr(kind *cocoonbox.Error, retryAfter time.Duration) error {
 	return &sandbox.Error{Op: "claim", Status: 503, Message: "busy", RetryAfter: retryAfter, Kind: kind}
 }
 
@@ -34,7 +34,7 @@ func TestClassify(t *testing.T) {
 		{"sandbox invalid", engineErr(sandbox.ErrInvalid, 0), ErrTypeInvalidArgument, false, 0},
 		{"sandbox unauthorized", engineErr(sandbox.ErrUnauthorized, 0), ErrTypeInvalidArgument, false, 0},
 		{"sandbox forbidden", engineErr(sandbox.ErrForbidden, 0), ErrTypeInvalidArgument, false, 0},
-		{"sandbox too large", engineErr(sandbox.ErrTooLarge, 0), ErrTypeInvalidArgument, false, 0},
+		{"sandbox too large", engineErr(sandbox.ErrTooLarge, 0), ErrTypeResourceExhausted, false, 0},
 		{"sandbox unimplemented", engineErr(sandbox.ErrUnimplemented, 0), ErrTypeInvalidArgument, false, 0},
 		{"sandbox upgrade required", engineErr(sandbox.ErrUpgradeRequired, 0), ErrTypeInvalidArgument, false, 0},
 		{"sandbox unavailable", engineErr(sandbox.ErrUnavailable, 0), ErrTypeUnavailable, true, 0},
@@ -57,6 +57,7 @@ func TestClassify(t *testing.T) {
 		{"code unavailable", cocoonbox.Errorf(cocoonbox.EUnavailable, "db down"), ErrTypeUnavailable, true, 0},
 		{"code no capacity", cocoonbox.Errorf(cocoonbox.ENoCapacity, "x"), ErrTypeNoCapacity, true, 0},
 		{"code internal", cocoonbox.Errorf(cocoonbox.EInternal, "x"), ErrTypeInternal, true, 0},
+		{"code quota", cocoonbox.QuotaReached("boxes per user", 3), ErrTypeResourceExhausted, false, 0},
 		{"code wrapped", fmt.Errorf("create box: %w", cocoonbox.Errorf(cocoonbox.EConflict, "x")), ErrTypeConflict, false, 0},
 
 		// Anything else is internal and retried, in case it was transient.
@@ -131,5 +132,23 @@ func TestGone(t *testing.T) {
 	}
 	if !slices.Contains(NonRetryableErrorTypes(), ErrTypeSandboxGone) {
 		t.Error("SandboxGone is missing from NonRetryableErrorTypes")
+	}
+}
+
+// TestDomainCodeRoundTrip: every code classify gives its own type comes back as that code, so a
+// caller of a workflow sees the code the activity failed with.
+func TestDomainCodeRoundTrip(t *testing.T) {
+	for _, code := range []string{cocoonbox.ENotFound, cocoonbox.EConflict, cocoonbox.EInvalid, cocoonbox.EResourceExhausted,
+		cocoonbox.EUnavailable, cocoonbox.ENoCapacity, cocoonbox.ECorrupt, cocoonbox.EInternal} {
+		app, ok := errors.AsType[*temporal.ApplicationError](classify(cocoonbox.Errorf(code, "x")))
+		if !ok {
+			t.Fatalf("classify(%s) is not an ApplicationError", code)
+		}
+		if got := DomainCode(app.Type()); got != code {
+			t.Errorf("DomainCode(%s) = %q, want %q", app.Type(), got, code)
+		}
+	}
+	if DomainCode(ErrTypeSandboxGone) != "" {
+		t.Error("SandboxGone has a domain code; the workflow handles it")
 	}
 }

@@ -10,25 +10,17 @@ import (
 	"github.com/loomhand/cocoonbox/activities"
 )
 
-// domainCodes maps the failure types a caller of these workflows can see (a validator's refusal,
-// or an activity's classified error carried out of an update) to domain error codes.
-var domainCodes = map[string]string{
-	ErrTypeInvalidTransition:          cocoonbox.EConflict,
-	activities.ErrTypeInvalidArgument: cocoonbox.EInvalid,
-	activities.ErrTypeNotFound:        cocoonbox.ENotFound,
-	activities.ErrTypeConflict:        cocoonbox.EConflict,
-	activities.ErrTypeNoCapacity:      cocoonbox.ENoCapacity,
-	activities.ErrTypeUnavailable:     cocoonbox.EUnavailable,
-	activities.ErrTypeSnapshotCorrupt: cocoonbox.ECorrupt,
-}
-
 // DomainError turns an error a Temporal client returned for these workflows into a domain error
 // a caller can branch on: a typed failure by its type, a missing workflow as ENotFound, an
 // unreachable Temporal as EUnavailable. Anything else is returned as it is (and shown to users as
 // "internal error").
 func DomainError(err error) error {
 	if app, ok := errors.AsType[*temporal.ApplicationError](err); ok {
-		if code, ok := domainCodes[app.Type()]; ok {
+		code := activities.DomainCode(app.Type())
+		if app.Type() == ErrTypeInvalidTransition {
+			code = cocoonbox.EConflict // a validator's refusal: the box is not in a state for it
+		}
+		if code != "" && code != cocoonbox.EInternal {
 			return &cocoonbox.Error{Code: code, Message: app.Message(), Err: err}
 		}
 	}

@@ -2,9 +2,7 @@ package api
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/loomhand/cocoonbox"
@@ -40,21 +38,9 @@ func (s *Server) resolveBox(ctx context.Context, ref string) (*boxsvc.Service, s
 	}
 	id, err := svc.Resolve(ctx, caller, ref)
 	if err != nil {
-		return nil, "", "", renameField(err, "box_id", "box")
+		return nil, "", "", cocoonbox.RenameField(err, "box_id", "box")
 	}
 	return svc, caller, id, nil
-}
-
-// renameField makes an invalid-argument error name the request's field rather than the
-// service layer's, so a client is told what it sent.
-func renameField(err error, from, to string) error {
-	var e *cocoonbox.Error
-	if errors.As(err, &e) && e.Code == cocoonbox.EInvalid {
-		if rest, ok := strings.CutPrefix(e.Message, from+": "); ok {
-			return cocoonbox.Invalid(to, rest)
-		}
-	}
-	return err
 }
 
 // CreateBox creates a box for the caller.
@@ -66,7 +52,7 @@ func (b *boxService) CreateBox(ctx context.Context, req *cbv1.CreateBoxRequest) 
 	id := cocoonbox.BoxID(req.GetRequestId())
 	if id != "" {
 		if err := id.Validate(); err != nil {
-			return nil, renameField(err, "box_id", "request_id")
+			return nil, cocoonbox.RenameField(err, "box_id", "request_id")
 		}
 	}
 	size := cocoonbox.Size(req.GetSize()) // empty: boxsvc applies cocoonbox.DefaultSize

@@ -55,14 +55,3 @@ func TestTokenAndShareProto(t *testing.T) {
 		t.Fatalf("snapshotProto = %v", snap)
 	}
 }
-
-func TestRenameField(t *testing.T) {
-	err := renameField(cocoonbox.BoxID("bx_nope").Validate(), "box_id", "box")
-	if cocoonbox.ErrorCode(err) != cocoonbox.EInvalid || cocoonbox.ErrorMessage(err)[:5] != "box: " {
-		t.Fatalf("renameField = %v", err)
-	}
-	nf := cocoonbox.Errorf(cocoonbox.ENotFound, "box_id: gone")
-	if renameField(nf, "box_id", "box") != error(nf) {
-		t.Fatal("renameField changed a non-invalid error")
-	}
-}

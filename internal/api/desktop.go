@@ -178,7 +178,7 @@ func (s *Server) serveDesktop(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
 	id := cocoonbox.BoxID(r.PathValue("id"))
 	if err := id.Validate(); err != nil {
-		s.writeHTTPError(w, r, renameField(err, "box_id", "id"))
+		s.writeHTTPError(w, r, cocoonbox.RenameField(err, "box_id", "id"))
 		return
 	}
 	q := r.URL.Query()

@@ -46,6 +46,14 @@ func toStatus(ctx context.Context, log *slog.Logger, method string, err error) e
 		c = codes.Unknown
 	}
 	st := status.New(c, cocoonbox.ErrorMessage(err))
+	if field := cocoonbox.ErrorField(err); field != "" && code == cocoonbox.EInvalid {
+		// The detail names the field for a client that points at it (a form, a flag).
+		if d, derr := st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
+			{Field: field, Description: st.Message()},
+		}}); derr == nil {
+			st = d
+		}
+	}
 	if code == cocoonbox.EResourceExhausted {
 		// The detail tells a quota apart from an engine out of capacity, which shares the gRPC
 		// code but is worth retrying.

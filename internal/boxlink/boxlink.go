@@ -222,12 +222,15 @@ func Error(ctx context.Context, err error) error {
 	if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 		return ctx.Err()
 	}
+	if sandbox.FromEngine(err) {
+		return DialError(err, "agent") // the engine's answer on the way, though it is a domain error too
+	}
 	if _, ok := errors.AsType[*cocoonbox.Error](err); ok {
 		return err
 	}
 	st, ok := status.FromError(err)
 	if !ok {
-		return dialError(err)
+		return DialError(err, "agent")
 	}
 	msg := Text(st.Message())
 	domain := func(code, msg string) error { return &cocoonbox.Error{Code: code, Message: msg, Err: err} }
@@ -251,17 +254,17 @@ func Error(ctx context.Context, err error) error {
 	return domain(cocoonbox.EInternal, "the box's agent: "+st.Code().String()+": "+msg)
 }
 
-// dialError is an engine error on the way to the agent's port, with a message a person can act
-// on. A sandbox the engine no longer has is EUnavailable, not permanent: waking the box brings it
-// a new one.
-func dialError(err error) error {
+// DialError is an engine error on the way to a port of the box where what ("agent", "desktop")
+// listens, with a message a person can act on. A sandbox the engine no longer has is
+// EUnavailable, not permanent: waking the box brings it a new one.
+func DialError(err error, what string) error {
 	switch {
 	case errors.Is(err, sandbox.ErrNotFound):
 		return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "the box's sandbox is gone; wake the box to rebuild it", Err: err}
 	case errors.Is(err, sandbox.ErrUnavailable), errors.Is(err, sandbox.ErrTimeout):
 		// The engine answers 502 when nothing listens on the port: the box is still starting
-		// its agent, or the box's image has none.
-		return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "the box's agent is not answering (" + sandbox.Message(err) + "); try again", Err: err}
+		// it, or the box's image has none.
+		return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "the box's " + what + " is not answering (" + Text(sandbox.Message(err)) + "); try again", Err: err}
 	case errors.Is(err, sandbox.ErrNoCapacity):
 		return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "the sandbox engine is busy or down; try again", Err: err}
 	}

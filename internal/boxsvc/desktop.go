@@ -2,11 +2,11 @@ package boxsvc
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"time"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/boxlink"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/workflows"
 )
@@ -36,7 +36,7 @@ func (s *Service) DialDesktop(ctx context.Context, caller string, id cocoonbox.B
 	}
 	conn, err := s.Link.Sandbox.DialPort(ctx, ref, DesktopPort)
 	if err != nil {
-		return nil, dialError(err, "desktop")
+		return nil, boxlink.DialError(err, "desktop")
 	}
 	mode := "view"
 	if control {
@@ -106,20 +106,4 @@ func (s *Service) awake(ctx context.Context, id cocoonbox.BoxID, st workflows.St
 		return sandbox.SandboxRef{}, cocoonbox.Errorf(cocoonbox.EUnavailable, "box %s is changing sandboxes; try again", id)
 	}
 	return sandbox.SandboxRef{ID: sid, Token: token}, nil
-}
-
-// dialError gives an engine error on the way to a port of the box, where what listens ("desktop",
-// "agent"), its domain code and a message a person can act on.
-func dialError(err error, what string) error {
-	switch {
-	case errors.Is(err, sandbox.ErrNotFound):
-		return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "the box's sandbox is gone; wake the box to rebuild it", Err: err}
-	case errors.Is(err, sandbox.ErrUnavailable), errors.Is(err, sandbox.ErrTimeout):
-		// The engine answers 502 when nothing listens on the port: the box is still starting
-		// it, or the box's image has none.
-		return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "the box's " + what + " is not answering (" + sandbox.Message(err) + "); try again", Err: err}
-	case errors.Is(err, sandbox.ErrNoCapacity):
-		return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "the sandbox engine is busy or down; try again", Err: err}
-	}
-	return err
 }

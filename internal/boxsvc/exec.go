@@ -276,7 +276,7 @@ func execError(err error, timeout int) error {
 	case errors.Is(err, sandbox.ErrTooLarge):
 		return &cocoonbox.Error{Code: cocoonbox.EInvalid, Message: "the command's output is over 8 MiB; redirect it to a file", Err: err}
 	case errors.Is(err, sandbox.ErrTimeout):
-		return &cocoonbox.Error{Code: cocoonbox.EInvalid, Message: fmt.Sprintf("timeout_seconds: the command ran past %d s and was killed", timeout), Err: err}
+		return &cocoonbox.Error{Code: cocoonbox.EInvalid, Field: "timeout_seconds", Message: fmt.Sprintf("the command ran past %d s and was killed", timeout), Err: err}
 	case errors.Is(err, sandbox.ErrNotFound):
 		return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "the box's sandbox is gone; wake the box to rebuild it", Err: err}
 	case errors.Is(err, sandbox.ErrUnavailable), errors.Is(err, sandbox.ErrNoCapacity):

@@ -10,30 +10,37 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/loomhand/cocoonbox"
 )
 
-// Sentinel errors: what an engine's answer means, whatever the operation. Callers branch on these
-// with errors.Is; the activities translate them into ApplicationError types in one place.
+// Sentinel errors: what an engine's answer means, whatever the operation. Each is a domain error,
+// so a caller branches on errors.Is for the engine's exact answer or on cocoonbox.ErrorCode for
+// its meaning, and an *Error found with errors.As as a *cocoonbox.Error carries the engine's words.
 var (
-	ErrInvalid         = errors.New("invalid")          // 400: the request is malformed or names something unknown
-	ErrUnauthorized    = errors.New("unauthorized")     // 401: no credential, or an unknown one
-	ErrForbidden       = errors.New("forbidden")        // 403: a tenant token on a root-only endpoint
-	ErrNotFound        = errors.New("not found")        // 404: unknown id, or a wrong sandbox token
-	ErrConflict        = errors.New("conflict")         // 409: e.g. hibernate on the egress lane, renew while archived
-	ErrTooLarge        = errors.New("too large")        // 413: exec output over MaxExecOutput
-	ErrUpgradeRequired = errors.New("upgrade required") // 426: a relay without the Upgrade header
-	ErrNoCapacity      = errors.New("no capacity")      // 429: node or tenant at max claims, or draining
-	ErrUnimplemented   = errors.New("unimplemented")    // 501: the engine does not serve this endpoint
-	ErrUnavailable     = errors.New("unavailable")      // 502, 503: try again later (see RetryAfter)
-	ErrTimeout         = errors.New("timeout")          // 504: exec outlived timeout_seconds; the child was killed
-	ErrInternal        = errors.New("internal")         // 500 and anything unexpected
+	ErrInvalid         = sentinel(cocoonbox.EInvalid, "invalid")             // 400: the request is malformed or names something unknown
+	ErrUnauthorized    = sentinel(cocoonbox.EUnauthorized, "unauthorized")   // 401: no credential, or an unknown one
+	ErrForbidden       = sentinel(cocoonbox.EForbidden, "forbidden")         // 403: a tenant token on a root-only endpoint
+	ErrNotFound        = sentinel(cocoonbox.ENotFound, "not found")          // 404: unknown id, or a wrong sandbox token
+	ErrConflict        = sentinel(cocoonbox.EConflict, "conflict")           // 409: e.g. hibernate on the egress lane, renew while archived
+	ErrTooLarge        = sentinel(cocoonbox.EResourceExhausted, "too large") // 413: exec output over MaxExecOutput, a disk over its quota
+	ErrUpgradeRequired = sentinel(cocoonbox.EInvalid, "upgrade required")    // 426: a relay without the Upgrade header
+	ErrNoCapacity      = sentinel(cocoonbox.ENoCapacity, "no capacity")      // 429: node or tenant at max claims, or draining
+	ErrUnimplemented   = sentinel(cocoonbox.EUnimplemented, "unimplemented") // 501: the engine does not serve this endpoint
+	ErrUnavailable     = sentinel(cocoonbox.EUnavailable, "unavailable")     // 502, 503: try again later (see RetryAfter)
+	ErrTimeout         = sentinel(cocoonbox.EUnavailable, "timeout")         // 504: exec outlived timeout_seconds; the child was killed
+	ErrInternal        = sentinel(cocoonbox.EInternal, "internal")           // 500 and anything unexpected
 )
+
+func sentinel(code, message string) *cocoonbox.Error {
+	return &cocoonbox.Error{Code: code, Message: message}
+}
 
 // statusKinds is the one table from HTTP status to sentinel. Statuses not listed map by class
 // (kindOf); HTTPStatus reads it the other way for the engine.
 var statusKinds = []struct {
 	status int
-	kind   error
+	kind   *cocoonbox.Error
 }{
 	{http.StatusBadRequest, ErrInvalid},
 	{http.StatusUnauthorized, ErrUnauthorized},
@@ -50,7 +57,7 @@ var statusKinds = []struct {
 	{http.StatusGatewayTimeout, ErrTimeout},
 }
 
-func kindOf(status int) error {
+func kindOf(status int) *cocoonbox.Error {
 	for _, e := range statusKinds {
 		if e.status == status {
 			return e.kind
@@ -60,6 +67,21 @@ func kindOf(status int) error {
 		return ErrInvalid // the engine refused the request as sent
 	}
 	return ErrInternal
+}
+
+// FromEngine reports whether err is an engine's answer, or one of the sentinels standing for one:
+// a caller that passes other domain errors through still gives these the meaning of its context
+// (a sandbox not found on the way to a box's agent is a box to wake, not a box that is gone).
+func FromEngine(err error) bool {
+	if _, ok := errors.AsType[*Error](err); ok {
+		return true
+	}
+	for _, e := range statusKinds {
+		if errors.Is(err, e.kind) {
+			return true
+		}
+	}
+	return false
 }
 
 // HTTPStatus is the status an engine answers for an error wrapping one of the sentinels, so the
@@ -76,11 +98,11 @@ func HTTPStatus(err error) int {
 // Error is an engine's refusal: the operation, the status and message it answered, and the
 // sentinel it means. It prints as `sandbox: claim: 400 unknown size "huge": invalid`.
 type Error struct {
-	Op         string        // the client operation, e.g. "claim", "exec sb_…"
-	Status     int           // the HTTP status; 0 when the client refused before sending
-	Message    string        // the engine's {"error": …} text, or the raw body start
-	RetryAfter time.Duration // from the Retry-After header, when the engine sent one
-	Kind       error         // one of the sentinels above
+	Op         string           // the client operation, e.g. "claim", "exec sb_…"
+	Status     int              // the HTTP status; 0 when the client refused before sending
+	Message    string           // the engine's {"error": …} text, or the raw body start
+	RetryAfter time.Duration    // from the Retry-After header, when the engine sent one
+	Kind       *cocoonbox.Error // one of the sentinels above
 }
 
 // Error implements error.
@@ -100,12 +122,28 @@ func (e *Error) Error() string {
 		fmt.Fprintf(&b, " (retry after %s)", e.RetryAfter)
 	}
 	b.WriteString(": ")
-	b.WriteString(e.Kind.Error())
+	b.WriteString(e.Kind.Message)
 	return b.String()
 }
 
 // Unwrap makes errors.Is(err, ErrNotFound) and friends work.
 func (e *Error) Unwrap() error { return e.Kind }
+
+// As makes errors.As(err, &domainErr) find the domain error the answer means: the sentinel's code
+// with the operation and the engine's own words as the message, so a caller that passes the error
+// on tells the user what the engine said rather than "not found".
+func (e *Error) As(target any) bool {
+	t, ok := target.(**cocoonbox.Error)
+	if !ok {
+		return false
+	}
+	msg := e.Message
+	if msg == "" {
+		msg = e.Kind.Message
+	}
+	*t = &cocoonbox.Error{Code: e.Kind.Code, Message: "sandbox engine: " + e.Op + ": " + msg, Err: e.Kind}
+	return true
+}
 
 // RetryAfter returns how long the engine asked the caller to wait (503 Retry-After), or 0.
 func RetryAfter(err error) time.Duration {

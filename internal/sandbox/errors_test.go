@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/loomhand/cocoonbox"
 )
 
 // TestStatusTable checks every status the contract names lands on its sentinel with the engine's
@@ -18,7 +20,7 @@ import (
 func TestStatusTable(t *testing.T) {
 	cases := []struct {
 		status int
-		kind   error
+		kind   *cocoonbox.Error
 	}{
 		{400, ErrInvalid}, {401, ErrUnauthorized}, {403, ErrForbidden}, {404, ErrNotFound},
 		{409, ErrConflict}, {413, ErrTooLarge}, {426, ErrUpgradeRequired}, {429, ErrNoCapacity},
@@ -39,7 +41,7 @@ func TestStatusTable(t *testing.T) {
 			t.Errorf("%d: got %v, want %v", tc.status, err, tc.kind)
 			continue
 		}
-		want := fmt.Sprintf("sandbox: probe: %d message %d: %v", tc.status, tc.status, tc.kind)
+		want := fmt.Sprintf("sandbox: probe: %d message %d: %s", tc.status, tc.status, tc.kind.Message)
 		if err.Error() != want || StatusCode(err) != tc.status {
 			t.Errorf("%d: %q (status %d), want %q", tc.status, err, StatusCode(err), want)
 		}
@@ -70,6 +72,14 @@ func TestErrorMessage(t *testing.T) {
 	_, err := c.claimAt(t.Context(), ClaimRequest{Template: "base", Size: "huge"})
 	if got, want := fmt.Sprint(err), `sandbox: claim: 400 unknown size "huge": invalid`; got != want {
 		t.Errorf("got %q, want %q", got, want)
+	}
+	// At the edge it is a domain error: the sentinel's code, the engine's words.
+	if code, msg := cocoonbox.ErrorCode(err), cocoonbox.ErrorMessage(err); code != cocoonbox.EInvalid ||
+		msg != `sandbox engine: claim: unknown size "huge"` {
+		t.Errorf("domain error: %s %q", code, msg)
+	}
+	if !errors.Is(err, ErrInvalid) || errors.Is(err, ErrUpgradeRequired) {
+		t.Error("errors.Is no longer tells the engine's answers apart")
 	}
 
 	body, status, retryAfter = "<html>Bad Gateway</html>", 503, "7"

@@ -3,7 +3,6 @@ package store_test
 import (
 	"context"
 	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -42,15 +41,6 @@ func expireShare(t *testing.T, conn *pgx.Conn, box cocoonbox.BoxID, user string)
 	if err != nil {
 		t.Fatal(err)
 	}
-}
-
-// field returns the message of the *cocoonbox.Error in err's chain, or "" when there is none.
-func field(err error) string {
-	var e *cocoonbox.Error
-	if errors.As(err, &e) && e.Code == cocoonbox.EInvalid {
-		return e.Message
-	}
-	return ""
 }
 
 func TestPutShare(t *testing.T) {
@@ -104,7 +94,7 @@ func TestPutShare(t *testing.T) {
 	}
 	for _, c := range invalid {
 		_, err := st.PutShare(ctx, b.ID, c.user, c.role, c.expires)
-		if !errors.Is(err, store.ErrInvalid) || !strings.HasPrefix(field(err), c.field+":") {
+		if !errors.Is(err, store.ErrInvalid) || cocoonbox.ErrorField(err) != c.field {
 			t.Errorf("%s: %v, want ErrInvalid naming %s", c.what, err, c.field)
 		}
 	}

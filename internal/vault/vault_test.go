@@ -225,7 +225,7 @@ func TestValidation(t *testing.T) {
 	for _, c := range cases {
 		_, err := v.Set(ctx, alice, c.name, c.value)
 		var e *cocoonbox.Error
-		if !errors.As(err, &e) || e.Code != cocoonbox.EInvalid || !strings.HasPrefix(e.Message, c.field+": ") {
+		if !errors.As(err, &e) || e.Code != cocoonbox.EInvalid || e.Field != c.field {
 			t.Errorf("%s: %v, want invalid naming %s", c.what, err, c.field)
 			continue
 		}

@@ -34,3 +34,23 @@ func TestQuotaIsResourceExhausted(t *testing.T) {
 		t.Fatalf("no capacity: %v %v", st.Code(), st.Details())
 	}
 }
+
+// TestInvalidNamesTheField: an invalid argument reaches a gRPC client with a BadRequest detail
+// naming the field, so a client can point at it without parsing the message.
+func TestInvalidNamesTheField(t *testing.T) {
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	err := cocoonbox.RenameField(cocoonbox.BoxID("nope").Validate(), "box_id", "box")
+	st, _ := status.FromError(toStatus(context.Background(), log, "/x", err))
+	if st.Code() != codes.InvalidArgument || st.Message() != `box: must be bx_ followed by 16 lowercase hex digits, got "nope"` {
+		t.Fatalf("invalid: %v %q", st.Code(), st.Message())
+	}
+	var field string
+	for _, d := range st.Details() {
+		if br, ok := d.(*errdetails.BadRequest); ok && len(br.GetFieldViolations()) == 1 {
+			field = br.GetFieldViolations()[0].GetField()
+		}
+	}
+	if field != "box" {
+		t.Fatalf("BadRequest field = %q, want box (details %v)", field, st.Details())
+	}
+}
