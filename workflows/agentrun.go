@@ -61,7 +61,7 @@ type agentRun struct {
 	steps      int
 	text       string
 	// controller holds the desktop's control lease as the box workflow last told it ("" for
-	// nobody); leaseSeq counts those signals, so a step's older view never overrides a newer one.
+	// nobody); leaseSeq counts those words, so a step's older view never overrides a newer one.
 	controller string
 	leaseSeq   int
 	boxSeq     int64 // the box's LeaseSeq of the last lease signal applied
@@ -81,26 +81,36 @@ func (r *agentRun) setup(ctx workflow.Context) {
 			}
 		}
 	})
-	leases := func(name string) {
+	apply := func(ctx workflow.Context, l RunLeaseSignal) {
+		r.boxSeq = l.Seq
+		r.controller, r.look = l.Controller, r.look || l.Controller == ""
+		r.leaseSeq++
+		if r.cancelStep != nil {
+			r.tellAgent(ctx) // a step runs: its desktop actions stop (or go on) now
+		}
+	}
+	leases := workflow.GetSignalChannel(ctx, SignalRunLease)
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		for {
+			var l RunLeaseSignal
+			leases.Receive(ctx, &l)
+			apply(ctx, l) // one channel: the changes come in the order the box made them
+		}
+	})
+	// Box workflows recorded before SignalRunLease tell on two channels, read in no particular
+	// order within a workflow task: the box's sequence puts them back in order.
+	for _, name := range []string{SignalRunTakeOver, SignalRunHandBack} {
 		ch := workflow.GetSignalChannel(ctx, name)
 		workflow.Go(ctx, func(ctx workflow.Context) {
 			for {
 				var l RunLeaseSignal
 				ch.Receive(ctx, &l)
-				if l.Seq != 0 && l.Seq <= r.boxSeq {
-					continue // an older change than one already applied
-				}
-				r.boxSeq = l.Seq
-				r.controller, r.look = l.Controller, r.look || l.Controller == ""
-				r.leaseSeq++
-				if r.cancelStep != nil {
-					r.tellAgent(ctx) // a step runs: its desktop actions stop (or go on) now
+				if l.Seq == 0 || l.Seq > r.boxSeq {
+					apply(ctx, l)
 				}
 			}
 		})
 	}
-	leases(SignalRunTakeOver)
-	leases(SignalRunHandBack)
 	cancels := workflow.GetSignalChannel(ctx, SignalRunCancel)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		var c RunCancelSignal
@@ -145,7 +155,7 @@ func (r *agentRun) run(ctx workflow.Context) (AgentRunResult, error) {
 
 // loop pins the box and runs steps; it answers the run's final state and, for failed, why.
 func (r *agentRun) loop(ctx workflow.Context, box string) (cocoonbox.AgentRunState, string) {
-	if err := workflow.SignalExternalWorkflow(ctx, box, "", SignalPin, PinSignal{Ref: r.in.RunID}).Get(ctx, nil); err != nil {
+	if err := workflow.SignalExternalWorkflow(ctx, box, "", SignalPin, PinSignal{Ref: r.in.RunID, Run: true}).Get(ctx, nil); err != nil {
 		return cocoonbox.AgentRunFailed, fmt.Sprintf("pin box %s: %v", r.in.BoxID, err)
 	}
 	for step := 1; ; step++ {

@@ -41,8 +41,8 @@ func newRunEnv(t *testing.T) *runEnv {
 	e := &runEnv{TestWorkflowEnvironment: s.NewTestWorkflowEnvironment()}
 	e.RegisterWorkflow(AgentRunWorkflow)
 	e.RegisterActivity(agentAct)
-	for _, name := range []string{SignalPin, SignalUnpin} {
-		e.OnSignalExternalWorkflow(mock.Anything, BoxWorkflowID(testBox), "", name, PinSignal{Ref: "run_1"}).Return(
+	for name, sig := range map[string]PinSignal{SignalPin: {Ref: "run_1", Run: true}, SignalUnpin: {Ref: "run_1"}} {
+		e.OnSignalExternalWorkflow(mock.Anything, BoxWorkflowID(testBox), "", name, sig).Return(
 			func(string, string, string, string, any) error {
 				e.mu.Lock()
 				defer e.mu.Unlock()
@@ -241,7 +241,7 @@ func TestAgentRunWaitsWhileAPersonDrives(t *testing.T) {
 		e.mu.Lock()
 		during = len(e.inputs)
 		e.mu.Unlock()
-		e.SignalWorkflow(SignalRunHandBack, RunLeaseSignal{})
+		e.SignalWorkflow(SignalRunLease, RunLeaseSignal{})
 	}, 30*time.Minute)
 	e.ExecuteWorkflow(AgentRunWorkflow, testRun())
 	require.True(t, e.IsWorkflowCompleted())
@@ -270,7 +270,7 @@ func TestAgentRunLeaseSignals(t *testing.T) {
 			return activities.StepResult{DesktopRefused: true}, nil
 		}
 	})
-	e.RegisterDelayedCallback(func() { e.SignalWorkflow(SignalRunTakeOver, RunLeaseSignal{Controller: "usr_b"}) }, 30*time.Second)
+	e.RegisterDelayedCallback(func() { e.SignalWorkflow(SignalRunLease, RunLeaseSignal{Controller: "usr_b", Seq: 1}) }, 30*time.Second)
 	e.RegisterDelayedCallback(func() { e.SignalWorkflow(SignalRunCancel, RunCancelSignal{By: "usr_a"}) }, 50*time.Minute)
 	e.ExecuteWorkflow(AgentRunWorkflow, testRun())
 	require.True(t, e.IsWorkflowCompleted())
@@ -300,9 +300,43 @@ func TestAgentRunStopsWaitingAfterMaxRunWait(t *testing.T) {
 	require.Equal(t, []string{SignalPin, SignalUnpin}, e.pins, "the box is unpinned")
 }
 
-// TestAgentRunAppliesLeaseSignalsInOrder: a hand-back and a newer take-over delivered together
-// leave the run waiting for the newer holder, whichever channel is read first.
+// TestAgentRunAppliesLeaseSignalsInOrder: a hand-back and a newer take-over sent together come in
+// the box's order on the one lease channel, so the run that goes on after the hand-back waits
+// again for the new holder when its step is refused.
 func TestAgentRunAppliesLeaseSignalsInOrder(t *testing.T) {
+	e := newRunEnv(t)
+	e.onStep(func(in activities.StepInput) (activities.StepResult, error) {
+		switch in.Step {
+		case 1:
+			return activities.StepResult{DesktopRefused: true, Controller: "usr_b"}, nil
+		case 2:
+			return activities.StepResult{DesktopRefused: true}, nil
+		}
+		return activities.StepResult{Done: true}, nil
+	})
+	e.RegisterDelayedCallback(func() {
+		e.SignalWorkflow(SignalRunLease, RunLeaseSignal{Seq: 2})
+		e.SignalWorkflow(SignalRunLease, RunLeaseSignal{Controller: "usr_c", Seq: 3})
+	}, time.Minute)
+	e.RegisterDelayedCallback(func() { e.SignalWorkflow(SignalRunLease, RunLeaseSignal{Seq: 4}) }, 10*time.Minute)
+	e.ExecuteWorkflow(AgentRunWorkflow, testRun())
+	require.True(t, e.IsWorkflowCompleted())
+	require.NoError(t, e.GetWorkflowError())
+	var waits []string
+	for _, s := range e.states {
+		if s.State == cocoonbox.AgentRunWaiting {
+			waits = append(waits, s.Reason)
+		}
+	}
+	require.Len(t, waits, 2, "states %v", e.states)
+	require.Contains(t, waits[1], "usr_c", "the second wait is for the newer holder")
+	require.Len(t, e.inputs, 3)
+}
+
+// TestAgentRunOrdersLegacyLeaseSignals: a box workflow recorded before the one lease signal tells
+// on two channels, and the run puts a hand-back and a newer take-over delivered together back in
+// order by the box's sequence, whichever channel is read first.
+func TestAgentRunOrdersLegacyLeaseSignals(t *testing.T) {
 	e := newRunEnv(t)
 	e.onStep(func(in activities.StepInput) (activities.StepResult, error) {
 		if in.Step == 1 {
@@ -311,8 +345,8 @@ func TestAgentRunAppliesLeaseSignalsInOrder(t *testing.T) {
 		return activities.StepResult{Done: true}, nil
 	})
 	e.RegisterDelayedCallback(func() {
-		// usr_b hands back (seq 2) and usr_c takes over (seq 3) in one go; the take-over's
-		// channel is read first.
+		// usr_b hands back (seq 2) and usr_c takes over (seq 3); the take-over's channel is
+		// read first.
 		e.SignalWorkflow(SignalRunTakeOver, RunLeaseSignal{Controller: "usr_c", Seq: 3})
 		e.SignalWorkflow(SignalRunHandBack, RunLeaseSignal{Seq: 2})
 	}, time.Minute)

@@ -49,6 +49,14 @@ func newBox(ctx workflow.Context, in BoxWorkflowInput) *box {
 		w.in.Size = cocoonbox.DefaultSize
 	}
 	w.in.State = nil
+	if w.st.Runs == nil {
+		// State carried from a run that predates the list: its runs are the pins with run IDs.
+		for _, ref := range w.st.Pins {
+			if strings.HasPrefix(ref, RunIDPrefix) {
+				w.st.Runs = append(w.st.Runs, ref)
+			}
+		}
+	}
 	return w
 }
 
@@ -80,42 +88,79 @@ func (w *box) setup(ctx workflow.Context) error {
 			return err
 		}
 	}
-	listen(ctx, w, SignalTouch, func(struct{}) { w.st.LastActive = workflow.Now(ctx) })
-	listen(ctx, w, SignalViewers, func(s ViewersSignal) {
-		w.setViewers(ctx, s)
-		w.st.LastActive = workflow.Now(ctx)
-	})
-	listen(ctx, w, SignalPin, func(s PinSignal) {
-		if s.Ref != "" && !slices.Contains(w.st.Pins, s.Ref) {
-			w.st.Pins = append(w.st.Pins, s.Ref)
-			slices.Sort(w.st.Pins)
-		}
-		w.st.LastActive = workflow.Now(ctx)
-	})
-	listen(ctx, w, SignalUnpin, func(s PinSignal) {
-		w.st.Pins = slices.DeleteFunc(w.st.Pins, func(r string) bool { return r == s.Ref })
-		w.st.LastActive = workflow.Now(ctx)
-	})
+	for _, sig := range w.signals() {
+		ch := workflow.GetSignalChannel(ctx, sig.name)
+		workflow.Go(ctx, func(ctx workflow.Context) {
+			for sig.apply(ctx, ch, true) {
+				w.gen++
+			}
+		})
+	}
 	return workflow.UpsertTypedSearchAttributes(ctx,
 		SearchAttrOwner.ValueSet(w.in.Owner),
 		SearchAttrBoxName.ValueSet(w.in.Name),
 		SearchAttrBoxState.ValueSet(string(w.st.State)))
 }
 
-// signalNames are the channels continueAsNew empties, so no signal is lost.
-var signalNames = []string{SignalTouch, SignalViewers, SignalPin, SignalUnpin}
+// signal is one of the box's signals: its name and how to apply what arrives on its channel.
+type signal struct {
+	name string
+	// apply receives one signal from ch (waiting for it when block, else only if one is there)
+	// and applies it; it reports whether there was one.
+	apply func(ctx workflow.Context, ch workflow.ReceiveChannel, block bool) bool
+}
 
-// listen applies every signal of one name in arrival order.
-func listen[T any](ctx workflow.Context, w *box, name string, apply func(T)) {
-	ch := workflow.GetSignalChannel(ctx, name)
-	workflow.Go(ctx, func(ctx workflow.Context) {
-		for {
-			var v T
+// signals is the one place each signal's meaning is written: the listeners apply signals as they
+// come, and continueAsNew applies those not yet read, with the same code.
+func (w *box) signals() []signal {
+	return []signal{
+		{SignalTouch, applySignal(func(ctx workflow.Context, _ struct{}) { w.touch(ctx) })},
+		{SignalViewers, applySignal(func(ctx workflow.Context, s ViewersSignal) {
+			w.setViewers(ctx, s)
+			w.touch(ctx)
+		})},
+		{SignalPin, applySignal(w.pin)},
+		{SignalUnpin, applySignal(w.unpin)},
+	}
+}
+
+// applySignal makes a signal's apply from what it does with a value of its type.
+func applySignal[T any](do func(workflow.Context, T)) func(workflow.Context, workflow.ReceiveChannel, bool) bool {
+	return func(ctx workflow.Context, ch workflow.ReceiveChannel, block bool) bool {
+		var v T
+		if block {
 			ch.Receive(ctx, &v)
-			apply(v)
-			w.gen++
+		} else if !ch.ReceiveAsync(&v) {
+			return false
 		}
-	})
+		do(ctx, v)
+		return true
+	}
+}
+
+// touch restarts the idle clock.
+func (w *box) touch(ctx workflow.Context) { w.st.LastActive = workflow.Now(ctx) }
+
+// pin keeps the box awake for s.Ref until it is unpinned; a run's pin also lists the run, which
+// the box tells of lease changes.
+func (w *box) pin(ctx workflow.Context, s PinSignal) {
+	if s.Ref != "" && !slices.Contains(w.st.Pins, s.Ref) {
+		w.st.Pins = append(w.st.Pins, s.Ref)
+		slices.Sort(w.st.Pins)
+	}
+	// A run that predates PinSignal.Run is known by its ID.
+	if s.Ref != "" && (s.Run || strings.HasPrefix(s.Ref, RunIDPrefix)) && !slices.Contains(w.st.Runs, s.Ref) {
+		w.st.Runs = append(w.st.Runs, s.Ref)
+		slices.Sort(w.st.Runs)
+	}
+	w.touch(ctx)
+}
+
+// unpin ends s.Ref's pin.
+func (w *box) unpin(ctx workflow.Context, s PinSignal) {
+	w.st.Pins = slices.DeleteFunc(w.st.Pins, func(r string) bool { return r == s.Ref })
+	w.st.Runs = slices.DeleteFunc(w.st.Runs, func(r string) bool { return r == s.Ref })
+	w.touch(ctx)
 }
 
 // run is the box's own clock: it sleeps until the idle deadline or the lease renewal, whichever
@@ -230,17 +275,17 @@ func (w *box) onTimer(ctx workflow.Context) error {
 	now := workflow.Now(ctx)
 	w.expireViewers(now)
 	if r := w.renewAt(); !r.IsZero() && !now.Before(r) {
-		if _, err := w.operate(ctx, false, w.renewLocked); err != nil && isCanceled(err) {
+		if _, err := w.operate(ctx, byTimer, w.renewLocked); err != nil && isCanceled(err) {
 			return err
 		}
 	}
 	if d := w.idleDeadline(); !d.IsZero() && !workflow.Now(ctx).Before(d) {
-		_, err := w.operate(ctx, false, func(ctx workflow.Context) error {
+		_, err := w.operate(ctx, byTimer, func(ctx workflow.Context) error {
 			// Busy by this operation alone; anything else arriving meanwhile restarts the clock.
 			if d := w.idleDeadlineWith(1); d.IsZero() || workflow.Now(ctx).Before(d) {
 				return nil // something happened while waiting for the mutex
 			}
-			return w.hibernateLocked(ctx, "idle")
+			return w.hibernateLocked(ctx, idle)
 		})
 		if err != nil && isCanceled(err) {
 			return err
@@ -290,36 +335,9 @@ func (w *box) drain(ctx workflow.Context) error {
 
 // continueAsNew hands the compact state to a fresh run, after applying signals not yet read.
 func (w *box) continueAsNew(ctx workflow.Context) error {
-	for _, name := range signalNames {
-		ch := workflow.GetSignalChannel(ctx, name)
-		for {
-			var ok bool
-			switch name {
-			case SignalTouch:
-				var v struct{}
-				if ok = ch.ReceiveAsync(&v); ok {
-					w.st.LastActive = workflow.Now(ctx)
-				}
-			case SignalViewers:
-				var v ViewersSignal
-				if ok = ch.ReceiveAsync(&v); ok {
-					w.setViewers(ctx, v)
-				}
-			case SignalPin:
-				var v PinSignal
-				if ok = ch.ReceiveAsync(&v); ok && !slices.Contains(w.st.Pins, v.Ref) {
-					w.st.Pins = append(w.st.Pins, v.Ref)
-					slices.Sort(w.st.Pins)
-				}
-			case SignalUnpin:
-				var v PinSignal
-				if ok = ch.ReceiveAsync(&v); ok {
-					w.st.Pins = slices.DeleteFunc(w.st.Pins, func(r string) bool { return r == v.Ref })
-				}
-			}
-			if !ok {
-				break
-			}
+	for _, sig := range w.signals() {
+		ch := workflow.GetSignalChannel(ctx, sig.name)
+		for sig.apply(ctx, ch, false) {
 		}
 	}
 	next := w.in

@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -517,4 +518,36 @@ func TestContinueAsNewCarriesState(t *testing.T) {
 	require.Equal(t, 1, next.State.Attempt)
 	require.Equal(t, []string{"run-1"}, next.State.Pins)
 	require.Equal(t, testBox, next.BoxID)
+}
+
+// TestRefusedTransitions writes out which lifecycle updates each state refuses, so a change to the
+// refusals table is a change to this matrix too. "." is allowed, "x" refused.
+func TestRefusedTransitions(t *testing.T) {
+	updates := []string{UpdateCreate, UpdateWake, UpdateHibernate, UpdateDelete, UpdateSnapshot, UpdateRestore, UpdateTakeOver}
+	want := map[cocoonbox.BoxState]string{
+		//                            create wake hibernate delete snapshot restore takeover
+		cocoonbox.BoxStateCreating:     ". x x . x x x",
+		cocoonbox.BoxStateRunning:      ". . . . . . .",
+		cocoonbox.BoxStateHibernating:  ". . . . . . .",
+		cocoonbox.BoxStateHibernated:   ". . . . . . .",
+		cocoonbox.BoxStateWaking:       ". . . . . . .",
+		cocoonbox.BoxStateSnapshotting: ". . . . . . .",
+		cocoonbox.BoxStateRestoring:    ". . . . . . .",
+		cocoonbox.BoxStateDeleting:     "x x x . x x x",
+		cocoonbox.BoxStateDeleted:      "x x x x x x x",
+		cocoonbox.BoxStateFailed:       ". . x . x . .",
+	}
+	for state, row := range want {
+		w := &box{st: BoxCarriedState{State: state}}
+		var got []string
+		for _, u := range updates {
+			mark := "."
+			if err := w.allowed(u); err != nil {
+				mark = "x"
+				require.ErrorContains(t, err, "cannot "+u+" a ", "refusal of %s in %s", u, state)
+			}
+			got = append(got, mark)
+		}
+		require.Equal(t, row, strings.Join(got, " "), "state %s (%v)", state, updates)
+	}
 }

@@ -17,49 +17,34 @@ var (
 	storeActs   *activities.Store
 )
 
+// Refusal words: what a refused update calls a box in the state it refuses.
+const (
+	stillCreating = "a box still being created"
+	beingDeleted  = "a box being deleted"
+)
+
+// refusals is the lifecycle's table of refused transitions: for each update, the states it does
+// not apply in and what the refusal calls a box in that state. A deleted box refuses every update;
+// any pair not listed is allowed. A failed box may be woken and restored (that is how it is
+// brought back, from its sandbox or an older snapshot) but not hibernated or snapshotted.
+var refusals = map[string]map[cocoonbox.BoxState]string{
+	UpdateCreate:    {cocoonbox.BoxStateDeleting: beingDeleted},
+	UpdateWake:      {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted},
+	UpdateTakeOver:  {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted},
+	UpdateRestore:   {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted},
+	UpdateHibernate: {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted, cocoonbox.BoxStateFailed: "a failed box (wake it first)"},
+	UpdateSnapshot:  {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted, cocoonbox.BoxStateFailed: "a failed box (wake it first)"},
+}
+
 // allowed is every lifecycle update's validator: it rejects a message that cannot apply to the
-// current state before anything is written to history.
+// current state (refusals) before anything is written to history.
 func (w *box) allowed(update string) error {
 	s := w.st.State
 	if s == cocoonbox.BoxStateDeleted || w.deleted {
 		return transitionError(update, "a deleted box")
 	}
-	switch update {
-	case UpdateCreate:
-		if s == cocoonbox.BoxStateDeleting {
-			return transitionError(update, "a box being deleted")
-		}
-	case UpdateWake:
-		switch s {
-		case cocoonbox.BoxStateCreating:
-			return transitionError(update, "a box still being created")
-		case cocoonbox.BoxStateDeleting:
-			return transitionError(update, "a box being deleted")
-		}
-	case UpdateTakeOver:
-		switch s {
-		case cocoonbox.BoxStateCreating:
-			return transitionError(update, "a box still being created")
-		case cocoonbox.BoxStateDeleting:
-			return transitionError(update, "a box being deleted")
-		}
-	case UpdateHibernate, UpdateSnapshot:
-		switch s {
-		case cocoonbox.BoxStateCreating:
-			return transitionError(update, "a box still being created")
-		case cocoonbox.BoxStateDeleting:
-			return transitionError(update, "a box being deleted")
-		case cocoonbox.BoxStateFailed:
-			return transitionError(update, "a failed box (wake it first)")
-		}
-	case UpdateRestore:
-		// A failed box may be restored: that is how it is brought back from an older snapshot.
-		switch s {
-		case cocoonbox.BoxStateCreating:
-			return transitionError(update, "a box still being created")
-		case cocoonbox.BoxStateDeleting:
-			return transitionError(update, "a box being deleted")
-		}
+	if what, refused := refusals[update][s]; refused {
+		return transitionError(update, what)
 	}
 	return nil
 }
@@ -90,16 +75,24 @@ func (w *box) validatePolicy(p SetPolicyInput) error {
 	return nil
 }
 
+// origin says who asked for an operation: a user's restarts the idle clock when it ends, the
+// box's own timers' does not.
+type origin int
+
+const (
+	byUser origin = iota
+	byTimer
+)
+
 // operate runs op under the workflow mutex, so operations never interleave, and answers the status
-// after it. The box counts as busy from acceptance on, which keeps the idle clock stopped; a
-// user's operation (active) restarts the idle clock when it ends, the box's own timers do not.
-func (w *box) operate(ctx workflow.Context, active bool, op func(workflow.Context) error) (Status, error) {
+// after it. The box counts as busy from acceptance on, which keeps the idle clock stopped.
+func (w *box) operate(ctx workflow.Context, from origin, op func(workflow.Context) error) (Status, error) {
 	w.busy++
 	w.gen++
 	defer func() {
 		w.busy--
 		w.gen++
-		if active {
+		if from == byUser {
 			w.st.LastActive = workflow.Now(ctx)
 		}
 	}()
@@ -115,7 +108,7 @@ func (w *box) operate(ctx workflow.Context, active bool, op func(workflow.Contex
 // create claims the box's first sandbox and returns once it answers. A second create finds the
 // box past creating and answers its status.
 func (w *box) create(ctx workflow.Context, _ CreateInput) (Status, error) {
-	return w.operate(ctx, true, func(ctx workflow.Context) error {
+	return w.operate(ctx, byUser, func(ctx workflow.Context) error {
 		if w.st.State != cocoonbox.BoxStateCreating {
 			return nil
 		}
@@ -140,7 +133,7 @@ func (w *box) create(ctx workflow.Context, _ CreateInput) (Status, error) {
 
 // wake brings the box back to running. A sandbox the engine lost is replaced by a new claim.
 func (w *box) wake(ctx workflow.Context, _ WakeInput) (Status, error) {
-	return w.operate(ctx, true, func(ctx workflow.Context) error {
+	return w.operate(ctx, byUser, func(ctx workflow.Context) error {
 		if err := w.allowed(UpdateWake); err != nil {
 			return err // the state changed while this update waited for the mutex
 		}
@@ -183,22 +176,30 @@ func (w *box) wake(ctx workflow.Context, _ WakeInput) (Status, error) {
 
 // hibernate frees the box's CPU and memory; a hibernated box answers its status.
 func (w *box) hibernate(ctx workflow.Context, _ HibernateInput) (Status, error) {
-	return w.operate(ctx, true, func(ctx workflow.Context) error {
+	return w.operate(ctx, byUser, func(ctx workflow.Context) error {
 		if err := w.allowed(UpdateHibernate); err != nil {
 			return err
 		}
-		return w.hibernateLocked(ctx, "requested")
+		return w.hibernateLocked(ctx, requested)
 	})
 }
 
-func (w *box) hibernateLocked(ctx workflow.Context, why string) error {
+// hibernateReason is why the box goes to sleep; the audit event records it.
+type hibernateReason string
+
+const (
+	requested hibernateReason = "requested" // a user asked: a failed snapshot before it refuses
+	idle      hibernateReason = "idle"      // the idle clock ran out: the box sleeps regardless
+)
+
+func (w *box) hibernateLocked(ctx workflow.Context, why hibernateReason) error {
 	if w.st.State == cocoonbox.BoxStateHibernated {
 		return nil
 	}
 	if w.in.Policy.DurableHibernate && w.st.SandboxID != "" {
 		// The memory image stays on the engine's node; the snapshot is what survives its loss.
 		if _, err := w.snapshotLocked(ctx); err != nil {
-			if why == "requested" {
+			if why == requested {
 				return err // the box keeps running and the user can retry
 			}
 			// The idle box still goes to sleep to free the node; its last good snapshot stays.
@@ -218,13 +219,13 @@ func (w *box) hibernateLocked(ctx workflow.Context, why string) error {
 	}
 	w.st.LastError = ""
 	w.setState(ctx, cocoonbox.BoxStateHibernated)
-	w.event(ctx, "hibernated", why)
+	w.event(ctx, "hibernated", string(why))
 	return nil
 }
 
 // delete releases the sandbox and records the box deleted; the workflow then completes.
 func (w *box) delete(ctx workflow.Context, in DeleteInput) (Status, error) {
-	return w.operate(ctx, true, func(ctx workflow.Context) error {
+	return w.operate(ctx, byUser, func(ctx workflow.Context) error {
 		if err := w.allowed(UpdateDelete); err != nil {
 			return err
 		}
@@ -347,9 +348,9 @@ func (w *box) setState(ctx workflow.Context, s cocoonbox.BoxState) {
 		reason = w.st.LastError
 	}
 	// The workflow is the source of truth; a row that could not be written is logged, not fatal.
-	err := workflow.ExecuteActivity(storeOptions(ctx), storeActs.SetState, activities.SetStateInput{
+	err := w.write(ctx, storeActs.SetState, activities.SetStateInput{
 		BoxID: w.in.BoxID, State: s, SandboxID: w.st.SandboxID, Reason: reason,
-	}).Get(ctx, nil)
+	})
 	if err != nil {
 		workflow.GetLogger(ctx).Warn("record box state", "state", s, "error", err)
 	}
@@ -357,12 +358,24 @@ func (w *box) setState(ctx workflow.Context, s cocoonbox.BoxState) {
 
 // event appends an audit event, best effort.
 func (w *box) event(ctx workflow.Context, kind, detail string) {
-	err := workflow.ExecuteActivity(storeOptions(ctx), storeActs.Event, activities.EventInput{
-		BoxID: w.in.BoxID, Kind: kind, Detail: detail,
-	}).Get(ctx, nil)
+	err := w.write(ctx, storeActs.Event, activities.EventInput{BoxID: w.in.BoxID, Kind: kind, Detail: detail})
 	if err != nil {
 		workflow.GetLogger(ctx).Warn("record box event", "kind", kind, "error", err)
 	}
+}
+
+// versionLocalStoreWrites marks the box workflow's writing its status row and audit events as
+// local activities: one marker event each in history, where an activity took three and a
+// workflow task of its own.
+const versionLocalStoreWrites = "local-store-writes"
+
+// write runs one of the store's row writes (SetState, Event): a local activity, since it is a
+// short database call on the worker that runs the workflow, unless the history predates that.
+func (w *box) write(ctx workflow.Context, act, in any) error {
+	if workflow.GetVersion(ctx, versionLocalStoreWrites, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return workflow.ExecuteActivity(storeOptions(ctx), act, in).Get(ctx, nil)
+	}
+	return workflow.ExecuteLocalActivity(localStoreOptions(ctx), act, in).Get(ctx, nil)
 }
 
 func retryPolicy() *temporal.RetryPolicy {
@@ -391,6 +404,17 @@ func storeOptions(ctx workflow.Context) workflow.Context {
 	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 10 * time.Second,
 		RetryPolicy:         retryPolicy(),
+	})
+}
+
+// localStoreOptions bounds a local row write: it retries within the workflow task, then on timers
+// the SDK schedules, and gives up after a minute (the write is best effort; the row catches up at
+// the next transition).
+func localStoreOptions(ctx workflow.Context) workflow.Context {
+	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
+		StartToCloseTimeout:    10 * time.Second,
+		ScheduleToCloseTimeout: time.Minute,
+		RetryPolicy:            retryPolicy(),
 	})
 }
 

@@ -1,8 +1,6 @@
 package workflows
 
 import (
-	"strings"
-
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -65,26 +63,30 @@ func (w *box) handBack(ctx workflow.Context, in HandBackInput) (Status, error) {
 	return w.status(), nil
 }
 
-// versionLeaseTellsRuns marks the box workflow's telling pinning runs of lease changes.
+// versionLeaseTellsRuns marks the box workflow's telling pinning runs of lease changes: version 1
+// told them on two channels (SignalRunTakeOver, SignalRunHandBack), version 2 on one
+// (SignalRunLease), which keeps the order of the changes without the runs sorting them.
 const versionLeaseTellsRuns = "lease-tells-runs"
 
 // tellRuns tells every agent run pinning the box that the lease changed hands, so a run waits
-// while a person drives and looks again when they hand back. The update does not wait for the
-// signals: a run that ended meanwhile is not an error of the lease.
-func (w *box) tellRuns(ctx workflow.Context, signal string) {
-	// Boxes whose histories predate this skip it: replaying them must not add commands.
-	if workflow.GetVersion(ctx, versionLeaseTellsRuns, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-		return
+// while a person drives and looks again when they hand back. legacy is the signal version 1 sent
+// for this change. The update does not wait for the signals: a run that ended meanwhile is not an
+// error of the lease.
+func (w *box) tellRuns(ctx workflow.Context, legacy string) {
+	v := workflow.GetVersion(ctx, versionLeaseTellsRuns, workflow.DefaultVersion, 2)
+	if v == workflow.DefaultVersion {
+		return // histories that predate it: replaying them must not add commands
+	}
+	name := SignalRunLease
+	if v == 1 {
+		name = legacy
 	}
 	w.st.LeaseSeq++
-	for _, ref := range w.st.Pins {
-		if !strings.HasPrefix(ref, RunIDPrefix) {
-			continue
-		}
-		f := workflow.SignalExternalWorkflow(ctx, AgentRunWorkflowID(ref), "", signal, RunLeaseSignal{Controller: w.st.Controller, Seq: w.st.LeaseSeq})
+	for _, ref := range w.st.Runs {
+		f := workflow.SignalExternalWorkflow(ctx, AgentRunWorkflowID(ref), "", name, RunLeaseSignal{Controller: w.st.Controller, Seq: w.st.LeaseSeq})
 		workflow.Go(ctx, func(ctx workflow.Context) {
 			if err := f.Get(ctx, nil); err != nil {
-				workflow.GetLogger(ctx).Info("tell run of lease change", "run", ref, "signal", signal, "error", err)
+				workflow.GetLogger(ctx).Info("tell run of lease change", "run", ref, "controller", w.st.Controller, "error", err)
 			}
 		})
 	}

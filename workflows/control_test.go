@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -37,27 +38,35 @@ func TestControlLease(t *testing.T) {
 	require.ErrorContains(t, anon.rejected, "user is required")
 }
 
-// TestControlLeaseTellsRuns: taking over and handing back tell every agent run pinning the box,
-// and only runs (other pins are not workflows).
+// TestControlLeaseTellsRuns: taking over and handing back tell every agent run pinning the box, in
+// order on one channel, and only runs (other pins are not workflows); a run is the pin that says
+// so, or, from before PinSignal.Run, one with a run ID.
 func TestControlLeaseTellsRuns(t *testing.T) {
 	env := newEnv(t)
 	claimOK(env, 1, "sb-1")
-	var told []string
-	for _, name := range []string{SignalRunTakeOver, SignalRunHandBack} {
-		env.OnSignalExternalWorkflow(mock.Anything, AgentRunWorkflowID("run_7"), "", name, mock.Anything).Return(
+	told := map[string][]string{}
+	for _, run := range []string{"run_7", "job-9"} {
+		env.OnSignalExternalWorkflow(mock.Anything, AgentRunWorkflowID(run), "", SignalRunLease, mock.Anything).Return(
 			func(_, _, _, _ string, arg any) error {
-				told = append(told, name+":"+arg.(RunLeaseSignal).Controller)
+				l := arg.(RunLeaseSignal)
+				told[run] = append(told[run], fmt.Sprintf("%s:%d", l.Controller, l.Seq))
 				return nil
 			})
 	}
 	update(env, 0, UpdateCreate, CreateInput{})
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalPin, PinSignal{Ref: "run_7"}) }, time.Second)
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalPin, PinSignal{Ref: "job-9", Run: true}) }, time.Second)
 	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalPin, PinSignal{Ref: "mcp-session"}) }, time.Second)
 	update(env, 2*time.Second, UpdateTakeOver, TakeOverInput{User: "ann"})
 	update(env, 3*time.Second, UpdateHandBack, HandBackInput{User: "ann"})
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalUnpin, PinSignal{Ref: "job-9"}) }, 4*time.Second)
+	update(env, 5*time.Second, UpdateTakeOver, TakeOverInput{User: "bob"})
 	deleteAt(env, time.Minute)
 
 	env.ExecuteWorkflow(BoxWorkflow, input())
 	require.NoError(t, env.GetWorkflowError())
-	require.Equal(t, []string{SignalRunTakeOver + ":ann", SignalRunHandBack + ":"}, told)
+	require.Equal(t, map[string][]string{
+		"run_7": {"ann:1", ":2", "bob:3"},
+		"job-9": {"ann:1", ":2"}, // unpinned before bob's take-over
+	}, told)
 }

@@ -94,6 +94,7 @@ type BoxCarriedState struct {
 	Viewers    int            // the count reported without a source (older APIs)
 	ViewersBy  []ViewerReport // counts by reporting API process, sorted by source
 	Pins       []string       // sorted, so the state is deterministic
+	Runs       []string       // the agent runs among Pins, sorted: they are told of lease changes
 	LastError  string
 	LastActive time.Time // the last touch, operation or presence change, for the idle clock
 	// LastSnapshot is the newest snapshot this workflow completed or restored from.
@@ -101,8 +102,9 @@ type BoxCarriedState struct {
 	// Controller is the user who holds the desktop's control lease; "" when nobody does (the
 	// agent may drive).
 	Controller string
-	// LeaseSeq counts the lease's changes of hands, so a run told of several in one go applies
-	// them in order.
+	// LeaseSeq counts the lease's changes of hands. It orders what a box's agent is told of the
+	// lease by two paths (a step's request, read when the step starts, and a run's word while a
+	// step runs), which may arrive in either order.
 	LeaseSeq int64
 }
 
@@ -202,6 +204,7 @@ type ViewerReport struct {
 // PinSignal pins (or, on the unpin signal, unpins) the box awake on behalf of Ref, e.g. a run ID.
 type PinSignal struct {
 	Ref string
+	Run bool // Ref is an agent run pinning the box for its steps: it is told of lease changes
 }
 
 // Status is what the status query and every update answer.
@@ -232,10 +235,13 @@ func AgentRunWorkflowID(id string) string { return "run/" + id }
 
 // Message names of the agent run workflow; wire contract like the box workflow's.
 const (
-	SignalRunMessage  = "message"
-	SignalRunCancel   = "cancel"
-	SignalRunTakeOver = "takeover" // a person took the desktop: the agent's desktop input waits
-	SignalRunHandBack = "handback" // the person handed the desktop back
+	SignalRunMessage = "message"
+	SignalRunCancel  = "cancel"
+	SignalRunLease   = "lease" // the desktop's control lease changed hands (RunLeaseSignal)
+	// SignalRunTakeOver and SignalRunHandBack are what box workflows recorded before
+	// SignalRunLease sent instead; runs still listen, so one in flight over an upgrade hears them.
+	SignalRunTakeOver = "takeover"
+	SignalRunHandBack = "handback"
 )
 
 // MaxRunWait is how long a run waits for a person to hand the desktop back before it fails: a
@@ -272,12 +278,12 @@ type RunMessageSignal struct {
 	Text string
 }
 
-// RunLeaseSignal tells a run the desktop's control lease changed hands (SignalRunTakeOver,
-// SignalRunHandBack); the box workflow sends it to every run pinning the box.
+// RunLeaseSignal tells a run the desktop's control lease changed hands (SignalRunLease); the box
+// workflow sends it to every run pinning the box, in the order of the changes.
 type RunLeaseSignal struct {
 	Controller string // who holds the lease now; "" after a hand-back
-	// Seq is the box's BoxCarriedState.LeaseSeq after this change: a run ignores a signal older
-	// than one it applied (the two signal channels are read in no particular order).
+	// Seq is the box's BoxCarriedState.LeaseSeq after this change, which the run passes on to the
+	// box's agent (see LeaseSeq).
 	Seq int64
 }
 

@@ -13,7 +13,8 @@ import (
 
 // TestWorkflowReplay replays committed histories of real box, snapshot and agent run workflows
 // (recorded on the dev stack by internal/devstack's TestWrite*History and, for agent runs,
-// TestAgentRuns) against the current workflows, so a change
+// TestAgentRuns; a name ending -vN is a history an older version recorded, kept so the workflows
+// running on it still replay) against the current workflows, so a change
 // that would break running workflows (reordered or removed activities, timers or search attribute
 // upserts without a version marker) fails here rather than in production.
 func TestWorkflowReplay(t *testing.T) {

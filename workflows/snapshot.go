@@ -66,7 +66,7 @@ func SnapshotWorkflow(ctx workflow.Context, in SnapshotWorkflowInput) (SnapshotW
 // verified snapshot. The box stays usable meanwhile (state snapshotting).
 func (w *box) snapshot(ctx workflow.Context, _ SnapshotInput) (SnapshotResult, error) {
 	var res SnapshotResult
-	st, err := w.operate(ctx, true, func(ctx workflow.Context) error {
+	st, err := w.operate(ctx, byUser, func(ctx workflow.Context) error {
 		if err := w.allowed(UpdateSnapshot); err != nil {
 			return err
 		}
@@ -124,7 +124,7 @@ func (w *box) snapshotLocked(ctx workflow.Context) (SnapshotWorkflowResult, erro
 // (the newest when none is named). Its current sandbox is released only after the new one
 // answers, so a failed restore (a corrupted snapshot, no capacity) leaves the box as it was.
 func (w *box) restore(ctx workflow.Context, in RestoreInput) (Status, error) {
-	return w.operate(ctx, true, func(ctx workflow.Context) error {
+	return w.operate(ctx, byUser, func(ctx workflow.Context) error {
 		if err := w.allowed(UpdateRestore); err != nil {
 			return err
 		}

@@ -27,7 +27,7 @@ var boxHistoryFile = filepath.Join("..", "..", "workflows", "testdata", "histori
 
 // TestWriteBoxHistory is not a test of behaviour but the generator of the history the replay test
 // in workflows/ replays: it drives a real box through its workflow on the dev stack (create,
-// touch, viewers, pin/unpin, hibernate, wake, delete) and writes the workflow's history as JSON
+// touch, viewers, a run's pin, take-over and hand-back, unpin, hibernate, wake, delete) and writes the workflow's history as JSON
 // in the format WorkflowReplayer.ReplayWorkflowHistoryFromJSONFile reads. It is skipped unless
 // COCOONBOX_WRITE_HISTORY=1, because it overwrites a committed file; regenerate it only when the
 // workflow changes on purpose (and the old history no longer needs to replay):
@@ -55,11 +55,28 @@ func TestWriteBoxHistory(t *testing.T) {
 	}{
 		{workflows.SignalTouch, struct{}{}},
 		{workflows.SignalViewers, workflows.ViewersSignal{Count: 1}},
-		{workflows.SignalPin, workflows.PinSignal{Ref: "run-1"}},
-		{workflows.SignalUnpin, workflows.PinSignal{Ref: "run-1"}},
-		{workflows.SignalViewers, workflows.ViewersSignal{Count: 0}},
+		{workflows.SignalPin, workflows.PinSignal{Ref: "run-1", Run: true}},
 	}
 	for _, s := range signals {
+		if err := d.Temporal.SignalWorkflow(ctx, wid, "", s.name, s.arg); err != nil {
+			t.Fatalf("signal %s: %v", s.name, err)
+		}
+	}
+	// The pinning "run" is told of the lease changing hands (it is no workflow: the signals
+	// fail, which the box only logs).
+	if _, err := d.Boxes.TakeOver(ctx, owner.ID, id); err != nil {
+		t.Fatalf("take over: %v", err)
+	}
+	if _, err := d.Boxes.HandBack(ctx, owner.ID, id); err != nil {
+		t.Fatalf("hand back: %v", err)
+	}
+	for _, s := range []struct {
+		name string
+		arg  any
+	}{
+		{workflows.SignalUnpin, workflows.PinSignal{Ref: "run-1"}},
+		{workflows.SignalViewers, workflows.ViewersSignal{Count: 0}},
+	} {
 		if err := d.Temporal.SignalWorkflow(ctx, wid, "", s.name, s.arg); err != nil {
 			t.Fatalf("signal %s: %v", s.name, err)
 		}
