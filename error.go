@@ -5,7 +5,7 @@ import (
 	"fmt"
 )
 
-// Error codes. Every boundary (gRPC, MCP, activities, CLI) translates from these in one table.
+// Error codes. Each boundary (gRPC, MCP, HTTP, activities, CLI) maps them to its own in one table.
 const (
 	EInvalid       = "invalid"       // the request is malformed; the message names the field
 	ENotFound      = "not_found"     // the thing does not exist or the caller may not see it

@@ -25,7 +25,7 @@ const (
 	ErrTypeInternal          = "Internal"          // anything else; retried in case it was transient
 )
 
-// errorTypes is the one table between domain error codes and activity error types, read both
+// errorTypes is the table between domain error codes and activity error types, read both
 // ways: classify goes from a code to its type, DomainCode from a type back to the first code
 // that has it. The last rows go one way only: a credential the engine refuses or an endpoint it
 // lacks will not change by retrying, so they are permanent like a malformed request.

@@ -110,7 +110,7 @@ type signal struct {
 	apply func(ctx workflow.Context, ch workflow.ReceiveChannel, block bool) bool
 }
 
-// signals is the one place each signal's meaning is written: the listeners apply signals as they
+// signals is where each signal's meaning is written, once: the listeners apply signals as they
 // come, and continueAsNew applies those not yet read, with the same code.
 func (w *box) signals() []signal {
 	return []signal{

@@ -2,16 +2,113 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
+	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/loomhand/cocoonbox"
 )
 
-// The typed client of the box workflow: what the API's service and the worker's activities use
-// to reach a box's workflow, so none of them spells an update or a query by hand. Every error is
-// a domain error (DomainError).
+// The typed client of the box and agent run workflows: what the API's service and the worker's
+// activities use to reach them, so none of them spells an update, a signal or a query by hand.
+// Every error is a domain error (DomainError).
+
+// Create starts the box's workflow, if it is not running yet, and sends it the create update in
+// one call (Update-with-Start), returning the status once the box runs: a second create of the
+// same box finds the workflow and returns its status.
+func Create(ctx context.Context, c client.Client, in BoxWorkflowInput) (Status, error) {
+	start := c.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
+		ID:                       BoxWorkflowID(in.BoxID),
+		TaskQueue:                TaskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		TypedSearchAttributes: temporal.NewSearchAttributes(
+			SearchAttrOwner.ValueSet(in.Owner),
+			SearchAttrBoxName.ValueSet(in.Name),
+			SearchAttrBoxState.ValueSet(string(cocoonbox.BoxStateCreating)),
+		),
+	}, BoxWorkflow, in)
+	h, err := c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
+		StartWorkflowOperation: start,
+		UpdateOptions: client.UpdateWorkflowOptions{
+			UpdateName:   UpdateCreate,
+			Args:         []any{CreateInput{}},
+			WaitForStage: client.WorkflowUpdateStageCompleted,
+		},
+	})
+	if err != nil {
+		return Status{}, DomainError(fmt.Errorf("create box %s: %w", in.BoxID, err))
+	}
+	var st Status
+	if err := h.Get(ctx, &st); err != nil {
+		return Status{}, DomainError(fmt.Errorf("create box %s: %w", in.BoxID, err))
+	}
+	return st, nil
+}
+
+// Started reports whether the box's workflow exists (running or closed); false only when Temporal
+// says it has none, so an unreachable Temporal returns true with its error.
+func Started(ctx context.Context, c client.Client, id cocoonbox.BoxID) (bool, error) {
+	_, err := c.DescribeWorkflowExecution(ctx, BoxWorkflowID(id), "")
+	if _, ok := errors.AsType[*serviceerror.NotFound](err); ok {
+		return false, nil
+	}
+	return true, err
+}
+
+// Touch tells the box's workflow it is in use, restarting its idle clock.
+func Touch(ctx context.Context, c client.Client, id cocoonbox.BoxID) error {
+	return signalBox(ctx, c, id, SignalTouch, struct{}{})
+}
+
+// ReportViewers tells the box's workflow how many desktop viewers source has now.
+func ReportViewers(ctx context.Context, c client.Client, id cocoonbox.BoxID, source string, n int) error {
+	return signalBox(ctx, c, id, SignalViewers, ViewersSignal{Count: n, Source: source})
+}
+
+func signalBox(ctx context.Context, c client.Client, id cocoonbox.BoxID, name string, arg any) error {
+	if err := c.SignalWorkflow(ctx, BoxWorkflowID(id), "", name, arg); err != nil {
+		return DomainError(fmt.Errorf("%s box %s: %w", name, id, err))
+	}
+	return nil
+}
+
+// StartRun starts agent run in.RunID's workflow.
+func StartRun(ctx context.Context, c client.Client, in AgentRunInput) error {
+	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: AgentRunWorkflowID(in.RunID), TaskQueue: TaskQueue},
+		AgentRunWorkflow, in)
+	if err != nil {
+		return DomainError(fmt.Errorf("start run %s: %w", in.RunID, err))
+	}
+	return nil
+}
+
+// ErrRunEnded is what signalling a run whose workflow has ended returns.
+var ErrRunEnded = &cocoonbox.Error{Code: cocoonbox.EConflict, Message: "the run has ended"}
+
+// CancelRun asks the run to stop, by; ErrRunEnded when it has ended.
+func CancelRun(ctx context.Context, c client.Client, runID, by string) error {
+	return signalRun(ctx, c, runID, SignalRunCancel, RunCancelSignal{By: by})
+}
+
+// MessageRun passes text to the run's next step; ErrRunEnded when it has ended.
+func MessageRun(ctx context.Context, c client.Client, runID, text string) error {
+	return signalRun(ctx, c, runID, SignalRunMessage, RunMessageSignal{Text: text})
+}
+
+func signalRun(ctx context.Context, c client.Client, runID, name string, arg any) error {
+	err := c.SignalWorkflow(ctx, AgentRunWorkflowID(runID), "", name, arg)
+	if _, ok := errors.AsType[*serviceerror.NotFound](err); ok {
+		return fmt.Errorf("%s run %s: %w", name, runID, ErrRunEnded)
+	}
+	if err != nil {
+		return DomainError(fmt.Errorf("%s run %s: %w", name, runID, err))
+	}
+	return nil
+}
 
 // Update sends the update name with arg to the box's workflow, waits for it to complete and
 // returns its result.

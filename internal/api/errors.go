@@ -12,7 +12,7 @@ import (
 	"github.com/loomhand/cocoonbox"
 )
 
-// grpcCodes is the one table from domain error codes to gRPC codes.
+// grpcCodes maps domain error codes to gRPC codes.
 var grpcCodes = map[string]codes.Code{
 	cocoonbox.EInvalid:       codes.InvalidArgument,
 	cocoonbox.ENotFound:      codes.NotFound,

@@ -77,7 +77,7 @@ func httpBearer(r *http.Request) string {
 	return strings.TrimSpace(tok)
 }
 
-// httpStatus is the one table from domain error codes to HTTP statuses for plain HTTP routes.
+// httpStatus maps domain error codes to HTTP statuses for plain HTTP routes.
 var httpStatus = map[string]int{
 	cocoonbox.EInvalid:       http.StatusBadRequest,
 	cocoonbox.ENotFound:      http.StatusNotFound,

@@ -9,9 +9,6 @@ import (
 	"slices"
 	"strings"
 
-	"go.temporal.io/api/serviceerror"
-	"go.temporal.io/sdk/client"
-
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/store"
@@ -87,9 +84,7 @@ func (s *Service) StartRun(ctx context.Context, caller string, id cocoonbox.BoxI
 	if err != nil {
 		return Run{}, fmt.Errorf("record run: %w", err)
 	}
-	_, err = s.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
-		ID: workflows.AgentRunWorkflowID(runID), TaskQueue: workflows.TaskQueue,
-	}, workflows.AgentRunWorkflow, workflows.AgentRunInput{
+	err = workflows.StartRun(ctx, s.Temporal, workflows.AgentRunInput{
 		RunID: runID, BoxID: id, Owner: caller, Task: req.Task, System: req.System, Model: req.Model,
 		MaxSteps: req.MaxSteps,
 	})
@@ -98,7 +93,7 @@ func (s *Service) StartRun(ctx context.Context, caller string, id cocoonbox.BoxI
 		if serr := s.Store.SetAgentRunState(context.WithoutCancel(ctx), runID, cocoonbox.AgentRunFailed, "could not start"); serr != nil && s.Logger != nil {
 			s.Logger.Warn("record unstarted run", "run", runID, "err", serr)
 		}
-		return Run{}, workflows.DomainError(fmt.Errorf("start run %s: %w", runID, err))
+		return Run{}, err
 	}
 	s.audit(ctx, caller, id, "agent.start", map[string]any{"run": runID, "model": req.Model})
 	return Run{AgentRun: run}, nil
@@ -155,11 +150,9 @@ func (s *Service) CancelRun(ctx context.Context, caller, runID string) (Run, err
 	if !run.EndedAt.IsZero() {
 		return Run{AgentRun: run}, nil
 	}
-	err = s.Temporal.SignalWorkflow(ctx, workflows.AgentRunWorkflowID(runID), "", workflows.SignalRunCancel,
-		workflows.RunCancelSignal{By: caller})
-	var nf *serviceerror.NotFound
-	if err != nil && !errors.As(err, &nf) { // not found: it ended meanwhile
-		return Run{}, workflows.DomainError(fmt.Errorf("cancel run %s: %w", runID, err))
+	err = workflows.CancelRun(ctx, s.Temporal, runID, caller)
+	if err != nil && !errors.Is(err, workflows.ErrRunEnded) { // ended meanwhile: nothing to cancel
+		return Run{}, err
 	}
 	s.audit(ctx, caller, run.BoxID, "agent.cancel", map[string]any{"run": runID})
 	return Run{AgentRun: run}, nil
@@ -181,14 +174,12 @@ func (s *Service) SendMessage(ctx context.Context, caller, runID, text string) e
 	if !run.EndedAt.IsZero() {
 		return notRunning
 	}
-	err = s.Temporal.SignalWorkflow(ctx, workflows.AgentRunWorkflowID(runID), "", workflows.SignalRunMessage,
-		workflows.RunMessageSignal{Text: text})
-	var nf *serviceerror.NotFound
+	err = workflows.MessageRun(ctx, s.Temporal, runID, text)
 	switch {
-	case errors.As(err, &nf):
+	case errors.Is(err, workflows.ErrRunEnded):
 		return notRunning
 	case err != nil:
-		return workflows.DomainError(fmt.Errorf("message run %s: %w", runID, err))
+		return err
 	}
 	s.audit(ctx, caller, run.BoxID, "agent.message", map[string]any{"run": runID})
 	return nil

@@ -14,10 +14,7 @@ import (
 	"log/slog"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/temporal"
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxlink"
@@ -102,33 +99,12 @@ func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (
 		}
 		return View{}, err
 	}
-	start := s.Temporal.NewWithStartWorkflowOperation(client.StartWorkflowOptions{
-		ID:                       workflows.BoxWorkflowID(req.ID),
-		TaskQueue:                workflows.TaskQueue,
-		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			workflows.SearchAttrOwner.ValueSet(owner),
-			workflows.SearchAttrBoxName.ValueSet(req.Name),
-			workflows.SearchAttrBoxState.ValueSet(string(cocoonbox.BoxStateCreating)),
-		),
-	}, workflows.BoxWorkflow, workflows.BoxWorkflowInput{
+	st, err := workflows.Create(ctx, s.Temporal, workflows.BoxWorkflowInput{
 		BoxID: req.ID, Owner: owner, Name: req.Name, Size: req.Size, Policy: s.Policy,
-	})
-	h, err := s.Temporal.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
-		StartWorkflowOperation: start,
-		UpdateOptions: client.UpdateWorkflowOptions{
-			UpdateName:   workflows.UpdateCreate,
-			Args:         []any{workflows.CreateInput{}},
-			WaitForStage: client.WorkflowUpdateStageCompleted,
-		},
 	})
 	if err != nil {
 		s.dropUnstarted(ctx, req.ID)
-		return View{}, workflows.DomainError(fmt.Errorf("create box %s: %w", req.ID, err))
-	}
-	var st workflows.Status
-	if err := h.Get(ctx, &st); err != nil {
-		return View{}, workflows.DomainError(fmt.Errorf("create box %s: %w", req.ID, err))
+		return View{}, err
 	}
 	s.audit(ctx, owner, req.ID, "create", map[string]any{"name": req.Name, "size": req.Size})
 	v := View{Status: st, Name: req.Name, Owner: owner, Size: req.Size, Role: cocoonbox.RoleOwner}
@@ -179,9 +155,7 @@ func (s *Service) status(ctx context.Context, id cocoonbox.BoxID) (workflows.Sta
 func (s *Service) dropUnstarted(ctx context.Context, id cocoonbox.BoxID) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	_, err := s.Temporal.DescribeWorkflowExecution(ctx, workflows.BoxWorkflowID(id), "")
-	var nf *serviceerror.NotFound
-	if !errors.As(err, &nf) {
+	if started, _ := workflows.Started(ctx, s.Temporal, id); started {
 		return
 	}
 	if err := s.Store.DropUnstartedBox(ctx, id); err != nil && s.Logger != nil {

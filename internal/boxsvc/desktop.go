@@ -56,9 +56,7 @@ func (s *Service) DialDesktop(ctx context.Context, caller string, id cocoonbox.B
 func (s *Service) SetViewers(ctx context.Context, id cocoonbox.BoxID, source string, n int) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	err := s.Temporal.SignalWorkflow(ctx, workflows.BoxWorkflowID(id), "", workflows.SignalViewers,
-		workflows.ViewersSignal{Count: n, Source: source})
-	if err != nil && s.Logger != nil {
+	if err := workflows.ReportViewers(ctx, s.Temporal, id, source, n); err != nil && s.Logger != nil {
 		s.Logger.Warn("report desktop viewers", "box", id, "viewers", n, "err", err)
 	}
 }

@@ -248,7 +248,7 @@ func (s *Service) touch(ctx context.Context, id cocoonbox.BoxID) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	go func() {
 		defer cancel()
-		if err := s.Temporal.SignalWorkflow(ctx, workflows.BoxWorkflowID(id), "", workflows.SignalTouch, struct{}{}); err != nil && s.Logger != nil {
+		if err := workflows.Touch(ctx, s.Temporal, id); err != nil && s.Logger != nil {
 			s.Logger.Warn("touch box", "box", id, "err", err)
 		}
 	}()

@@ -50,7 +50,7 @@ func TestWakeHistoryEvents(t *testing.T) {
 	if st, err := d.Boxes.Wake(ctx, owner.ID, id); err != nil || st.State != cocoonbox.BoxStateRunning {
 		t.Fatalf("wake: %v %v", st.State, err)
 	}
-	// The update answers once the workflow task completing it is in history.
+	// The update returns once the workflow task completing it is in history.
 	wrote := count() - before
 	for _, ev := range events[before:] {
 		t.Log(ev)

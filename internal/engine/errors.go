@@ -12,7 +12,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 )
 
-// kind is what went wrong as the caller sees it. statusOf is the one table from kinds to HTTP
+// kind is what went wrong as the caller sees it. statusOf maps kinds to HTTP
 // statuses; every handler answers errors through writeError so the table is the only place
 // that decides a status.
 type kind int

@@ -36,7 +36,7 @@ func sentinel(code, message string) *cocoonbox.Error {
 	return &cocoonbox.Error{Code: code, Message: message}
 }
 
-// statusKinds is the one table from HTTP status to sentinel. Statuses not listed map by class
+// statusKinds maps HTTP statuses to sentinels. Statuses not listed map by class
 // (kindOf); HTTPStatus reads it the other way for the engine.
 var statusKinds = []struct {
 	status int
