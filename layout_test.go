@@ -97,6 +97,8 @@ func TestImportRules(t *testing.T) {
 				t.Errorf("%s builds the Temporal server (%s): only cocoonbox dev embeds it", p.path, dep)
 			case under(p.path, "agentvm") && mine && !under(rel, "agentvm") && !under(rel, "proto/agentvm"):
 				t.Errorf("%s depends on %s: the in-box agent builds on its own proto only", p.path, rel)
+			case rel == "agentvm/agentvmtest" && !strings.HasSuffix(p.path, "test"):
+				t.Errorf("%s depends on %s: the fake agent is for tests and test helpers only", p.path, rel)
 			}
 		}
 	}

@@ -4,28 +4,26 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"go.temporal.io/sdk/temporal"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
-	"google.golang.org/grpc/test/bufconn"
 
 	"github.com/loomhand/cocoonbox"
-	"github.com/loomhand/cocoonbox/agentvm/wire"
+	"github.com/loomhand/cocoonbox/agentvm/agentvmtest"
 	"github.com/loomhand/cocoonbox/internal/boxlink"
+	"github.com/loomhand/cocoonbox/internal/boxlink/boxlinktest"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/store"
 	agentvmv1 "github.com/loomhand/cocoonbox/proto/agentvm/v1"
 )
 
 const agentBox = cocoonbox.BoxID("bx_0123456789abcdef")
+
+// agentCred is agentBox's agent credential under testCreds' key.
+var agentCred = boxlink.Credential([]byte("key"), agentBox)
 
 // testCreds derives agent credentials under a fixed key.
 func testCreds(id cocoonbox.BoxID) (string, error) { return boxlink.Credential([]byte("key"), id), nil }
@@ -63,84 +61,18 @@ func TestAgentErrorMapping(t *testing.T) {
 	}
 }
 
-// fakeAgent is the in-box agent: it checks the credential and key, and echoes a conversation.
-type fakeAgent struct {
-	agentvmv1.UnimplementedAgentsServer
-	cred      string
-	fail      error
-	mu        sync.Mutex
-	reqs      []*agentvmv1.StepRequest
-	cancelled []string // runs Cancel was called for
-	info      *fakeInfo
-}
+// sbRef is the sandbox fakeTokens names as agentBox's.
+var sbRef = sandbox.SandboxRef{ID: "sb_1", Token: "tok"}
 
-func (f *fakeAgent) Cancel(ctx context.Context, req *agentvmv1.CancelRequest) (*agentvmv1.CancelResponse, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.cancelled = append(f.cancelled, req.GetRunId())
-	return &agentvmv1.CancelResponse{Cancelled: true}, nil
-}
-
-func (f *fakeAgent) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1.StepResponse, error) {
-	md, _ := metadata.FromIncomingContext(ctx)
-	if got := md.Get("authorization"); len(got) != 1 || got[0] != "Bearer "+f.cred {
-		return nil, status.Error(codes.Unauthenticated, "bad credential")
-	}
-	f.mu.Lock()
-	f.reqs = append(f.reqs, req)
-	f.mu.Unlock()
-	if f.fail != nil {
-		return nil, f.fail
-	}
-
+// echoStep answers a step with the conversation so far plus the step's number, one shell call,
+// and the run done at step 2.
+func echoStep(_ context.Context, req *agentvmv1.StepRequest) (*agentvmv1.StepResponse, error) {
 	return &agentvmv1.StepResponse{
 		Messages:  append(append([]byte{}, req.GetMessages()...), byte('0'+req.GetStep())),
 		Done:      req.GetStep() == 2,
 		Text:      "step text\nmore",
 		ToolCalls: []*agentvmv1.ToolCallResult{{Name: "shell", Result: "ok"}},
 	}, nil
-}
-
-// fakeInfo is the agent's Info service, answering version; it counts the calls.
-type fakeInfo struct {
-	agentvmv1.UnimplementedInfoServer
-	version string
-	calls   atomic.Int32
-}
-
-func (f *fakeInfo) Get(context.Context, *agentvmv1.GetInfoRequest) (*agentvmv1.InfoResponse, error) {
-	f.calls.Add(1)
-	return &agentvmv1.InfoResponse{Version: f.version}, nil
-}
-
-// fakeBox is a sandbox engine with one sandbox whose port wire.AgentPort is the fake agent.
-type fakeBox struct {
-	sandbox.Client
-	lis   *bufconn.Listener
-	mu    sync.Mutex
-	execs []sandbox.ExecRequest
-}
-
-type pipeConn struct{ net.Conn }
-
-func (pipeConn) CloseWrite() error { return nil }
-
-func (f *fakeBox) DialPort(ctx context.Context, sb sandbox.SandboxRef, port int) (sandbox.Conn, error) {
-	if sb.ID != "sb_1" || sb.Token != "tok" || port != wire.AgentPort {
-		return nil, sandbox.ErrNotFound
-	}
-	c, err := f.lis.DialContext(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return pipeConn{c}, nil
-}
-
-func (f *fakeBox) Exec(_ context.Context, _ sandbox.SandboxRef, req sandbox.ExecRequest) (sandbox.ExecResult, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.execs = append(f.execs, req)
-	return sandbox.ExecResult{}, nil
 }
 
 type fakeTokens struct{}
@@ -190,17 +122,12 @@ func (v fakeVault) Open(_ context.Context, owner, name string) (string, error) {
 	return "", store.ErrNotFound
 }
 
-func newAgentFixture(t *testing.T) (*Agent, *fakeAgent, *fakeBox, *fakeRuns) {
+// newAgentFixture is an Agent activity whose box sbRef holds a fake agent, current and
+// answering echoStep, that takes agentBox's credential.
+func newAgentFixture(t *testing.T) (*Agent, *agentvmtest.Agent, *boxlinktest.Box, *fakeRuns) {
 	t.Helper()
-	cred := boxlink.Credential([]byte("key"), agentBox)
-	agent := &fakeAgent{cred: cred, info: &fakeInfo{version: boxlink.MinAgentVersion}}
-	lis := bufconn.Listen(1 << 20)
-	srv := grpc.NewServer()
-	agentvmv1.RegisterAgentsServer(srv, agent)
-	agentvmv1.RegisterInfoServer(srv, agent.info)
-	go srv.Serve(lis)
-	t.Cleanup(srv.Stop)
-	box := &fakeBox{lis: lis}
+	agent := agentvmtest.New(t, agentvmtest.Options{Credential: agentCred, Version: boxlink.MinAgentVersion, Step: echoStep})
+	box := boxlinktest.New(agent, sbRef)
 	runs := &fakeRuns{steps: map[int]store.NewAgentStep{}}
 	woke := 0
 	a := &Agent{
@@ -232,10 +159,11 @@ func TestAgentStep(t *testing.T) {
 	if res, err = a.Step(ctx, in); err != nil || !res.Done {
 		t.Fatalf("step 2 = %+v, %v", res, err)
 	}
-	if len(agent.reqs) != 2 {
-		t.Fatalf("agent saw %d steps", len(agent.reqs))
+	reqs := agent.Steps()
+	if len(reqs) != 2 {
+		t.Fatalf("agent saw %d steps", len(reqs))
 	}
-	r1, r2 := agent.reqs[0], agent.reqs[1]
+	r1, r2 := reqs[0], reqs[1]
 	if r1.GetRunId() != "run_1" || len(r1.GetMessages()) != 0 || r1.GetTask() != "do it" ||
 		r1.GetProvider() != "openai" || r1.GetBaseUrl() != "http://"+boxGatewayHost+"/v1" {
 		t.Errorf("step 1 request %v", r1)
@@ -252,15 +180,15 @@ func TestAgentStep(t *testing.T) {
 	if string(r2.GetMessages()) != "1" || r2.GetMessage() != "hurry" {
 		t.Errorf("step 2 request carries conversation %q, message %q", r2.GetMessages(), r2.GetMessage())
 	}
-	if len(box.execs) != 1 || box.execs[0].Env["COCOONBOX_CRED"] != agent.cred || strings.Contains(strings.Join(box.execs[0].Argv, " "), agent.cred) {
-		t.Errorf("credential writes %+v", box.execs)
+	if execs := box.Execs(); len(execs) != 1 || execs[0].Env["COCOONBOX_CRED"] != agentCred || strings.Contains(strings.Join(execs[0].Argv, " "), agentCred) {
+		t.Errorf("credential writes %+v", execs)
 	}
 	s := runs.steps[2]
 	if s.Kind != "model_turn" || s.Summary != "called shell" || string(s.Conversation) != "12" ||
 		strings.Contains(string(s.Payload), "sk-secret") || !strings.Contains(string(s.Payload), `"message":"hurry"`) {
 		t.Errorf("step 2 row %+v payload %s", s, s.Payload)
 	}
-	if n := agent.info.calls.Load(); n != 1 {
+	if n := agent.Calls(agentvmtest.MethodInfo); n != 1 {
 		t.Errorf("asked the agent its version %d times for two steps in one sandbox, want 1", n)
 	}
 }
@@ -271,20 +199,20 @@ func TestAgentStepRefusesAnOldAgent(t *testing.T) {
 	in := StepInput{RunID: "run_1", BoxID: agentBox, Owner: "usr_a", Step: 1, Model: "m", Task: "do it"}
 	for _, v := range []string{"0.6.0", "0.5.9", "", "dev"} {
 		a, agent, _, _ := newAgentFixture(t)
-		agent.info.version = v
+		agent.SetVersion(v)
 		_, err := a.Step(t.Context(), in)
 		var app *temporal.ApplicationError
 		if !errors.As(err, &app) || app.Type() != ErrTypeConflict || !app.NonRetryable() ||
 			!strings.Contains(err.Error(), fmt.Sprintf("%q", v)) || !strings.Contains(err.Error(), boxlink.MinAgentVersion) {
 			t.Errorf("agent %q: %v, want a non-retryable conflict naming both versions", v, err)
 		}
-		if len(agent.reqs) != 0 {
-			t.Errorf("agent %q was sent %d steps", v, len(agent.reqs))
+		if n := len(agent.Steps()); n != 0 {
+			t.Errorf("agent %q was sent %d steps", v, n)
 		}
 	}
 	for _, v := range []string{boxlink.MinAgentVersion, "0.10.0", "1.0.0"} {
 		a, agent, _, _ := newAgentFixture(t)
-		agent.info.version = v
+		agent.SetVersion(v)
 		if _, err := a.Step(t.Context(), in); err != nil {
 			t.Errorf("agent %q: %v", v, err)
 		}
@@ -306,7 +234,7 @@ func TestAgentStepErrors(t *testing.T) {
 		t.Errorf("bad gateway base URL: %v", err)
 	}
 	a.Gateway = gateway
-	agent.fail = status.Error(codes.InvalidArgument, "model: 401 invalid api key")
+	agent.FailNext(agentvmtest.MethodStep, 1, codes.InvalidArgument, "model: 401 invalid api key")
 	if _, err := a.Step(ctx, in); !errors.As(err, &app) || !app.NonRetryable() || !strings.Contains(err.Error(), "invalid api key") {
 		t.Errorf("model 4xx: %v", err)
 	}
@@ -316,7 +244,6 @@ func TestAgentStepErrors(t *testing.T) {
 	}
 	a.Link.Credentials = func(cocoonbox.BoxID) (string, error) { return "wrong", nil }
 	in.Step = 1
-	agent.fail = nil
 	if _, err := a.Step(ctx, in); !errors.As(err, &app) || app.Type() != ErrTypeUnavailable || app.NonRetryable() {
 		t.Errorf("refused credential: %v", err)
 	}
@@ -328,9 +255,7 @@ func TestAgentCancelStep(t *testing.T) {
 	if err := a.CancelStep(context.Background(), CancelStepInput{RunID: "run_1", BoxID: agentBox}); err != nil {
 		t.Fatal(err)
 	}
-	agent.mu.Lock()
-	defer agent.mu.Unlock()
-	if len(agent.cancelled) != 1 || agent.cancelled[0] != "run_1" {
-		t.Fatalf("cancel calls: %v, want run_1 once", agent.cancelled)
+	if got := agent.Cancels(); len(got) != 1 || got[0] != "run_1" {
+		t.Fatalf("cancel calls: %v, want run_1 once", got)
 	}
 }

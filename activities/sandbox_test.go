@@ -13,6 +13,7 @@ import (
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/agentvm/wire"
 	"github.com/loomhand/cocoonbox/internal/boxlink"
+	"github.com/loomhand/cocoonbox/internal/boxlink/boxlinktest"
 	"github.com/loomhand/cocoonbox/internal/sandbox/sandboxtest"
 )
 
@@ -109,7 +110,7 @@ func requireType(t *testing.T, err error, typ string) {
 // TestWaitReadyWritesCredential: once the sandbox answers, WaitReady writes the box's agent
 // credential into it through the engine's exec, the credential in the environment, not argv.
 func TestWaitReadyWritesCredential(t *testing.T) {
-	box := &fakeBox{}
+	box := boxlinktest.New(nil, sbRef)
 	a := &Sandbox{Client: box, Tokens: fakeTokens{},
 		Credentials: func(id cocoonbox.BoxID) (string, error) { return boxlink.Credential([]byte("key"), id), nil }}
 	var s testsuite.WorkflowTestSuite
@@ -119,18 +120,19 @@ func TestWaitReadyWritesCredential(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := boxlink.Credential([]byte("key"), agentBox)
-	if len(box.execs) != 2 || box.execs[0].Argv[0] != "true" {
-		t.Fatalf("execs %+v, want the probe and the write", box.execs)
+	execs := box.Execs()
+	if len(execs) != 2 || execs[0].Argv[0] != "true" {
+		t.Fatalf("execs %+v, want the probe and the write", execs)
 	}
-	w := box.execs[1]
+	w := execs[1]
 	if w.Env["COCOONBOX_CRED"] != want || strings.Contains(strings.Join(w.Argv, " "), want) ||
 		!strings.Contains(strings.Join(w.Argv, " "), wire.CredentialPath) {
 		t.Errorf("credential write %+v", w)
 	}
 	// Without Credentials only the probe runs.
-	box.execs = nil
 	a.Credentials = nil
-	if _, err := env.ExecuteActivity(a.WaitReady, SandboxInput{BoxID: agentBox, SandboxID: "sb_1"}); err != nil || len(box.execs) != 1 {
-		t.Fatalf("without credentials: %v, execs %+v", err, box.execs)
+	_, err := env.ExecuteActivity(a.WaitReady, SandboxInput{BoxID: agentBox, SandboxID: "sb_1"})
+	if execs := box.Execs(); err != nil || len(execs) != 3 || execs[2].Argv[0] != "true" {
+		t.Fatalf("without credentials: %v, execs %+v; want one more, the probe", err, execs)
 	}
 }

@@ -31,13 +31,14 @@ cache=${2:-${COCOONBOX_IMAGE_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/cocoonbox/im
 
 # agent_sum prints the sha256sum lines of the resident agent's source, paths from the
 # repository's root: agentvm/, cmd/cocoonbox-agent/ and proto/agentvm/, without tests (sorted
-# bytewise, skipping names that start with . or _ and testdata directories). image/agent.sum
-# holds a copy, which the Go side hashes instead (go:embed cannot reach outside image/); a test
-# and every build of an agent image keep it current.
+# bytewise, skipping names that start with . or _, testdata directories and agentvm/agentvmtest,
+# the agent's test fake, which no agent binary holds). image/agent.sum holds a copy, which the Go
+# side hashes instead (go:embed cannot reach outside image/); a test and every build of an agent
+# image keep it current.
 agent_sum() {
 	(
 		cd "$here/.."
-		find agentvm cmd/cocoonbox-agent proto/agentvm \( -name '.*' -o -name '_*' -o -name testdata \) -prune \
+		find agentvm cmd/cocoonbox-agent proto/agentvm \( -name '.*' -o -name '_*' -o -name testdata -o -name agentvmtest \) -prune \
 			-o -type f ! -name '*_test.go' -print | LC_ALL=C sort | xargs sha256sum
 	)
 }

@@ -1,0 +1,81 @@
+package boxsvc_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/boxsvc"
+	"github.com/loomhand/cocoonbox/internal/sandbox/sandboxtest"
+)
+
+// TestExecValidation: a bad request is refused naming its field, before it reaches the box.
+func TestExecValidation(t *testing.T) {
+	t.Parallel()
+	e := newBoxEnv(t)
+	ann := e.users[cocoonbox.RoleOwner]
+	for _, tc := range []struct {
+		req        boxsvc.ExecRequest
+		field, msg string
+	}{
+		{boxsvc.ExecRequest{}, "argv", "argv: is required: the command and its arguments"},
+		{boxsvc.ExecRequest{Argv: []string{"", "x"}}, "argv", "argv: is required: the command and its arguments"},
+		{boxsvc.ExecRequest{Argv: []string{"true"}, TimeoutSeconds: -1}, "timeout_seconds", "timeout_seconds: must be 0 to 3600, got -1"},
+		{boxsvc.ExecRequest{Argv: []string{"true"}, TimeoutSeconds: 3601}, "timeout_seconds", "timeout_seconds: must be 0 to 3600, got 3601"},
+		{boxsvc.ExecRequest{Argv: []string{"true"}, Cwd: "tmp"}, "cwd", `cwd: must be an absolute path, got "tmp"`},
+	} {
+		_, err := e.svc.Exec(context.Background(), ann, e.box, tc.req)
+		wantError(t, "exec "+strings.Join(tc.req.Argv, " "), err, cocoonbox.EInvalid, tc.field, tc.msg)
+	}
+	if n := len(e.sandbox.Execs()); n != 0 {
+		t.Fatalf("invalid requests reached the box: %+v", e.sandbox.Execs())
+	}
+}
+
+// TestExecRuns: a command runs in the box with its cwd and environment; a non-zero exit is a
+// result with its output, and a command given no timeout gets the default one.
+func TestExecRuns(t *testing.T) {
+	t.Parallel()
+	e := newBoxEnv(t)
+	res, err := e.svc.Exec(context.Background(), e.users[cocoonbox.RoleDriver], e.box, boxsvc.ExecRequest{
+		Argv: []string{"sh", "-c", `echo "$GREETING from $(pwd)"; echo oops >&2; exit 3`},
+		Cwd:  "/", Env: map[string]string{"GREETING": "hi"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res != (boxsvc.ExecResult{ExitCode: 3, Stdout: "hi from /\n", Stderr: "oops\n"}) {
+		t.Fatalf("result %+v", res)
+	}
+	if got := e.sandbox.Execs(); len(got) != 1 || got[0].TimeoutSeconds != boxsvc.DefaultExecTimeout {
+		t.Fatalf("engine got %+v, want one exec with the default timeout %d", got, boxsvc.DefaultExecTimeout)
+	}
+}
+
+// TestExecEngineErrors: what the engine answers a failed exec reaches the caller with a code and
+// a message saying what to do: output too large, a timeout naming the field and its value, a
+// busy engine, a sandbox the engine lost, a command the box refused.
+func TestExecEngineErrors(t *testing.T) {
+	t.Parallel()
+	e := newBoxEnv(t)
+	ctx := context.Background()
+	ann := e.users[cocoonbox.RoleOwner]
+	run := func(req boxsvc.ExecRequest) error { _, err := e.svc.Exec(ctx, ann, e.box, req); return err }
+
+	wantError(t, "output over the limit", run(boxsvc.ExecRequest{Argv: []string{"head", "-c", "9000000", "/dev/zero"}}),
+		cocoonbox.EInvalid, "", "the command's output is over 8 MiB; redirect it to a file")
+	wantError(t, "past its timeout", run(boxsvc.ExecRequest{Argv: []string{"sleep", "30"}, TimeoutSeconds: 1}),
+		cocoonbox.EInvalid, "timeout_seconds", "timeout_seconds: the command ran past 1 s and was killed")
+	wantError(t, "missing cwd", run(boxsvc.ExecRequest{Argv: []string{"true"}, Cwd: "/nonexistent-dir"}),
+		cocoonbox.EInvalid, "", `the box refused the command: cwd "/nonexistent-dir" does not exist`)
+	for _, status := range []int{http.StatusTooManyRequests, http.StatusServiceUnavailable} {
+		e.engine.FailNext(sandboxtest.VerbExec, sandboxtest.Fault{Status: status, Message: "draining"})
+		wantError(t, http.StatusText(status), run(boxsvc.ExecRequest{Argv: []string{"true"}}),
+			cocoonbox.EUnavailable, "", "the sandbox engine is busy or down; try again")
+	}
+	e.engine.Lose(e.ref.ID)
+	wantError(t, "lost sandbox", run(boxsvc.ExecRequest{Argv: []string{"true"}}),
+		cocoonbox.EUnavailable, "", "the box's sandbox is gone; wake the box to rebuild it")
+}
