@@ -165,7 +165,7 @@ func FuzzBoxMessages(f *testing.F) {
 		if code := cocoonbox.ErrorCode(err); code != cocoonbox.EInvalid && code != cocoonbox.ENotFound {
 			t.Fatalf("fileError(%q) = %v", text, err)
 		}
-		checkBoxMessage(t, strings.TrimPrefix(cocoonbox.ErrorMessage(err), "path: /f: "))
+		checkBoxMessage(t, strings.TrimPrefix(cocoonbox.ErrorMessage(err), `path: "/f": `))
 	})
 }
 

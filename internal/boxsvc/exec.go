@@ -115,7 +115,7 @@ func (s *Service) ReadFile(ctx context.Context, caller string, id cocoonbox.BoxI
 		return nil, 0, err
 	}
 	if size > MaxFileBytes {
-		return nil, 0, cocoonbox.Invalid("path", fmt.Sprintf("%s is %d bytes; files over %d bytes are not read through the API", p, size, MaxFileBytes))
+		return nil, 0, cocoonbox.Invalid("path", fmt.Sprintf("%s is %d bytes; files over %d bytes are not read through the API", quoteBox(p), size, MaxFileBytes))
 	}
 	const chunk = 4 << 20 // 4 MiB: 5.4 MiB of base64, under the engine's 8 MiB output limit
 	out := make([]byte, 0, size)
@@ -135,7 +135,7 @@ func (s *Service) ReadFile(ctx context.Context, caller string, id cocoonbox.BoxI
 		// A file that grows while it is read is read on (to a short chunk), but never past the
 		// limit, whatever the box answers.
 		if len(out)+len(b) > MaxFileBytes {
-			return nil, 0, cocoonbox.Invalid("path", fmt.Sprintf("%s grew past %d bytes while it was read", p, MaxFileBytes))
+			return nil, 0, cocoonbox.Invalid("path", fmt.Sprintf("%s grew past %d bytes while it was read", quoteBox(p), MaxFileBytes))
 		}
 		out = append(out, b...)
 		if len(b) < chunk {
@@ -254,6 +254,9 @@ func (s *Service) touch(ctx context.Context, id cocoonbox.BoxID) {
 	}()
 }
 
+// maxPath is Linux's PATH_MAX: no file in the box has a longer path.
+const maxPath = 4096
+
 func checkPath(p string) error {
 	switch {
 	case p == "":
@@ -264,6 +267,8 @@ func checkPath(p string) error {
 		return cocoonbox.Invalid("path", fmt.Sprintf("names a directory, got %q", p))
 	case strings.ContainsRune(p, 0):
 		return cocoonbox.Invalid("path", "must not contain NUL")
+	case len(p) > maxPath:
+		return cocoonbox.Invalid("path", fmt.Sprintf("is %d bytes, longer than the %d a path may be", len(p), maxPath))
 	}
 	return nil
 }
@@ -295,9 +300,9 @@ func fileError(p string, res sandbox.ExecResult) error {
 	if i := strings.LastIndex(msg, ": "); i >= 0 && strings.Contains(msg, p) {
 		msg = msg[i+2:]
 	}
-	msg = boxText(msg)
+	msg = quoteBox(p) + ": " + boxText(msg) // the caller's path is printable too, and bounded
 	if strings.Contains(msg, "No such file") || strings.Contains(msg, "not a regular file") {
-		return cocoonbox.Errorf(cocoonbox.ENotFound, "path: %s: %s", p, msg)
+		return &cocoonbox.Error{Code: cocoonbox.ENotFound, Field: "path", Message: msg}
 	}
-	return cocoonbox.Errorf(cocoonbox.EInvalid, "path: %s: %s", p, msg)
+	return cocoonbox.Invalid("path", msg)
 }

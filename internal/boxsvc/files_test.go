@@ -93,15 +93,18 @@ func TestFileErrors(t *testing.T) {
 	t.Cleanup(func() { e.exec(t, "rm", "-rf", dir) })
 
 	_, _, err := e.svc.ReadFile(ctx, ann, e.box, dir+"/missing")
-	wantError(t, "read a missing file", err, cocoonbox.ENotFound, "", "path: "+dir+"/missing: not a regular file")
+	wantError(t, "read a missing file", err, cocoonbox.ENotFound, "path", `path: "`+dir+`/missing": not a regular file`)
 	_, _, err = e.svc.ReadFile(ctx, ann, e.box, dir+"/d")
-	wantError(t, "read a directory", err, cocoonbox.ENotFound, "", "path: "+dir+"/d: not a regular file")
+	wantError(t, "read a directory", err, cocoonbox.ENotFound, "path", `path: "`+dir+`/d": not a regular file`)
+	// The caller's own path is quoted printable in the message, as the box's text is.
+	_, _, err = e.svc.ReadFile(ctx, ann, e.box, dir+"/\x1b[31mred")
+	wantError(t, "read a path with an escape", err, cocoonbox.ENotFound, "path", `path: "`+dir+`/ [31mred": not a regular file`)
 
 	e.exec(t, "truncate", "-s", "9M", dir+"/big")
 	before := len(e.sandbox.Execs())
 	_, _, err = e.svc.ReadFile(ctx, ann, e.box, dir+"/big")
 	wantError(t, "read a file over the limit", err, cocoonbox.EInvalid, "path",
-		"path: "+dir+"/big is 9437184 bytes; files over 8388608 bytes are not read through the API")
+		`path: "`+dir+`/big" is 9437184 bytes; files over 8388608 bytes are not read through the API`)
 	if n := len(e.sandbox.Execs()) - before; n != 1 {
 		t.Errorf("reading an oversized file ran %d commands, want only the stat", n)
 	}
@@ -110,7 +113,7 @@ func TestFileErrors(t *testing.T) {
 	e.exec(t, "sh", "-c", `: > "$1"`, "sh", dir+"/plain")
 	_, err = e.svc.WriteFile(ctx, ann, e.box, dir+"/plain/f", []byte("x"), 0)
 	msg := cocoonbox.ErrorMessage(err)
-	if cocoonbox.ErrorCode(err) != cocoonbox.EInvalid || !strings.HasPrefix(msg, "path: "+dir+"/plain/f: ") || !strings.HasSuffix(msg, ": File exists") {
+	if cocoonbox.ErrorCode(err) != cocoonbox.EInvalid || !strings.HasPrefix(msg, `path: "`+dir+`/plain/f": `) || !strings.HasSuffix(msg, ": File exists") {
 		t.Errorf("write under a file: %q (%s); want invalid naming the path, with the box's reason", msg, cocoonbox.ErrorCode(err))
 	}
 	if got := e.exec(t, "ls", "-A", dir).Stdout; strings.Contains(got, "cocoonbox-") {
