@@ -20,6 +20,8 @@ APT_PACKAGES=(
 	mmdebstrap           # builds the box images (make image)
 	zstd                 # the snapshot benchmark's raw `tar | zstd` baseline
 	e2fsprogs            # mkfs.ext4: each box's disk is an ext4 filesystem of its quota
+	iproute2             # ip: each networked box's namespace, veth pair and addresses
+	nftables             # nft: each networked box's egress policy and NAT, outside the box
 	chromium             # the browser go-rod drives in tests (the web app's desktop test)
 	ca-certificates
 )

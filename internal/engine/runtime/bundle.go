@@ -70,6 +70,7 @@ type ociResources struct {
 
 type ociNamespace struct {
 	Type string `json:"type"`
+	Path string `json:"path,omitempty"` // join this namespace rather than make a new one
 }
 
 // boxCaps are Docker's default capabilities: root in a box can install packages and run
@@ -113,8 +114,9 @@ func readOnlyMounts(rootfs string) []ociMount {
 	return ms
 }
 
-// writeBundle writes the box's OCI spec: the init as PID 1 on the overlay root, loopback-only
-// networking (runsc --network=none), limits from the size tier.
+// writeBundle writes the box's OCI spec: the init as PID 1 on the overlay root, loopback only
+// (runsc --network=none) or, for a box with a NIC, the namespace the engine made for it and its
+// resolv.conf; limits from the size tier.
 func writeBundle(spec Spec) error {
 	s := ociSpec{
 		Version:  "1.0.2",
@@ -139,7 +141,16 @@ func writeBundle(spec Spec) error {
 	s.Linux.Resources.CPU.Period = cpuPeriod
 	s.Linux.Resources.CPU.Quota = int64(spec.VCPUs) * cpuPeriod
 	for _, ns := range []string{"pid", "network", "ipc", "uts", "mount"} {
-		s.Linux.Namespaces = append(s.Linux.Namespaces, ociNamespace{Type: ns})
+		n := ociNamespace{Type: ns}
+		if ns == "network" && spec.Net != nil {
+			// The namespace the engine made, with the box's veth end: runsc's netstack takes it.
+			n.Path = netnsPath(boxNetns(spec.ID))
+		}
+		s.Linux.Namespaces = append(s.Linux.Namespaces, n)
+	}
+	if spec.Net != nil {
+		s.Mounts = append(s.Mounts, ociMount{Destination: "/etc/resolv.conf", Type: "bind",
+			Source: filepath.Join(spec.Dir, resolvConfFile), Options: []string{"bind", "ro", "nosuid", "nodev", "noexec"}})
 	}
 	b, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {

@@ -28,6 +28,8 @@ type Options struct {
 	// namespaces: a box's root there is confined but shares the host's kernel. Without it New
 	// refuses "process".
 	InsecureNoIsolation bool
+	// Network gives boxes whose Spec has a Net a NIC (gvisor only); zero: no box has one.
+	Network Network
 }
 
 // Runtime names accepted by New.

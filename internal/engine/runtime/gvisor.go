@@ -31,6 +31,7 @@ type gvisor struct {
 	index index
 	debug bool
 	log   *slog.Logger
+	net   netctl
 
 	mu    sync.Mutex
 	boxes map[string]*gbox
@@ -58,6 +59,7 @@ func newGVisor(opts Options) (*gvisor, error) {
 		index: index{dir: filepath.Join(opts.DataDir, "boxdirs")},
 		debug: opts.Debug,
 		log:   opts.Logger,
+		net:   netctl{cfg: opts.Network},
 		boxes: map[string]*gbox{},
 	}
 	if err := os.MkdirAll(g.root, 0o711); err != nil {
@@ -103,9 +105,14 @@ func (g *gvisor) probeSandbox(ctx context.Context) error {
 }
 
 // args are runsc's global flags followed by sub. Every command names the same --root and
-// platform, so any of them finds the sandboxes the others made.
+// platform, so any of them finds the sandboxes the others made; a networked box's (one whose Dir
+// has a resolv.conf) run with gVisor's netstack on the NIC of its namespace.
 func (g *gvisor) args(dir string, sub ...string) []string {
-	a := []string{"--root", g.root, "--platform=systrap", "--network=none", "--overlay2=none", "--host-uds=none"}
+	network := "--network=none"
+	if dir != "" && exists(filepath.Join(dir, resolvConfFile)) {
+		network = "--network=sandbox"
+	}
+	a := []string{"--root", g.root, "--platform=systrap", network, "--overlay2=none", "--host-uds=none"}
 	if g.debug && dir != "" {
 		a = append(a, "--debug", "--debug-log="+filepath.Join(dir, "logs")+"/")
 	}
@@ -200,6 +207,23 @@ func (g *gvisor) Start(ctx context.Context, spec Spec) error {
 	if err := checkSpec(spec); err != nil {
 		return fmt.Errorf("start box: %w", err)
 	}
+	if spec.Net != nil {
+		if !g.net.cfg.Enabled() {
+			return fmt.Errorf("start box %s: %w", spec.ID, ErrNoNetwork)
+		}
+		if err := spec.Net.Egress.Validate(); err != nil {
+			return fmt.Errorf("start box %s: %w", spec.ID, err)
+		}
+		if !spec.Net.Addr.IsValid() {
+			addr, err := g.allocAddr(spec.ID)
+			if err != nil {
+				return fmt.Errorf("start box %s: %w", spec.ID, err)
+			}
+			n := *spec.Net
+			n.Addr = addr
+			spec.Net = &n
+		}
+	}
 	if st, ok, err := g.state(ctx, spec.ID); err != nil {
 		return fmt.Errorf("start box %s: %w", spec.ID, err)
 	} else if ok && st.Status == "running" {
@@ -223,6 +247,11 @@ func (g *gvisor) Start(ctx context.Context, spec Spec) error {
 	g.mu.Unlock()
 	if err := mountOverlay(spec); err != nil {
 		return fmt.Errorf("start box %s: %w", spec.ID, err)
+	}
+	if spec.Net != nil {
+		if err := g.net.setup(ctx, spec); err != nil {
+			return fmt.Errorf("start box %s: %w", spec.ID, err)
+		}
 	}
 	if err := writeBundle(spec); err != nil {
 		return fmt.Errorf("start box %s: %w", spec.ID, err)
@@ -333,6 +362,13 @@ func (g *gvisor) Wake(ctx context.Context, id string) error {
 	if err := mountOverlay(b.spec); err != nil {
 		return fmt.Errorf("wake box %s: %w", id, g.unrestore(dir, err))
 	}
+	if b.spec.Net != nil {
+		// runsc took the address and route into the saved netstack; the namespace needs them
+		// back for the restore (and is made again after a host reboot).
+		if err := g.net.setup(ctx, b.spec); err != nil {
+			return fmt.Errorf("wake box %s: %w", id, g.unrestore(dir, err))
+		}
+	}
 	if err := g.spawn(ctx, dir, "restore", "--detach", "--bundle", dir, "--image-path", restoring, id); err != nil {
 		_ = g.deleteSandbox(context.WithoutCancel(ctx), id)
 		return fmt.Errorf("wake box %s: %w", id, g.unrestore(dir, err))
@@ -414,6 +450,9 @@ func (g *gvisor) Destroy(ctx context.Context, id string) error {
 		}
 	}
 	if err := g.deleteSandbox(ctx, id); err != nil {
+		return fmt.Errorf("destroy box %s: %w", id, err)
+	}
+	if err := g.net.teardown(ctx, id); err != nil {
 		return fmt.Errorf("destroy box %s: %w", id, err)
 	}
 	if dir != "" {

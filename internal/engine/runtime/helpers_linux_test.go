@@ -56,10 +56,17 @@ type testEnv struct {
 
 func newTestEnv(t *testing.T, name string) *testEnv {
 	t.Helper()
+	return newTestEnvWith(t, name, Options{})
+}
+
+// newTestEnvWith is newTestEnv with opts (DataDir and InsecureNoIsolation are set here).
+func newTestEnvWith(t *testing.T, name string, opts Options) *testEnv {
+	t.Helper()
 	rootfs := testRootfs(t)
 	base := shortTempDir(t)
 	e := &testEnv{data: filepath.Join(base, "data"), boxes: filepath.Join(base, "boxes"), rootfs: rootfs}
-	rt, err := New(name, Options{DataDir: e.data, InsecureNoIsolation: name == NameProcess})
+	opts.DataDir, opts.InsecureNoIsolation = e.data, name == NameProcess
+	rt, err := New(name, opts)
 	if err != nil {
 		t.Fatal(err)
 	}

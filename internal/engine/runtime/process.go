@@ -146,6 +146,9 @@ func (p *process) Start(ctx context.Context, spec Spec) error {
 	if err := checkSpec(spec); err != nil {
 		return fmt.Errorf("start box: %w", err)
 	}
+	if spec.Net != nil {
+		return fmt.Errorf("start box %s: the process runtime gives boxes no NIC: %w", spec.ID, ErrNoNetwork)
+	}
 	if running(spec.Dir) != 0 {
 		return fmt.Errorf("start box %s: already running", spec.ID)
 	}

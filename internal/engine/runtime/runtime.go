@@ -92,6 +92,7 @@ type Spec struct {
 	MemoryMB int
 	DiskMB   int      // the disk quota: the size of the filesystem the box's writes land on
 	Env      []string // extra environment for the box's init
+	Net      *NetSpec // the box's NIC and egress policy; nil: loopback only
 }
 
 // ExecRequest is one command run in a box.
@@ -151,6 +152,8 @@ var (
 	ErrNotFound   = errors.New("box not found")
 	ErrBadCommand = errors.New("bad command")
 	ErrNotRunning = errors.New("box is not running")
+	// ErrNoNetwork is a Start of a box with a NIC on a runtime that has no uplink to give it.
+	ErrNoNetwork  = errors.New("this engine gives boxes no network (no uplink configured)")
 	ErrPortClosed = errors.New("nothing listens on that port in the box")
 	ErrDiskFull   = errors.New("the disk is full") // files to copy in do not fit in the box's disk
 )

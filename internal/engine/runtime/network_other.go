@@ -1,0 +1,21 @@
+//go:build !linux
+
+package runtime
+
+import (
+	"context"
+	"errors"
+)
+
+const resolvConfFile = "resolv.conf"
+
+var errNoNetwork = errors.New("box networks need Linux")
+
+type netctl struct{ cfg Network }
+
+func netnsPath(name string) string { return "" }
+func boxNetns(id string) string    { return "" }
+
+func (c netctl) setup(context.Context, Spec) error            { return errNoNetwork }
+func (c netctl) policy(context.Context, string, Egress) error { return errNoNetwork }
+func (c netctl) teardown(context.Context, string) error       { return nil }
