@@ -25,6 +25,7 @@ type RestoreSnapshotInput struct {
 	Size       cocoonbox.Size
 	Attempt    int
 	TTL        time.Duration
+	Network    cocoonbox.Network // the box's egress policy; zero is none
 }
 
 // RestoreSnapshotResult is the new sandbox, answering, whose token went to the TokenStore, and
@@ -76,7 +77,7 @@ func (a *Snapshots) RestoreSnapshot(ctx context.Context, in RestoreSnapshotInput
 			return a.settle(ctx, in.BoxID, snap.ID, ck.ID, got)
 		}
 	} else {
-		ck, err = a.importSnapshot(ctx, porter, snap, sandbox.PoolKey{Template: a.template(), Net: a.net(), Size: string(size)}, name)
+		ck, err = a.importSnapshot(ctx, porter, snap, sandbox.PoolKey{Template: a.template(), Net: lane(in.Network), Size: string(size)}, name)
 		if err != nil {
 			return RestoreSnapshotResult{}, err
 		}
@@ -86,6 +87,12 @@ func (a *Snapshots) RestoreSnapshot(ctx context.Context, in RestoreSnapshotInput
 	})
 	if err != nil {
 		return RestoreSnapshotResult{}, classify(fmt.Errorf("claim from snapshot %s: %w", snap.ID, err))
+	}
+	if err := applyEgress(ctx, a.Client, got.SandboxRef, in.Network); err != nil {
+		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		_ = a.Client.Release(relCtx, got.SandboxRef) // a box never runs on a wider policy than its own
+		return RestoreSnapshotResult{}, classify(fmt.Errorf("restore snapshot %s: %w", snap.ID, err))
 	}
 	return a.settle(ctx, in.BoxID, snap.ID, ck.ID, got)
 }
@@ -228,12 +235,6 @@ func (a *Snapshots) template() string {
 	return a.Template
 }
 
-func (a *Snapshots) net() string {
-	if a.Net == "" {
-		return sandbox.NetNone
-	}
-	return a.Net
-}
 
 // hashingReader hashes and counts what passes through it and notes the end of the stream.
 type hashingReader struct {

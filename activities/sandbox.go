@@ -28,7 +28,6 @@ type Sandbox struct {
 	Client   sandbox.Client
 	Tokens   TokenStore
 	Template string // the template every box is claimed from, e.g. "base"
-	Net      string // the network lane; "" is sandbox.NetNone
 	// PollInterval is how often WaitReady probes the sandbox; 0 means half a second.
 	PollInterval time.Duration
 	// Credentials derives a box's agent credential (see boxlink.Credentials), which WaitReady writes
@@ -43,7 +42,8 @@ type ClaimInput struct {
 	BoxID   cocoonbox.BoxID
 	Size    cocoonbox.Size
 	Attempt int
-	TTL     time.Duration // the lease; 0 is the engine's default
+	TTL     time.Duration     // the lease; 0 is the engine's default
+	Network cocoonbox.Network // the box's egress policy; zero is none
 }
 
 // ClaimResult names the claimed sandbox; its token went to the TokenStore.
@@ -92,7 +92,8 @@ func (a *Sandbox) Claim(ctx context.Context, in ClaimInput) (ClaimResult, error)
 	got, err := whileHeartbeating(ctx, func(ctx context.Context) (sandbox.Claimed, error) {
 		return a.Client.Claim(ctx, sandbox.ClaimRequest{
 			Template:   a.Template,
-			Net:        a.Net,
+			Net:        lane(in.Network),
+			Egress:     egressPolicy(in.Network),
 			Size:       string(size),
 			TTLSeconds: int(in.TTL / time.Second),
 			ClaimRef:   ClaimRef(in.BoxID, in.Attempt),

@@ -48,9 +48,9 @@ type Snapshots struct {
 	Tokens TokenStore
 	Blobs  objstore.Store
 	Store  SnapshotStore
-	// Template and Net are the pool key a restored box gets, as for a claim (see Sandbox).
+	// Template is the template a restored box's pool key names, as for a claim (see Sandbox);
+	// its lane is the box's network policy's.
 	Template string
-	Net      string
 	// PollInterval is how often a restored sandbox is probed until it answers; 0 is half a second.
 	PollInterval time.Duration
 	// Credentials derives a box's agent credential, written into a restored sandbox once it

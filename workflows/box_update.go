@@ -256,7 +256,8 @@ func (w *box) delete(ctx workflow.Context, in DeleteInput) (Status, error) {
 
 // setPolicy replaces the policy; the main loop re-plans the idle timer.
 func (w *box) setPolicy(ctx workflow.Context, in SetPolicyInput) (Status, error) {
-	w.in.Policy = Policy(in)
+	w.in.Policy = Policy{IdleAfter: in.IdleAfter, LeaseTTL: in.LeaseTTL, DurableHibernate: in.DurableHibernate,
+		KeepSnapshots: in.KeepSnapshots, Network: w.in.Policy.Network} // the network is the box's for life
 	w.gen++
 	return w.status(), nil
 }
@@ -266,7 +267,7 @@ func (w *box) claimNew(ctx workflow.Context) error {
 	attempt := w.st.Attempt + 1
 	var res activities.ClaimResult
 	err := workflow.ExecuteActivity(sandboxOptions(ctx, 2*time.Minute), sandboxActs.Claim, activities.ClaimInput{
-		BoxID: w.in.BoxID, Size: w.in.Size, Attempt: attempt, TTL: w.in.Policy.LeaseTTL,
+		BoxID: w.in.BoxID, Size: w.in.Size, Attempt: attempt, TTL: w.in.Policy.LeaseTTL, Network: w.in.Policy.Network,
 	}).Get(ctx, &res)
 	if err != nil {
 		return err

@@ -68,6 +68,9 @@ type Policy struct {
 	// KeepSnapshots is how many complete snapshots retention keeps (plus pinned ones); 0 is
 	// DefaultKeepSnapshots. The newest complete snapshot is never deleted.
 	KeepSnapshots int
+	// Network is the box's egress policy, fixed at create: every sandbox the box gets (a claim, a
+	// restore) has it. Zero is none.
+	Network cocoonbox.Network
 }
 
 // BoxWorkflowInput starts (or continues) a box's entity workflow.

@@ -147,6 +147,7 @@ func (w *box) restoreFrom(ctx workflow.Context, snapshotID string) error {
 	var res activities.RestoreSnapshotResult
 	err := workflow.ExecuteActivity(streamOptions(ctx), snapActs.RestoreSnapshot, activities.RestoreSnapshotInput{
 		BoxID: w.in.BoxID, SnapshotID: snapshotID, Size: w.in.Size, Attempt: attempt, TTL: w.in.Policy.LeaseTTL,
+		Network: w.in.Policy.Network,
 	}).Get(ctx, &res)
 	if err != nil {
 		return err

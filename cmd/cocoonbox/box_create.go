@@ -17,6 +17,8 @@ func boxCreateCommand() *cli.Command {
 			&cli.StringFlag{Name: "name", Usage: "box name, unique among your boxes (or give it as the argument)"},
 			&cli.StringFlag{Name: "size", Value: "small", Usage: "small, medium, large, xlarge or 2xlarge"},
 			&cli.StringFlag{Name: "request-id", Usage: "box ID to create (bx_ and 16 hex digits): a retried create returns the same box"},
+			&cli.StringFlag{Name: "network", Usage: "egress policy for the box's life: none, internet (all but the host, other boxes, private and link-local ranges) or allow (only --allow); default: the server's"},
+			&cli.StringSliceFlag{Name: "allow", Usage: "with --network allow, a destination the box may reach: IPv4 CIDR or CIDR:port (repeatable)"},
 		),
 		Action: func(c *cli.Context) error {
 			args, err := positional(c, "--name NAME [--size SIZE]", 0, 1)
@@ -33,13 +35,18 @@ func boxCreateCommand() *cli.Command {
 			if name == "" {
 				return usageError("box create: --name is required")
 			}
+			network, allow := c.String("network"), c.StringSlice("allow")
+			if len(allow) > 0 && network == "" {
+				network = "allow" // --allow alone means what it says
+			}
 			s, boxes, err := boxClient(c)
 			if err != nil {
 				return err
 			}
 			defer s.Close()
 			stop := s.out.progress("creating box " + name)
-			b, err := boxes.CreateBox(c.Context, &cbv1.CreateBoxRequest{Name: name, Size: c.String("size"), RequestId: c.String("request-id")})
+			b, err := boxes.CreateBox(c.Context, &cbv1.CreateBoxRequest{Name: name, Size: c.String("size"), RequestId: c.String("request-id"),
+				Network: network, NetworkAllow: allow})
 			stop()
 			if err != nil {
 				return apiError(err)

@@ -85,6 +85,9 @@ func TestBoxCommandsSendTheirArguments(t *testing.T) {
 	}{
 		{[]string{"box", "create", "--name", "dev", "--size", "medium"}, &cbv1.CreateBoxRequest{Name: "dev", Size: "medium"}, "dev (bx_00000000000000c3) running\n"},
 		{[]string{"box", "create", "dev2"}, &cbv1.CreateBoxRequest{Name: "dev2", Size: "small"}, "dev2 (bx_00000000000000c3) running\n"},
+		{[]string{"box", "create", "site", "--network", "internet"}, &cbv1.CreateBoxRequest{Name: "site", Size: "small", Network: "internet"}, "site (bx_00000000000000c3) running\n"},
+		{[]string{"box", "create", "db", "--allow", "10.0.0.5:5432", "--allow", "1.2.3.0/24"},
+			&cbv1.CreateBoxRequest{Name: "db", Size: "small", Network: "allow", NetworkAllow: []string{"10.0.0.5:5432", "1.2.3.0/24"}}, "db (bx_00000000000000c3) running\n"},
 		{[]string{"box", "show", "web"}, &cbv1.GetBoxRequest{Box: "web"}, ""},
 		{[]string{"box", "wake", "bx_00000000000000a1"}, &cbv1.WakeBoxRequest{Box: "bx_00000000000000a1"}, "web (bx_00000000000000a1) running\n"},
 		{[]string{"box", "hibernate", "web"}, &cbv1.HibernateBoxRequest{Box: "web"}, "web (bx_00000000000000a1) hibernated\n"},

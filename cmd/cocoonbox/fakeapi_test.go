@@ -82,7 +82,7 @@ func sampleBoxes() []*cbv1.Box {
 	return []*cbv1.Box{
 		{Id: "bx_00000000000000a1", Name: "web", Owner: "us_ann", Size: "small", State: "running", Role: "owner",
 			Viewers: 1, Pins: []string{"run_7"}, IdleDeadline: timestamppb.New(t0.Add(30 * time.Minute)),
-			LastSnapshot: "sn_0002", CreatedAt: timestamppb.New(t0)},
+			LastSnapshot: "sn_0002", CreatedAt: timestamppb.New(t0), Network: "allow", NetworkAllow: []string{"198.18.0.0/15:443"}},
 		{Id: "bx_00000000000000b2", Name: "build-farm", Owner: "us_bob", Size: "xlarge", State: "hibernated", Role: "driver",
 			LastError: "wake: no capacity", CreatedAt: timestamppb.New(t0.Add(-48 * time.Hour))},
 	}

@@ -81,6 +81,12 @@ func writeBox(w io.Writer, b *cbv1.Box) error {
 		kv("last error", b.GetLastError())
 	}
 	kv("size", b.GetSize())
+	if n := b.GetNetwork(); n != "" {
+		if allow := b.GetNetworkAllow(); len(allow) > 0 {
+			n += " (" + strings.Join(allow, ", ") + ")"
+		}
+		kv("network", n)
+	}
 	kv("owner", b.GetOwner())
 	kv("role", b.GetRole())
 	kv("viewers", fmt.Sprint(b.GetViewers()))

@@ -41,6 +41,10 @@ func serveEngineCommand() *cli.Command {
 			&cli.BoolFlag{Name: "insecure-no-isolation", Usage: "allow --runtime process: boxes on the host kernel, no sandbox"},
 			&cli.IntFlag{Name: "max-sandboxes", Usage: "most boxes this engine runs (default: one per 512 MiB of host memory beyond 1 GiB)"},
 			&cli.IntFlag{Name: "box-disk-mb", Usage: "disk quota of each box, in MiB (default: the size's, 10 GiB for small, doubling with each size)"},
+			&cli.StringFlag{Name: "network-uplink", Usage: "interface boxes on the egress lane reach the internet through, or auto for the default route's (default: none, no box has a network)"},
+			&cli.StringFlag{Name: "network-uplink-netns", Usage: "network namespace holding the uplink and routing for the boxes (default: the host's, which then forwards IPv4)"},
+			&cli.StringFlag{Name: "network-pool", Usage: "IPv4 CIDR box addresses come from, a /30 each (default 10.88.0.0/16)"},
+			&cli.StringFlag{Name: "network-dns", Usage: "resolvers boxes use, comma-separated (default: the host's non-loopback ones)"},
 			&cli.StringFlag{Name: "log-level", Usage: "debug, info, warn or error"},
 		},
 		Action: runServeEngine,
@@ -56,6 +60,8 @@ func runServeEngine(c *cli.Context) error {
 		strings: map[string]*string{
 			"home": &cfg.Home, "listen": &cfg.Listen, "root-token": &cfg.RootToken,
 			"runtime": &cfg.Runtime, "log-level": &cfg.LogLevel,
+			"network-uplink": &cfg.Network.Uplink, "network-uplink-netns": &cfg.Network.UplinkNetns,
+			"network-pool": &cfg.Network.Pool, "network-dns": &cfg.Network.DNS,
 		},
 		bools: map[string]*bool{"insecure-no-token": &cfg.InsecureNoToken, "insecure-no-isolation": &cfg.InsecureNoIsolation},
 		ints:  map[string]*int{"max-sandboxes": &cfg.MaxSandboxes, "box-disk-mb": &cfg.BoxDiskMB},
@@ -66,7 +72,7 @@ func runServeEngine(c *cli.Context) error {
 	}
 
 	dir := filepath.Join(cfg.Home, "engine")
-	rt, err := newEngineRuntime(cfg.Runtime, cfg.InsecureNoIsolation, dir, logger)
+	rt, err := newEngineRuntime(cfg.Runtime, cfg.InsecureNoIsolation, cfg.Network, dir, logger)
 	if err != nil {
 		return err
 	}
@@ -98,10 +104,14 @@ func runServeEngine(c *cli.Context) error {
 // newEngineRuntime builds the runtime --runtime names; "auto" is the runtime package's own
 // choice (gvisor where runsc can start a sandbox here, else an error saying why). Its state
 // lives next to the engine's records so a restart finds both.
-func newEngineRuntime(kind string, noIsolation bool, dir string, logger *slog.Logger) (runtime.Runtime, error) {
+func newEngineRuntime(kind string, noIsolation bool, nc config.Network, dir string, logger *slog.Logger) (runtime.Runtime, error) {
 	if kind == "auto" {
 		kind = ""
 	}
+	network, err := runtime.ParseNetwork(runtime.NetworkConfig{Uplink: nc.Uplink, UplinkNetns: nc.UplinkNetns, Pool: nc.Pool, DNS: nc.DNS})
+	if err != nil {
+		return nil, err
+	}
 	return runtime.New(kind, runtime.Options{DataDir: filepath.Join(dir, "runtime"), Logger: logger,
-		InsecureNoIsolation: noIsolation})
+		InsecureNoIsolation: noIsolation, Network: network})
 }

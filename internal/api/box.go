@@ -56,7 +56,8 @@ func (b *boxService) CreateBox(ctx context.Context, req *cbv1.CreateBoxRequest) 
 		}
 	}
 	size := cocoonbox.Size(req.GetSize()) // empty: boxsvc applies cocoonbox.DefaultSize
-	v, err := svc.Create(ctx, caller, boxsvc.CreateRequest{ID: id, Name: req.GetName(), Size: size})
+	v, err := svc.Create(ctx, caller, boxsvc.CreateRequest{ID: id, Name: req.GetName(), Size: size,
+		Network: cocoonbox.Network{Policy: req.GetNetwork(), Allow: req.GetNetworkAllow()}})
 	if err != nil {
 		return nil, err
 	}

@@ -43,6 +43,8 @@ func boxProto(v boxsvc.View) *cbv1.Box {
 		LastSnapshot: v.LastSnapshot,
 		Controller:   v.Controller,
 		CreatedAt:    ts(v.CreatedAt),
+		Network:      v.Policy.Network.Policy,
+		NetworkAllow: v.Policy.Network.Allow,
 	}
 }
 

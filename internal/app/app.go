@@ -10,6 +10,7 @@ import (
 
 	"go.temporal.io/sdk/client"
 
+	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/api"
 	"github.com/loomhand/cocoonbox/internal/boxlink"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
@@ -32,10 +33,13 @@ type Parts struct {
 	Logger  *slog.Logger
 }
 
-// Boxes builds the box service every API call goes through.
-func Boxes(p Parts, agent config.Agent, quota config.Quota) *boxsvc.Service {
+// Boxes builds the box service every API call goes through; network is the egress policy of a
+// box whose create names none (config box_network).
+func Boxes(p Parts, agent config.Agent, quota config.Quota, network string) *boxsvc.Service {
+	policy := boxsvc.DefaultPolicy
+	policy.Network = cocoonbox.Network{Policy: network}
 	return &boxsvc.Service{
-		Temporal: p.Temporal, Store: p.Store, Policy: boxsvc.DefaultPolicy,
+		Temporal: p.Temporal, Store: p.Store, Policy: policy,
 		Link: &boxlink.Link{
 			Sandbox: p.Sandbox,
 			Tokens:  store.SandboxTokens{Store: p.Store, Keys: p.Keys},

@@ -68,6 +68,9 @@ type CreateRequest struct {
 	ID   cocoonbox.BoxID
 	Name string
 	Size cocoonbox.Size
+	// Network is the box's egress policy for life; a zero Policy means the service's
+	// (Policy.Network, none when that is zero too).
+	Network cocoonbox.Network
 }
 
 // Create starts the box's workflow (or finds it) and waits until the box runs. A new box must
@@ -81,6 +84,16 @@ func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (
 	}
 	b := cocoonbox.Box{ID: req.ID, Owner: owner, Name: req.Name, Size: req.Size}
 	if err := b.Validate(); err != nil {
+		return View{}, err
+	}
+	policy := s.Policy
+	if req.Network.Policy != "" || len(req.Network.Allow) > 0 {
+		policy.Network = req.Network
+	}
+	if policy.Network.Policy == "" {
+		policy.Network.Policy = cocoonbox.NetworkNone
+	}
+	if err := policy.Network.Validate(); err != nil {
 		return View{}, err
 	}
 	if existing, err := s.Store.BoxByID(ctx, req.ID); err == nil && existing.Owner != owner {
@@ -100,7 +113,7 @@ func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (
 		return View{}, err
 	}
 	st, err := workflows.Create(ctx, s.Temporal, workflows.BoxWorkflowInput{
-		BoxID: req.ID, Owner: owner, Name: req.Name, Size: req.Size, Policy: s.Policy,
+		BoxID: req.ID, Owner: owner, Name: req.Name, Size: req.Size, Policy: policy,
 	})
 	if err != nil {
 		s.dropUnstarted(ctx, req.ID)

@@ -29,9 +29,12 @@ func (s *Service) DeleteWith(ctx context.Context, caller string, id cocoonbox.Bo
 	return s.update(ctx, caller, id, cocoonbox.RoleAdmin, workflows.UpdateDelete, in)
 }
 
-// SetPolicy replaces the box's policy: idle hibernate, lease, durable hibernate, retention (admin).
+// SetPolicy replaces the box's policy: idle hibernate, lease, durable hibernate, retention
+// (admin). The network is the box's for life: p.Network is not applied.
 func (s *Service) SetPolicy(ctx context.Context, caller string, id cocoonbox.BoxID, p workflows.Policy) (View, error) {
-	return s.update(ctx, caller, id, cocoonbox.RoleAdmin, workflows.UpdateSetPolicy, workflows.SetPolicyInput(p))
+	return s.update(ctx, caller, id, cocoonbox.RoleAdmin, workflows.UpdateSetPolicy, workflows.SetPolicyInput{
+		IdleAfter: p.IdleAfter, LeaseTTL: p.LeaseTTL, DurableHibernate: p.DurableHibernate, KeepSnapshots: p.KeepSnapshots,
+	})
 }
 
 // Snapshot streams the box's disk to object storage and returns the verified snapshot (driver).

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -73,6 +74,48 @@ type S3 struct {
 	PathStyle bool   `yaml:"path_style" env:"COCOONBOX_S3_PATH_STYLE"`
 }
 
+// Network is how the local engine gives boxes on the egress lane a NIC: the uplink their traffic
+// leaves through (NATed, under each box's egress policy), the addresses they get and the
+// resolvers they use. An empty Uplink gives no box a network (the none lane only).
+type Network struct {
+	// Uplink is the interface box traffic leaves through: a name, "auto" for the interface of
+	// the host's default route, or empty for no network.
+	Uplink string `yaml:"uplink" env:"COCOONBOX_ENGINE_NETWORK_UPLINK"`
+	// UplinkNetns names (as `ip netns` does) a namespace that holds Uplink and routes for the
+	// boxes; empty is the host's own, which then forwards IPv4.
+	UplinkNetns string `yaml:"uplink_netns" env:"COCOONBOX_ENGINE_NETWORK_UPLINK_NETNS"`
+	// Pool is the IPv4 CIDR box addresses come from, a /30 each; empty means 10.88.0.0/16.
+	Pool string `yaml:"pool" env:"COCOONBOX_ENGINE_NETWORK_POOL"`
+	// DNS are the resolvers boxes use, comma-separated IPv4 addresses; empty means the host's
+	// /etc/resolv.conf nameservers that a box can reach (not loopback).
+	DNS string `yaml:"dns" env:"COCOONBOX_ENGINE_NETWORK_DNS"`
+}
+
+// Validate names the first malformed setting; key prefixes the names.
+func (n Network) Validate(key string) error {
+	if n.Uplink == "" {
+		if n.UplinkNetns != "" || n.Pool != "" || n.DNS != "" {
+			return fmt.Errorf("config %s.uplink: is required when the other network settings are set", key)
+		}
+		return nil
+	}
+	if n.Pool != "" {
+		p, err := netip.ParsePrefix(n.Pool)
+		if err != nil || !p.Addr().Is4() || p.Bits() > 30 {
+			return fmt.Errorf("config %s.pool: want an IPv4 CIDR of /30 or wider, got %q", key, n.Pool)
+		}
+	}
+	for d := range strings.SplitSeq(n.DNS, ",") {
+		if d = strings.TrimSpace(d); d == "" {
+			continue
+		}
+		if a, err := netip.ParseAddr(d); err != nil || !a.Is4() {
+			return fmt.Errorf("config %s.dns: want IPv4 addresses separated by commas, got %q", key, d)
+		}
+	}
+	return nil
+}
+
 // Sandbox says where the sandbox engine (sandboxd API) is.
 type Sandbox struct {
 	URL   string `yaml:"url" env:"COCOONBOX_SANDBOXD_URL"`
@@ -102,6 +145,8 @@ type Dev struct {
 	EngineInsecureNoIsolation bool `yaml:"engine_insecure_no_isolation" env:"COCOONBOX_ENGINE_INSECURE_NO_ISOLATION"`
 	// EngineBoxDiskMB is the local engine's disk quota per box; 0 means each size's own.
 	EngineBoxDiskMB int `yaml:"engine_box_disk_mb" env:"COCOONBOX_ENGINE_BOX_DISK_MB"`
+	// EngineNetwork gives the local engine's boxes on the egress lane a NIC.
+	EngineNetwork Network `yaml:"engine_network"`
 	// ImageCache is where built box images are found; empty means ~/.cache/cocoonbox/images.
 	ImageCache string   `yaml:"image_cache" env:"COCOONBOX_IMAGE_CACHE"`
 	Temporal   Temporal `yaml:"temporal"`
@@ -115,6 +160,8 @@ type Dev struct {
 	Agent Agent `yaml:"agent"`
 	// Quota bounds what each user may hold and run at once.
 	Quota Quota `yaml:"quota"`
+	// BoxNetwork is the egress policy of a box whose create names none: none or internet.
+	BoxNetwork string `yaml:"box_network" env:"COCOONBOX_BOX_NETWORK"`
 	// NoWorker starts the stack without its in-process Temporal worker, for tests and for running
 	// workers separately (`cocoonbox serve worker`); box operations wait until a worker polls.
 	NoWorker bool `yaml:"no_worker" env:"COCOONBOX_DEV_NO_WORKER"`
@@ -136,6 +183,8 @@ type API struct {
 	Agent Agent `yaml:"agent"`
 	// Quota bounds what each user may hold and run at once.
 	Quota Quota `yaml:"quota"`
+	// BoxNetwork is the egress policy of a box whose create names none: none or internet.
+	BoxNetwork string `yaml:"box_network" env:"COCOONBOX_BOX_NETWORK"`
 	// MaxDesktopConnections caps one box's open desktop connections on this process; 0 means
 	// the API's default (api.DefaultMaxDesktopConns).
 	MaxDesktopConnections int `yaml:"max_desktop_connections" env:"COCOONBOX_MAX_DESKTOP_CONNECTIONS"`
@@ -144,6 +193,9 @@ type API struct {
 // Validate checks the api configuration and names the first bad field.
 func (c *API) Validate() error {
 	if err := validateHome(c.Home); err != nil {
+		return err
+	}
+	if err := validateBoxNetwork(c.BoxNetwork); err != nil {
 		return err
 	}
 	if err := validateLogLevel(c.LogLevel); err != nil {
@@ -210,6 +262,8 @@ type Engine struct {
 	// BoxDiskMB is the disk quota of each box the engine starts; 0 means each size's own (10
 	// GiB for small, doubling with each size).
 	BoxDiskMB int `yaml:"box_disk_mb" env:"COCOONBOX_ENGINE_BOX_DISK_MB"`
+	// Network gives the engine's boxes on the egress lane a NIC.
+	Network Network `yaml:"network"`
 	// ImageCache is where built box images are found; empty means ~/.cache/cocoonbox/images,
 	// the default of image/build.sh, which reads the same variable.
 	ImageCache string `yaml:"image_cache" env:"COCOONBOX_IMAGE_CACHE"`
@@ -280,6 +334,12 @@ func (c *Dev) Validate() error {
 		return fmt.Errorf("config engine_runtime: must be auto, gvisor or process, got %q", c.EngineRuntime)
 	}
 	if err := validateNoIsolation("engine_runtime", c.EngineRuntime, "engine_insecure_no_isolation", c.EngineInsecureNoIsolation); err != nil {
+		return err
+	}
+	if err := c.EngineNetwork.Validate("engine_network"); err != nil {
+		return err
+	}
+	if err := validateBoxNetwork(c.BoxNetwork); err != nil {
 		return err
 	}
 	if err := validateBoxDisk("engine_box_disk_mb", c.EngineBoxDiskMB); err != nil {
@@ -373,6 +433,9 @@ func (c *Engine) Validate() error {
 	if c.MaxSandboxes < 0 {
 		return fmt.Errorf("config max_sandboxes: must not be negative (0 derives it from host memory), got %d", c.MaxSandboxes)
 	}
+	if err := c.Network.Validate("network"); err != nil {
+		return err
+	}
 	return validateBoxDisk("box_disk_mb", c.BoxDiskMB)
 }
 
@@ -383,6 +446,29 @@ func validateBoxDisk(key string, mb int) error {
 		return fmt.Errorf("config %s: a box's disk must be at least %d MiB (0 means each size's own), got %d", key, MinBoxDiskMB, mb)
 	}
 	return nil
+}
+
+// validateBoxNetwork: a default network policy is none or internet (an allow-list is a box's
+// own, given at its create), or empty for the role's default.
+func validateBoxNetwork(v string) error {
+	switch v {
+	case "", "none", "internet":
+		return nil
+	}
+	return fmt.Errorf("config box_network: want none or internet, got %q", v)
+}
+
+// DefaultBoxNetwork is the dev stack's box_network when the file leaves it empty: internet when
+// its own engine has an uplink to give boxes, none otherwise (an external engine's lanes are its
+// own to say).
+func (c *Dev) DefaultBoxNetwork() string {
+	if c.BoxNetwork != "" {
+		return c.BoxNetwork
+	}
+	if c.Sandbox.URL == "" && c.EngineNetwork.Uplink != "" {
+		return "internet"
+	}
+	return "none"
 }
 
 // MinBoxDiskMB is the smallest disk quota a box may have.

@@ -53,8 +53,13 @@ func (d *Dev) startEngine(ctx context.Context, ln net.Listener) error {
 		kind = ""
 	}
 	log := d.log.With("component", "engine")
+	nc := d.cfg.EngineNetwork
+	network, err := runtime.ParseNetwork(runtime.NetworkConfig{Uplink: nc.Uplink, UplinkNetns: nc.UplinkNetns, Pool: nc.Pool, DNS: nc.DNS})
+	if err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
 	rt, err := runtime.New(kind, runtime.Options{DataDir: filepath.Join(dir, "runtime"), Logger: log,
-		InsecureNoIsolation: d.cfg.EngineInsecureNoIsolation})
+		InsecureNoIsolation: d.cfg.EngineInsecureNoIsolation, Network: network})
 	if err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}

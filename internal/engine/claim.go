@@ -38,7 +38,7 @@ func leaseTTL(seconds int) (time.Duration, error) {
 
 // parseKey validates a (template, net, size) triple and fills the defaults. It does not ask
 // Images whether the template exists; rootfs does.
-func parseKey(template, net, size string) (sandbox.PoolKey, error) {
+func (e *Engine) parseKey(template, net, size string) (sandbox.PoolKey, error) {
 	switch {
 	case template == "":
 		return sandbox.PoolKey{}, invalid("template: is required")
@@ -49,7 +49,9 @@ func parseKey(template, net, size string) (sandbox.PoolKey, error) {
 	case "", sandbox.NetNone:
 		net = sandbox.NetNone
 	case sandbox.NetEgress:
-		return sandbox.PoolKey{}, invalid("net: the local engine has only the %q lane (no NIC); %q is not available here", sandbox.NetNone, sandbox.NetEgress)
+		if !e.networked() {
+			return sandbox.PoolKey{}, invalid("net: this engine has no uplink (its network_uplink is not set), so only the %q lane; %q is not available here", sandbox.NetNone, sandbox.NetEgress)
+		}
 	default:
 		return sandbox.PoolKey{}, invalid("net: unknown lane %q, want %q or %q", net, sandbox.NetNone, sandbox.NetEgress)
 	}
@@ -81,7 +83,11 @@ func (e *Engine) handleClaim(w http.ResponseWriter, r *http.Request, c caller) e
 	if err := decode(w, r, &req, bodyRequired); err != nil {
 		return err
 	}
-	key, err := parseKey(req.Template, req.Net, req.Size)
+	key, err := e.parseKey(req.Template, req.Net, req.Size)
+	if err != nil {
+		return err
+	}
+	egress, err := egressOf(key, req.Egress)
 	if err != nil {
 		return err
 	}
@@ -95,6 +101,12 @@ func (e *Engine) handleClaim(w http.ResponseWriter, r *http.Request, c caller) e
 	b, err := e.claim(r.Context(), c, key, ttl, req.ClaimRef)
 	if err != nil {
 		return err
+	}
+	if egress.Policy != runtime.EgressInternet { // the policy a networked box starts with
+		if err := e.setEgress(r.Context(), b, egress); err != nil {
+			e.discard(r.Context(), b)
+			return err
+		}
 	}
 	writeJSON(w, http.StatusOK, e.claimResponse(b))
 	return nil
@@ -171,7 +183,13 @@ func (e *Engine) spec(r record, rootfs string) runtime.Spec {
 	if e.diskMB > 0 {
 		sz.DiskMB = e.diskMB
 	}
-	return runtime.Spec{ID: r.ID, Dir: e.boxDir(r.ID), Rootfs: rootfs, VCPUs: sz.VCPUs, MemoryMB: sz.MemoryMB, DiskMB: sz.DiskMB}
+	spec := runtime.Spec{ID: r.ID, Dir: e.boxDir(r.ID), Rootfs: rootfs, VCPUs: sz.VCPUs, MemoryMB: sz.MemoryMB, DiskMB: sz.DiskMB}
+	if r.Key.Net == sandbox.NetEgress {
+		// Every networked box starts on the internet policy (a warm one cannot know its claim's);
+		// a claim that asks for another sets it before it answers.
+		spec.Net = &runtime.NetSpec{Egress: runtime.Egress{Policy: runtime.EgressInternet}}
+	}
+	return spec
 }
 
 // start starts a reserved box. On failure the box is discarded and the caller sees a 503: a

@@ -194,6 +194,7 @@ func (e *Engine) Handler() http.Handler {
 	mux.Handle("POST /v1/sandboxes/{id}/hibernate", e.plain(e.handleHibernate))
 	mux.Handle("POST /v1/sandboxes/{id}/wake", e.plain(e.handleWake))
 	mux.Handle("POST /v1/sandboxes/{id}/renew", e.plain(e.handleRenew))
+	mux.Handle("PUT /v1/sandboxes/{id}/egress", e.plain(e.handleSetEgress))
 	mux.Handle("POST /v1/sandboxes/{id}/exec", e.plain(e.handleExec))
 	mux.Handle("GET /v1/sandboxes/{id}/ports/{port}", e.plain(e.handleRelay))
 	mux.Handle("GET /v1/sandboxes/{id}/agent", e.plain(e.handleAgent))

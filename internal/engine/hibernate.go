@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/loomhand/cocoonbox/internal/engine/runtime"
-	"github.com/loomhand/cocoonbox/internal/sandbox"
 )
 
 // handleHibernate frees a sandbox's CPU and memory; 204 also when it already sleeps.
@@ -51,8 +50,6 @@ func (e *Engine) hibernateLocked(ctx context.Context, b *box, trigger string) er
 		return errUnknownSandbox
 	case r.Hibernated:
 		return nil
-	case r.Key.Net == sandbox.NetEgress: // unreachable while claims refuse egress; kept for the contract
-		return newError(kindConflict, "a sandbox on the egress lane cannot hibernate")
 	}
 	hctx, cancel := lifecycleCtx(ctx)
 	defer cancel()

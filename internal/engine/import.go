@@ -20,7 +20,7 @@ import (
 // A local-engine extension, announced as disk_export in /v1/info.
 func (e *Engine) handleImportCheckpoint(w http.ResponseWriter, r *http.Request, c caller) error {
 	q := r.URL.Query()
-	key, err := parseKey(q.Get("template"), q.Get("net"), q.Get("size"))
+	key, err := e.parseKey(q.Get("template"), q.Get("net"), q.Get("size"))
 	if err != nil {
 		return err
 	}

@@ -27,7 +27,7 @@ func (e *Engine) info() sandbox.Info {
 			MemoryHibernate:  caps.MemoryHibernate,
 			CheckpointMemory: false, // checkpoints are runtime.Snapshot: the disk, not the processes
 			AgentRelay:       false, // /agent answers 501; cocoonbox reaches its agent through the ports relay
-			Lanes:            []string{sandbox.NetNone},
+			Lanes:            e.lanes(),
 			Isolation:        caps.Isolation,
 			DiskExport:       true, // GET /v1/checkpoints/{id}/disk
 		},

@@ -38,7 +38,7 @@ func (e *Engine) handlePutPools(w http.ResponseWriter, r *http.Request, c caller
 	}
 	specs := map[sandbox.PoolKey]sandbox.PoolSpec{}
 	for i, p := range req.Pools {
-		key, err := parseKey(p.Template, p.Net, p.Size)
+		key, err := e.parseKey(p.Template, p.Net, p.Size)
 		if err == nil {
 			err = checkPoolSpec(p)
 		}
@@ -137,7 +137,7 @@ func (e *Engine) loadPools() error {
 		return fmt.Errorf("read pools: %w", err)
 	}
 	for _, s := range req.Pools {
-		key, err := parseKey(s.Template, s.Net, s.Size)
+		key, err := e.parseKey(s.Template, s.Net, s.Size)
 		if err == nil {
 			err = checkPoolSpec(s)
 		}

@@ -69,6 +69,13 @@ type DiskPorter interface {
 	ImportCheckpointDisk(ctx context.Context, r io.Reader, sum DiskExport, key PoolKey, name string) (Checkpoint, error)
 }
 
+// EgressSetter is an engine that can change a networked sandbox's egress policy while it lives
+// (the local engine; upstream sandboxd fixes a sandbox's lane at claim). Found by type assertion.
+type EgressSetter interface {
+	// SetEgress replaces the egress policy of sb, which must be on the NetEgress lane.
+	SetEgress(ctx context.Context, sb SandboxRef, p EgressPolicy) error
+}
+
 // SandboxRef is what a caller keeps to act on a sandbox: its ID, its own token, and which node
 // owns it. Activities keep it out of workflow payloads (the token is a secret).
 type SandboxRef struct {

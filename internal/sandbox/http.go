@@ -19,8 +19,9 @@ import (
 )
 
 var (
-	_ Client     = (*HTTP)(nil)
-	_ DiskPorter = (*HTTP)(nil)
+	_ Client       = (*HTTP)(nil)
+	_ DiskPorter   = (*HTTP)(nil)
+	_ EgressSetter = (*HTTP)(nil)
 )
 
 // HTTP is the Client of the sandboxd HTTP API. It is safe for concurrent use.
@@ -318,6 +319,14 @@ func (c *HTTP) Renew(ctx context.Context, sb SandboxRef, ttl time.Duration) (tim
 			body: RenewRequest{TTLSeconds: ttlSeconds(ttl)}, out: &out})
 	})
 	return out.Deadline, err
+}
+
+// SetEgress implements EgressSetter; replacing a policy is idempotent, so it is retried.
+func (c *HTTP) SetEgress(ctx context.Context, sb SandboxRef, p EgressPolicy) error {
+	return c.retry(ctx, func() error {
+		return c.do(ctx, call{op: "set egress " + sb.ID, method: http.MethodPut, addr: sb.Addr,
+			path: sandboxPath(sb.ID, "egress"), token: c.sandboxToken(sb), body: p, ok: []int{http.StatusNoContent}})
+	})
 }
 
 // Exec implements Client. It is never retried: the command may have run.

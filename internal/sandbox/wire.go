@@ -33,7 +33,8 @@ const (
 const (
 	// NetNone has no NIC: the sandbox is reachable only through the relays. The default.
 	NetNone = "none"
-	// NetEgress may reach the internet; such a sandbox cannot hibernate (409).
+	// NetEgress has a NIC that may reach the internet, under an egress policy. Upstream's cannot
+	// hibernate (409); the local engine's hibernates and wakes with its address and policy.
 	NetEgress = "egress"
 )
 
@@ -61,6 +62,21 @@ type ClaimRequest struct {
 	NoRedirect bool `json:"no_redirect,omitempty"`
 	// RequirePromoted is copied from a redirect answer into the re-post (upstream cluster field).
 	RequirePromoted bool `json:"require_promoted,omitempty"`
+	// Egress is the policy of a box on the egress lane; nil means internet. A local-engine
+	// extension (see EgressSetter).
+	Egress *EgressPolicy `json:"egress,omitempty"`
+}
+
+// Egress policies of a box on the egress lane.
+const (
+	EgressInternet = "internet" // everything but the host, other boxes, private and link-local ranges
+	EgressAllow    = "allow"    // only Allow's destinations (and the resolvers)
+)
+
+// EgressPolicy is the body of PUT /v1/sandboxes/{id}/egress and a claim's egress field.
+type EgressPolicy struct {
+	Policy string   `json:"policy"`          // EgressInternet or EgressAllow
+	Allow  []string `json:"allow,omitempty"` // "CIDR" or "CIDR:port", IPv4
 }
 
 // ClaimResponse is the 200 body of POST /v1/claim and POST /v1/checkpoints/{id}/claim: either a

@@ -70,6 +70,11 @@ func prepareDir(spec Spec) error {
 	if err := registerImageUse(spec); err != nil {
 		return err
 	}
+	return saveSpec(spec)
+}
+
+// saveSpec writes spec into its Dir, where loadSpec finds it after an engine restart.
+func saveSpec(spec Spec) error {
 	b, err := json.MarshalIndent(spec, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode spec: %w", err)

@@ -16,7 +16,10 @@ import (
 	"time"
 )
 
-var _ Runtime = (*gvisor)(nil)
+var (
+	_ Runtime   = (*gvisor)(nil)
+	_ Networker = (*gvisor)(nil)
+)
 
 // gvisor runs each box as a runsc sandbox (systrap platform, loopback-only network). The box's
 // root is a host overlayfs of the shared image and the box's disk (see mountOverlay), used by

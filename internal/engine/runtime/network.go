@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"context"
 	"fmt"
 	"net/netip"
 	"os"
@@ -171,4 +172,102 @@ func (g *gvisor) allocAddr(id string) (netip.Prefix, error) {
 			return p, nil
 		}
 	}
+}
+
+// Networked implements Networker.
+func (g *gvisor) Networked() bool { return g.net.cfg.Enabled() }
+
+// SetEgress implements Networker: the chain changes in one nft transaction, then the spec keeps
+// the policy for the next wake and the next engine.
+func (g *gvisor) SetEgress(ctx context.Context, id string, e Egress) error {
+	b, err := g.box(id)
+	if err != nil {
+		return fmt.Errorf("set egress of box %s: %w", id, err)
+	}
+	if err := e.Validate(); err != nil {
+		return fmt.Errorf("set egress of box %s: %w", id, err)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.spec.Net == nil {
+		return fmt.Errorf("set egress of box %s: it has no NIC: %w", id, ErrNoNetwork)
+	}
+	if err := g.net.policy(ctx, id, e); err != nil {
+		return fmt.Errorf("set egress of box %s: %w", id, err)
+	}
+	spec := b.spec
+	n := *spec.Net
+	n.Egress = e
+	spec.Net = &n
+	if err := saveSpec(spec); err != nil {
+		return fmt.Errorf("set egress of box %s: %w", id, err)
+	}
+	b.spec = spec
+	return nil
+}
+
+// NetworkConfig is what an operator writes (config.Network): an uplink ("auto" for the host's
+// default route's interface), its namespace, the pool and the resolvers, comma-separated.
+type NetworkConfig struct {
+	Uplink, UplinkNetns, Pool, DNS string
+}
+
+// ParseNetwork makes the Network a config describes; zero for no uplink. Resolvers default to
+// the host's /etc/resolv.conf nameservers a box can reach (not loopback, where a stub resolver
+// such as systemd-resolved listens for the host alone).
+func ParseNetwork(c NetworkConfig) (Network, error) {
+	if c.Uplink == "" {
+		return Network{}, nil
+	}
+	n := Network{Uplink: c.Uplink, UplinkNetns: c.UplinkNetns}
+	if c.Uplink == "auto" {
+		iface, err := defaultRouteInterface(c.UplinkNetns)
+		if err != nil {
+			return Network{}, fmt.Errorf("network uplink auto: %w", err)
+		}
+		n.Uplink = iface
+	}
+	if c.Pool != "" {
+		p, err := netip.ParsePrefix(c.Pool)
+		if err != nil || !p.Addr().Is4() || p.Bits() > 30 {
+			return Network{}, fmt.Errorf("network pool: want an IPv4 CIDR of /30 or wider, got %q", c.Pool)
+		}
+		n.Pool = p.Masked()
+	}
+	for d := range strings.SplitSeq(c.DNS, ",") {
+		if d = strings.TrimSpace(d); d == "" {
+			continue
+		}
+		a, err := netip.ParseAddr(d)
+		if err != nil || !a.Is4() {
+			return Network{}, fmt.Errorf("network dns: want IPv4 addresses, got %q", d)
+		}
+		n.DNS = append(n.DNS, a)
+	}
+	if len(n.DNS) == 0 {
+		n.DNS = hostResolvers("/etc/resolv.conf")
+		if len(n.DNS) == 0 {
+			return Network{}, fmt.Errorf("network dns: /etc/resolv.conf names no resolver a box can reach (only loopback ones); set the resolvers")
+		}
+	}
+	return n, nil
+}
+
+// hostResolvers are the IPv4 nameservers of a resolv.conf that are not loopback.
+func hostResolvers(path string) []netip.Addr {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	var out []netip.Addr
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != "nameserver" {
+			continue
+		}
+		if a, err := netip.ParseAddr(f[1]); err == nil && a.Is4() && !a.IsLoopback() {
+			out = append(out, a)
+		}
+	}
+	return out
 }

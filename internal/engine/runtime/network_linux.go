@@ -237,3 +237,23 @@ func (c netctl) teardown(ctx context.Context, id string) error {
 	}
 	return nil
 }
+
+// defaultRouteInterface is the interface of the IPv4 default route in namespace ns (the host's
+// when empty).
+func defaultRouteInterface(ns string) (string, error) {
+	args := []string{"-4", "route", "show", "default"}
+	if ns != "" {
+		args = append([]string{"-n", ns}, args...)
+	}
+	out, err := exec.Command("ip", args...).Output()
+	if err != nil {
+		return "", fmt.Errorf("ip route: %w", err)
+	}
+	f := strings.Fields(string(out))
+	for i := 0; i+1 < len(f); i++ {
+		if f[i] == "dev" {
+			return f[i+1], nil
+		}
+	}
+	return "", fmt.Errorf("no default route to take the interface of")
+}

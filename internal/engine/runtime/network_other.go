@@ -19,3 +19,5 @@ func boxNetns(id string) string    { return "" }
 func (c netctl) setup(context.Context, Spec) error            { return errNoNetwork }
 func (c netctl) policy(context.Context, string, Egress) error { return errNoNetwork }
 func (c netctl) teardown(context.Context, string) error       { return nil }
+
+func defaultRouteInterface(string) (string, error) { return "", errNoNetwork }

@@ -95,6 +95,17 @@ type Spec struct {
 	Net      *NetSpec // the box's NIC and egress policy; nil: loopback only
 }
 
+// Networker is a runtime that can give boxes a NIC (a Spec with a Net); gvisor with an uplink
+// is one. Its boxes' egress policy can change while they run.
+type Networker interface {
+	// Networked reports whether this runtime has an uplink to give boxes.
+	Networked() bool
+	// SetEgress replaces the egress policy of networked box id, at once and for its life
+	// (hibernate and wake keep it). ErrNotFound for an unknown box; ErrNoNetwork for one
+	// without a NIC.
+	SetEgress(ctx context.Context, id string, e Egress) error
+}
+
 // ExecRequest is one command run in a box.
 type ExecRequest struct {
 	Argv   []string

@@ -49,7 +49,11 @@ type Box struct {
 	CreatedAt    *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
 	// controller is the ID of the user holding the desktop's control lease; empty when nobody
 	// does (the agent may drive).
-	Controller    string `protobuf:"bytes,13,opt,name=controller,proto3" json:"controller,omitempty"`
+	Controller string `protobuf:"bytes,13,opt,name=controller,proto3" json:"controller,omitempty"`
+	// network is the box's egress policy, fixed at create: none, internet or allow.
+	Network string `protobuf:"bytes,14,opt,name=network,proto3" json:"network,omitempty"`
+	// network_allow lists what a box with network allow reaches: IPv4 CIDRs or CIDR:port.
+	NetworkAllow  []string `protobuf:"bytes,15,rep,name=network_allow,json=networkAllow,proto3" json:"network_allow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -175,6 +179,20 @@ func (x *Box) GetController() string {
 	return ""
 }
 
+func (x *Box) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *Box) GetNetworkAllow() []string {
+	if x != nil {
+		return x.NetworkAllow
+	}
+	return nil
+}
+
 type CreateBoxRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name is unique among the caller's boxes: a lowercase letter, then up to 62 lowercase letters,
@@ -184,7 +202,13 @@ type CreateBoxRequest struct {
 	Size string `protobuf:"bytes,2,opt,name=size,proto3" json:"size,omitempty"`
 	// request_id, when set, is the box ID to create (bx_ and 16 hex digits), which makes a retried
 	// create return the same box.
-	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	RequestId string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	// network is the box's egress policy for life: none (no NIC), internet (everything but the
+	// host, other boxes, private and link-local ranges) or allow (only network_allow); empty means
+	// the server's default (box_network).
+	Network string `protobuf:"bytes,4,opt,name=network,proto3" json:"network,omitempty"`
+	// network_allow lists what a box with network allow reaches: IPv4 "CIDR" or "CIDR:port".
+	NetworkAllow  []string `protobuf:"bytes,5,rep,name=network_allow,json=networkAllow,proto3" json:"network_allow,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -238,6 +262,20 @@ func (x *CreateBoxRequest) GetRequestId() string {
 		return x.RequestId
 	}
 	return ""
+}
+
+func (x *CreateBoxRequest) GetNetwork() string {
+	if x != nil {
+		return x.Network
+	}
+	return ""
+}
+
+func (x *CreateBoxRequest) GetNetworkAllow() []string {
+	if x != nil {
+		return x.NetworkAllow
+	}
+	return nil
 }
 
 type GetBoxRequest struct {
@@ -1754,7 +1792,7 @@ var File_cocoonbox_v1_box_proto protoreflect.FileDescriptor
 
 const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\n" +
-	"\x16cocoonbox/v1/box.proto\x12\fcocoonbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x8b\x03\n" +
+	"\x16cocoonbox/v1/box.proto\x12\fcocoonbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xca\x03\n" +
 	"\x03Box\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -1773,12 +1811,16 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"created_at\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x1e\n" +
 	"\n" +
 	"controller\x18\r \x01(\tR\n" +
-	"controller\"Y\n" +
+	"controller\x12\x18\n" +
+	"\anetwork\x18\x0e \x01(\tR\anetwork\x12#\n" +
+	"\rnetwork_allow\x18\x0f \x03(\tR\fnetworkAllow\"\x98\x01\n" +
 	"\x10CreateBoxRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\tR\x04size\x12\x1d\n" +
 	"\n" +
-	"request_id\x18\x03 \x01(\tR\trequestId\"!\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\x12\x18\n" +
+	"\anetwork\x18\x04 \x01(\tR\anetwork\x12#\n" +
+	"\rnetwork_allow\x18\x05 \x03(\tR\fnetworkAllow\"!\n" +
 	"\rGetBoxRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\"\x12\n" +
 	"\x10ListBoxesRequest\"<\n" +
