@@ -235,7 +235,6 @@ func (a *Snapshots) template() string {
 	return a.Template
 }
 
-
 // hashingReader hashes and counts what passes through it and notes the end of the stream.
 type hashingReader struct {
 	r   io.Reader

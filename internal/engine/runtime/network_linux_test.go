@@ -13,7 +13,6 @@ import (
 	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
-
 // fetch runs fetchScript in the box.
 func (e *testEnv) fetch(t *testing.T, id, host string, port int) string {
 	t.Helper()
