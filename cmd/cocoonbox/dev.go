@@ -13,6 +13,7 @@ import (
 
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/devstack"
+	"github.com/loomhand/cocoonbox/internal/engine/runtime"
 )
 
 func devCommand() *cli.Command {
@@ -67,6 +68,7 @@ func runDev(c *cli.Context) error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
+	netNote := devNetwork(&cfg)
 	logger, closeLog, err := devLogger(cfg)
 	if err != nil {
 		return err
@@ -81,6 +83,7 @@ func runDev(c *cli.Context) error {
 		return err
 	}
 	printReady(out, d, time.Since(start), self)
+	fmt.Fprintf(out, "  Network      %s\n", netNote)
 
 	select {
 	case <-c.Context.Done():
@@ -94,6 +97,28 @@ func runDev(c *cli.Context) error {
 	}
 	fmt.Fprintln(out, "cocoonbox dev: stopped")
 	return nil
+}
+
+// devNetwork gives the dev stack's boxes the internet through the host's default route unless the
+// configuration says otherwise (engine_network.uplink: none, or an interface), and returns the
+// line the banner prints about it. Where the host has no default route or no resolver a box can
+// use, boxes get no network and the line says why: the stack still starts.
+func devNetwork(cfg *config.Dev) string {
+	nc := cfg.EngineNetwork
+	switch {
+	case cfg.Sandbox.URL != "":
+		return "as the external sandbox engine gives it"
+	case nc.Uplink == "none":
+		return "none: boxes reach nothing (engine_network.uplink is none)"
+	case nc.Uplink != "":
+		return "boxes reach the internet through " + nc.Uplink + " (new boxes: " + cfg.DefaultBoxNetwork() + ")"
+	}
+	n, err := runtime.ParseNetwork(runtime.NetworkConfig{Uplink: "auto", Pool: nc.Pool, DNS: nc.DNS})
+	if err != nil {
+		return "none: " + err.Error() + "; set engine_network.uplink and dns"
+	}
+	cfg.EngineNetwork.Uplink = n.Uplink
+	return "boxes reach the internet through " + n.Uplink + ", NATed, never the host or private ranges (new boxes: " + cfg.DefaultBoxNetwork() + ")"
 }
 
 func printReady(w io.Writer, d *devstack.Dev, took time.Duration, self string) {

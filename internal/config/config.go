@@ -79,7 +79,8 @@ type S3 struct {
 // resolvers they use. An empty Uplink gives no box a network (the none lane only).
 type Network struct {
 	// Uplink is the interface box traffic leaves through: a name, "auto" for the interface of
-	// the host's default route, or empty for no network.
+	// the host's default route, or "none" (or empty) for no network. `cocoonbox dev` takes empty
+	// as auto.
 	Uplink string `yaml:"uplink" env:"COCOONBOX_ENGINE_NETWORK_UPLINK"`
 	// UplinkNetns names (as `ip netns` does) a namespace that holds Uplink and routes for the
 	// boxes; empty is the host's own, which then forwards IPv4.
@@ -93,7 +94,7 @@ type Network struct {
 
 // Validate names the first malformed setting; key prefixes the names.
 func (n Network) Validate(key string) error {
-	if n.Uplink == "" {
+	if n.Uplink == "" || n.Uplink == "none" {
 		if n.UplinkNetns != "" || n.Pool != "" || n.DNS != "" {
 			return fmt.Errorf("config %s.uplink: is required when the other network settings are set", key)
 		}
@@ -465,7 +466,7 @@ func (c *Dev) DefaultBoxNetwork() string {
 	if c.BoxNetwork != "" {
 		return c.BoxNetwork
 	}
-	if c.Sandbox.URL == "" && c.EngineNetwork.Uplink != "" {
+	if c.Sandbox.URL == "" && c.EngineNetwork.Uplink != "" && c.EngineNetwork.Uplink != "none" {
 		return "internet"
 	}
 	return "none"

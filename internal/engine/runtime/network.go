@@ -216,7 +216,7 @@ type NetworkConfig struct {
 // the host's /etc/resolv.conf nameservers a box can reach (not loopback, where a stub resolver
 // such as systemd-resolved listens for the host alone).
 func ParseNetwork(c NetworkConfig) (Network, error) {
-	if c.Uplink == "" {
+	if c.Uplink == "" || c.Uplink == "none" {
 		return Network{}, nil
 	}
 	n := Network{Uplink: c.Uplink, UplinkNetns: c.UplinkNetns}
