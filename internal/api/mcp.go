@@ -171,12 +171,18 @@ func (s *Server) mcpTools() []mcpTool {
 				mcp.Description("A name unique among your boxes: letters, digits, '-', '_' and '.', starting with a letter or digit.")),
 			mcp.WithString("size", mcp.Enum(sizes...), mcp.DefaultString(string(cocoonbox.DefaultSize)),
 				mcp.Description("CPU and memory tier; "+string(cocoonbox.DefaultSize)+" when omitted.")),
+			mcp.WithString("network", mcp.Enum(cocoonbox.NetworkPolicies...),
+				mcp.Description("The box's egress policy for life: none (no network), internet (all but the host, other boxes and private ranges) or allow (only network_allow); the server's default when omitted.")),
+			mcp.WithArray("network_allow", mcp.WithStringItems(), mcp.MaxItems(cocoonbox.MaxNetworkAllow),
+				mcp.Description("With network allow: the destinations the box may reach, IPv4 CIDR or CIDR:port.")),
 			mcp.WithDestructiveHintAnnotation(false),
 		),
 		run: func(ctx context.Context, caller string, req mcp.CallToolRequest) (any, error) {
 			v, err := s.boxes.Create(ctx, caller, boxsvc.CreateRequest{
 				Name: req.GetString("name", ""),
 				Size: cocoonbox.Size(req.GetString("size", "")),
+				Network: cocoonbox.Network{Policy: req.GetString("network", ""),
+					Allow: req.GetStringSlice("network_allow", nil)},
 			})
 			if err != nil {
 				return nil, err
@@ -360,12 +366,15 @@ type boxJSON struct {
 	IdleDeadline time.Time          `json:"idle_deadline,omitzero"`
 	LastSnapshot string             `json:"last_snapshot,omitempty"`
 	LastError    string             `json:"last_error,omitempty"`
+	Network      string             `json:"network,omitempty"`
+	NetworkAllow []string           `json:"network_allow,omitempty"`
 }
 
 func toBoxJSON(v boxsvc.View) boxJSON {
 	return boxJSON{
 		ID: v.BoxID, Name: v.Name, State: v.State, Size: v.Size, Owner: v.Owner, Role: v.Role,
 		CreatedAt: v.CreatedAt, IdleDeadline: v.IdleDeadline, LastSnapshot: v.LastSnapshot, LastError: v.LastError,
+		Network: v.Policy.Network.Policy, NetworkAllow: v.Policy.Network.Allow,
 	}
 }
 

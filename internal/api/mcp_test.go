@@ -50,7 +50,7 @@ func TestMCPToolSchemas(t *testing.T) {
 	}
 	want := map[string]struct{ props, required []string }{
 		"box_list":       {},
-		"box_create":     {[]string{"name", "size"}, []string{"name"}},
+		"box_create":     {[]string{"name", "network", "network_allow", "size"}, []string{"name"}},
 		"box_wake":       {[]string{"box"}, []string{"box"}},
 		"box_hibernate":  {[]string{"box"}, []string{"box"}},
 		"box_exec":       {[]string{"box", "argv", "cwd", "timeout_seconds"}, []string{"box", "argv"}},
