@@ -76,6 +76,8 @@ BEGIN {
 	what["RawRuntimeDialMBps"] = "raw: the same stream over the runtime Dial connection"
 	what["EngineIdleMemory"] = "idle memory per box: a fresh claim once settled (GET .../stats)"
 	what["RawRuntimeIdleMemory"] = "raw: the same, runtime Stats of a raw box"
+	what["BoxEgressFetch"] = "a box on the internet policy fetches a page from the test internet (netstack, veth, the router's policy and NAT): connect, request, whole answer, timed in the box"
+	what["RawHostFetch"] = "raw: the same fetch from the router's namespace, in Go"
 	pair["EngineClaimCold"] = "RawRuntimeStart"
 	pair["EngineClaimWarm"] = "RawHTTPRoundTrip"
 	pair["EngineHibernate"] = "RawRuntimeHibernate"
@@ -83,6 +85,7 @@ BEGIN {
 	pair["EngineExec"] = "RawRuntimeExec"
 	pair["EngineRelayMBps"] = "RawRuntimeDialMBps"
 	pair["EngineIdleMemory"] = "RawRuntimeIdleMemory"
+	pair["BoxEgressFetch"] = "RawHostFetch"
 }
 /^pkg: / {
 	pkg = $2; sub(/^.*\/internal\//, "internal/", pkg)

@@ -51,7 +51,7 @@ const (
 )
 
 // New makes a lab and removes it when the test ends, even when it fails.
-func New(t *testing.T) *Lab {
+func New(t testing.TB) *Lab {
 	t.Helper()
 	b := make([]byte, 3)
 	_, _ = rand.Read(b)
@@ -94,9 +94,9 @@ func New(t *testing.T) *Lab {
 	return l
 }
 
-// ListenIn opens a listener (or packet conn) in namespace ns: a socket stays in the namespace it
-// was made in, whichever thread serves it later.
-func ListenIn[T any](t *testing.T, ns string, listen func() (T, error)) T {
+// InNetns runs open (a listen or a dial) in namespace ns and returns what it made: a socket stays
+// in the namespace it was made in, whichever thread uses it later.
+func InNetns[T any](t testing.TB, ns string, open func() (T, error)) T {
 	t.Helper()
 	var v T
 	var err error
@@ -115,20 +115,20 @@ func ListenIn[T any](t *testing.T, ns string, listen func() (T, error)) T {
 		if err = unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
 			return
 		}
-		v, err = listen()
+		v, err = open()
 		if serr := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); serr == nil {
 			runtime.UnlockOSThread()
 		}
 	}()
 	<-done
 	if err != nil {
-		t.Fatalf("listen in %s: %v", ns, err)
+		t.Fatalf("in namespace %s: %v", ns, err)
 	}
 	return v
 }
 
-func (l *Lab) serveHTTP(t *testing.T, ns, addr string) {
-	ln := ListenIn(t, ns, func() (net.Listener, error) { return net.Listen("tcp4", addr) })
+func (l *Lab) serveHTTP(t testing.TB, ns, addr string) {
+	ln := InNetns(t, ns, func() (net.Listener, error) { return net.Listen("tcp4", addr) })
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "hello from %s", addr)
 	}), ReadHeaderTimeout: 5 * time.Second}
@@ -137,8 +137,8 @@ func (l *Lab) serveHTTP(t *testing.T, ns, addr string) {
 }
 
 // serveDNS answers A queries for Name with Web, and NXDOMAIN for anything else.
-func (l *Lab) serveDNS(t *testing.T) {
-	pc := ListenIn(t, l.Inet, func() (net.PacketConn, error) { return net.ListenPacket("udp4", Web+":53") })
+func (l *Lab) serveDNS(t testing.TB) {
+	pc := InNetns(t, l.Inet, func() (net.PacketConn, error) { return net.ListenPacket("udp4", Web+":53") })
 	t.Cleanup(func() { _ = pc.Close() })
 	go func() {
 		buf := make([]byte, 512)
