@@ -24,6 +24,7 @@ func boxCommand() *cli.Command {
 			boxRmCommand(),
 			boxExecCommand(),
 			boxCpCommand(),
+			boxPortCommand(),
 			boxShareCommand(),
 			boxUnshareCommand(),
 			boxSharesCommand(),

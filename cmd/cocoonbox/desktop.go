@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -127,8 +128,9 @@ func checkListen(addr string, controlSet bool) (warning string, err error) {
 	return fmt.Sprintf("warning: --listen %s is off loopback: anyone who reaches it gets the desktop as you", addr), nil
 }
 
-// tunnel relays one VNC viewer's TCP connection over a WebSocket to the desktop edge, which
-// authenticates it with the bearer token and applies the mode's rules.
+// tunnel relays one local TCP connection (a VNC viewer's, or a box port's client) over a
+// WebSocket to an edge of the API, which authenticates it with the bearer token and applies its
+// rules.
 func tunnel(ctx context.Context, conn net.Conn, edge, token string) error {
 	defer conn.Close()
 	ws, resp, err := websocket.Dial(ctx, edge, &websocket.DialOptions{
@@ -137,7 +139,7 @@ func tunnel(ctx context.Context, conn net.Conn, edge, token string) error {
 	})
 	if err != nil {
 		if resp != nil {
-			return fmt.Errorf("the desktop edge refused: %s", resp.Status)
+			return fmt.Errorf("the edge refused: %s", edgeRefusal(resp))
 		}
 		return err
 	}
@@ -153,4 +155,20 @@ func tunnel(ctx context.Context, conn net.Conn, edge, token string) error {
 		return fmt.Errorf("closed by the edge: %s", ce.Reason)
 	}
 	return nil
+}
+
+// edgeRefusal is what an edge said when it refused an upgrade: its {"error": {"message"}} (the
+// API's HTTP error body), else the status.
+func edgeRefusal(resp *http.Response) string {
+	var body struct {
+		Error struct {
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if resp.Body != nil {
+		if b, err := io.ReadAll(io.LimitReader(resp.Body, 1024)); err == nil && json.Unmarshal(b, &body) == nil && body.Error.Message != "" {
+			return body.Error.Message
+		}
+	}
+	return resp.Status
 }

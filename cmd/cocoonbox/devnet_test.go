@@ -28,3 +28,23 @@ func TestDevNetwork(t *testing.T) {
 		}
 	}
 }
+
+// TestBoxPortRefusesBadInput: a port out of range and a listen address off loopback are usage
+// errors, before anything is dialled.
+func TestBoxPortRefusesBadInput(t *testing.T) {
+	for args, want := range map[string]string{
+		"web 99999":                    "PORT must be a number from 1 to 65535",
+		"web http":                     "PORT must be a number from 1 to 65535",
+		"web 8000 --listen 0.0.0.0:80": "is off loopback",
+		"web 8000 --listen nonsense":   "want host:port",
+	} {
+		f := strings.Fields(args)
+		// Flags after the arguments are what urfave/cli stops at; put them first.
+		argv := append([]string{"box", "port"}, f[2:]...)
+		argv = append(argv, f[:2]...)
+		_, stderr, code := runCLI(t, "", argv...)
+		if code != 2 || !strings.Contains(stderr, want) {
+			t.Errorf("box port %s: exit %d, %q; want 2 and %q", args, code, stderr, want)
+		}
+	}
+}

@@ -64,6 +64,9 @@ func allowScope(scope, route string) error {
 // routeName is a route as an error message shows it: "BoxService/CreateBox", "/mcp",
 // "the desktop in control mode".
 func routeName(route string) string {
+	if route == routePorts {
+		return "the ports edge"
+	}
 	if mode, ok := strings.CutPrefix(route, routeDesktop); ok {
 		return "the desktop in " + mode + " mode"
 	}

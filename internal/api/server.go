@@ -126,6 +126,8 @@ func New(opts Options) *Server {
 	s.mux.Handle("GET /metrics", s.operatorOnly(s.metrics))
 	s.mux.Handle("/mcp", s.mcpHandler())
 	s.mux.HandleFunc("GET /v1/boxes/{id}/desktop", s.serveDesktop)
+	s.mux.HandleFunc("GET /v1/boxes/{id}/ports/{port}", s.servePort)
+	s.mux.HandleFunc("/v1/boxes/{id}/ports/{port}/{path...}", s.servePreview)
 	// The browser app: "/" without a method, because "GET /" would conflict with the method-less
 	// "/mcp" (ServeMux panics on such ambiguity); every route above wins over it.
 	s.mux.Handle("/", web.Handler())

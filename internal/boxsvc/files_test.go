@@ -120,3 +120,13 @@ func TestFileErrors(t *testing.T) {
 		t.Errorf("a failed write left its temporary file: %q", got)
 	}
 }
+
+// TestCheckPort: the ports users may open are 1 to 65535 but the agent's own.
+func TestCheckPort(t *testing.T) {
+	for port, ok := range map[int]bool{1: true, 8000: true, 65535: true, 0: false, 65536: false, -1: false, 7070: false, 7071: false, 7072: false} {
+		err := boxsvc.CheckPort(port)
+		if (err == nil) != ok || err != nil && cocoonbox.ErrorField(err) != "port" {
+			t.Errorf("CheckPort(%d) = %v", port, err)
+		}
+	}
+}

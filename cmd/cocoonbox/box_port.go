@@ -1,0 +1,87 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"strconv"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
+)
+
+func boxPortCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "port",
+		Usage: "open a port of a box on this machine: a local listener tunnelled to the box's loopback",
+		Description: "Every connection to the local address is one TCP connection to PORT inside the box,\n" +
+			"through the API's ports edge (viewer role or above; a driver's connection wakes a sleeping\n" +
+			"box). The box's agent ports (7070-7072) are not opened. Ctrl-C stops listening.",
+		ArgsUsage: "BOX PORT",
+		Flags: apiFlags(
+			&cli.StringFlag{Name: "listen", Usage: "local address (default 127.0.0.1:PORT; loopback only)"},
+		),
+		Action: func(c *cli.Context) error {
+			args, err := positional(c, "BOX PORT", 2, 2)
+			if err != nil {
+				return err
+			}
+			port, err := strconv.Atoi(args[1])
+			if err != nil || port < 1 || port > 65535 {
+				return usageError("box port: PORT must be a number from 1 to 65535, got %q", args[1])
+			}
+			listen := c.String("listen")
+			if listen == "" {
+				listen = net.JoinHostPort("127.0.0.1", args[1])
+			}
+			host, _, err := net.SplitHostPort(listen)
+			if err != nil {
+				return usageError("box port: --listen: want host:port, got %q", listen)
+			}
+			if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+				return usageError("box port: --listen %s is off loopback: anyone who reaches it would reach the box as you; listen on 127.0.0.1", listen)
+			}
+			u, token, err := target(c)
+			if err != nil {
+				return err
+			}
+			s, boxes, err := boxClient(c)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			b, err := boxes.GetBox(c.Context, &cbv1.GetBoxRequest{Box: args[0]})
+			if err != nil {
+				return apiError(err)
+			}
+			ln, err := net.Listen("tcp", listen)
+			if err != nil {
+				return fmt.Errorf("listen: %w (choose another with --listen)", err)
+			}
+			defer ln.Close()
+			edge := *u
+			edge.Scheme = strings.Replace(u.Scheme, "http", "ws", 1)
+			edge.Path = fmt.Sprintf("/v1/boxes/%s/ports/%d", b.GetId(), port)
+			s.out.note("tunnelling %s's port %d to %s; Ctrl-C to stop", b.GetName(), port, ln.Addr())
+			go func() {
+				<-c.Context.Done()
+				_ = ln.Close()
+			}()
+			for {
+				conn, err := ln.Accept()
+				if err != nil {
+					if c.Context.Err() != nil {
+						return nil
+					}
+					return err
+				}
+				go func() {
+					if err := tunnel(c.Context, conn, edge.String(), token); err != nil {
+						s.out.note("port %d connection: %v", port, err)
+					}
+				}()
+			}
+		},
+	}
+}

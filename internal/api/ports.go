@@ -1,0 +1,110 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/coder/websocket"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/boxsvc"
+)
+
+// The ports edge: GET /v1/boxes/{id}/ports/{port} upgrades to a WebSocket that carries one TCP
+// connection to the port on the box's loopback, byte for byte (binary messages), for a caller
+// with a full token and viewer or above on the box (`cocoonbox box port` listens locally and
+// opens one per connection). The box's agent ports are refused; so is a sleeping box to a
+// viewer. Nothing in between reads the bytes: what the port serves is the box's business.
+
+// routePorts is the ports edge's route for token scopes: a stream into the box, so a read token
+// may not open one.
+const routePorts = "ports"
+
+// portReadLimit bounds one WebSocket message from the client; the CLI sends at most its copy
+// buffer (32 KiB) per message.
+const portReadLimit = 1 << 20
+
+func (s *Server) servePort(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	id := cocoonbox.BoxID(r.PathValue("id"))
+	if err := id.Validate(); err != nil {
+		s.writeHTTPError(w, r, cocoonbox.RenameField(err, "box_id", "id"))
+		return
+	}
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil {
+		s.writeHTTPError(w, r, cocoonbox.Invalid("port", "must be a number from 1 to 65535, got "+strconv.Quote(r.PathValue("port"))))
+		return
+	}
+	if err := boxsvc.CheckPort(port); err != nil {
+		s.writeHTTPError(w, r, err)
+		return
+	}
+	if !headerHas(r.Header, "Upgrade", "websocket") {
+		// A browser's look at the port: the preview is the same path with a slash.
+		http.Redirect(w, r, r.URL.Path+"/", http.StatusPermanentRedirect)
+		return
+	}
+	if err := checkWebSocket(r); err != nil {
+		s.writeHTTPError(w, r, err)
+		return
+	}
+	p, err := s.authorize(ctx, httpBearer(r), routePorts)
+	if err != nil {
+		s.writeHTTPError(w, r, err)
+		return
+	}
+	if s.boxes == nil {
+		s.writeHTTPError(w, r, cocoonbox.Errorf(cocoonbox.EUnavailable, "this server does not serve boxes"))
+		return
+	}
+	box, err := s.boxes.DialPort(ctx, p.User.ID, id, port)
+	if err != nil {
+		s.writeHTTPError(w, r, err)
+		return
+	}
+	defer func() { _ = box.Close() }()
+	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{"binary"}})
+	if err != nil {
+		return // Accept answered the client
+	}
+	defer func() { _ = ws.CloseNow() }()
+	ws.SetReadLimit(portReadLimit)
+	s.log.InfoContext(ctx, "port connected", "box", id, "user", p.User.ID, "port", port)
+	code, reason := relayPort(ctx, ws, box)
+	s.log.InfoContext(ctx, "port closed", "box", id, "user", p.User.ID, "port", port, "status", code, "reason", reason)
+}
+
+// relayPort copies bytes both ways until either side ends; the client's half-close reaches the
+// box as a CloseWrite, so a request-then-read protocol works.
+func relayPort(ctx context.Context, ws *websocket.Conn, box boxsvc.Conn) (websocket.StatusCode, string) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	nc := websocket.NetConn(ctx, ws, websocket.MessageBinary)
+	up := make(chan error, 1)
+	go func() {
+		_, err := io.Copy(box, nc)
+		if err == nil {
+			err = box.CloseWrite() // the client is done sending
+		}
+		up <- err
+	}()
+	_, err := io.Copy(nc, box)
+	if err == nil {
+		select {
+		case <-up: // both directions are done
+		case <-ctx.Done():
+		}
+		_ = ws.Close(websocket.StatusNormalClosure, "")
+		return websocket.StatusNormalClosure, ""
+	}
+	var ce websocket.CloseError
+	if errors.As(err, &ce) {
+		return ce.Code, ce.Reason
+	}
+	_ = ws.Close(websocket.StatusGoingAway, "the box's port closed")
+	return websocket.StatusGoingAway, "the box's port closed"
+}

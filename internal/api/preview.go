@@ -1,0 +1,110 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"strconv"
+	"time"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/boxsvc"
+)
+
+// The preview: /v1/boxes/{id}/ports/{port}/{path...} is an HTTP reverse proxy to the web server
+// on that port of the box's loopback, WebSocket upgrades included, for a caller with a full
+// token and viewer or above (as the ports edge). The request reaches the box without the
+// caller's credential, and every answer is served under a sandbox Content-Security-Policy: the
+// box's pages come from this API's origin, so without it a page's script could read what the web
+// app keeps for that origin, the user's token among it.
+
+// previewCSP makes every preview document an opaque origin: scripts, forms and popups work, but
+// the page shares no storage, cookies or DOM with the API's origin.
+const previewCSP = "sandbox allow-scripts allow-forms allow-popups allow-downloads allow-modals"
+
+// previewHeaderTimeout bounds how long the box's server may take to start answering.
+const previewHeaderTimeout = time.Minute
+
+func (s *Server) servePreview(w http.ResponseWriter, r *http.Request) {
+	ctx := r.Context()
+	id := cocoonbox.BoxID(r.PathValue("id"))
+	if err := id.Validate(); err != nil {
+		s.writeHTTPError(w, r, cocoonbox.RenameField(err, "box_id", "id"))
+		return
+	}
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil {
+		s.writeHTTPError(w, r, cocoonbox.Invalid("port", "must be a number from 1 to 65535, got "+strconv.Quote(r.PathValue("port"))))
+		return
+	}
+	if err := boxsvc.CheckPort(port); err != nil {
+		s.writeHTTPError(w, r, err)
+		return
+	}
+	p, err := s.authorize(ctx, httpBearer(r), routePorts)
+	if err != nil {
+		s.writeHTTPError(w, r, err)
+		return
+	}
+	if s.boxes == nil {
+		s.writeHTTPError(w, r, cocoonbox.Errorf(cocoonbox.EUnavailable, "this server does not serve boxes"))
+		return
+	}
+	// Checked before the proxy, so a refusal is the API's JSON error, not a proxy's 502.
+	conn, err := s.boxes.DialPort(ctx, p.User.ID, id, port)
+	if err != nil {
+		s.writeHTTPError(w, r, err)
+		return
+	}
+	host := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	var dialErr error
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(pr *httputil.ProxyRequest) {
+			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", host
+			pr.Out.URL.Path, pr.Out.URL.RawPath = "/"+pr.In.PathValue("path"), ""
+			pr.Out.Host = host
+			pr.Out.Header.Del("Authorization") // the caller's token is not the box's to see
+			pr.Out.Header.Del("Cookie")
+			pr.SetXForwarded()
+		},
+		Transport: &http.Transport{
+			// One request, one connection: the first is the one checked above.
+			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+				if conn != nil {
+					c := conn
+					conn = nil
+					return c, nil
+				}
+				c, err := s.boxes.DialPort(ctx, p.User.ID, id, port)
+				if err != nil {
+					dialErr = err
+					return nil, err
+				}
+				return c, nil
+			},
+			DisableKeepAlives:     true,
+			ResponseHeaderTimeout: previewHeaderTimeout,
+		},
+		ModifyResponse: func(resp *http.Response) error {
+			resp.Header.Set("Content-Security-Policy", previewCSP)
+			resp.Header.Del("Set-Cookie")
+			return nil
+		},
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if dialErr != nil {
+				err = dialErr
+			} else if !errors.Is(err, context.Canceled) {
+				err = cocoonbox.Errorf(cocoonbox.EUnavailable, "the box's port %d did not answer: %v", port, err)
+			}
+			s.writeHTTPError(w, r, err)
+		},
+	}
+	defer func() {
+		if conn != nil {
+			_ = conn.Close()
+		}
+	}()
+	rp.ServeHTTP(w, r)
+}

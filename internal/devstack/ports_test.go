@@ -1,0 +1,155 @@
+package devstack_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/coder/websocket"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/boxsvc"
+	"github.com/loomhand/cocoonbox/internal/config"
+	"github.com/loomhand/cocoonbox/internal/testutil"
+)
+
+// portServer is a web server for the box's port 8000 in the base image's Python (which has
+// sockets, not http.server): each connection's request line comes back in the body.
+const portServer = `import socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("127.0.0.1", 8000))
+s.listen(16)
+while True:
+    c, _ = s.accept()
+    d = b""
+    while b"\r\n\r\n" not in d:
+        chunk = c.recv(4096)
+        if not chunk:
+            break
+        d += chunk
+    auth = b" with a credential" if b"\r\nauthorization:" in d.lower() else b""
+    c.sendall(b"HTTP/1.0 200 OK\r\nSet-Cookie: s=1\r\n\r\nthe box got " + d.split(b"\r\n")[0] + auth)
+    c.close()
+`
+
+// TestBoxPort: a web server started in the box on port 8000 is reachable through the ports edge
+// (what `cocoonbox box port` tunnels to) by its owner and by a viewer; a stranger gets 404, no
+// token 401, the agent's port and a port out of range 400, and a port where nothing listens says
+// so.
+func TestBoxPort(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	d, ctx, owner, _ := newBoxEnv(t, boxConfig(t), 4*time.Minute)
+	v, err := d.Boxes.Create(ctx, owner.ID, boxsvc.CreateRequest{Name: "site", Size: cocoonbox.SizeSmall})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := v.BoxID
+	if _, err := d.Boxes.Exec(ctx, owner.ID, id, boxsvc.ExecRequest{
+		Argv: []string{"sh", "-c", `python3 -c "$SRV" >/dev/null 2>&1 &`}, Env: map[string]string{"SRV": portServer},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cli, err := config.LoadCLI(d.Bootstrap().CLIConfig, config.MapEnv(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := apiEnv{d: d}
+	viewer, viewerTok := e.user(ctx, t, "vic")
+	if _, err := d.Store.PutShare(ctx, id, viewer.ID, cocoonbox.RoleViewer, nil); err != nil {
+		t.Fatal(err)
+	}
+	_, strangerTok := e.user(ctx, t, "stranger")
+	base := strings.Replace(d.URLs().API, "http://", "ws://", 1) + "/v1/boxes/" + string(id) + "/ports/"
+	bearer := func(tok string) http.Header { return http.Header{"Authorization": {"Bearer " + tok}} }
+
+	var got string
+	testutil.Eventually(t, testutil.WaitShort, "the box's server to answer through the edge", func() bool {
+		got = portGet(ctx, t, base+"8000", bearer(cli.Token))
+		return strings.Contains(got, "the box got GET /hello")
+	})
+	if got := portGet(ctx, t, base+"8000", bearer(viewerTok)); !strings.Contains(got, "the box got GET /hello") {
+		t.Errorf("a viewer through the edge: %q", got)
+	}
+	expectHTTP(ctx, t, base+"8000", bearer(strangerTok), http.StatusNotFound)
+	expectHTTP(ctx, t, base+"8000", nil, http.StatusUnauthorized)
+	for port, want := range map[string]string{"7070": "the box agent's own port", "0": "must be 1 to 65535", "x": "must be a number"} {
+		if body := expectHTTP(ctx, t, base+port, bearer(cli.Token), http.StatusBadRequest); !strings.Contains(body, want) {
+			t.Errorf("port %s: %s, want %q", port, body, want)
+		}
+	}
+	if body := expectHTTP(ctx, t, base+"8001", bearer(cli.Token), http.StatusServiceUnavailable); !strings.Contains(body, "port 8001 is not answering") {
+		t.Errorf("a port where nothing listens: %s", body)
+	}
+
+	// The preview: the same port over HTTP, the caller's credential kept from the box, every
+	// answer sandboxed away from the API's origin.
+	preview := d.URLs().API + "/v1/boxes/" + string(id) + "/ports/8000/"
+	status, body, hdr := previewGet(ctx, t, preview+"hello?x=1", cli.Token)
+	if status != http.StatusOK || body != "the box got GET /hello?x=1 HTTP/1.1" {
+		t.Fatalf("preview as the owner: %d %q", status, body)
+	}
+	if !strings.HasPrefix(hdr.Get("Content-Security-Policy"), "sandbox") || hdr.Get("Set-Cookie") != "" {
+		t.Errorf("preview headers: CSP %q, Set-Cookie %q", hdr.Get("Content-Security-Policy"), hdr.Get("Set-Cookie"))
+	}
+	if status, body, _ := previewGet(ctx, t, preview, viewerTok); status != http.StatusOK || !strings.HasPrefix(body, "the box got GET / ") {
+		t.Errorf("preview as a viewer: %d %q", status, body)
+	}
+	if status, _, _ := previewGet(ctx, t, preview, strangerTok); status != http.StatusNotFound {
+		t.Errorf("preview as a stranger: %d, want 404", status)
+	}
+	// A hibernated box's preview wakes it for its owner (the server in it runs on).
+	if _, err := d.Boxes.Hibernate(ctx, owner.ID, id); err != nil {
+		t.Fatal(err)
+	}
+	if status, body, _ := previewGet(ctx, t, preview+"again", cli.Token); status != http.StatusOK || !strings.Contains(body, "GET /again") {
+		t.Errorf("preview of the hibernated box: %d %q", status, body)
+	}
+}
+
+// previewGet GETs url with the bearer token and returns the status, body and headers.
+func previewGet(ctx context.Context, t *testing.T, url, token string) (int, string, http.Header) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("preview %s: %v", url, err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b), resp.Header
+}
+
+// portGet sends one HTTP request through the ports edge at url and returns the whole answer,
+// or the error's text when the edge refused (Eventually retries on it).
+func portGet(ctx context.Context, t *testing.T, url string, h http.Header) string {
+	t.Helper()
+	ws, resp, err := websocket.Dial(ctx, url, &websocket.DialOptions{Subprotocols: []string{"binary"}, HTTPHeader: h})
+	if err != nil {
+		if resp != nil {
+			b, _ := io.ReadAll(resp.Body)
+			return resp.Status + " " + string(b)
+		}
+		return err.Error()
+	}
+	defer ws.CloseNow()
+	nc := websocket.NetConn(ctx, ws, websocket.MessageBinary)
+	if _, err := io.WriteString(nc, "GET /hello HTTP/1.0\r\n\r\n"); err != nil {
+		return err.Error()
+	}
+	_ = nc.SetReadDeadline(time.Now().Add(10 * time.Second))
+	b, err := io.ReadAll(nc)
+	if err != nil && len(b) == 0 {
+		return err.Error()
+	}
+	return string(b)
+}
