@@ -25,6 +25,7 @@ func boxCommand() *cli.Command {
 			boxExecCommand(),
 			boxCpCommand(),
 			boxPortCommand(),
+			boxPortsCommand(),
 			boxShareCommand(),
 			boxUnshareCommand(),
 			boxSharesCommand(),

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"net"
 	"strconv"
 	"strings"
@@ -84,4 +85,49 @@ func boxPortCommand() *cli.Command {
 			}
 		},
 	}
+}
+
+func boxPortsCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "ports",
+		Usage:     "list the TCP ports something in a box listens on, and where to open each",
+		ArgsUsage: "BOX",
+		Flags:     apiFlags(),
+		Action: func(c *cli.Context) error {
+			args, err := positional(c, "BOX", 1, 1)
+			if err != nil {
+				return err
+			}
+			u, _, err := target(c)
+			if err != nil {
+				return err
+			}
+			s, boxes, err := boxClient(c)
+			if err != nil {
+				return err
+			}
+			defer s.Close()
+			resp, err := boxes.ListPorts(c.Context, &cbv1.ListPortsRequest{Box: args[0]})
+			if err != nil {
+				return apiError(err)
+			}
+			base := strings.TrimSuffix(u.String(), "/")
+			return listResult(s.out, resp.GetPorts(), func(w io.Writer) error { return writePorts(w, base, args[0], resp.GetPorts()) })
+		},
+	}
+}
+
+// writePorts is the table of box ports: the preview URL needs the bearer token, so the line
+// also says how to open one with a browser or any client (box port).
+func writePorts(w io.Writer, base, box string, ports []*cbv1.Port) error {
+	if len(ports) == 0 {
+		_, err := fmt.Fprintln(w, "Nothing in the box listens on a TCP port.")
+		return err
+	}
+	tw := table(w)
+	row(tw, "PORT", "PREVIEW (bearer token)", "OPEN HERE")
+	for _, p := range ports {
+		row(tw, strconv.Itoa(int(p.GetPort())), base+p.GetPreviewPath(), fmt.Sprintf("cocoonbox box port %s %d", box, p.GetPort()))
+	}
+	return tw.Flush()
 }

@@ -140,6 +140,11 @@ func TestBoxShowTextAndJSON(t *testing.T) {
 	}
 	golden(t, "box_snapshots", []byte(runOK(t, "", "box", "snapshots", "web")))
 	golden(t, "box_shares", []byte(runOK(t, "", "box", "shares", "web")))
+	// The fake's address differs each run; the golden names it API.
+	golden(t, "box_ports", []byte(strings.ReplaceAll(runOK(t, "", "box", "ports", "web"), os.Getenv("COCOONBOX_ENDPOINT"), "API")))
+	if out := runOK(t, "", "box", "ports", "build-farm"); !strings.Contains(out, "Nothing in the box listens") {
+		t.Errorf("ports of a sleeping box: %q", out)
+	}
 }
 
 func TestExecPassesOnTheExitCode(t *testing.T) {

@@ -254,6 +254,17 @@ func (f *fakeAPI) UnshareBox(_ context.Context, r *cbv1.UnshareBoxRequest) (*cbv
 	return &cbv1.UnshareBoxResponse{}, nil
 }
 
+func (f *fakeAPI) ListPorts(_ context.Context, r *cbv1.ListPortsRequest) (*cbv1.ListPortsResponse, error) {
+	b, err := f.find(r.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	if b.GetState() != "running" {
+		return &cbv1.ListPortsResponse{}, nil
+	}
+	return &cbv1.ListPortsResponse{Ports: []*cbv1.Port{{Port: 8000, PreviewPath: "/v1/boxes/" + b.GetId() + "/ports/8000/", TunnelPath: "/v1/boxes/" + b.GetId() + "/ports/8000"}}}, nil
+}
+
 func (f *fakeAPI) ListShares(_ context.Context, r *cbv1.ListSharesRequest) (*cbv1.ListSharesResponse, error) {
 	b, err := f.find(r.GetBox())
 	if err != nil {

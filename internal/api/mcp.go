@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -198,6 +199,28 @@ func (s *Server) mcpTools() []mcpTool {
 		run: s.onBox(func(ctx context.Context, caller string, id cocoonbox.BoxID, _ mcp.CallToolRequest) (any, error) {
 			v, err := s.boxes.Wake(ctx, caller, id)
 			return toBoxJSON(v), err
+		}),
+	}, {
+		tool: mcp.NewTool("box_port_url",
+			mcp.WithDescription("Where to open a port of a box through this server: preview_path is an HTTP proxy to the web server on the port "+
+				"(send the same bearer token), tunnel_path a WebSocket carrying one TCP connection to it. listening says whether "+
+				"anything in the box listens there now (the box is woken for a driver)."),
+			boxArg(),
+			mcp.WithNumber("port", mcp.Required(), mcp.Min(1), mcp.Max(65535), mcp.Description("The TCP port on the box's loopback.")),
+			mcp.WithReadOnlyHintAnnotation(true),
+		),
+		run: s.onBox(func(ctx context.Context, caller string, id cocoonbox.BoxID, req mcp.CallToolRequest) (any, error) {
+			port := req.GetInt("port", 0)
+			if err := boxsvc.CheckPort(port); err != nil {
+				return nil, err
+			}
+			ports, err := s.boxes.ListPorts(ctx, caller, id)
+			if err != nil {
+				return nil, err
+			}
+			preview, tunnel := portPaths(id, port)
+			return map[string]any{"port": port, "preview_path": preview, "tunnel_path": tunnel,
+				"listening": slices.Contains(ports, port)}, nil
 		}),
 	}, {
 		tool: mcp.NewTool("box_hibernate",

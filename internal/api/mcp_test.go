@@ -52,6 +52,7 @@ func TestMCPToolSchemas(t *testing.T) {
 		"box_list":       {},
 		"box_create":     {[]string{"name", "network", "network_allow", "size"}, []string{"name"}},
 		"box_wake":       {[]string{"box"}, []string{"box"}},
+		"box_port_url":   {[]string{"box", "port"}, []string{"box", "port"}},
 		"box_hibernate":  {[]string{"box"}, []string{"box"}},
 		"box_exec":       {[]string{"box", "argv", "cwd", "timeout_seconds"}, []string{"box", "argv"}},
 		"box_read_file":  {[]string{"box", "path"}, []string{"box", "path"}},

@@ -11,6 +11,7 @@ import (
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
+	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
 
 // The ports edge: GET /v1/boxes/{id}/ports/{port} upgrades to a WebSocket that carries one TCP
@@ -107,4 +108,28 @@ func relayPort(ctx context.Context, ws *websocket.Conn, box boxsvc.Conn) (websoc
 	}
 	_ = ws.Close(websocket.StatusGoingAway, "the box's port closed")
 	return websocket.StatusGoingAway, "the box's port closed"
+}
+
+// portPaths are where port is opened through the API for box id: the preview, and the tunnel.
+func portPaths(id cocoonbox.BoxID, port int) (preview, tunnel string) {
+	tunnel = "/v1/boxes/" + string(id) + "/ports/" + strconv.Itoa(port)
+	return tunnel + "/", tunnel
+}
+
+// ListPorts lists the ports something in the box listens on.
+func (b *boxService) ListPorts(ctx context.Context, req *cbv1.ListPortsRequest) (*cbv1.ListPortsResponse, error) {
+	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	ports, err := svc.ListPorts(ctx, caller, id)
+	if err != nil {
+		return nil, err
+	}
+	out := &cbv1.ListPortsResponse{}
+	for _, p := range ports {
+		preview, tunnel := portPaths(id, p)
+		out.Ports = append(out.Ports, &cbv1.Port{Port: int32(p), PreviewPath: preview, TunnelPath: tunnel})
+	}
+	return out, nil
 }

@@ -205,6 +205,9 @@ func TestAPIAuthorization(t *testing.T) {
 	add("ListShares", cocoonbox.RoleAdmin, codes.OK, call(func(ctx context.Context) error {
 		return errOf(e.box.ListShares(ctx, &cbv1.ListSharesRequest{Box: id}))
 	}))
+	add("ListPorts", cocoonbox.RoleViewer, codes.OK, call(func(ctx context.Context) error {
+		return errOf(e.box.ListPorts(ctx, &cbv1.ListPortsRequest{Box: id}))
+	}))
 	add("DesktopTicket(view)", cocoonbox.RoleViewer, codes.OK, call(func(ctx context.Context) error {
 		return errOf(e.box.DesktopTicket(ctx, &cbv1.DesktopTicketRequest{Box: id}))
 	}))

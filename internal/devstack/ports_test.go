@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -73,6 +74,10 @@ func TestBoxPort(t *testing.T) {
 		got = portGet(ctx, t, base+"8000", bearer(cli.Token))
 		return strings.Contains(got, "the box got GET /hello")
 	})
+	ports, err := d.Boxes.ListPorts(ctx, viewer.ID, id)
+	if err != nil || !slices.Contains(ports, 8000) || slices.Contains(ports, 7070) {
+		t.Errorf("ListPorts: %v %v, want 8000 and not the agent's 7070", ports, err)
+	}
 	if got := portGet(ctx, t, base+"8000", bearer(viewerTok)); !strings.Contains(got, "the box got GET /hello") {
 		t.Errorf("a viewer through the edge: %q", got)
 	}

@@ -22,6 +22,157 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type ListPortsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Box           string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPortsRequest) Reset() {
+	*x = ListPortsRequest{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPortsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPortsRequest) ProtoMessage() {}
+
+func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPortsRequest.ProtoReflect.Descriptor instead.
+func (*ListPortsRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ListPortsRequest) GetBox() string {
+	if x != nil {
+		return x.Box
+	}
+	return ""
+}
+
+type ListPortsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Ports         []*Port                `protobuf:"bytes,1,rep,name=ports,proto3" json:"ports,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPortsResponse) Reset() {
+	*x = ListPortsResponse{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPortsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPortsResponse) ProtoMessage() {}
+
+func (x *ListPortsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPortsResponse.ProtoReflect.Descriptor instead.
+func (*ListPortsResponse) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ListPortsResponse) GetPorts() []*Port {
+	if x != nil {
+		return x.Ports
+	}
+	return nil
+}
+
+// Port is a TCP port a box listens on.
+type Port struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Port  int32                  `protobuf:"varint,1,opt,name=port,proto3" json:"port,omitempty"`
+	// preview_path is the HTTP preview of the port on the API (the same host as the call), with a
+	// bearer token; tunnel_path upgrades to a WebSocket carrying one TCP connection to it.
+	PreviewPath   string `protobuf:"bytes,2,opt,name=preview_path,json=previewPath,proto3" json:"preview_path,omitempty"`
+	TunnelPath    string `protobuf:"bytes,3,opt,name=tunnel_path,json=tunnelPath,proto3" json:"tunnel_path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Port) Reset() {
+	*x = Port{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Port) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Port) ProtoMessage() {}
+
+func (x *Port) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Port.ProtoReflect.Descriptor instead.
+func (*Port) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *Port) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *Port) GetPreviewPath() string {
+	if x != nil {
+		return x.PreviewPath
+	}
+	return ""
+}
+
+func (x *Port) GetTunnelPath() string {
+	if x != nil {
+		return x.TunnelPath
+	}
+	return ""
+}
+
 // Box is a box's status as its workflow knows it.
 type Box struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -60,7 +211,7 @@ type Box struct {
 
 func (x *Box) Reset() {
 	*x = Box{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[0]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -72,7 +223,7 @@ func (x *Box) String() string {
 func (*Box) ProtoMessage() {}
 
 func (x *Box) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[0]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -85,7 +236,7 @@ func (x *Box) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Box.ProtoReflect.Descriptor instead.
 func (*Box) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{0}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Box) GetId() string {
@@ -215,7 +366,7 @@ type CreateBoxRequest struct {
 
 func (x *CreateBoxRequest) Reset() {
 	*x = CreateBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[1]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -227,7 +378,7 @@ func (x *CreateBoxRequest) String() string {
 func (*CreateBoxRequest) ProtoMessage() {}
 
 func (x *CreateBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[1]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -240,7 +391,7 @@ func (x *CreateBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBoxRequest.ProtoReflect.Descriptor instead.
 func (*CreateBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{1}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CreateBoxRequest) GetName() string {
@@ -287,7 +438,7 @@ type GetBoxRequest struct {
 
 func (x *GetBoxRequest) Reset() {
 	*x = GetBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[2]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -299,7 +450,7 @@ func (x *GetBoxRequest) String() string {
 func (*GetBoxRequest) ProtoMessage() {}
 
 func (x *GetBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[2]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -312,7 +463,7 @@ func (x *GetBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBoxRequest.ProtoReflect.Descriptor instead.
 func (*GetBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{2}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *GetBoxRequest) GetBox() string {
@@ -330,7 +481,7 @@ type ListBoxesRequest struct {
 
 func (x *ListBoxesRequest) Reset() {
 	*x = ListBoxesRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[3]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -342,7 +493,7 @@ func (x *ListBoxesRequest) String() string {
 func (*ListBoxesRequest) ProtoMessage() {}
 
 func (x *ListBoxesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[3]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -355,7 +506,7 @@ func (x *ListBoxesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBoxesRequest.ProtoReflect.Descriptor instead.
 func (*ListBoxesRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{3}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{6}
 }
 
 type ListBoxesResponse struct {
@@ -367,7 +518,7 @@ type ListBoxesResponse struct {
 
 func (x *ListBoxesResponse) Reset() {
 	*x = ListBoxesResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[4]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -379,7 +530,7 @@ func (x *ListBoxesResponse) String() string {
 func (*ListBoxesResponse) ProtoMessage() {}
 
 func (x *ListBoxesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[4]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -392,7 +543,7 @@ func (x *ListBoxesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBoxesResponse.ProtoReflect.Descriptor instead.
 func (*ListBoxesResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{4}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListBoxesResponse) GetBoxes() []*Box {
@@ -413,7 +564,7 @@ type DeleteBoxRequest struct {
 
 func (x *DeleteBoxRequest) Reset() {
 	*x = DeleteBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[5]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -425,7 +576,7 @@ func (x *DeleteBoxRequest) String() string {
 func (*DeleteBoxRequest) ProtoMessage() {}
 
 func (x *DeleteBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[5]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -438,7 +589,7 @@ func (x *DeleteBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBoxRequest.ProtoReflect.Descriptor instead.
 func (*DeleteBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{5}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DeleteBoxRequest) GetBox() string {
@@ -464,7 +615,7 @@ type WakeBoxRequest struct {
 
 func (x *WakeBoxRequest) Reset() {
 	*x = WakeBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[6]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -476,7 +627,7 @@ func (x *WakeBoxRequest) String() string {
 func (*WakeBoxRequest) ProtoMessage() {}
 
 func (x *WakeBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[6]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -489,7 +640,7 @@ func (x *WakeBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WakeBoxRequest.ProtoReflect.Descriptor instead.
 func (*WakeBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{6}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *WakeBoxRequest) GetBox() string {
@@ -508,7 +659,7 @@ type HibernateBoxRequest struct {
 
 func (x *HibernateBoxRequest) Reset() {
 	*x = HibernateBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[7]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -520,7 +671,7 @@ func (x *HibernateBoxRequest) String() string {
 func (*HibernateBoxRequest) ProtoMessage() {}
 
 func (x *HibernateBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[7]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -533,7 +684,7 @@ func (x *HibernateBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HibernateBoxRequest.ProtoReflect.Descriptor instead.
 func (*HibernateBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{7}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *HibernateBoxRequest) GetBox() string {
@@ -567,7 +718,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[8]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -579,7 +730,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[8]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -592,7 +743,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{8}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Snapshot) GetId() string {
@@ -667,7 +818,7 @@ type SnapshotBoxRequest struct {
 
 func (x *SnapshotBoxRequest) Reset() {
 	*x = SnapshotBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[9]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -679,7 +830,7 @@ func (x *SnapshotBoxRequest) String() string {
 func (*SnapshotBoxRequest) ProtoMessage() {}
 
 func (x *SnapshotBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[9]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -692,7 +843,7 @@ func (x *SnapshotBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotBoxRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{9}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SnapshotBoxRequest) GetBox() string {
@@ -711,7 +862,7 @@ type ListSnapshotsRequest struct {
 
 func (x *ListSnapshotsRequest) Reset() {
 	*x = ListSnapshotsRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[10]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -723,7 +874,7 @@ func (x *ListSnapshotsRequest) String() string {
 func (*ListSnapshotsRequest) ProtoMessage() {}
 
 func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[10]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -736,7 +887,7 @@ func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{10}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListSnapshotsRequest) GetBox() string {
@@ -755,7 +906,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[11]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -767,7 +918,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[11]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -780,7 +931,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{11}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
@@ -801,7 +952,7 @@ type RestoreBoxRequest struct {
 
 func (x *RestoreBoxRequest) Reset() {
 	*x = RestoreBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[12]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -813,7 +964,7 @@ func (x *RestoreBoxRequest) String() string {
 func (*RestoreBoxRequest) ProtoMessage() {}
 
 func (x *RestoreBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[12]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -826,7 +977,7 @@ func (x *RestoreBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreBoxRequest.ProtoReflect.Descriptor instead.
 func (*RestoreBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{12}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *RestoreBoxRequest) GetBox() string {
@@ -852,7 +1003,7 @@ type WatchBoxRequest struct {
 
 func (x *WatchBoxRequest) Reset() {
 	*x = WatchBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[13]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -864,7 +1015,7 @@ func (x *WatchBoxRequest) String() string {
 func (*WatchBoxRequest) ProtoMessage() {}
 
 func (x *WatchBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[13]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -877,7 +1028,7 @@ func (x *WatchBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchBoxRequest.ProtoReflect.Descriptor instead.
 func (*WatchBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{13}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WatchBoxRequest) GetBox() string {
@@ -904,7 +1055,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[14]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -916,7 +1067,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[14]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -929,7 +1080,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{14}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ExecRequest) GetBox() string {
@@ -981,7 +1132,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[15]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -993,7 +1144,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[15]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1006,7 +1157,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{15}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ExecResponse) GetExitCode() int32 {
@@ -1041,7 +1192,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[16]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1053,7 +1204,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[16]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1066,7 +1217,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{16}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReadFileRequest) GetBox() string {
@@ -1094,7 +1245,7 @@ type ReadFileResponse struct {
 
 func (x *ReadFileResponse) Reset() {
 	*x = ReadFileResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[17]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1106,7 +1257,7 @@ func (x *ReadFileResponse) String() string {
 func (*ReadFileResponse) ProtoMessage() {}
 
 func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[17]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1119,7 +1270,7 @@ func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadFileResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{17}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReadFileResponse) GetContent() []byte {
@@ -1151,7 +1302,7 @@ type WriteFileRequest struct {
 
 func (x *WriteFileRequest) Reset() {
 	*x = WriteFileRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[18]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1163,7 +1314,7 @@ func (x *WriteFileRequest) String() string {
 func (*WriteFileRequest) ProtoMessage() {}
 
 func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[18]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1176,7 +1327,7 @@ func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{18}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *WriteFileRequest) GetBox() string {
@@ -1216,7 +1367,7 @@ type WriteFileResponse struct {
 
 func (x *WriteFileResponse) Reset() {
 	*x = WriteFileResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[19]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1228,7 +1379,7 @@ func (x *WriteFileResponse) String() string {
 func (*WriteFileResponse) ProtoMessage() {}
 
 func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[19]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1241,7 +1392,7 @@ func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileResponse.ProtoReflect.Descriptor instead.
 func (*WriteFileResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{19}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WriteFileResponse) GetBytes() int64 {
@@ -1268,7 +1419,7 @@ type Share struct {
 
 func (x *Share) Reset() {
 	*x = Share{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[20]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1280,7 +1431,7 @@ func (x *Share) String() string {
 func (*Share) ProtoMessage() {}
 
 func (x *Share) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[20]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1293,7 +1444,7 @@ func (x *Share) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Share.ProtoReflect.Descriptor instead.
 func (*Share) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{20}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Share) GetBoxId() string {
@@ -1353,7 +1504,7 @@ type ShareBoxRequest struct {
 
 func (x *ShareBoxRequest) Reset() {
 	*x = ShareBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[21]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1365,7 +1516,7 @@ func (x *ShareBoxRequest) String() string {
 func (*ShareBoxRequest) ProtoMessage() {}
 
 func (x *ShareBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[21]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1378,7 +1529,7 @@ func (x *ShareBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShareBoxRequest.ProtoReflect.Descriptor instead.
 func (*ShareBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{21}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ShareBoxRequest) GetBox() string {
@@ -1420,7 +1571,7 @@ type UnshareBoxRequest struct {
 
 func (x *UnshareBoxRequest) Reset() {
 	*x = UnshareBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[22]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1432,7 +1583,7 @@ func (x *UnshareBoxRequest) String() string {
 func (*UnshareBoxRequest) ProtoMessage() {}
 
 func (x *UnshareBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[22]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1445,7 +1596,7 @@ func (x *UnshareBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnshareBoxRequest.ProtoReflect.Descriptor instead.
 func (*UnshareBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{22}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *UnshareBoxRequest) GetBox() string {
@@ -1470,7 +1621,7 @@ type UnshareBoxResponse struct {
 
 func (x *UnshareBoxResponse) Reset() {
 	*x = UnshareBoxResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[23]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1482,7 +1633,7 @@ func (x *UnshareBoxResponse) String() string {
 func (*UnshareBoxResponse) ProtoMessage() {}
 
 func (x *UnshareBoxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[23]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1495,7 +1646,7 @@ func (x *UnshareBoxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnshareBoxResponse.ProtoReflect.Descriptor instead.
 func (*UnshareBoxResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{23}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{26}
 }
 
 type ListSharesRequest struct {
@@ -1507,7 +1658,7 @@ type ListSharesRequest struct {
 
 func (x *ListSharesRequest) Reset() {
 	*x = ListSharesRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[24]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1519,7 +1670,7 @@ func (x *ListSharesRequest) String() string {
 func (*ListSharesRequest) ProtoMessage() {}
 
 func (x *ListSharesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[24]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1532,7 +1683,7 @@ func (x *ListSharesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSharesRequest.ProtoReflect.Descriptor instead.
 func (*ListSharesRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{24}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListSharesRequest) GetBox() string {
@@ -1551,7 +1702,7 @@ type ListSharesResponse struct {
 
 func (x *ListSharesResponse) Reset() {
 	*x = ListSharesResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[25]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1563,7 +1714,7 @@ func (x *ListSharesResponse) String() string {
 func (*ListSharesResponse) ProtoMessage() {}
 
 func (x *ListSharesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[25]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1576,7 +1727,7 @@ func (x *ListSharesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSharesResponse.ProtoReflect.Descriptor instead.
 func (*ListSharesResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{25}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListSharesResponse) GetShares() []*Share {
@@ -1595,7 +1746,7 @@ type TakeOverRequest struct {
 
 func (x *TakeOverRequest) Reset() {
 	*x = TakeOverRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[26]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1607,7 +1758,7 @@ func (x *TakeOverRequest) String() string {
 func (*TakeOverRequest) ProtoMessage() {}
 
 func (x *TakeOverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[26]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1620,7 +1771,7 @@ func (x *TakeOverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeOverRequest.ProtoReflect.Descriptor instead.
 func (*TakeOverRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{26}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *TakeOverRequest) GetBox() string {
@@ -1639,7 +1790,7 @@ type HandBackRequest struct {
 
 func (x *HandBackRequest) Reset() {
 	*x = HandBackRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[27]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1651,7 +1802,7 @@ func (x *HandBackRequest) String() string {
 func (*HandBackRequest) ProtoMessage() {}
 
 func (x *HandBackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[27]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1664,7 +1815,7 @@ func (x *HandBackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandBackRequest.ProtoReflect.Descriptor instead.
 func (*HandBackRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{27}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *HandBackRequest) GetBox() string {
@@ -1685,7 +1836,7 @@ type DesktopTicketRequest struct {
 
 func (x *DesktopTicketRequest) Reset() {
 	*x = DesktopTicketRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[28]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1697,7 +1848,7 @@ func (x *DesktopTicketRequest) String() string {
 func (*DesktopTicketRequest) ProtoMessage() {}
 
 func (x *DesktopTicketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[28]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1710,7 +1861,7 @@ func (x *DesktopTicketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesktopTicketRequest.ProtoReflect.Descriptor instead.
 func (*DesktopTicketRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{28}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DesktopTicketRequest) GetBox() string {
@@ -1739,7 +1890,7 @@ type DesktopTicketResponse struct {
 
 func (x *DesktopTicketResponse) Reset() {
 	*x = DesktopTicketResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[29]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1751,7 +1902,7 @@ func (x *DesktopTicketResponse) String() string {
 func (*DesktopTicketResponse) ProtoMessage() {}
 
 func (x *DesktopTicketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[29]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1764,7 +1915,7 @@ func (x *DesktopTicketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesktopTicketResponse.ProtoReflect.Descriptor instead.
 func (*DesktopTicketResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{29}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *DesktopTicketResponse) GetTicket() string {
@@ -1792,7 +1943,16 @@ var File_cocoonbox_v1_box_proto protoreflect.FileDescriptor
 
 const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\n" +
-	"\x16cocoonbox/v1/box.proto\x12\fcocoonbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xca\x03\n" +
+	"\x16cocoonbox/v1/box.proto\x12\fcocoonbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"$\n" +
+	"\x10ListPortsRequest\x12\x10\n" +
+	"\x03box\x18\x01 \x01(\tR\x03box\"=\n" +
+	"\x11ListPortsResponse\x12(\n" +
+	"\x05ports\x18\x01 \x03(\v2\x12.cocoonbox.v1.PortR\x05ports\"^\n" +
+	"\x04Port\x12\x12\n" +
+	"\x04port\x18\x01 \x01(\x05R\x04port\x12!\n" +
+	"\fpreview_path\x18\x02 \x01(\tR\vpreviewPath\x12\x1f\n" +
+	"\vtunnel_path\x18\x03 \x01(\tR\n" +
+	"tunnelPath\"\xca\x03\n" +
 	"\x03Box\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -1916,8 +2076,7 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x06ticket\x18\x01 \x01(\tR\x06ticket\x129\n" +
 	"\n" +
 	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x10\n" +
-	"\x03url\x18\x03 \x01(\tR\x03url2\xcb\n" +
-	"\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url2\x99\v\n" +
 	"\n" +
 	"BoxService\x12>\n" +
 	"\tCreateBox\x12\x1e.cocoonbox.v1.CreateBoxRequest\x1a\x11.cocoonbox.v1.Box\x128\n" +
@@ -1941,7 +2100,8 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"ListShares\x12\x1f.cocoonbox.v1.ListSharesRequest\x1a .cocoonbox.v1.ListSharesResponse\x12<\n" +
 	"\bTakeOver\x12\x1d.cocoonbox.v1.TakeOverRequest\x1a\x11.cocoonbox.v1.Box\x12<\n" +
 	"\bHandBack\x12\x1d.cocoonbox.v1.HandBackRequest\x1a\x11.cocoonbox.v1.Box\x12X\n" +
-	"\rDesktopTicket\x12\".cocoonbox.v1.DesktopTicketRequest\x1a#.cocoonbox.v1.DesktopTicketResponseB>Z<github.com/loomhand/cocoonbox/proto/cocoonbox/v1;cocoonboxv1b\x06proto3"
+	"\rDesktopTicket\x12\".cocoonbox.v1.DesktopTicketRequest\x1a#.cocoonbox.v1.DesktopTicketResponse\x12L\n" +
+	"\tListPorts\x12\x1e.cocoonbox.v1.ListPortsRequest\x1a\x1f.cocoonbox.v1.ListPortsResponseB>Z<github.com/loomhand/cocoonbox/proto/cocoonbox/v1;cocoonboxv1b\x06proto3"
 
 var (
 	file_cocoonbox_v1_box_proto_rawDescOnce sync.Once
@@ -1955,96 +2115,102 @@ func file_cocoonbox_v1_box_proto_rawDescGZIP() []byte {
 	return file_cocoonbox_v1_box_proto_rawDescData
 }
 
-var file_cocoonbox_v1_box_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_cocoonbox_v1_box_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
 var file_cocoonbox_v1_box_proto_goTypes = []any{
-	(*Box)(nil),                   // 0: cocoonbox.v1.Box
-	(*CreateBoxRequest)(nil),      // 1: cocoonbox.v1.CreateBoxRequest
-	(*GetBoxRequest)(nil),         // 2: cocoonbox.v1.GetBoxRequest
-	(*ListBoxesRequest)(nil),      // 3: cocoonbox.v1.ListBoxesRequest
-	(*ListBoxesResponse)(nil),     // 4: cocoonbox.v1.ListBoxesResponse
-	(*DeleteBoxRequest)(nil),      // 5: cocoonbox.v1.DeleteBoxRequest
-	(*WakeBoxRequest)(nil),        // 6: cocoonbox.v1.WakeBoxRequest
-	(*HibernateBoxRequest)(nil),   // 7: cocoonbox.v1.HibernateBoxRequest
-	(*Snapshot)(nil),              // 8: cocoonbox.v1.Snapshot
-	(*SnapshotBoxRequest)(nil),    // 9: cocoonbox.v1.SnapshotBoxRequest
-	(*ListSnapshotsRequest)(nil),  // 10: cocoonbox.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil), // 11: cocoonbox.v1.ListSnapshotsResponse
-	(*RestoreBoxRequest)(nil),     // 12: cocoonbox.v1.RestoreBoxRequest
-	(*WatchBoxRequest)(nil),       // 13: cocoonbox.v1.WatchBoxRequest
-	(*ExecRequest)(nil),           // 14: cocoonbox.v1.ExecRequest
-	(*ExecResponse)(nil),          // 15: cocoonbox.v1.ExecResponse
-	(*ReadFileRequest)(nil),       // 16: cocoonbox.v1.ReadFileRequest
-	(*ReadFileResponse)(nil),      // 17: cocoonbox.v1.ReadFileResponse
-	(*WriteFileRequest)(nil),      // 18: cocoonbox.v1.WriteFileRequest
-	(*WriteFileResponse)(nil),     // 19: cocoonbox.v1.WriteFileResponse
-	(*Share)(nil),                 // 20: cocoonbox.v1.Share
-	(*ShareBoxRequest)(nil),       // 21: cocoonbox.v1.ShareBoxRequest
-	(*UnshareBoxRequest)(nil),     // 22: cocoonbox.v1.UnshareBoxRequest
-	(*UnshareBoxResponse)(nil),    // 23: cocoonbox.v1.UnshareBoxResponse
-	(*ListSharesRequest)(nil),     // 24: cocoonbox.v1.ListSharesRequest
-	(*ListSharesResponse)(nil),    // 25: cocoonbox.v1.ListSharesResponse
-	(*TakeOverRequest)(nil),       // 26: cocoonbox.v1.TakeOverRequest
-	(*HandBackRequest)(nil),       // 27: cocoonbox.v1.HandBackRequest
-	(*DesktopTicketRequest)(nil),  // 28: cocoonbox.v1.DesktopTicketRequest
-	(*DesktopTicketResponse)(nil), // 29: cocoonbox.v1.DesktopTicketResponse
-	nil,                           // 30: cocoonbox.v1.ExecRequest.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 31: google.protobuf.Timestamp
+	(*ListPortsRequest)(nil),      // 0: cocoonbox.v1.ListPortsRequest
+	(*ListPortsResponse)(nil),     // 1: cocoonbox.v1.ListPortsResponse
+	(*Port)(nil),                  // 2: cocoonbox.v1.Port
+	(*Box)(nil),                   // 3: cocoonbox.v1.Box
+	(*CreateBoxRequest)(nil),      // 4: cocoonbox.v1.CreateBoxRequest
+	(*GetBoxRequest)(nil),         // 5: cocoonbox.v1.GetBoxRequest
+	(*ListBoxesRequest)(nil),      // 6: cocoonbox.v1.ListBoxesRequest
+	(*ListBoxesResponse)(nil),     // 7: cocoonbox.v1.ListBoxesResponse
+	(*DeleteBoxRequest)(nil),      // 8: cocoonbox.v1.DeleteBoxRequest
+	(*WakeBoxRequest)(nil),        // 9: cocoonbox.v1.WakeBoxRequest
+	(*HibernateBoxRequest)(nil),   // 10: cocoonbox.v1.HibernateBoxRequest
+	(*Snapshot)(nil),              // 11: cocoonbox.v1.Snapshot
+	(*SnapshotBoxRequest)(nil),    // 12: cocoonbox.v1.SnapshotBoxRequest
+	(*ListSnapshotsRequest)(nil),  // 13: cocoonbox.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil), // 14: cocoonbox.v1.ListSnapshotsResponse
+	(*RestoreBoxRequest)(nil),     // 15: cocoonbox.v1.RestoreBoxRequest
+	(*WatchBoxRequest)(nil),       // 16: cocoonbox.v1.WatchBoxRequest
+	(*ExecRequest)(nil),           // 17: cocoonbox.v1.ExecRequest
+	(*ExecResponse)(nil),          // 18: cocoonbox.v1.ExecResponse
+	(*ReadFileRequest)(nil),       // 19: cocoonbox.v1.ReadFileRequest
+	(*ReadFileResponse)(nil),      // 20: cocoonbox.v1.ReadFileResponse
+	(*WriteFileRequest)(nil),      // 21: cocoonbox.v1.WriteFileRequest
+	(*WriteFileResponse)(nil),     // 22: cocoonbox.v1.WriteFileResponse
+	(*Share)(nil),                 // 23: cocoonbox.v1.Share
+	(*ShareBoxRequest)(nil),       // 24: cocoonbox.v1.ShareBoxRequest
+	(*UnshareBoxRequest)(nil),     // 25: cocoonbox.v1.UnshareBoxRequest
+	(*UnshareBoxResponse)(nil),    // 26: cocoonbox.v1.UnshareBoxResponse
+	(*ListSharesRequest)(nil),     // 27: cocoonbox.v1.ListSharesRequest
+	(*ListSharesResponse)(nil),    // 28: cocoonbox.v1.ListSharesResponse
+	(*TakeOverRequest)(nil),       // 29: cocoonbox.v1.TakeOverRequest
+	(*HandBackRequest)(nil),       // 30: cocoonbox.v1.HandBackRequest
+	(*DesktopTicketRequest)(nil),  // 31: cocoonbox.v1.DesktopTicketRequest
+	(*DesktopTicketResponse)(nil), // 32: cocoonbox.v1.DesktopTicketResponse
+	nil,                           // 33: cocoonbox.v1.ExecRequest.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 34: google.protobuf.Timestamp
 }
 var file_cocoonbox_v1_box_proto_depIdxs = []int32{
-	31, // 0: cocoonbox.v1.Box.idle_deadline:type_name -> google.protobuf.Timestamp
-	31, // 1: cocoonbox.v1.Box.created_at:type_name -> google.protobuf.Timestamp
-	0,  // 2: cocoonbox.v1.ListBoxesResponse.boxes:type_name -> cocoonbox.v1.Box
-	31, // 3: cocoonbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	8,  // 4: cocoonbox.v1.ListSnapshotsResponse.snapshots:type_name -> cocoonbox.v1.Snapshot
-	30, // 5: cocoonbox.v1.ExecRequest.env:type_name -> cocoonbox.v1.ExecRequest.EnvEntry
-	31, // 6: cocoonbox.v1.Share.expires_at:type_name -> google.protobuf.Timestamp
-	31, // 7: cocoonbox.v1.Share.created_at:type_name -> google.protobuf.Timestamp
-	31, // 8: cocoonbox.v1.ShareBoxRequest.expires_at:type_name -> google.protobuf.Timestamp
-	20, // 9: cocoonbox.v1.ListSharesResponse.shares:type_name -> cocoonbox.v1.Share
-	31, // 10: cocoonbox.v1.DesktopTicketResponse.expires_at:type_name -> google.protobuf.Timestamp
-	1,  // 11: cocoonbox.v1.BoxService.CreateBox:input_type -> cocoonbox.v1.CreateBoxRequest
-	2,  // 12: cocoonbox.v1.BoxService.GetBox:input_type -> cocoonbox.v1.GetBoxRequest
-	3,  // 13: cocoonbox.v1.BoxService.ListBoxes:input_type -> cocoonbox.v1.ListBoxesRequest
-	5,  // 14: cocoonbox.v1.BoxService.DeleteBox:input_type -> cocoonbox.v1.DeleteBoxRequest
-	6,  // 15: cocoonbox.v1.BoxService.WakeBox:input_type -> cocoonbox.v1.WakeBoxRequest
-	7,  // 16: cocoonbox.v1.BoxService.HibernateBox:input_type -> cocoonbox.v1.HibernateBoxRequest
-	9,  // 17: cocoonbox.v1.BoxService.SnapshotBox:input_type -> cocoonbox.v1.SnapshotBoxRequest
-	10, // 18: cocoonbox.v1.BoxService.ListSnapshots:input_type -> cocoonbox.v1.ListSnapshotsRequest
-	12, // 19: cocoonbox.v1.BoxService.RestoreBox:input_type -> cocoonbox.v1.RestoreBoxRequest
-	13, // 20: cocoonbox.v1.BoxService.WatchBox:input_type -> cocoonbox.v1.WatchBoxRequest
-	14, // 21: cocoonbox.v1.BoxService.Exec:input_type -> cocoonbox.v1.ExecRequest
-	16, // 22: cocoonbox.v1.BoxService.ReadFile:input_type -> cocoonbox.v1.ReadFileRequest
-	18, // 23: cocoonbox.v1.BoxService.WriteFile:input_type -> cocoonbox.v1.WriteFileRequest
-	21, // 24: cocoonbox.v1.BoxService.ShareBox:input_type -> cocoonbox.v1.ShareBoxRequest
-	22, // 25: cocoonbox.v1.BoxService.UnshareBox:input_type -> cocoonbox.v1.UnshareBoxRequest
-	24, // 26: cocoonbox.v1.BoxService.ListShares:input_type -> cocoonbox.v1.ListSharesRequest
-	26, // 27: cocoonbox.v1.BoxService.TakeOver:input_type -> cocoonbox.v1.TakeOverRequest
-	27, // 28: cocoonbox.v1.BoxService.HandBack:input_type -> cocoonbox.v1.HandBackRequest
-	28, // 29: cocoonbox.v1.BoxService.DesktopTicket:input_type -> cocoonbox.v1.DesktopTicketRequest
-	0,  // 30: cocoonbox.v1.BoxService.CreateBox:output_type -> cocoonbox.v1.Box
-	0,  // 31: cocoonbox.v1.BoxService.GetBox:output_type -> cocoonbox.v1.Box
-	4,  // 32: cocoonbox.v1.BoxService.ListBoxes:output_type -> cocoonbox.v1.ListBoxesResponse
-	0,  // 33: cocoonbox.v1.BoxService.DeleteBox:output_type -> cocoonbox.v1.Box
-	0,  // 34: cocoonbox.v1.BoxService.WakeBox:output_type -> cocoonbox.v1.Box
-	0,  // 35: cocoonbox.v1.BoxService.HibernateBox:output_type -> cocoonbox.v1.Box
-	8,  // 36: cocoonbox.v1.BoxService.SnapshotBox:output_type -> cocoonbox.v1.Snapshot
-	11, // 37: cocoonbox.v1.BoxService.ListSnapshots:output_type -> cocoonbox.v1.ListSnapshotsResponse
-	0,  // 38: cocoonbox.v1.BoxService.RestoreBox:output_type -> cocoonbox.v1.Box
-	0,  // 39: cocoonbox.v1.BoxService.WatchBox:output_type -> cocoonbox.v1.Box
-	15, // 40: cocoonbox.v1.BoxService.Exec:output_type -> cocoonbox.v1.ExecResponse
-	17, // 41: cocoonbox.v1.BoxService.ReadFile:output_type -> cocoonbox.v1.ReadFileResponse
-	19, // 42: cocoonbox.v1.BoxService.WriteFile:output_type -> cocoonbox.v1.WriteFileResponse
-	20, // 43: cocoonbox.v1.BoxService.ShareBox:output_type -> cocoonbox.v1.Share
-	23, // 44: cocoonbox.v1.BoxService.UnshareBox:output_type -> cocoonbox.v1.UnshareBoxResponse
-	25, // 45: cocoonbox.v1.BoxService.ListShares:output_type -> cocoonbox.v1.ListSharesResponse
-	0,  // 46: cocoonbox.v1.BoxService.TakeOver:output_type -> cocoonbox.v1.Box
-	0,  // 47: cocoonbox.v1.BoxService.HandBack:output_type -> cocoonbox.v1.Box
-	29, // 48: cocoonbox.v1.BoxService.DesktopTicket:output_type -> cocoonbox.v1.DesktopTicketResponse
-	30, // [30:49] is the sub-list for method output_type
-	11, // [11:30] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	2,  // 0: cocoonbox.v1.ListPortsResponse.ports:type_name -> cocoonbox.v1.Port
+	34, // 1: cocoonbox.v1.Box.idle_deadline:type_name -> google.protobuf.Timestamp
+	34, // 2: cocoonbox.v1.Box.created_at:type_name -> google.protobuf.Timestamp
+	3,  // 3: cocoonbox.v1.ListBoxesResponse.boxes:type_name -> cocoonbox.v1.Box
+	34, // 4: cocoonbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	11, // 5: cocoonbox.v1.ListSnapshotsResponse.snapshots:type_name -> cocoonbox.v1.Snapshot
+	33, // 6: cocoonbox.v1.ExecRequest.env:type_name -> cocoonbox.v1.ExecRequest.EnvEntry
+	34, // 7: cocoonbox.v1.Share.expires_at:type_name -> google.protobuf.Timestamp
+	34, // 8: cocoonbox.v1.Share.created_at:type_name -> google.protobuf.Timestamp
+	34, // 9: cocoonbox.v1.ShareBoxRequest.expires_at:type_name -> google.protobuf.Timestamp
+	23, // 10: cocoonbox.v1.ListSharesResponse.shares:type_name -> cocoonbox.v1.Share
+	34, // 11: cocoonbox.v1.DesktopTicketResponse.expires_at:type_name -> google.protobuf.Timestamp
+	4,  // 12: cocoonbox.v1.BoxService.CreateBox:input_type -> cocoonbox.v1.CreateBoxRequest
+	5,  // 13: cocoonbox.v1.BoxService.GetBox:input_type -> cocoonbox.v1.GetBoxRequest
+	6,  // 14: cocoonbox.v1.BoxService.ListBoxes:input_type -> cocoonbox.v1.ListBoxesRequest
+	8,  // 15: cocoonbox.v1.BoxService.DeleteBox:input_type -> cocoonbox.v1.DeleteBoxRequest
+	9,  // 16: cocoonbox.v1.BoxService.WakeBox:input_type -> cocoonbox.v1.WakeBoxRequest
+	10, // 17: cocoonbox.v1.BoxService.HibernateBox:input_type -> cocoonbox.v1.HibernateBoxRequest
+	12, // 18: cocoonbox.v1.BoxService.SnapshotBox:input_type -> cocoonbox.v1.SnapshotBoxRequest
+	13, // 19: cocoonbox.v1.BoxService.ListSnapshots:input_type -> cocoonbox.v1.ListSnapshotsRequest
+	15, // 20: cocoonbox.v1.BoxService.RestoreBox:input_type -> cocoonbox.v1.RestoreBoxRequest
+	16, // 21: cocoonbox.v1.BoxService.WatchBox:input_type -> cocoonbox.v1.WatchBoxRequest
+	17, // 22: cocoonbox.v1.BoxService.Exec:input_type -> cocoonbox.v1.ExecRequest
+	19, // 23: cocoonbox.v1.BoxService.ReadFile:input_type -> cocoonbox.v1.ReadFileRequest
+	21, // 24: cocoonbox.v1.BoxService.WriteFile:input_type -> cocoonbox.v1.WriteFileRequest
+	24, // 25: cocoonbox.v1.BoxService.ShareBox:input_type -> cocoonbox.v1.ShareBoxRequest
+	25, // 26: cocoonbox.v1.BoxService.UnshareBox:input_type -> cocoonbox.v1.UnshareBoxRequest
+	27, // 27: cocoonbox.v1.BoxService.ListShares:input_type -> cocoonbox.v1.ListSharesRequest
+	29, // 28: cocoonbox.v1.BoxService.TakeOver:input_type -> cocoonbox.v1.TakeOverRequest
+	30, // 29: cocoonbox.v1.BoxService.HandBack:input_type -> cocoonbox.v1.HandBackRequest
+	31, // 30: cocoonbox.v1.BoxService.DesktopTicket:input_type -> cocoonbox.v1.DesktopTicketRequest
+	0,  // 31: cocoonbox.v1.BoxService.ListPorts:input_type -> cocoonbox.v1.ListPortsRequest
+	3,  // 32: cocoonbox.v1.BoxService.CreateBox:output_type -> cocoonbox.v1.Box
+	3,  // 33: cocoonbox.v1.BoxService.GetBox:output_type -> cocoonbox.v1.Box
+	7,  // 34: cocoonbox.v1.BoxService.ListBoxes:output_type -> cocoonbox.v1.ListBoxesResponse
+	3,  // 35: cocoonbox.v1.BoxService.DeleteBox:output_type -> cocoonbox.v1.Box
+	3,  // 36: cocoonbox.v1.BoxService.WakeBox:output_type -> cocoonbox.v1.Box
+	3,  // 37: cocoonbox.v1.BoxService.HibernateBox:output_type -> cocoonbox.v1.Box
+	11, // 38: cocoonbox.v1.BoxService.SnapshotBox:output_type -> cocoonbox.v1.Snapshot
+	14, // 39: cocoonbox.v1.BoxService.ListSnapshots:output_type -> cocoonbox.v1.ListSnapshotsResponse
+	3,  // 40: cocoonbox.v1.BoxService.RestoreBox:output_type -> cocoonbox.v1.Box
+	3,  // 41: cocoonbox.v1.BoxService.WatchBox:output_type -> cocoonbox.v1.Box
+	18, // 42: cocoonbox.v1.BoxService.Exec:output_type -> cocoonbox.v1.ExecResponse
+	20, // 43: cocoonbox.v1.BoxService.ReadFile:output_type -> cocoonbox.v1.ReadFileResponse
+	22, // 44: cocoonbox.v1.BoxService.WriteFile:output_type -> cocoonbox.v1.WriteFileResponse
+	23, // 45: cocoonbox.v1.BoxService.ShareBox:output_type -> cocoonbox.v1.Share
+	26, // 46: cocoonbox.v1.BoxService.UnshareBox:output_type -> cocoonbox.v1.UnshareBoxResponse
+	28, // 47: cocoonbox.v1.BoxService.ListShares:output_type -> cocoonbox.v1.ListSharesResponse
+	3,  // 48: cocoonbox.v1.BoxService.TakeOver:output_type -> cocoonbox.v1.Box
+	3,  // 49: cocoonbox.v1.BoxService.HandBack:output_type -> cocoonbox.v1.Box
+	32, // 50: cocoonbox.v1.BoxService.DesktopTicket:output_type -> cocoonbox.v1.DesktopTicketResponse
+	1,  // 51: cocoonbox.v1.BoxService.ListPorts:output_type -> cocoonbox.v1.ListPortsResponse
+	32, // [32:52] is the sub-list for method output_type
+	12, // [12:32] is the sub-list for method input_type
+	12, // [12:12] is the sub-list for extension type_name
+	12, // [12:12] is the sub-list for extension extendee
+	0,  // [0:12] is the sub-list for field type_name
 }
 
 func init() { file_cocoonbox_v1_box_proto_init() }
@@ -2058,7 +2224,7 @@ func file_cocoonbox_v1_box_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cocoonbox_v1_box_proto_rawDesc), len(file_cocoonbox_v1_box_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   34,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -38,6 +38,7 @@ const (
 	BoxService_TakeOver_FullMethodName      = "/cocoonbox.v1.BoxService/TakeOver"
 	BoxService_HandBack_FullMethodName      = "/cocoonbox.v1.BoxService/HandBack"
 	BoxService_DesktopTicket_FullMethodName = "/cocoonbox.v1.BoxService/DesktopTicket"
+	BoxService_ListPorts_FullMethodName     = "/cocoonbox.v1.BoxService/ListPorts"
 )
 
 // BoxServiceClient is the client API for BoxService service.
@@ -96,6 +97,9 @@ type BoxServiceClient interface {
 	// DesktopTicket returns a short-lived ticket a browser presents to open the desktop (viewer;
 	// control mode needs driver and the control lease).
 	DesktopTicket(ctx context.Context, in *DesktopTicketRequest, opts ...grpc.CallOption) (*DesktopTicketResponse, error)
+	// ListPorts lists the TCP ports something in the box listens on, with where to open each
+	// through the API (viewer; a sleeping box is woken for a driver, refused to a viewer).
+	ListPorts(ctx context.Context, in *ListPortsRequest, opts ...grpc.CallOption) (*ListPortsResponse, error)
 }
 
 type boxServiceClient struct {
@@ -305,6 +309,16 @@ func (c *boxServiceClient) DesktopTicket(ctx context.Context, in *DesktopTicketR
 	return out, nil
 }
 
+func (c *boxServiceClient) ListPorts(ctx context.Context, in *ListPortsRequest, opts ...grpc.CallOption) (*ListPortsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPortsResponse)
+	err := c.cc.Invoke(ctx, BoxService_ListPorts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BoxServiceServer is the server API for BoxService service.
 // All implementations must embed UnimplementedBoxServiceServer
 // for forward compatibility.
@@ -361,6 +375,9 @@ type BoxServiceServer interface {
 	// DesktopTicket returns a short-lived ticket a browser presents to open the desktop (viewer;
 	// control mode needs driver and the control lease).
 	DesktopTicket(context.Context, *DesktopTicketRequest) (*DesktopTicketResponse, error)
+	// ListPorts lists the TCP ports something in the box listens on, with where to open each
+	// through the API (viewer; a sleeping box is woken for a driver, refused to a viewer).
+	ListPorts(context.Context, *ListPortsRequest) (*ListPortsResponse, error)
 	mustEmbedUnimplementedBoxServiceServer()
 }
 
@@ -427,6 +444,9 @@ func (UnimplementedBoxServiceServer) HandBack(context.Context, *HandBackRequest)
 }
 func (UnimplementedBoxServiceServer) DesktopTicket(context.Context, *DesktopTicketRequest) (*DesktopTicketResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method DesktopTicket not implemented")
+}
+func (UnimplementedBoxServiceServer) ListPorts(context.Context, *ListPortsRequest) (*ListPortsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPorts not implemented")
 }
 func (UnimplementedBoxServiceServer) mustEmbedUnimplementedBoxServiceServer() {}
 func (UnimplementedBoxServiceServer) testEmbeddedByValue()                    {}
@@ -784,6 +804,24 @@ func _BoxService_DesktopTicket_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BoxService_ListPorts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPortsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BoxServiceServer).ListPorts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BoxService_ListPorts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BoxServiceServer).ListPorts(ctx, req.(*ListPortsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // BoxService_ServiceDesc is the grpc.ServiceDesc for BoxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -862,6 +900,10 @@ var BoxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DesktopTicket",
 			Handler:    _BoxService_DesktopTicket_Handler,
+		},
+		{
+			MethodName: "ListPorts",
+			Handler:    _BoxService_ListPorts_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
