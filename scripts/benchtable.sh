@@ -76,6 +76,8 @@ BEGIN {
 	what["RawRuntimeDialMBps"] = "raw: the same stream over the runtime Dial connection"
 	what["EngineIdleMemory"] = "idle memory per box: a fresh claim once settled (GET .../stats)"
 	what["RawRuntimeIdleMemory"] = "raw: the same, runtime Stats of a raw box"
+	what["PreviewGet"] = "GET of a page from a web server in a box through the API preview (bearer auth, role check, ports relay dial, reverse proxy)"
+	what["RawRelayGet"] = "raw: the same request written on an engine ports-relay connection, with the sandbox client"
 	what["BoxEgressFetch"] = "a box on the internet policy fetches a page from the test internet (netstack, veth, the router's policy and NAT): connect, request, whole answer, timed in the box"
 	what["RawHostFetch"] = "raw: the same fetch from the router's namespace, in Go"
 	pair["EngineClaimCold"] = "RawRuntimeStart"
@@ -86,6 +88,7 @@ BEGIN {
 	pair["EngineRelayMBps"] = "RawRuntimeDialMBps"
 	pair["EngineIdleMemory"] = "RawRuntimeIdleMemory"
 	pair["BoxEgressFetch"] = "RawHostFetch"
+	pair["PreviewGet"] = "RawRelayGet"
 }
 /^pkg: / {
 	pkg = $2; sub(/^.*\/internal\//, "internal/", pkg)
