@@ -55,6 +55,21 @@ func TestDesktopInBrowser(t *testing.T) {
 	click(t, page, "#signin-form button[type=submit]", "")
 	click(t, page, "#box-list button", "^Open$")
 
+	// Installable: the browser runs the app's service worker (it keeps the app's files for an
+	// installed window opened offline).
+	var worker string
+	if err := testutil.Poll(e.ctx, testutil.WaitShort, func() error {
+		if err := evalInto(page, `() => navigator.serviceWorker.ready.then(r => r.active ? r.active.scriptURL : "")`, &worker); err != nil {
+			return err
+		}
+		if !strings.HasSuffix(worker, "/sw.js") {
+			return fmt.Errorf("active service worker %q", worker)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
 	// The canvas shows the desktop: the whole 1280x800 screen, lit, in more than a few colours
 	// (black is all a fresh Xvnc shows until the session draws), and settled: the same for the
 	// last second, so the screenshot is of the desktop, not of the session drawing it.

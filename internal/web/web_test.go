@@ -1,6 +1,10 @@
 package web_test
 
 import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"image/png"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -146,5 +150,75 @@ func TestCSPConnectSelf(t *testing.T) {
 	}
 	if connect != "'self'" {
 		t.Fatalf("CSP %q: connect-src is %q, want exactly 'self'", csp, connect)
+	}
+}
+
+// TestInstallable: the page links a manifest a browser installs from (standalone, start URL,
+// icons of 192 and 512 pixels that are PNGs of those sizes) and registers a service worker that
+// keeps only the app's own files: never an API path.
+func TestInstallable(t *testing.T) {
+	srv := httptest.NewServer(web.Handler())
+	defer srv.Close()
+	get := func(path string) (*http.Response, []byte) {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, _ := io.ReadAll(resp.Body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("GET %s: %d", path, resp.StatusCode)
+		}
+		return resp, body
+	}
+	_, page := get("/")
+	for _, want := range []string{`<link rel="manifest" href="manifest.webmanifest">`, `<meta name="theme-color"`} {
+		if !strings.Contains(string(page), want) {
+			t.Errorf("the page lacks %s", want)
+		}
+	}
+	resp, body := get("/manifest.webmanifest")
+	if ct := resp.Header.Get("Content-Type"); ct != "application/manifest+json" {
+		t.Errorf("manifest Content-Type %q", ct)
+	}
+	var m struct {
+		Name, StartURL, Display string
+		Icons                   []struct{ Src, Sizes, Type string }
+	}
+	if err := json.Unmarshal(body, &struct {
+		Name     *string                              `json:"name"`
+		StartURL *string                              `json:"start_url"`
+		Display  *string                              `json:"display"`
+		Icons    *[]struct{ Src, Sizes, Type string } `json:"icons"`
+	}{&m.Name, &m.StartURL, &m.Display, &m.Icons}); err != nil {
+		t.Fatal(err)
+	}
+	if m.Name == "" || m.StartURL != "/" || m.Display != "standalone" || len(m.Icons) < 2 {
+		t.Fatalf("manifest %+v", m)
+	}
+	sizes := map[string]bool{}
+	for _, ic := range m.Icons {
+		_, b := get("/" + ic.Src)
+		cfg, err := png.DecodeConfig(bytes.NewReader(b))
+		if err != nil || ic.Type != "image/png" || fmt.Sprintf("%dx%d", cfg.Width, cfg.Height) != ic.Sizes {
+			t.Errorf("icon %s: %v, %dx%d, want %s PNG", ic.Src, err, cfg.Width, cfg.Height, ic.Sizes)
+		}
+		sizes[ic.Sizes] = true
+	}
+	if !sizes["192x192"] || !sizes["512x512"] {
+		t.Errorf("icon sizes %v, want 192x192 and 512x512", sizes)
+	}
+	_, app := get("/app.js")
+	if !strings.Contains(string(app), "serviceWorker.register('/sw.js'") {
+		t.Error("app.js does not register the service worker")
+	}
+	resp, sw := get("/sw.js")
+	if resp.Header.Get("Cache-Control") != "no-cache" {
+		t.Errorf("sw.js Cache-Control %q", resp.Header.Get("Cache-Control"))
+	}
+	for _, api := range []string{`"/v1/"`, `"/cocoonbox."`, `"/mcp"`} {
+		if !strings.Contains(string(sw), api) {
+			t.Errorf("sw.js does not keep %s out of its cache", api)
+		}
 	}
 }

@@ -174,3 +174,9 @@ async function main() {
 }
 
 main().catch(report); // a module script runs after the document is parsed
+
+// Installable: the service worker keeps the app's own files, so an installed window opens
+// offline (and says the API is unreachable) rather than not at all.
+if ('serviceWorker' in navigator) {
+  navigator.serviceWorker.register('/sw.js', { scope: '/' }).catch(() => {});
+}
