@@ -32,6 +32,8 @@ type Service struct {
 	Temporal client.Client
 	Store    *store.Store
 	Policy   workflows.Policy // applied to new boxes
+	// KeepAwakeEvery is how often a running exec touches its box; 0 is DefaultKeepAwakeEvery.
+	KeepAwakeEvery time.Duration
 	// Link reaches a box's sandbox for exec and files, and its agent (with the box's credential)
 	// for the desktop verbs; without it those calls are unavailable.
 	Link   *boxlink.Link

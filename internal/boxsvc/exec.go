@@ -76,7 +76,9 @@ func (s *Service) Exec(ctx context.Context, caller string, id cocoonbox.BoxID, r
 	if err != nil {
 		return ExecResult{}, err
 	}
+	done := s.keepAwake(ctx, id)
 	res, err := s.Link.Sandbox.Exec(ctx, ref, sandbox.ExecRequest{Argv: req.Argv, Cwd: req.Cwd, Env: req.Env, TimeoutSeconds: req.TimeoutSeconds})
+	done()
 	s.touch(ctx, id)
 	if err != nil {
 		return ExecResult{}, execError(err, req.TimeoutSeconds)
@@ -240,6 +242,37 @@ func (s *Service) reach(ctx context.Context, caller string, id cocoonbox.BoxID, 
 		return sandbox.SandboxRef{}, err
 	}
 	return s.awake(ctx, id, st, a.role)
+}
+
+// DefaultKeepAwakeEvery is Service.KeepAwakeEvery when zero: well inside the shortest idle period
+// a box is given, so a command never outlives it.
+const DefaultKeepAwakeEvery = 30 * time.Second
+
+// keepAwake touches the box every KeepAwakeEvery until the returned func is called: an exec
+// that runs longer than the box's idle period is work, and must not be hibernated under. A
+// touch (not a pin) is what it sends, so an API process that dies mid-exec leaves nothing
+// holding the box awake.
+func (s *Service) keepAwake(ctx context.Context, id cocoonbox.BoxID) (done func()) {
+	every := s.KeepAwakeEvery
+	if every <= 0 {
+		every = DefaultKeepAwakeEvery
+	}
+	stop := make(chan struct{})
+	go func() {
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				s.touch(ctx, id)
+			case <-stop:
+				return
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	return func() { close(stop) }
 }
 
 // touch tells the box's workflow it is in use, so it is not idle-hibernated; best effort, and

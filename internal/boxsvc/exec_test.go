@@ -5,10 +5,13 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	"github.com/loomhand/cocoonbox/internal/sandbox/sandboxtest"
+	"github.com/loomhand/cocoonbox/internal/testutil"
+	"github.com/loomhand/cocoonbox/workflows"
 )
 
 // TestExecValidation: a bad request is refused naming its field, before it reaches the box.
@@ -78,4 +81,27 @@ func TestExecEngineErrors(t *testing.T) {
 	e.engine.Lose(e.ref.ID)
 	wantError(t, "lost sandbox", run(boxsvc.ExecRequest{Argv: []string{"true"}}),
 		cocoonbox.EUnavailable, "", "the box's sandbox is gone; wake the box to rebuild it")
+}
+
+// TestExecKeepsTheBoxAwake: a command that runs longer than the keep-awake period touches its box
+// while it runs (so a long build is never idle-hibernated under), and stops touching once it
+// ends.
+func TestExecKeepsTheBoxAwake(t *testing.T) {
+	t.Parallel()
+	e := newBoxEnv(t)
+	e.svc.KeepAwakeEvery = 50 * time.Millisecond
+	touches := func() int {
+		e.temporal.mu.Lock()
+		defer e.temporal.mu.Unlock()
+		return e.temporal.signals[workflows.SignalTouch]
+	}
+	before := touches()
+	e.exec(t, "sleep", "1")
+	// One touch after the exec, and one per period while it ran: at least a handful.
+	testutil.Eventually(t, testutil.WaitShort, "the touches of the exec to arrive", func() bool { return touches()-before >= 5 })
+	after := touches()
+	time.Sleep(300 * time.Millisecond)
+	if n := touches() - after; n > 1 {
+		t.Errorf("%d touches after the exec ended", n)
+	}
 }
