@@ -1,7 +1,10 @@
 package main
 
 import (
+	"fmt"
+	"io"
 	"math"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -24,6 +27,7 @@ func boxExecCommand() *cli.Command {
 			&cli.StringFlag{Name: "cwd", Usage: "working directory in the box (default /root)"},
 			&cli.StringSliceFlag{Name: "env", Aliases: []string{"e"}, Usage: "KEY=VALUE added to the command's environment (repeatable)"},
 			&cli.DurationFlag{Name: "timeout", Usage: "kill the command after this long (1s-1h; default 60s)"},
+			&cli.BoolFlag{Name: "no-stdin", Aliases: []string{"n"}, Usage: "do not pass this command's standard input on (it is passed, up to 512 KiB, unless it is a terminal)"},
 		),
 		Action: func(c *cli.Context) error {
 			box, argv, err := execArgs(c)
@@ -46,6 +50,11 @@ func boxExecCommand() *cli.Command {
 					return usageError("box exec: --timeout: want 1s to 1h, got %s", d)
 				}
 				req.TimeoutSeconds = int32(math.Ceil(d.Seconds()))
+			}
+			if !c.Bool("no-stdin") {
+				if req.Stdin, err = execStdin(c.App.Reader); err != nil {
+					return err
+				}
 			}
 			s, boxes, err := boxClient(c)
 			if err != nil {
@@ -73,6 +82,27 @@ func boxExecCommand() *cli.Command {
 			return nil
 		},
 	}
+}
+
+// maxExecStdin is what an exec's standard input may be (sandbox.MaxExecStdin, the engine's).
+const maxExecStdin = 512 << 10
+
+// execStdin reads the standard input to pass to the command: none from a terminal (a person
+// typing would wait for nothing), else all of it, refused past maxExecStdin.
+func execStdin(r io.Reader) ([]byte, error) {
+	if f, ok := r.(*os.File); ok {
+		if fi, err := f.Stat(); err != nil || fi.Mode()&os.ModeCharDevice != 0 {
+			return nil, nil
+		}
+	}
+	b, err := io.ReadAll(io.LimitReader(r, maxExecStdin+1))
+	if err != nil {
+		return nil, fmt.Errorf("read standard input: %w", err)
+	}
+	if len(b) > maxExecStdin {
+		return nil, usageError("box exec: standard input is over %d KiB; copy the file in with box cp, or give -n", maxExecStdin>>10)
+	}
+	return b, nil
 }
 
 // execArgs splits `BOX [flags] -- CMD ARGS...` or `BOX CMD ARGS...`. Flags may follow BOX only

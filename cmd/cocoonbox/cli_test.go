@@ -147,6 +147,24 @@ func TestBoxShowTextAndJSON(t *testing.T) {
 	}
 }
 
+// TestExecPassesStdinOn: a command's standard input is sent with it, unless -n; more than the
+// limit is a usage error before anything is sent.
+func TestExecPassesStdinOn(t *testing.T) {
+	f := withFake(t)
+	runCLI(t, "some input\n", "box", "exec", "web", "--", "wc", "-c")
+	if got := f.lastOf(&cbv1.ExecRequest{}).(*cbv1.ExecRequest); string(got.GetStdin()) != "some input\n" {
+		t.Errorf("stdin sent %q", got.GetStdin())
+	}
+	runCLI(t, "kept here\n", "box", "exec", "-n", "web", "--", "wc", "-c")
+	if got := f.lastOf(&cbv1.ExecRequest{}).(*cbv1.ExecRequest); len(got.GetStdin()) != 0 {
+		t.Errorf("-n sent stdin %q", got.GetStdin())
+	}
+	_, stderr, code := runCLI(t, strings.Repeat("x", maxExecStdin+1), "box", "exec", "web", "--", "wc", "-c")
+	if code != 2 || !strings.Contains(stderr, "over 512 KiB") {
+		t.Errorf("oversized stdin: exit %d, %q", code, stderr)
+	}
+}
+
 func TestExecPassesOnTheExitCode(t *testing.T) {
 	withFake(t)
 	stdout, stderr, code := runCLI(t, "", "box", "exec", "web", "--", "exit", "7")

@@ -186,6 +186,7 @@ func (b *boxService) Exec(ctx context.Context, req *cbv1.ExecRequest) (*cbv1.Exe
 	}
 	res, err := svc.Exec(ctx, caller, id, boxsvc.ExecRequest{
 		Argv: req.GetArgv(), Cwd: req.GetCwd(), Env: req.GetEnv(), TimeoutSeconds: int(req.GetTimeoutSeconds()),
+		Stdin: req.GetStdin(),
 	})
 	if err != nil {
 		return nil, err

@@ -34,6 +34,7 @@ type ExecRequest struct {
 	Cwd            string
 	Env            map[string]string
 	TimeoutSeconds int
+	Stdin          []byte // the command's standard input, at most sandbox.MaxExecStdin bytes
 }
 
 // ExecResult is a finished command; a non-zero exit is a result, not an error.
@@ -63,6 +64,9 @@ func (s *Service) Exec(ctx context.Context, caller string, id cocoonbox.BoxID, r
 		return ExecResult{}, cocoonbox.Invalid("timeout_seconds", fmt.Sprintf("must be 0 to %d, got %d", MaxExecTimeout, req.TimeoutSeconds))
 	case req.Cwd != "" && !path.IsAbs(req.Cwd):
 		return ExecResult{}, cocoonbox.Invalid("cwd", fmt.Sprintf("must be an absolute path, got %q", req.Cwd))
+	case len(req.Stdin) > sandbox.MaxExecStdin:
+		return ExecResult{}, cocoonbox.Invalid("stdin", fmt.Sprintf("is %d bytes, more than the %d a command's input may be; copy a file in with box cp",
+			len(req.Stdin), sandbox.MaxExecStdin))
 	}
 	if req.TimeoutSeconds == 0 {
 		req.TimeoutSeconds = DefaultExecTimeout
@@ -77,7 +81,7 @@ func (s *Service) Exec(ctx context.Context, caller string, id cocoonbox.BoxID, r
 		return ExecResult{}, err
 	}
 	done := s.keepAwake(ctx, id)
-	res, err := s.Link.Sandbox.Exec(ctx, ref, sandbox.ExecRequest{Argv: req.Argv, Cwd: req.Cwd, Env: req.Env, TimeoutSeconds: req.TimeoutSeconds})
+	res, err := s.Link.Sandbox.Exec(ctx, ref, sandbox.ExecRequest{Argv: req.Argv, Cwd: req.Cwd, Env: req.Env, TimeoutSeconds: req.TimeoutSeconds, Stdin: req.Stdin})
 	done()
 	s.touch(ctx, id)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/sandbox/sandboxtest"
 	"github.com/loomhand/cocoonbox/internal/testutil"
 	"github.com/loomhand/cocoonbox/workflows"
@@ -103,5 +104,26 @@ func TestExecKeepsTheBoxAwake(t *testing.T) {
 	time.Sleep(300 * time.Millisecond)
 	if n := touches() - after; n > 1 {
 		t.Errorf("%d touches after the exec ended", n)
+	}
+}
+
+// TestExecStdin: a command reads the standard input it is given; more than the limit is refused
+// naming the field, before anything runs.
+func TestExecStdin(t *testing.T) {
+	t.Parallel()
+	e := newBoxEnv(t)
+	ctx := context.Background()
+	owner := e.users[cocoonbox.RoleOwner]
+	res, err := e.svc.Exec(ctx, owner, e.box, boxsvc.ExecRequest{Argv: []string{"wc", "-c"}, Stdin: []byte("hello, box")})
+	if err != nil || strings.TrimSpace(res.Stdout) != "10" {
+		t.Fatalf("wc -c of 10 bytes: %+v %v", res, err)
+	}
+	before := len(e.sandbox.Execs())
+	_, err = e.svc.Exec(ctx, owner, e.box, boxsvc.ExecRequest{Argv: []string{"wc", "-c"}, Stdin: make([]byte, sandbox.MaxExecStdin+1)})
+	if cocoonbox.ErrorCode(err) != cocoonbox.EInvalid || cocoonbox.ErrorField(err) != "stdin" {
+		t.Fatalf("oversized stdin: %v", err)
+	}
+	if len(e.sandbox.Execs()) != before {
+		t.Error("the oversized stdin reached the box")
 	}
 }

@@ -51,6 +51,10 @@ func TestBoxPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := v.BoxID
+	// Standard input reaches a command in a real box (the engine and gVisor's init).
+	if res, err := d.Boxes.Exec(ctx, owner.ID, id, boxsvc.ExecRequest{Argv: []string{"wc", "-c"}, Stdin: []byte("hello, box")}); err != nil || strings.TrimSpace(res.Stdout) != "10" {
+		t.Fatalf("wc -c with stdin: %+v %v", res, err)
+	}
 	if _, err := d.Boxes.Exec(ctx, owner.ID, id, boxsvc.ExecRequest{
 		Argv: []string{"sh", "-c", `python3 -c "$SRV" >/dev/null 2>&1 &`}, Env: map[string]string{"SRV": portServer},
 	}); err != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"path"
 	"slices"
@@ -59,8 +60,12 @@ func (e *Engine) handleExec(w http.ResponseWriter, r *http.Request) error {
 	out := &outputCap{left: sandbox.MaxExecOutput, stop: func() { cancel(errOutputOver) }}
 	var stdout, stderr bytes.Buffer
 	id := r.PathValue("id")
+	var stdin io.Reader
+	if len(req.Stdin) > 0 {
+		stdin = bytes.NewReader(req.Stdin)
+	}
 	code, err := e.rt.Exec(ctx, id, runtime.ExecRequest{
-		Argv: req.Argv, Cwd: req.Cwd, Env: env,
+		Argv: req.Argv, Cwd: req.Cwd, Env: env, Stdin: stdin,
 		Stdout: out.writer(&stdout), Stderr: out.writer(&stderr),
 	})
 	cause := context.Cause(ctx)
@@ -99,6 +104,8 @@ func checkExec(req sandbox.ExecRequest) ([]string, error) {
 		return nil, invalid("timeout_seconds: must not be negative, got %d", req.TimeoutSeconds)
 	case req.Cwd != "" && !path.IsAbs(req.Cwd):
 		return nil, invalid("cwd: must be an absolute path, got %q", req.Cwd)
+	case len(req.Stdin) > sandbox.MaxExecStdin:
+		return nil, invalid("stdin: %d bytes, more than the %d a command's input may be", len(req.Stdin), sandbox.MaxExecStdin)
 	}
 	for _, a := range req.Argv {
 		if strings.ContainsRune(a, 0) {

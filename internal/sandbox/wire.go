@@ -15,6 +15,9 @@ const (
 	MaxBodyBytes = 1 << 20
 	// MaxExecOutput caps stdout+stderr of one exec; more is 413.
 	MaxExecOutput = 8 << 20
+	// MaxExecStdin caps an exec's standard input: it travels in the request body, base64, under
+	// MaxBodyBytes.
+	MaxExecStdin = 512 << 10
 	// DefaultTTL is the lease a claim or renew gets for ttl_seconds 0.
 	DefaultTTL = 300 * time.Second
 	// MaxTTL is the longest lease; longer requests are clamped, not rejected.
@@ -141,6 +144,9 @@ type ExecRequest struct {
 	// TimeoutSeconds bounds the command: 0 is no limit beyond the request's own, negative is
 	// 400, and running past it is 504 with the child killed.
 	TimeoutSeconds int `json:"timeout_seconds,omitempty"`
+	// Stdin is the command's standard input, at most MaxExecStdin bytes (base64 in JSON); empty
+	// is none. A local-engine extension, sent only when set.
+	Stdin []byte `json:"stdin,omitempty"`
 }
 
 // ExecResult is the 200 body of an exec. Output that is not UTF-8 arrives with U+FFFD in place of

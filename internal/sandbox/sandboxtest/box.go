@@ -167,6 +167,9 @@ func (b *box) run(ctx context.Context, req sandbox.ExecRequest) (execResult, err
 	out := &capped{limit: sandbox.MaxExecOutput, over: cancel}
 	cmd := exec.CommandContext(runCtx, argv[0], argv[1:]...)
 	cmd.Env = env
+	if len(req.Stdin) > 0 {
+		cmd.Stdin = bytes.NewReader(req.Stdin)
+	}
 	cmd.Stdout, cmd.Stderr = out.stream(0), out.stream(1)
 	cmd.ExtraFiles = []*os.File{reportW}
 	// Its own process group, so a timeout kills nsenter, the command and whatever the command

@@ -1049,8 +1049,10 @@ type ExecRequest struct {
 	Env map[string]string `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// timeout_seconds bounds the command (1-3600); 0 means 60. The command is killed at the end.
 	TimeoutSeconds int32 `protobuf:"varint,5,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// stdin is the command's standard input, at most 512 KiB (copy larger files in with WriteFile).
+	Stdin         []byte `protobuf:"bytes,6,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ExecRequest) Reset() {
@@ -1116,6 +1118,13 @@ func (x *ExecRequest) GetTimeoutSeconds() int32 {
 		return x.TimeoutSeconds
 	}
 	return 0
+}
+
+func (x *ExecRequest) GetStdin() []byte {
+	if x != nil {
+		return x.Stdin
+	}
+	return nil
 }
 
 // ExecResponse is the finished command's result: a non-zero exit is a result, not an error.
@@ -2015,13 +2024,14 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\vsnapshot_id\x18\x02 \x01(\tR\n" +
 	"snapshotId\"#\n" +
 	"\x0fWatchBoxRequest\x12\x10\n" +
-	"\x03box\x18\x01 \x01(\tR\x03box\"\xdc\x01\n" +
+	"\x03box\x18\x01 \x01(\tR\x03box\"\xf2\x01\n" +
 	"\vExecRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\x12\x12\n" +
 	"\x04argv\x18\x02 \x03(\tR\x04argv\x12\x10\n" +
 	"\x03cwd\x18\x03 \x01(\tR\x03cwd\x124\n" +
 	"\x03env\x18\x04 \x03(\v2\".cocoonbox.v1.ExecRequest.EnvEntryR\x03env\x12'\n" +
-	"\x0ftimeout_seconds\x18\x05 \x01(\x05R\x0etimeoutSeconds\x1a6\n" +
+	"\x0ftimeout_seconds\x18\x05 \x01(\x05R\x0etimeoutSeconds\x12\x14\n" +
+	"\x05stdin\x18\x06 \x01(\fR\x05stdin\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"[\n" +
