@@ -43,3 +43,29 @@ func applyEgress(ctx context.Context, c sandbox.Client, ref sandbox.SandboxRef, 
 	}
 	return nil
 }
+
+// SetEgressInput is a networked box's new egress policy, for its current sandbox.
+type SetEgressInput struct {
+	BoxID     cocoonbox.BoxID
+	SandboxID string
+	Network   cocoonbox.Network
+}
+
+// SetEgress gives the box's sandbox a new egress policy at once (it keeps it across hibernate
+// and wake). A sandbox the engine no longer has is SandboxGone: the next one is claimed with the
+// policy anyway.
+func (a *Sandbox) SetEgress(ctx context.Context, in SetEgressInput) error {
+	if err := in.Network.Validate(); err != nil {
+		return classify(err)
+	}
+	if lane(in.Network) != sandbox.NetEgress {
+		return classify(cocoonbox.Invalid("network", "a box without a NIC has no egress policy to set"))
+	}
+	setter, ok := a.Client.(sandbox.EgressSetter)
+	if !ok {
+		return classify(cocoonbox.Errorf(cocoonbox.EUnimplemented, "the sandbox engine cannot change a box's egress policy"))
+	}
+	return a.onSandbox(ctx, SandboxInput{BoxID: in.BoxID, SandboxID: in.SandboxID}, "set egress of", func(ctx context.Context, ref sandbox.SandboxRef) error {
+		return setter.SetEgress(ctx, ref, *egressPolicy(in.Network))
+	})
+}

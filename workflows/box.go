@@ -81,6 +81,7 @@ func (w *box) setup(ctx workflow.Context) error {
 		{UpdateRestore, w.restore, w.validateRestore},
 		{UpdateTakeOver, w.takeOver, w.validateTakeOver},
 		{UpdateHandBack, w.handBack, w.validateHandBack},
+		{UpdateSetNetwork, w.setNetwork, w.validateSetNetwork},
 	}
 	for _, u := range updates {
 		if err := workflow.SetUpdateHandlerWithOptions(ctx, u.name, u.handler,

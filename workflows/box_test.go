@@ -523,19 +523,19 @@ func TestContinueAsNewCarriesState(t *testing.T) {
 // TestRefusedTransitions writes out which lifecycle updates each state refuses, so a change to the
 // refusals table is a change to this matrix too. "." is allowed, "x" refused.
 func TestRefusedTransitions(t *testing.T) {
-	updates := []string{UpdateCreate, UpdateWake, UpdateHibernate, UpdateDelete, UpdateSnapshot, UpdateRestore, UpdateTakeOver}
+	updates := []string{UpdateCreate, UpdateWake, UpdateHibernate, UpdateDelete, UpdateSnapshot, UpdateRestore, UpdateTakeOver, UpdateSetNetwork}
 	want := map[cocoonbox.BoxState]string{
-		//                            create wake hibernate delete snapshot restore takeover
-		cocoonbox.BoxStateCreating:     ". x x . x x x",
-		cocoonbox.BoxStateRunning:      ". . . . . . .",
-		cocoonbox.BoxStateHibernating:  ". . . . . . .",
-		cocoonbox.BoxStateHibernated:   ". . . . . . .",
-		cocoonbox.BoxStateWaking:       ". . . . . . .",
-		cocoonbox.BoxStateSnapshotting: ". . . . . . .",
-		cocoonbox.BoxStateRestoring:    ". . . . . . .",
-		cocoonbox.BoxStateDeleting:     "x x x . x x x",
-		cocoonbox.BoxStateDeleted:      "x x x x x x x",
-		cocoonbox.BoxStateFailed:       ". . x . x . .",
+		//                            create wake hibernate delete snapshot restore takeover setnetwork
+		cocoonbox.BoxStateCreating:     ". x x . x x x x",
+		cocoonbox.BoxStateRunning:      ". . . . . . . .",
+		cocoonbox.BoxStateHibernating:  ". . . . . . . .",
+		cocoonbox.BoxStateHibernated:   ". . . . . . . .",
+		cocoonbox.BoxStateWaking:       ". . . . . . . .",
+		cocoonbox.BoxStateSnapshotting: ". . . . . . . .",
+		cocoonbox.BoxStateRestoring:    ". . . . . . . .",
+		cocoonbox.BoxStateDeleting:     "x x x . x x x x",
+		cocoonbox.BoxStateDeleted:      "x x x x x x x x",
+		cocoonbox.BoxStateFailed:       ". . x . x . . .",
 	}
 	for state, row := range want {
 		w := &box{st: BoxCarriedState{State: state}}
@@ -550,4 +550,43 @@ func TestRefusedTransitions(t *testing.T) {
 		}
 		require.Equal(t, row, strings.Join(got, " "), "state %s (%v)", state, updates)
 	}
+}
+
+// TestSetNetwork: an internet box's policy becomes an allow-list on its sandbox at once and stays
+// the box's; a box cannot lose (or gain) its NIC; a malformed policy is refused before history; and
+// a policy the engine refuses leaves the old one.
+func TestSetNetwork(t *testing.T) {
+	env := newEnv(t)
+	claimOK(env, 1, "sb-1")
+	var applied []cocoonbox.Network
+	failNext := false
+	env.OnActivity(sb.SetEgress, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.SetEgressInput) error {
+		if failNext {
+			failNext = false
+			return temporal.NewNonRetryableApplicationError("engine says no", activities.ErrTypeInvalidArgument, nil)
+		}
+		require.Equal(t, "sb-1", in.SandboxID)
+		applied = append(applied, in.Network)
+		return nil
+	})
+	allow := cocoonbox.Network{Policy: cocoonbox.NetworkAllow, Allow: []string{"198.18.0.1:443"}}
+	update(env, 0, UpdateCreate, CreateInput{})
+	set := update(env, time.Second, UpdateSetNetwork, SetNetworkInput{Network: allow})
+	none := update(env, 2*time.Second, UpdateSetNetwork, SetNetworkInput{Network: cocoonbox.Network{Policy: cocoonbox.NetworkNone}})
+	bad := update(env, 3*time.Second, UpdateSetNetwork, SetNetworkInput{Network: cocoonbox.Network{Policy: cocoonbox.NetworkAllow}})
+	env.RegisterDelayedCallback(func() { failNext = true }, 4*time.Second)
+	refused := update(env, 5*time.Second, UpdateSetNetwork, SetNetworkInput{Network: cocoonbox.Network{Policy: cocoonbox.NetworkInternet}})
+	deleteAt(env, time.Minute)
+
+	in := input()
+	in.Policy.Network = cocoonbox.Network{Policy: cocoonbox.NetworkInternet}
+	env.ExecuteWorkflow(BoxWorkflow, in)
+	require.NoError(t, env.GetWorkflowError())
+	require.NoError(t, set.err)
+	require.Equal(t, allow, set.status.Policy.Network)
+	require.Equal(t, []cocoonbox.Network{allow}, applied)
+	require.ErrorContains(t, none.rejected, "fixed at its create")
+	require.ErrorContains(t, bad.rejected, "needs at least one destination")
+	require.ErrorContains(t, refused.err, "engine says no")
+	require.Equal(t, allow, refused.status.Policy.Network, "a refused policy leaves the old one")
 }

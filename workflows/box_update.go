@@ -28,12 +28,13 @@ const (
 // any pair not listed is allowed. A failed box may be woken and restored (that is how it is
 // brought back, from its sandbox or an older snapshot) but not hibernated or snapshotted.
 var refusals = map[string]map[cocoonbox.BoxState]string{
-	UpdateCreate:    {cocoonbox.BoxStateDeleting: beingDeleted},
-	UpdateWake:      {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted},
-	UpdateTakeOver:  {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted},
-	UpdateRestore:   {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted},
-	UpdateHibernate: {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted, cocoonbox.BoxStateFailed: "a failed box (wake it first)"},
-	UpdateSnapshot:  {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted, cocoonbox.BoxStateFailed: "a failed box (wake it first)"},
+	UpdateCreate:     {cocoonbox.BoxStateDeleting: beingDeleted},
+	UpdateWake:       {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted},
+	UpdateTakeOver:   {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted},
+	UpdateSetNetwork: {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted},
+	UpdateRestore:    {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted},
+	UpdateHibernate:  {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted, cocoonbox.BoxStateFailed: "a failed box (wake it first)"},
+	UpdateSnapshot:   {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted, cocoonbox.BoxStateFailed: "a failed box (wake it first)"},
 }
 
 // allowed is every lifecycle update's validator: it rejects a message that cannot apply to the
@@ -260,6 +261,46 @@ func (w *box) setPolicy(ctx workflow.Context, in SetPolicyInput) (Status, error)
 		KeepSnapshots: in.KeepSnapshots, Network: w.in.Policy.Network} // the network is the box's for life
 	w.gen++
 	return w.status(), nil
+}
+
+// hasNIC reports whether policy n gives a box a NIC (the engine's egress lane).
+func hasNIC(n cocoonbox.Network) bool {
+	return n.Policy != "" && n.Policy != cocoonbox.NetworkNone
+}
+
+func (w *box) validateSetNetwork(in SetNetworkInput) error {
+	if err := w.allowed(UpdateSetNetwork); err != nil {
+		return err
+	}
+	if err := in.Network.Validate(); err != nil {
+		return temporal.NewApplicationError(err.Error(), activities.ErrTypeInvalidArgument)
+	}
+	if hasNIC(in.Network) != hasNIC(w.in.Policy.Network) {
+		return temporal.NewApplicationError("setnetwork: whether a box has a network is fixed at its create (this one's is "+
+			w.in.Policy.Network.Policy+"); internet and allow-lists change into each other", ErrTypeInvalidTransition)
+	}
+	return nil
+}
+
+// setNetwork applies a new egress policy to the box's sandbox, if it has one, then keeps it for
+// every sandbox after; a policy the engine refused leaves the old one in place.
+func (w *box) setNetwork(ctx workflow.Context, in SetNetworkInput) (Status, error) {
+	return w.operate(ctx, byUser, func(ctx workflow.Context) error {
+		if err := w.validateSetNetwork(in); err != nil {
+			return err // the box changed while this update waited for the mutex
+		}
+		if w.st.SandboxID != "" && hasNIC(in.Network) {
+			err := workflow.ExecuteActivity(sandboxOptions(ctx, time.Minute), sandboxActs.SetEgress, activities.SetEgressInput{
+				BoxID: w.in.BoxID, SandboxID: w.st.SandboxID, Network: in.Network,
+			}).Get(ctx, nil)
+			if err != nil && errorType(err) != activities.ErrTypeSandboxGone { // a gone one's successor gets it at claim
+				return err
+			}
+		}
+		w.in.Policy.Network = in.Network
+		w.event(ctx, "network", in.Network.Policy)
+		return nil
+	})
 }
 
 // claimNew claims the box's next sandbox under a new claim_ref attempt.

@@ -26,6 +26,9 @@ const (
 	UpdateRestore   = "restore"
 	UpdateTakeOver  = "takeover"
 	UpdateHandBack  = "handback"
+	// UpdateSetNetwork replaces the box's egress policy within its lane: internet and allow-lists
+	// (a NIC) change into each other at once; none (no NIC) is fixed at create.
+	UpdateSetNetwork = "setnetwork"
 	SignalTouch     = "touch"
 	SignalViewers   = "viewers"
 	SignalPin       = "pin"
@@ -144,6 +147,11 @@ type SnapshotResult struct {
 	Snapshot cocoonbox.Snapshot
 	Pruned   []string
 	Status   Status
+}
+
+// SetNetworkInput is the setnetwork update's argument.
+type SetNetworkInput struct {
+	Network cocoonbox.Network
 }
 
 // TakeOverInput asks for the desktop's control lease for User. Without Force it is refused

@@ -26,6 +26,7 @@ func boxCommand() *cli.Command {
 			boxCpCommand(),
 			boxPortCommand(),
 			boxPortsCommand(),
+			boxNetworkCommand(),
 			boxShareCommand(),
 			boxUnshareCommand(),
 			boxSharesCommand(),

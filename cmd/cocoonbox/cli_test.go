@@ -103,6 +103,8 @@ func TestBoxCommandsSendTheirArguments(t *testing.T) {
 		{[]string{"box", "exec", "--", "web", "uname"}, &cbv1.ExecRequest{Box: "web", Argv: []string{"uname"}}, ""},
 		{[]string{"token", "revoke", "tk_1"}, &cbv1.RevokeTokenRequest{Id: "tk_1"}, "revoked tk_1\n"},
 		{[]string{"vault", "rm", "GH_TOKEN"}, &cbv1.DeleteSecretRequest{Name: "GH_TOKEN"}, "deleted GH_TOKEN\n"},
+		{[]string{"box", "network", "web", "--allow", "198.18.0.1:443"}, &cbv1.SetBoxNetworkRequest{Box: "web", Network: "allow", NetworkAllow: []string{"198.18.0.1:443"}}, ""},
+		{[]string{"box", "network", "web", "--network", "internet"}, &cbv1.SetBoxNetworkRequest{Box: "web", Network: "internet"}, ""},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

@@ -254,6 +254,16 @@ func (f *fakeAPI) UnshareBox(_ context.Context, r *cbv1.UnshareBoxRequest) (*cbv
 	return &cbv1.UnshareBoxResponse{}, nil
 }
 
+func (f *fakeAPI) SetBoxNetwork(_ context.Context, r *cbv1.SetBoxNetworkRequest) (*cbv1.Box, error) {
+	b, err := f.find(r.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	b = proto.Clone(b).(*cbv1.Box)
+	b.Network, b.NetworkAllow = r.GetNetwork(), r.GetNetworkAllow()
+	return b, nil
+}
+
 func (f *fakeAPI) ListPorts(_ context.Context, r *cbv1.ListPortsRequest) (*cbv1.ListPortsResponse, error) {
 	b, err := f.find(r.GetBox())
 	if err != nil {

@@ -133,3 +133,16 @@ func (b *boxService) ListPorts(ctx context.Context, req *cbv1.ListPortsRequest) 
 	}
 	return out, nil
 }
+
+// SetBoxNetwork replaces the box's egress policy.
+func (b *boxService) SetBoxNetwork(ctx context.Context, req *cbv1.SetBoxNetworkRequest) (*cbv1.Box, error) {
+	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	v, err := svc.SetNetwork(ctx, caller, id, cocoonbox.Network{Policy: req.GetNetwork(), Allow: req.GetNetworkAllow()})
+	if err != nil {
+		return nil, err
+	}
+	return boxProto(v), nil
+}

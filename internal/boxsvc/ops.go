@@ -37,6 +37,15 @@ func (s *Service) SetPolicy(ctx context.Context, caller string, id cocoonbox.Box
 	})
 }
 
+// SetNetwork replaces the box's egress policy (admin): an internet box can become an allow-list
+// and back, at once on its sandbox; a box without a NIC keeps none.
+func (s *Service) SetNetwork(ctx context.Context, caller string, id cocoonbox.BoxID, n cocoonbox.Network) (View, error) {
+	if err := n.Validate(); err != nil {
+		return View{}, err
+	}
+	return s.update(ctx, caller, id, cocoonbox.RoleAdmin, workflows.UpdateSetNetwork, workflows.SetNetworkInput{Network: n})
+}
+
 // Snapshot streams the box's disk to object storage and returns the verified snapshot (driver).
 func (s *Service) Snapshot(ctx context.Context, caller string, id cocoonbox.BoxID) (workflows.SnapshotResult, error) {
 	a, err := s.authorize(ctx, caller, id, cocoonbox.RoleDriver)

@@ -205,6 +205,10 @@ func TestAPIAuthorization(t *testing.T) {
 	add("ListShares", cocoonbox.RoleAdmin, codes.OK, call(func(ctx context.Context) error {
 		return errOf(e.box.ListShares(ctx, &cbv1.ListSharesRequest{Box: id}))
 	}))
+	// The box has no NIC, so an admin's change is refused by the workflow, after the role check.
+	add("SetBoxNetwork", cocoonbox.RoleAdmin, codes.FailedPrecondition, call(func(ctx context.Context) error {
+		return errOf(e.box.SetBoxNetwork(ctx, &cbv1.SetBoxNetworkRequest{Box: id, Network: "internet"}))
+	}))
 	add("ListPorts", cocoonbox.RoleViewer, codes.OK, call(func(ctx context.Context) error {
 		return errOf(e.box.ListPorts(ctx, &cbv1.ListPortsRequest{Box: id}))
 	}))

@@ -52,6 +52,25 @@ func TestBoxNetworkThroughTheWorkflow(t *testing.T) {
 		t.Fatalf("box show of the allow-list box: %+v %v", v.Policy.Network, err)
 	}
 
+	// The allow-list changes at once, through the workflow, to the other port only.
+	other := cocoonbox.Network{Policy: cocoonbox.NetworkAllow, Allow: []string{fmt.Sprintf("%s:%d", netlab.Web, netlab.OtherPort)}}
+	if v, err := d.Boxes.SetNetwork(ctx, owner.ID, db, other); err != nil || v.Policy.Network.Allow[0] != other.Allow[0] {
+		t.Fatalf("set network: %+v %v", v.Policy.Network, err)
+	}
+	mustFetch(t, d, owner.ID, db, netlab.Web, netlab.OtherPort)
+	if out := fetch(t, d, owner.ID, db, netlab.Web, netlab.WebPort); !strings.Contains(out, "timed out") {
+		t.Errorf("after the change the box still reaches the port it no longer lists: %s", out)
+	}
+	// It survives a hibernate and wake (the engine keeps the policy with the box).
+	if _, err := d.Boxes.Hibernate(ctx, owner.ID, db); err != nil {
+		t.Fatal(err)
+	}
+	mustFetch(t, d, owner.ID, db, netlab.Web, netlab.OtherPort)
+	// A box cannot lose its NIC by a policy change.
+	if _, err := d.Boxes.SetNetwork(ctx, owner.ID, db, cocoonbox.Network{Policy: cocoonbox.NetworkNone}); cocoonbox.ErrorCode(err) != cocoonbox.EConflict {
+		t.Errorf("set network none: %v, want conflict", err)
+	}
+
 	// A bad policy is refused naming its field, and no box is made.
 	_, err = d.Boxes.Create(ctx, owner.ID, boxsvc.CreateRequest{Name: "bad", Size: cocoonbox.SizeSmall,
 		Network: cocoonbox.Network{Policy: cocoonbox.NetworkAllow, Allow: []string{"10.0.0.0/33"}}})

@@ -39,6 +39,7 @@ const (
 	BoxService_HandBack_FullMethodName      = "/cocoonbox.v1.BoxService/HandBack"
 	BoxService_DesktopTicket_FullMethodName = "/cocoonbox.v1.BoxService/DesktopTicket"
 	BoxService_ListPorts_FullMethodName     = "/cocoonbox.v1.BoxService/ListPorts"
+	BoxService_SetBoxNetwork_FullMethodName = "/cocoonbox.v1.BoxService/SetBoxNetwork"
 )
 
 // BoxServiceClient is the client API for BoxService service.
@@ -100,6 +101,9 @@ type BoxServiceClient interface {
 	// ListPorts lists the TCP ports something in the box listens on, with where to open each
 	// through the API (viewer; a sleeping box is woken for a driver, refused to a viewer).
 	ListPorts(ctx context.Context, in *ListPortsRequest, opts ...grpc.CallOption) (*ListPortsResponse, error)
+	// SetBoxNetwork replaces the box's egress policy at once (admin): internet and allow-lists
+	// change into each other; whether a box has a network (none) is fixed at its create.
+	SetBoxNetwork(ctx context.Context, in *SetBoxNetworkRequest, opts ...grpc.CallOption) (*Box, error)
 }
 
 type boxServiceClient struct {
@@ -319,6 +323,16 @@ func (c *boxServiceClient) ListPorts(ctx context.Context, in *ListPortsRequest, 
 	return out, nil
 }
 
+func (c *boxServiceClient) SetBoxNetwork(ctx context.Context, in *SetBoxNetworkRequest, opts ...grpc.CallOption) (*Box, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Box)
+	err := c.cc.Invoke(ctx, BoxService_SetBoxNetwork_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BoxServiceServer is the server API for BoxService service.
 // All implementations must embed UnimplementedBoxServiceServer
 // for forward compatibility.
@@ -378,6 +392,9 @@ type BoxServiceServer interface {
 	// ListPorts lists the TCP ports something in the box listens on, with where to open each
 	// through the API (viewer; a sleeping box is woken for a driver, refused to a viewer).
 	ListPorts(context.Context, *ListPortsRequest) (*ListPortsResponse, error)
+	// SetBoxNetwork replaces the box's egress policy at once (admin): internet and allow-lists
+	// change into each other; whether a box has a network (none) is fixed at its create.
+	SetBoxNetwork(context.Context, *SetBoxNetworkRequest) (*Box, error)
 	mustEmbedUnimplementedBoxServiceServer()
 }
 
@@ -447,6 +464,9 @@ func (UnimplementedBoxServiceServer) DesktopTicket(context.Context, *DesktopTick
 }
 func (UnimplementedBoxServiceServer) ListPorts(context.Context, *ListPortsRequest) (*ListPortsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListPorts not implemented")
+}
+func (UnimplementedBoxServiceServer) SetBoxNetwork(context.Context, *SetBoxNetworkRequest) (*Box, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetBoxNetwork not implemented")
 }
 func (UnimplementedBoxServiceServer) mustEmbedUnimplementedBoxServiceServer() {}
 func (UnimplementedBoxServiceServer) testEmbeddedByValue()                    {}
@@ -822,6 +842,24 @@ func _BoxService_ListPorts_Handler(srv interface{}, ctx context.Context, dec fun
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BoxService_SetBoxNetwork_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetBoxNetworkRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BoxServiceServer).SetBoxNetwork(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BoxService_SetBoxNetwork_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BoxServiceServer).SetBoxNetwork(ctx, req.(*SetBoxNetworkRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // BoxService_ServiceDesc is the grpc.ServiceDesc for BoxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -904,6 +942,10 @@ var BoxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListPorts",
 			Handler:    _BoxService_ListPorts_Handler,
+		},
+		{
+			MethodName: "SetBoxNetwork",
+			Handler:    _BoxService_SetBoxNetwork_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
