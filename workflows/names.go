@@ -29,11 +29,11 @@ const (
 	// UpdateSetNetwork replaces the box's egress policy within its lane: internet and allow-lists
 	// (a NIC) change into each other at once; none (no NIC) is fixed at create.
 	UpdateSetNetwork = "setnetwork"
-	SignalTouch     = "touch"
-	SignalViewers   = "viewers"
-	SignalPin       = "pin"
-	SignalUnpin     = "unpin"
-	QueryStatus     = "status"
+	SignalTouch      = "touch"
+	SignalViewers    = "viewers"
+	SignalPin        = "pin"
+	SignalUnpin      = "unpin"
+	QueryStatus      = "status"
 )
 
 // SnapshotWorkflowID is the workflow ID of the child workflow that takes snapshot id.
