@@ -81,6 +81,18 @@ func TestMCPDesktop(t *testing.T) {
 	if got := e.pointer(t); got != at {
 		t.Fatalf("pointer after box_click at %v: %v", at, got)
 	}
+	// The click gives the window the focus once the window manager has managed it, which a busy
+	// machine may not have done yet when xdotool first finds the window: click until it has it.
+	if err := testutil.Poll(ctx, 20*time.Second, func() error {
+		name, err := e.run("runuser -u user -- env DISPLAY=:0 xdotool getactivewindow getwindowname")
+		if err == nil && strings.TrimSpace(name) != "typing" {
+			mcpCall(ctx, t, c, "box_click", click, &clicked)
+			err = fmt.Errorf("the active window is %q", strings.TrimSpace(name))
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("box_click does not focus the xev window: %v", err)
+	}
 	var out map[string]any
 	mcpCall(ctx, t, c, "box_type", map[string]any{"box": "desk", "text": "hi cocoon"}, &out)
 	mcpCall(ctx, t, c, "box_key", map[string]any{"box": "desk", "keys": "ctrl+Return"}, &out)
