@@ -124,7 +124,7 @@ func (r *benchRuntime) start(b *testing.B) string {
 	b.Helper()
 	id := newBenchID()
 	sz := cocoonbox.Size(sandbox.SizeSmall).Spec()
-	spec := runtime.Spec{ID: id, Dir: filepath.Join(r.dir, "boxes", id), Rootfs: r.rootfs, VCPUs: sz.VCPUs, MemoryMB: sz.MemoryMB}
+	spec := runtime.Spec{ID: id, Dir: filepath.Join(r.dir, "boxes", id), Rootfs: r.rootfs, VCPUs: sz.VCPUs, MemoryMB: sz.MemoryMB, DiskMB: sz.DiskMB}
 	ctx, cancel := context.WithTimeout(context.Background(), benchWaitLong)
 	defer cancel()
 	if err := r.rt.Start(ctx, spec); err != nil {
