@@ -80,7 +80,7 @@ func TestFileValidation(t *testing.T) {
 	}
 }
 
-// TestFileErrors: a missing file (or a directory) is not found, naming the path; a file over the
+// TestFileErrors: a missing file is not found and a directory invalid, naming the path; a file over the
 // limit is refused before its bytes are read; a write the box fails carries the box's reason and
 // leaves nothing behind. (Hostile box text in these messages is fuzzed in answers_test.go.)
 func TestFileErrors(t *testing.T) {
@@ -93,12 +93,12 @@ func TestFileErrors(t *testing.T) {
 	t.Cleanup(func() { e.exec(t, "rm", "-rf", dir) })
 
 	_, _, err := e.svc.ReadFile(ctx, ann, e.box, dir+"/missing")
-	wantError(t, "read a missing file", err, cocoonbox.ENotFound, "path", `path: "`+dir+`/missing": not a regular file`)
+	wantError(t, "read a missing file", err, cocoonbox.ENotFound, "path", `path: "`+dir+`/missing": No such file or directory`)
 	_, _, err = e.svc.ReadFile(ctx, ann, e.box, dir+"/d")
-	wantError(t, "read a directory", err, cocoonbox.ENotFound, "path", `path: "`+dir+`/d": not a regular file`)
+	wantError(t, "read a directory", err, cocoonbox.EInvalid, "path", `path: "`+dir+`/d": is a directory, not a file`)
 	// The caller's own path is quoted printable in the message, as the box's text is.
 	_, _, err = e.svc.ReadFile(ctx, ann, e.box, dir+"/\x1b[31mred")
-	wantError(t, "read a path with an escape", err, cocoonbox.ENotFound, "path", `path: "`+dir+`/ [31mred": not a regular file`)
+	wantError(t, "read a path with an escape", err, cocoonbox.ENotFound, "path", `path: "`+dir+`/ [31mred": No such file or directory`)
 
 	e.exec(t, "truncate", "-s", "9M", dir+"/big")
 	before := len(e.sandbox.Execs())
