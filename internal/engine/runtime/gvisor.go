@@ -252,7 +252,7 @@ func (g *gvisor) Start(ctx context.Context, spec Spec) error {
 		return fmt.Errorf("start box %s: %w", spec.ID, err)
 	}
 	if spec.Net != nil {
-		if err := g.net.setup(ctx, spec); err != nil {
+		if err := g.net.setup(ctx, spec, false); err != nil {
 			return fmt.Errorf("start box %s: %w", spec.ID, err)
 		}
 	}
@@ -368,7 +368,7 @@ func (g *gvisor) Wake(ctx context.Context, id string) error {
 	if b.spec.Net != nil {
 		// runsc took the address and route into the saved netstack; the namespace needs them
 		// back for the restore (and is made again after a host reboot).
-		if err := g.net.setup(ctx, b.spec); err != nil {
+		if err := g.net.setup(ctx, b.spec, true); err != nil {
 			return fmt.Errorf("wake box %s: %w", id, g.unrestore(dir, err))
 		}
 	}

@@ -82,42 +82,36 @@ func (c netctl) routerIP(ctx context.Context, args ...string) error {
 }
 
 // setup makes the box's NIC and policy, or puts back what is missing of them; it is idempotent.
-func (c netctl) setup(ctx context.Context, spec Spec) error {
+// With reuse, when the namespace and its veth are still there (a wake, but the first after a
+// host reboot) only the address and route runsc took are put back: the router's end, the policy
+// chain and resolv.conf outlive the sandbox. A start makes everything anew.
+func (c netctl) setup(ctx context.Context, spec Spec, reuse bool) error {
+	ns := boxNetns(spec.ID)
+	rv, bv := veths(spec.ID)
+	_, nsErr := os.Stat(netnsPath(ns))
+	if reuse && nsErr == nil && runCmd(ctx, "", "ip", "-n", ns, "link", "show", bv) == nil {
+		return c.boxEnd(ctx, spec)
+	}
 	if err := c.base(ctx); err != nil {
 		return err
 	}
-	ns := boxNetns(spec.ID)
-	if _, err := os.Stat(netnsPath(ns)); err != nil {
+	if nsErr != nil {
 		if err := runCmd(ctx, "", "ip", "netns", "add", ns); err != nil {
 			return fmt.Errorf("box network: %w", err)
 		}
 	}
-	rv, bv := veths(spec.ID)
-	if err := runCmd(ctx, "", "ip", "-n", ns, "link", "show", bv); err != nil {
-		_ = c.routerIP(ctx, "link", "del", rv) // a router end left without its peer
-		if err := c.routerIP(ctx, "link", "add", rv, "type", "veth", "peer", "name", bv, "netns", ns); err != nil {
-			return fmt.Errorf("box network: %w", err)
-		}
+	_ = c.routerIP(ctx, "link", "del", rv) // a router end left without its peer
+	if err := c.routerIP(ctx, "link", "add", rv, "type", "veth", "peer", "name", bv, "netns", ns); err != nil {
+		return fmt.Errorf("box network: %w", err)
 	}
 	gw := netip.PrefixFrom(spec.Net.gateway(), spec.Net.Addr.Bits())
-	steps := [][]string{
-		{"router", "addr", "replace", gw.String(), "dev", rv},
-		{"router", "link", "set", rv, "up"},
-		{ns, "link", "set", "lo", "up"},
-		{ns, "addr", "replace", spec.Net.Addr.String(), "dev", bv},
-		{ns, "link", "set", bv, "up"},
-		{ns, "route", "replace", "default", "via", spec.Net.gateway().String()},
-	}
-	for _, s := range steps {
-		var err error
-		if s[0] == "router" {
-			err = c.routerIP(ctx, s[1:]...)
-		} else {
-			err = runCmd(ctx, "", "ip", append([]string{"-n", s[0]}, s[1:]...)...)
-		}
-		if err != nil {
+	for _, args := range [][]string{{"addr", "replace", gw.String(), "dev", rv}, {"link", "set", rv, "up"}} {
+		if err := c.routerIP(ctx, args...); err != nil {
 			return fmt.Errorf("box network: %w", err)
 		}
+	}
+	if err := c.boxEnd(ctx, spec); err != nil {
+		return err
 	}
 	if err := c.policy(ctx, spec.ID, spec.Net.Egress); err != nil {
 		return err
@@ -128,6 +122,24 @@ func (c netctl) setup(ctx context.Context, spec Spec) error {
 	}
 	if err := writeFileAtomic(filepath.Join(spec.Dir, resolvConfFile), []byte(rc.String())); err != nil {
 		return fmt.Errorf("box network: %w", err)
+	}
+	return nil
+}
+
+// boxEnd gives the box's end of the veth its address and default route, which runsc moves into
+// its netstack at every run and restore.
+func (c netctl) boxEnd(ctx context.Context, spec Spec) error {
+	ns := boxNetns(spec.ID)
+	_, bv := veths(spec.ID)
+	for _, args := range [][]string{
+		{"link", "set", "lo", "up"},
+		{"addr", "replace", spec.Net.Addr.String(), "dev", bv},
+		{"link", "set", bv, "up"},
+		{"route", "replace", "default", "via", spec.Net.gateway().String()},
+	} {
+		if err := runCmd(ctx, "", "ip", append([]string{"-n", ns}, args...)...); err != nil {
+			return fmt.Errorf("box network: %w", err)
+		}
 	}
 	return nil
 }

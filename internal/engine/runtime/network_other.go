@@ -16,7 +16,7 @@ type netctl struct{ cfg Network }
 func netnsPath(name string) string { return "" }
 func boxNetns(id string) string    { return "" }
 
-func (c netctl) setup(context.Context, Spec) error            { return errNoNetwork }
+func (c netctl) setup(context.Context, Spec, bool) error      { return errNoNetwork }
 func (c netctl) policy(context.Context, string, Egress) error { return errNoNetwork }
 func (c netctl) teardown(context.Context, string) error       { return nil }
 
