@@ -30,20 +30,6 @@ const portReadLimit = 1 << 20
 
 func (s *Server) servePort(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
-	id := cocoonbox.BoxID(r.PathValue("id"))
-	if err := id.Validate(); err != nil {
-		s.writeHTTPError(w, r, cocoonbox.RenameField(err, "box_id", "id"))
-		return
-	}
-	port, err := strconv.Atoi(r.PathValue("port"))
-	if err != nil {
-		s.writeHTTPError(w, r, cocoonbox.Invalid("port", "must be a number from 1 to 65535, got "+strconv.Quote(r.PathValue("port"))))
-		return
-	}
-	if err := boxsvc.CheckPort(port); err != nil {
-		s.writeHTTPError(w, r, err)
-		return
-	}
 	if !headerHas(r.Header, "Upgrade", "websocket") {
 		// A browser's look at the port: the preview is the same path with a slash.
 		http.Redirect(w, r, r.URL.Path+"/", http.StatusPermanentRedirect)
@@ -53,16 +39,12 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request) {
 		s.writeHTTPError(w, r, err)
 		return
 	}
-	p, err := s.authorize(ctx, httpBearer(r), routePorts)
+	caller, id, port, err := s.portCaller(r)
 	if err != nil {
 		s.writeHTTPError(w, r, err)
 		return
 	}
-	if s.boxes == nil {
-		s.writeHTTPError(w, r, cocoonbox.Errorf(cocoonbox.EUnavailable, "this server does not serve boxes"))
-		return
-	}
-	box, err := s.boxes.DialPort(ctx, p.User.ID, id, port)
+	box, err := s.boxes.DialPort(ctx, caller, id, port)
 	if err != nil {
 		s.writeHTTPError(w, r, err)
 		return
@@ -74,9 +56,34 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request) {
 	}
 	defer func() { _ = ws.CloseNow() }()
 	ws.SetReadLimit(portReadLimit)
-	s.log.InfoContext(ctx, "port connected", "box", id, "user", p.User.ID, "port", port)
+	s.log.InfoContext(ctx, "port connected", "box", id, "user", caller, "port", port)
 	code, reason := relayPort(ctx, ws, box)
-	s.log.InfoContext(ctx, "port closed", "box", id, "user", p.User.ID, "port", port, "status", code, "reason", reason)
+	s.log.InfoContext(ctx, "port closed", "box", id, "user", caller, "port", port, "status", code, "reason", reason)
+}
+
+// portCaller reads the box and port a ports-edge or preview request names and the user its
+// bearer token acts for, refusing a malformed box ID, a port users may not open and a token
+// that may not reach the edge.
+func (s *Server) portCaller(r *http.Request) (caller string, id cocoonbox.BoxID, port int, err error) {
+	id = cocoonbox.BoxID(r.PathValue("id"))
+	if err := id.Validate(); err != nil {
+		return "", "", 0, cocoonbox.RenameField(err, "box_id", "id")
+	}
+	port, err = strconv.Atoi(r.PathValue("port"))
+	if err != nil {
+		return "", "", 0, cocoonbox.Invalid("port", "must be a number from 1 to 65535, got "+strconv.Quote(r.PathValue("port")))
+	}
+	if err := boxsvc.CheckPort(port); err != nil {
+		return "", "", 0, err
+	}
+	p, err := s.authorize(r.Context(), httpBearer(r), routePorts)
+	if err != nil {
+		return "", "", 0, err
+	}
+	if s.boxes == nil {
+		return "", "", 0, cocoonbox.Errorf(cocoonbox.EUnavailable, "this server does not serve boxes")
+	}
+	return p.User.ID, id, port, nil
 }
 
 // relayPort copies bytes both ways until either side ends; the client's half-close reaches the

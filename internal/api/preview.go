@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/loomhand/cocoonbox"
-	"github.com/loomhand/cocoonbox/internal/boxsvc"
 )
 
 // The preview: /v1/boxes/{id}/ports/{port}/{path...} is an HTTP reverse proxy to the web server
@@ -28,38 +27,13 @@ const previewCSP = "sandbox allow-scripts allow-forms allow-popups allow-downloa
 const previewHeaderTimeout = time.Minute
 
 func (s *Server) servePreview(w http.ResponseWriter, r *http.Request) {
-	ctx := r.Context()
-	id := cocoonbox.BoxID(r.PathValue("id"))
-	if err := id.Validate(); err != nil {
-		s.writeHTTPError(w, r, cocoonbox.RenameField(err, "box_id", "id"))
-		return
-	}
-	port, err := strconv.Atoi(r.PathValue("port"))
-	if err != nil {
-		s.writeHTTPError(w, r, cocoonbox.Invalid("port", "must be a number from 1 to 65535, got "+strconv.Quote(r.PathValue("port"))))
-		return
-	}
-	if err := boxsvc.CheckPort(port); err != nil {
-		s.writeHTTPError(w, r, err)
-		return
-	}
-	p, err := s.authorize(ctx, httpBearer(r), routePorts)
-	if err != nil {
-		s.writeHTTPError(w, r, err)
-		return
-	}
-	if s.boxes == nil {
-		s.writeHTTPError(w, r, cocoonbox.Errorf(cocoonbox.EUnavailable, "this server does not serve boxes"))
-		return
-	}
-	// Checked before the proxy, so a refusal is the API's JSON error, not a proxy's 502.
-	conn, err := s.boxes.DialPort(ctx, p.User.ID, id, port)
+	caller, id, port, err := s.portCaller(r)
 	if err != nil {
 		s.writeHTTPError(w, r, err)
 		return
 	}
 	host := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	var dialErr error
+	var dialErr error // the box service's refusal, which the client sees as the API's JSON error
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", host
@@ -70,19 +44,13 @@ func (s *Server) servePreview(w http.ResponseWriter, r *http.Request) {
 			pr.SetXForwarded()
 		},
 		Transport: &http.Transport{
-			// One request, one connection: the first is the one checked above.
+			// Every connection is one the box service checked (role, wake) and dialled.
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				if conn != nil {
-					c := conn
-					conn = nil
-					return c, nil
-				}
-				c, err := s.boxes.DialPort(ctx, p.User.ID, id, port)
+				c, err := s.boxes.DialPort(ctx, caller, id, port)
 				if err != nil {
 					dialErr = err
-					return nil, err
 				}
-				return c, nil
+				return c, err
 			},
 			DisableKeepAlives:     true,
 			ResponseHeaderTimeout: previewHeaderTimeout,
@@ -101,10 +69,5 @@ func (s *Server) servePreview(w http.ResponseWriter, r *http.Request) {
 			s.writeHTTPError(w, r, err)
 		},
 	}
-	defer func() {
-		if conn != nil {
-			_ = conn.Close()
-		}
-	}()
 	rp.ServeHTTP(w, r)
 }
