@@ -65,24 +65,7 @@ func boxPortCommand() *cli.Command {
 			edge.Scheme = strings.Replace(u.Scheme, "http", "ws", 1)
 			edge.Path = fmt.Sprintf("/v1/boxes/%s/ports/%d", b.GetId(), port)
 			s.out.note("tunnelling %s's port %d to %s; Ctrl-C to stop", b.GetName(), port, ln.Addr())
-			go func() {
-				<-c.Context.Done()
-				_ = ln.Close()
-			}()
-			for {
-				conn, err := ln.Accept()
-				if err != nil {
-					if c.Context.Err() != nil {
-						return nil
-					}
-					return err
-				}
-				go func() {
-					if err := tunnel(c.Context, conn, edge.String(), token); err != nil {
-						s.out.note("port %d connection: %v", port, err)
-					}
-				}()
-			}
+			return serveTunnels(c.Context, ln, edge.String(), token, func(err error) { s.out.note("port %d connection: %v", port, err) })
 		},
 	}
 }

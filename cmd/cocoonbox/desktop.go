@@ -89,21 +89,27 @@ func runDesktop(c *cli.Context) error {
 	edge.Path = "/v1/boxes/" + b.GetId() + "/desktop"
 	edge.RawQuery = url.Values{"mode": {mode}}.Encode()
 	s.out.note("tunnelling %s's desktop (%s) to %s; point a VNC viewer there, Ctrl-C to stop", b.GetName(), mode, ln.Addr())
+	return serveTunnels(c.Context, ln, edge.String(), token, func(err error) { s.out.note("desktop connection: %v", err) })
+}
+
+// serveTunnels tunnels every connection ln accepts to the edge, until ctx ends; a connection's
+// failure goes to failed and ends only that connection.
+func serveTunnels(ctx context.Context, ln net.Listener, edge, token string, failed func(error)) error {
 	go func() {
-		<-c.Context.Done()
+		<-ctx.Done()
 		_ = ln.Close()
 	}()
 	for {
 		conn, err := ln.Accept()
 		if err != nil {
-			if c.Context.Err() != nil {
+			if ctx.Err() != nil {
 				return nil
 			}
 			return err
 		}
 		go func() {
-			if err := tunnel(c.Context, conn, edge.String(), token); err != nil {
-				s.out.note("desktop connection: %v", err)
+			if err := tunnel(ctx, conn, edge, token); err != nil {
+				failed(err)
 			}
 		}()
 	}
