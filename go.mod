@@ -13,6 +13,7 @@ require (
 	github.com/aws/aws-sdk-go-v2/service/s3 v1.114.10
 	github.com/aws/smithy-go v1.28.9
 	github.com/coder/websocket v1.8.15
+	github.com/creack/pty v1.1.24
 	github.com/go-rod/rod v0.116.2
 	github.com/jackc/pgx/v5 v5.13.0
 	github.com/jezek/xgb v1.1.1

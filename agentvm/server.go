@@ -313,7 +313,7 @@ func (s *Server) SetDesktopLease(_ context.Context, req *agentvmv1.SetDesktopLea
 
 // Get returns the agent's version, capabilities and, with a desktop, its window manager.
 func (s *Server) Get(ctx context.Context, _ *agentvmv1.GetInfoRequest) (*agentvmv1.InfoResponse, error) {
-	caps := []string{"step", "exec", "state"}
+	caps := []string{"step", "exec", "process", "files", "state"}
 	var wm string
 	if s.cfg.Desktop != nil {
 		caps = append(caps, "desktop")

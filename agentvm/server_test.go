@@ -82,7 +82,7 @@ func TestServerInfoAnswersTheVersion(t *testing.T) {
 	resp, err := agentvmv1.NewInfoClient(a.conn).Get(withCredential(t.Context(), testCredential), &agentvmv1.GetInfoRequest{})
 	require.NoError(t, err)
 	require.Equal(t, agentvm.Version, resp.Version)
-	require.Equal(t, []string{"step", "exec", "state", "tool:shell", "tool:read_file", "tool:write_file", "tool:list_dir"}, resp.Capabilities)
+	require.Equal(t, []string{"step", "exec", "process", "files", "state", "tool:shell", "tool:read_file", "tool:write_file", "tool:list_dir"}, resp.Capabilities)
 	require.Empty(t, resp.WindowManager, "no desktop, no window manager")
 
 	a = startAgent(t, func(c *agentvm.Config) { c.MCP = true })

@@ -150,6 +150,14 @@ func (l *Link) Desktop(ctx context.Context, b Box, call func(context.Context, ag
 	}))
 }
 
+// Session makes call on the box's session service (processes and files); errors are domain
+// errors (see Error).
+func (l *Link) Session(ctx context.Context, b Box, call func(context.Context, agentvmv1.SessionClient) error) error {
+	return Error(ctx, l.call(ctx, b, func(ctx context.Context, conn *grpc.ClientConn) error {
+		return call(ctx, agentvmv1.NewSessionClient(conn))
+	}))
+}
+
 // CheckVersion refuses a sandbox whose agent is older than MinAgentVersion (EConflict), asking
 // it once per sandbox: a sandbox's agent binary never changes, a box gets a new one only with a
 // new sandbox.

@@ -544,8 +544,10 @@ type ExecOutput struct {
 	Stdout []byte                 `protobuf:"bytes,1,opt,name=stdout,proto3" json:"stdout,omitempty"`
 	Stderr []byte                 `protobuf:"bytes,2,opt,name=stderr,proto3" json:"stderr,omitempty"`
 	// exited is set on the last message, with exit_code (-1 when killed by a signal or timeout).
-	Exited        bool  `protobuf:"varint,3,opt,name=exited,proto3" json:"exited,omitempty"`
-	ExitCode      int32 `protobuf:"varint,4,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	Exited   bool  `protobuf:"varint,3,opt,name=exited,proto3" json:"exited,omitempty"`
+	ExitCode int32 `protobuf:"varint,4,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	// started is set on Process's first message, sent once the command runs (before any output).
+	Started       bool `protobuf:"varint,5,opt,name=started,proto3" json:"started,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -608,6 +610,13 @@ func (x *ExecOutput) GetExitCode() int32 {
 	return 0
 }
 
+func (x *ExecOutput) GetStarted() bool {
+	if x != nil {
+		return x.Started
+	}
+	return false
+}
+
 type GetInfoRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -648,7 +657,7 @@ type InfoResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// version is the agent's version (agentvm.Version); the control plane checks it.
 	Version string `protobuf:"bytes,1,opt,name=version,proto3" json:"version,omitempty"`
-	// capabilities names what this agent offers: "step", "exec", "state", "desktop" (with a
+	// capabilities names what this agent offers: "step", "exec", "process", "files", "state", "desktop" (with a
 	// display), "mcp" (serving the in-box /mcp), and "tool:<name>" per tool.
 	Capabilities []string `protobuf:"bytes,2,rep,name=capabilities,proto3" json:"capabilities,omitempty"`
 	// window_manager names the window manager managing the desktop (XFCE's is "Xfwm4"); empty
@@ -1531,6 +1540,691 @@ func (*SetDesktopLeaseResponse) Descriptor() ([]byte, []int) {
 	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
+// ProcessInput is one message of a Process call's input stream.
+type ProcessInput struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// start, on the first message only, is the command to run. Required there.
+	Start *ProcessStart `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
+	// stdin is bytes for the command's standard input (its terminal's input with a tty).
+	Stdin []byte `protobuf:"bytes,2,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	// stdin_eof closes the standard input (with a tty: sends the terminal's end-of-file). Input
+	// after it is refused.
+	StdinEof bool `protobuf:"varint,3,opt,name=stdin_eof,json=stdinEof,proto3" json:"stdin_eof,omitempty"`
+	// resize changes the terminal's size (tty only); rows and cols 1 to 10000.
+	Resize *WindowSize `protobuf:"bytes,4,opt,name=resize,proto3" json:"resize,omitempty"`
+	// signal sends a signal to the command's process group: INT, TERM, HUP, QUIT or KILL.
+	Signal        string `protobuf:"bytes,5,opt,name=signal,proto3" json:"signal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcessInput) Reset() {
+	*x = ProcessInput{}
+	mi := &file_agentvm_v1_agent_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcessInput) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcessInput) ProtoMessage() {}
+
+func (x *ProcessInput) ProtoReflect() protoreflect.Message {
+	mi := &file_agentvm_v1_agent_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcessInput.ProtoReflect.Descriptor instead.
+func (*ProcessInput) Descriptor() ([]byte, []int) {
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *ProcessInput) GetStart() *ProcessStart {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *ProcessInput) GetStdin() []byte {
+	if x != nil {
+		return x.Stdin
+	}
+	return nil
+}
+
+func (x *ProcessInput) GetStdinEof() bool {
+	if x != nil {
+		return x.StdinEof
+	}
+	return false
+}
+
+func (x *ProcessInput) GetResize() *WindowSize {
+	if x != nil {
+		return x.Resize
+	}
+	return nil
+}
+
+func (x *ProcessInput) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
+// ProcessStart is what Process runs.
+type ProcessStart struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// argv is the command and its arguments, argv[0] looked up in PATH; empty runs the user's
+	// login shell.
+	Argv []string `protobuf:"bytes,1,rep,name=argv,proto3" json:"argv,omitempty"`
+	// cwd is the working directory; empty is the user's home.
+	Cwd string `protobuf:"bytes,2,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	// env adds variables to the user's environment (HOME, USER, SHELL, PATH, and TERM with a tty).
+	Env map[string]string `protobuf:"bytes,3,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// timeout_seconds kills the command after that long; 0 means no limit beyond the call's.
+	TimeoutSeconds int32 `protobuf:"varint,4,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
+	// tty, when set, runs the command on a pseudo-terminal of that size: stdout carries the
+	// terminal's output and stderr stays empty.
+	Tty *WindowSize `protobuf:"bytes,5,opt,name=tty,proto3" json:"tty,omitempty"`
+	// term is TERM with a tty; empty is xterm-256color.
+	Term string `protobuf:"bytes,6,opt,name=term,proto3" json:"term,omitempty"`
+	// user runs the command as this user of the box; empty is the desktop's user ("user") when
+	// the box has one, else root.
+	User          string `protobuf:"bytes,7,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProcessStart) Reset() {
+	*x = ProcessStart{}
+	mi := &file_agentvm_v1_agent_proto_msgTypes[26]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProcessStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProcessStart) ProtoMessage() {}
+
+func (x *ProcessStart) ProtoReflect() protoreflect.Message {
+	mi := &file_agentvm_v1_agent_proto_msgTypes[26]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProcessStart.ProtoReflect.Descriptor instead.
+func (*ProcessStart) Descriptor() ([]byte, []int) {
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{26}
+}
+
+func (x *ProcessStart) GetArgv() []string {
+	if x != nil {
+		return x.Argv
+	}
+	return nil
+}
+
+func (x *ProcessStart) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+func (x *ProcessStart) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *ProcessStart) GetTimeoutSeconds() int32 {
+	if x != nil {
+		return x.TimeoutSeconds
+	}
+	return 0
+}
+
+func (x *ProcessStart) GetTty() *WindowSize {
+	if x != nil {
+		return x.Tty
+	}
+	return nil
+}
+
+func (x *ProcessStart) GetTerm() string {
+	if x != nil {
+		return x.Term
+	}
+	return ""
+}
+
+func (x *ProcessStart) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+type WindowSize struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rows          uint32                 `protobuf:"varint,1,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols          uint32                 `protobuf:"varint,2,opt,name=cols,proto3" json:"cols,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WindowSize) Reset() {
+	*x = WindowSize{}
+	mi := &file_agentvm_v1_agent_proto_msgTypes[27]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WindowSize) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WindowSize) ProtoMessage() {}
+
+func (x *WindowSize) ProtoReflect() protoreflect.Message {
+	mi := &file_agentvm_v1_agent_proto_msgTypes[27]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WindowSize.ProtoReflect.Descriptor instead.
+func (*WindowSize) Descriptor() ([]byte, []int) {
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{27}
+}
+
+func (x *WindowSize) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *WindowSize) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+type ReadFileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// path is an absolute path of a regular file in the box. Required.
+	Path          string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadFileRequest) Reset() {
+	*x = ReadFileRequest{}
+	mi := &file_agentvm_v1_agent_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadFileRequest) ProtoMessage() {}
+
+func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentvm_v1_agent_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
+func (*ReadFileRequest) Descriptor() ([]byte, []int) {
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *ReadFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+// FileData is a piece of a file being read: the first message has info, the others data.
+type FileData struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Info          *FileInfo              `protobuf:"bytes,1,opt,name=info,proto3" json:"info,omitempty"`
+	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FileData) Reset() {
+	*x = FileData{}
+	mi := &file_agentvm_v1_agent_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FileData) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FileData) ProtoMessage() {}
+
+func (x *FileData) ProtoReflect() protoreflect.Message {
+	mi := &file_agentvm_v1_agent_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FileData.ProtoReflect.Descriptor instead.
+func (*FileData) Descriptor() ([]byte, []int) {
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *FileData) GetInfo() *FileInfo {
+	if x != nil {
+		return x.Info
+	}
+	return nil
+}
+
+func (x *FileData) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type WriteFileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// path, on the first message only, is the absolute path to write; its parent directories are
+	// created (owned as the directory they are made in). Required there.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// mode, on the first message, is the file's permission bits; 0 keeps an existing file's, else
+	// 0644.
+	Mode uint32 `protobuf:"varint,2,opt,name=mode,proto3" json:"mode,omitempty"`
+	// size, on the first message, is how many bytes the stream will carry when known (-1 when
+	// not): a stream that ends short or long of it fails and writes nothing.
+	Size          int64  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	Data          []byte `protobuf:"bytes,4,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WriteFileRequest) Reset() {
+	*x = WriteFileRequest{}
+	mi := &file_agentvm_v1_agent_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WriteFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WriteFileRequest) ProtoMessage() {}
+
+func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentvm_v1_agent_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
+func (*WriteFileRequest) Descriptor() ([]byte, []int) {
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *WriteFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *WriteFileRequest) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *WriteFileRequest) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *WriteFileRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// FileInfo describes a path in the box.
+type FileInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// path is the absolute path.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// type is file, dir, symlink or other.
+	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	Size int64  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	// mode is the permission bits (with setuid, setgid and sticky).
+	Mode          uint32 `protobuf:"varint,4,opt,name=mode,proto3" json:"mode,omitempty"`
+	MtimeUnixNano int64  `protobuf:"varint,5,opt,name=mtime_unix_nano,json=mtimeUnixNano,proto3" json:"mtime_unix_nano,omitempty"`
+	// link is a symlink's target.
+	Link          string `protobuf:"bytes,6,opt,name=link,proto3" json:"link,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FileInfo) Reset() {
+	*x = FileInfo{}
+	mi := &file_agentvm_v1_agent_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FileInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FileInfo) ProtoMessage() {}
+
+func (x *FileInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_agentvm_v1_agent_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
+func (*FileInfo) Descriptor() ([]byte, []int) {
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *FileInfo) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *FileInfo) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *FileInfo) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *FileInfo) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *FileInfo) GetMtimeUnixNano() int64 {
+	if x != nil {
+		return x.MtimeUnixNano
+	}
+	return 0
+}
+
+func (x *FileInfo) GetLink() string {
+	if x != nil {
+		return x.Link
+	}
+	return ""
+}
+
+type ListFilesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// path is an absolute directory. Required.
+	Path string `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// recursive lists the whole tree below it (symlinks are listed, not followed).
+	Recursive     bool `protobuf:"varint,2,opt,name=recursive,proto3" json:"recursive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListFilesRequest) Reset() {
+	*x = ListFilesRequest{}
+	mi := &file_agentvm_v1_agent_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListFilesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListFilesRequest) ProtoMessage() {}
+
+func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentvm_v1_agent_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
+func (*ListFilesRequest) Descriptor() ([]byte, []int) {
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *ListFilesRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ListFilesRequest) GetRecursive() bool {
+	if x != nil {
+		return x.Recursive
+	}
+	return false
+}
+
+type StatFileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatFileRequest) Reset() {
+	*x = StatFileRequest{}
+	mi := &file_agentvm_v1_agent_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatFileRequest) ProtoMessage() {}
+
+func (x *StatFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentvm_v1_agent_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatFileRequest.ProtoReflect.Descriptor instead.
+func (*StatFileRequest) Descriptor() ([]byte, []int) {
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *StatFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+type RemoveFileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Path          string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	Recursive     bool                   `protobuf:"varint,2,opt,name=recursive,proto3" json:"recursive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveFileRequest) Reset() {
+	*x = RemoveFileRequest{}
+	mi := &file_agentvm_v1_agent_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveFileRequest) ProtoMessage() {}
+
+func (x *RemoveFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_agentvm_v1_agent_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveFileRequest.ProtoReflect.Descriptor instead.
+func (*RemoveFileRequest) Descriptor() ([]byte, []int) {
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *RemoveFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *RemoveFileRequest) GetRecursive() bool {
+	if x != nil {
+		return x.Recursive
+	}
+	return false
+}
+
+type RemoveFileResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveFileResponse) Reset() {
+	*x = RemoveFileResponse{}
+	mi := &file_agentvm_v1_agent_proto_msgTypes[35]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveFileResponse) ProtoMessage() {}
+
+func (x *RemoveFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_agentvm_v1_agent_proto_msgTypes[35]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveFileResponse.ProtoReflect.Descriptor instead.
+func (*RemoveFileResponse) Descriptor() ([]byte, []int) {
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{35}
+}
+
 var File_agentvm_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agentvm_v1_agent_proto_rawDesc = "" +
@@ -1580,13 +2274,14 @@ const file_agentvm_v1_agent_proto_rawDesc = "" +
 	"\x0ftimeout_seconds\x18\x04 \x01(\x05R\x0etimeoutSeconds\x1a6\n" +
 	"\bEnvEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"q\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x8b\x01\n" +
 	"\n" +
 	"ExecOutput\x12\x16\n" +
 	"\x06stdout\x18\x01 \x01(\fR\x06stdout\x12\x16\n" +
 	"\x06stderr\x18\x02 \x01(\fR\x06stderr\x12\x16\n" +
 	"\x06exited\x18\x03 \x01(\bR\x06exited\x12\x1b\n" +
-	"\texit_code\x18\x04 \x01(\x05R\bexitCode\"\x10\n" +
+	"\texit_code\x18\x04 \x01(\x05R\bexitCode\x12\x18\n" +
+	"\astarted\x18\x05 \x01(\bR\astarted\"\x10\n" +
 	"\x0eGetInfoRequest\"s\n" +
 	"\fInfoResponse\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\tR\aversion\x12\"\n" +
@@ -1637,13 +2332,67 @@ const file_agentvm_v1_agent_proto_rawDesc = "" +
 	"\x16SetDesktopLeaseRequest\x12\x12\n" +
 	"\x04held\x18\x01 \x01(\bR\x04held\x12\x1b\n" +
 	"\tlease_seq\x18\x02 \x01(\x03R\bleaseSeq\"\x19\n" +
-	"\x17SetDesktopLeaseResponse2\x9c\x02\n" +
+	"\x17SetDesktopLeaseResponse\"\xcd\x01\n" +
+	"\fProcessInput\x128\n" +
+	"\x05start\x18\x01 \x01(\v2\".cocoonbox.agentvm.v1.ProcessStartR\x05start\x12\x14\n" +
+	"\x05stdin\x18\x02 \x01(\fR\x05stdin\x12\x1b\n" +
+	"\tstdin_eof\x18\x03 \x01(\bR\bstdinEof\x128\n" +
+	"\x06resize\x18\x04 \x01(\v2 .cocoonbox.agentvm.v1.WindowSizeR\x06resize\x12\x16\n" +
+	"\x06signal\x18\x05 \x01(\tR\x06signal\"\xb0\x02\n" +
+	"\fProcessStart\x12\x12\n" +
+	"\x04argv\x18\x01 \x03(\tR\x04argv\x12\x10\n" +
+	"\x03cwd\x18\x02 \x01(\tR\x03cwd\x12=\n" +
+	"\x03env\x18\x03 \x03(\v2+.cocoonbox.agentvm.v1.ProcessStart.EnvEntryR\x03env\x12'\n" +
+	"\x0ftimeout_seconds\x18\x04 \x01(\x05R\x0etimeoutSeconds\x122\n" +
+	"\x03tty\x18\x05 \x01(\v2 .cocoonbox.agentvm.v1.WindowSizeR\x03tty\x12\x12\n" +
+	"\x04term\x18\x06 \x01(\tR\x04term\x12\x12\n" +
+	"\x04user\x18\a \x01(\tR\x04user\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"4\n" +
+	"\n" +
+	"WindowSize\x12\x12\n" +
+	"\x04rows\x18\x01 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x02 \x01(\rR\x04cols\"%\n" +
+	"\x0fReadFileRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\"R\n" +
+	"\bFileData\x122\n" +
+	"\x04info\x18\x01 \x01(\v2\x1e.cocoonbox.agentvm.v1.FileInfoR\x04info\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"b\n" +
+	"\x10WriteFileRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04mode\x18\x02 \x01(\rR\x04mode\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x12\n" +
+	"\x04data\x18\x04 \x01(\fR\x04data\"\x96\x01\n" +
+	"\bFileInfo\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x12\n" +
+	"\x04mode\x18\x04 \x01(\rR\x04mode\x12&\n" +
+	"\x0fmtime_unix_nano\x18\x05 \x01(\x03R\rmtimeUnixNano\x12\x12\n" +
+	"\x04link\x18\x06 \x01(\tR\x04link\"D\n" +
+	"\x10ListFilesRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1c\n" +
+	"\trecursive\x18\x02 \x01(\bR\trecursive\"%\n" +
+	"\x0fStatFileRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\"E\n" +
+	"\x11RemoveFileRequest\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x1c\n" +
+	"\trecursive\x18\x02 \x01(\bR\trecursive\"\x14\n" +
+	"\x12RemoveFileResponse2\x9c\x02\n" +
 	"\x06Agents\x12M\n" +
 	"\x04Step\x12!.cocoonbox.agentvm.v1.StepRequest\x1a\".cocoonbox.agentvm.v1.StepResponse\x12S\n" +
 	"\x06Cancel\x12#.cocoonbox.agentvm.v1.CancelRequest\x1a$.cocoonbox.agentvm.v1.CancelResponse\x12n\n" +
-	"\x0fSetDesktopLease\x12,.cocoonbox.agentvm.v1.SetDesktopLeaseRequest\x1a-.cocoonbox.agentvm.v1.SetDesktopLeaseResponse2X\n" +
+	"\x0fSetDesktopLease\x12,.cocoonbox.agentvm.v1.SetDesktopLeaseRequest\x1a-.cocoonbox.agentvm.v1.SetDesktopLeaseResponse2\xe4\x04\n" +
 	"\aSession\x12M\n" +
-	"\x04Exec\x12!.cocoonbox.agentvm.v1.ExecRequest\x1a .cocoonbox.agentvm.v1.ExecOutput0\x012\x88\x04\n" +
+	"\x04Exec\x12!.cocoonbox.agentvm.v1.ExecRequest\x1a .cocoonbox.agentvm.v1.ExecOutput0\x01\x12S\n" +
+	"\aProcess\x12\".cocoonbox.agentvm.v1.ProcessInput\x1a .cocoonbox.agentvm.v1.ExecOutput(\x010\x01\x12S\n" +
+	"\bReadFile\x12%.cocoonbox.agentvm.v1.ReadFileRequest\x1a\x1e.cocoonbox.agentvm.v1.FileData0\x01\x12U\n" +
+	"\tWriteFile\x12&.cocoonbox.agentvm.v1.WriteFileRequest\x1a\x1e.cocoonbox.agentvm.v1.FileInfo(\x01\x12U\n" +
+	"\tListFiles\x12&.cocoonbox.agentvm.v1.ListFilesRequest\x1a\x1e.cocoonbox.agentvm.v1.FileInfo0\x01\x12Q\n" +
+	"\bStatFile\x12%.cocoonbox.agentvm.v1.StatFileRequest\x1a\x1e.cocoonbox.agentvm.v1.FileInfo\x12_\n" +
+	"\n" +
+	"RemoveFile\x12'.cocoonbox.agentvm.v1.RemoveFileRequest\x1a(.cocoonbox.agentvm.v1.RemoveFileResponse2\x88\x04\n" +
 	"\aDesktop\x12_\n" +
 	"\n" +
 	"Screenshot\x12'.cocoonbox.agentvm.v1.ScreenshotRequest\x1a(.cocoonbox.agentvm.v1.ScreenshotResponse\x12R\n" +
@@ -1671,7 +2420,7 @@ func file_agentvm_v1_agent_proto_rawDescGZIP() []byte {
 	return file_agentvm_v1_agent_proto_rawDescData
 }
 
-var file_agentvm_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_agentvm_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
 var file_agentvm_v1_agent_proto_goTypes = []any{
 	(*StepRequest)(nil),             // 0: cocoonbox.agentvm.v1.StepRequest
 	(*StepResponse)(nil),            // 1: cocoonbox.agentvm.v1.StepResponse
@@ -1698,44 +2447,73 @@ var file_agentvm_v1_agent_proto_goTypes = []any{
 	(*ImportResponse)(nil),          // 22: cocoonbox.agentvm.v1.ImportResponse
 	(*SetDesktopLeaseRequest)(nil),  // 23: cocoonbox.agentvm.v1.SetDesktopLeaseRequest
 	(*SetDesktopLeaseResponse)(nil), // 24: cocoonbox.agentvm.v1.SetDesktopLeaseResponse
-	nil,                             // 25: cocoonbox.agentvm.v1.ExecRequest.EnvEntry
+	(*ProcessInput)(nil),            // 25: cocoonbox.agentvm.v1.ProcessInput
+	(*ProcessStart)(nil),            // 26: cocoonbox.agentvm.v1.ProcessStart
+	(*WindowSize)(nil),              // 27: cocoonbox.agentvm.v1.WindowSize
+	(*ReadFileRequest)(nil),         // 28: cocoonbox.agentvm.v1.ReadFileRequest
+	(*FileData)(nil),                // 29: cocoonbox.agentvm.v1.FileData
+	(*WriteFileRequest)(nil),        // 30: cocoonbox.agentvm.v1.WriteFileRequest
+	(*FileInfo)(nil),                // 31: cocoonbox.agentvm.v1.FileInfo
+	(*ListFilesRequest)(nil),        // 32: cocoonbox.agentvm.v1.ListFilesRequest
+	(*StatFileRequest)(nil),         // 33: cocoonbox.agentvm.v1.StatFileRequest
+	(*RemoveFileRequest)(nil),       // 34: cocoonbox.agentvm.v1.RemoveFileRequest
+	(*RemoveFileResponse)(nil),      // 35: cocoonbox.agentvm.v1.RemoveFileResponse
+	nil,                             // 36: cocoonbox.agentvm.v1.ExecRequest.EnvEntry
+	nil,                             // 37: cocoonbox.agentvm.v1.ProcessStart.EnvEntry
 }
 var file_agentvm_v1_agent_proto_depIdxs = []int32{
 	2,  // 0: cocoonbox.agentvm.v1.StepResponse.tool_calls:type_name -> cocoonbox.agentvm.v1.ToolCallResult
-	25, // 1: cocoonbox.agentvm.v1.ExecRequest.env:type_name -> cocoonbox.agentvm.v1.ExecRequest.EnvEntry
-	0,  // 2: cocoonbox.agentvm.v1.Agents.Step:input_type -> cocoonbox.agentvm.v1.StepRequest
-	3,  // 3: cocoonbox.agentvm.v1.Agents.Cancel:input_type -> cocoonbox.agentvm.v1.CancelRequest
-	23, // 4: cocoonbox.agentvm.v1.Agents.SetDesktopLease:input_type -> cocoonbox.agentvm.v1.SetDesktopLeaseRequest
-	5,  // 5: cocoonbox.agentvm.v1.Session.Exec:input_type -> cocoonbox.agentvm.v1.ExecRequest
-	9,  // 6: cocoonbox.agentvm.v1.Desktop.Screenshot:input_type -> cocoonbox.agentvm.v1.ScreenshotRequest
-	11, // 7: cocoonbox.agentvm.v1.Desktop.Click:input_type -> cocoonbox.agentvm.v1.ClickRequest
-	12, // 8: cocoonbox.agentvm.v1.Desktop.Move:input_type -> cocoonbox.agentvm.v1.MoveRequest
-	13, // 9: cocoonbox.agentvm.v1.Desktop.Type:input_type -> cocoonbox.agentvm.v1.TypeRequest
-	14, // 10: cocoonbox.agentvm.v1.Desktop.Key:input_type -> cocoonbox.agentvm.v1.KeyRequest
-	15, // 11: cocoonbox.agentvm.v1.Desktop.Scroll:input_type -> cocoonbox.agentvm.v1.ScrollRequest
-	17, // 12: cocoonbox.agentvm.v1.State.Stat:input_type -> cocoonbox.agentvm.v1.StatRequest
-	19, // 13: cocoonbox.agentvm.v1.State.Export:input_type -> cocoonbox.agentvm.v1.ExportRequest
-	21, // 14: cocoonbox.agentvm.v1.State.Import:input_type -> cocoonbox.agentvm.v1.ImportRequest
-	7,  // 15: cocoonbox.agentvm.v1.Info.Get:input_type -> cocoonbox.agentvm.v1.GetInfoRequest
-	1,  // 16: cocoonbox.agentvm.v1.Agents.Step:output_type -> cocoonbox.agentvm.v1.StepResponse
-	4,  // 17: cocoonbox.agentvm.v1.Agents.Cancel:output_type -> cocoonbox.agentvm.v1.CancelResponse
-	24, // 18: cocoonbox.agentvm.v1.Agents.SetDesktopLease:output_type -> cocoonbox.agentvm.v1.SetDesktopLeaseResponse
-	6,  // 19: cocoonbox.agentvm.v1.Session.Exec:output_type -> cocoonbox.agentvm.v1.ExecOutput
-	10, // 20: cocoonbox.agentvm.v1.Desktop.Screenshot:output_type -> cocoonbox.agentvm.v1.ScreenshotResponse
-	16, // 21: cocoonbox.agentvm.v1.Desktop.Click:output_type -> cocoonbox.agentvm.v1.DesktopResponse
-	16, // 22: cocoonbox.agentvm.v1.Desktop.Move:output_type -> cocoonbox.agentvm.v1.DesktopResponse
-	16, // 23: cocoonbox.agentvm.v1.Desktop.Type:output_type -> cocoonbox.agentvm.v1.DesktopResponse
-	16, // 24: cocoonbox.agentvm.v1.Desktop.Key:output_type -> cocoonbox.agentvm.v1.DesktopResponse
-	16, // 25: cocoonbox.agentvm.v1.Desktop.Scroll:output_type -> cocoonbox.agentvm.v1.DesktopResponse
-	18, // 26: cocoonbox.agentvm.v1.State.Stat:output_type -> cocoonbox.agentvm.v1.StatResponse
-	20, // 27: cocoonbox.agentvm.v1.State.Export:output_type -> cocoonbox.agentvm.v1.Chunk
-	22, // 28: cocoonbox.agentvm.v1.State.Import:output_type -> cocoonbox.agentvm.v1.ImportResponse
-	8,  // 29: cocoonbox.agentvm.v1.Info.Get:output_type -> cocoonbox.agentvm.v1.InfoResponse
-	16, // [16:30] is the sub-list for method output_type
-	2,  // [2:16] is the sub-list for method input_type
-	2,  // [2:2] is the sub-list for extension type_name
-	2,  // [2:2] is the sub-list for extension extendee
-	0,  // [0:2] is the sub-list for field type_name
+	36, // 1: cocoonbox.agentvm.v1.ExecRequest.env:type_name -> cocoonbox.agentvm.v1.ExecRequest.EnvEntry
+	26, // 2: cocoonbox.agentvm.v1.ProcessInput.start:type_name -> cocoonbox.agentvm.v1.ProcessStart
+	27, // 3: cocoonbox.agentvm.v1.ProcessInput.resize:type_name -> cocoonbox.agentvm.v1.WindowSize
+	37, // 4: cocoonbox.agentvm.v1.ProcessStart.env:type_name -> cocoonbox.agentvm.v1.ProcessStart.EnvEntry
+	27, // 5: cocoonbox.agentvm.v1.ProcessStart.tty:type_name -> cocoonbox.agentvm.v1.WindowSize
+	31, // 6: cocoonbox.agentvm.v1.FileData.info:type_name -> cocoonbox.agentvm.v1.FileInfo
+	0,  // 7: cocoonbox.agentvm.v1.Agents.Step:input_type -> cocoonbox.agentvm.v1.StepRequest
+	3,  // 8: cocoonbox.agentvm.v1.Agents.Cancel:input_type -> cocoonbox.agentvm.v1.CancelRequest
+	23, // 9: cocoonbox.agentvm.v1.Agents.SetDesktopLease:input_type -> cocoonbox.agentvm.v1.SetDesktopLeaseRequest
+	5,  // 10: cocoonbox.agentvm.v1.Session.Exec:input_type -> cocoonbox.agentvm.v1.ExecRequest
+	25, // 11: cocoonbox.agentvm.v1.Session.Process:input_type -> cocoonbox.agentvm.v1.ProcessInput
+	28, // 12: cocoonbox.agentvm.v1.Session.ReadFile:input_type -> cocoonbox.agentvm.v1.ReadFileRequest
+	30, // 13: cocoonbox.agentvm.v1.Session.WriteFile:input_type -> cocoonbox.agentvm.v1.WriteFileRequest
+	32, // 14: cocoonbox.agentvm.v1.Session.ListFiles:input_type -> cocoonbox.agentvm.v1.ListFilesRequest
+	33, // 15: cocoonbox.agentvm.v1.Session.StatFile:input_type -> cocoonbox.agentvm.v1.StatFileRequest
+	34, // 16: cocoonbox.agentvm.v1.Session.RemoveFile:input_type -> cocoonbox.agentvm.v1.RemoveFileRequest
+	9,  // 17: cocoonbox.agentvm.v1.Desktop.Screenshot:input_type -> cocoonbox.agentvm.v1.ScreenshotRequest
+	11, // 18: cocoonbox.agentvm.v1.Desktop.Click:input_type -> cocoonbox.agentvm.v1.ClickRequest
+	12, // 19: cocoonbox.agentvm.v1.Desktop.Move:input_type -> cocoonbox.agentvm.v1.MoveRequest
+	13, // 20: cocoonbox.agentvm.v1.Desktop.Type:input_type -> cocoonbox.agentvm.v1.TypeRequest
+	14, // 21: cocoonbox.agentvm.v1.Desktop.Key:input_type -> cocoonbox.agentvm.v1.KeyRequest
+	15, // 22: cocoonbox.agentvm.v1.Desktop.Scroll:input_type -> cocoonbox.agentvm.v1.ScrollRequest
+	17, // 23: cocoonbox.agentvm.v1.State.Stat:input_type -> cocoonbox.agentvm.v1.StatRequest
+	19, // 24: cocoonbox.agentvm.v1.State.Export:input_type -> cocoonbox.agentvm.v1.ExportRequest
+	21, // 25: cocoonbox.agentvm.v1.State.Import:input_type -> cocoonbox.agentvm.v1.ImportRequest
+	7,  // 26: cocoonbox.agentvm.v1.Info.Get:input_type -> cocoonbox.agentvm.v1.GetInfoRequest
+	1,  // 27: cocoonbox.agentvm.v1.Agents.Step:output_type -> cocoonbox.agentvm.v1.StepResponse
+	4,  // 28: cocoonbox.agentvm.v1.Agents.Cancel:output_type -> cocoonbox.agentvm.v1.CancelResponse
+	24, // 29: cocoonbox.agentvm.v1.Agents.SetDesktopLease:output_type -> cocoonbox.agentvm.v1.SetDesktopLeaseResponse
+	6,  // 30: cocoonbox.agentvm.v1.Session.Exec:output_type -> cocoonbox.agentvm.v1.ExecOutput
+	6,  // 31: cocoonbox.agentvm.v1.Session.Process:output_type -> cocoonbox.agentvm.v1.ExecOutput
+	29, // 32: cocoonbox.agentvm.v1.Session.ReadFile:output_type -> cocoonbox.agentvm.v1.FileData
+	31, // 33: cocoonbox.agentvm.v1.Session.WriteFile:output_type -> cocoonbox.agentvm.v1.FileInfo
+	31, // 34: cocoonbox.agentvm.v1.Session.ListFiles:output_type -> cocoonbox.agentvm.v1.FileInfo
+	31, // 35: cocoonbox.agentvm.v1.Session.StatFile:output_type -> cocoonbox.agentvm.v1.FileInfo
+	35, // 36: cocoonbox.agentvm.v1.Session.RemoveFile:output_type -> cocoonbox.agentvm.v1.RemoveFileResponse
+	10, // 37: cocoonbox.agentvm.v1.Desktop.Screenshot:output_type -> cocoonbox.agentvm.v1.ScreenshotResponse
+	16, // 38: cocoonbox.agentvm.v1.Desktop.Click:output_type -> cocoonbox.agentvm.v1.DesktopResponse
+	16, // 39: cocoonbox.agentvm.v1.Desktop.Move:output_type -> cocoonbox.agentvm.v1.DesktopResponse
+	16, // 40: cocoonbox.agentvm.v1.Desktop.Type:output_type -> cocoonbox.agentvm.v1.DesktopResponse
+	16, // 41: cocoonbox.agentvm.v1.Desktop.Key:output_type -> cocoonbox.agentvm.v1.DesktopResponse
+	16, // 42: cocoonbox.agentvm.v1.Desktop.Scroll:output_type -> cocoonbox.agentvm.v1.DesktopResponse
+	18, // 43: cocoonbox.agentvm.v1.State.Stat:output_type -> cocoonbox.agentvm.v1.StatResponse
+	20, // 44: cocoonbox.agentvm.v1.State.Export:output_type -> cocoonbox.agentvm.v1.Chunk
+	22, // 45: cocoonbox.agentvm.v1.State.Import:output_type -> cocoonbox.agentvm.v1.ImportResponse
+	8,  // 46: cocoonbox.agentvm.v1.Info.Get:output_type -> cocoonbox.agentvm.v1.InfoResponse
+	27, // [27:47] is the sub-list for method output_type
+	7,  // [7:27] is the sub-list for method input_type
+	7,  // [7:7] is the sub-list for extension type_name
+	7,  // [7:7] is the sub-list for extension extendee
+	0,  // [0:7] is the sub-list for field type_name
 }
 
 func init() { file_agentvm_v1_agent_proto_init() }
@@ -1749,7 +2527,7 @@ func file_agentvm_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentvm_v1_agent_proto_rawDesc), len(file_agentvm_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   38,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

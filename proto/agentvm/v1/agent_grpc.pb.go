@@ -217,7 +217,13 @@ var Agents_ServiceDesc = grpc.ServiceDesc{
 }
 
 const (
-	Session_Exec_FullMethodName = "/cocoonbox.agentvm.v1.Session/Exec"
+	Session_Exec_FullMethodName       = "/cocoonbox.agentvm.v1.Session/Exec"
+	Session_Process_FullMethodName    = "/cocoonbox.agentvm.v1.Session/Process"
+	Session_ReadFile_FullMethodName   = "/cocoonbox.agentvm.v1.Session/ReadFile"
+	Session_WriteFile_FullMethodName  = "/cocoonbox.agentvm.v1.Session/WriteFile"
+	Session_ListFiles_FullMethodName  = "/cocoonbox.agentvm.v1.Session/ListFiles"
+	Session_StatFile_FullMethodName   = "/cocoonbox.agentvm.v1.Session/StatFile"
+	Session_RemoveFile_FullMethodName = "/cocoonbox.agentvm.v1.Session/RemoveFile"
 )
 
 // SessionClient is the client API for Session service.
@@ -228,6 +234,22 @@ const (
 type SessionClient interface {
 	// Exec runs a command and streams its output, ending with its exit code.
 	Exec(ctx context.Context, in *ExecRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[ExecOutput], error)
+	// Process runs a command with its standard input streamed in as it comes, optionally on a
+	// pseudo-terminal (a shell a person types into). The first message must carry start; later
+	// ones carry stdin, its end, window-size changes and signals. The output ends with exited.
+	Process(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ProcessInput, ExecOutput], error)
+	// ReadFile streams a regular file: its info in the first message, then its bytes in order.
+	ReadFile(ctx context.Context, in *ReadFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FileData], error)
+	// WriteFile writes a regular file from a stream whose first message names it. The bytes go to
+	// a temporary file beside the target, renamed over it only when the stream ends cleanly, so a
+	// broken transfer leaves the old file as it was.
+	WriteFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[WriteFileRequest, FileInfo], error)
+	// ListFiles streams a directory's entries (a tree's, with recursive), sorted by path.
+	ListFiles(ctx context.Context, in *ListFilesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FileInfo], error)
+	// StatFile describes one path without following a final symlink.
+	StatFile(ctx context.Context, in *StatFileRequest, opts ...grpc.CallOption) (*FileInfo, error)
+	// RemoveFile removes a file, a symlink or an empty directory (a tree with recursive).
+	RemoveFile(ctx context.Context, in *RemoveFileRequest, opts ...grpc.CallOption) (*RemoveFileResponse, error)
 }
 
 type sessionClient struct {
@@ -257,6 +279,90 @@ func (c *sessionClient) Exec(ctx context.Context, in *ExecRequest, opts ...grpc.
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Session_ExecClient = grpc.ServerStreamingClient[ExecOutput]
 
+func (c *sessionClient) Process(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ProcessInput, ExecOutput], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Session_ServiceDesc.Streams[1], Session_Process_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ProcessInput, ExecOutput]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Session_ProcessClient = grpc.BidiStreamingClient[ProcessInput, ExecOutput]
+
+func (c *sessionClient) ReadFile(ctx context.Context, in *ReadFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FileData], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Session_ServiceDesc.Streams[2], Session_ReadFile_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ReadFileRequest, FileData]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Session_ReadFileClient = grpc.ServerStreamingClient[FileData]
+
+func (c *sessionClient) WriteFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[WriteFileRequest, FileInfo], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Session_ServiceDesc.Streams[3], Session_WriteFile_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[WriteFileRequest, FileInfo]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Session_WriteFileClient = grpc.ClientStreamingClient[WriteFileRequest, FileInfo]
+
+func (c *sessionClient) ListFiles(ctx context.Context, in *ListFilesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FileInfo], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &Session_ServiceDesc.Streams[4], Session_ListFiles_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ListFilesRequest, FileInfo]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Session_ListFilesClient = grpc.ServerStreamingClient[FileInfo]
+
+func (c *sessionClient) StatFile(ctx context.Context, in *StatFileRequest, opts ...grpc.CallOption) (*FileInfo, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FileInfo)
+	err := c.cc.Invoke(ctx, Session_StatFile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *sessionClient) RemoveFile(ctx context.Context, in *RemoveFileRequest, opts ...grpc.CallOption) (*RemoveFileResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveFileResponse)
+	err := c.cc.Invoke(ctx, Session_RemoveFile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // SessionServer is the server API for Session service.
 // All implementations must embed UnimplementedSessionServer
 // for forward compatibility.
@@ -265,6 +371,22 @@ type Session_ExecClient = grpc.ServerStreamingClient[ExecOutput]
 type SessionServer interface {
 	// Exec runs a command and streams its output, ending with its exit code.
 	Exec(*ExecRequest, grpc.ServerStreamingServer[ExecOutput]) error
+	// Process runs a command with its standard input streamed in as it comes, optionally on a
+	// pseudo-terminal (a shell a person types into). The first message must carry start; later
+	// ones carry stdin, its end, window-size changes and signals. The output ends with exited.
+	Process(grpc.BidiStreamingServer[ProcessInput, ExecOutput]) error
+	// ReadFile streams a regular file: its info in the first message, then its bytes in order.
+	ReadFile(*ReadFileRequest, grpc.ServerStreamingServer[FileData]) error
+	// WriteFile writes a regular file from a stream whose first message names it. The bytes go to
+	// a temporary file beside the target, renamed over it only when the stream ends cleanly, so a
+	// broken transfer leaves the old file as it was.
+	WriteFile(grpc.ClientStreamingServer[WriteFileRequest, FileInfo]) error
+	// ListFiles streams a directory's entries (a tree's, with recursive), sorted by path.
+	ListFiles(*ListFilesRequest, grpc.ServerStreamingServer[FileInfo]) error
+	// StatFile describes one path without following a final symlink.
+	StatFile(context.Context, *StatFileRequest) (*FileInfo, error)
+	// RemoveFile removes a file, a symlink or an empty directory (a tree with recursive).
+	RemoveFile(context.Context, *RemoveFileRequest) (*RemoveFileResponse, error)
 	mustEmbedUnimplementedSessionServer()
 }
 
@@ -277,6 +399,24 @@ type UnimplementedSessionServer struct{}
 
 func (UnimplementedSessionServer) Exec(*ExecRequest, grpc.ServerStreamingServer[ExecOutput]) error {
 	return status.Error(codes.Unimplemented, "method Exec not implemented")
+}
+func (UnimplementedSessionServer) Process(grpc.BidiStreamingServer[ProcessInput, ExecOutput]) error {
+	return status.Error(codes.Unimplemented, "method Process not implemented")
+}
+func (UnimplementedSessionServer) ReadFile(*ReadFileRequest, grpc.ServerStreamingServer[FileData]) error {
+	return status.Error(codes.Unimplemented, "method ReadFile not implemented")
+}
+func (UnimplementedSessionServer) WriteFile(grpc.ClientStreamingServer[WriteFileRequest, FileInfo]) error {
+	return status.Error(codes.Unimplemented, "method WriteFile not implemented")
+}
+func (UnimplementedSessionServer) ListFiles(*ListFilesRequest, grpc.ServerStreamingServer[FileInfo]) error {
+	return status.Error(codes.Unimplemented, "method ListFiles not implemented")
+}
+func (UnimplementedSessionServer) StatFile(context.Context, *StatFileRequest) (*FileInfo, error) {
+	return nil, status.Error(codes.Unimplemented, "method StatFile not implemented")
+}
+func (UnimplementedSessionServer) RemoveFile(context.Context, *RemoveFileRequest) (*RemoveFileResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveFile not implemented")
 }
 func (UnimplementedSessionServer) mustEmbedUnimplementedSessionServer() {}
 func (UnimplementedSessionServer) testEmbeddedByValue()                 {}
@@ -310,17 +450,119 @@ func _Session_Exec_Handler(srv interface{}, stream grpc.ServerStream) error {
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type Session_ExecServer = grpc.ServerStreamingServer[ExecOutput]
 
+func _Session_Process_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(SessionServer).Process(&grpc.GenericServerStream[ProcessInput, ExecOutput]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Session_ProcessServer = grpc.BidiStreamingServer[ProcessInput, ExecOutput]
+
+func _Session_ReadFile_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ReadFileRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SessionServer).ReadFile(m, &grpc.GenericServerStream[ReadFileRequest, FileData]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Session_ReadFileServer = grpc.ServerStreamingServer[FileData]
+
+func _Session_WriteFile_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(SessionServer).WriteFile(&grpc.GenericServerStream[WriteFileRequest, FileInfo]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Session_WriteFileServer = grpc.ClientStreamingServer[WriteFileRequest, FileInfo]
+
+func _Session_ListFiles_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ListFilesRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(SessionServer).ListFiles(m, &grpc.GenericServerStream[ListFilesRequest, FileInfo]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type Session_ListFilesServer = grpc.ServerStreamingServer[FileInfo]
+
+func _Session_StatFile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StatFileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServer).StatFile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Session_StatFile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServer).StatFile(ctx, req.(*StatFileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _Session_RemoveFile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveFileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(SessionServer).RemoveFile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: Session_RemoveFile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(SessionServer).RemoveFile(ctx, req.(*RemoveFileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // Session_ServiceDesc is the grpc.ServiceDesc for Session service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
 var Session_ServiceDesc = grpc.ServiceDesc{
 	ServiceName: "cocoonbox.agentvm.v1.Session",
 	HandlerType: (*SessionServer)(nil),
-	Methods:     []grpc.MethodDesc{},
+	Methods: []grpc.MethodDesc{
+		{
+			MethodName: "StatFile",
+			Handler:    _Session_StatFile_Handler,
+		},
+		{
+			MethodName: "RemoveFile",
+			Handler:    _Session_RemoveFile_Handler,
+		},
+	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "Exec",
 			Handler:       _Session_Exec_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Process",
+			Handler:       _Session_Process_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "ReadFile",
+			Handler:       _Session_ReadFile_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "WriteFile",
+			Handler:       _Session_WriteFile_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "ListFiles",
+			Handler:       _Session_ListFiles_Handler,
 			ServerStreams: true,
 		},
 	},

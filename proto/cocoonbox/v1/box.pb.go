@@ -22,6 +22,810 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ShellRequest is one message of a Shell call's input.
+type ShellRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// start, on the first message only, is what to run. Required there.
+	Start *ShellStart `protobuf:"bytes,1,opt,name=start,proto3" json:"start,omitempty"`
+	// stdin is input for the command (what is typed, with a tty).
+	Stdin []byte `protobuf:"bytes,2,opt,name=stdin,proto3" json:"stdin,omitempty"`
+	// stdin_eof closes the command's input; input after it is refused.
+	StdinEof bool `protobuf:"varint,3,opt,name=stdin_eof,json=stdinEof,proto3" json:"stdin_eof,omitempty"`
+	// resize changes the terminal's size (tty only).
+	Resize *WindowSize `protobuf:"bytes,4,opt,name=resize,proto3" json:"resize,omitempty"`
+	// signal sends INT, TERM, HUP, QUIT or KILL to the command.
+	Signal        string `protobuf:"bytes,5,opt,name=signal,proto3" json:"signal,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShellRequest) Reset() {
+	*x = ShellRequest{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShellRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShellRequest) ProtoMessage() {}
+
+func (x *ShellRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShellRequest.ProtoReflect.Descriptor instead.
+func (*ShellRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *ShellRequest) GetStart() *ShellStart {
+	if x != nil {
+		return x.Start
+	}
+	return nil
+}
+
+func (x *ShellRequest) GetStdin() []byte {
+	if x != nil {
+		return x.Stdin
+	}
+	return nil
+}
+
+func (x *ShellRequest) GetStdinEof() bool {
+	if x != nil {
+		return x.StdinEof
+	}
+	return false
+}
+
+func (x *ShellRequest) GetResize() *WindowSize {
+	if x != nil {
+		return x.Resize
+	}
+	return nil
+}
+
+func (x *ShellRequest) GetSignal() string {
+	if x != nil {
+		return x.Signal
+	}
+	return ""
+}
+
+type ShellStart struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Box   string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
+	// argv is the command and its arguments; empty runs the user's login shell.
+	Argv []string `protobuf:"bytes,2,rep,name=argv,proto3" json:"argv,omitempty"`
+	// cwd is the working directory; empty is the user's home.
+	Cwd string            `protobuf:"bytes,3,opt,name=cwd,proto3" json:"cwd,omitempty"`
+	Env map[string]string `protobuf:"bytes,4,rep,name=env,proto3" json:"env,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// timeout_seconds kills the command after that long (0: none while the stream is open).
+	TimeoutSeconds int32 `protobuf:"varint,5,opt,name=timeout_seconds,json=timeoutSeconds,proto3" json:"timeout_seconds,omitempty"`
+	// tty runs the command on a pseudo-terminal of that size (rows and cols 1 to 10000).
+	Tty *WindowSize `protobuf:"bytes,6,opt,name=tty,proto3" json:"tty,omitempty"`
+	// term is TERM with a tty; empty is xterm-256color.
+	Term string `protobuf:"bytes,7,opt,name=term,proto3" json:"term,omitempty"`
+	// user is who runs it in the box; empty is the desktop's user, "root" for root.
+	User          string `protobuf:"bytes,8,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShellStart) Reset() {
+	*x = ShellStart{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShellStart) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShellStart) ProtoMessage() {}
+
+func (x *ShellStart) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShellStart.ProtoReflect.Descriptor instead.
+func (*ShellStart) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *ShellStart) GetBox() string {
+	if x != nil {
+		return x.Box
+	}
+	return ""
+}
+
+func (x *ShellStart) GetArgv() []string {
+	if x != nil {
+		return x.Argv
+	}
+	return nil
+}
+
+func (x *ShellStart) GetCwd() string {
+	if x != nil {
+		return x.Cwd
+	}
+	return ""
+}
+
+func (x *ShellStart) GetEnv() map[string]string {
+	if x != nil {
+		return x.Env
+	}
+	return nil
+}
+
+func (x *ShellStart) GetTimeoutSeconds() int32 {
+	if x != nil {
+		return x.TimeoutSeconds
+	}
+	return 0
+}
+
+func (x *ShellStart) GetTty() *WindowSize {
+	if x != nil {
+		return x.Tty
+	}
+	return nil
+}
+
+func (x *ShellStart) GetTerm() string {
+	if x != nil {
+		return x.Term
+	}
+	return ""
+}
+
+func (x *ShellStart) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+type WindowSize struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rows          uint32                 `protobuf:"varint,1,opt,name=rows,proto3" json:"rows,omitempty"`
+	Cols          uint32                 `protobuf:"varint,2,opt,name=cols,proto3" json:"cols,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WindowSize) Reset() {
+	*x = WindowSize{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WindowSize) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WindowSize) ProtoMessage() {}
+
+func (x *WindowSize) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WindowSize.ProtoReflect.Descriptor instead.
+func (*WindowSize) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *WindowSize) GetRows() uint32 {
+	if x != nil {
+		return x.Rows
+	}
+	return 0
+}
+
+func (x *WindowSize) GetCols() uint32 {
+	if x != nil {
+		return x.Cols
+	}
+	return 0
+}
+
+// ShellResponse is output of the command; the last one has exited and exit_code (-1: killed by a
+// signal or the timeout).
+type ShellResponse struct {
+	state    protoimpl.MessageState `protogen:"open.v1"`
+	Stdout   []byte                 `protobuf:"bytes,1,opt,name=stdout,proto3" json:"stdout,omitempty"`
+	Stderr   []byte                 `protobuf:"bytes,2,opt,name=stderr,proto3" json:"stderr,omitempty"`
+	Exited   bool                   `protobuf:"varint,3,opt,name=exited,proto3" json:"exited,omitempty"`
+	ExitCode int32                  `protobuf:"varint,4,opt,name=exit_code,json=exitCode,proto3" json:"exit_code,omitempty"`
+	// started is set on the first answer, sent once the command runs and before any output: from
+	// then on the command takes input.
+	Started       bool `protobuf:"varint,5,opt,name=started,proto3" json:"started,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ShellResponse) Reset() {
+	*x = ShellResponse{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ShellResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ShellResponse) ProtoMessage() {}
+
+func (x *ShellResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ShellResponse.ProtoReflect.Descriptor instead.
+func (*ShellResponse) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ShellResponse) GetStdout() []byte {
+	if x != nil {
+		return x.Stdout
+	}
+	return nil
+}
+
+func (x *ShellResponse) GetStderr() []byte {
+	if x != nil {
+		return x.Stderr
+	}
+	return nil
+}
+
+func (x *ShellResponse) GetExited() bool {
+	if x != nil {
+		return x.Exited
+	}
+	return false
+}
+
+func (x *ShellResponse) GetExitCode() int32 {
+	if x != nil {
+		return x.ExitCode
+	}
+	return 0
+}
+
+func (x *ShellResponse) GetStarted() bool {
+	if x != nil {
+		return x.Started
+	}
+	return false
+}
+
+type DownloadFileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Box   string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
+	// path is an absolute path of a regular file.
+	Path          string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DownloadFileRequest) Reset() {
+	*x = DownloadFileRequest{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DownloadFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DownloadFileRequest) ProtoMessage() {}
+
+func (x *DownloadFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DownloadFileRequest.ProtoReflect.Descriptor instead.
+func (*DownloadFileRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *DownloadFileRequest) GetBox() string {
+	if x != nil {
+		return x.Box
+	}
+	return ""
+}
+
+func (x *DownloadFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+// FileChunk is a piece of a file: the first message has info, the rest data.
+type FileChunk struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Info          *FileInfo              `protobuf:"bytes,1,opt,name=info,proto3" json:"info,omitempty"`
+	Data          []byte                 `protobuf:"bytes,2,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FileChunk) Reset() {
+	*x = FileChunk{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FileChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FileChunk) ProtoMessage() {}
+
+func (x *FileChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FileChunk.ProtoReflect.Descriptor instead.
+func (*FileChunk) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *FileChunk) GetInfo() *FileInfo {
+	if x != nil {
+		return x.Info
+	}
+	return nil
+}
+
+func (x *FileChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+type UploadFileRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// box and path, on the first message only, name the file; parent directories are created.
+	Box  string `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// mode, on the first message, is the permission bits; 0 keeps an existing file's, else 0644.
+	Mode uint32 `protobuf:"varint,3,opt,name=mode,proto3" json:"mode,omitempty"`
+	// size, on the first message, is the bytes the stream carries (-1: unknown); a stream that
+	// ends short or long of it fails and changes nothing.
+	Size          int64  `protobuf:"varint,4,opt,name=size,proto3" json:"size,omitempty"`
+	Data          []byte `protobuf:"bytes,5,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UploadFileRequest) Reset() {
+	*x = UploadFileRequest{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UploadFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UploadFileRequest) ProtoMessage() {}
+
+func (x *UploadFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UploadFileRequest.ProtoReflect.Descriptor instead.
+func (*UploadFileRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *UploadFileRequest) GetBox() string {
+	if x != nil {
+		return x.Box
+	}
+	return ""
+}
+
+func (x *UploadFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *UploadFileRequest) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *UploadFileRequest) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *UploadFileRequest) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+// FileInfo describes a path in the box.
+type FileInfo struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Path  string                 `protobuf:"bytes,1,opt,name=path,proto3" json:"path,omitempty"`
+	// type is file, dir, symlink or other.
+	Type string `protobuf:"bytes,2,opt,name=type,proto3" json:"type,omitempty"`
+	Size int64  `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	// mode is the permission bits.
+	Mode       uint32                 `protobuf:"varint,4,opt,name=mode,proto3" json:"mode,omitempty"`
+	ModifiedAt *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=modified_at,json=modifiedAt,proto3" json:"modified_at,omitempty"`
+	// link is a symlink's target.
+	Link          string `protobuf:"bytes,6,opt,name=link,proto3" json:"link,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *FileInfo) Reset() {
+	*x = FileInfo{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *FileInfo) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*FileInfo) ProtoMessage() {}
+
+func (x *FileInfo) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
+func (*FileInfo) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *FileInfo) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *FileInfo) GetType() string {
+	if x != nil {
+		return x.Type
+	}
+	return ""
+}
+
+func (x *FileInfo) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
+func (x *FileInfo) GetMode() uint32 {
+	if x != nil {
+		return x.Mode
+	}
+	return 0
+}
+
+func (x *FileInfo) GetModifiedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ModifiedAt
+	}
+	return nil
+}
+
+func (x *FileInfo) GetLink() string {
+	if x != nil {
+		return x.Link
+	}
+	return ""
+}
+
+type ListFilesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Box   string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
+	// path is an absolute directory.
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// recursive lists the whole tree below path (symlinks listed, not followed).
+	Recursive     bool `protobuf:"varint,3,opt,name=recursive,proto3" json:"recursive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListFilesRequest) Reset() {
+	*x = ListFilesRequest{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListFilesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListFilesRequest) ProtoMessage() {}
+
+func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
+func (*ListFilesRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ListFilesRequest) GetBox() string {
+	if x != nil {
+		return x.Box
+	}
+	return ""
+}
+
+func (x *ListFilesRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ListFilesRequest) GetRecursive() bool {
+	if x != nil {
+		return x.Recursive
+	}
+	return false
+}
+
+type StatFileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Box           string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatFileRequest) Reset() {
+	*x = StatFileRequest{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatFileRequest) ProtoMessage() {}
+
+func (x *StatFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatFileRequest.ProtoReflect.Descriptor instead.
+func (*StatFileRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *StatFileRequest) GetBox() string {
+	if x != nil {
+		return x.Box
+	}
+	return ""
+}
+
+func (x *StatFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+type RemoveFileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Box           string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
+	Path          string                 `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	Recursive     bool                   `protobuf:"varint,3,opt,name=recursive,proto3" json:"recursive,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveFileRequest) Reset() {
+	*x = RemoveFileRequest{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveFileRequest) ProtoMessage() {}
+
+func (x *RemoveFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveFileRequest.ProtoReflect.Descriptor instead.
+func (*RemoveFileRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *RemoveFileRequest) GetBox() string {
+	if x != nil {
+		return x.Box
+	}
+	return ""
+}
+
+func (x *RemoveFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *RemoveFileRequest) GetRecursive() bool {
+	if x != nil {
+		return x.Recursive
+	}
+	return false
+}
+
+type RemoveFileResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RemoveFileResponse) Reset() {
+	*x = RemoveFileResponse{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[11]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RemoveFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RemoveFileResponse) ProtoMessage() {}
+
+func (x *RemoveFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[11]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RemoveFileResponse.ProtoReflect.Descriptor instead.
+func (*RemoveFileResponse) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{11}
+}
+
 type SetBoxNetworkRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Box   string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
@@ -34,7 +838,7 @@ type SetBoxNetworkRequest struct {
 
 func (x *SetBoxNetworkRequest) Reset() {
 	*x = SetBoxNetworkRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[0]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -46,7 +850,7 @@ func (x *SetBoxNetworkRequest) String() string {
 func (*SetBoxNetworkRequest) ProtoMessage() {}
 
 func (x *SetBoxNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[0]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -59,7 +863,7 @@ func (x *SetBoxNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBoxNetworkRequest.ProtoReflect.Descriptor instead.
 func (*SetBoxNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{0}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *SetBoxNetworkRequest) GetBox() string {
@@ -92,7 +896,7 @@ type ListPortsRequest struct {
 
 func (x *ListPortsRequest) Reset() {
 	*x = ListPortsRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[1]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -104,7 +908,7 @@ func (x *ListPortsRequest) String() string {
 func (*ListPortsRequest) ProtoMessage() {}
 
 func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[1]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -117,7 +921,7 @@ func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPortsRequest.ProtoReflect.Descriptor instead.
 func (*ListPortsRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{1}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListPortsRequest) GetBox() string {
@@ -136,7 +940,7 @@ type ListPortsResponse struct {
 
 func (x *ListPortsResponse) Reset() {
 	*x = ListPortsResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[2]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -148,7 +952,7 @@ func (x *ListPortsResponse) String() string {
 func (*ListPortsResponse) ProtoMessage() {}
 
 func (x *ListPortsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[2]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -161,7 +965,7 @@ func (x *ListPortsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPortsResponse.ProtoReflect.Descriptor instead.
 func (*ListPortsResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{2}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListPortsResponse) GetPorts() []*Port {
@@ -185,7 +989,7 @@ type Port struct {
 
 func (x *Port) Reset() {
 	*x = Port{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[3]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -197,7 +1001,7 @@ func (x *Port) String() string {
 func (*Port) ProtoMessage() {}
 
 func (x *Port) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[3]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -210,7 +1014,7 @@ func (x *Port) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Port.ProtoReflect.Descriptor instead.
 func (*Port) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{3}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Port) GetPort() int32 {
@@ -272,7 +1076,7 @@ type Box struct {
 
 func (x *Box) Reset() {
 	*x = Box{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[4]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -284,7 +1088,7 @@ func (x *Box) String() string {
 func (*Box) ProtoMessage() {}
 
 func (x *Box) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[4]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -297,7 +1101,7 @@ func (x *Box) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Box.ProtoReflect.Descriptor instead.
 func (*Box) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{4}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Box) GetId() string {
@@ -427,7 +1231,7 @@ type CreateBoxRequest struct {
 
 func (x *CreateBoxRequest) Reset() {
 	*x = CreateBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[5]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -439,7 +1243,7 @@ func (x *CreateBoxRequest) String() string {
 func (*CreateBoxRequest) ProtoMessage() {}
 
 func (x *CreateBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[5]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -452,7 +1256,7 @@ func (x *CreateBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBoxRequest.ProtoReflect.Descriptor instead.
 func (*CreateBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{5}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CreateBoxRequest) GetName() string {
@@ -499,7 +1303,7 @@ type GetBoxRequest struct {
 
 func (x *GetBoxRequest) Reset() {
 	*x = GetBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[6]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -511,7 +1315,7 @@ func (x *GetBoxRequest) String() string {
 func (*GetBoxRequest) ProtoMessage() {}
 
 func (x *GetBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[6]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -524,7 +1328,7 @@ func (x *GetBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBoxRequest.ProtoReflect.Descriptor instead.
 func (*GetBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{6}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetBoxRequest) GetBox() string {
@@ -542,7 +1346,7 @@ type ListBoxesRequest struct {
 
 func (x *ListBoxesRequest) Reset() {
 	*x = ListBoxesRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[7]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -554,7 +1358,7 @@ func (x *ListBoxesRequest) String() string {
 func (*ListBoxesRequest) ProtoMessage() {}
 
 func (x *ListBoxesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[7]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -567,7 +1371,7 @@ func (x *ListBoxesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBoxesRequest.ProtoReflect.Descriptor instead.
 func (*ListBoxesRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{7}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{19}
 }
 
 type ListBoxesResponse struct {
@@ -579,7 +1383,7 @@ type ListBoxesResponse struct {
 
 func (x *ListBoxesResponse) Reset() {
 	*x = ListBoxesResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[8]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -591,7 +1395,7 @@ func (x *ListBoxesResponse) String() string {
 func (*ListBoxesResponse) ProtoMessage() {}
 
 func (x *ListBoxesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[8]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -604,7 +1408,7 @@ func (x *ListBoxesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBoxesResponse.ProtoReflect.Descriptor instead.
 func (*ListBoxesResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{8}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListBoxesResponse) GetBoxes() []*Box {
@@ -625,7 +1429,7 @@ type DeleteBoxRequest struct {
 
 func (x *DeleteBoxRequest) Reset() {
 	*x = DeleteBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[9]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -637,7 +1441,7 @@ func (x *DeleteBoxRequest) String() string {
 func (*DeleteBoxRequest) ProtoMessage() {}
 
 func (x *DeleteBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[9]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -650,7 +1454,7 @@ func (x *DeleteBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBoxRequest.ProtoReflect.Descriptor instead.
 func (*DeleteBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{9}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *DeleteBoxRequest) GetBox() string {
@@ -676,7 +1480,7 @@ type WakeBoxRequest struct {
 
 func (x *WakeBoxRequest) Reset() {
 	*x = WakeBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[10]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -688,7 +1492,7 @@ func (x *WakeBoxRequest) String() string {
 func (*WakeBoxRequest) ProtoMessage() {}
 
 func (x *WakeBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[10]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -701,7 +1505,7 @@ func (x *WakeBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WakeBoxRequest.ProtoReflect.Descriptor instead.
 func (*WakeBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{10}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *WakeBoxRequest) GetBox() string {
@@ -720,7 +1524,7 @@ type HibernateBoxRequest struct {
 
 func (x *HibernateBoxRequest) Reset() {
 	*x = HibernateBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[11]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -732,7 +1536,7 @@ func (x *HibernateBoxRequest) String() string {
 func (*HibernateBoxRequest) ProtoMessage() {}
 
 func (x *HibernateBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[11]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -745,7 +1549,7 @@ func (x *HibernateBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HibernateBoxRequest.ProtoReflect.Descriptor instead.
 func (*HibernateBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{11}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *HibernateBoxRequest) GetBox() string {
@@ -779,7 +1583,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[12]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -791,7 +1595,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[12]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -804,7 +1608,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{12}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Snapshot) GetId() string {
@@ -879,7 +1683,7 @@ type SnapshotBoxRequest struct {
 
 func (x *SnapshotBoxRequest) Reset() {
 	*x = SnapshotBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[13]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -891,7 +1695,7 @@ func (x *SnapshotBoxRequest) String() string {
 func (*SnapshotBoxRequest) ProtoMessage() {}
 
 func (x *SnapshotBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[13]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -904,7 +1708,7 @@ func (x *SnapshotBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotBoxRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{13}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *SnapshotBoxRequest) GetBox() string {
@@ -923,7 +1727,7 @@ type ListSnapshotsRequest struct {
 
 func (x *ListSnapshotsRequest) Reset() {
 	*x = ListSnapshotsRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[14]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -935,7 +1739,7 @@ func (x *ListSnapshotsRequest) String() string {
 func (*ListSnapshotsRequest) ProtoMessage() {}
 
 func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[14]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -948,7 +1752,7 @@ func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{14}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListSnapshotsRequest) GetBox() string {
@@ -967,7 +1771,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[15]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -979,7 +1783,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[15]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -992,7 +1796,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{15}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
@@ -1013,7 +1817,7 @@ type RestoreBoxRequest struct {
 
 func (x *RestoreBoxRequest) Reset() {
 	*x = RestoreBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[16]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1025,7 +1829,7 @@ func (x *RestoreBoxRequest) String() string {
 func (*RestoreBoxRequest) ProtoMessage() {}
 
 func (x *RestoreBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[16]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1038,7 +1842,7 @@ func (x *RestoreBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreBoxRequest.ProtoReflect.Descriptor instead.
 func (*RestoreBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{16}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *RestoreBoxRequest) GetBox() string {
@@ -1064,7 +1868,7 @@ type WatchBoxRequest struct {
 
 func (x *WatchBoxRequest) Reset() {
 	*x = WatchBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[17]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1076,7 +1880,7 @@ func (x *WatchBoxRequest) String() string {
 func (*WatchBoxRequest) ProtoMessage() {}
 
 func (x *WatchBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[17]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1089,7 +1893,7 @@ func (x *WatchBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchBoxRequest.ProtoReflect.Descriptor instead.
 func (*WatchBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{17}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WatchBoxRequest) GetBox() string {
@@ -1118,7 +1922,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[18]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1130,7 +1934,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[18]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1143,7 +1947,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{18}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ExecRequest) GetBox() string {
@@ -1202,7 +2006,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[19]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1214,7 +2018,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[19]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1227,7 +2031,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{19}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ExecResponse) GetExitCode() int32 {
@@ -1262,7 +2066,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[20]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1274,7 +2078,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[20]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1287,7 +2091,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{20}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ReadFileRequest) GetBox() string {
@@ -1315,7 +2119,7 @@ type ReadFileResponse struct {
 
 func (x *ReadFileResponse) Reset() {
 	*x = ReadFileResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[21]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1327,7 +2131,7 @@ func (x *ReadFileResponse) String() string {
 func (*ReadFileResponse) ProtoMessage() {}
 
 func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[21]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1340,7 +2144,7 @@ func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadFileResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{21}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReadFileResponse) GetContent() []byte {
@@ -1372,7 +2176,7 @@ type WriteFileRequest struct {
 
 func (x *WriteFileRequest) Reset() {
 	*x = WriteFileRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[22]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1384,7 +2188,7 @@ func (x *WriteFileRequest) String() string {
 func (*WriteFileRequest) ProtoMessage() {}
 
 func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[22]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1397,7 +2201,7 @@ func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{22}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *WriteFileRequest) GetBox() string {
@@ -1437,7 +2241,7 @@ type WriteFileResponse struct {
 
 func (x *WriteFileResponse) Reset() {
 	*x = WriteFileResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[23]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1449,7 +2253,7 @@ func (x *WriteFileResponse) String() string {
 func (*WriteFileResponse) ProtoMessage() {}
 
 func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[23]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1462,7 +2266,7 @@ func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileResponse.ProtoReflect.Descriptor instead.
 func (*WriteFileResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{23}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WriteFileResponse) GetBytes() int64 {
@@ -1489,7 +2293,7 @@ type Share struct {
 
 func (x *Share) Reset() {
 	*x = Share{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[24]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1501,7 +2305,7 @@ func (x *Share) String() string {
 func (*Share) ProtoMessage() {}
 
 func (x *Share) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[24]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1514,7 +2318,7 @@ func (x *Share) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Share.ProtoReflect.Descriptor instead.
 func (*Share) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{24}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *Share) GetBoxId() string {
@@ -1574,7 +2378,7 @@ type ShareBoxRequest struct {
 
 func (x *ShareBoxRequest) Reset() {
 	*x = ShareBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[25]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1586,7 +2390,7 @@ func (x *ShareBoxRequest) String() string {
 func (*ShareBoxRequest) ProtoMessage() {}
 
 func (x *ShareBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[25]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1599,7 +2403,7 @@ func (x *ShareBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShareBoxRequest.ProtoReflect.Descriptor instead.
 func (*ShareBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{25}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *ShareBoxRequest) GetBox() string {
@@ -1641,7 +2445,7 @@ type UnshareBoxRequest struct {
 
 func (x *UnshareBoxRequest) Reset() {
 	*x = UnshareBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[26]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1653,7 +2457,7 @@ func (x *UnshareBoxRequest) String() string {
 func (*UnshareBoxRequest) ProtoMessage() {}
 
 func (x *UnshareBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[26]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1666,7 +2470,7 @@ func (x *UnshareBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnshareBoxRequest.ProtoReflect.Descriptor instead.
 func (*UnshareBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{26}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *UnshareBoxRequest) GetBox() string {
@@ -1691,7 +2495,7 @@ type UnshareBoxResponse struct {
 
 func (x *UnshareBoxResponse) Reset() {
 	*x = UnshareBoxResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[27]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1703,7 +2507,7 @@ func (x *UnshareBoxResponse) String() string {
 func (*UnshareBoxResponse) ProtoMessage() {}
 
 func (x *UnshareBoxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[27]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1716,7 +2520,7 @@ func (x *UnshareBoxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnshareBoxResponse.ProtoReflect.Descriptor instead.
 func (*UnshareBoxResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{27}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{39}
 }
 
 type ListSharesRequest struct {
@@ -1728,7 +2532,7 @@ type ListSharesRequest struct {
 
 func (x *ListSharesRequest) Reset() {
 	*x = ListSharesRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[28]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1740,7 +2544,7 @@ func (x *ListSharesRequest) String() string {
 func (*ListSharesRequest) ProtoMessage() {}
 
 func (x *ListSharesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[28]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1753,7 +2557,7 @@ func (x *ListSharesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSharesRequest.ProtoReflect.Descriptor instead.
 func (*ListSharesRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{28}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListSharesRequest) GetBox() string {
@@ -1772,7 +2576,7 @@ type ListSharesResponse struct {
 
 func (x *ListSharesResponse) Reset() {
 	*x = ListSharesResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[29]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1784,7 +2588,7 @@ func (x *ListSharesResponse) String() string {
 func (*ListSharesResponse) ProtoMessage() {}
 
 func (x *ListSharesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[29]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1797,7 +2601,7 @@ func (x *ListSharesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSharesResponse.ProtoReflect.Descriptor instead.
 func (*ListSharesResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{29}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListSharesResponse) GetShares() []*Share {
@@ -1816,7 +2620,7 @@ type TakeOverRequest struct {
 
 func (x *TakeOverRequest) Reset() {
 	*x = TakeOverRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[30]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1828,7 +2632,7 @@ func (x *TakeOverRequest) String() string {
 func (*TakeOverRequest) ProtoMessage() {}
 
 func (x *TakeOverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[30]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1841,7 +2645,7 @@ func (x *TakeOverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeOverRequest.ProtoReflect.Descriptor instead.
 func (*TakeOverRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{30}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *TakeOverRequest) GetBox() string {
@@ -1860,7 +2664,7 @@ type HandBackRequest struct {
 
 func (x *HandBackRequest) Reset() {
 	*x = HandBackRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[31]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1872,7 +2676,7 @@ func (x *HandBackRequest) String() string {
 func (*HandBackRequest) ProtoMessage() {}
 
 func (x *HandBackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[31]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1885,7 +2689,7 @@ func (x *HandBackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandBackRequest.ProtoReflect.Descriptor instead.
 func (*HandBackRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{31}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *HandBackRequest) GetBox() string {
@@ -1906,7 +2710,7 @@ type DesktopTicketRequest struct {
 
 func (x *DesktopTicketRequest) Reset() {
 	*x = DesktopTicketRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[32]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1918,7 +2722,7 @@ func (x *DesktopTicketRequest) String() string {
 func (*DesktopTicketRequest) ProtoMessage() {}
 
 func (x *DesktopTicketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[32]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1931,7 +2735,7 @@ func (x *DesktopTicketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesktopTicketRequest.ProtoReflect.Descriptor instead.
 func (*DesktopTicketRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{32}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *DesktopTicketRequest) GetBox() string {
@@ -1960,7 +2764,7 @@ type DesktopTicketResponse struct {
 
 func (x *DesktopTicketResponse) Reset() {
 	*x = DesktopTicketResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[33]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1972,7 +2776,7 @@ func (x *DesktopTicketResponse) String() string {
 func (*DesktopTicketResponse) ProtoMessage() {}
 
 func (x *DesktopTicketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[33]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1985,7 +2789,7 @@ func (x *DesktopTicketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesktopTicketResponse.ProtoReflect.Descriptor instead.
 func (*DesktopTicketResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{33}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DesktopTicketResponse) GetTicket() string {
@@ -2013,7 +2817,68 @@ var File_cocoonbox_v1_box_proto protoreflect.FileDescriptor
 
 const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\n" +
-	"\x16cocoonbox/v1/box.proto\x12\fcocoonbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"g\n" +
+	"\x16cocoonbox/v1/box.proto\x12\fcocoonbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xbb\x01\n" +
+	"\fShellRequest\x12.\n" +
+	"\x05start\x18\x01 \x01(\v2\x18.cocoonbox.v1.ShellStartR\x05start\x12\x14\n" +
+	"\x05stdin\x18\x02 \x01(\fR\x05stdin\x12\x1b\n" +
+	"\tstdin_eof\x18\x03 \x01(\bR\bstdinEof\x120\n" +
+	"\x06resize\x18\x04 \x01(\v2\x18.cocoonbox.v1.WindowSizeR\x06resize\x12\x16\n" +
+	"\x06signal\x18\x05 \x01(\tR\x06signal\"\xae\x02\n" +
+	"\n" +
+	"ShellStart\x12\x10\n" +
+	"\x03box\x18\x01 \x01(\tR\x03box\x12\x12\n" +
+	"\x04argv\x18\x02 \x03(\tR\x04argv\x12\x10\n" +
+	"\x03cwd\x18\x03 \x01(\tR\x03cwd\x123\n" +
+	"\x03env\x18\x04 \x03(\v2!.cocoonbox.v1.ShellStart.EnvEntryR\x03env\x12'\n" +
+	"\x0ftimeout_seconds\x18\x05 \x01(\x05R\x0etimeoutSeconds\x12*\n" +
+	"\x03tty\x18\x06 \x01(\v2\x18.cocoonbox.v1.WindowSizeR\x03tty\x12\x12\n" +
+	"\x04term\x18\a \x01(\tR\x04term\x12\x12\n" +
+	"\x04user\x18\b \x01(\tR\x04user\x1a6\n" +
+	"\bEnvEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"4\n" +
+	"\n" +
+	"WindowSize\x12\x12\n" +
+	"\x04rows\x18\x01 \x01(\rR\x04rows\x12\x12\n" +
+	"\x04cols\x18\x02 \x01(\rR\x04cols\"\x8e\x01\n" +
+	"\rShellResponse\x12\x16\n" +
+	"\x06stdout\x18\x01 \x01(\fR\x06stdout\x12\x16\n" +
+	"\x06stderr\x18\x02 \x01(\fR\x06stderr\x12\x16\n" +
+	"\x06exited\x18\x03 \x01(\bR\x06exited\x12\x1b\n" +
+	"\texit_code\x18\x04 \x01(\x05R\bexitCode\x12\x18\n" +
+	"\astarted\x18\x05 \x01(\bR\astarted\";\n" +
+	"\x13DownloadFileRequest\x12\x10\n" +
+	"\x03box\x18\x01 \x01(\tR\x03box\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"K\n" +
+	"\tFileChunk\x12*\n" +
+	"\x04info\x18\x01 \x01(\v2\x16.cocoonbox.v1.FileInfoR\x04info\x12\x12\n" +
+	"\x04data\x18\x02 \x01(\fR\x04data\"u\n" +
+	"\x11UploadFileRequest\x12\x10\n" +
+	"\x03box\x18\x01 \x01(\tR\x03box\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x12\n" +
+	"\x04mode\x18\x03 \x01(\rR\x04mode\x12\x12\n" +
+	"\x04size\x18\x04 \x01(\x03R\x04size\x12\x12\n" +
+	"\x04data\x18\x05 \x01(\fR\x04data\"\xab\x01\n" +
+	"\bFileInfo\x12\x12\n" +
+	"\x04path\x18\x01 \x01(\tR\x04path\x12\x12\n" +
+	"\x04type\x18\x02 \x01(\tR\x04type\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\x12\x12\n" +
+	"\x04mode\x18\x04 \x01(\rR\x04mode\x12;\n" +
+	"\vmodified_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"modifiedAt\x12\x12\n" +
+	"\x04link\x18\x06 \x01(\tR\x04link\"V\n" +
+	"\x10ListFilesRequest\x12\x10\n" +
+	"\x03box\x18\x01 \x01(\tR\x03box\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1c\n" +
+	"\trecursive\x18\x03 \x01(\bR\trecursive\"7\n" +
+	"\x0fStatFileRequest\x12\x10\n" +
+	"\x03box\x18\x01 \x01(\tR\x03box\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\"W\n" +
+	"\x11RemoveFileRequest\x12\x10\n" +
+	"\x03box\x18\x01 \x01(\tR\x03box\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1c\n" +
+	"\trecursive\x18\x03 \x01(\bR\trecursive\"\x14\n" +
+	"\x12RemoveFileResponse\"g\n" +
 	"\x14SetBoxNetworkRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\x12\x18\n" +
 	"\anetwork\x18\x02 \x01(\tR\anetwork\x12#\n" +
@@ -2151,7 +3016,7 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x06ticket\x18\x01 \x01(\tR\x06ticket\x129\n" +
 	"\n" +
 	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x10\n" +
-	"\x03url\x18\x03 \x01(\tR\x03url2\xe1\v\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url2\x99\x0f\n" +
 	"\n" +
 	"BoxService\x12>\n" +
 	"\tCreateBox\x12\x1e.cocoonbox.v1.CreateBoxRequest\x1a\x11.cocoonbox.v1.Box\x128\n" +
@@ -2177,7 +3042,15 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\bHandBack\x12\x1d.cocoonbox.v1.HandBackRequest\x1a\x11.cocoonbox.v1.Box\x12X\n" +
 	"\rDesktopTicket\x12\".cocoonbox.v1.DesktopTicketRequest\x1a#.cocoonbox.v1.DesktopTicketResponse\x12L\n" +
 	"\tListPorts\x12\x1e.cocoonbox.v1.ListPortsRequest\x1a\x1f.cocoonbox.v1.ListPortsResponse\x12F\n" +
-	"\rSetBoxNetwork\x12\".cocoonbox.v1.SetBoxNetworkRequest\x1a\x11.cocoonbox.v1.BoxB>Z<github.com/loomhand/cocoonbox/proto/cocoonbox/v1;cocoonboxv1b\x06proto3"
+	"\rSetBoxNetwork\x12\".cocoonbox.v1.SetBoxNetworkRequest\x1a\x11.cocoonbox.v1.Box\x12D\n" +
+	"\x05Shell\x12\x1a.cocoonbox.v1.ShellRequest\x1a\x1b.cocoonbox.v1.ShellResponse(\x010\x01\x12L\n" +
+	"\fDownloadFile\x12!.cocoonbox.v1.DownloadFileRequest\x1a\x17.cocoonbox.v1.FileChunk0\x01\x12G\n" +
+	"\n" +
+	"UploadFile\x12\x1f.cocoonbox.v1.UploadFileRequest\x1a\x16.cocoonbox.v1.FileInfo(\x01\x12E\n" +
+	"\tListFiles\x12\x1e.cocoonbox.v1.ListFilesRequest\x1a\x16.cocoonbox.v1.FileInfo0\x01\x12A\n" +
+	"\bStatFile\x12\x1d.cocoonbox.v1.StatFileRequest\x1a\x16.cocoonbox.v1.FileInfo\x12O\n" +
+	"\n" +
+	"RemoveFile\x12\x1f.cocoonbox.v1.RemoveFileRequest\x1a .cocoonbox.v1.RemoveFileResponseB>Z<github.com/loomhand/cocoonbox/proto/cocoonbox/v1;cocoonboxv1b\x06proto3"
 
 var (
 	file_cocoonbox_v1_box_proto_rawDescOnce sync.Once
@@ -2191,105 +3064,136 @@ func file_cocoonbox_v1_box_proto_rawDescGZIP() []byte {
 	return file_cocoonbox_v1_box_proto_rawDescData
 }
 
-var file_cocoonbox_v1_box_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_cocoonbox_v1_box_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
 var file_cocoonbox_v1_box_proto_goTypes = []any{
-	(*SetBoxNetworkRequest)(nil),  // 0: cocoonbox.v1.SetBoxNetworkRequest
-	(*ListPortsRequest)(nil),      // 1: cocoonbox.v1.ListPortsRequest
-	(*ListPortsResponse)(nil),     // 2: cocoonbox.v1.ListPortsResponse
-	(*Port)(nil),                  // 3: cocoonbox.v1.Port
-	(*Box)(nil),                   // 4: cocoonbox.v1.Box
-	(*CreateBoxRequest)(nil),      // 5: cocoonbox.v1.CreateBoxRequest
-	(*GetBoxRequest)(nil),         // 6: cocoonbox.v1.GetBoxRequest
-	(*ListBoxesRequest)(nil),      // 7: cocoonbox.v1.ListBoxesRequest
-	(*ListBoxesResponse)(nil),     // 8: cocoonbox.v1.ListBoxesResponse
-	(*DeleteBoxRequest)(nil),      // 9: cocoonbox.v1.DeleteBoxRequest
-	(*WakeBoxRequest)(nil),        // 10: cocoonbox.v1.WakeBoxRequest
-	(*HibernateBoxRequest)(nil),   // 11: cocoonbox.v1.HibernateBoxRequest
-	(*Snapshot)(nil),              // 12: cocoonbox.v1.Snapshot
-	(*SnapshotBoxRequest)(nil),    // 13: cocoonbox.v1.SnapshotBoxRequest
-	(*ListSnapshotsRequest)(nil),  // 14: cocoonbox.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil), // 15: cocoonbox.v1.ListSnapshotsResponse
-	(*RestoreBoxRequest)(nil),     // 16: cocoonbox.v1.RestoreBoxRequest
-	(*WatchBoxRequest)(nil),       // 17: cocoonbox.v1.WatchBoxRequest
-	(*ExecRequest)(nil),           // 18: cocoonbox.v1.ExecRequest
-	(*ExecResponse)(nil),          // 19: cocoonbox.v1.ExecResponse
-	(*ReadFileRequest)(nil),       // 20: cocoonbox.v1.ReadFileRequest
-	(*ReadFileResponse)(nil),      // 21: cocoonbox.v1.ReadFileResponse
-	(*WriteFileRequest)(nil),      // 22: cocoonbox.v1.WriteFileRequest
-	(*WriteFileResponse)(nil),     // 23: cocoonbox.v1.WriteFileResponse
-	(*Share)(nil),                 // 24: cocoonbox.v1.Share
-	(*ShareBoxRequest)(nil),       // 25: cocoonbox.v1.ShareBoxRequest
-	(*UnshareBoxRequest)(nil),     // 26: cocoonbox.v1.UnshareBoxRequest
-	(*UnshareBoxResponse)(nil),    // 27: cocoonbox.v1.UnshareBoxResponse
-	(*ListSharesRequest)(nil),     // 28: cocoonbox.v1.ListSharesRequest
-	(*ListSharesResponse)(nil),    // 29: cocoonbox.v1.ListSharesResponse
-	(*TakeOverRequest)(nil),       // 30: cocoonbox.v1.TakeOverRequest
-	(*HandBackRequest)(nil),       // 31: cocoonbox.v1.HandBackRequest
-	(*DesktopTicketRequest)(nil),  // 32: cocoonbox.v1.DesktopTicketRequest
-	(*DesktopTicketResponse)(nil), // 33: cocoonbox.v1.DesktopTicketResponse
-	nil,                           // 34: cocoonbox.v1.ExecRequest.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 35: google.protobuf.Timestamp
+	(*ShellRequest)(nil),          // 0: cocoonbox.v1.ShellRequest
+	(*ShellStart)(nil),            // 1: cocoonbox.v1.ShellStart
+	(*WindowSize)(nil),            // 2: cocoonbox.v1.WindowSize
+	(*ShellResponse)(nil),         // 3: cocoonbox.v1.ShellResponse
+	(*DownloadFileRequest)(nil),   // 4: cocoonbox.v1.DownloadFileRequest
+	(*FileChunk)(nil),             // 5: cocoonbox.v1.FileChunk
+	(*UploadFileRequest)(nil),     // 6: cocoonbox.v1.UploadFileRequest
+	(*FileInfo)(nil),              // 7: cocoonbox.v1.FileInfo
+	(*ListFilesRequest)(nil),      // 8: cocoonbox.v1.ListFilesRequest
+	(*StatFileRequest)(nil),       // 9: cocoonbox.v1.StatFileRequest
+	(*RemoveFileRequest)(nil),     // 10: cocoonbox.v1.RemoveFileRequest
+	(*RemoveFileResponse)(nil),    // 11: cocoonbox.v1.RemoveFileResponse
+	(*SetBoxNetworkRequest)(nil),  // 12: cocoonbox.v1.SetBoxNetworkRequest
+	(*ListPortsRequest)(nil),      // 13: cocoonbox.v1.ListPortsRequest
+	(*ListPortsResponse)(nil),     // 14: cocoonbox.v1.ListPortsResponse
+	(*Port)(nil),                  // 15: cocoonbox.v1.Port
+	(*Box)(nil),                   // 16: cocoonbox.v1.Box
+	(*CreateBoxRequest)(nil),      // 17: cocoonbox.v1.CreateBoxRequest
+	(*GetBoxRequest)(nil),         // 18: cocoonbox.v1.GetBoxRequest
+	(*ListBoxesRequest)(nil),      // 19: cocoonbox.v1.ListBoxesRequest
+	(*ListBoxesResponse)(nil),     // 20: cocoonbox.v1.ListBoxesResponse
+	(*DeleteBoxRequest)(nil),      // 21: cocoonbox.v1.DeleteBoxRequest
+	(*WakeBoxRequest)(nil),        // 22: cocoonbox.v1.WakeBoxRequest
+	(*HibernateBoxRequest)(nil),   // 23: cocoonbox.v1.HibernateBoxRequest
+	(*Snapshot)(nil),              // 24: cocoonbox.v1.Snapshot
+	(*SnapshotBoxRequest)(nil),    // 25: cocoonbox.v1.SnapshotBoxRequest
+	(*ListSnapshotsRequest)(nil),  // 26: cocoonbox.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil), // 27: cocoonbox.v1.ListSnapshotsResponse
+	(*RestoreBoxRequest)(nil),     // 28: cocoonbox.v1.RestoreBoxRequest
+	(*WatchBoxRequest)(nil),       // 29: cocoonbox.v1.WatchBoxRequest
+	(*ExecRequest)(nil),           // 30: cocoonbox.v1.ExecRequest
+	(*ExecResponse)(nil),          // 31: cocoonbox.v1.ExecResponse
+	(*ReadFileRequest)(nil),       // 32: cocoonbox.v1.ReadFileRequest
+	(*ReadFileResponse)(nil),      // 33: cocoonbox.v1.ReadFileResponse
+	(*WriteFileRequest)(nil),      // 34: cocoonbox.v1.WriteFileRequest
+	(*WriteFileResponse)(nil),     // 35: cocoonbox.v1.WriteFileResponse
+	(*Share)(nil),                 // 36: cocoonbox.v1.Share
+	(*ShareBoxRequest)(nil),       // 37: cocoonbox.v1.ShareBoxRequest
+	(*UnshareBoxRequest)(nil),     // 38: cocoonbox.v1.UnshareBoxRequest
+	(*UnshareBoxResponse)(nil),    // 39: cocoonbox.v1.UnshareBoxResponse
+	(*ListSharesRequest)(nil),     // 40: cocoonbox.v1.ListSharesRequest
+	(*ListSharesResponse)(nil),    // 41: cocoonbox.v1.ListSharesResponse
+	(*TakeOverRequest)(nil),       // 42: cocoonbox.v1.TakeOverRequest
+	(*HandBackRequest)(nil),       // 43: cocoonbox.v1.HandBackRequest
+	(*DesktopTicketRequest)(nil),  // 44: cocoonbox.v1.DesktopTicketRequest
+	(*DesktopTicketResponse)(nil), // 45: cocoonbox.v1.DesktopTicketResponse
+	nil,                           // 46: cocoonbox.v1.ShellStart.EnvEntry
+	nil,                           // 47: cocoonbox.v1.ExecRequest.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 48: google.protobuf.Timestamp
 }
 var file_cocoonbox_v1_box_proto_depIdxs = []int32{
-	3,  // 0: cocoonbox.v1.ListPortsResponse.ports:type_name -> cocoonbox.v1.Port
-	35, // 1: cocoonbox.v1.Box.idle_deadline:type_name -> google.protobuf.Timestamp
-	35, // 2: cocoonbox.v1.Box.created_at:type_name -> google.protobuf.Timestamp
-	4,  // 3: cocoonbox.v1.ListBoxesResponse.boxes:type_name -> cocoonbox.v1.Box
-	35, // 4: cocoonbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	12, // 5: cocoonbox.v1.ListSnapshotsResponse.snapshots:type_name -> cocoonbox.v1.Snapshot
-	34, // 6: cocoonbox.v1.ExecRequest.env:type_name -> cocoonbox.v1.ExecRequest.EnvEntry
-	35, // 7: cocoonbox.v1.Share.expires_at:type_name -> google.protobuf.Timestamp
-	35, // 8: cocoonbox.v1.Share.created_at:type_name -> google.protobuf.Timestamp
-	35, // 9: cocoonbox.v1.ShareBoxRequest.expires_at:type_name -> google.protobuf.Timestamp
-	24, // 10: cocoonbox.v1.ListSharesResponse.shares:type_name -> cocoonbox.v1.Share
-	35, // 11: cocoonbox.v1.DesktopTicketResponse.expires_at:type_name -> google.protobuf.Timestamp
-	5,  // 12: cocoonbox.v1.BoxService.CreateBox:input_type -> cocoonbox.v1.CreateBoxRequest
-	6,  // 13: cocoonbox.v1.BoxService.GetBox:input_type -> cocoonbox.v1.GetBoxRequest
-	7,  // 14: cocoonbox.v1.BoxService.ListBoxes:input_type -> cocoonbox.v1.ListBoxesRequest
-	9,  // 15: cocoonbox.v1.BoxService.DeleteBox:input_type -> cocoonbox.v1.DeleteBoxRequest
-	10, // 16: cocoonbox.v1.BoxService.WakeBox:input_type -> cocoonbox.v1.WakeBoxRequest
-	11, // 17: cocoonbox.v1.BoxService.HibernateBox:input_type -> cocoonbox.v1.HibernateBoxRequest
-	13, // 18: cocoonbox.v1.BoxService.SnapshotBox:input_type -> cocoonbox.v1.SnapshotBoxRequest
-	14, // 19: cocoonbox.v1.BoxService.ListSnapshots:input_type -> cocoonbox.v1.ListSnapshotsRequest
-	16, // 20: cocoonbox.v1.BoxService.RestoreBox:input_type -> cocoonbox.v1.RestoreBoxRequest
-	17, // 21: cocoonbox.v1.BoxService.WatchBox:input_type -> cocoonbox.v1.WatchBoxRequest
-	18, // 22: cocoonbox.v1.BoxService.Exec:input_type -> cocoonbox.v1.ExecRequest
-	20, // 23: cocoonbox.v1.BoxService.ReadFile:input_type -> cocoonbox.v1.ReadFileRequest
-	22, // 24: cocoonbox.v1.BoxService.WriteFile:input_type -> cocoonbox.v1.WriteFileRequest
-	25, // 25: cocoonbox.v1.BoxService.ShareBox:input_type -> cocoonbox.v1.ShareBoxRequest
-	26, // 26: cocoonbox.v1.BoxService.UnshareBox:input_type -> cocoonbox.v1.UnshareBoxRequest
-	28, // 27: cocoonbox.v1.BoxService.ListShares:input_type -> cocoonbox.v1.ListSharesRequest
-	30, // 28: cocoonbox.v1.BoxService.TakeOver:input_type -> cocoonbox.v1.TakeOverRequest
-	31, // 29: cocoonbox.v1.BoxService.HandBack:input_type -> cocoonbox.v1.HandBackRequest
-	32, // 30: cocoonbox.v1.BoxService.DesktopTicket:input_type -> cocoonbox.v1.DesktopTicketRequest
-	1,  // 31: cocoonbox.v1.BoxService.ListPorts:input_type -> cocoonbox.v1.ListPortsRequest
-	0,  // 32: cocoonbox.v1.BoxService.SetBoxNetwork:input_type -> cocoonbox.v1.SetBoxNetworkRequest
-	4,  // 33: cocoonbox.v1.BoxService.CreateBox:output_type -> cocoonbox.v1.Box
-	4,  // 34: cocoonbox.v1.BoxService.GetBox:output_type -> cocoonbox.v1.Box
-	8,  // 35: cocoonbox.v1.BoxService.ListBoxes:output_type -> cocoonbox.v1.ListBoxesResponse
-	4,  // 36: cocoonbox.v1.BoxService.DeleteBox:output_type -> cocoonbox.v1.Box
-	4,  // 37: cocoonbox.v1.BoxService.WakeBox:output_type -> cocoonbox.v1.Box
-	4,  // 38: cocoonbox.v1.BoxService.HibernateBox:output_type -> cocoonbox.v1.Box
-	12, // 39: cocoonbox.v1.BoxService.SnapshotBox:output_type -> cocoonbox.v1.Snapshot
-	15, // 40: cocoonbox.v1.BoxService.ListSnapshots:output_type -> cocoonbox.v1.ListSnapshotsResponse
-	4,  // 41: cocoonbox.v1.BoxService.RestoreBox:output_type -> cocoonbox.v1.Box
-	4,  // 42: cocoonbox.v1.BoxService.WatchBox:output_type -> cocoonbox.v1.Box
-	19, // 43: cocoonbox.v1.BoxService.Exec:output_type -> cocoonbox.v1.ExecResponse
-	21, // 44: cocoonbox.v1.BoxService.ReadFile:output_type -> cocoonbox.v1.ReadFileResponse
-	23, // 45: cocoonbox.v1.BoxService.WriteFile:output_type -> cocoonbox.v1.WriteFileResponse
-	24, // 46: cocoonbox.v1.BoxService.ShareBox:output_type -> cocoonbox.v1.Share
-	27, // 47: cocoonbox.v1.BoxService.UnshareBox:output_type -> cocoonbox.v1.UnshareBoxResponse
-	29, // 48: cocoonbox.v1.BoxService.ListShares:output_type -> cocoonbox.v1.ListSharesResponse
-	4,  // 49: cocoonbox.v1.BoxService.TakeOver:output_type -> cocoonbox.v1.Box
-	4,  // 50: cocoonbox.v1.BoxService.HandBack:output_type -> cocoonbox.v1.Box
-	33, // 51: cocoonbox.v1.BoxService.DesktopTicket:output_type -> cocoonbox.v1.DesktopTicketResponse
-	2,  // 52: cocoonbox.v1.BoxService.ListPorts:output_type -> cocoonbox.v1.ListPortsResponse
-	4,  // 53: cocoonbox.v1.BoxService.SetBoxNetwork:output_type -> cocoonbox.v1.Box
-	33, // [33:54] is the sub-list for method output_type
-	12, // [12:33] is the sub-list for method input_type
-	12, // [12:12] is the sub-list for extension type_name
-	12, // [12:12] is the sub-list for extension extendee
-	0,  // [0:12] is the sub-list for field type_name
+	1,  // 0: cocoonbox.v1.ShellRequest.start:type_name -> cocoonbox.v1.ShellStart
+	2,  // 1: cocoonbox.v1.ShellRequest.resize:type_name -> cocoonbox.v1.WindowSize
+	46, // 2: cocoonbox.v1.ShellStart.env:type_name -> cocoonbox.v1.ShellStart.EnvEntry
+	2,  // 3: cocoonbox.v1.ShellStart.tty:type_name -> cocoonbox.v1.WindowSize
+	7,  // 4: cocoonbox.v1.FileChunk.info:type_name -> cocoonbox.v1.FileInfo
+	48, // 5: cocoonbox.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	15, // 6: cocoonbox.v1.ListPortsResponse.ports:type_name -> cocoonbox.v1.Port
+	48, // 7: cocoonbox.v1.Box.idle_deadline:type_name -> google.protobuf.Timestamp
+	48, // 8: cocoonbox.v1.Box.created_at:type_name -> google.protobuf.Timestamp
+	16, // 9: cocoonbox.v1.ListBoxesResponse.boxes:type_name -> cocoonbox.v1.Box
+	48, // 10: cocoonbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	24, // 11: cocoonbox.v1.ListSnapshotsResponse.snapshots:type_name -> cocoonbox.v1.Snapshot
+	47, // 12: cocoonbox.v1.ExecRequest.env:type_name -> cocoonbox.v1.ExecRequest.EnvEntry
+	48, // 13: cocoonbox.v1.Share.expires_at:type_name -> google.protobuf.Timestamp
+	48, // 14: cocoonbox.v1.Share.created_at:type_name -> google.protobuf.Timestamp
+	48, // 15: cocoonbox.v1.ShareBoxRequest.expires_at:type_name -> google.protobuf.Timestamp
+	36, // 16: cocoonbox.v1.ListSharesResponse.shares:type_name -> cocoonbox.v1.Share
+	48, // 17: cocoonbox.v1.DesktopTicketResponse.expires_at:type_name -> google.protobuf.Timestamp
+	17, // 18: cocoonbox.v1.BoxService.CreateBox:input_type -> cocoonbox.v1.CreateBoxRequest
+	18, // 19: cocoonbox.v1.BoxService.GetBox:input_type -> cocoonbox.v1.GetBoxRequest
+	19, // 20: cocoonbox.v1.BoxService.ListBoxes:input_type -> cocoonbox.v1.ListBoxesRequest
+	21, // 21: cocoonbox.v1.BoxService.DeleteBox:input_type -> cocoonbox.v1.DeleteBoxRequest
+	22, // 22: cocoonbox.v1.BoxService.WakeBox:input_type -> cocoonbox.v1.WakeBoxRequest
+	23, // 23: cocoonbox.v1.BoxService.HibernateBox:input_type -> cocoonbox.v1.HibernateBoxRequest
+	25, // 24: cocoonbox.v1.BoxService.SnapshotBox:input_type -> cocoonbox.v1.SnapshotBoxRequest
+	26, // 25: cocoonbox.v1.BoxService.ListSnapshots:input_type -> cocoonbox.v1.ListSnapshotsRequest
+	28, // 26: cocoonbox.v1.BoxService.RestoreBox:input_type -> cocoonbox.v1.RestoreBoxRequest
+	29, // 27: cocoonbox.v1.BoxService.WatchBox:input_type -> cocoonbox.v1.WatchBoxRequest
+	30, // 28: cocoonbox.v1.BoxService.Exec:input_type -> cocoonbox.v1.ExecRequest
+	32, // 29: cocoonbox.v1.BoxService.ReadFile:input_type -> cocoonbox.v1.ReadFileRequest
+	34, // 30: cocoonbox.v1.BoxService.WriteFile:input_type -> cocoonbox.v1.WriteFileRequest
+	37, // 31: cocoonbox.v1.BoxService.ShareBox:input_type -> cocoonbox.v1.ShareBoxRequest
+	38, // 32: cocoonbox.v1.BoxService.UnshareBox:input_type -> cocoonbox.v1.UnshareBoxRequest
+	40, // 33: cocoonbox.v1.BoxService.ListShares:input_type -> cocoonbox.v1.ListSharesRequest
+	42, // 34: cocoonbox.v1.BoxService.TakeOver:input_type -> cocoonbox.v1.TakeOverRequest
+	43, // 35: cocoonbox.v1.BoxService.HandBack:input_type -> cocoonbox.v1.HandBackRequest
+	44, // 36: cocoonbox.v1.BoxService.DesktopTicket:input_type -> cocoonbox.v1.DesktopTicketRequest
+	13, // 37: cocoonbox.v1.BoxService.ListPorts:input_type -> cocoonbox.v1.ListPortsRequest
+	12, // 38: cocoonbox.v1.BoxService.SetBoxNetwork:input_type -> cocoonbox.v1.SetBoxNetworkRequest
+	0,  // 39: cocoonbox.v1.BoxService.Shell:input_type -> cocoonbox.v1.ShellRequest
+	4,  // 40: cocoonbox.v1.BoxService.DownloadFile:input_type -> cocoonbox.v1.DownloadFileRequest
+	6,  // 41: cocoonbox.v1.BoxService.UploadFile:input_type -> cocoonbox.v1.UploadFileRequest
+	8,  // 42: cocoonbox.v1.BoxService.ListFiles:input_type -> cocoonbox.v1.ListFilesRequest
+	9,  // 43: cocoonbox.v1.BoxService.StatFile:input_type -> cocoonbox.v1.StatFileRequest
+	10, // 44: cocoonbox.v1.BoxService.RemoveFile:input_type -> cocoonbox.v1.RemoveFileRequest
+	16, // 45: cocoonbox.v1.BoxService.CreateBox:output_type -> cocoonbox.v1.Box
+	16, // 46: cocoonbox.v1.BoxService.GetBox:output_type -> cocoonbox.v1.Box
+	20, // 47: cocoonbox.v1.BoxService.ListBoxes:output_type -> cocoonbox.v1.ListBoxesResponse
+	16, // 48: cocoonbox.v1.BoxService.DeleteBox:output_type -> cocoonbox.v1.Box
+	16, // 49: cocoonbox.v1.BoxService.WakeBox:output_type -> cocoonbox.v1.Box
+	16, // 50: cocoonbox.v1.BoxService.HibernateBox:output_type -> cocoonbox.v1.Box
+	24, // 51: cocoonbox.v1.BoxService.SnapshotBox:output_type -> cocoonbox.v1.Snapshot
+	27, // 52: cocoonbox.v1.BoxService.ListSnapshots:output_type -> cocoonbox.v1.ListSnapshotsResponse
+	16, // 53: cocoonbox.v1.BoxService.RestoreBox:output_type -> cocoonbox.v1.Box
+	16, // 54: cocoonbox.v1.BoxService.WatchBox:output_type -> cocoonbox.v1.Box
+	31, // 55: cocoonbox.v1.BoxService.Exec:output_type -> cocoonbox.v1.ExecResponse
+	33, // 56: cocoonbox.v1.BoxService.ReadFile:output_type -> cocoonbox.v1.ReadFileResponse
+	35, // 57: cocoonbox.v1.BoxService.WriteFile:output_type -> cocoonbox.v1.WriteFileResponse
+	36, // 58: cocoonbox.v1.BoxService.ShareBox:output_type -> cocoonbox.v1.Share
+	39, // 59: cocoonbox.v1.BoxService.UnshareBox:output_type -> cocoonbox.v1.UnshareBoxResponse
+	41, // 60: cocoonbox.v1.BoxService.ListShares:output_type -> cocoonbox.v1.ListSharesResponse
+	16, // 61: cocoonbox.v1.BoxService.TakeOver:output_type -> cocoonbox.v1.Box
+	16, // 62: cocoonbox.v1.BoxService.HandBack:output_type -> cocoonbox.v1.Box
+	45, // 63: cocoonbox.v1.BoxService.DesktopTicket:output_type -> cocoonbox.v1.DesktopTicketResponse
+	14, // 64: cocoonbox.v1.BoxService.ListPorts:output_type -> cocoonbox.v1.ListPortsResponse
+	16, // 65: cocoonbox.v1.BoxService.SetBoxNetwork:output_type -> cocoonbox.v1.Box
+	3,  // 66: cocoonbox.v1.BoxService.Shell:output_type -> cocoonbox.v1.ShellResponse
+	5,  // 67: cocoonbox.v1.BoxService.DownloadFile:output_type -> cocoonbox.v1.FileChunk
+	7,  // 68: cocoonbox.v1.BoxService.UploadFile:output_type -> cocoonbox.v1.FileInfo
+	7,  // 69: cocoonbox.v1.BoxService.ListFiles:output_type -> cocoonbox.v1.FileInfo
+	7,  // 70: cocoonbox.v1.BoxService.StatFile:output_type -> cocoonbox.v1.FileInfo
+	11, // 71: cocoonbox.v1.BoxService.RemoveFile:output_type -> cocoonbox.v1.RemoveFileResponse
+	45, // [45:72] is the sub-list for method output_type
+	18, // [18:45] is the sub-list for method input_type
+	18, // [18:18] is the sub-list for extension type_name
+	18, // [18:18] is the sub-list for extension extendee
+	0,  // [0:18] is the sub-list for field type_name
 }
 
 func init() { file_cocoonbox_v1_box_proto_init() }
@@ -2303,7 +3207,7 @@ func file_cocoonbox_v1_box_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cocoonbox_v1_box_proto_rawDesc), len(file_cocoonbox_v1_box_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   35,
+			NumMessages:   48,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

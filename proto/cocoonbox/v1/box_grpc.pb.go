@@ -40,6 +40,12 @@ const (
 	BoxService_DesktopTicket_FullMethodName = "/cocoonbox.v1.BoxService/DesktopTicket"
 	BoxService_ListPorts_FullMethodName     = "/cocoonbox.v1.BoxService/ListPorts"
 	BoxService_SetBoxNetwork_FullMethodName = "/cocoonbox.v1.BoxService/SetBoxNetwork"
+	BoxService_Shell_FullMethodName         = "/cocoonbox.v1.BoxService/Shell"
+	BoxService_DownloadFile_FullMethodName  = "/cocoonbox.v1.BoxService/DownloadFile"
+	BoxService_UploadFile_FullMethodName    = "/cocoonbox.v1.BoxService/UploadFile"
+	BoxService_ListFiles_FullMethodName     = "/cocoonbox.v1.BoxService/ListFiles"
+	BoxService_StatFile_FullMethodName      = "/cocoonbox.v1.BoxService/StatFile"
+	BoxService_RemoveFile_FullMethodName    = "/cocoonbox.v1.BoxService/RemoveFile"
 )
 
 // BoxServiceClient is the client API for BoxService service.
@@ -104,6 +110,22 @@ type BoxServiceClient interface {
 	// SetBoxNetwork replaces the box's egress policy at once (admin): internet and allow-lists
 	// change into each other; whether a box has a network (none) is fixed at its create.
 	SetBoxNetwork(ctx context.Context, in *SetBoxNetworkRequest, opts ...grpc.CallOption) (*Box, error)
+	// Shell runs a command in the box with its input streamed in and its output streamed out as
+	// they come (driver): `box shell` on a pseudo-terminal, `box exec`, the web app's terminal.
+	// The first message carries start; the last answer carries the exit code. The box is kept
+	// awake while the stream is open. It needs the box's agent (the desktop image).
+	Shell(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ShellRequest, ShellResponse], error)
+	// DownloadFile streams a file out of the box, its info first (driver). No size limit.
+	DownloadFile(ctx context.Context, in *DownloadFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FileChunk], error)
+	// UploadFile streams a file into the box (driver), the first message naming it; the file is
+	// replaced only when the whole stream has arrived. No size limit beyond the box's disk.
+	UploadFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadFileRequest, FileInfo], error)
+	// ListFiles streams a directory's entries, or a tree's with recursive, sorted by path (driver).
+	ListFiles(ctx context.Context, in *ListFilesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FileInfo], error)
+	// StatFile describes a path in the box (driver).
+	StatFile(ctx context.Context, in *StatFileRequest, opts ...grpc.CallOption) (*FileInfo, error)
+	// RemoveFile removes a file or an empty directory, or a tree with recursive (driver).
+	RemoveFile(ctx context.Context, in *RemoveFileRequest, opts ...grpc.CallOption) (*RemoveFileResponse, error)
 }
 
 type boxServiceClient struct {
@@ -333,6 +355,90 @@ func (c *boxServiceClient) SetBoxNetwork(ctx context.Context, in *SetBoxNetworkR
 	return out, nil
 }
 
+func (c *boxServiceClient) Shell(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ShellRequest, ShellResponse], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &BoxService_ServiceDesc.Streams[1], BoxService_Shell_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ShellRequest, ShellResponse]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type BoxService_ShellClient = grpc.BidiStreamingClient[ShellRequest, ShellResponse]
+
+func (c *boxServiceClient) DownloadFile(ctx context.Context, in *DownloadFileRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FileChunk], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &BoxService_ServiceDesc.Streams[2], BoxService_DownloadFile_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[DownloadFileRequest, FileChunk]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type BoxService_DownloadFileClient = grpc.ServerStreamingClient[FileChunk]
+
+func (c *boxServiceClient) UploadFile(ctx context.Context, opts ...grpc.CallOption) (grpc.ClientStreamingClient[UploadFileRequest, FileInfo], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &BoxService_ServiceDesc.Streams[3], BoxService_UploadFile_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[UploadFileRequest, FileInfo]{ClientStream: stream}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type BoxService_UploadFileClient = grpc.ClientStreamingClient[UploadFileRequest, FileInfo]
+
+func (c *boxServiceClient) ListFiles(ctx context.Context, in *ListFilesRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[FileInfo], error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	stream, err := c.cc.NewStream(ctx, &BoxService_ServiceDesc.Streams[4], BoxService_ListFiles_FullMethodName, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	x := &grpc.GenericClientStream[ListFilesRequest, FileInfo]{ClientStream: stream}
+	if err := x.ClientStream.SendMsg(in); err != nil {
+		return nil, err
+	}
+	if err := x.ClientStream.CloseSend(); err != nil {
+		return nil, err
+	}
+	return x, nil
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type BoxService_ListFilesClient = grpc.ServerStreamingClient[FileInfo]
+
+func (c *boxServiceClient) StatFile(ctx context.Context, in *StatFileRequest, opts ...grpc.CallOption) (*FileInfo, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(FileInfo)
+	err := c.cc.Invoke(ctx, BoxService_StatFile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *boxServiceClient) RemoveFile(ctx context.Context, in *RemoveFileRequest, opts ...grpc.CallOption) (*RemoveFileResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(RemoveFileResponse)
+	err := c.cc.Invoke(ctx, BoxService_RemoveFile_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // BoxServiceServer is the server API for BoxService service.
 // All implementations must embed UnimplementedBoxServiceServer
 // for forward compatibility.
@@ -395,6 +501,22 @@ type BoxServiceServer interface {
 	// SetBoxNetwork replaces the box's egress policy at once (admin): internet and allow-lists
 	// change into each other; whether a box has a network (none) is fixed at its create.
 	SetBoxNetwork(context.Context, *SetBoxNetworkRequest) (*Box, error)
+	// Shell runs a command in the box with its input streamed in and its output streamed out as
+	// they come (driver): `box shell` on a pseudo-terminal, `box exec`, the web app's terminal.
+	// The first message carries start; the last answer carries the exit code. The box is kept
+	// awake while the stream is open. It needs the box's agent (the desktop image).
+	Shell(grpc.BidiStreamingServer[ShellRequest, ShellResponse]) error
+	// DownloadFile streams a file out of the box, its info first (driver). No size limit.
+	DownloadFile(*DownloadFileRequest, grpc.ServerStreamingServer[FileChunk]) error
+	// UploadFile streams a file into the box (driver), the first message naming it; the file is
+	// replaced only when the whole stream has arrived. No size limit beyond the box's disk.
+	UploadFile(grpc.ClientStreamingServer[UploadFileRequest, FileInfo]) error
+	// ListFiles streams a directory's entries, or a tree's with recursive, sorted by path (driver).
+	ListFiles(*ListFilesRequest, grpc.ServerStreamingServer[FileInfo]) error
+	// StatFile describes a path in the box (driver).
+	StatFile(context.Context, *StatFileRequest) (*FileInfo, error)
+	// RemoveFile removes a file or an empty directory, or a tree with recursive (driver).
+	RemoveFile(context.Context, *RemoveFileRequest) (*RemoveFileResponse, error)
 	mustEmbedUnimplementedBoxServiceServer()
 }
 
@@ -467,6 +589,24 @@ func (UnimplementedBoxServiceServer) ListPorts(context.Context, *ListPortsReques
 }
 func (UnimplementedBoxServiceServer) SetBoxNetwork(context.Context, *SetBoxNetworkRequest) (*Box, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetBoxNetwork not implemented")
+}
+func (UnimplementedBoxServiceServer) Shell(grpc.BidiStreamingServer[ShellRequest, ShellResponse]) error {
+	return status.Error(codes.Unimplemented, "method Shell not implemented")
+}
+func (UnimplementedBoxServiceServer) DownloadFile(*DownloadFileRequest, grpc.ServerStreamingServer[FileChunk]) error {
+	return status.Error(codes.Unimplemented, "method DownloadFile not implemented")
+}
+func (UnimplementedBoxServiceServer) UploadFile(grpc.ClientStreamingServer[UploadFileRequest, FileInfo]) error {
+	return status.Error(codes.Unimplemented, "method UploadFile not implemented")
+}
+func (UnimplementedBoxServiceServer) ListFiles(*ListFilesRequest, grpc.ServerStreamingServer[FileInfo]) error {
+	return status.Error(codes.Unimplemented, "method ListFiles not implemented")
+}
+func (UnimplementedBoxServiceServer) StatFile(context.Context, *StatFileRequest) (*FileInfo, error) {
+	return nil, status.Error(codes.Unimplemented, "method StatFile not implemented")
+}
+func (UnimplementedBoxServiceServer) RemoveFile(context.Context, *RemoveFileRequest) (*RemoveFileResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method RemoveFile not implemented")
 }
 func (UnimplementedBoxServiceServer) mustEmbedUnimplementedBoxServiceServer() {}
 func (UnimplementedBoxServiceServer) testEmbeddedByValue()                    {}
@@ -860,6 +1000,78 @@ func _BoxService_SetBoxNetwork_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BoxService_Shell_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(BoxServiceServer).Shell(&grpc.GenericServerStream[ShellRequest, ShellResponse]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type BoxService_ShellServer = grpc.BidiStreamingServer[ShellRequest, ShellResponse]
+
+func _BoxService_DownloadFile_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(DownloadFileRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(BoxServiceServer).DownloadFile(m, &grpc.GenericServerStream[DownloadFileRequest, FileChunk]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type BoxService_DownloadFileServer = grpc.ServerStreamingServer[FileChunk]
+
+func _BoxService_UploadFile_Handler(srv interface{}, stream grpc.ServerStream) error {
+	return srv.(BoxServiceServer).UploadFile(&grpc.GenericServerStream[UploadFileRequest, FileInfo]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type BoxService_UploadFileServer = grpc.ClientStreamingServer[UploadFileRequest, FileInfo]
+
+func _BoxService_ListFiles_Handler(srv interface{}, stream grpc.ServerStream) error {
+	m := new(ListFilesRequest)
+	if err := stream.RecvMsg(m); err != nil {
+		return err
+	}
+	return srv.(BoxServiceServer).ListFiles(m, &grpc.GenericServerStream[ListFilesRequest, FileInfo]{ServerStream: stream})
+}
+
+// This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
+type BoxService_ListFilesServer = grpc.ServerStreamingServer[FileInfo]
+
+func _BoxService_StatFile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StatFileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BoxServiceServer).StatFile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BoxService_StatFile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BoxServiceServer).StatFile(ctx, req.(*StatFileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BoxService_RemoveFile_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RemoveFileRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BoxServiceServer).RemoveFile(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BoxService_RemoveFile_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BoxServiceServer).RemoveFile(ctx, req.(*RemoveFileRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // BoxService_ServiceDesc is the grpc.ServiceDesc for BoxService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -947,11 +1159,40 @@ var BoxService_ServiceDesc = grpc.ServiceDesc{
 			MethodName: "SetBoxNetwork",
 			Handler:    _BoxService_SetBoxNetwork_Handler,
 		},
+		{
+			MethodName: "StatFile",
+			Handler:    _BoxService_StatFile_Handler,
+		},
+		{
+			MethodName: "RemoveFile",
+			Handler:    _BoxService_RemoveFile_Handler,
+		},
 	},
 	Streams: []grpc.StreamDesc{
 		{
 			StreamName:    "WatchBox",
 			Handler:       _BoxService_WatchBox_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "Shell",
+			Handler:       _BoxService_Shell_Handler,
+			ServerStreams: true,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "DownloadFile",
+			Handler:       _BoxService_DownloadFile_Handler,
+			ServerStreams: true,
+		},
+		{
+			StreamName:    "UploadFile",
+			Handler:       _BoxService_UploadFile_Handler,
+			ClientStreams: true,
+		},
+		{
+			StreamName:    "ListFiles",
+			Handler:       _BoxService_ListFiles_Handler,
 			ServerStreams: true,
 		},
 	},
