@@ -23,6 +23,7 @@ func boxCommand() *cli.Command {
 			boxRestoreCommand(),
 			boxRmCommand(),
 			boxExecCommand(),
+			boxShellCommand(),
 			boxCpCommand(),
 			boxPortCommand(),
 			boxPortsCommand(),

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -12,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
 
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
@@ -22,16 +24,23 @@ const maxFileBytes = 8 << 20
 func boxCpCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "cp",
-		Usage: "copy a file into or out of a box",
-		Description: "One side is BOX:/absolute/path, the other a local path or - for stdin/stdout. Files are at\n" +
-			"most 8 MiB. Uploads keep the local file's permission bits unless --mode is given; a box path\n" +
-			"ending in / gets the local file's name. Nothing is printed on success (with --output json:\n" +
-			"the byte count, except when the download goes to stdout).\n\n" +
-			"   cocoonbox box cp ./notes.txt mybox:/root/notes.txt\n" +
+		Usage: "copy files into or out of a box",
+		Description: "One side is BOX:/absolute/path, the other a local path or - for stdin/stdout. Files of any size\n" +
+			"stream through the box's agent; a file is replaced only when all of it has arrived. Directories\n" +
+			"need -r. Uploads keep the local file's permission bits unless --mode is given; a destination\n" +
+			"that is a directory (or ends in /) gets the source's name. On a terminal, progress goes to\n" +
+			"stderr. Nothing else is printed on success (with --output json: what was copied, except when\n" +
+			"the download goes to stdout).\n\n" +
+			"   cocoonbox box cp ./notes.txt mybox:/home/user/\n" +
+			"   cocoonbox box cp -r ./site mybox:/home/user/site\n" +
 			"   cocoonbox box cp mybox:/etc/os-release -\n" +
 			"   tar c src | cocoonbox box cp - mybox:/tmp/src.tar",
 		ArgsUsage: "SRC DST",
-		Flags:     apiFlags(&cli.StringFlag{Name: "mode", Usage: "permission bits of the uploaded file, in octal (default: the local file's, or 0644)"}),
+		Flags: apiFlags(
+			&cli.StringFlag{Name: "mode", Usage: "permission bits of the uploaded file, in octal (default: the local file's, or 0644)"},
+			&cli.BoolFlag{Name: "recursive", Aliases: []string{"r"}, Usage: "copy directories and everything in them"},
+			&cli.BoolFlag{Name: "progress", Value: true, Usage: "show progress on stderr when it is a terminal"},
+		),
 		Action: func(c *cli.Context) error {
 			args, err := positional(c, "SRC DST (one of them BOX:/path)", 2, 2)
 			if err != nil {
@@ -60,10 +69,33 @@ func boxCpCommand() *cli.Command {
 				return err
 			}
 			defer s.Close()
-			if dstRemote {
-				return upload(c, s, boxes, args[0], dstBox, dstPath, mode)
+			cp := &copier{c: c, s: s, boxes: boxes, recursive: c.Bool("recursive"), mode: mode}
+			if c.Bool("progress") && !s.out.json {
+				if f, ok := s.out.errw.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+					cp.progress = f
+				}
 			}
-			return download(c, s, boxes, srcBox, srcPath, args[1])
+			if dstRemote {
+				err = cp.upload(args[0], dstBox, dstPath)
+			} else {
+				err = cp.download(srcBox, srcPath, args[1])
+			}
+			if errors.Is(err, errNoStreams) {
+				if cp.recursive {
+					return cli.Exit("box cp: -r: the API server predates streamed files; upgrade it", exitError)
+				}
+				if dstRemote {
+					return uploadBuffered(c, s, boxes, args[0], dstBox, dstPath, mode)
+				}
+				return downloadBuffered(c, s, boxes, srcBox, srcPath, args[1])
+			}
+			if err != nil {
+				return err
+			}
+			if s.out.json && !(dstRemote == false && args[1] == "-") {
+				return writeJSONValue(s.out.w, map[string]any{"files": cp.files, "bytes": cp.bytes})
+			}
+			return nil
 		},
 	}
 }
@@ -77,7 +109,9 @@ func remoteSpec(s string) (box, p string, ok bool) {
 	return box, p, true
 }
 
-func upload(c *cli.Context, s *session, boxes cbv1.BoxServiceClient, src, box, dst string, mode uint32) error {
+// uploadBuffered writes one file through the unary WriteFile of an API server that predates
+// UploadFile: at most 8 MiB.
+func uploadBuffered(c *cli.Context, s *session, boxes cbv1.BoxServiceClient, src, box, dst string, mode uint32) error {
 	var r io.Reader = c.App.Reader
 	if src != "-" {
 		f, err := os.Open(src)
@@ -120,7 +154,9 @@ func upload(c *cli.Context, s *session, boxes cbv1.BoxServiceClient, src, box, d
 	return nil
 }
 
-func download(c *cli.Context, s *session, boxes cbv1.BoxServiceClient, box, src, dst string) error {
+// downloadBuffered reads one file through the unary ReadFile of an API server that predates
+// DownloadFile: at most 8 MiB.
+func downloadBuffered(c *cli.Context, s *session, boxes cbv1.BoxServiceClient, box, src, dst string) error {
 	resp, err := boxes.ReadFile(c.Context, &cbv1.ReadFileRequest{Box: box, Path: src})
 	if err != nil {
 		return apiError(err)
