@@ -23,6 +23,7 @@ APT_PACKAGES=(
 	iproute2             # ip: each networked box's namespace, veth pair and addresses
 	nftables             # nft: each networked box's egress policy and NAT, outside the box
 	chromium             # the browser go-rod drives in tests (the web app's desktop test)
+	tmux                 # the terminal a person types box shell into, in its test
 	ca-certificates
 )
 

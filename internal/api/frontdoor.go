@@ -38,8 +38,13 @@ func (s *Server) rpcDoor(next http.Handler) http.Handler {
 			s.refuseRPC(w, r, errw, method, err)
 			return
 		}
-		r.Body = http.MaxBytesReader(w, r.Body, maxRequestBytes)
-		if !s.methods[method] {
+		// A client stream's body is a stream of messages (an upload, a shell's input), each one
+		// capped by the gRPC server's message limit; any other body is one message.
+		m := s.methods[method]
+		if !m.IsClientStream {
+			r.Body = http.MaxBytesReader(w, r.Body, maxRequestBytes)
+		}
+		if !m.IsClientStream && !m.IsServerStream {
 			bodyDeadline(w, r)
 		}
 		next.ServeHTTP(w, r.WithContext(withPrincipal(r.Context(), p)))
@@ -94,13 +99,13 @@ func newGzipCompressor() connect.Compressor { return gzip.NewWriter(io.Discard) 
 
 func newLimitedGzip() connect.Decompressor { return &limitedGzip{} }
 
-// methodKinds maps each registered method's full name to whether it streams, for the routes
-// that must know (a read deadline must not cut a stream).
-func methodKinds(info map[string]grpc.ServiceInfo) map[string]bool {
-	out := map[string]bool{}
+// methodKinds maps each registered method's full name to how it streams, for the routes that
+// must know (a read deadline must not cut a stream, nor a body cap an upload).
+func methodKinds(info map[string]grpc.ServiceInfo) map[string]grpc.MethodInfo {
+	out := map[string]grpc.MethodInfo{}
 	for svc, si := range info {
 		for _, m := range si.Methods {
-			out["/"+svc+"/"+m.Name] = m.IsClientStream || m.IsServerStream
+			out["/"+svc+"/"+m.Name] = m
 		}
 	}
 	return out

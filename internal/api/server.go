@@ -73,9 +73,9 @@ type Server struct {
 	log             *slog.Logger
 	grpc            *grpc.Server
 	healthz         *healthServer
-	rpc             http.Handler    // gRPC, behind the front door
-	connect         http.Handler    // Connect, gRPC-Web and JSON, behind the front door, transcoded into s.grpc
-	methods         map[string]bool // every RPC method's full name: whether it streams
+	rpc             http.Handler               // gRPC, behind the front door
+	connect         http.Handler               // Connect, gRPC-Web and JSON, behind the front door, transcoded into s.grpc
+	methods         map[string]grpc.MethodInfo // every RPC method by its full name: how it streams
 	metrics         *metrics
 	mux             *http.ServeMux
 	routes          http.Handler // mux behind panic recovery
