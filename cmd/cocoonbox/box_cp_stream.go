@@ -86,7 +86,9 @@ func (cp *copier) upload(src, box, dst string) error {
 	if !cp.recursive {
 		return usageError("box cp: %s is a directory; copy it with -r", src)
 	}
-	var empty []string // directories with nothing in them, which no file upload makes
+	// What no file upload makes: directories with nothing in them, and symlinks (as they are,
+	// not followed), made by one command in the box at the end.
+	var empty, links []string
 	err = filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return fmt.Errorf("box cp: %w", err)
@@ -105,17 +107,28 @@ func (cp *copier) upload(src, box, dst string) error {
 				return fmt.Errorf("box cp: %w", err)
 			}
 			return cp.uploadPath(p, box, target, fi)
+		case d.Type()&fs.ModeSymlink != 0:
+			to, err := os.Readlink(p)
+			if err != nil {
+				return fmt.Errorf("box cp: %w", err)
+			}
+			links = append(links, to, target)
+			return nil
 		}
-		fmt.Fprintf(cp.s.out.errw, "box cp: skipped %s: not a regular file or directory\n", p)
+		fmt.Fprintf(cp.s.out.errw, "box cp: skipped %s: not a regular file, directory or symlink\n", p)
 		return nil
 	})
-	if err != nil || len(empty) == 0 {
+	if err != nil || len(empty)+len(links) == 0 {
 		return err
 	}
-	code, err := runStream(cp.c.Context, cp.boxes, &cbv1.ShellStart{Box: box, Argv: append([]string{"mkdir", "-p", "--"}, empty...)},
+	const script = `n=$1; shift
+while [ "$n" -gt 0 ]; do mkdir -p -- "$1" || exit; shift; n=$((n-1)); done
+while [ $# -gt 0 ]; do mkdir -p -- "$(dirname -- "$2")" && ln -sfn -- "$1" "$2" || exit; shift 2; done`
+	argv := append([]string{"sh", "-c", script, "sh", fmt.Sprint(len(empty))}, empty...)
+	code, err := runStream(cp.c.Context, cp.boxes, &cbv1.ShellStart{Box: box, Argv: append(argv, links...)},
 		streamIO{out: io.Discard, errOut: cp.s.out.errw})
 	if err == nil && code != 0 {
-		err = fmt.Errorf("box cp: making the empty directories failed (exit %d)", code)
+		err = fmt.Errorf("box cp: making the empty directories and symlinks failed (exit %d)", code)
 	}
 	return err
 }

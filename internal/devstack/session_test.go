@@ -95,7 +95,8 @@ func (s *shellCall) wait() (int32, error) {
 // agent, as box shell, box exec and box cp use them: a pty of the asked size that follows a
 // resize, runs as the desktop's user and takes ^C; output that arrives while the command still
 // waits for input; stdin far past the old 512 KiB cap; bad input refused naming its field with
-// the box unaffected; and a 1 GiB file each way, byte-exact.
+// the box unaffected; the CLI typed into tmux as a person would; and a 1 GiB file each way,
+// byte-exact.
 func TestBoxSession(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
@@ -188,6 +189,8 @@ func TestBoxSession(t *testing.T) {
 			t.Errorf("stat of a missing path: %v", err)
 		}
 	})
+
+	t.Run("box shell in tmux", func(t *testing.T) { testShellInTmux(t, e) })
 
 	t.Run("1 GiB each way", func(t *testing.T) {
 		const size = 1 << 30
