@@ -60,7 +60,9 @@ func (p *tmuxPane) typeLine(line string) {
 }
 
 // screen is what the pane shows, with its scrollback.
-func (p *tmuxPane) screen() string { return p.tmux("capture-pane", "-p", "-J", "-t", "t", "-S", "-500") }
+func (p *tmuxPane) screen() string {
+	return p.tmux("capture-pane", "-p", "-J", "-t", "t", "-S", "-500")
+}
 
 // waitFor waits until the pane shows a match of re, and returns the match.
 func (p *tmuxPane) waitFor(ctx context.Context, re string, within time.Duration) string {
