@@ -299,8 +299,17 @@ func (b *boxService) DesktopTicket(ctx context.Context, req *cbv1.DesktopTicketR
 	if err != nil {
 		return nil, err
 	}
-	if req.GetControl() {
-		if err := allowScope(p.Token.Scope, routeDesktop+modeControl); err != nil {
+	mode := modeView
+	switch {
+	case req.GetTerminal() && req.GetControl():
+		return nil, cocoonbox.Invalid("terminal", "a terminal ticket is not a desktop ticket: leave control unset")
+	case req.GetTerminal():
+		mode = modeTerminal
+	case req.GetControl():
+		mode = modeControl
+	}
+	if mode != modeView {
+		if err := allowScope(p.Token.Scope, routeDesktop+mode); err != nil {
 			return nil, err
 		}
 	}
@@ -308,16 +317,17 @@ func (b *boxService) DesktopTicket(ctx context.Context, req *cbv1.DesktopTicketR
 	if err != nil {
 		return nil, err
 	}
-	if err := svc.CheckDesktop(ctx, caller, id, req.GetControl()); err != nil {
+	if mode == modeTerminal {
+		err = svc.CheckShell(ctx, caller, id)
+	} else {
+		err = svc.CheckDesktop(ctx, caller, id, req.GetControl())
+	}
+	if err != nil {
 		return nil, err
 	}
 	keys, err := b.s.ticketKeys()
 	if err != nil {
 		return nil, err
-	}
-	mode := modeView
-	if req.GetControl() {
-		mode = modeControl
 	}
 	t, err := newTicket(id, caller, p.Token.ID, mode, time.Now())
 	if err != nil {

@@ -67,6 +67,9 @@ func routeName(route string) string {
 	if route == routePorts {
 		return "the ports edge"
 	}
+	if route == routeDesktop+modeTerminal {
+		return "the terminal"
+	}
 	if mode, ok := strings.CutPrefix(route, routeDesktop); ok {
 		return "the desktop in " + mode + " mode"
 	}

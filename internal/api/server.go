@@ -126,6 +126,9 @@ func New(opts Options) *Server {
 	s.mux.Handle("GET /metrics", s.operatorOnly(s.metrics))
 	s.mux.Handle("/mcp", s.mcpHandler())
 	s.mux.HandleFunc("GET /v1/boxes/{id}/desktop", s.serveDesktop)
+	s.mux.HandleFunc("GET /v1/boxes/{id}/terminal", s.serveTerminal)
+	s.mux.HandleFunc("GET /v1/boxes/{id}/files/{path...}", s.serveFile)
+	s.mux.HandleFunc("PUT /v1/boxes/{id}/files/{path...}", s.serveFile)
 	s.mux.HandleFunc("GET /v1/boxes/{id}/ports/{port}", s.servePort)
 	s.mux.HandleFunc("/v1/boxes/{id}/ports/{port}/{path...}", s.servePreview)
 	// The browser app: "/" without a method, because "GET /" would conflict with the method-less

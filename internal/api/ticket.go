@@ -29,10 +29,12 @@ const (
 	ticketAAD = "cocoonbox-desktop-ticket"
 )
 
-// Desktop modes, as tickets and the edge's ?mode= name them.
+// Desktop modes, as tickets and the edge's ?mode= name them; a terminal ticket opens the
+// terminal edge instead.
 const (
-	modeView    = "view"
-	modeControl = "control"
+	modeView     = "view"
+	modeControl  = "control"
+	modeTerminal = "terminal"
 )
 
 // desktopTicket is a ticket's sealed content.
@@ -73,7 +75,7 @@ func openTicket(keys *secrets.Keyring, s string, now time.Time) (desktopTicket, 
 		return desktopTicket{}, errBadTicket
 	}
 	var t desktopTicket
-	if err := json.Unmarshal(b, &t); err != nil || t.ID == "" || t.Box == "" || t.User == "" || t.Token == "" || validMode(t.Mode) != nil {
+	if err := json.Unmarshal(b, &t); err != nil || t.ID == "" || t.Box == "" || t.User == "" || t.Token == "" || (validMode(t.Mode) != nil && t.Mode != modeTerminal) {
 		return desktopTicket{}, errBadTicket
 	}
 	if !now.Before(t.Expires) {
@@ -118,8 +120,12 @@ func validMode(m string) error {
 	return nil
 }
 
-// desktopPath is where the edge serves the box's desktop, with the ticket that opens it.
+// desktopPath is where the edge serves the box's desktop (or terminal), with the ticket that
+// opens it.
 func desktopPath(id cocoonbox.BoxID, mode, ticket string) string {
+	if mode == modeTerminal {
+		return "/v1/boxes/" + url.PathEscape(string(id)) + "/terminal?" + url.Values{"ticket": {ticket}}.Encode()
+	}
 	q := url.Values{"mode": {mode}, "ticket": {ticket}}
 	return "/v1/boxes/" + url.PathEscape(string(id)) + "/desktop?" + q.Encode()
 }

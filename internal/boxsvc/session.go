@@ -171,6 +171,13 @@ func (s *Service) Shell(ctx context.Context, caller string, id cocoonbox.BoxID, 
 	})
 }
 
+// CheckShell says whether caller may open a shell in the box (driver), before anything is
+// started: the web terminal's ticket is issued, and its connection accepted, only then.
+func (s *Service) CheckShell(ctx context.Context, caller string, id cocoonbox.BoxID) error {
+	_, _, err := s.checked(ctx, caller, id, cocoonbox.RoleDriver, nil)
+	return err
+}
+
 // checkShellInput refuses what a running command cannot take; eof says its input has ended.
 func checkShellInput(in ShellInput, eof, tty bool) error {
 	switch {

@@ -191,6 +191,7 @@ func TestBoxSession(t *testing.T) {
 	})
 
 	t.Run("box shell in tmux", func(t *testing.T) { testShellInTmux(t, e) })
+	t.Run("web", func(t *testing.T) { testWebSession(t, e) })
 
 	t.Run("1 GiB each way", func(t *testing.T) {
 		const size = 1 << 30

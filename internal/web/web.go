@@ -1,7 +1,8 @@
 // Package web is the browser app the API serves at /: sign in with a token, list boxes, open one
 // to watch or drive its desktop (noVNC, vendored from npm as plain ES modules) and wake,
 // hibernate, snapshot, take over or hand back; beside the desktop, give the box's agent a task and
-// follow its runs step by step (agent.js). It installs as an app of its own (manifest, icons, and
+// follow its runs step by step (agent.js); drop files onto the desktop to upload them, download
+// one by path, and open a terminal in the box (terminal.html, xterm.js vendored from npm). It installs as an app of its own (manifest, icons, and
 // a service worker that keeps only its own files for offline opening). It is static files embedded in the binary; every
 // action is a Connect/JSON call to the same API the CLI uses, so it holds no rules of its own.
 package web
@@ -33,7 +34,11 @@ func Handler() http.Handler {
 			return
 		}
 		h := w.Header()
-		h.Set("Content-Security-Policy", "default-src 'self'; connect-src 'self'; img-src 'self' data: blob:; style-src 'self'; frame-ancestors 'none'")
+		style := "'self'"
+		if r.URL.Path == "/terminal.html" {
+			style = "'self' 'unsafe-inline'" // xterm.js styles itself with <style> elements; this page only
+		}
+		h.Set("Content-Security-Policy", "default-src 'self'; connect-src 'self'; img-src 'self' data: blob:; style-src "+style+"; frame-ancestors 'none'")
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Referrer-Policy", "no-referrer")
 		if strings.HasSuffix(r.URL.Path, ".webmanifest") {

@@ -136,6 +136,48 @@ async function connect(control) {
   current.control = control;
 }
 
+// filesURL is where the API serves a box path over plain HTTP.
+function filesURL(path) {
+  return '/v1/boxes/' + current.id + '/files' + path.split('/').map(encodeURIComponent).join('/');
+}
+
+// upload puts a local file at path in the box, with its progress beside the desktop. The box's
+// file is replaced only once all of it has arrived.
+function upload(file, path) {
+  return new Promise((resolve, reject) => {
+    const xhr = new XMLHttpRequest();
+    xhr.open('PUT', filesURL(path));
+    xhr.setRequestHeader('Authorization', 'Bearer ' + localStorage.getItem(tokenKey));
+    xhr.upload.onprogress = (e) => {
+      if (e.lengthComputable) $('upload-status').textContent = file.name + ' ' + Math.floor(100 * e.loaded / e.total) + '%';
+    };
+    xhr.onload = () => {
+      if (xhr.status === 200) { $('upload-status').textContent = file.name + ' → ' + path; resolve(); return; }
+      let msg = xhr.statusText;
+      try { msg = JSON.parse(xhr.responseText).message || msg; } catch { /* not JSON */ }
+      $('upload-status').textContent = '';
+      reject(new Error('upload ' + file.name + ': ' + msg));
+    };
+    xhr.onerror = () => reject(new Error('upload ' + file.name + ': the connection failed'));
+    xhr.send(file);
+  });
+}
+
+// download saves the box's file at path through the browser.
+async function download(path) {
+  if (!path.startsWith('/')) throw new Error('give the absolute path of a file in the box');
+  const res = await fetch(filesURL(path), { headers: { 'Authorization': 'Bearer ' + localStorage.getItem(tokenKey) } });
+  if (!res.ok) {
+    const data = await res.json().catch(() => ({}));
+    throw new Error(data.message || res.statusText);
+  }
+  const a = document.createElement('a');
+  a.href = URL.createObjectURL(await res.blob());
+  a.download = path.split('/').pop();
+  a.click();
+  setTimeout(() => URL.revokeObjectURL(a.href), 60000);
+}
+
 function closeBox() {
   if (!current) return;
   agent.close();
@@ -168,6 +210,19 @@ async function main() {
   });
   busy($('takeover'), async () => { render(await call('BoxService/TakeOver', { box: current.id })); await connect(true); });
   busy($('handback'), async () => { render(await call('BoxService/HandBack', { box: current.id })); await connect(false); });
+  $('terminal').addEventListener('click', () => window.open('/terminal.html#/box/' + current.id, '_blank'));
+  busy($('download'), () => download($('download-path').value.trim()));
+  const screen = $('screen');
+  screen.addEventListener('dragover', (e) => { e.preventDefault(); screen.classList.add('dropping'); });
+  screen.addEventListener('dragleave', () => screen.classList.remove('dropping'));
+  screen.addEventListener('drop', async (e) => {
+    e.preventDefault();
+    screen.classList.remove('dropping');
+    try {
+      for (const f of e.dataTransfer.files) await upload(f, '/home/user/Desktop/' + f.name);
+      report(null);
+    } catch (err) { report(err); }
+  });
 
   if (!localStorage.getItem(tokenKey)) { show('signin'); return; }
   try { await signIn(localStorage.getItem(tokenKey)); } catch (e) { report(e); show('signin'); }

@@ -2703,7 +2703,11 @@ type DesktopTicketRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Box   string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
 	// control asks for a ticket that may send input (driver, and the caller holds control).
-	Control       bool `protobuf:"varint,2,opt,name=control,proto3" json:"control,omitempty"`
+	Control bool `protobuf:"varint,2,opt,name=control,proto3" json:"control,omitempty"`
+	// terminal asks instead for a ticket to the box's terminal (driver): url is then a WebSocket
+	// carrying a login shell on a pseudo-terminal (binary messages are its bytes each way; text
+	// messages are JSON: {"resize":{"rows":R,"cols":C}} from the client, {"exit":N} at the end).
+	Terminal      bool `protobuf:"varint,3,opt,name=terminal,proto3" json:"terminal,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2748,6 +2752,13 @@ func (x *DesktopTicketRequest) GetBox() string {
 func (x *DesktopTicketRequest) GetControl() bool {
 	if x != nil {
 		return x.Control
+	}
+	return false
+}
+
+func (x *DesktopTicketRequest) GetTerminal() bool {
+	if x != nil {
+		return x.Terminal
 	}
 	return false
 }
@@ -3008,10 +3019,11 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x0fTakeOverRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\"#\n" +
 	"\x0fHandBackRequest\x12\x10\n" +
-	"\x03box\x18\x01 \x01(\tR\x03box\"B\n" +
+	"\x03box\x18\x01 \x01(\tR\x03box\"^\n" +
 	"\x14DesktopTicketRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\x12\x18\n" +
-	"\acontrol\x18\x02 \x01(\bR\acontrol\"|\n" +
+	"\acontrol\x18\x02 \x01(\bR\acontrol\x12\x1a\n" +
+	"\bterminal\x18\x03 \x01(\bR\bterminal\"|\n" +
 	"\x15DesktopTicketResponse\x12\x16\n" +
 	"\x06ticket\x18\x01 \x01(\tR\x06ticket\x129\n" +
 	"\n" +
