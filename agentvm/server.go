@@ -110,6 +110,8 @@ func NewServer(cfg Config) (*Server, error) {
 	s.grpc = grpc.NewServer(
 		grpc.ChainUnaryInterceptor(s.authUnary),
 		grpc.ChainStreamInterceptor(s.authStream),
+		grpc.InitialWindowSize(wire.StreamWindow), grpc.InitialConnWindowSize(wire.ConnWindow),
+		grpc.ReadBufferSize(wire.SocketBuffer), grpc.WriteBufferSize(wire.SocketBuffer),
 	)
 	agentvmv1.RegisterAgentsServer(s.grpc, s)
 	agentvmv1.RegisterSessionServer(s.grpc, s)

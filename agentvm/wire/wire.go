@@ -27,3 +27,16 @@ const CredentialEnv = "COCOONBOX_AGENT_CREDENTIAL"
 
 // LinkProtocol opens a model link's first line: "COCOONBOX-LINK/1 <credential> <run_id> <step>\n".
 const LinkProtocol = "COCOONBOX-LINK/1"
+
+// Flow control of the agent's gRPC link, the same on both ends. A file copy crosses the engine's
+// relay, whose round trip (a process in the box and one on the host) is far longer than
+// loopback's: HTTP/2's default 64 KiB windows would hold a copy to a window per round trip, and
+// its 32 KiB socket buffers to a syscall per frame, which under gVisor is what costs.
+const (
+	// StreamWindow is each stream's flow-control window.
+	StreamWindow = 8 << 20
+	// ConnWindow is the connection's.
+	ConnWindow = 16 << 20
+	// SocketBuffer is the read and write buffer of the link's socket.
+	SocketBuffer = 1 << 20
+)

@@ -22,7 +22,7 @@ import (
 var errNoStreams = errors.New("the API server does not stream files")
 
 // copyChunk is how much of a file one upload message carries.
-const copyChunk = 256 << 10
+const copyChunk = 1 << 20
 
 // copier copies files between this machine and a box through the streamed file calls.
 type copier struct {

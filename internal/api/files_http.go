@@ -21,7 +21,7 @@ import (
 // the box's rules as for them: driver.
 
 // fileChunk is how much of an upload's body one message to the box carries.
-const fileChunk = 256 << 10
+const fileChunk = 1 << 20
 
 func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()

@@ -110,6 +110,8 @@ func (l *Link) call(ctx context.Context, b Box, call func(context.Context, *grpc
 	)
 	conn, err := grpc.NewClient("passthrough:///agent",
 		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithInitialWindowSize(wire.StreamWindow), grpc.WithInitialConnWindowSize(wire.ConnWindow),
+		grpc.WithReadBufferSize(wire.SocketBuffer), grpc.WithWriteBufferSize(wire.SocketBuffer),
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
 			c, err := l.Sandbox.DialPort(ctx, b.Ref, wire.AgentPort)
 			if err != nil {

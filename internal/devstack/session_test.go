@@ -22,7 +22,7 @@ import (
 
 // shellCall is one BoxService.Shell call in progress, read as it goes.
 type shellCall struct {
-	t      *testing.T
+	t      testing.TB
 	stream grpc.BidiStreamingClient[cbv1.ShellRequest, cbv1.ShellResponse]
 	out    strings.Builder
 	errOut strings.Builder
@@ -31,7 +31,7 @@ type shellCall struct {
 }
 
 // startShell starts start on the box through the API and waits for its started answer.
-func (e *desktopEnv) startShell(t *testing.T, ctx context.Context, start *cbv1.ShellStart) *shellCall {
+func (e *desktopEnv) startShell(t testing.TB, ctx context.Context, start *cbv1.ShellStart) *shellCall {
 	t.Helper()
 	start.Box = string(e.id)
 	stream, err := e.api.Shell(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+e.token))
