@@ -18,10 +18,15 @@ func boxPortCommand() *cli.Command {
 		Usage: "open a port of a box on this machine: a local listener tunnelled to the box's loopback",
 		Description: "Every connection to the local address is one TCP connection to PORT inside the box,\n" +
 			"through the API's ports edge (viewer role or above; a driver's connection wakes a sleeping\n" +
-			"box). The box's agent ports (7070-7072) are not opened. Ctrl-C stops listening.",
+			"box). The box's agent ports (7070-7072) are not opened. Ctrl-C stops listening.\n\n" +
+			"With --public (the box's owner only), the port's preview answers anyone without a token\n" +
+			"while the box runs (an anonymous request never wakes it); --private undoes that. Either\n" +
+			"sets the flag and exits without tunnelling.",
 		ArgsUsage: "BOX PORT",
 		Flags: apiFlags(
 			&cli.StringFlag{Name: "listen", Usage: "local address (default 127.0.0.1:PORT; loopback only)"},
+			&cli.BoolFlag{Name: "public", Usage: "let anyone open the port's preview, without a token, and exit"},
+			&cli.BoolFlag{Name: "private", Usage: "take --public back, and exit"},
 		),
 		Action: func(c *cli.Context) error {
 			args, err := positional(c, "BOX PORT", 2, 2)
@@ -31,6 +36,9 @@ func boxPortCommand() *cli.Command {
 			port, err := strconv.Atoi(args[1])
 			if err != nil || port < 1 || port > 65535 {
 				return usageError("box port: PORT must be a number from 1 to 65535, got %q", args[1])
+			}
+			if c.Bool("public") || c.Bool("private") {
+				return setPortPublic(c, args[0], port)
 			}
 			listen := c.String("listen")
 			if listen == "" {
@@ -108,9 +116,46 @@ func writePorts(w io.Writer, base, box string, ports []*cbv1.Port) error {
 		return err
 	}
 	tw := table(w)
-	row(tw, "PORT", "PREVIEW (bearer token)", "OPEN HERE")
+	row(tw, "PORT", "PUBLIC", "PREVIEW (bearer token, or anyone when public)", "OPEN HERE")
 	for _, p := range ports {
-		row(tw, strconv.Itoa(int(p.GetPort())), base+p.GetPreviewPath(), fmt.Sprintf("cocoonbox box port %s %d", box, p.GetPort()))
+		public := "-"
+		if p.GetPublic() {
+			public = "yes"
+		}
+		row(tw, strconv.Itoa(int(p.GetPort())), public, base+p.GetPreviewPath(), fmt.Sprintf("cocoonbox box port %s %d", box, p.GetPort()))
 	}
 	return tw.Flush()
+}
+
+// setPortPublic carries out box port --public or --private.
+func setPortPublic(c *cli.Context, box string, port int) error {
+	if c.Bool("public") && c.Bool("private") {
+		return usageError("box port: --public and --private contradict each other")
+	}
+	u, _, err := target(c)
+	if err != nil {
+		return err
+	}
+	s, boxes, err := boxClient(c)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	p, err := boxes.SetPortPublic(c.Context, &cbv1.SetPortPublicRequest{Box: box, Port: int32(port), Public: c.Bool("public")})
+	if err != nil {
+		return apiError(err)
+	}
+	if s.out.json {
+		return writeJSON(s.out.w, p)
+	}
+	if !p.GetPublic() {
+		s.out.note("port %d of %s is private: its preview needs a token again", port, box)
+		return nil
+	}
+	where := strings.TrimSuffix(u.String(), "/") + p.GetPreviewPath()
+	if h := p.GetPreviewHost(); h != "" {
+		where = u.Scheme + "://" + h + "/"
+	}
+	s.out.note("port %d of %s is public while the box runs: %s", port, box, where)
+	return nil
 }

@@ -301,14 +301,27 @@ func (b *boxService) DesktopTicket(ctx context.Context, req *cbv1.DesktopTicketR
 	}
 	mode := modeView
 	switch {
-	case req.GetTerminal() && req.GetControl():
-		return nil, cocoonbox.Invalid("terminal", "a terminal ticket is not a desktop ticket: leave control unset")
+	case btoi(req.GetTerminal())+btoi(req.GetControl())+btoi(req.GetPreviewPort() != 0) > 1:
+		return nil, cocoonbox.Invalid("terminal", "ask for one ticket at a time: control, terminal or preview_port")
 	case req.GetTerminal():
 		mode = modeTerminal
 	case req.GetControl():
 		mode = modeControl
+	case req.GetPreviewPort() != 0:
+		mode = modePreview
+		if err := boxsvc.CheckPort(int(req.GetPreviewPort())); err != nil {
+			return nil, cocoonbox.RenameField(err, "port", "preview_port")
+		}
+		if b.s.previewDomain == "" {
+			return nil, cocoonbox.Errorf(cocoonbox.EConflict, "this API has no preview domain (config preview_domain): open the port with box port instead")
+		}
 	}
-	if mode != modeView {
+	switch mode {
+	case modePreview:
+		if err := allowScope(p.Token.Scope, routePorts); err != nil {
+			return nil, err
+		}
+	case modeTerminal, modeControl:
 		if err := allowScope(p.Token.Scope, routeDesktop+mode); err != nil {
 			return nil, err
 		}
@@ -317,9 +330,12 @@ func (b *boxService) DesktopTicket(ctx context.Context, req *cbv1.DesktopTicketR
 	if err != nil {
 		return nil, err
 	}
-	if mode == modeTerminal {
+	switch mode {
+	case modeTerminal:
 		err = svc.CheckShell(ctx, caller, id)
-	} else {
+	case modePreview:
+		_, err = svc.Authorize(ctx, caller, id, cocoonbox.RoleViewer)
+	default:
 		err = svc.CheckDesktop(ctx, caller, id, req.GetControl())
 	}
 	if err != nil {
@@ -333,9 +349,22 @@ func (b *boxService) DesktopTicket(ctx context.Context, req *cbv1.DesktopTicketR
 	if err != nil {
 		return nil, err
 	}
+	t.Port = int(req.GetPreviewPort())
 	sealed, err := sealTicket(keys, t)
 	if err != nil {
 		return nil, err
 	}
-	return &cbv1.DesktopTicketResponse{Ticket: sealed, ExpiresAt: ts(t.Expires), Url: desktopPath(id, t.Mode, sealed)}, nil
+	url := desktopPath(id, t.Mode, sealed)
+	if mode == modePreview {
+		url = "//" + previewHostName(id, t.Port, b.s.previewDomain) + "/?" + previewTicketParam + "=" + sealed
+	}
+	return &cbv1.DesktopTicketResponse{Ticket: sealed, ExpiresAt: ts(t.Expires), Url: url}, nil
+}
+
+// btoi is 1 for true.
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

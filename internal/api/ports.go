@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"slices"
 	"strconv"
 
 	"github.com/coder/websocket"
@@ -133,12 +134,37 @@ func (b *boxService) ListPorts(ctx context.Context, req *cbv1.ListPortsRequest) 
 	if err != nil {
 		return nil, err
 	}
+	public, err := svc.PublicPorts(ctx, caller, id)
+	if err != nil {
+		return nil, err
+	}
 	out := &cbv1.ListPortsResponse{}
 	for _, p := range ports {
-		preview, tunnel := portPaths(id, p)
-		out.Ports = append(out.Ports, &cbv1.Port{Port: int32(p), PreviewPath: preview, TunnelPath: tunnel})
+		out.Ports = append(out.Ports, b.s.portProto(id, p, slices.Contains(public, p)))
 	}
 	return out, nil
+}
+
+// portProto describes port of box id as the API serves it.
+func (s *Server) portProto(id cocoonbox.BoxID, port int, public bool) *cbv1.Port {
+	preview, tunnel := portPaths(id, port)
+	out := &cbv1.Port{Port: int32(port), PreviewPath: preview, TunnelPath: tunnel, Public: public}
+	if s.previewDomain != "" {
+		out.PreviewHost = previewHostName(id, port, s.previewDomain)
+	}
+	return out
+}
+
+// SetPortPublic makes a port of the box public or private (owner).
+func (b *boxService) SetPortPublic(ctx context.Context, req *cbv1.SetPortPublicRequest) (*cbv1.Port, error) {
+	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	if err := svc.SetPortPublic(ctx, caller, id, int(req.GetPort()), req.GetPublic()); err != nil {
+		return nil, err
+	}
+	return b.s.portProto(id, int(req.GetPort()), req.GetPublic()), nil
 }
 
 // SetBoxNetwork replaces the box's egress policy.

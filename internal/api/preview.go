@@ -7,9 +7,11 @@ import (
 	"net/http"
 	"net/http/httputil"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/boxsvc"
 )
 
 // The preview: /v1/boxes/{id}/ports/{port}/{path...} is an HTTP reverse proxy to the web server
@@ -29,24 +31,61 @@ const previewHeaderTimeout = time.Minute
 func (s *Server) servePreview(w http.ResponseWriter, r *http.Request) {
 	caller, id, port, err := s.portCaller(r)
 	if err != nil {
+		if cocoonbox.ErrorCode(err) == cocoonbox.EUnauthorized && httpBearer(r) == "" {
+			if id, port, perr := pathTarget(r); perr == nil {
+				// No credential: a public port still answers, sandboxed as ever.
+				s.previewProxy(w, r, port, "/"+r.PathValue("path"), true, func(ctx context.Context) (net.Conn, error) {
+					return s.boxes.DialPublicPort(ctx, id, port)
+				})
+				return
+			}
+		}
 		s.writeHTTPError(w, r, err)
 		return
 	}
+	s.previewProxy(w, r, port, "/"+r.PathValue("path"), true, func(ctx context.Context) (net.Conn, error) {
+		return s.boxes.DialPort(ctx, caller, id, port)
+	})
+}
+
+// pathTarget reads the box and port of a path preview request.
+func pathTarget(r *http.Request) (cocoonbox.BoxID, int, error) {
+	id := cocoonbox.BoxID(r.PathValue("id"))
+	if err := id.Validate(); err != nil {
+		return "", 0, err
+	}
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil {
+		return "", 0, err
+	}
+	return id, port, boxsvc.CheckPort(port)
+}
+
+// previewProxy proxies r to port of the box over connections dial opens, at path. The caller's
+// credential (its Authorization header and the preview's session cookie) never reaches the box,
+// nor may the box set that cookie. sandboxed serves every answer under previewCSP, for a preview
+// on the API's own origin; a preview on its own host is the box's origin and keeps the box's
+// cookies.
+func (s *Server) previewProxy(w http.ResponseWriter, r *http.Request, port int, path string, sandboxed bool, dial func(context.Context) (net.Conn, error)) {
 	host := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	var dialErr error // the box service's refusal, which the client sees as the API's JSON error
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(pr *httputil.ProxyRequest) {
 			pr.Out.URL.Scheme, pr.Out.URL.Host = "http", host
-			pr.Out.URL.Path, pr.Out.URL.RawPath = "/"+pr.In.PathValue("path"), ""
+			pr.Out.URL.Path, pr.Out.URL.RawPath = path, ""
 			pr.Out.Host = host
 			pr.Out.Header.Del("Authorization") // the caller's token is not the box's to see
-			pr.Out.Header.Del("Cookie")
+			if sandboxed {
+				pr.Out.Header.Del("Cookie")
+			} else {
+				withoutCookie(pr.Out, previewCookie)
+			}
 			pr.SetXForwarded()
 		},
 		Transport: &http.Transport{
 			// Every connection is one the box service checked (role, wake) and dialled.
 			DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
-				c, err := s.boxes.DialPort(ctx, caller, id, port)
+				c, err := dial(ctx)
 				if err != nil {
 					dialErr = err
 				}
@@ -56,8 +95,21 @@ func (s *Server) servePreview(w http.ResponseWriter, r *http.Request) {
 			ResponseHeaderTimeout: previewHeaderTimeout,
 		},
 		ModifyResponse: func(resp *http.Response) error {
-			resp.Header.Set("Content-Security-Policy", previewCSP)
+			if sandboxed {
+				resp.Header.Set("Content-Security-Policy", previewCSP)
+				resp.Header.Del("Set-Cookie")
+				return nil
+			}
+			var kept []string
+			for _, c := range resp.Header.Values("Set-Cookie") {
+				if sc, err := http.ParseSetCookie(c); err == nil && !strings.EqualFold(sc.Name, previewCookie) {
+					kept = append(kept, c)
+				}
+			}
 			resp.Header.Del("Set-Cookie")
+			for _, c := range kept {
+				resp.Header.Add("Set-Cookie", c)
+			}
 			return nil
 		},
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
@@ -70,4 +122,15 @@ func (s *Server) servePreview(w http.ResponseWriter, r *http.Request) {
 		},
 	}
 	rp.ServeHTTP(w, r)
+}
+
+// withoutCookie removes the cookie named name from r's Cookie headers, keeping the others.
+func withoutCookie(r *http.Request, name string) {
+	cookies := r.Cookies()
+	r.Header.Del("Cookie")
+	for _, c := range cookies {
+		if c.Name != name {
+			r.AddCookie(c)
+		}
+	}
 }

@@ -43,6 +43,9 @@ type Options struct {
 	// MaxDesktopConns caps the open desktop connections of one box on this process; over it a
 	// connection is refused with resource_exhausted. Zero means DefaultMaxDesktopConns.
 	MaxDesktopConns int
+	// PreviewDomain, when set (host or host:port), serves each box port's preview on a host of
+	// its own, p{port}-{box hex}.{PreviewDomain}, which browsers open with a preview ticket.
+	PreviewDomain string
 }
 
 // DefaultMaxDesktopConns is the per-box cap on desktop connections when none is configured:
@@ -79,6 +82,8 @@ type Server struct {
 	metrics         *metrics
 	mux             *http.ServeMux
 	routes          http.Handler // mux behind panic recovery
+	previews        http.Handler // servePreviewHost behind panic recovery
+	previewDomain   string       // lower case; empty: no host-based previews
 }
 
 // New builds a Server and registers its services.
@@ -90,6 +95,7 @@ func New(opts Options) *Server {
 	s := &Server{
 		store: opts.Store, boxes: opts.Boxes, vault: opts.Vault, checks: opts.Checks,
 		version: opts.Version, log: log, mux: http.NewServeMux(), metrics: newMetrics(), keys: opts.Keys,
+		previewDomain: strings.ToLower(opts.PreviewDomain),
 	}
 	if s.now = opts.Now; s.now == nil {
 		s.now = time.Now
@@ -135,6 +141,7 @@ func New(opts Options) *Server {
 	// "/mcp" (ServeMux panics on such ambiguity); every route above wins over it.
 	s.mux.Handle("/", web.Handler())
 	s.routes = s.recoverHTTP(s.mux)
+	s.previews = s.recoverHTTP(http.HandlerFunc(s.servePreviewHost))
 	return s
 }
 
@@ -145,6 +152,10 @@ func New(opts Options) *Server {
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ct := r.Header.Get("Content-Type")
+		if _, _, ok := s.previewTarget(r.Host); ok {
+			s.previews.ServeHTTP(w, r) // a box port's own origin: nothing else is served there
+			return
+		}
 		switch {
 		case r.ProtoMajor == 2 && strings.HasPrefix(ct, "application/grpc") && !strings.HasPrefix(ct, "application/grpc-web"):
 			s.rpc.ServeHTTP(w, r)

@@ -35,6 +35,7 @@ const (
 	modeView     = "view"
 	modeControl  = "control"
 	modeTerminal = "terminal"
+	modePreview  = "preview" // a box port's preview, on its own host
 )
 
 // desktopTicket is a ticket's sealed content.
@@ -44,6 +45,7 @@ type desktopTicket struct {
 	User    string          `json:"user"`
 	Token   string          `json:"tok"` // the token DesktopTicket was called with: revoking it ends the connection
 	Mode    string          `json:"mode"`
+	Port    int             `json:"port,omitempty"` // the port a preview ticket opens
 	Expires time.Time       `json:"exp"`
 }
 
@@ -75,7 +77,7 @@ func openTicket(keys *secrets.Keyring, s string, now time.Time) (desktopTicket, 
 		return desktopTicket{}, errBadTicket
 	}
 	var t desktopTicket
-	if err := json.Unmarshal(b, &t); err != nil || t.ID == "" || t.Box == "" || t.User == "" || t.Token == "" || (validMode(t.Mode) != nil && t.Mode != modeTerminal) {
+	if err := json.Unmarshal(b, &t); err != nil || t.ID == "" || t.Box == "" || t.User == "" || t.Token == "" || (validMode(t.Mode) != nil && t.Mode != modeTerminal && t.Mode != modePreview) {
 		return desktopTicket{}, errBadTicket
 	}
 	if !now.Before(t.Expires) {

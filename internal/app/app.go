@@ -58,6 +58,8 @@ type APIOptions struct {
 	MaxDesktopConns int
 	// Checks are /healthz components beyond the two every API has (temporal, postgres).
 	Checks map[string]api.Check
+	// PreviewDomain serves box ports' previews on hosts of their own (api.Options).
+	PreviewDomain string
 }
 
 // API builds the API server over boxes, reporting Temporal and PostgreSQL in /healthz beside
@@ -76,6 +78,6 @@ func API(p Parts, boxes *boxsvc.Service, opts APIOptions) *api.Server {
 	return api.New(api.Options{
 		Store: p.Store, Boxes: boxes, Vault: &vault.Vault{Store: p.Store, Keys: p.Keys}, Keys: p.Keys,
 		Version: buildinfo.String(), Logger: p.Logger.With("component", "api"),
-		MaxDesktopConns: opts.MaxDesktopConns, Checks: checks,
+		MaxDesktopConns: opts.MaxDesktopConns, Checks: checks, PreviewDomain: opts.PreviewDomain,
 	})
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/loomhand/cocoonbox/agentvm/wire"
 	"github.com/loomhand/cocoonbox/internal/boxlink"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
+	"github.com/loomhand/cocoonbox/workflows"
 )
 
 // CheckPort names what is wrong with port as a box port a user may open: 1 to 65535, and none
@@ -94,4 +95,75 @@ func listening(text string) []int {
 		ports = ports[:maxListed]
 	}
 	return ports
+}
+
+// SetPortPublic makes a port of the box public or private again (the owner only: a public port
+// answers anyone without a token). Making a port public needs nothing to listen on it yet.
+func (s *Service) SetPortPublic(ctx context.Context, caller string, id cocoonbox.BoxID, port int, public bool) error {
+	if err := CheckPort(port); err != nil {
+		return err
+	}
+	a, err := s.authorize(ctx, caller, id, cocoonbox.RoleAdmin)
+	if err != nil {
+		return err
+	}
+	if a.role != cocoonbox.RoleOwner {
+		return cocoonbox.Errorf(cocoonbox.EForbidden, "box %s: only its owner makes a port public", id)
+	}
+	if err := s.Store.SetPortPublic(ctx, string(id), port, public, caller); err != nil {
+		return err
+	}
+	s.audit(ctx, caller, id, "port_public", map[string]any{"port": port, "public": public})
+	return nil
+}
+
+// PublicPorts lists the box's public ports (viewer and above).
+func (s *Service) PublicPorts(ctx context.Context, caller string, id cocoonbox.BoxID) ([]int, error) {
+	if _, err := s.authorize(ctx, caller, id, cocoonbox.RoleViewer); err != nil {
+		return nil, err
+	}
+	return s.Store.PublicPorts(ctx, string(id))
+}
+
+// errNotPublic answers an anonymous request for a port that is not public, exactly as for a box
+// that does not exist: nobody learns from it which boxes exist or listen.
+func errNotPublic(id cocoonbox.BoxID) error {
+	return cocoonbox.Errorf(cocoonbox.EUnauthorized, "box %s: this port needs a token or a preview session; sign in through the web app", id)
+}
+
+// DialPublicPort opens a byte pipe to a public port of a running box for an anonymous caller.
+// It never wakes a box: an anonymous request must cost no sandbox.
+func (s *Service) DialPublicPort(ctx context.Context, id cocoonbox.BoxID, port int) (Conn, error) {
+	if err := CheckPort(port); err != nil {
+		return nil, err
+	}
+	if err := id.Validate(); err != nil {
+		return nil, err
+	}
+	public, err := s.Store.PortPublic(ctx, string(id), port)
+	if err != nil {
+		return nil, err
+	}
+	if !public {
+		return nil, errNotPublic(id)
+	}
+	if s.Link == nil {
+		return nil, &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "boxes cannot be reached from this server", Err: errUnavailable}
+	}
+	st, err := s.status(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	if !workflows.Up(st.State) {
+		return nil, cocoonbox.Errorf(cocoonbox.EUnavailable, "box %s is not running; its owner can wake it", id)
+	}
+	sid, token, err := s.Link.Tokens.SandboxToken(ctx, string(id))
+	if err != nil || sid != st.SandboxID {
+		return nil, cocoonbox.Errorf(cocoonbox.EUnavailable, "box %s is changing sandboxes; try again", id)
+	}
+	conn, err := s.Link.Sandbox.DialPort(ctx, sandbox.SandboxRef{ID: sid, Token: token}, port)
+	if err != nil {
+		return nil, boxlink.DialError(err, fmt.Sprintf("port %d", port))
+	}
+	return conn, nil
 }

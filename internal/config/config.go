@@ -163,6 +163,10 @@ type Dev struct {
 	Quota Quota `yaml:"quota"`
 	// BoxNetwork is the egress policy of a box whose create names none: none or internet.
 	BoxNetwork string `yaml:"box_network" env:"COCOONBOX_BOX_NETWORK"`
+	// PreviewDomain serves each box port's preview on a host of its own under it (see API);
+	// empty is localhost:<the API's port> (browsers resolve every *.localhost to loopback), none
+	// turns host previews off.
+	PreviewDomain string `yaml:"preview_domain" env:"COCOONBOX_PREVIEW_DOMAIN"`
 	// NoWorker starts the stack without its in-process Temporal worker, for tests and for running
 	// workers separately (`cocoonbox serve worker`); box operations wait until a worker polls.
 	NoWorker bool `yaml:"no_worker" env:"COCOONBOX_DEV_NO_WORKER"`
@@ -189,6 +193,10 @@ type API struct {
 	// MaxDesktopConnections caps one box's open desktop connections on this process; 0 means
 	// the API's default (api.DefaultMaxDesktopConns).
 	MaxDesktopConnections int `yaml:"max_desktop_connections" env:"COCOONBOX_MAX_DESKTOP_CONNECTIONS"`
+	// PreviewDomain, when set (host or host:port, e.g. preview.example.com with a wildcard DNS
+	// record and certificate for *.preview.example.com), serves each box port's preview at
+	// p{port}-{box hex}.{domain}, its own origin, which browsers open from the web app.
+	PreviewDomain string `yaml:"preview_domain" env:"COCOONBOX_PREVIEW_DOMAIN"`
 }
 
 // Validate checks the api configuration and names the first bad field.
@@ -197,6 +205,9 @@ func (c *API) Validate() error {
 		return err
 	}
 	if err := validateBoxNetwork(c.BoxNetwork); err != nil {
+		return err
+	}
+	if err := validatePreviewDomain(c.PreviewDomain, false); err != nil {
 		return err
 	}
 	if err := validateLogLevel(c.LogLevel); err != nil {
@@ -343,6 +354,9 @@ func (c *Dev) Validate() error {
 	if err := validateBoxNetwork(c.BoxNetwork); err != nil {
 		return err
 	}
+	if err := validatePreviewDomain(c.PreviewDomain, true); err != nil {
+		return err
+	}
 	if err := validateBoxDisk("engine_box_disk_mb", c.EngineBoxDiskMB); err != nil {
 		return err
 	}
@@ -445,6 +459,28 @@ func (c *Engine) Validate() error {
 func validateBoxDisk(key string, mb int) error {
 	if mb != 0 && mb < MinBoxDiskMB {
 		return fmt.Errorf("config %s: a box's disk must be at least %d MiB (0 means each size's own), got %d", key, MinBoxDiskMB, mb)
+	}
+	return nil
+}
+
+// validatePreviewDomain: a preview domain is a host name of two or more labels (or localhost),
+// with an optional port, no scheme or path; the dev stack also takes none.
+func validatePreviewDomain(v string, dev bool) error {
+	if v == "" || (dev && v == "none") {
+		return nil
+	}
+	host := v
+	if h, port, err := net.SplitHostPort(v); err == nil {
+		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+			return fmt.Errorf("config preview_domain: %q has a bad port", v)
+		}
+		host = h
+	}
+	labels := strings.Split(host, ".")
+	for _, l := range labels {
+		if l == "" || len(l) > 63 || strings.Trim(strings.ToLower(l), "abcdefghijklmnopqrstuvwxyz0123456789-") != "" {
+			return fmt.Errorf("config preview_domain: want a host name like preview.example.com (its ports' hosts go under it), got %q", v)
+		}
 	}
 	return nil
 }

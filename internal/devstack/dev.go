@@ -174,7 +174,7 @@ func Start(ctx context.Context, cfg config.Dev, log *slog.Logger) (_ *Dev, retEr
 	d.api = app.API(d.parts, d.Boxes, app.APIOptions{Checks: map[string]api.Check{
 		"s3":     func(ctx context.Context) error { return d.Blobs.Check(ctx) },
 		"engine": d.checkEngine,
-	}})
+	}, PreviewDomain: devPreviewDomain(cfg.PreviewDomain, d.apiAddr)})
 	serveCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.cancel = cancel
 	d.apiDone = make(chan struct{})
@@ -418,4 +418,21 @@ func splitHostPort(addr string) (string, int) {
 	}
 	port, _ := strconv.Atoi(p)
 	return host, port
+}
+
+// devPreviewDomain is the dev stack's preview domain: the configured one, else
+// localhost:<the API's port>, since browsers resolve every *.localhost name to loopback; none
+// turns host previews off.
+func devPreviewDomain(configured, apiAddr string) string {
+	switch configured {
+	case "none":
+		return ""
+	case "":
+		_, port, err := net.SplitHostPort(apiAddr)
+		if err != nil {
+			return ""
+		}
+		return "localhost:" + port
+	}
+	return configured
 }

@@ -4,17 +4,25 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/coder/websocket"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	"github.com/loomhand/cocoonbox/internal/config"
+	"github.com/loomhand/cocoonbox/internal/devstack"
 	"github.com/loomhand/cocoonbox/internal/testutil"
+	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
 
 // portServer is a web server for the box's port 8000 in the base image's Python (which has
@@ -32,7 +40,7 @@ while True:
         if not chunk:
             break
         d += chunk
-    auth = b" with a credential" if b"\r\nauthorization:" in d.lower() else b""
+    auth = b" with a credential" if b"\r\nauthorization:" in d.lower() or b"cocoonbox_preview=" in d else b""
     c.sendall(b"HTTP/1.0 200 OK\r\nSet-Cookie: s=1\r\n\r\nthe box got " + d.split(b"\r\n")[0] + auth)
     c.close()
 `
@@ -118,6 +126,92 @@ func TestBoxPort(t *testing.T) {
 	}
 	if status, body, _ := previewGet(ctx, t, preview+"again", cli.Token); status != http.StatusOK || !strings.Contains(body, "GET /again") {
 		t.Errorf("preview of the hibernated box: %d %q", status, body)
+	}
+	testPreviewHost(ctx, t, d, id, cli.Token, viewerTok, strangerTok)
+}
+
+// testPreviewHost: the port's preview on its own host, as a browser reaches it: a preview ticket
+// becomes a session cookie for that host (once), which opens the box's server there without the
+// box seeing it; without it nothing opens until the owner makes the port public, and a viewer
+// may not; a stranger gets no ticket.
+func testPreviewHost(ctx context.Context, t *testing.T, d *devstack.Dev, id cocoonbox.BoxID, ownerTok, viewerTok, strangerTok string) {
+	conn, err := grpc.NewClient(strings.TrimPrefix(d.URLs().API, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	api := cbv1.NewBoxServiceClient(conn)
+	as := func(tok string) context.Context {
+		return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+tok)
+	}
+	tk, err := api.DesktopTicket(as(ownerTok), &cbv1.DesktopTicketRequest{Box: string(id), PreviewPort: 8000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse("http:" + tk.GetUrl())
+	if err != nil || !strings.HasPrefix(u.Host, "p8000-"+strings.TrimPrefix(string(id), "bx_")+".localhost:") {
+		t.Fatalf("preview ticket url %q", tk.GetUrl())
+	}
+	if _, err := api.DesktopTicket(as(strangerTok), &cbv1.DesktopTicketRequest{Box: string(id), PreviewPort: 8000}); status.Code(err) != codes.NotFound {
+		t.Errorf("a stranger's preview ticket: %v", err)
+	}
+	// Every request goes to the API's own address with the preview host in Host, as a browser
+	// resolving *.localhost sends it.
+	get := func(path string, cookie *http.Cookie) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, d.URLs().API+path, nil)
+		req.Host = u.Host
+		if cookie != nil {
+			req.AddCookie(cookie)
+		}
+		resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { resp.Body.Close() })
+		return resp
+	}
+	body := func(resp *http.Response) string { b, _ := io.ReadAll(resp.Body); return string(b) }
+	resp := get(u.RequestURI(), nil)
+	var session *http.Cookie
+	for _, c := range resp.Cookies() {
+		if c.Name == "cocoonbox_preview" {
+			session = c
+		}
+	}
+	if resp.StatusCode != http.StatusSeeOther || resp.Header.Get("Location") != "/" || session == nil || !session.HttpOnly || session.SameSite != http.SameSiteLaxMode {
+		t.Fatalf("the ticket: %d to %q, cookie %+v", resp.StatusCode, resp.Header.Get("Location"), session)
+	}
+	if resp := get(u.RequestURI(), nil); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("the ticket again: %d, want 401", resp.StatusCode)
+	}
+	resp = get("/app?x=1", session)
+	if got := body(resp); resp.StatusCode != http.StatusOK || got != "the box got GET /app?x=1 HTTP/1.1" {
+		t.Errorf("with the session: %d %q (the box must not see the cookie)", resp.StatusCode, got)
+	}
+	if resp.Header.Get("Set-Cookie") != "s=1" || resp.Header.Get("Content-Security-Policy") != "" {
+		t.Errorf("on its own host the box's page is its origin: Set-Cookie %q, CSP %q", resp.Header.Get("Set-Cookie"), resp.Header.Get("Content-Security-Policy"))
+	}
+	if resp := get("/", nil); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("no session, private port: %d, want 401", resp.StatusCode)
+	}
+	if _, err := api.SetPortPublic(as(viewerTok), &cbv1.SetPortPublicRequest{Box: string(id), Port: 8000, Public: true}); status.Code(err) != codes.PermissionDenied {
+		t.Errorf("a viewer making the port public: %v", err)
+	}
+	if p, err := api.SetPortPublic(as(ownerTok), &cbv1.SetPortPublicRequest{Box: string(id), Port: 8000, Public: true}); err != nil || !p.GetPublic() {
+		t.Fatalf("the owner making the port public: %v %v", p, err)
+	}
+	if resp := get("/open", nil); resp.StatusCode != http.StatusOK || !strings.Contains(body(resp), "GET /open") {
+		t.Errorf("a public port without a session: %d", resp.StatusCode)
+	}
+	if ports, err := api.ListPorts(as(viewerTok), &cbv1.ListPortsRequest{Box: string(id)}); err != nil || len(ports.GetPorts()) == 0 || !ports.GetPorts()[0].GetPublic() || ports.GetPorts()[0].GetPreviewHost() != u.Host {
+		t.Errorf("ListPorts after: %v %v", ports, err)
+	}
+	if _, err := api.SetPortPublic(as(ownerTok), &cbv1.SetPortPublicRequest{Box: string(id), Port: 8000, Public: false}); err != nil {
+		t.Fatal(err)
+	}
+	if resp := get("/", nil); resp.StatusCode != http.StatusUnauthorized {
+		t.Errorf("private again: %d, want 401", resp.StatusCode)
 	}
 }
 

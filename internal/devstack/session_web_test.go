@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-rod/rod/lib/input"
 
@@ -87,6 +88,39 @@ func testWebSession(t *testing.T, e *desktopEnv) {
 		}
 		if out != "dropped on the desktop\nuser\n" {
 			return fmt.Errorf("in the box: %q", out)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The box's open ports, each a link to its preview on its own host (a one-time ticket turned
+	// into a session cookie there): a page served in the box opens in a new tab.
+	if _, err := e.run(`perl -MIO::Socket::INET -e '
+		my $s = IO::Socket::INET->new(LocalAddr => "127.0.0.1:8000", Listen => 8, ReuseAddr => 1) or die $!;
+		while (my $c = $s->accept) { my $l = <$c>; while (<$c>) { last if /^\r?\n$/ }
+		  print $c "HTTP/1.0 200 OK\r\nContent-Type: text/html\r\n\r\n<title>from the box</title><p id=x>served in the box</p>"; close $c }
+		' </dev/null >/dev/null 2>&1 &`); err != nil {
+		t.Fatal(err)
+	}
+	if err := testutil.Poll(e.ctx, testutil.WaitShort, func() error {
+		click(t, page, "#ports-refresh", "")
+		_, err := page.Timeout(time.Second).ElementR("#port-list button", "^8000$")
+		return err
+	}); err != nil {
+		t.Fatalf("the ports list never showed 8000: %v", err)
+	}
+	wait := page.MustWaitOpen()
+	click(t, page, "#port-list button", "^8000$")
+	tab := wait()
+	defer tab.MustClose()
+	var text string
+	if err := testutil.Poll(e.ctx, testutil.WaitShort, func() error {
+		if err := evalInto(tab, `() => { const p = document.getElementById("x"); return p ? p.textContent + " at " + location.host : ""; }`, &text); err != nil {
+			return err
+		}
+		if !strings.HasPrefix(text, "served in the box at p8000-") {
+			return fmt.Errorf("the preview tab shows %q", text)
 		}
 		return nil
 	}); err != nil {

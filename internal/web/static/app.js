@@ -115,6 +115,7 @@ async function openBox(id) {
   render(b);
   show('box');
   agent.open(id).catch(report); // the runs load beside the desktop, not before it
+  listPorts().catch(report);
   await connect(false);
   current.poll = setInterval(async () => {
     try { render(await call('BoxService/GetBox', { box: id })); } catch (e) { report(e); }
@@ -134,6 +135,49 @@ async function connect(control) {
   });
   current.rfb = rfb;
   current.control = control;
+}
+
+// listPorts shows what listens in the box, each with a link that opens its preview (on its own
+// host, with a one-time ticket that becomes a session cookie for that host) and, for the owner, a
+// switch that makes it public.
+async function listPorts() {
+  const id = current.id;
+  const { ports = [] } = await call('BoxService/ListPorts', { box: id });
+  if (!current || current.id !== id) return;
+  const list = $('port-list');
+  list.replaceChildren();
+  if (ports.length === 0) {
+    const li = document.createElement('li');
+    li.textContent = 'nothing listens yet';
+    list.append(li);
+  }
+  for (const p of ports) {
+    const li = document.createElement('li');
+    const open = document.createElement('button');
+    open.textContent = String(p.port);
+    open.title = p.previewHost ? 'open ' + p.previewHost : 'this API has no preview domain: use cocoonbox box port';
+    open.disabled = !p.previewHost;
+    open.addEventListener('click', async () => {
+      try {
+        const t = await call('BoxService/DesktopTicket', { box: id, previewPort: p.port });
+        window.open(location.protocol + t.url, '_blank', 'noopener');
+      } catch (e) { report(e); }
+    });
+    li.append(open);
+    if (current.box && current.box.role === 'owner') {
+      const label = document.createElement('label');
+      const box = document.createElement('input');
+      box.type = 'checkbox';
+      box.checked = !!p.public;
+      box.addEventListener('change', async () => {
+        try { await call('BoxService/SetPortPublic', { box: id, port: p.port, public: box.checked }); }
+        catch (e) { box.checked = !box.checked; report(e); }
+      });
+      label.append(box, ' public');
+      li.append(label);
+    }
+    list.append(li);
+  }
 }
 
 // filesURL is where the API serves a box path over plain HTTP.
@@ -212,6 +256,7 @@ async function main() {
   busy($('handback'), async () => { render(await call('BoxService/HandBack', { box: current.id })); await connect(false); });
   $('terminal').addEventListener('click', () => window.open('/terminal.html#/box/' + current.id, '_blank'));
   busy($('download'), () => download($('download-path').value.trim()));
+  busy($('ports-refresh'), listPorts);
   const screen = $('screen');
   screen.addEventListener('dragover', (e) => { e.preventDefault(); screen.classList.add('dropping'); });
   screen.addEventListener('dragleave', () => screen.classList.remove('dropping'));

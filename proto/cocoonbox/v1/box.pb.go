@@ -981,8 +981,14 @@ type Port struct {
 	Port  int32                  `protobuf:"varint,1,opt,name=port,proto3" json:"port,omitempty"`
 	// preview_path is the HTTP preview of the port on the API (the same host as the call), with a
 	// bearer token; tunnel_path upgrades to a WebSocket carrying one TCP connection to it.
-	PreviewPath   string `protobuf:"bytes,2,opt,name=preview_path,json=previewPath,proto3" json:"preview_path,omitempty"`
-	TunnelPath    string `protobuf:"bytes,3,opt,name=tunnel_path,json=tunnelPath,proto3" json:"tunnel_path,omitempty"`
+	PreviewPath string `protobuf:"bytes,2,opt,name=preview_path,json=previewPath,proto3" json:"preview_path,omitempty"`
+	TunnelPath  string `protobuf:"bytes,3,opt,name=tunnel_path,json=tunnelPath,proto3" json:"tunnel_path,omitempty"`
+	// public says the port's preview answers anyone (SetPortPublic).
+	Public bool `protobuf:"varint,4,opt,name=public,proto3" json:"public,omitempty"`
+	// preview_host, when the API has a preview domain, is the port's own origin
+	// (p{port}-{box hex}.{domain}): a browser opens it with a preview ticket (DesktopTicket
+	// preview_port) and then keeps a session cookie for that host alone.
+	PreviewHost   string `protobuf:"bytes,5,opt,name=preview_host,json=previewHost,proto3" json:"preview_host,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1038,6 +1044,80 @@ func (x *Port) GetTunnelPath() string {
 	return ""
 }
 
+func (x *Port) GetPublic() bool {
+	if x != nil {
+		return x.Public
+	}
+	return false
+}
+
+func (x *Port) GetPreviewHost() string {
+	if x != nil {
+		return x.PreviewHost
+	}
+	return ""
+}
+
+type SetPortPublicRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Box           string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
+	Port          int32                  `protobuf:"varint,2,opt,name=port,proto3" json:"port,omitempty"`
+	Public        bool                   `protobuf:"varint,3,opt,name=public,proto3" json:"public,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPortPublicRequest) Reset() {
+	*x = SetPortPublicRequest{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPortPublicRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPortPublicRequest) ProtoMessage() {}
+
+func (x *SetPortPublicRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPortPublicRequest.ProtoReflect.Descriptor instead.
+func (*SetPortPublicRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *SetPortPublicRequest) GetBox() string {
+	if x != nil {
+		return x.Box
+	}
+	return ""
+}
+
+func (x *SetPortPublicRequest) GetPort() int32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *SetPortPublicRequest) GetPublic() bool {
+	if x != nil {
+		return x.Public
+	}
+	return false
+}
+
 // Box is a box's status as its workflow knows it.
 type Box struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1076,7 +1156,7 @@ type Box struct {
 
 func (x *Box) Reset() {
 	*x = Box{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[16]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1088,7 +1168,7 @@ func (x *Box) String() string {
 func (*Box) ProtoMessage() {}
 
 func (x *Box) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[16]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1101,7 +1181,7 @@ func (x *Box) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Box.ProtoReflect.Descriptor instead.
 func (*Box) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{16}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Box) GetId() string {
@@ -1231,7 +1311,7 @@ type CreateBoxRequest struct {
 
 func (x *CreateBoxRequest) Reset() {
 	*x = CreateBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[17]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1243,7 +1323,7 @@ func (x *CreateBoxRequest) String() string {
 func (*CreateBoxRequest) ProtoMessage() {}
 
 func (x *CreateBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[17]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1256,7 +1336,7 @@ func (x *CreateBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBoxRequest.ProtoReflect.Descriptor instead.
 func (*CreateBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{17}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CreateBoxRequest) GetName() string {
@@ -1303,7 +1383,7 @@ type GetBoxRequest struct {
 
 func (x *GetBoxRequest) Reset() {
 	*x = GetBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[18]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1315,7 +1395,7 @@ func (x *GetBoxRequest) String() string {
 func (*GetBoxRequest) ProtoMessage() {}
 
 func (x *GetBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[18]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1328,7 +1408,7 @@ func (x *GetBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBoxRequest.ProtoReflect.Descriptor instead.
 func (*GetBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{18}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetBoxRequest) GetBox() string {
@@ -1346,7 +1426,7 @@ type ListBoxesRequest struct {
 
 func (x *ListBoxesRequest) Reset() {
 	*x = ListBoxesRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[19]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1358,7 +1438,7 @@ func (x *ListBoxesRequest) String() string {
 func (*ListBoxesRequest) ProtoMessage() {}
 
 func (x *ListBoxesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[19]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1371,7 +1451,7 @@ func (x *ListBoxesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBoxesRequest.ProtoReflect.Descriptor instead.
 func (*ListBoxesRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{19}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{20}
 }
 
 type ListBoxesResponse struct {
@@ -1383,7 +1463,7 @@ type ListBoxesResponse struct {
 
 func (x *ListBoxesResponse) Reset() {
 	*x = ListBoxesResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[20]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1395,7 +1475,7 @@ func (x *ListBoxesResponse) String() string {
 func (*ListBoxesResponse) ProtoMessage() {}
 
 func (x *ListBoxesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[20]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1408,7 +1488,7 @@ func (x *ListBoxesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBoxesResponse.ProtoReflect.Descriptor instead.
 func (*ListBoxesResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{20}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListBoxesResponse) GetBoxes() []*Box {
@@ -1429,7 +1509,7 @@ type DeleteBoxRequest struct {
 
 func (x *DeleteBoxRequest) Reset() {
 	*x = DeleteBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[21]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1441,7 +1521,7 @@ func (x *DeleteBoxRequest) String() string {
 func (*DeleteBoxRequest) ProtoMessage() {}
 
 func (x *DeleteBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[21]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1454,7 +1534,7 @@ func (x *DeleteBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBoxRequest.ProtoReflect.Descriptor instead.
 func (*DeleteBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{21}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *DeleteBoxRequest) GetBox() string {
@@ -1480,7 +1560,7 @@ type WakeBoxRequest struct {
 
 func (x *WakeBoxRequest) Reset() {
 	*x = WakeBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[22]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1492,7 +1572,7 @@ func (x *WakeBoxRequest) String() string {
 func (*WakeBoxRequest) ProtoMessage() {}
 
 func (x *WakeBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[22]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1505,7 +1585,7 @@ func (x *WakeBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WakeBoxRequest.ProtoReflect.Descriptor instead.
 func (*WakeBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{22}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *WakeBoxRequest) GetBox() string {
@@ -1524,7 +1604,7 @@ type HibernateBoxRequest struct {
 
 func (x *HibernateBoxRequest) Reset() {
 	*x = HibernateBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[23]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1536,7 +1616,7 @@ func (x *HibernateBoxRequest) String() string {
 func (*HibernateBoxRequest) ProtoMessage() {}
 
 func (x *HibernateBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[23]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1549,7 +1629,7 @@ func (x *HibernateBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HibernateBoxRequest.ProtoReflect.Descriptor instead.
 func (*HibernateBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{23}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *HibernateBoxRequest) GetBox() string {
@@ -1583,7 +1663,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[24]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1595,7 +1675,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[24]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1608,7 +1688,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{24}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Snapshot) GetId() string {
@@ -1683,7 +1763,7 @@ type SnapshotBoxRequest struct {
 
 func (x *SnapshotBoxRequest) Reset() {
 	*x = SnapshotBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[25]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1695,7 +1775,7 @@ func (x *SnapshotBoxRequest) String() string {
 func (*SnapshotBoxRequest) ProtoMessage() {}
 
 func (x *SnapshotBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[25]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1708,7 +1788,7 @@ func (x *SnapshotBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotBoxRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{25}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *SnapshotBoxRequest) GetBox() string {
@@ -1727,7 +1807,7 @@ type ListSnapshotsRequest struct {
 
 func (x *ListSnapshotsRequest) Reset() {
 	*x = ListSnapshotsRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[26]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1739,7 +1819,7 @@ func (x *ListSnapshotsRequest) String() string {
 func (*ListSnapshotsRequest) ProtoMessage() {}
 
 func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[26]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1752,7 +1832,7 @@ func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{26}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListSnapshotsRequest) GetBox() string {
@@ -1771,7 +1851,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[27]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1783,7 +1863,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[27]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1796,7 +1876,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{27}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
@@ -1817,7 +1897,7 @@ type RestoreBoxRequest struct {
 
 func (x *RestoreBoxRequest) Reset() {
 	*x = RestoreBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[28]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1829,7 +1909,7 @@ func (x *RestoreBoxRequest) String() string {
 func (*RestoreBoxRequest) ProtoMessage() {}
 
 func (x *RestoreBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[28]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1842,7 +1922,7 @@ func (x *RestoreBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreBoxRequest.ProtoReflect.Descriptor instead.
 func (*RestoreBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{28}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *RestoreBoxRequest) GetBox() string {
@@ -1868,7 +1948,7 @@ type WatchBoxRequest struct {
 
 func (x *WatchBoxRequest) Reset() {
 	*x = WatchBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[29]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1880,7 +1960,7 @@ func (x *WatchBoxRequest) String() string {
 func (*WatchBoxRequest) ProtoMessage() {}
 
 func (x *WatchBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[29]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1893,7 +1973,7 @@ func (x *WatchBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchBoxRequest.ProtoReflect.Descriptor instead.
 func (*WatchBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{29}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *WatchBoxRequest) GetBox() string {
@@ -1922,7 +2002,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[30]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1934,7 +2014,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[30]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1947,7 +2027,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{30}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ExecRequest) GetBox() string {
@@ -2006,7 +2086,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[31]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2018,7 +2098,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[31]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2031,7 +2111,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{31}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *ExecResponse) GetExitCode() int32 {
@@ -2066,7 +2146,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[32]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2078,7 +2158,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[32]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2091,7 +2171,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{32}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ReadFileRequest) GetBox() string {
@@ -2119,7 +2199,7 @@ type ReadFileResponse struct {
 
 func (x *ReadFileResponse) Reset() {
 	*x = ReadFileResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[33]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2131,7 +2211,7 @@ func (x *ReadFileResponse) String() string {
 func (*ReadFileResponse) ProtoMessage() {}
 
 func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[33]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2144,7 +2224,7 @@ func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadFileResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{33}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ReadFileResponse) GetContent() []byte {
@@ -2176,7 +2256,7 @@ type WriteFileRequest struct {
 
 func (x *WriteFileRequest) Reset() {
 	*x = WriteFileRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[34]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2188,7 +2268,7 @@ func (x *WriteFileRequest) String() string {
 func (*WriteFileRequest) ProtoMessage() {}
 
 func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[34]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2201,7 +2281,7 @@ func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{34}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *WriteFileRequest) GetBox() string {
@@ -2241,7 +2321,7 @@ type WriteFileResponse struct {
 
 func (x *WriteFileResponse) Reset() {
 	*x = WriteFileResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[35]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2253,7 +2333,7 @@ func (x *WriteFileResponse) String() string {
 func (*WriteFileResponse) ProtoMessage() {}
 
 func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[35]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2266,7 +2346,7 @@ func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileResponse.ProtoReflect.Descriptor instead.
 func (*WriteFileResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{35}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *WriteFileResponse) GetBytes() int64 {
@@ -2293,7 +2373,7 @@ type Share struct {
 
 func (x *Share) Reset() {
 	*x = Share{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[36]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2305,7 +2385,7 @@ func (x *Share) String() string {
 func (*Share) ProtoMessage() {}
 
 func (x *Share) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[36]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2318,7 +2398,7 @@ func (x *Share) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Share.ProtoReflect.Descriptor instead.
 func (*Share) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{36}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *Share) GetBoxId() string {
@@ -2378,7 +2458,7 @@ type ShareBoxRequest struct {
 
 func (x *ShareBoxRequest) Reset() {
 	*x = ShareBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[37]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2390,7 +2470,7 @@ func (x *ShareBoxRequest) String() string {
 func (*ShareBoxRequest) ProtoMessage() {}
 
 func (x *ShareBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[37]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2403,7 +2483,7 @@ func (x *ShareBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShareBoxRequest.ProtoReflect.Descriptor instead.
 func (*ShareBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{37}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ShareBoxRequest) GetBox() string {
@@ -2445,7 +2525,7 @@ type UnshareBoxRequest struct {
 
 func (x *UnshareBoxRequest) Reset() {
 	*x = UnshareBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[38]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2457,7 +2537,7 @@ func (x *UnshareBoxRequest) String() string {
 func (*UnshareBoxRequest) ProtoMessage() {}
 
 func (x *UnshareBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[38]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2470,7 +2550,7 @@ func (x *UnshareBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnshareBoxRequest.ProtoReflect.Descriptor instead.
 func (*UnshareBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{38}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *UnshareBoxRequest) GetBox() string {
@@ -2495,7 +2575,7 @@ type UnshareBoxResponse struct {
 
 func (x *UnshareBoxResponse) Reset() {
 	*x = UnshareBoxResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[39]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2507,7 +2587,7 @@ func (x *UnshareBoxResponse) String() string {
 func (*UnshareBoxResponse) ProtoMessage() {}
 
 func (x *UnshareBoxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[39]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2520,7 +2600,7 @@ func (x *UnshareBoxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnshareBoxResponse.ProtoReflect.Descriptor instead.
 func (*UnshareBoxResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{39}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{40}
 }
 
 type ListSharesRequest struct {
@@ -2532,7 +2612,7 @@ type ListSharesRequest struct {
 
 func (x *ListSharesRequest) Reset() {
 	*x = ListSharesRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[40]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2544,7 +2624,7 @@ func (x *ListSharesRequest) String() string {
 func (*ListSharesRequest) ProtoMessage() {}
 
 func (x *ListSharesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[40]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2557,7 +2637,7 @@ func (x *ListSharesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSharesRequest.ProtoReflect.Descriptor instead.
 func (*ListSharesRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{40}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ListSharesRequest) GetBox() string {
@@ -2576,7 +2656,7 @@ type ListSharesResponse struct {
 
 func (x *ListSharesResponse) Reset() {
 	*x = ListSharesResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[41]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2588,7 +2668,7 @@ func (x *ListSharesResponse) String() string {
 func (*ListSharesResponse) ProtoMessage() {}
 
 func (x *ListSharesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[41]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2601,7 +2681,7 @@ func (x *ListSharesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSharesResponse.ProtoReflect.Descriptor instead.
 func (*ListSharesResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{41}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ListSharesResponse) GetShares() []*Share {
@@ -2620,7 +2700,7 @@ type TakeOverRequest struct {
 
 func (x *TakeOverRequest) Reset() {
 	*x = TakeOverRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2632,7 +2712,7 @@ func (x *TakeOverRequest) String() string {
 func (*TakeOverRequest) ProtoMessage() {}
 
 func (x *TakeOverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2645,7 +2725,7 @@ func (x *TakeOverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeOverRequest.ProtoReflect.Descriptor instead.
 func (*TakeOverRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{42}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *TakeOverRequest) GetBox() string {
@@ -2664,7 +2744,7 @@ type HandBackRequest struct {
 
 func (x *HandBackRequest) Reset() {
 	*x = HandBackRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2676,7 +2756,7 @@ func (x *HandBackRequest) String() string {
 func (*HandBackRequest) ProtoMessage() {}
 
 func (x *HandBackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2689,7 +2769,7 @@ func (x *HandBackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandBackRequest.ProtoReflect.Descriptor instead.
 func (*HandBackRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{43}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *HandBackRequest) GetBox() string {
@@ -2707,14 +2787,18 @@ type DesktopTicketRequest struct {
 	// terminal asks instead for a ticket to the box's terminal (driver): url is then a WebSocket
 	// carrying a login shell on a pseudo-terminal (binary messages are its bytes each way; text
 	// messages are JSON: {"resize":{"rows":R,"cols":C}} from the client, {"exit":N} at the end).
-	Terminal      bool `protobuf:"varint,3,opt,name=terminal,proto3" json:"terminal,omitempty"`
+	Terminal bool `protobuf:"varint,3,opt,name=terminal,proto3" json:"terminal,omitempty"`
+	// preview_port asks instead for a ticket that opens that port's preview in a browser (viewer;
+	// the API needs a preview domain): url is then scheme-relative, //p{port}-{box hex}.{domain}/?…,
+	// and opening it sets a session cookie for that host alone, valid for 12 hours.
+	PreviewPort   int32 `protobuf:"varint,4,opt,name=preview_port,json=previewPort,proto3" json:"preview_port,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DesktopTicketRequest) Reset() {
 	*x = DesktopTicketRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2726,7 +2810,7 @@ func (x *DesktopTicketRequest) String() string {
 func (*DesktopTicketRequest) ProtoMessage() {}
 
 func (x *DesktopTicketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2739,7 +2823,7 @@ func (x *DesktopTicketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesktopTicketRequest.ProtoReflect.Descriptor instead.
 func (*DesktopTicketRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{44}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *DesktopTicketRequest) GetBox() string {
@@ -2763,6 +2847,13 @@ func (x *DesktopTicketRequest) GetTerminal() bool {
 	return false
 }
 
+func (x *DesktopTicketRequest) GetPreviewPort() int32 {
+	if x != nil {
+		return x.PreviewPort
+	}
+	return 0
+}
+
 type DesktopTicketResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Ticket    string                 `protobuf:"bytes,1,opt,name=ticket,proto3" json:"ticket,omitempty"`
@@ -2775,7 +2866,7 @@ type DesktopTicketResponse struct {
 
 func (x *DesktopTicketResponse) Reset() {
 	*x = DesktopTicketResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2787,7 +2878,7 @@ func (x *DesktopTicketResponse) String() string {
 func (*DesktopTicketResponse) ProtoMessage() {}
 
 func (x *DesktopTicketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2800,7 +2891,7 @@ func (x *DesktopTicketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesktopTicketResponse.ProtoReflect.Descriptor instead.
 func (*DesktopTicketResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{45}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *DesktopTicketResponse) GetTicket() string {
@@ -2897,12 +2988,18 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x10ListPortsRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\"=\n" +
 	"\x11ListPortsResponse\x12(\n" +
-	"\x05ports\x18\x01 \x03(\v2\x12.cocoonbox.v1.PortR\x05ports\"^\n" +
+	"\x05ports\x18\x01 \x03(\v2\x12.cocoonbox.v1.PortR\x05ports\"\x99\x01\n" +
 	"\x04Port\x12\x12\n" +
 	"\x04port\x18\x01 \x01(\x05R\x04port\x12!\n" +
 	"\fpreview_path\x18\x02 \x01(\tR\vpreviewPath\x12\x1f\n" +
 	"\vtunnel_path\x18\x03 \x01(\tR\n" +
-	"tunnelPath\"\xca\x03\n" +
+	"tunnelPath\x12\x16\n" +
+	"\x06public\x18\x04 \x01(\bR\x06public\x12!\n" +
+	"\fpreview_host\x18\x05 \x01(\tR\vpreviewHost\"T\n" +
+	"\x14SetPortPublicRequest\x12\x10\n" +
+	"\x03box\x18\x01 \x01(\tR\x03box\x12\x12\n" +
+	"\x04port\x18\x02 \x01(\x05R\x04port\x12\x16\n" +
+	"\x06public\x18\x03 \x01(\bR\x06public\"\xca\x03\n" +
 	"\x03Box\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -3019,16 +3116,17 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x0fTakeOverRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\"#\n" +
 	"\x0fHandBackRequest\x12\x10\n" +
-	"\x03box\x18\x01 \x01(\tR\x03box\"^\n" +
+	"\x03box\x18\x01 \x01(\tR\x03box\"\x81\x01\n" +
 	"\x14DesktopTicketRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\x12\x18\n" +
 	"\acontrol\x18\x02 \x01(\bR\acontrol\x12\x1a\n" +
-	"\bterminal\x18\x03 \x01(\bR\bterminal\"|\n" +
+	"\bterminal\x18\x03 \x01(\bR\bterminal\x12!\n" +
+	"\fpreview_port\x18\x04 \x01(\x05R\vpreviewPort\"|\n" +
 	"\x15DesktopTicketResponse\x12\x16\n" +
 	"\x06ticket\x18\x01 \x01(\tR\x06ticket\x129\n" +
 	"\n" +
 	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x10\n" +
-	"\x03url\x18\x03 \x01(\tR\x03url2\x99\x0f\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url2\xe2\x0f\n" +
 	"\n" +
 	"BoxService\x12>\n" +
 	"\tCreateBox\x12\x1e.cocoonbox.v1.CreateBoxRequest\x1a\x11.cocoonbox.v1.Box\x128\n" +
@@ -3054,7 +3152,8 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\bHandBack\x12\x1d.cocoonbox.v1.HandBackRequest\x1a\x11.cocoonbox.v1.Box\x12X\n" +
 	"\rDesktopTicket\x12\".cocoonbox.v1.DesktopTicketRequest\x1a#.cocoonbox.v1.DesktopTicketResponse\x12L\n" +
 	"\tListPorts\x12\x1e.cocoonbox.v1.ListPortsRequest\x1a\x1f.cocoonbox.v1.ListPortsResponse\x12F\n" +
-	"\rSetBoxNetwork\x12\".cocoonbox.v1.SetBoxNetworkRequest\x1a\x11.cocoonbox.v1.Box\x12D\n" +
+	"\rSetBoxNetwork\x12\".cocoonbox.v1.SetBoxNetworkRequest\x1a\x11.cocoonbox.v1.Box\x12G\n" +
+	"\rSetPortPublic\x12\".cocoonbox.v1.SetPortPublicRequest\x1a\x12.cocoonbox.v1.Port\x12D\n" +
 	"\x05Shell\x12\x1a.cocoonbox.v1.ShellRequest\x1a\x1b.cocoonbox.v1.ShellResponse(\x010\x01\x12L\n" +
 	"\fDownloadFile\x12!.cocoonbox.v1.DownloadFileRequest\x1a\x17.cocoonbox.v1.FileChunk0\x01\x12G\n" +
 	"\n" +
@@ -3076,7 +3175,7 @@ func file_cocoonbox_v1_box_proto_rawDescGZIP() []byte {
 	return file_cocoonbox_v1_box_proto_rawDescData
 }
 
-var file_cocoonbox_v1_box_proto_msgTypes = make([]protoimpl.MessageInfo, 48)
+var file_cocoonbox_v1_box_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
 var file_cocoonbox_v1_box_proto_goTypes = []any{
 	(*ShellRequest)(nil),          // 0: cocoonbox.v1.ShellRequest
 	(*ShellStart)(nil),            // 1: cocoonbox.v1.ShellStart
@@ -3094,115 +3193,118 @@ var file_cocoonbox_v1_box_proto_goTypes = []any{
 	(*ListPortsRequest)(nil),      // 13: cocoonbox.v1.ListPortsRequest
 	(*ListPortsResponse)(nil),     // 14: cocoonbox.v1.ListPortsResponse
 	(*Port)(nil),                  // 15: cocoonbox.v1.Port
-	(*Box)(nil),                   // 16: cocoonbox.v1.Box
-	(*CreateBoxRequest)(nil),      // 17: cocoonbox.v1.CreateBoxRequest
-	(*GetBoxRequest)(nil),         // 18: cocoonbox.v1.GetBoxRequest
-	(*ListBoxesRequest)(nil),      // 19: cocoonbox.v1.ListBoxesRequest
-	(*ListBoxesResponse)(nil),     // 20: cocoonbox.v1.ListBoxesResponse
-	(*DeleteBoxRequest)(nil),      // 21: cocoonbox.v1.DeleteBoxRequest
-	(*WakeBoxRequest)(nil),        // 22: cocoonbox.v1.WakeBoxRequest
-	(*HibernateBoxRequest)(nil),   // 23: cocoonbox.v1.HibernateBoxRequest
-	(*Snapshot)(nil),              // 24: cocoonbox.v1.Snapshot
-	(*SnapshotBoxRequest)(nil),    // 25: cocoonbox.v1.SnapshotBoxRequest
-	(*ListSnapshotsRequest)(nil),  // 26: cocoonbox.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil), // 27: cocoonbox.v1.ListSnapshotsResponse
-	(*RestoreBoxRequest)(nil),     // 28: cocoonbox.v1.RestoreBoxRequest
-	(*WatchBoxRequest)(nil),       // 29: cocoonbox.v1.WatchBoxRequest
-	(*ExecRequest)(nil),           // 30: cocoonbox.v1.ExecRequest
-	(*ExecResponse)(nil),          // 31: cocoonbox.v1.ExecResponse
-	(*ReadFileRequest)(nil),       // 32: cocoonbox.v1.ReadFileRequest
-	(*ReadFileResponse)(nil),      // 33: cocoonbox.v1.ReadFileResponse
-	(*WriteFileRequest)(nil),      // 34: cocoonbox.v1.WriteFileRequest
-	(*WriteFileResponse)(nil),     // 35: cocoonbox.v1.WriteFileResponse
-	(*Share)(nil),                 // 36: cocoonbox.v1.Share
-	(*ShareBoxRequest)(nil),       // 37: cocoonbox.v1.ShareBoxRequest
-	(*UnshareBoxRequest)(nil),     // 38: cocoonbox.v1.UnshareBoxRequest
-	(*UnshareBoxResponse)(nil),    // 39: cocoonbox.v1.UnshareBoxResponse
-	(*ListSharesRequest)(nil),     // 40: cocoonbox.v1.ListSharesRequest
-	(*ListSharesResponse)(nil),    // 41: cocoonbox.v1.ListSharesResponse
-	(*TakeOverRequest)(nil),       // 42: cocoonbox.v1.TakeOverRequest
-	(*HandBackRequest)(nil),       // 43: cocoonbox.v1.HandBackRequest
-	(*DesktopTicketRequest)(nil),  // 44: cocoonbox.v1.DesktopTicketRequest
-	(*DesktopTicketResponse)(nil), // 45: cocoonbox.v1.DesktopTicketResponse
-	nil,                           // 46: cocoonbox.v1.ShellStart.EnvEntry
-	nil,                           // 47: cocoonbox.v1.ExecRequest.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 48: google.protobuf.Timestamp
+	(*SetPortPublicRequest)(nil),  // 16: cocoonbox.v1.SetPortPublicRequest
+	(*Box)(nil),                   // 17: cocoonbox.v1.Box
+	(*CreateBoxRequest)(nil),      // 18: cocoonbox.v1.CreateBoxRequest
+	(*GetBoxRequest)(nil),         // 19: cocoonbox.v1.GetBoxRequest
+	(*ListBoxesRequest)(nil),      // 20: cocoonbox.v1.ListBoxesRequest
+	(*ListBoxesResponse)(nil),     // 21: cocoonbox.v1.ListBoxesResponse
+	(*DeleteBoxRequest)(nil),      // 22: cocoonbox.v1.DeleteBoxRequest
+	(*WakeBoxRequest)(nil),        // 23: cocoonbox.v1.WakeBoxRequest
+	(*HibernateBoxRequest)(nil),   // 24: cocoonbox.v1.HibernateBoxRequest
+	(*Snapshot)(nil),              // 25: cocoonbox.v1.Snapshot
+	(*SnapshotBoxRequest)(nil),    // 26: cocoonbox.v1.SnapshotBoxRequest
+	(*ListSnapshotsRequest)(nil),  // 27: cocoonbox.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil), // 28: cocoonbox.v1.ListSnapshotsResponse
+	(*RestoreBoxRequest)(nil),     // 29: cocoonbox.v1.RestoreBoxRequest
+	(*WatchBoxRequest)(nil),       // 30: cocoonbox.v1.WatchBoxRequest
+	(*ExecRequest)(nil),           // 31: cocoonbox.v1.ExecRequest
+	(*ExecResponse)(nil),          // 32: cocoonbox.v1.ExecResponse
+	(*ReadFileRequest)(nil),       // 33: cocoonbox.v1.ReadFileRequest
+	(*ReadFileResponse)(nil),      // 34: cocoonbox.v1.ReadFileResponse
+	(*WriteFileRequest)(nil),      // 35: cocoonbox.v1.WriteFileRequest
+	(*WriteFileResponse)(nil),     // 36: cocoonbox.v1.WriteFileResponse
+	(*Share)(nil),                 // 37: cocoonbox.v1.Share
+	(*ShareBoxRequest)(nil),       // 38: cocoonbox.v1.ShareBoxRequest
+	(*UnshareBoxRequest)(nil),     // 39: cocoonbox.v1.UnshareBoxRequest
+	(*UnshareBoxResponse)(nil),    // 40: cocoonbox.v1.UnshareBoxResponse
+	(*ListSharesRequest)(nil),     // 41: cocoonbox.v1.ListSharesRequest
+	(*ListSharesResponse)(nil),    // 42: cocoonbox.v1.ListSharesResponse
+	(*TakeOverRequest)(nil),       // 43: cocoonbox.v1.TakeOverRequest
+	(*HandBackRequest)(nil),       // 44: cocoonbox.v1.HandBackRequest
+	(*DesktopTicketRequest)(nil),  // 45: cocoonbox.v1.DesktopTicketRequest
+	(*DesktopTicketResponse)(nil), // 46: cocoonbox.v1.DesktopTicketResponse
+	nil,                           // 47: cocoonbox.v1.ShellStart.EnvEntry
+	nil,                           // 48: cocoonbox.v1.ExecRequest.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 49: google.protobuf.Timestamp
 }
 var file_cocoonbox_v1_box_proto_depIdxs = []int32{
 	1,  // 0: cocoonbox.v1.ShellRequest.start:type_name -> cocoonbox.v1.ShellStart
 	2,  // 1: cocoonbox.v1.ShellRequest.resize:type_name -> cocoonbox.v1.WindowSize
-	46, // 2: cocoonbox.v1.ShellStart.env:type_name -> cocoonbox.v1.ShellStart.EnvEntry
+	47, // 2: cocoonbox.v1.ShellStart.env:type_name -> cocoonbox.v1.ShellStart.EnvEntry
 	2,  // 3: cocoonbox.v1.ShellStart.tty:type_name -> cocoonbox.v1.WindowSize
 	7,  // 4: cocoonbox.v1.FileChunk.info:type_name -> cocoonbox.v1.FileInfo
-	48, // 5: cocoonbox.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	49, // 5: cocoonbox.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
 	15, // 6: cocoonbox.v1.ListPortsResponse.ports:type_name -> cocoonbox.v1.Port
-	48, // 7: cocoonbox.v1.Box.idle_deadline:type_name -> google.protobuf.Timestamp
-	48, // 8: cocoonbox.v1.Box.created_at:type_name -> google.protobuf.Timestamp
-	16, // 9: cocoonbox.v1.ListBoxesResponse.boxes:type_name -> cocoonbox.v1.Box
-	48, // 10: cocoonbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	24, // 11: cocoonbox.v1.ListSnapshotsResponse.snapshots:type_name -> cocoonbox.v1.Snapshot
-	47, // 12: cocoonbox.v1.ExecRequest.env:type_name -> cocoonbox.v1.ExecRequest.EnvEntry
-	48, // 13: cocoonbox.v1.Share.expires_at:type_name -> google.protobuf.Timestamp
-	48, // 14: cocoonbox.v1.Share.created_at:type_name -> google.protobuf.Timestamp
-	48, // 15: cocoonbox.v1.ShareBoxRequest.expires_at:type_name -> google.protobuf.Timestamp
-	36, // 16: cocoonbox.v1.ListSharesResponse.shares:type_name -> cocoonbox.v1.Share
-	48, // 17: cocoonbox.v1.DesktopTicketResponse.expires_at:type_name -> google.protobuf.Timestamp
-	17, // 18: cocoonbox.v1.BoxService.CreateBox:input_type -> cocoonbox.v1.CreateBoxRequest
-	18, // 19: cocoonbox.v1.BoxService.GetBox:input_type -> cocoonbox.v1.GetBoxRequest
-	19, // 20: cocoonbox.v1.BoxService.ListBoxes:input_type -> cocoonbox.v1.ListBoxesRequest
-	21, // 21: cocoonbox.v1.BoxService.DeleteBox:input_type -> cocoonbox.v1.DeleteBoxRequest
-	22, // 22: cocoonbox.v1.BoxService.WakeBox:input_type -> cocoonbox.v1.WakeBoxRequest
-	23, // 23: cocoonbox.v1.BoxService.HibernateBox:input_type -> cocoonbox.v1.HibernateBoxRequest
-	25, // 24: cocoonbox.v1.BoxService.SnapshotBox:input_type -> cocoonbox.v1.SnapshotBoxRequest
-	26, // 25: cocoonbox.v1.BoxService.ListSnapshots:input_type -> cocoonbox.v1.ListSnapshotsRequest
-	28, // 26: cocoonbox.v1.BoxService.RestoreBox:input_type -> cocoonbox.v1.RestoreBoxRequest
-	29, // 27: cocoonbox.v1.BoxService.WatchBox:input_type -> cocoonbox.v1.WatchBoxRequest
-	30, // 28: cocoonbox.v1.BoxService.Exec:input_type -> cocoonbox.v1.ExecRequest
-	32, // 29: cocoonbox.v1.BoxService.ReadFile:input_type -> cocoonbox.v1.ReadFileRequest
-	34, // 30: cocoonbox.v1.BoxService.WriteFile:input_type -> cocoonbox.v1.WriteFileRequest
-	37, // 31: cocoonbox.v1.BoxService.ShareBox:input_type -> cocoonbox.v1.ShareBoxRequest
-	38, // 32: cocoonbox.v1.BoxService.UnshareBox:input_type -> cocoonbox.v1.UnshareBoxRequest
-	40, // 33: cocoonbox.v1.BoxService.ListShares:input_type -> cocoonbox.v1.ListSharesRequest
-	42, // 34: cocoonbox.v1.BoxService.TakeOver:input_type -> cocoonbox.v1.TakeOverRequest
-	43, // 35: cocoonbox.v1.BoxService.HandBack:input_type -> cocoonbox.v1.HandBackRequest
-	44, // 36: cocoonbox.v1.BoxService.DesktopTicket:input_type -> cocoonbox.v1.DesktopTicketRequest
+	49, // 7: cocoonbox.v1.Box.idle_deadline:type_name -> google.protobuf.Timestamp
+	49, // 8: cocoonbox.v1.Box.created_at:type_name -> google.protobuf.Timestamp
+	17, // 9: cocoonbox.v1.ListBoxesResponse.boxes:type_name -> cocoonbox.v1.Box
+	49, // 10: cocoonbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	25, // 11: cocoonbox.v1.ListSnapshotsResponse.snapshots:type_name -> cocoonbox.v1.Snapshot
+	48, // 12: cocoonbox.v1.ExecRequest.env:type_name -> cocoonbox.v1.ExecRequest.EnvEntry
+	49, // 13: cocoonbox.v1.Share.expires_at:type_name -> google.protobuf.Timestamp
+	49, // 14: cocoonbox.v1.Share.created_at:type_name -> google.protobuf.Timestamp
+	49, // 15: cocoonbox.v1.ShareBoxRequest.expires_at:type_name -> google.protobuf.Timestamp
+	37, // 16: cocoonbox.v1.ListSharesResponse.shares:type_name -> cocoonbox.v1.Share
+	49, // 17: cocoonbox.v1.DesktopTicketResponse.expires_at:type_name -> google.protobuf.Timestamp
+	18, // 18: cocoonbox.v1.BoxService.CreateBox:input_type -> cocoonbox.v1.CreateBoxRequest
+	19, // 19: cocoonbox.v1.BoxService.GetBox:input_type -> cocoonbox.v1.GetBoxRequest
+	20, // 20: cocoonbox.v1.BoxService.ListBoxes:input_type -> cocoonbox.v1.ListBoxesRequest
+	22, // 21: cocoonbox.v1.BoxService.DeleteBox:input_type -> cocoonbox.v1.DeleteBoxRequest
+	23, // 22: cocoonbox.v1.BoxService.WakeBox:input_type -> cocoonbox.v1.WakeBoxRequest
+	24, // 23: cocoonbox.v1.BoxService.HibernateBox:input_type -> cocoonbox.v1.HibernateBoxRequest
+	26, // 24: cocoonbox.v1.BoxService.SnapshotBox:input_type -> cocoonbox.v1.SnapshotBoxRequest
+	27, // 25: cocoonbox.v1.BoxService.ListSnapshots:input_type -> cocoonbox.v1.ListSnapshotsRequest
+	29, // 26: cocoonbox.v1.BoxService.RestoreBox:input_type -> cocoonbox.v1.RestoreBoxRequest
+	30, // 27: cocoonbox.v1.BoxService.WatchBox:input_type -> cocoonbox.v1.WatchBoxRequest
+	31, // 28: cocoonbox.v1.BoxService.Exec:input_type -> cocoonbox.v1.ExecRequest
+	33, // 29: cocoonbox.v1.BoxService.ReadFile:input_type -> cocoonbox.v1.ReadFileRequest
+	35, // 30: cocoonbox.v1.BoxService.WriteFile:input_type -> cocoonbox.v1.WriteFileRequest
+	38, // 31: cocoonbox.v1.BoxService.ShareBox:input_type -> cocoonbox.v1.ShareBoxRequest
+	39, // 32: cocoonbox.v1.BoxService.UnshareBox:input_type -> cocoonbox.v1.UnshareBoxRequest
+	41, // 33: cocoonbox.v1.BoxService.ListShares:input_type -> cocoonbox.v1.ListSharesRequest
+	43, // 34: cocoonbox.v1.BoxService.TakeOver:input_type -> cocoonbox.v1.TakeOverRequest
+	44, // 35: cocoonbox.v1.BoxService.HandBack:input_type -> cocoonbox.v1.HandBackRequest
+	45, // 36: cocoonbox.v1.BoxService.DesktopTicket:input_type -> cocoonbox.v1.DesktopTicketRequest
 	13, // 37: cocoonbox.v1.BoxService.ListPorts:input_type -> cocoonbox.v1.ListPortsRequest
 	12, // 38: cocoonbox.v1.BoxService.SetBoxNetwork:input_type -> cocoonbox.v1.SetBoxNetworkRequest
-	0,  // 39: cocoonbox.v1.BoxService.Shell:input_type -> cocoonbox.v1.ShellRequest
-	4,  // 40: cocoonbox.v1.BoxService.DownloadFile:input_type -> cocoonbox.v1.DownloadFileRequest
-	6,  // 41: cocoonbox.v1.BoxService.UploadFile:input_type -> cocoonbox.v1.UploadFileRequest
-	8,  // 42: cocoonbox.v1.BoxService.ListFiles:input_type -> cocoonbox.v1.ListFilesRequest
-	9,  // 43: cocoonbox.v1.BoxService.StatFile:input_type -> cocoonbox.v1.StatFileRequest
-	10, // 44: cocoonbox.v1.BoxService.RemoveFile:input_type -> cocoonbox.v1.RemoveFileRequest
-	16, // 45: cocoonbox.v1.BoxService.CreateBox:output_type -> cocoonbox.v1.Box
-	16, // 46: cocoonbox.v1.BoxService.GetBox:output_type -> cocoonbox.v1.Box
-	20, // 47: cocoonbox.v1.BoxService.ListBoxes:output_type -> cocoonbox.v1.ListBoxesResponse
-	16, // 48: cocoonbox.v1.BoxService.DeleteBox:output_type -> cocoonbox.v1.Box
-	16, // 49: cocoonbox.v1.BoxService.WakeBox:output_type -> cocoonbox.v1.Box
-	16, // 50: cocoonbox.v1.BoxService.HibernateBox:output_type -> cocoonbox.v1.Box
-	24, // 51: cocoonbox.v1.BoxService.SnapshotBox:output_type -> cocoonbox.v1.Snapshot
-	27, // 52: cocoonbox.v1.BoxService.ListSnapshots:output_type -> cocoonbox.v1.ListSnapshotsResponse
-	16, // 53: cocoonbox.v1.BoxService.RestoreBox:output_type -> cocoonbox.v1.Box
-	16, // 54: cocoonbox.v1.BoxService.WatchBox:output_type -> cocoonbox.v1.Box
-	31, // 55: cocoonbox.v1.BoxService.Exec:output_type -> cocoonbox.v1.ExecResponse
-	33, // 56: cocoonbox.v1.BoxService.ReadFile:output_type -> cocoonbox.v1.ReadFileResponse
-	35, // 57: cocoonbox.v1.BoxService.WriteFile:output_type -> cocoonbox.v1.WriteFileResponse
-	36, // 58: cocoonbox.v1.BoxService.ShareBox:output_type -> cocoonbox.v1.Share
-	39, // 59: cocoonbox.v1.BoxService.UnshareBox:output_type -> cocoonbox.v1.UnshareBoxResponse
-	41, // 60: cocoonbox.v1.BoxService.ListShares:output_type -> cocoonbox.v1.ListSharesResponse
-	16, // 61: cocoonbox.v1.BoxService.TakeOver:output_type -> cocoonbox.v1.Box
-	16, // 62: cocoonbox.v1.BoxService.HandBack:output_type -> cocoonbox.v1.Box
-	45, // 63: cocoonbox.v1.BoxService.DesktopTicket:output_type -> cocoonbox.v1.DesktopTicketResponse
-	14, // 64: cocoonbox.v1.BoxService.ListPorts:output_type -> cocoonbox.v1.ListPortsResponse
-	16, // 65: cocoonbox.v1.BoxService.SetBoxNetwork:output_type -> cocoonbox.v1.Box
-	3,  // 66: cocoonbox.v1.BoxService.Shell:output_type -> cocoonbox.v1.ShellResponse
-	5,  // 67: cocoonbox.v1.BoxService.DownloadFile:output_type -> cocoonbox.v1.FileChunk
-	7,  // 68: cocoonbox.v1.BoxService.UploadFile:output_type -> cocoonbox.v1.FileInfo
-	7,  // 69: cocoonbox.v1.BoxService.ListFiles:output_type -> cocoonbox.v1.FileInfo
-	7,  // 70: cocoonbox.v1.BoxService.StatFile:output_type -> cocoonbox.v1.FileInfo
-	11, // 71: cocoonbox.v1.BoxService.RemoveFile:output_type -> cocoonbox.v1.RemoveFileResponse
-	45, // [45:72] is the sub-list for method output_type
-	18, // [18:45] is the sub-list for method input_type
+	16, // 39: cocoonbox.v1.BoxService.SetPortPublic:input_type -> cocoonbox.v1.SetPortPublicRequest
+	0,  // 40: cocoonbox.v1.BoxService.Shell:input_type -> cocoonbox.v1.ShellRequest
+	4,  // 41: cocoonbox.v1.BoxService.DownloadFile:input_type -> cocoonbox.v1.DownloadFileRequest
+	6,  // 42: cocoonbox.v1.BoxService.UploadFile:input_type -> cocoonbox.v1.UploadFileRequest
+	8,  // 43: cocoonbox.v1.BoxService.ListFiles:input_type -> cocoonbox.v1.ListFilesRequest
+	9,  // 44: cocoonbox.v1.BoxService.StatFile:input_type -> cocoonbox.v1.StatFileRequest
+	10, // 45: cocoonbox.v1.BoxService.RemoveFile:input_type -> cocoonbox.v1.RemoveFileRequest
+	17, // 46: cocoonbox.v1.BoxService.CreateBox:output_type -> cocoonbox.v1.Box
+	17, // 47: cocoonbox.v1.BoxService.GetBox:output_type -> cocoonbox.v1.Box
+	21, // 48: cocoonbox.v1.BoxService.ListBoxes:output_type -> cocoonbox.v1.ListBoxesResponse
+	17, // 49: cocoonbox.v1.BoxService.DeleteBox:output_type -> cocoonbox.v1.Box
+	17, // 50: cocoonbox.v1.BoxService.WakeBox:output_type -> cocoonbox.v1.Box
+	17, // 51: cocoonbox.v1.BoxService.HibernateBox:output_type -> cocoonbox.v1.Box
+	25, // 52: cocoonbox.v1.BoxService.SnapshotBox:output_type -> cocoonbox.v1.Snapshot
+	28, // 53: cocoonbox.v1.BoxService.ListSnapshots:output_type -> cocoonbox.v1.ListSnapshotsResponse
+	17, // 54: cocoonbox.v1.BoxService.RestoreBox:output_type -> cocoonbox.v1.Box
+	17, // 55: cocoonbox.v1.BoxService.WatchBox:output_type -> cocoonbox.v1.Box
+	32, // 56: cocoonbox.v1.BoxService.Exec:output_type -> cocoonbox.v1.ExecResponse
+	34, // 57: cocoonbox.v1.BoxService.ReadFile:output_type -> cocoonbox.v1.ReadFileResponse
+	36, // 58: cocoonbox.v1.BoxService.WriteFile:output_type -> cocoonbox.v1.WriteFileResponse
+	37, // 59: cocoonbox.v1.BoxService.ShareBox:output_type -> cocoonbox.v1.Share
+	40, // 60: cocoonbox.v1.BoxService.UnshareBox:output_type -> cocoonbox.v1.UnshareBoxResponse
+	42, // 61: cocoonbox.v1.BoxService.ListShares:output_type -> cocoonbox.v1.ListSharesResponse
+	17, // 62: cocoonbox.v1.BoxService.TakeOver:output_type -> cocoonbox.v1.Box
+	17, // 63: cocoonbox.v1.BoxService.HandBack:output_type -> cocoonbox.v1.Box
+	46, // 64: cocoonbox.v1.BoxService.DesktopTicket:output_type -> cocoonbox.v1.DesktopTicketResponse
+	14, // 65: cocoonbox.v1.BoxService.ListPorts:output_type -> cocoonbox.v1.ListPortsResponse
+	17, // 66: cocoonbox.v1.BoxService.SetBoxNetwork:output_type -> cocoonbox.v1.Box
+	15, // 67: cocoonbox.v1.BoxService.SetPortPublic:output_type -> cocoonbox.v1.Port
+	3,  // 68: cocoonbox.v1.BoxService.Shell:output_type -> cocoonbox.v1.ShellResponse
+	5,  // 69: cocoonbox.v1.BoxService.DownloadFile:output_type -> cocoonbox.v1.FileChunk
+	7,  // 70: cocoonbox.v1.BoxService.UploadFile:output_type -> cocoonbox.v1.FileInfo
+	7,  // 71: cocoonbox.v1.BoxService.ListFiles:output_type -> cocoonbox.v1.FileInfo
+	7,  // 72: cocoonbox.v1.BoxService.StatFile:output_type -> cocoonbox.v1.FileInfo
+	11, // 73: cocoonbox.v1.BoxService.RemoveFile:output_type -> cocoonbox.v1.RemoveFileResponse
+	46, // [46:74] is the sub-list for method output_type
+	18, // [18:46] is the sub-list for method input_type
 	18, // [18:18] is the sub-list for extension type_name
 	18, // [18:18] is the sub-list for extension extendee
 	0,  // [0:18] is the sub-list for field type_name
@@ -3219,7 +3321,7 @@ func file_cocoonbox_v1_box_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cocoonbox_v1_box_proto_rawDesc), len(file_cocoonbox_v1_box_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   48,
+			NumMessages:   49,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

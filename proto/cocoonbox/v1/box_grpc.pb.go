@@ -40,6 +40,7 @@ const (
 	BoxService_DesktopTicket_FullMethodName = "/cocoonbox.v1.BoxService/DesktopTicket"
 	BoxService_ListPorts_FullMethodName     = "/cocoonbox.v1.BoxService/ListPorts"
 	BoxService_SetBoxNetwork_FullMethodName = "/cocoonbox.v1.BoxService/SetBoxNetwork"
+	BoxService_SetPortPublic_FullMethodName = "/cocoonbox.v1.BoxService/SetPortPublic"
 	BoxService_Shell_FullMethodName         = "/cocoonbox.v1.BoxService/Shell"
 	BoxService_DownloadFile_FullMethodName  = "/cocoonbox.v1.BoxService/DownloadFile"
 	BoxService_UploadFile_FullMethodName    = "/cocoonbox.v1.BoxService/UploadFile"
@@ -110,6 +111,9 @@ type BoxServiceClient interface {
 	// SetBoxNetwork replaces the box's egress policy at once (admin): internet and allow-lists
 	// change into each other; whether a box has a network (none) is fixed at its create.
 	SetBoxNetwork(ctx context.Context, in *SetBoxNetworkRequest, opts ...grpc.CallOption) (*Box, error)
+	// SetPortPublic makes a port's preview answer anyone without a token while the box runs, or
+	// stops that (the owner only). An anonymous request never wakes the box.
+	SetPortPublic(ctx context.Context, in *SetPortPublicRequest, opts ...grpc.CallOption) (*Port, error)
 	// Shell runs a command in the box with its input streamed in and its output streamed out as
 	// they come (driver): `box shell` on a pseudo-terminal, `box exec`, the web app's terminal.
 	// The first message carries start; the last answer carries the exit code. The box is kept
@@ -355,6 +359,16 @@ func (c *boxServiceClient) SetBoxNetwork(ctx context.Context, in *SetBoxNetworkR
 	return out, nil
 }
 
+func (c *boxServiceClient) SetPortPublic(ctx context.Context, in *SetPortPublicRequest, opts ...grpc.CallOption) (*Port, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Port)
+	err := c.cc.Invoke(ctx, BoxService_SetPortPublic_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *boxServiceClient) Shell(ctx context.Context, opts ...grpc.CallOption) (grpc.BidiStreamingClient[ShellRequest, ShellResponse], error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	stream, err := c.cc.NewStream(ctx, &BoxService_ServiceDesc.Streams[1], BoxService_Shell_FullMethodName, cOpts...)
@@ -501,6 +515,9 @@ type BoxServiceServer interface {
 	// SetBoxNetwork replaces the box's egress policy at once (admin): internet and allow-lists
 	// change into each other; whether a box has a network (none) is fixed at its create.
 	SetBoxNetwork(context.Context, *SetBoxNetworkRequest) (*Box, error)
+	// SetPortPublic makes a port's preview answer anyone without a token while the box runs, or
+	// stops that (the owner only). An anonymous request never wakes the box.
+	SetPortPublic(context.Context, *SetPortPublicRequest) (*Port, error)
 	// Shell runs a command in the box with its input streamed in and its output streamed out as
 	// they come (driver): `box shell` on a pseudo-terminal, `box exec`, the web app's terminal.
 	// The first message carries start; the last answer carries the exit code. The box is kept
@@ -589,6 +606,9 @@ func (UnimplementedBoxServiceServer) ListPorts(context.Context, *ListPortsReques
 }
 func (UnimplementedBoxServiceServer) SetBoxNetwork(context.Context, *SetBoxNetworkRequest) (*Box, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetBoxNetwork not implemented")
+}
+func (UnimplementedBoxServiceServer) SetPortPublic(context.Context, *SetPortPublicRequest) (*Port, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetPortPublic not implemented")
 }
 func (UnimplementedBoxServiceServer) Shell(grpc.BidiStreamingServer[ShellRequest, ShellResponse]) error {
 	return status.Error(codes.Unimplemented, "method Shell not implemented")
@@ -1000,6 +1020,24 @@ func _BoxService_SetBoxNetwork_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BoxService_SetPortPublic_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetPortPublicRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BoxServiceServer).SetPortPublic(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BoxService_SetPortPublic_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BoxServiceServer).SetPortPublic(ctx, req.(*SetPortPublicRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _BoxService_Shell_Handler(srv interface{}, stream grpc.ServerStream) error {
 	return srv.(BoxServiceServer).Shell(&grpc.GenericServerStream[ShellRequest, ShellResponse]{ServerStream: stream})
 }
@@ -1158,6 +1196,10 @@ var BoxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetBoxNetwork",
 			Handler:    _BoxService_SetBoxNetwork_Handler,
+		},
+		{
+			MethodName: "SetPortPublic",
+			Handler:    _BoxService_SetPortPublic_Handler,
 		},
 		{
 			MethodName: "StatFile",
