@@ -469,6 +469,9 @@ func validatePreviewDomain(v string, dev bool) error {
 	if v == "" || (dev && v == "none") {
 		return nil
 	}
+	if strings.ContainsAny(v, "/@?#") {
+		return fmt.Errorf("config preview_domain: want a host name like preview.example.com, no scheme or path, got %q", v)
+	}
 	host := v
 	if h, port, err := net.SplitHostPort(v); err == nil {
 		if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
