@@ -17,6 +17,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/loomhand/cocoonbox"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
 
@@ -252,6 +253,28 @@ func TestBoxSession(t *testing.T) {
 		}
 		if _, err := e.api.RemoveFile(actx, &cbv1.RemoveFileRequest{Box: string(e.id), Path: "/home/user/big.bin"}); err != nil {
 			t.Errorf("remove: %v", err)
+		}
+	})
+
+	// A shell counts as work: with an idle period far shorter than the shell, the box stays up
+	// under it (the session touches it), and the shell ends as it would anywhere.
+	t.Run("a shell keeps the box awake", func(t *testing.T) {
+		v, err := e.d.Boxes.Get(ctx, e.owner.ID, e.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := v.Policy
+		p.IdleAfter = 2 * time.Second
+		if _, err := e.d.Boxes.SetPolicy(ctx, e.owner.ID, e.id, p); err != nil {
+			t.Fatal(err)
+		}
+		e.d.Boxes.KeepAwakeEvery = 500 * time.Millisecond
+		s := e.startShell(t, ctx, &cbv1.ShellStart{Argv: []string{"sh", "-c", "sleep 8; echo slept"}, Tty: &cbv1.WindowSize{Rows: 24, Cols: 80}})
+		if code, err := s.wait(); err != nil || code != 0 || !strings.Contains(s.out.String(), "slept") {
+			t.Fatalf("the shell under a 2 s idle period: %d %v %q", code, err, s.out.String())
+		}
+		if v, err := e.d.Boxes.Get(ctx, e.owner.ID, e.id); err != nil || v.State != cocoonbox.BoxStateRunning {
+			t.Errorf("after the shell: %v %v, want running", v.State, err)
 		}
 	})
 }
