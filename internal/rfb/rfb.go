@@ -233,6 +233,8 @@ func securityName(t byte) string {
 	switch t {
 	case 0:
 		return "Invalid"
+	case 1:
+		return "None"
 	case 2:
 		return "VNC auth"
 	case 16:
