@@ -1,17 +1,12 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/url"
 	"strings"
 
-	"github.com/coder/websocket"
 	"github.com/urfave/cli/v2"
 
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
@@ -89,30 +84,8 @@ func runDesktop(c *cli.Context) error {
 	edge.Path = "/v1/boxes/" + b.GetId() + "/desktop"
 	edge.RawQuery = url.Values{"mode": {mode}}.Encode()
 	s.out.note("tunnelling %s's desktop (%s) to %s; point a VNC viewer there, Ctrl-C to stop", b.GetName(), mode, ln.Addr())
-	return serveTunnels(c.Context, ln, edge.String(), token, func(err error) { s.out.note("desktop connection: %v", err) })
-}
-
-// serveTunnels tunnels every connection ln accepts to the edge, until ctx ends; a connection's
-// failure goes to failed and ends only that connection.
-func serveTunnels(ctx context.Context, ln net.Listener, edge, token string, failed func(error)) error {
-	go func() {
-		<-ctx.Done()
-		_ = ln.Close()
-	}()
-	for {
-		conn, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		go func() {
-			if err := tunnel(ctx, conn, edge, token); err != nil {
-				failed(err)
-			}
-		}()
-	}
+	handle := func(conn net.Conn) error { return tunnel(c.Context, conn, edge.String(), token) }
+	return serveTunnels(c.Context, ln, handle, func(err error) { s.out.note("desktop connection: %v", err) })
 }
 
 // checkListen applies the rule for --listen: a loopback address (127.0.0.0/8, ::1, localhost)
@@ -132,49 +105,4 @@ func checkListen(addr string, controlSet bool) (warning string, err error) {
 			"say --control=false to let them watch or --control=true to let them drive, or listen on 127.0.0.1", addr)
 	}
 	return fmt.Sprintf("warning: --listen %s is off loopback: anyone who reaches it gets the desktop as you", addr), nil
-}
-
-// tunnel relays one local TCP connection (a VNC viewer's, or a box port's client) over a
-// WebSocket to an edge of the API, which authenticates it with the bearer token and applies its
-// rules.
-func tunnel(ctx context.Context, conn net.Conn, edge, token string) error {
-	defer conn.Close()
-	ws, resp, err := websocket.Dial(ctx, edge, &websocket.DialOptions{
-		HTTPHeader:   http.Header{"Authorization": {"Bearer " + token}},
-		Subprotocols: []string{"binary"},
-	})
-	if err != nil {
-		if resp != nil {
-			return fmt.Errorf("the edge refused: %s", edgeRefusal(resp))
-		}
-		return err
-	}
-	ws.SetReadLimit(-1)
-	nc := websocket.NetConn(ctx, ws, websocket.MessageBinary)
-	defer nc.Close()
-	errc := make(chan error, 2)
-	go func() { _, err := io.Copy(nc, conn); errc <- err }()
-	go func() { _, err := io.Copy(conn, nc); errc <- err }()
-	err = <-errc
-	var ce websocket.CloseError
-	if errors.As(err, &ce) && ce.Code != websocket.StatusNormalClosure {
-		return fmt.Errorf("closed by the edge: %s", ce.Reason)
-	}
-	return nil
-}
-
-// edgeRefusal is what an edge said when it refused an upgrade: its {"error": {"message"}} (the
-// API's HTTP error body), else the status.
-func edgeRefusal(resp *http.Response) string {
-	var body struct {
-		Error struct {
-			Message string `json:"message"`
-		} `json:"error"`
-	}
-	if resp.Body != nil {
-		if b, err := io.ReadAll(io.LimitReader(resp.Body, 1024)); err == nil && json.Unmarshal(b, &body) == nil && body.Error.Message != "" {
-			return body.Error.Message
-		}
-	}
-	return resp.Status
 }
