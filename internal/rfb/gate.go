@@ -25,6 +25,9 @@ var ErrWrongPassword = errors.New("rfb: wrong VNC password")
 // ErrLocked is returned for every viewer once a Gate has seen its limit of wrong passwords.
 var ErrLocked = errors.New("rfb: too many wrong VNC passwords")
 
+// lockedReason is what a viewer is told once the gate is locked.
+const lockedReason = "too many wrong passwords: restart cocoonbox desktop for a new one"
+
 const (
 	version33      = "RFB 003.003\n"
 	version37      = "RFB 003.007\n"
@@ -105,7 +108,7 @@ func (g *Gate) Authenticate(viewer io.ReadWriter) (*Pending, error) {
 	}
 	p := &Pending{rw: viewer, minor: minor}
 	if g.locked() {
-		return nil, p.refuseTypes(ErrLocked, "too many wrong passwords: restart cocoonbox desktop for a new one")
+		return nil, p.refuseTypes(ErrLocked, lockedReason)
 	}
 	if minor == 3 {
 		// RFB 3.3: the server chooses the type.
@@ -135,11 +138,12 @@ func (g *Gate) Authenticate(viewer io.ReadWriter) (*Pending, error) {
 	if err != nil {
 		return nil, err
 	}
-	switch failures, ok := g.check(response(g.key, challenge), got); {
-	case failures < 0:
-		return nil, p.fail(ErrLocked, "too many wrong passwords: restart cocoonbox desktop for a new one")
-	case !ok:
-		return nil, p.fail(fmt.Errorf("%w (%d of %d)", ErrWrongPassword, failures, g.maxFailures), "wrong password")
+	if err := g.check(response(g.key, challenge), got); err != nil {
+		reason := "wrong password"
+		if errors.Is(err, ErrLocked) {
+			reason = lockedReason
+		}
+		return nil, p.fail(err, reason)
 	}
 	return p, nil
 }
@@ -151,20 +155,20 @@ func (g *Gate) locked() bool {
 	return g.failures >= g.maxFailures
 }
 
-// check compares a viewer's response with the right one and counts a wrong one. It returns the
-// failures so far, or -1 once the gate is locked, whatever the response: viewers that reached
-// the challenge together must not get more tries than the limit between them.
-func (g *Gate) check(want, got []byte) (failures int, ok bool) {
+// check compares a viewer's response with the right one and counts a wrong one, returning
+// ErrWrongPassword with the count. Once the gate is locked it returns ErrLocked whatever the
+// response: viewers that reached the challenge together get no more tries than the limit.
+func (g *Gate) check(want, got []byte) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.failures >= g.maxFailures {
-		return -1, false
+		return ErrLocked
 	}
 	if subtle.ConstantTimeCompare(want, got) == 1 {
-		return g.failures, true
+		return nil
 	}
 	g.failures++
-	return g.failures, false
+	return fmt.Errorf("%w (%d of %d)", ErrWrongPassword, g.failures, g.maxFailures)
 }
 
 // Admit tells the viewer it passed; what it sends next is ClientInit.

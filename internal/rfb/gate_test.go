@@ -312,6 +312,38 @@ func TestGateLocksAfterFailures(t *testing.T) {
 	}
 }
 
+// TestGateLocksViewersAtTheChallenge: viewers that hold a challenge when the last try is spent
+// are refused too, the right password included, so parallel viewers get no extra tries.
+func TestGateLocksViewersAtTheChallenge(t *testing.T) {
+	g := newGate(t, 1)
+	challenged := func() (net.Conn, []byte, chan error) {
+		vGate, vEnd := pipeConn(t)
+		done := make(chan error, 1)
+		go func() { _, err := g.Authenticate(vGate); _ = vGate.Close(); done <- err }()
+		readFull(t, vEnd, 12)
+		_, _ = io.WriteString(vEnd, v38)
+		readFull(t, vEnd, 2)
+		_, _ = vEnd.Write([]byte{2})
+		return vEnd, readFull(t, vEnd, 16), done
+	}
+	a, aChallenge, aDone := challenged()
+	b, bChallenge, bDone := challenged()
+	_, _ = a.Write(vncResponse(t, "wrong", aChallenge))
+	if end := readResult(t, a, v38); end.reason != "wrong password" {
+		t.Fatalf("first viewer: %+v", end)
+	}
+	if err := <-aDone; !errors.Is(err, rfb.ErrWrongPassword) {
+		t.Fatalf("first viewer: %v", err)
+	}
+	_, _ = b.Write(vncResponse(t, password, bChallenge))
+	if end := readResult(t, b, v38); !strings.Contains(end.reason, "too many wrong passwords") {
+		t.Fatalf("second viewer, right password after the last try: %+v", end)
+	}
+	if err := <-bDone; !errors.Is(err, rfb.ErrLocked) {
+		t.Fatalf("second viewer: %v", err)
+	}
+}
+
 // TestGateRefusesOtherSecurity: a viewer that chooses None is refused, with the reason for 3.8
 // (which waits for a SecurityResult) and by closing for 3.7 (which does not); a stream that is
 // not RFB 3 is refused.

@@ -6,7 +6,9 @@
 // the edge does not understand ends the connection instead of passing through.
 //
 // The grammar lives in this file (what a well-formed client stream is); the
-// policy lives in filter.go (what each mode may forward).
+// policy lives in filter.go (what each mode may forward). gate.go holds the
+// other end: the password a local tunnel asks of stock viewers before it
+// connects them to the edge.
 package rfb
 
 import (
