@@ -24,6 +24,8 @@ APT_PACKAGES=(
 	nftables             # nft: each networked box's egress policy and NAT, outside the box
 	chromium             # the browser go-rod drives in tests (the web app's desktop test)
 	tmux                 # the terminal a person types box shell into, in its test
+	xvfb                 # a headless X server for the native-viewer test; -fbdir is its screenshot
+	xtightvncviewer      # a stock VNC viewer with a password file, against `desktop --listen`
 	ca-certificates
 )
 

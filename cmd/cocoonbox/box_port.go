@@ -73,7 +73,8 @@ func boxPortCommand() *cli.Command {
 			edge.Scheme = strings.Replace(u.Scheme, "http", "ws", 1)
 			edge.Path = fmt.Sprintf("/v1/boxes/%s/ports/%d", b.GetId(), port)
 			s.out.note("tunnelling %s's port %d to %s; Ctrl-C to stop", b.GetName(), port, ln.Addr())
-			return serveTunnels(c.Context, ln, edge.String(), token, func(err error) { s.out.note("port %d connection: %v", port, err) })
+			handle := func(conn net.Conn) error { return tunnel(c.Context, conn, edge.String(), token) }
+			return serveTunnels(c.Context, ln, handle, func(err error) { s.out.note("port %d connection: %v", port, err) })
 		},
 	}
 }

@@ -1,35 +1,49 @@
 package main
 
 import (
+	"cmp"
 	"context"
-	"encoding/json"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"net"
-	"net/http"
 	"net/url"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
 	"strings"
 
-	"github.com/coder/websocket"
 	"github.com/urfave/cli/v2"
 
+	"github.com/loomhand/cocoonbox/internal/rfb"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
+
+// desktopPasswordTries is how many wrong VNC passwords one desktop tunnel takes before it
+// refuses every viewer: room for typing mistakes, none for guessing.
+const desktopPasswordTries = 5
 
 func desktopCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "desktop",
 		Usage:     "open a box's desktop in the browser, or tunnel it to a local port for a VNC viewer",
 		ArgsUsage: "BOX",
-		Description: "Without --listen, prints the web app's link to the box (open it in a browser signed in\n" +
-			"with your token). With --listen 127.0.0.1:5900, every VNC viewer that connects there gets\n" +
-			"the box's desktop through the API's desktop edge: watch-only, or with --control (which\n" +
-			"takes the desktop's control lease for you) driving it.\n" +
-			"Anyone who reaches the --listen address gets the desktop as you, so an address off\n" +
-			"loopback needs --control=false (watch) or --control=true (drive) said explicitly.",
+		Description: "Without --listen or --open, prints the web app's link to the box (open it in a browser\n" +
+			"signed in with your token). With --listen 127.0.0.1:5900, every VNC viewer that connects\n" +
+			"there gets the box's desktop through the API's desktop edge: watch-only, or with --control\n" +
+			"(which takes the desktop's control lease for you) driving it. --open also hands\n" +
+			"vnc://ADDRESS to the system's viewer (open on macOS, xdg-open elsewhere), on a free\n" +
+			"loopback port unless --listen says where.\n" +
+			"Viewers must give the one-time VNC password printed when the tunnel opens; it is valid\n" +
+			"while the command runs, and after " + strconv.Itoa(desktopPasswordTries) + " wrong ones no viewer gets in. It only gates the\n" +
+			"local port (VNC's DES authentication is weak), so keep the tunnel on loopback: anyone who\n" +
+			"reaches the --listen address and has the password gets the desktop as you, and an address\n" +
+			"off loopback needs --control=false (watch) or --control=true (drive) said explicitly.",
 		Flags: apiFlags(
 			&cli.StringFlag{Name: "listen", Usage: "tunnel the desktop to this local host:port (loopback recommended)"},
+			&cli.BoolFlag{Name: "open", Usage: "open the tunnel in the system's VNC viewer (on 127.0.0.1 and a free port unless --listen)"},
 			&cli.BoolFlag{Name: "control", Usage: "drive the desktop (takes the control lease) instead of watching"},
 		),
 		Action: runDesktop,
@@ -41,13 +55,23 @@ func runDesktop(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	listen := c.String("listen")
 	if c.IsSet("listen") {
-		warning, err := checkListen(c.String("listen"), c.IsSet("control"))
+		warning, err := checkListen(listen, c.IsSet("control"))
 		if err != nil {
 			return err
 		}
 		if warning != "" {
 			fmt.Fprintln(c.App.ErrWriter, warning)
+		}
+	}
+	var opener string
+	if c.Bool("open") {
+		if opener, err = viewerOpener(); err != nil {
+			return err
+		}
+		if listen == "" {
+			listen = "127.0.0.1:0"
 		}
 	}
 	u, token, err := target(c)
@@ -68,18 +92,13 @@ func runDesktop(c *cli.Context) error {
 			return apiError(err)
 		}
 	}
-	if !c.IsSet("listen") {
+	if listen == "" {
 		link := strings.TrimSuffix(u.String(), "/") + "/#/box/" + b.GetId()
 		return s.out.result(&cbv1.DesktopTicketResponse{Url: link}, func(w io.Writer) error {
 			_, err := fmt.Fprintln(w, link)
 			return err
 		})
 	}
-	ln, err := net.Listen("tcp", c.String("listen"))
-	if err != nil {
-		return fmt.Errorf("listen: %w", err)
-	}
-	defer ln.Close()
 	mode := "view"
 	if c.Bool("control") {
 		mode = "control"
@@ -88,31 +107,103 @@ func runDesktop(c *cli.Context) error {
 	edge.Scheme = strings.Replace(u.Scheme, "http", "ws", 1)
 	edge.Path = "/v1/boxes/" + b.GetId() + "/desktop"
 	edge.RawQuery = url.Values{"mode": {mode}}.Encode()
-	s.out.note("tunnelling %s's desktop (%s) to %s; point a VNC viewer there, Ctrl-C to stop", b.GetName(), mode, ln.Addr())
-	return serveTunnels(c.Context, ln, edge.String(), token, func(err error) { s.out.note("desktop connection: %v", err) })
+	return tunnelDesktop(c.Context, s.out, listen, edge.String(), token, opener,
+		fmt.Sprintf("tunnelling %s's desktop (%s)", b.GetName(), mode))
 }
 
-// serveTunnels tunnels every connection ln accepts to the edge, until ctx ends; a connection's
-// failure goes to failed and ends only that connection.
-func serveTunnels(ctx context.Context, ln net.Listener, edge, token string, failed func(error)) error {
-	go func() {
-		<-ctx.Done()
-		_ = ln.Close()
-	}()
-	for {
-		conn, err := ln.Accept()
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
-		}
-		go func() {
-			if err := tunnel(ctx, conn, edge, token); err != nil {
-				failed(err)
-			}
-		}()
+// tunnelDesktop serves the desktop edge on listen to every local VNC viewer that knows a
+// one-time password, until ctx ends, and opens the tunnel with opener unless it is empty.
+func tunnelDesktop(ctx context.Context, out *printer, listen, edge, token, opener, what string) error {
+	password := rand.Text()[:8] // 40 bits from base32's alphabet, which has no 0, 1, 8 or 9 to misread
+	gate, err := rfb.NewGate(password, desktopPasswordTries)
+	if err != nil {
+		return err
 	}
+	ln, err := net.Listen("tcp", listen)
+	if err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	defer ln.Close()
+	out.note("%s to %s; point a VNC viewer there, Ctrl-C to stop", what, ln.Addr())
+	out.note("VNC password: %s (valid while this command runs)", password)
+	if opener != "" {
+		openViewer(out, opener, vncURL(ln.Addr()))
+	}
+	handle := func(conn net.Conn) error { return viewerTunnel(ctx, conn, gate, edge, token) }
+	return serveTunnels(ctx, ln, handle, func(err error) {
+		if errors.Is(err, rfb.ErrLocked) {
+			err = fmt.Errorf("%w: no viewer gets in now; run cocoonbox desktop again for a new password", err)
+		}
+		out.note("desktop connection: %v", err)
+	})
+}
+
+// viewerTunnel asks a local viewer for the gate's password before it reaches the edge, then
+// answers the edge's own handshake (security None) itself, so that the viewer and the box
+// speak to each other from ClientInit on. A failure reaching the edge is the viewer's
+// refusal reason too.
+func viewerTunnel(ctx context.Context, conn net.Conn, gate *rfb.Gate, edge, token string) error {
+	defer conn.Close()
+	viewer, err := gate.Authenticate(conn)
+	if err != nil {
+		return fmt.Errorf("viewer %s: %w", conn.RemoteAddr(), err)
+	}
+	nc, err := dialEdge(ctx, edge, token)
+	if err == nil {
+		defer nc.Close()
+		if err = rfb.ConnectNone(nc); err != nil {
+			err = cmp.Or(edgeClosed(err), err)
+		}
+	}
+	if err != nil {
+		_ = viewer.Refuse(err.Error())
+		return err
+	}
+	if err := viewer.Admit(); err != nil {
+		return err
+	}
+	return relay(conn, nc)
+}
+
+// viewerOpener is the program that hands a vnc:// URL to the system's viewer.
+func viewerOpener() (string, error) {
+	name := "xdg-open"
+	if runtime.GOOS == "darwin" {
+		name = "open"
+	}
+	path, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("--open: %s is not on PATH to hand vnc:// to a viewer; use --listen and point a viewer there", name)
+	}
+	return path, nil
+}
+
+// openViewer runs opener on target without waiting for it, and notes its failure.
+func openViewer(out *printer, opener, target string) {
+	cmd := exec.Command(opener, target)
+	cmd.Stdout, cmd.Stderr = out.errw, out.errw
+	if err := cmd.Start(); err != nil {
+		out.note("--open: %v", err)
+		return
+	}
+	go func() {
+		if err := cmd.Wait(); err != nil {
+			out.note("--open: %s %s: %v", filepath.Base(opener), target, err)
+		}
+	}()
+}
+
+// vncURL is the vnc:// URL of a listener: on loopback when it listens on every interface.
+func vncURL(addr net.Addr) string {
+	host, port, _ := net.SplitHostPort(addr.String())
+	switch ip := net.ParseIP(host); {
+	case ip == nil:
+	case ip.To4() != nil && ip.IsUnspecified():
+		host = "127.0.0.1"
+	case ip.IsUnspecified():
+		host = "::1"
+	}
+	return "vnc://" + net.JoinHostPort(host, port)
 }
 
 // checkListen applies the rule for --listen: a loopback address (127.0.0.0/8, ::1, localhost)
@@ -132,49 +223,4 @@ func checkListen(addr string, controlSet bool) (warning string, err error) {
 			"say --control=false to let them watch or --control=true to let them drive, or listen on 127.0.0.1", addr)
 	}
 	return fmt.Sprintf("warning: --listen %s is off loopback: anyone who reaches it gets the desktop as you", addr), nil
-}
-
-// tunnel relays one local TCP connection (a VNC viewer's, or a box port's client) over a
-// WebSocket to an edge of the API, which authenticates it with the bearer token and applies its
-// rules.
-func tunnel(ctx context.Context, conn net.Conn, edge, token string) error {
-	defer conn.Close()
-	ws, resp, err := websocket.Dial(ctx, edge, &websocket.DialOptions{
-		HTTPHeader:   http.Header{"Authorization": {"Bearer " + token}},
-		Subprotocols: []string{"binary"},
-	})
-	if err != nil {
-		if resp != nil {
-			return fmt.Errorf("the edge refused: %s", edgeRefusal(resp))
-		}
-		return err
-	}
-	ws.SetReadLimit(-1)
-	nc := websocket.NetConn(ctx, ws, websocket.MessageBinary)
-	defer nc.Close()
-	errc := make(chan error, 2)
-	go func() { _, err := io.Copy(nc, conn); errc <- err }()
-	go func() { _, err := io.Copy(conn, nc); errc <- err }()
-	err = <-errc
-	var ce websocket.CloseError
-	if errors.As(err, &ce) && ce.Code != websocket.StatusNormalClosure {
-		return fmt.Errorf("closed by the edge: %s", ce.Reason)
-	}
-	return nil
-}
-
-// edgeRefusal is what an edge said when it refused an upgrade: its {"error": {"message"}} (the
-// API's HTTP error body), else the status.
-func edgeRefusal(resp *http.Response) string {
-	var body struct {
-		Error struct {
-			Message string `json:"message"`
-		} `json:"error"`
-	}
-	if resp.Body != nil {
-		if b, err := io.ReadAll(io.LimitReader(resp.Body, 1024)); err == nil && json.Unmarshal(b, &body) == nil && body.Error.Message != "" {
-			return body.Error.Message
-		}
-	}
-	return resp.Status
 }

@@ -2,6 +2,7 @@ package devstack_test
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -283,9 +284,9 @@ func (e *desktopEnv) waitViewers(tb testing.TB, n int) {
 // rfbTimeout bounds each step of an RFB exchange.
 const rfbTimeout = 30 * time.Second
 
-// rfbConn is the client side of an RFB 3.8 session (security None, shared), as much of it as
-// the desktop tests need: it asks for Raw only, so every rectangle's length follows from its
-// header.
+// rfbConn is the client side of an RFB 3.8 session (security None or VNC Authentication,
+// shared), as much of it as the desktop tests need: it asks for Raw only, so every rectangle's
+// length follows from its header.
 type rfbConn struct {
 	conn          net.Conn
 	r             *bufio.Reader
@@ -293,9 +294,13 @@ type rfbConn struct {
 	bytesPerPixel int
 }
 
-// rfbHandshake runs the client's handshake on conn up to the ServerInit and sends SetEncodings
-// (Raw).
-func rfbHandshake(conn net.Conn) (*rfbConn, error) {
+// rfbHandshake runs the client's handshake on conn up to the ServerInit, with security None, and
+// sends SetEncodings (Raw).
+func rfbHandshake(conn net.Conn) (*rfbConn, error) { return rfbHandshakeAuth(conn, "") }
+
+// rfbHandshakeAuth is rfbHandshake with VNC Authentication when password is not empty; a failed
+// SecurityResult is an error with the server's reason.
+func rfbHandshakeAuth(conn net.Conn, password string) (*rfbConn, error) {
 	_ = conn.SetDeadline(time.Now().Add(rfbTimeout))
 	c := &rfbConn{conn: conn, r: bufio.NewReaderSize(conn, 64<<10)}
 	if v, err := c.read(12); err != nil || string(v) != "RFB 003.008\n" {
@@ -308,14 +313,36 @@ func rfbHandshake(conn net.Conn) (*rfbConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("security types: %w", err)
 	}
-	if types, err := c.read(int(n)); err != nil || !strings.Contains(string(types), "\x01") {
-		return nil, fmt.Errorf("security types %v, want None: %v", types, err)
+	choice := byte(1)
+	if password != "" {
+		choice = 2
 	}
-	if err := c.write([]byte{1}); err != nil {
+	if types, err := c.read(int(n)); err != nil || !bytes.Contains(types, []byte{choice}) {
+		return nil, fmt.Errorf("security types %v, want %d: %v", types, choice, err)
+	}
+	if err := c.write([]byte{choice}); err != nil {
 		return nil, err
 	}
-	if res, err := c.read(4); err != nil || binary.BigEndian.Uint32(res) != 0 {
-		return nil, fmt.Errorf("security result %v: %v", res, err)
+	if password != "" {
+		challenge, err := c.read(16)
+		if err != nil {
+			return nil, fmt.Errorf("vnc challenge: %w", err)
+		}
+		if err := c.write(vncDES(password, challenge)); err != nil {
+			return nil, err
+		}
+	}
+	res, err := c.read(4)
+	if err != nil {
+		return nil, fmt.Errorf("security result: %w", err)
+	}
+	if code := binary.BigEndian.Uint32(res); code != 0 {
+		n, err := c.read(4)
+		if err != nil {
+			return nil, fmt.Errorf("security result %d: %w", code, err)
+		}
+		reason, _ := c.read(int(binary.BigEndian.Uint32(n)))
+		return nil, fmt.Errorf("security result %d: %s", code, reason)
 	}
 	if err := c.write([]byte{1}); err != nil { // ClientInit: shared
 		return nil, err

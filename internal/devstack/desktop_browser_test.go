@@ -311,13 +311,7 @@ const canvasStatsJS = `() => {
 // $COCOONBOX_TEST_ARTIFACTS/<test>, or the test's temporary directory, and logs where.
 func saveScreens(t *testing.T, page *rod.Page) {
 	t.Helper()
-	dir := t.TempDir()
-	if base, ok := config.Env()("COCOONBOX_TEST_ARTIFACTS"); ok && base != "" {
-		dir = filepath.Join(base, t.Name())
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	dir := artifactDir(t)
 	var url string
 	if err := evalInto(page, `() => document.querySelector('#screen canvas').toDataURL('image/png')`, &url); err != nil {
 		t.Fatal(err)
@@ -336,6 +330,21 @@ func saveScreens(t *testing.T, page *rod.Page) {
 		}
 	}
 	t.Logf("screenshots: %s (desktop.png: the canvas, page.png: the web app)", dir)
+}
+
+// artifactDir is where a test leaves files for a person to look at:
+// $COCOONBOX_TEST_ARTIFACTS/<test>, or the test's temporary directory.
+func artifactDir(t *testing.T) string {
+	t.Helper()
+	base, ok := config.Env()("COCOONBOX_TEST_ARTIFACTS")
+	if !ok || base == "" {
+		return t.TempDir()
+	}
+	dir := filepath.Join(base, t.Name())
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
 
 // point is a position on the box's screen.

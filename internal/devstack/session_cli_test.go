@@ -8,19 +8,46 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
 
-// buildCLI builds the cocoonbox binary into dir, as a person installs it.
-func buildCLI(t *testing.T, dir string) string {
+// cli is the cocoonbox binary the tests run, built once per test binary (removed by TestMain).
+var cli struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+// buildCLI builds the cocoonbox binary, as a person installs it, the first time a test asks, and
+// returns its path.
+func buildCLI(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(dir, "cocoonbox")
-	cmd := exec.Command("go", "build", "-o", bin, "github.com/loomhand/cocoonbox/cmd/cocoonbox")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("build the CLI: %v\n%s", err, out)
+	cli.once.Do(func() {
+		if cli.dir, cli.err = os.MkdirTemp("", "cbcli-"); cli.err != nil {
+			return
+		}
+		cli.path = filepath.Join(cli.dir, "cocoonbox")
+		began := time.Now()
+		if out, err := exec.Command("go", "build", "-o", cli.path, "github.com/loomhand/cocoonbox/cmd/cocoonbox").CombinedOutput(); err != nil {
+			cli.err = fmt.Errorf("build the CLI: %v\n%s", err, out)
+			return
+		}
+		t.Logf("built cocoonbox in %v", time.Since(began).Round(time.Millisecond))
+	})
+	if cli.err != nil {
+		t.Fatal(cli.err)
 	}
-	return bin
+	return cli.path
+}
+
+// removeCLI removes what buildCLI built.
+func removeCLI() {
+	if cli.dir != "" {
+		_ = os.RemoveAll(cli.dir)
+	}
 }
 
 // tmuxPane is a terminal a test types into as a person would: a tmux server of its own (its own
@@ -90,8 +117,7 @@ func (p *tmuxPane) size() string {
 // shipped, typed into tmux.
 func testShellInTmux(t *testing.T, e *desktopEnv) {
 	dir := shortTemp(t)
-	buildCLI(t, dir) // on the PATH below
-	env := []string{"PATH=" + dir + ":/usr/bin:/bin", "HOME=" + dir, "TERM=xterm-256color", "PS1='local$ '",
+	env := []string{"PATH=" + filepath.Dir(buildCLI(t)) + ":/usr/bin:/bin", "HOME=" + dir, "TERM=xterm-256color", "PS1='local$ '",
 		"COCOONBOX_ENDPOINT=" + e.d.URLs().API, "COCOONBOX_TOKEN=" + e.token}
 	p := newTmuxPane(t, dir, env, 100, 30)
 	defer func() {

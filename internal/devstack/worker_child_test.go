@@ -30,7 +30,9 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
-	os.Exit(runScanned(m))
+	code := runScanned(m)
+	removeCLI()
+	os.Exit(code)
 }
 
 // runChildWorker reads a config.Worker from in and runs the worker it describes, built from the

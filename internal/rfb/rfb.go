@@ -6,7 +6,9 @@
 // the edge does not understand ends the connection instead of passing through.
 //
 // The grammar lives in this file (what a well-formed client stream is); the
-// policy lives in filter.go (what each mode may forward).
+// policy lives in filter.go (what each mode may forward). gate.go holds the
+// other end: the password a local tunnel asks of stock viewers before it
+// connects them to the edge.
 package rfb
 
 import (
@@ -233,6 +235,8 @@ func securityName(t byte) string {
 	switch t {
 	case 0:
 		return "Invalid"
+	case 1:
+		return "None"
 	case 2:
 		return "VNC auth"
 	case 16:
