@@ -139,6 +139,11 @@ func TestBoxSession(t *testing.T) {
 		if code, err := s.wait(); err != nil || code != 5 || !strings.Contains(s.out.String(), "got it") || s.errOut.String() != "oops\n" {
 			t.Errorf("exec: exit %d %v, stdout %q, stderr %q", code, err, s.out.String(), s.errOut.String())
 		}
+		// 20 MB of output, past the unary Exec's 8 MiB cap.
+		s = e.startShell(t, ctx, &cbv1.ShellStart{Argv: []string{"head", "-c", "20000000", "/dev/zero"}, User: "root"})
+		if code, err := s.wait(); err != nil || code != 0 || s.out.Len() != 20000000 {
+			t.Errorf("20 MB of output: exit %d %v, %d bytes", code, err, s.out.Len())
+		}
 		// 20 MiB of input, forty times the unary Exec's cap.
 		s = e.startShell(t, ctx, &cbv1.ShellStart{Argv: []string{"wc", "-c"}, User: "root"})
 		chunk := bytes.Repeat([]byte("x"), 256<<10)

@@ -232,8 +232,8 @@ func TestMigrations(t *testing.T) {
 		t.Fatalf("reopen: %v", err)
 	}
 	defer st.Close()
-	if v, err := st.SchemaVersion(ctx); err != nil || v != 5 {
-		t.Errorf("SchemaVersion = %d, %v; want 5", v, err)
+	if v, err := st.SchemaVersion(ctx); err != nil || v != 6 {
+		t.Errorf("SchemaVersion = %d, %v; want 6", v, err)
 	}
 	if n, err := st.CountUsers(ctx); err != nil || n != 1 {
 		t.Errorf("after reopen: %d users, %v", n, err)
