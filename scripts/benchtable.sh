@@ -4,6 +4,13 @@
 # A benchmark reports p50 and p95 as custom metrics named p50-UNIT and p95-UNIT (ms, MB/s, MiB).
 set -euo pipefail
 raw=$(cat)
+# A log line another part of the process prints while a benchmark runs (the Temporal server's
+# TLS reloads) can land between a benchmark's name and its figures: put the two back together.
+raw=$(printf '%s\n' "$raw" | awk '
+/^Benchmark/ && !/p50-/ { if (held != "") print held; held = $1; next }
+held != "" && /^[ \t]+[0-9]+[ \t]/ { print held "\t" $0; held = ""; next }
+{ if (held != "") { print held; held = "" } print }
+END { if (held != "") print held }')
 cat <<HEAD
 # Benchmarks
 
