@@ -204,7 +204,8 @@ func (s *Server) mcpTools() []mcpTool {
 		tool: mcp.NewTool("box_port_url",
 			mcp.WithDescription("Where to open a port of a box through this server: preview_path is an HTTP proxy to the web server on the port "+
 				"(send the same bearer token), tunnel_path a WebSocket carrying one TCP connection to it. listening says whether "+
-				"anything in the box listens there now (the box is woken for a driver)."),
+				"anything in the box listens there now (the box is woken for a driver), public whether it answers anyone without a token, and "+
+				"preview_host, when this server has a preview domain, is the port's own origin for a browser."),
 			boxArg(),
 			mcp.WithNumber("port", mcp.Required(), mcp.Min(1), mcp.Max(65535), mcp.Description("The TCP port on the box's loopback.")),
 			mcp.WithReadOnlyHintAnnotation(true),
@@ -218,9 +219,17 @@ func (s *Server) mcpTools() []mcpTool {
 			if err != nil {
 				return nil, err
 			}
-			preview, tunnel := portPaths(id, port)
-			return map[string]any{"port": port, "preview_path": preview, "tunnel_path": tunnel,
-				"listening": slices.Contains(ports, port)}, nil
+			public, err := s.boxes.PublicPorts(ctx, caller, id)
+			if err != nil {
+				return nil, err
+			}
+			p := s.portProto(id, port, slices.Contains(public, port))
+			out := map[string]any{"port": port, "preview_path": p.GetPreviewPath(), "tunnel_path": p.GetTunnelPath(),
+				"listening": slices.Contains(ports, port), "public": p.GetPublic()}
+			if p.GetPreviewHost() != "" {
+				out["preview_host"] = p.GetPreviewHost()
+			}
+			return out, nil
 		}),
 	}, {
 		tool: mcp.NewTool("box_hibernate",
