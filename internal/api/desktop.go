@@ -190,17 +190,9 @@ func (s *Server) serveDesktop(w http.ResponseWriter, r *http.Request) {
 		s.writeHTTPError(w, r, err)
 		return
 	}
-	if err := checkWebSocket(r); err != nil {
-		s.writeHTTPError(w, r, err)
-		return
-	}
-	caller, tokenID, ticket, err := s.desktopCaller(r, id, mode, q.Get("ticket"))
+	caller, tokenID, ticket, err := s.edgeCaller(r, id, mode)
 	if err != nil {
 		s.writeHTTPError(w, r, err)
-		return
-	}
-	if s.boxes == nil {
-		s.writeHTTPError(w, r, cocoonbox.Errorf(cocoonbox.EUnavailable, "this server does not serve boxes"))
 		return
 	}
 	// Admitted before the box is dialled, so connections over the cap cost no relay.
@@ -261,6 +253,22 @@ func (s *Server) serveDesktop(w http.ResponseWriter, r *http.Request) {
 	s.log.InfoContext(ctx, "desktop closed", "box", id, "user", caller, "mode", mode, "status", code, "reason", reason)
 }
 
+// edgeCaller makes the checks a WebSocket edge (the desktop's, the terminal's) makes before any
+// work: a WebSocket upgrade from this site, the caller of mode (see desktopCaller), and a server
+// that serves boxes.
+func (s *Server) edgeCaller(r *http.Request, id cocoonbox.BoxID, mode string) (caller, tokenID string, ticket *desktopTicket, err error) {
+	if err := checkWebSocket(r); err != nil {
+		return "", "", nil, err
+	}
+	if caller, tokenID, ticket, err = s.desktopCaller(r, id, mode, r.URL.Query().Get("ticket")); err != nil {
+		return "", "", nil, err
+	}
+	if s.boxes == nil {
+		return "", "", nil, cocoonbox.Errorf(cocoonbox.EUnavailable, "this server does not serve boxes")
+	}
+	return caller, tokenID, ticket, nil
+}
+
 // desktopCaller returns the user a request acts for and the ID of the token it rests on: the
 // ticket's, when it carries one, which must name this box and mode (and is returned, to be
 // spent once the desktop is reached); otherwise the bearer token's.
@@ -298,7 +306,7 @@ func (s *Server) desktopCaller(r *http.Request, id cocoonbox.BoxID, mode, ticket
 // page elsewhere from spending one it obtained. Requests without an Origin (native clients) pass.
 func checkWebSocket(r *http.Request) error {
 	if !headerHas(r.Header, "Connection", "upgrade") || !headerHas(r.Header, "Upgrade", "websocket") {
-		return cocoonbox.Errorf(cocoonbox.EInvalid, "the desktop is a WebSocket: send Connection: Upgrade and Upgrade: websocket")
+		return cocoonbox.Errorf(cocoonbox.EInvalid, "this is a WebSocket endpoint: send Connection: Upgrade and Upgrade: websocket")
 	}
 	origin := r.Header.Get("Origin")
 	if origin == "" {

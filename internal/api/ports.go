@@ -66,25 +66,30 @@ func (s *Server) servePort(w http.ResponseWriter, r *http.Request) {
 // bearer token acts for, refusing a malformed box ID, a port users may not open and a token
 // that may not reach the edge.
 func (s *Server) portCaller(r *http.Request) (caller string, id cocoonbox.BoxID, port int, err error) {
-	id = cocoonbox.BoxID(r.PathValue("id"))
-	if err := id.Validate(); err != nil {
-		return "", "", 0, cocoonbox.RenameField(err, "box_id", "id")
-	}
-	port, err = strconv.Atoi(r.PathValue("port"))
-	if err != nil {
-		return "", "", 0, cocoonbox.Invalid("port", "must be a number from 1 to 65535, got "+strconv.Quote(r.PathValue("port")))
-	}
-	if err := boxsvc.CheckPort(port); err != nil {
+	if id, port, err = portTarget(r); err != nil {
 		return "", "", 0, err
 	}
 	p, err := s.authorize(r.Context(), httpBearer(r), routePorts)
 	if err != nil {
-		return "", "", 0, err
+		return "", id, port, err
 	}
 	if s.boxes == nil {
 		return "", "", 0, cocoonbox.Errorf(cocoonbox.EUnavailable, "this server does not serve boxes")
 	}
 	return p.User.ID, id, port, nil
+}
+
+// portTarget reads the box and port a ports-edge or preview path names.
+func portTarget(r *http.Request) (cocoonbox.BoxID, int, error) {
+	id := cocoonbox.BoxID(r.PathValue("id"))
+	if err := id.Validate(); err != nil {
+		return "", 0, cocoonbox.RenameField(err, "box_id", "id")
+	}
+	port, err := strconv.Atoi(r.PathValue("port"))
+	if err != nil {
+		return "", 0, cocoonbox.Invalid("port", "must be a number from 1 to 65535, got "+strconv.Quote(r.PathValue("port")))
+	}
+	return id, port, boxsvc.CheckPort(port)
 }
 
 // relayPort copies bytes both ways until either side ends; the client's half-close reaches the

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/loomhand/cocoonbox"
-	"github.com/loomhand/cocoonbox/internal/boxsvc"
 )
 
 // The preview: /v1/boxes/{id}/ports/{port}/{path...} is an HTTP reverse proxy to the web server
@@ -30,35 +29,18 @@ const previewHeaderTimeout = time.Minute
 
 func (s *Server) servePreview(w http.ResponseWriter, r *http.Request) {
 	caller, id, port, err := s.portCaller(r)
+	dial := func(ctx context.Context) (net.Conn, error) { return s.boxes.DialPort(ctx, caller, id, port) }
+	if cocoonbox.ErrorCode(err) == cocoonbox.EUnauthorized && httpBearer(r) == "" && s.boxes != nil {
+		// No credential (portCaller read the box and port first): a public port still answers,
+		// sandboxed as ever.
+		err = nil
+		dial = func(ctx context.Context) (net.Conn, error) { return s.boxes.DialPublicPort(ctx, id, port) }
+	}
 	if err != nil {
-		if cocoonbox.ErrorCode(err) == cocoonbox.EUnauthorized && httpBearer(r) == "" {
-			if id, port, perr := pathTarget(r); perr == nil {
-				// No credential: a public port still answers, sandboxed as ever.
-				s.previewProxy(w, r, port, "/"+r.PathValue("path"), true, func(ctx context.Context) (net.Conn, error) {
-					return s.boxes.DialPublicPort(ctx, id, port)
-				})
-				return
-			}
-		}
 		s.writeHTTPError(w, r, err)
 		return
 	}
-	s.previewProxy(w, r, port, "/"+r.PathValue("path"), true, func(ctx context.Context) (net.Conn, error) {
-		return s.boxes.DialPort(ctx, caller, id, port)
-	})
-}
-
-// pathTarget reads the box and port of a path preview request.
-func pathTarget(r *http.Request) (cocoonbox.BoxID, int, error) {
-	id := cocoonbox.BoxID(r.PathValue("id"))
-	if err := id.Validate(); err != nil {
-		return "", 0, err
-	}
-	port, err := strconv.Atoi(r.PathValue("port"))
-	if err != nil {
-		return "", 0, err
-	}
-	return id, port, boxsvc.CheckPort(port)
+	s.previewProxy(w, r, port, "/"+r.PathValue("path"), true, dial)
 }
 
 // previewProxy proxies r to port of the box over connections dial opens, at path. The caller's

@@ -53,17 +53,9 @@ func (s *Server) serveTerminal(w http.ResponseWriter, r *http.Request) {
 			*v = n
 		}
 	}
-	if err := checkWebSocket(r); err != nil {
-		s.writeHTTPError(w, r, err)
-		return
-	}
-	caller, tokenID, ticket, err := s.desktopCaller(r, id, modeTerminal, q.Get("ticket"))
+	caller, tokenID, ticket, err := s.edgeCaller(r, id, modeTerminal)
 	if err != nil {
 		s.writeHTTPError(w, r, err)
-		return
-	}
-	if s.boxes == nil {
-		s.writeHTTPError(w, r, cocoonbox.Errorf(cocoonbox.EUnavailable, "this server does not serve boxes"))
 		return
 	}
 	if err := s.boxes.CheckShell(ctx, caller, id); err != nil {
@@ -96,7 +88,8 @@ func (s *Server) serveTerminal(w http.ResponseWriter, r *http.Request) {
 				if err == nil {
 					err = s.boxes.CheckShell(ctx, caller, id)
 				}
-				if err != nil && ctx.Err() == nil {
+				// A check that could not be made now (the database busy) is not a refusal.
+				if err != nil && refusesAccess(err) && ctx.Err() == nil {
 					cancel(err)
 					return
 				}
@@ -137,7 +130,7 @@ func (s *Server) serveTerminal(w http.ResponseWriter, r *http.Request) {
 		msg, _ := json.Marshal(map[string]int{"exit": exit})
 		_ = ws.Write(ctx, websocket.MessageText, msg)
 	case cause != nil && !errors.Is(cause, context.Canceled):
-		code, reason = websocket.StatusPolicyViolation, cause.Error()
+		code, reason = websocket.StatusPolicyViolation, cocoonbox.ErrorMessage(cause)
 	case websocket.CloseStatus(err) != -1:
 		// the client closed
 	default:
