@@ -3,18 +3,25 @@ package agentvm
 import (
 	"context"
 	"crypto/rand"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"io"
 	"io/fs"
+	"net"
 	"os"
 	"path"
 	"path/filepath"
 	"syscall"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
+
+	"github.com/loomhand/cocoonbox/agentvm/wire"
 
 	agentvmv1 "github.com/loomhand/cocoonbox/proto/agentvm/v1"
 )
@@ -142,24 +149,44 @@ func (s *Server) WriteFile(stream grpc.ClientStreamingServer[agentvmv1.WriteFile
 	if err != nil {
 		return err
 	}
-	p, err := checkFilePath("path", first.GetPath())
+	fi, err := writeFile(first, func() ([]byte, error) {
+		msg, err := stream.Recv()
+		if err != nil {
+			return nil, err // io.EOF at the end; anything else means the caller went
+		}
+		if msg.GetPath() != "" {
+			return nil, status.Error(codes.InvalidArgument, "path: only the first message names the file")
+		}
+		return msg.GetData(), nil
+	})
 	if err != nil {
 		return err
 	}
-	if first.GetMode() > 0o7777 {
-		return status.Errorf(codes.InvalidArgument, "mode: must be permission bits (at most 07777), got %o", first.GetMode())
+	return stream.SendAndClose(fi)
+}
+
+// writeFile writes the file first names from first's data and then what next yields until
+// io.EOF; any other error from next leaves the file as it was.
+func writeFile(first *agentvmv1.WriteFileRequest, next func() ([]byte, error)) (*agentvmv1.FileInfo, error) {
+	p, err := checkFilePath("path", first.GetPath())
+	if err != nil {
+		return nil, err
 	}
-	if first.GetSize() < -1 {
-		return status.Errorf(codes.InvalidArgument, "size: must be -1 (unknown) or more, got %d", first.GetSize())
+	if first.GetMode() > 0o7777 {
+		return nil, status.Errorf(codes.InvalidArgument, "mode: must be permission bits (at most 07777), got %o", first.GetMode())
+	}
+	size := first.GetSize()
+	if size < -1 {
+		return nil, status.Errorf(codes.InvalidArgument, "size: must be -1 (unknown) or more, got %d", size)
 	}
 	dir := path.Dir(p)
 	if err := mkdirOwned(dir); err != nil {
-		return err
+		return nil, err
 	}
 	owner, mode := ownerOf(dir), first.GetMode()
 	if old, err := os.Stat(p); err == nil {
 		if old.IsDir() {
-			return status.Errorf(codes.InvalidArgument, "path: %q is a directory", p)
+			return nil, status.Errorf(codes.InvalidArgument, "path: %q is a directory", p)
 		}
 		if st, ok := old.Sys().(*syscall.Stat_t); ok {
 			owner = [2]int{int(st.Uid), int(st.Gid)}
@@ -176,7 +203,7 @@ func (s *Server) WriteFile(stream grpc.ClientStreamingServer[agentvmv1.WriteFile
 	tmp := path.Join(dir, "."+path.Base(p)+".cocoonbox-"+hex.EncodeToString(r[:]))
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 	if err != nil {
-		return fileError(p, err)
+		return nil, fileError(p, err)
 	}
 	done := false
 	defer func() {
@@ -185,46 +212,117 @@ func (s *Server) WriteFile(stream grpc.ClientStreamingServer[agentvmv1.WriteFile
 			_ = os.Remove(tmp)
 		}
 	}()
-	n, err := int64(0), error(nil)
-	for msg := first; ; {
-		if len(msg.GetData()) > 0 {
-			if size := first.GetSize(); size >= 0 && n+int64(len(msg.GetData())) > size {
-				return status.Errorf(codes.InvalidArgument, "size: the stream carries more than the %d bytes it announced", size)
+	var n int64
+	for data := first.GetData(); ; {
+		if len(data) > 0 {
+			if size >= 0 && n+int64(len(data)) > size {
+				return nil, status.Errorf(codes.InvalidArgument, "size: the stream carries more than the %d bytes it announced", size)
 			}
-			if _, err := f.Write(msg.GetData()); err != nil {
-				return fileError(p, err)
+			if _, err := f.Write(data); err != nil {
+				return nil, fileError(p, err)
 			}
-			n += int64(len(msg.GetData()))
+			n += int64(len(data))
 		}
-		if msg, err = stream.Recv(); errors.Is(err, io.EOF) {
+		if data, err = next(); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
-			return err // the caller went: nothing is replaced
-		}
-		if msg.GetPath() != "" {
-			return status.Error(codes.InvalidArgument, "path: only the first message names the file")
+			return nil, err // the caller went: nothing is replaced
 		}
 	}
-	if size := first.GetSize(); size >= 0 && n != size {
-		return status.Errorf(codes.InvalidArgument, "size: the stream ended after %d of the %d bytes it announced; the file is unchanged", n, size)
+	if size >= 0 && n != size {
+		return nil, status.Errorf(codes.InvalidArgument, "size: the stream ended after %d of the %d bytes it announced; the file is unchanged", n, size)
 	}
 	_ = f.Chown(owner[0], owner[1]) // before the mode: chown clears setuid and setgid
 	if err := f.Chmod(fs.FileMode(mode&0o777) | unixModeBits(mode)); err != nil {
-		return fileError(p, err)
+		return nil, fileError(p, err)
 	}
 	if err := f.Close(); err != nil {
-		return fileError(p, err)
+		return nil, fileError(p, err)
 	}
 	if err := os.Rename(tmp, p); err != nil {
-		return fileError(p, err)
+		return nil, fileError(p, err)
 	}
 	done = true
 	fi, err := os.Lstat(p)
 	if err != nil {
-		return fileError(p, err)
+		return nil, fileError(p, err)
 	}
-	return stream.SendAndClose(fileInfo(p, fi))
+	return fileInfo(p, fi), nil
 }
+
+// serveFileLink takes one upload on a file link whose credential was checked (see
+// wire.FileProtocol) and answers how it went.
+func (s *Server) serveFileLink(c net.Conn) {
+	defer func() { _ = c.Close() }()
+	if _, err := c.Write([]byte("OK\n")); err != nil {
+		return
+	}
+	_ = c.SetDeadline(time.Time{})
+	buf := make([]byte, 64<<10)
+	frame := func() ([]byte, error) {
+		var h [4]byte
+		if _, err := io.ReadFull(c, h[:]); err != nil {
+			return nil, status.Errorf(codes.Canceled, "file link: %v", err)
+		}
+		n := binary.BigEndian.Uint32(h[:])
+		if n > wire.MaxFileFrame {
+			return nil, status.Errorf(codes.InvalidArgument, "file link: a frame of %d bytes is over the %d allowed", n, wire.MaxFileFrame)
+		}
+		if int(n) > cap(buf) {
+			buf = make([]byte, n)
+		}
+		if _, err := io.ReadFull(c, buf[:n]); err != nil {
+			return nil, status.Errorf(codes.Canceled, "file link: %v", err)
+		}
+		return buf[:n], nil
+	}
+	var fi *agentvmv1.FileInfo
+	head, err := frame()
+	if err == nil {
+		first := &agentvmv1.WriteFileRequest{}
+		if err = proto.Unmarshal(head, first); err != nil {
+			err = status.Errorf(codes.InvalidArgument, "file link: the first frame is not a WriteFileRequest: %v", err)
+		} else {
+			fi, err = writeFile(first, func() ([]byte, error) {
+				b, err := frame()
+				if err == nil && len(b) == 0 {
+					return nil, io.EOF
+				}
+				return b, err
+			})
+		}
+	}
+	var detail *anypb.Any
+	if err == nil {
+		detail, err = anypb.New(fi)
+	}
+	answer := status.New(codes.OK, "").Proto()
+	if err != nil {
+		answer = status.Convert(err).Proto()
+		s.cfg.Logger.Warn("file link", "err", err)
+	} else {
+		answer.Details = []*anypb.Any{detail}
+	}
+	out, _ := proto.Marshal(answer)
+	msg := binary.BigEndian.AppendUint32(nil, uint32(len(out)))
+	if _, werr := c.Write(append(msg, out...)); werr != nil || err == nil {
+		return
+	}
+	// A refused upload's sender is still sending: read what is on its way for a while, so the
+	// answer reaches it instead of a reset that would drop it.
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		_ = cw.CloseWrite()
+	}
+	_ = c.SetReadDeadline(time.Now().Add(refusedDrain))
+	_, _ = io.Copy(io.Discard, io.LimitReader(c, maxRefusedDrain))
+}
+
+// A refused upload's bytes still on their way are read for at most refusedDrain, up to
+// maxRefusedDrain of them.
+const (
+	refusedDrain    = 5 * time.Second
+	maxRefusedDrain = 256 << 20
+)
 
 // unixModeBits turns the setuid, setgid and sticky bits of mode into Go's.
 func unixModeBits(mode uint32) fs.FileMode {

@@ -265,6 +265,14 @@ func (s *Server) handshake(links *Links, c net.Conn) {
 		refuse("read preamble: " + err.Error())
 		return
 	}
+	if cred, ok := strings.CutPrefix(line, wire.FileProtocol+" "); ok {
+		if err := s.check(cred); err != nil {
+			refuse(err.Error())
+			return
+		}
+		s.serveFileLink(c)
+		return
+	}
 	cred, runID, step, err := parseLinkLine(line)
 	if err != nil {
 		refuse(err.Error())

@@ -28,6 +28,18 @@ const CredentialEnv = "COCOONBOX_AGENT_CREDENTIAL"
 // LinkProtocol opens a model link's first line: "COCOONBOX-LINK/1 <credential> <run_id> <step>\n".
 const LinkProtocol = "COCOONBOX-LINK/1"
 
+// FileProtocol opens a file link's first line: "COCOONBOX-FILE/1 <credential>\n", sent to
+// LinkPort and answered "OK\n" or "ERR <reason>\n". A file link carries one upload as frames, each
+// a 4-byte big-endian length and that many bytes: first a WriteFileRequest naming the file
+// (agentvm/v1, no data), then the file's bytes in frames of at most MaxFileFrame, then an empty
+// frame that ends the file. The agent answers with one frame holding a google.rpc.Status: OK
+// with the written file's FileInfo as its one detail, or the error WriteFile would have
+// returned. A file link skips gRPC's per-frame work, which is what an upload costs in a box.
+const FileProtocol = "COCOONBOX-FILE/1"
+
+// MaxFileFrame bounds a file link's frame.
+const MaxFileFrame = 4 << 20
+
 // Flow control of the agent's gRPC link, the same on both ends. A file copy crosses the engine's
 // relay, whose round trip (a process in the box and one on the host) is far longer than
 // loopback's: HTTP/2's default 64 KiB windows would hold a copy to a window per round trip, and

@@ -103,41 +103,59 @@ func (s *Service) UploadFile(ctx context.Context, caller string, id cocoonbox.Bo
 		return FileInfo{}, cocoonbox.Invalid("size", fmt.Sprintf("must be -1 (unknown) or more, got %d", start.Size))
 	}
 	var out FileInfo
-	err := s.onSession(ctx, caller, id, func(ctx context.Context, c agentvmv1.SessionClient) error {
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel() // a failed read of the caller's bytes breaks the stream: nothing is replaced
-		stream, err := c.WriteFile(ctx)
-		if err != nil {
-			return err
-		}
-		if err := stream.Send(&agentvmv1.WriteFileRequest{Path: start.Path, Mode: start.Mode, Size: start.Size}); err != nil {
-			return err
-		}
-		for {
-			b, err := recv()
-			if errors.Is(err, io.EOF) {
-				break
-			} else if err != nil {
+	err := s.onBox(ctx, caller, id, func(ctx context.Context, box boxlink.Box) error {
+		head := &agentvmv1.WriteFileRequest{Path: start.Path, Mode: start.Mode, Size: start.Size}
+		fi, err := s.Link.Upload(ctx, box, head, recv)
+		if errors.Is(err, boxlink.ErrNoFileLink) {
+			if s.Logger != nil {
+				s.Logger.Debug("upload over gRPC", "box", id, "reason", err)
+			}
+			return s.Link.Session(ctx, box, func(ctx context.Context, c agentvmv1.SessionClient) error {
+				fi, err := writeOverSession(ctx, c, head, recv)
+				if err == nil {
+					out, err = fileInfo(fi)
+				}
 				return err
-			}
-			if len(b) == 0 {
-				continue
-			}
-			if err := stream.Send(&agentvmv1.WriteFileRequest{Data: b}); err != nil {
-				break // the agent refused: CloseAndRecv says why
-			}
+			})
 		}
-		fi, err := stream.CloseAndRecv()
-		if err != nil {
-			return err
+		if err == nil {
+			out, err = fileInfo(fi)
 		}
-		out, err = fileInfo(fi)
 		return err
 	})
 	if err == nil {
 		s.audit(ctx, caller, id, "upload", map[string]any{"path": start.Path, "bytes": out.Size})
 	}
 	return out, err
+}
+
+// writeOverSession is an upload over the agent's gRPC WriteFile, for an agent that takes no
+// file link.
+func writeOverSession(ctx context.Context, c agentvmv1.SessionClient, head *agentvmv1.WriteFileRequest, recv func() ([]byte, error)) (*agentvmv1.FileInfo, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel() // a failed read of the caller's bytes breaks the stream: nothing is replaced
+	stream, err := c.WriteFile(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := stream.Send(head); err != nil {
+		return nil, err
+	}
+	for {
+		b, err := recv()
+		if errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return nil, err
+		}
+		if len(b) == 0 {
+			continue
+		}
+		if err := stream.Send(&agentvmv1.WriteFileRequest{Data: b}); err != nil {
+			break // the agent refused: CloseAndRecv says why
+		}
+	}
+	return stream.CloseAndRecv()
 }
 
 // ListFiles streams the entries below a directory of the box, a tree's with recursive (driver).

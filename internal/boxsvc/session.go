@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/boxlink"
 	agentvmv1 "github.com/loomhand/cocoonbox/proto/agentvm/v1"
 )
 
@@ -197,6 +198,13 @@ func checkShellInput(in ShellInput, eof, tty bool) error {
 // onSession makes call on the box's agent session service for a driver, waking the box, with
 // the box kept awake while call runs and the call counted against the caller's execs.
 func (s *Service) onSession(ctx context.Context, caller string, id cocoonbox.BoxID, call func(context.Context, agentvmv1.SessionClient) error) error {
+	return s.onBox(ctx, caller, id, func(ctx context.Context, box boxlink.Box) error {
+		return s.Link.Session(ctx, box, call)
+	})
+}
+
+// onBox is onSession's reach of the box for a call that uses the link its own way.
+func (s *Service) onBox(ctx context.Context, caller string, id cocoonbox.BoxID, call func(context.Context, boxlink.Box) error) error {
 	if s.Link == nil || s.Link.Credentials == nil {
 		return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "boxes cannot be reached from this server", Err: errUnavailable}
 	}
@@ -215,5 +223,5 @@ func (s *Service) onSession(ctx context.Context, caller string, id cocoonbox.Box
 	}
 	done := s.keepAwake(ctx, id)
 	defer func() { done(); s.touch(ctx, id) }()
-	return s.Link.Session(ctx, box, call)
+	return call(ctx, box)
 }

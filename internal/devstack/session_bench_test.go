@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -147,6 +148,36 @@ func BenchmarkBoxSession(b *testing.B) {
 			}
 			_, err = up.CloseAndRecv()
 			return err
+		})
+	})
+	b.Run("UploadHTTP1GiB", func(b *testing.B) {
+		httpBase := "http" + strings.TrimPrefix(e.wsBase, "ws")
+		copies(b, func() error {
+			pr, pw := io.Pipe()
+			go func() {
+				for sent := 0; sent < size; sent += len(chunk) {
+					if _, err := pw.Write(chunk); err != nil {
+						return
+					}
+				}
+				_ = pw.Close()
+			}()
+			req, err := http.NewRequestWithContext(ctx, http.MethodPut, httpBase+"/v1/boxes/"+string(e.id)+"/files/home/user/bench.bin", pr)
+			if err != nil {
+				return err
+			}
+			req.ContentLength = size
+			req.Header.Set("Authorization", "Bearer "+e.token)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				return err
+			}
+			defer resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				body, _ := io.ReadAll(resp.Body)
+				return fmt.Errorf("PUT: %s: %s", resp.Status, body)
+			}
+			return nil
 		})
 	})
 	b.Run("Download1GiB", func(b *testing.B) {
