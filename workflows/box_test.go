@@ -590,3 +590,34 @@ func TestSetNetwork(t *testing.T) {
 	require.ErrorContains(t, refused.err, "engine says no")
 	require.Equal(t, allow, refused.status.Policy.Network, "a refused policy leaves the old one")
 }
+
+// TestSetPolicyChangesOnlyWhatItNames: a policy change sets the fields it carries and keeps the
+// others; an older full input still replaces them all; a negative idle is refused naming it;
+// a shorter idle period takes effect on the running box at once.
+func TestSetPolicyChangesOnlyWhatItNames(t *testing.T) {
+	env := newEnv(t)
+	claimOK(env, 1, "sb-1")
+	env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil).Once()
+	update(env, 0, UpdateCreate, CreateInput{})
+	keep := 3
+	onlyKeep := update(env, time.Minute, UpdateSetPolicy, SetPolicyInput{KeepSnapshots: &keep})
+	neg := -time.Second
+	bad := update(env, 2*time.Minute, UpdateSetPolicy, SetPolicyInput{IdleAfter: &neg})
+	all := update(env, 3*time.Minute, UpdateSetPolicy, SetAll(Policy{IdleAfter: 2 * time.Minute, KeepSnapshots: 7}))
+	var at6 Status
+	env.RegisterDelayedCallback(func() { at6 = query(t, env) }, 6*time.Minute)
+	deleteAt(env, 20*time.Minute)
+
+	env.ExecuteWorkflow(BoxWorkflow, idleInput())
+	require.NoError(t, env.GetWorkflowError())
+	require.NoError(t, onlyKeep.err)
+	require.Equal(t, Policy{IdleAfter: 10 * time.Minute, KeepSnapshots: 3}, onlyKeep.status.Policy)
+	badErr := bad.rejected
+	if badErr == nil {
+		badErr = bad.err
+	}
+	require.ErrorContains(t, badErr, "idle: must not be negative")
+	require.NoError(t, all.err)
+	require.Equal(t, Policy{IdleAfter: 2 * time.Minute, KeepSnapshots: 7}, all.status.Policy)
+	require.Equal(t, cocoonbox.BoxStateHibernated, at6.State, "the 2 min idle period counts from the change")
+}

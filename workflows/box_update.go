@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -67,11 +68,14 @@ func (w *box) validatePolicy(p SetPolicyInput) error {
 	if w.deleted || w.st.State == cocoonbox.BoxStateDeleted {
 		return transitionError(UpdateSetPolicy, "a deleted box")
 	}
-	if p.IdleAfter < 0 || p.LeaseTTL < 0 {
-		return temporal.NewApplicationError("setpolicy: durations must not be negative", activities.ErrTypeInvalidArgument)
-	}
-	if p.KeepSnapshots < 0 {
-		return temporal.NewApplicationError("setpolicy: keep_snapshots must not be negative", activities.ErrTypeInvalidArgument)
+	invalid := func(msg string) error { return temporal.NewApplicationError(msg, activities.ErrTypeInvalidArgument) }
+	switch {
+	case p.IdleAfter != nil && *p.IdleAfter < 0:
+		return invalid(fmt.Sprintf("idle: must not be negative, got %s", *p.IdleAfter))
+	case p.LeaseTTL != nil && *p.LeaseTTL < 0:
+		return invalid(fmt.Sprintf("lease: must not be negative, got %s", *p.LeaseTTL))
+	case p.KeepSnapshots != nil && *p.KeepSnapshots < 0:
+		return invalid(fmt.Sprintf("keep_snapshots: must not be negative, got %d", *p.KeepSnapshots))
 	}
 	return nil
 }
@@ -257,8 +261,19 @@ func (w *box) delete(ctx workflow.Context, in DeleteInput) (Status, error) {
 
 // setPolicy replaces the policy; the main loop re-plans the idle timer.
 func (w *box) setPolicy(ctx workflow.Context, in SetPolicyInput) (Status, error) {
-	w.in.Policy = Policy{IdleAfter: in.IdleAfter, LeaseTTL: in.LeaseTTL, DurableHibernate: in.DurableHibernate,
-		KeepSnapshots: in.KeepSnapshots, Network: w.in.Policy.Network} // the network is the box's for life
+	p := &w.in.Policy // the network is not set here: SetNetwork changes it
+	if in.IdleAfter != nil {
+		p.IdleAfter = *in.IdleAfter
+	}
+	if in.LeaseTTL != nil {
+		p.LeaseTTL = *in.LeaseTTL
+	}
+	if in.DurableHibernate != nil {
+		p.DurableHibernate = *in.DurableHibernate
+	}
+	if in.KeepSnapshots != nil {
+		p.KeepSnapshots = *in.KeepSnapshots
+	}
 	w.gen++
 	return w.status(), nil
 }

@@ -130,12 +130,18 @@ type DeleteInput struct {
 	PurgeSnapshots bool
 }
 
-// SetPolicyInput is the setpolicy update's argument; it replaces the whole policy.
+// SetPolicyInput is the setpolicy update's argument: the fields it sets, the others staying as
+// they are (an input from before the fields could be left out sets all of them).
 type SetPolicyInput struct {
-	IdleAfter        time.Duration
-	LeaseTTL         time.Duration
-	DurableHibernate bool
-	KeepSnapshots    int
+	IdleAfter        *time.Duration `json:",omitempty"`
+	LeaseTTL         *time.Duration `json:",omitempty"`
+	DurableHibernate *bool          `json:",omitempty"`
+	KeepSnapshots    *int           `json:",omitempty"`
+}
+
+// SetAll is the input that sets every field of the policy to p's (but its network).
+func SetAll(p Policy) SetPolicyInput {
+	return SetPolicyInput{IdleAfter: &p.IdleAfter, LeaseTTL: &p.LeaseTTL, DurableHibernate: &p.DurableHibernate, KeepSnapshots: &p.KeepSnapshots}
 }
 
 // SnapshotInput is the snapshot update's argument.

@@ -28,6 +28,7 @@ func boxCommand() *cli.Command {
 			boxPortCommand(),
 			boxPortsCommand(),
 			boxNetworkCommand(),
+			boxPolicyCommand(),
 			boxShareCommand(),
 			boxUnshareCommand(),
 			boxSharesCommand(),

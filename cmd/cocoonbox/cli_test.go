@@ -105,6 +105,11 @@ func TestBoxCommandsSendTheirArguments(t *testing.T) {
 		{[]string{"vault", "rm", "GH_TOKEN"}, &cbv1.DeleteSecretRequest{Name: "GH_TOKEN"}, "deleted GH_TOKEN\n"},
 		{[]string{"box", "network", "web", "--allow", "198.18.0.1:443"}, &cbv1.SetBoxNetworkRequest{Box: "web", Network: "allow", NetworkAllow: []string{"198.18.0.1:443"}}, ""},
 		{[]string{"box", "network", "web", "--network", "internet"}, &cbv1.SetBoxNetworkRequest{Box: "web", Network: "internet"}, ""},
+		{[]string{"box", "policy", "web", "--idle", "30m", "--durable", "--keep", "10"},
+			&cbv1.SetPolicyRequest{Box: "web", IdleSeconds: proto.Int64(1800), Durable: proto.Bool(true), KeepSnapshots: proto.Int32(10)},
+			"idle 30m, durable, keep 10 snapshots\n"},
+		{[]string{"box", "policy", "web", "--no-durable"}, &cbv1.SetPolicyRequest{Box: "web", Durable: proto.Bool(false)}, "idle 15m, not durable, keep 5 snapshots\n"},
+		{[]string{"box", "policy", "web", "--idle", "0"}, &cbv1.SetPolicyRequest{Box: "web", IdleSeconds: proto.Int64(0)}, "idle never, not durable, keep 5 snapshots\n"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

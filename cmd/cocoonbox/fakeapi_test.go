@@ -82,7 +82,8 @@ func sampleBoxes() []*cbv1.Box {
 	return []*cbv1.Box{
 		{Id: "bx_00000000000000a1", Name: "web", Owner: "us_ann", Size: "small", State: "running", Role: "owner",
 			Viewers: 1, Pins: []string{"run_7"}, IdleDeadline: timestamppb.New(t0.Add(30 * time.Minute)),
-			LastSnapshot: "sn_0002", CreatedAt: timestamppb.New(t0), Network: "allow", NetworkAllow: []string{"198.18.0.0/15:443"}},
+			LastSnapshot: "sn_0002", CreatedAt: timestamppb.New(t0), Network: "allow", NetworkAllow: []string{"198.18.0.0/15:443"},
+			Policy: &cbv1.BoxPolicy{IdleSeconds: 900, KeepSnapshots: 5}},
 		{Id: "bx_00000000000000b2", Name: "build-farm", Owner: "us_bob", Size: "xlarge", State: "hibernated", Role: "driver",
 			LastError: "wake: no capacity", CreatedAt: timestamppb.New(t0.Add(-48 * time.Hour))},
 	}
@@ -319,4 +320,25 @@ func (f *fakeAPI) ListSecrets(context.Context, *cbv1.ListSecretsRequest) (*cbv1.
 
 func (f *fakeAPI) DeleteSecret(context.Context, *cbv1.DeleteSecretRequest) (*cbv1.DeleteSecretResponse, error) {
 	return &cbv1.DeleteSecretResponse{}, nil
+}
+
+func (f *fakeAPI) SetPolicy(_ context.Context, r *cbv1.SetPolicyRequest) (*cbv1.Box, error) {
+	b, err := f.find(r.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	b = proto.Clone(b).(*cbv1.Box)
+	if b.Policy == nil {
+		b.Policy = &cbv1.BoxPolicy{}
+	}
+	if r.IdleSeconds != nil {
+		b.Policy.IdleSeconds = r.GetIdleSeconds()
+	}
+	if r.Durable != nil {
+		b.Policy.Durable = r.GetDurable()
+	}
+	if r.KeepSnapshots != nil {
+		b.Policy.KeepSnapshots = r.GetKeepSnapshots()
+	}
+	return b, nil
 }

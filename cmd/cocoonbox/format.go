@@ -87,6 +87,9 @@ func writeBox(w io.Writer, b *cbv1.Box) error {
 		}
 		kv("network", n)
 	}
+	if p := b.GetPolicy(); p != nil {
+		kv("policy", policyLine(p))
+	}
 	kv("owner", b.GetOwner())
 	kv("role", b.GetRole())
 	kv("viewers", fmt.Sprint(b.GetViewers()))

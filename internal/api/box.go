@@ -368,3 +368,21 @@ func btoi(b bool) int {
 	}
 	return 0
 }
+
+// SetPolicy changes the fields of the box's policy the request sets.
+func (b *boxService) SetPolicy(ctx context.Context, req *cbv1.SetPolicyRequest) (*cbv1.Box, error) {
+	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	c := boxsvc.PolicyChange{IdleSeconds: req.IdleSeconds, Durable: req.Durable}
+	if req.KeepSnapshots != nil {
+		n := int(req.GetKeepSnapshots())
+		c.KeepSnapshots = &n
+	}
+	v, err := svc.ChangePolicy(ctx, caller, id, c)
+	if err != nil {
+		return nil, err
+	}
+	return boxProto(v), nil
+}

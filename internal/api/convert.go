@@ -10,6 +10,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/internal/vault"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
+	"github.com/loomhand/cocoonbox/workflows"
 )
 
 // ts is t on the wire; the zero time is unset rather than year 1.
@@ -45,7 +46,16 @@ func boxProto(v boxsvc.View) *cbv1.Box {
 		CreatedAt:    ts(v.CreatedAt),
 		Network:      v.Policy.Network.Policy,
 		NetworkAllow: v.Policy.Network.Allow,
+		Policy:       policyProto(v.Policy),
 	}
+}
+
+func policyProto(p workflows.Policy) *cbv1.BoxPolicy {
+	keep := p.KeepSnapshots
+	if keep == 0 {
+		keep = workflows.DefaultKeepSnapshots
+	}
+	return &cbv1.BoxPolicy{IdleSeconds: int64(p.IdleAfter / time.Second), Durable: p.DurableHibernate, KeepSnapshots: int32(keep)}
 }
 
 func snapshotProto(s cocoonbox.Snapshot) *cbv1.Snapshot {

@@ -242,6 +242,25 @@ func (s *Server) mcpTools() []mcpTool {
 			return toBoxJSON(v), err
 		}),
 	}, {
+		tool: mcp.NewTool("box_policy",
+			mcp.WithDescription("Change how a box behaves on its own (admin): how long it runs idle before it hibernates, "+
+				"whether every hibernate takes a verified snapshot first, how many snapshots it keeps. "+
+				"What is not given stays as it is; the answer is the box with its policy."),
+			boxArg(),
+			mcp.WithString("idle", mcp.Description(`How long the box runs with nothing happening before it hibernates, e.g. "30m" or "2h" (1m to 720h); "0" never by itself.`)),
+			mcp.WithBoolean("durable", mcp.Description("Take a verified snapshot before every hibernate.")),
+			mcp.WithInteger("keep_snapshots", mcp.Min(1), mcp.Max(boxsvc.MaxKeepSnapshots), mcp.Description("How many complete snapshots to keep (pinned ones besides).")),
+			mcp.WithDestructiveHintAnnotation(false), mcp.WithIdempotentHintAnnotation(true),
+		),
+		run: s.onBox(func(ctx context.Context, caller string, id cocoonbox.BoxID, req mcp.CallToolRequest) (any, error) {
+			c, err := mcpPolicyChange(req.GetArguments())
+			if err != nil {
+				return nil, err
+			}
+			v, err := s.boxes.ChangePolicy(ctx, caller, id, c)
+			return toBoxJSON(v), err
+		}),
+	}, {
 		tool: mcp.NewTool("box_exec",
 			mcp.WithDescription("Run a command in a box to completion and return its exit code, stdout and stderr. "+
 				"argv is not run through a shell; use [\"sh\", \"-c\", \"…\"] for pipes and redirection. "+
@@ -400,14 +419,62 @@ type boxJSON struct {
 	LastError    string             `json:"last_error,omitempty"`
 	Network      string             `json:"network,omitempty"`
 	NetworkAllow []string           `json:"network_allow,omitempty"`
+	Policy       policyJSON         `json:"policy"`
+}
+
+type policyJSON struct {
+	IdleSeconds   int64 `json:"idle_seconds"`
+	Durable       bool  `json:"durable"`
+	KeepSnapshots int32 `json:"keep_snapshots"`
+}
+
+// mcpPolicyChange reads box_policy's arguments, refusing one it does not know.
+func mcpPolicyChange(args map[string]any) (boxsvc.PolicyChange, error) {
+	var c boxsvc.PolicyChange
+	for k, v := range args {
+		switch k {
+		case "box":
+		case "idle":
+			s, ok := v.(string)
+			d, err := time.ParseDuration(s)
+			if s == "0" {
+				d, err = 0, nil
+			}
+			if !ok || err != nil || d%time.Second != 0 {
+				return c, cocoonbox.Invalid("idle", fmt.Sprintf(`must be a duration in whole seconds like "30m" or "0", got %v`, v))
+			}
+			n := int64(d / time.Second)
+			c.IdleSeconds = &n
+		case "durable":
+			b, ok := v.(bool)
+			if !ok {
+				return c, cocoonbox.Invalid("durable", fmt.Sprintf("must be true or false, got %v", v))
+			}
+			c.Durable = &b
+		case "keep_snapshots":
+			f, ok := v.(float64)
+			if !ok || f != float64(int(f)) {
+				return c, cocoonbox.Invalid("keep_snapshots", fmt.Sprintf("must be a whole number, got %v", v))
+			}
+			n := int(f)
+			c.KeepSnapshots = &n
+		default:
+			return c, cocoonbox.Invalid(k, "is not a policy field (idle, durable, keep_snapshots)")
+		}
+	}
+	return c, nil
 }
 
 func toBoxJSON(v boxsvc.View) boxJSON {
-	return boxJSON{
+	b := boxJSON{
 		ID: v.BoxID, Name: v.Name, State: v.State, Size: v.Size, Owner: v.Owner, Role: v.Role,
 		CreatedAt: v.CreatedAt, IdleDeadline: v.IdleDeadline, LastSnapshot: v.LastSnapshot, LastError: v.LastError,
 		Network: v.Policy.Network.Policy, NetworkAllow: v.Policy.Network.Allow,
 	}
+	if p := policyProto(v.Policy); p != nil {
+		b.Policy = policyJSON{IdleSeconds: p.GetIdleSeconds(), Durable: p.GetDurable(), KeepSnapshots: p.GetKeepSnapshots()}
+	}
+	return b
 }
 
 type fileJSON struct {

@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loomhand/cocoonbox"
@@ -208,6 +209,9 @@ func TestAPIAuthorization(t *testing.T) {
 	// The box has no NIC, so an admin's change is refused by the workflow, after the role check.
 	add("SetBoxNetwork", cocoonbox.RoleAdmin, codes.FailedPrecondition, call(func(ctx context.Context) error {
 		return errOf(e.box.SetBoxNetwork(ctx, &cbv1.SetBoxNetworkRequest{Box: id, Network: "internet"}))
+	}))
+	add("SetPolicy", cocoonbox.RoleAdmin, codes.OK, call(func(ctx context.Context) error {
+		return errOf(e.box.SetPolicy(ctx, &cbv1.SetPolicyRequest{Box: id, KeepSnapshots: proto.Int32(5)}))
 	}))
 	add("ListPorts", cocoonbox.RoleViewer, codes.OK, call(func(ctx context.Context) error {
 		return errOf(e.box.ListPorts(ctx, &cbv1.ListPortsRequest{Box: id}))
@@ -511,6 +515,7 @@ func checkMCPMatrix(ctx context.Context, t *testing.T, d *devstack.Dev, principa
 		{"box_write_file", cocoonbox.RoleDriver, map[string]any{"box": id, "path": "/root/mcp.txt", "content": "x"}, ""},
 		{"box_hibernate", cocoonbox.RoleDriver, map[string]any{"box": id}, ""},
 		{"box_wake", cocoonbox.RoleDriver, map[string]any{"box": id}, ""},
+		{"box_policy", cocoonbox.RoleAdmin, map[string]any{"box": id, "keep_snapshots": 5}, ""},
 		{"box_snapshot", cocoonbox.RoleDriver, map[string]any{"box": id}, ""},
 		// The base image has no agent: an allowed caller gets past the role check to the relay,
 		// which finds nothing listening.

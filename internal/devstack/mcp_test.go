@@ -53,7 +53,7 @@ func TestMCPTools(t *testing.T) {
 	}
 	slices.Sort(names)
 	want := []string{"agent_message", "agent_run", "agent_status", "box_click", "box_create", "box_exec", "box_hibernate",
-		"box_key", "box_list", "box_port_url", "box_read_file", "box_screenshot", "box_snapshot", "box_type", "box_wake", "box_write_file"}
+		"box_key", "box_list", "box_policy", "box_port_url", "box_read_file", "box_screenshot", "box_snapshot", "box_type", "box_wake", "box_write_file"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("tools = %v, want %v", names, want)
 	}

@@ -826,6 +826,145 @@ func (*RemoveFileResponse) Descriptor() ([]byte, []int) {
 	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{11}
 }
 
+type SetPolicyRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Box   string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
+	// idle_seconds is how long the box runs with nothing happening (no viewer, exec, shell, file
+	// transfer, open port or agent run) before it hibernates: 60 to 2592000 (30 days), or 0 for
+	// never by itself.
+	IdleSeconds *int64 `protobuf:"varint,2,opt,name=idle_seconds,json=idleSeconds,proto3,oneof" json:"idle_seconds,omitempty"`
+	// durable takes a verified snapshot to object storage before every hibernate, so a box whose
+	// node is lost while it sleeps comes back with everything it had.
+	Durable *bool `protobuf:"varint,3,opt,name=durable,proto3,oneof" json:"durable,omitempty"`
+	// keep_snapshots is how many complete snapshots retention keeps, 1 to 1000 (pinned ones are
+	// kept besides; the newest is never deleted).
+	KeepSnapshots *int32 `protobuf:"varint,4,opt,name=keep_snapshots,json=keepSnapshots,proto3,oneof" json:"keep_snapshots,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPolicyRequest) Reset() {
+	*x = SetPolicyRequest{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPolicyRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPolicyRequest) ProtoMessage() {}
+
+func (x *SetPolicyRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPolicyRequest.ProtoReflect.Descriptor instead.
+func (*SetPolicyRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *SetPolicyRequest) GetBox() string {
+	if x != nil {
+		return x.Box
+	}
+	return ""
+}
+
+func (x *SetPolicyRequest) GetIdleSeconds() int64 {
+	if x != nil && x.IdleSeconds != nil {
+		return *x.IdleSeconds
+	}
+	return 0
+}
+
+func (x *SetPolicyRequest) GetDurable() bool {
+	if x != nil && x.Durable != nil {
+		return *x.Durable
+	}
+	return false
+}
+
+func (x *SetPolicyRequest) GetKeepSnapshots() int32 {
+	if x != nil && x.KeepSnapshots != nil {
+		return *x.KeepSnapshots
+	}
+	return 0
+}
+
+// BoxPolicy is how a box behaves on its own.
+type BoxPolicy struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// idle_seconds is how long the box runs idle before it hibernates; 0: never by itself.
+	IdleSeconds int64 `protobuf:"varint,1,opt,name=idle_seconds,json=idleSeconds,proto3" json:"idle_seconds,omitempty"`
+	// durable says every hibernate takes a verified snapshot first.
+	Durable bool `protobuf:"varint,2,opt,name=durable,proto3" json:"durable,omitempty"`
+	// keep_snapshots is how many complete snapshots retention keeps.
+	KeepSnapshots int32 `protobuf:"varint,3,opt,name=keep_snapshots,json=keepSnapshots,proto3" json:"keep_snapshots,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BoxPolicy) Reset() {
+	*x = BoxPolicy{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BoxPolicy) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BoxPolicy) ProtoMessage() {}
+
+func (x *BoxPolicy) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BoxPolicy.ProtoReflect.Descriptor instead.
+func (*BoxPolicy) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *BoxPolicy) GetIdleSeconds() int64 {
+	if x != nil {
+		return x.IdleSeconds
+	}
+	return 0
+}
+
+func (x *BoxPolicy) GetDurable() bool {
+	if x != nil {
+		return x.Durable
+	}
+	return false
+}
+
+func (x *BoxPolicy) GetKeepSnapshots() int32 {
+	if x != nil {
+		return x.KeepSnapshots
+	}
+	return 0
+}
+
 type SetBoxNetworkRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Box   string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
@@ -838,7 +977,7 @@ type SetBoxNetworkRequest struct {
 
 func (x *SetBoxNetworkRequest) Reset() {
 	*x = SetBoxNetworkRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[12]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -850,7 +989,7 @@ func (x *SetBoxNetworkRequest) String() string {
 func (*SetBoxNetworkRequest) ProtoMessage() {}
 
 func (x *SetBoxNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[12]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -863,7 +1002,7 @@ func (x *SetBoxNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBoxNetworkRequest.ProtoReflect.Descriptor instead.
 func (*SetBoxNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{12}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *SetBoxNetworkRequest) GetBox() string {
@@ -896,7 +1035,7 @@ type ListPortsRequest struct {
 
 func (x *ListPortsRequest) Reset() {
 	*x = ListPortsRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[13]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -908,7 +1047,7 @@ func (x *ListPortsRequest) String() string {
 func (*ListPortsRequest) ProtoMessage() {}
 
 func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[13]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -921,7 +1060,7 @@ func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPortsRequest.ProtoReflect.Descriptor instead.
 func (*ListPortsRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{13}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListPortsRequest) GetBox() string {
@@ -940,7 +1079,7 @@ type ListPortsResponse struct {
 
 func (x *ListPortsResponse) Reset() {
 	*x = ListPortsResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[14]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -952,7 +1091,7 @@ func (x *ListPortsResponse) String() string {
 func (*ListPortsResponse) ProtoMessage() {}
 
 func (x *ListPortsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[14]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -965,7 +1104,7 @@ func (x *ListPortsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPortsResponse.ProtoReflect.Descriptor instead.
 func (*ListPortsResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{14}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ListPortsResponse) GetPorts() []*Port {
@@ -995,7 +1134,7 @@ type Port struct {
 
 func (x *Port) Reset() {
 	*x = Port{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[15]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1007,7 +1146,7 @@ func (x *Port) String() string {
 func (*Port) ProtoMessage() {}
 
 func (x *Port) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[15]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1020,7 +1159,7 @@ func (x *Port) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Port.ProtoReflect.Descriptor instead.
 func (*Port) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{15}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Port) GetPort() int32 {
@@ -1069,7 +1208,7 @@ type SetPortPublicRequest struct {
 
 func (x *SetPortPublicRequest) Reset() {
 	*x = SetPortPublicRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[16]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1081,7 +1220,7 @@ func (x *SetPortPublicRequest) String() string {
 func (*SetPortPublicRequest) ProtoMessage() {}
 
 func (x *SetPortPublicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[16]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1094,7 +1233,7 @@ func (x *SetPortPublicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPortPublicRequest.ProtoReflect.Descriptor instead.
 func (*SetPortPublicRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{16}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *SetPortPublicRequest) GetBox() string {
@@ -1149,14 +1288,16 @@ type Box struct {
 	// network is the box's egress policy, fixed at create: none, internet or allow.
 	Network string `protobuf:"bytes,14,opt,name=network,proto3" json:"network,omitempty"`
 	// network_allow lists what a box with network allow reaches: IPv4 CIDRs or CIDR:port.
-	NetworkAllow  []string `protobuf:"bytes,15,rep,name=network_allow,json=networkAllow,proto3" json:"network_allow,omitempty"`
+	NetworkAllow []string `protobuf:"bytes,15,rep,name=network_allow,json=networkAllow,proto3" json:"network_allow,omitempty"`
+	// policy is how the box behaves on its own (SetPolicy changes it).
+	Policy        *BoxPolicy `protobuf:"bytes,16,opt,name=policy,proto3" json:"policy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Box) Reset() {
 	*x = Box{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[17]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1168,7 +1309,7 @@ func (x *Box) String() string {
 func (*Box) ProtoMessage() {}
 
 func (x *Box) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[17]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1181,7 +1322,7 @@ func (x *Box) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Box.ProtoReflect.Descriptor instead.
 func (*Box) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{17}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Box) GetId() string {
@@ -1289,6 +1430,13 @@ func (x *Box) GetNetworkAllow() []string {
 	return nil
 }
 
+func (x *Box) GetPolicy() *BoxPolicy {
+	if x != nil {
+		return x.Policy
+	}
+	return nil
+}
+
 type CreateBoxRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name is unique among the caller's boxes: a lowercase letter, then up to 62 lowercase letters,
@@ -1311,7 +1459,7 @@ type CreateBoxRequest struct {
 
 func (x *CreateBoxRequest) Reset() {
 	*x = CreateBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[18]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1323,7 +1471,7 @@ func (x *CreateBoxRequest) String() string {
 func (*CreateBoxRequest) ProtoMessage() {}
 
 func (x *CreateBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[18]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1336,7 +1484,7 @@ func (x *CreateBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBoxRequest.ProtoReflect.Descriptor instead.
 func (*CreateBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{18}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateBoxRequest) GetName() string {
@@ -1383,7 +1531,7 @@ type GetBoxRequest struct {
 
 func (x *GetBoxRequest) Reset() {
 	*x = GetBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[19]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1395,7 +1543,7 @@ func (x *GetBoxRequest) String() string {
 func (*GetBoxRequest) ProtoMessage() {}
 
 func (x *GetBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[19]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1408,7 +1556,7 @@ func (x *GetBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBoxRequest.ProtoReflect.Descriptor instead.
 func (*GetBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{19}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetBoxRequest) GetBox() string {
@@ -1426,7 +1574,7 @@ type ListBoxesRequest struct {
 
 func (x *ListBoxesRequest) Reset() {
 	*x = ListBoxesRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[20]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1438,7 +1586,7 @@ func (x *ListBoxesRequest) String() string {
 func (*ListBoxesRequest) ProtoMessage() {}
 
 func (x *ListBoxesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[20]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1451,7 +1599,7 @@ func (x *ListBoxesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBoxesRequest.ProtoReflect.Descriptor instead.
 func (*ListBoxesRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{20}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{22}
 }
 
 type ListBoxesResponse struct {
@@ -1463,7 +1611,7 @@ type ListBoxesResponse struct {
 
 func (x *ListBoxesResponse) Reset() {
 	*x = ListBoxesResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[21]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1475,7 +1623,7 @@ func (x *ListBoxesResponse) String() string {
 func (*ListBoxesResponse) ProtoMessage() {}
 
 func (x *ListBoxesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[21]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1488,7 +1636,7 @@ func (x *ListBoxesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBoxesResponse.ProtoReflect.Descriptor instead.
 func (*ListBoxesResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{21}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListBoxesResponse) GetBoxes() []*Box {
@@ -1509,7 +1657,7 @@ type DeleteBoxRequest struct {
 
 func (x *DeleteBoxRequest) Reset() {
 	*x = DeleteBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[22]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1521,7 +1669,7 @@ func (x *DeleteBoxRequest) String() string {
 func (*DeleteBoxRequest) ProtoMessage() {}
 
 func (x *DeleteBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[22]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1534,7 +1682,7 @@ func (x *DeleteBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBoxRequest.ProtoReflect.Descriptor instead.
 func (*DeleteBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{22}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *DeleteBoxRequest) GetBox() string {
@@ -1560,7 +1708,7 @@ type WakeBoxRequest struct {
 
 func (x *WakeBoxRequest) Reset() {
 	*x = WakeBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[23]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1572,7 +1720,7 @@ func (x *WakeBoxRequest) String() string {
 func (*WakeBoxRequest) ProtoMessage() {}
 
 func (x *WakeBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[23]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1585,7 +1733,7 @@ func (x *WakeBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WakeBoxRequest.ProtoReflect.Descriptor instead.
 func (*WakeBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{23}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *WakeBoxRequest) GetBox() string {
@@ -1604,7 +1752,7 @@ type HibernateBoxRequest struct {
 
 func (x *HibernateBoxRequest) Reset() {
 	*x = HibernateBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[24]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1616,7 +1764,7 @@ func (x *HibernateBoxRequest) String() string {
 func (*HibernateBoxRequest) ProtoMessage() {}
 
 func (x *HibernateBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[24]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1629,7 +1777,7 @@ func (x *HibernateBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HibernateBoxRequest.ProtoReflect.Descriptor instead.
 func (*HibernateBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{24}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *HibernateBoxRequest) GetBox() string {
@@ -1663,7 +1811,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[25]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1675,7 +1823,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[25]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1688,7 +1836,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{25}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *Snapshot) GetId() string {
@@ -1763,7 +1911,7 @@ type SnapshotBoxRequest struct {
 
 func (x *SnapshotBoxRequest) Reset() {
 	*x = SnapshotBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[26]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1775,7 +1923,7 @@ func (x *SnapshotBoxRequest) String() string {
 func (*SnapshotBoxRequest) ProtoMessage() {}
 
 func (x *SnapshotBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[26]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1788,7 +1936,7 @@ func (x *SnapshotBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotBoxRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{26}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *SnapshotBoxRequest) GetBox() string {
@@ -1807,7 +1955,7 @@ type ListSnapshotsRequest struct {
 
 func (x *ListSnapshotsRequest) Reset() {
 	*x = ListSnapshotsRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[27]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1819,7 +1967,7 @@ func (x *ListSnapshotsRequest) String() string {
 func (*ListSnapshotsRequest) ProtoMessage() {}
 
 func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[27]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1832,7 +1980,7 @@ func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{27}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListSnapshotsRequest) GetBox() string {
@@ -1851,7 +1999,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[28]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1863,7 +2011,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[28]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1876,7 +2024,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{28}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
@@ -1897,7 +2045,7 @@ type RestoreBoxRequest struct {
 
 func (x *RestoreBoxRequest) Reset() {
 	*x = RestoreBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[29]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1909,7 +2057,7 @@ func (x *RestoreBoxRequest) String() string {
 func (*RestoreBoxRequest) ProtoMessage() {}
 
 func (x *RestoreBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[29]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1922,7 +2070,7 @@ func (x *RestoreBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreBoxRequest.ProtoReflect.Descriptor instead.
 func (*RestoreBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{29}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *RestoreBoxRequest) GetBox() string {
@@ -1948,7 +2096,7 @@ type WatchBoxRequest struct {
 
 func (x *WatchBoxRequest) Reset() {
 	*x = WatchBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[30]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1960,7 +2108,7 @@ func (x *WatchBoxRequest) String() string {
 func (*WatchBoxRequest) ProtoMessage() {}
 
 func (x *WatchBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[30]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1973,7 +2121,7 @@ func (x *WatchBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchBoxRequest.ProtoReflect.Descriptor instead.
 func (*WatchBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{30}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *WatchBoxRequest) GetBox() string {
@@ -2002,7 +2150,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[31]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2014,7 +2162,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[31]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2027,7 +2175,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{31}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ExecRequest) GetBox() string {
@@ -2086,7 +2234,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[32]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2098,7 +2246,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[32]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2111,7 +2259,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{32}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ExecResponse) GetExitCode() int32 {
@@ -2146,7 +2294,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[33]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2158,7 +2306,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[33]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2171,7 +2319,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{33}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ReadFileRequest) GetBox() string {
@@ -2199,7 +2347,7 @@ type ReadFileResponse struct {
 
 func (x *ReadFileResponse) Reset() {
 	*x = ReadFileResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[34]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2211,7 +2359,7 @@ func (x *ReadFileResponse) String() string {
 func (*ReadFileResponse) ProtoMessage() {}
 
 func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[34]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2224,7 +2372,7 @@ func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadFileResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{34}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ReadFileResponse) GetContent() []byte {
@@ -2256,7 +2404,7 @@ type WriteFileRequest struct {
 
 func (x *WriteFileRequest) Reset() {
 	*x = WriteFileRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[35]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2268,7 +2416,7 @@ func (x *WriteFileRequest) String() string {
 func (*WriteFileRequest) ProtoMessage() {}
 
 func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[35]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2281,7 +2429,7 @@ func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{35}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WriteFileRequest) GetBox() string {
@@ -2321,7 +2469,7 @@ type WriteFileResponse struct {
 
 func (x *WriteFileResponse) Reset() {
 	*x = WriteFileResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[36]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2333,7 +2481,7 @@ func (x *WriteFileResponse) String() string {
 func (*WriteFileResponse) ProtoMessage() {}
 
 func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[36]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2346,7 +2494,7 @@ func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileResponse.ProtoReflect.Descriptor instead.
 func (*WriteFileResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{36}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *WriteFileResponse) GetBytes() int64 {
@@ -2373,7 +2521,7 @@ type Share struct {
 
 func (x *Share) Reset() {
 	*x = Share{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[37]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2385,7 +2533,7 @@ func (x *Share) String() string {
 func (*Share) ProtoMessage() {}
 
 func (x *Share) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[37]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2398,7 +2546,7 @@ func (x *Share) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Share.ProtoReflect.Descriptor instead.
 func (*Share) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{37}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *Share) GetBoxId() string {
@@ -2458,7 +2606,7 @@ type ShareBoxRequest struct {
 
 func (x *ShareBoxRequest) Reset() {
 	*x = ShareBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[38]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2470,7 +2618,7 @@ func (x *ShareBoxRequest) String() string {
 func (*ShareBoxRequest) ProtoMessage() {}
 
 func (x *ShareBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[38]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2483,7 +2631,7 @@ func (x *ShareBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShareBoxRequest.ProtoReflect.Descriptor instead.
 func (*ShareBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{38}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ShareBoxRequest) GetBox() string {
@@ -2525,7 +2673,7 @@ type UnshareBoxRequest struct {
 
 func (x *UnshareBoxRequest) Reset() {
 	*x = UnshareBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[39]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2537,7 +2685,7 @@ func (x *UnshareBoxRequest) String() string {
 func (*UnshareBoxRequest) ProtoMessage() {}
 
 func (x *UnshareBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[39]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2550,7 +2698,7 @@ func (x *UnshareBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnshareBoxRequest.ProtoReflect.Descriptor instead.
 func (*UnshareBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{39}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *UnshareBoxRequest) GetBox() string {
@@ -2575,7 +2723,7 @@ type UnshareBoxResponse struct {
 
 func (x *UnshareBoxResponse) Reset() {
 	*x = UnshareBoxResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[40]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2587,7 +2735,7 @@ func (x *UnshareBoxResponse) String() string {
 func (*UnshareBoxResponse) ProtoMessage() {}
 
 func (x *UnshareBoxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[40]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2600,7 +2748,7 @@ func (x *UnshareBoxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnshareBoxResponse.ProtoReflect.Descriptor instead.
 func (*UnshareBoxResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{40}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{42}
 }
 
 type ListSharesRequest struct {
@@ -2612,7 +2760,7 @@ type ListSharesRequest struct {
 
 func (x *ListSharesRequest) Reset() {
 	*x = ListSharesRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[41]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2624,7 +2772,7 @@ func (x *ListSharesRequest) String() string {
 func (*ListSharesRequest) ProtoMessage() {}
 
 func (x *ListSharesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[41]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2637,7 +2785,7 @@ func (x *ListSharesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSharesRequest.ProtoReflect.Descriptor instead.
 func (*ListSharesRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{41}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListSharesRequest) GetBox() string {
@@ -2656,7 +2804,7 @@ type ListSharesResponse struct {
 
 func (x *ListSharesResponse) Reset() {
 	*x = ListSharesResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2668,7 +2816,7 @@ func (x *ListSharesResponse) String() string {
 func (*ListSharesResponse) ProtoMessage() {}
 
 func (x *ListSharesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2681,7 +2829,7 @@ func (x *ListSharesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSharesResponse.ProtoReflect.Descriptor instead.
 func (*ListSharesResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{42}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ListSharesResponse) GetShares() []*Share {
@@ -2700,7 +2848,7 @@ type TakeOverRequest struct {
 
 func (x *TakeOverRequest) Reset() {
 	*x = TakeOverRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2712,7 +2860,7 @@ func (x *TakeOverRequest) String() string {
 func (*TakeOverRequest) ProtoMessage() {}
 
 func (x *TakeOverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2725,7 +2873,7 @@ func (x *TakeOverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeOverRequest.ProtoReflect.Descriptor instead.
 func (*TakeOverRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{43}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *TakeOverRequest) GetBox() string {
@@ -2744,7 +2892,7 @@ type HandBackRequest struct {
 
 func (x *HandBackRequest) Reset() {
 	*x = HandBackRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2756,7 +2904,7 @@ func (x *HandBackRequest) String() string {
 func (*HandBackRequest) ProtoMessage() {}
 
 func (x *HandBackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2769,7 +2917,7 @@ func (x *HandBackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandBackRequest.ProtoReflect.Descriptor instead.
 func (*HandBackRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{44}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *HandBackRequest) GetBox() string {
@@ -2798,7 +2946,7 @@ type DesktopTicketRequest struct {
 
 func (x *DesktopTicketRequest) Reset() {
 	*x = DesktopTicketRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2810,7 +2958,7 @@ func (x *DesktopTicketRequest) String() string {
 func (*DesktopTicketRequest) ProtoMessage() {}
 
 func (x *DesktopTicketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2823,7 +2971,7 @@ func (x *DesktopTicketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesktopTicketRequest.ProtoReflect.Descriptor instead.
 func (*DesktopTicketRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{45}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *DesktopTicketRequest) GetBox() string {
@@ -2866,7 +3014,7 @@ type DesktopTicketResponse struct {
 
 func (x *DesktopTicketResponse) Reset() {
 	*x = DesktopTicketResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2878,7 +3026,7 @@ func (x *DesktopTicketResponse) String() string {
 func (*DesktopTicketResponse) ProtoMessage() {}
 
 func (x *DesktopTicketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2891,7 +3039,7 @@ func (x *DesktopTicketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesktopTicketResponse.ProtoReflect.Descriptor instead.
 func (*DesktopTicketResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{46}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *DesktopTicketResponse) GetTicket() string {
@@ -2980,7 +3128,20 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x03box\x18\x01 \x01(\tR\x03box\x12\x12\n" +
 	"\x04path\x18\x02 \x01(\tR\x04path\x12\x1c\n" +
 	"\trecursive\x18\x03 \x01(\bR\trecursive\"\x14\n" +
-	"\x12RemoveFileResponse\"g\n" +
+	"\x12RemoveFileResponse\"\xc7\x01\n" +
+	"\x10SetPolicyRequest\x12\x10\n" +
+	"\x03box\x18\x01 \x01(\tR\x03box\x12&\n" +
+	"\fidle_seconds\x18\x02 \x01(\x03H\x00R\vidleSeconds\x88\x01\x01\x12\x1d\n" +
+	"\adurable\x18\x03 \x01(\bH\x01R\adurable\x88\x01\x01\x12*\n" +
+	"\x0ekeep_snapshots\x18\x04 \x01(\x05H\x02R\rkeepSnapshots\x88\x01\x01B\x0f\n" +
+	"\r_idle_secondsB\n" +
+	"\n" +
+	"\b_durableB\x11\n" +
+	"\x0f_keep_snapshots\"o\n" +
+	"\tBoxPolicy\x12!\n" +
+	"\fidle_seconds\x18\x01 \x01(\x03R\vidleSeconds\x12\x18\n" +
+	"\adurable\x18\x02 \x01(\bR\adurable\x12%\n" +
+	"\x0ekeep_snapshots\x18\x03 \x01(\x05R\rkeepSnapshots\"g\n" +
 	"\x14SetBoxNetworkRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\x12\x18\n" +
 	"\anetwork\x18\x02 \x01(\tR\anetwork\x12#\n" +
@@ -2999,7 +3160,7 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x14SetPortPublicRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\x05R\x04port\x12\x16\n" +
-	"\x06public\x18\x03 \x01(\bR\x06public\"\xca\x03\n" +
+	"\x06public\x18\x03 \x01(\bR\x06public\"\xfb\x03\n" +
 	"\x03Box\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -3020,7 +3181,8 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"controller\x18\r \x01(\tR\n" +
 	"controller\x12\x18\n" +
 	"\anetwork\x18\x0e \x01(\tR\anetwork\x12#\n" +
-	"\rnetwork_allow\x18\x0f \x03(\tR\fnetworkAllow\"\x98\x01\n" +
+	"\rnetwork_allow\x18\x0f \x03(\tR\fnetworkAllow\x12/\n" +
+	"\x06policy\x18\x10 \x01(\v2\x17.cocoonbox.v1.BoxPolicyR\x06policy\"\x98\x01\n" +
 	"\x10CreateBoxRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\tR\x04size\x12\x1d\n" +
@@ -3126,7 +3288,7 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x06ticket\x18\x01 \x01(\tR\x06ticket\x129\n" +
 	"\n" +
 	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x10\n" +
-	"\x03url\x18\x03 \x01(\tR\x03url2\xe2\x0f\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url2\xa2\x10\n" +
 	"\n" +
 	"BoxService\x12>\n" +
 	"\tCreateBox\x12\x1e.cocoonbox.v1.CreateBoxRequest\x1a\x11.cocoonbox.v1.Box\x128\n" +
@@ -3152,7 +3314,8 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\bHandBack\x12\x1d.cocoonbox.v1.HandBackRequest\x1a\x11.cocoonbox.v1.Box\x12X\n" +
 	"\rDesktopTicket\x12\".cocoonbox.v1.DesktopTicketRequest\x1a#.cocoonbox.v1.DesktopTicketResponse\x12L\n" +
 	"\tListPorts\x12\x1e.cocoonbox.v1.ListPortsRequest\x1a\x1f.cocoonbox.v1.ListPortsResponse\x12F\n" +
-	"\rSetBoxNetwork\x12\".cocoonbox.v1.SetBoxNetworkRequest\x1a\x11.cocoonbox.v1.Box\x12G\n" +
+	"\rSetBoxNetwork\x12\".cocoonbox.v1.SetBoxNetworkRequest\x1a\x11.cocoonbox.v1.Box\x12>\n" +
+	"\tSetPolicy\x12\x1e.cocoonbox.v1.SetPolicyRequest\x1a\x11.cocoonbox.v1.Box\x12G\n" +
 	"\rSetPortPublic\x12\".cocoonbox.v1.SetPortPublicRequest\x1a\x12.cocoonbox.v1.Port\x12D\n" +
 	"\x05Shell\x12\x1a.cocoonbox.v1.ShellRequest\x1a\x1b.cocoonbox.v1.ShellResponse(\x010\x01\x12L\n" +
 	"\fDownloadFile\x12!.cocoonbox.v1.DownloadFileRequest\x1a\x17.cocoonbox.v1.FileChunk0\x01\x12G\n" +
@@ -3175,7 +3338,7 @@ func file_cocoonbox_v1_box_proto_rawDescGZIP() []byte {
 	return file_cocoonbox_v1_box_proto_rawDescData
 }
 
-var file_cocoonbox_v1_box_proto_msgTypes = make([]protoimpl.MessageInfo, 49)
+var file_cocoonbox_v1_box_proto_msgTypes = make([]protoimpl.MessageInfo, 51)
 var file_cocoonbox_v1_box_proto_goTypes = []any{
 	(*ShellRequest)(nil),          // 0: cocoonbox.v1.ShellRequest
 	(*ShellStart)(nil),            // 1: cocoonbox.v1.ShellStart
@@ -3189,125 +3352,130 @@ var file_cocoonbox_v1_box_proto_goTypes = []any{
 	(*StatFileRequest)(nil),       // 9: cocoonbox.v1.StatFileRequest
 	(*RemoveFileRequest)(nil),     // 10: cocoonbox.v1.RemoveFileRequest
 	(*RemoveFileResponse)(nil),    // 11: cocoonbox.v1.RemoveFileResponse
-	(*SetBoxNetworkRequest)(nil),  // 12: cocoonbox.v1.SetBoxNetworkRequest
-	(*ListPortsRequest)(nil),      // 13: cocoonbox.v1.ListPortsRequest
-	(*ListPortsResponse)(nil),     // 14: cocoonbox.v1.ListPortsResponse
-	(*Port)(nil),                  // 15: cocoonbox.v1.Port
-	(*SetPortPublicRequest)(nil),  // 16: cocoonbox.v1.SetPortPublicRequest
-	(*Box)(nil),                   // 17: cocoonbox.v1.Box
-	(*CreateBoxRequest)(nil),      // 18: cocoonbox.v1.CreateBoxRequest
-	(*GetBoxRequest)(nil),         // 19: cocoonbox.v1.GetBoxRequest
-	(*ListBoxesRequest)(nil),      // 20: cocoonbox.v1.ListBoxesRequest
-	(*ListBoxesResponse)(nil),     // 21: cocoonbox.v1.ListBoxesResponse
-	(*DeleteBoxRequest)(nil),      // 22: cocoonbox.v1.DeleteBoxRequest
-	(*WakeBoxRequest)(nil),        // 23: cocoonbox.v1.WakeBoxRequest
-	(*HibernateBoxRequest)(nil),   // 24: cocoonbox.v1.HibernateBoxRequest
-	(*Snapshot)(nil),              // 25: cocoonbox.v1.Snapshot
-	(*SnapshotBoxRequest)(nil),    // 26: cocoonbox.v1.SnapshotBoxRequest
-	(*ListSnapshotsRequest)(nil),  // 27: cocoonbox.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil), // 28: cocoonbox.v1.ListSnapshotsResponse
-	(*RestoreBoxRequest)(nil),     // 29: cocoonbox.v1.RestoreBoxRequest
-	(*WatchBoxRequest)(nil),       // 30: cocoonbox.v1.WatchBoxRequest
-	(*ExecRequest)(nil),           // 31: cocoonbox.v1.ExecRequest
-	(*ExecResponse)(nil),          // 32: cocoonbox.v1.ExecResponse
-	(*ReadFileRequest)(nil),       // 33: cocoonbox.v1.ReadFileRequest
-	(*ReadFileResponse)(nil),      // 34: cocoonbox.v1.ReadFileResponse
-	(*WriteFileRequest)(nil),      // 35: cocoonbox.v1.WriteFileRequest
-	(*WriteFileResponse)(nil),     // 36: cocoonbox.v1.WriteFileResponse
-	(*Share)(nil),                 // 37: cocoonbox.v1.Share
-	(*ShareBoxRequest)(nil),       // 38: cocoonbox.v1.ShareBoxRequest
-	(*UnshareBoxRequest)(nil),     // 39: cocoonbox.v1.UnshareBoxRequest
-	(*UnshareBoxResponse)(nil),    // 40: cocoonbox.v1.UnshareBoxResponse
-	(*ListSharesRequest)(nil),     // 41: cocoonbox.v1.ListSharesRequest
-	(*ListSharesResponse)(nil),    // 42: cocoonbox.v1.ListSharesResponse
-	(*TakeOverRequest)(nil),       // 43: cocoonbox.v1.TakeOverRequest
-	(*HandBackRequest)(nil),       // 44: cocoonbox.v1.HandBackRequest
-	(*DesktopTicketRequest)(nil),  // 45: cocoonbox.v1.DesktopTicketRequest
-	(*DesktopTicketResponse)(nil), // 46: cocoonbox.v1.DesktopTicketResponse
-	nil,                           // 47: cocoonbox.v1.ShellStart.EnvEntry
-	nil,                           // 48: cocoonbox.v1.ExecRequest.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 49: google.protobuf.Timestamp
+	(*SetPolicyRequest)(nil),      // 12: cocoonbox.v1.SetPolicyRequest
+	(*BoxPolicy)(nil),             // 13: cocoonbox.v1.BoxPolicy
+	(*SetBoxNetworkRequest)(nil),  // 14: cocoonbox.v1.SetBoxNetworkRequest
+	(*ListPortsRequest)(nil),      // 15: cocoonbox.v1.ListPortsRequest
+	(*ListPortsResponse)(nil),     // 16: cocoonbox.v1.ListPortsResponse
+	(*Port)(nil),                  // 17: cocoonbox.v1.Port
+	(*SetPortPublicRequest)(nil),  // 18: cocoonbox.v1.SetPortPublicRequest
+	(*Box)(nil),                   // 19: cocoonbox.v1.Box
+	(*CreateBoxRequest)(nil),      // 20: cocoonbox.v1.CreateBoxRequest
+	(*GetBoxRequest)(nil),         // 21: cocoonbox.v1.GetBoxRequest
+	(*ListBoxesRequest)(nil),      // 22: cocoonbox.v1.ListBoxesRequest
+	(*ListBoxesResponse)(nil),     // 23: cocoonbox.v1.ListBoxesResponse
+	(*DeleteBoxRequest)(nil),      // 24: cocoonbox.v1.DeleteBoxRequest
+	(*WakeBoxRequest)(nil),        // 25: cocoonbox.v1.WakeBoxRequest
+	(*HibernateBoxRequest)(nil),   // 26: cocoonbox.v1.HibernateBoxRequest
+	(*Snapshot)(nil),              // 27: cocoonbox.v1.Snapshot
+	(*SnapshotBoxRequest)(nil),    // 28: cocoonbox.v1.SnapshotBoxRequest
+	(*ListSnapshotsRequest)(nil),  // 29: cocoonbox.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil), // 30: cocoonbox.v1.ListSnapshotsResponse
+	(*RestoreBoxRequest)(nil),     // 31: cocoonbox.v1.RestoreBoxRequest
+	(*WatchBoxRequest)(nil),       // 32: cocoonbox.v1.WatchBoxRequest
+	(*ExecRequest)(nil),           // 33: cocoonbox.v1.ExecRequest
+	(*ExecResponse)(nil),          // 34: cocoonbox.v1.ExecResponse
+	(*ReadFileRequest)(nil),       // 35: cocoonbox.v1.ReadFileRequest
+	(*ReadFileResponse)(nil),      // 36: cocoonbox.v1.ReadFileResponse
+	(*WriteFileRequest)(nil),      // 37: cocoonbox.v1.WriteFileRequest
+	(*WriteFileResponse)(nil),     // 38: cocoonbox.v1.WriteFileResponse
+	(*Share)(nil),                 // 39: cocoonbox.v1.Share
+	(*ShareBoxRequest)(nil),       // 40: cocoonbox.v1.ShareBoxRequest
+	(*UnshareBoxRequest)(nil),     // 41: cocoonbox.v1.UnshareBoxRequest
+	(*UnshareBoxResponse)(nil),    // 42: cocoonbox.v1.UnshareBoxResponse
+	(*ListSharesRequest)(nil),     // 43: cocoonbox.v1.ListSharesRequest
+	(*ListSharesResponse)(nil),    // 44: cocoonbox.v1.ListSharesResponse
+	(*TakeOverRequest)(nil),       // 45: cocoonbox.v1.TakeOverRequest
+	(*HandBackRequest)(nil),       // 46: cocoonbox.v1.HandBackRequest
+	(*DesktopTicketRequest)(nil),  // 47: cocoonbox.v1.DesktopTicketRequest
+	(*DesktopTicketResponse)(nil), // 48: cocoonbox.v1.DesktopTicketResponse
+	nil,                           // 49: cocoonbox.v1.ShellStart.EnvEntry
+	nil,                           // 50: cocoonbox.v1.ExecRequest.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 51: google.protobuf.Timestamp
 }
 var file_cocoonbox_v1_box_proto_depIdxs = []int32{
 	1,  // 0: cocoonbox.v1.ShellRequest.start:type_name -> cocoonbox.v1.ShellStart
 	2,  // 1: cocoonbox.v1.ShellRequest.resize:type_name -> cocoonbox.v1.WindowSize
-	47, // 2: cocoonbox.v1.ShellStart.env:type_name -> cocoonbox.v1.ShellStart.EnvEntry
+	49, // 2: cocoonbox.v1.ShellStart.env:type_name -> cocoonbox.v1.ShellStart.EnvEntry
 	2,  // 3: cocoonbox.v1.ShellStart.tty:type_name -> cocoonbox.v1.WindowSize
 	7,  // 4: cocoonbox.v1.FileChunk.info:type_name -> cocoonbox.v1.FileInfo
-	49, // 5: cocoonbox.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
-	15, // 6: cocoonbox.v1.ListPortsResponse.ports:type_name -> cocoonbox.v1.Port
-	49, // 7: cocoonbox.v1.Box.idle_deadline:type_name -> google.protobuf.Timestamp
-	49, // 8: cocoonbox.v1.Box.created_at:type_name -> google.protobuf.Timestamp
-	17, // 9: cocoonbox.v1.ListBoxesResponse.boxes:type_name -> cocoonbox.v1.Box
-	49, // 10: cocoonbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	25, // 11: cocoonbox.v1.ListSnapshotsResponse.snapshots:type_name -> cocoonbox.v1.Snapshot
-	48, // 12: cocoonbox.v1.ExecRequest.env:type_name -> cocoonbox.v1.ExecRequest.EnvEntry
-	49, // 13: cocoonbox.v1.Share.expires_at:type_name -> google.protobuf.Timestamp
-	49, // 14: cocoonbox.v1.Share.created_at:type_name -> google.protobuf.Timestamp
-	49, // 15: cocoonbox.v1.ShareBoxRequest.expires_at:type_name -> google.protobuf.Timestamp
-	37, // 16: cocoonbox.v1.ListSharesResponse.shares:type_name -> cocoonbox.v1.Share
-	49, // 17: cocoonbox.v1.DesktopTicketResponse.expires_at:type_name -> google.protobuf.Timestamp
-	18, // 18: cocoonbox.v1.BoxService.CreateBox:input_type -> cocoonbox.v1.CreateBoxRequest
-	19, // 19: cocoonbox.v1.BoxService.GetBox:input_type -> cocoonbox.v1.GetBoxRequest
-	20, // 20: cocoonbox.v1.BoxService.ListBoxes:input_type -> cocoonbox.v1.ListBoxesRequest
-	22, // 21: cocoonbox.v1.BoxService.DeleteBox:input_type -> cocoonbox.v1.DeleteBoxRequest
-	23, // 22: cocoonbox.v1.BoxService.WakeBox:input_type -> cocoonbox.v1.WakeBoxRequest
-	24, // 23: cocoonbox.v1.BoxService.HibernateBox:input_type -> cocoonbox.v1.HibernateBoxRequest
-	26, // 24: cocoonbox.v1.BoxService.SnapshotBox:input_type -> cocoonbox.v1.SnapshotBoxRequest
-	27, // 25: cocoonbox.v1.BoxService.ListSnapshots:input_type -> cocoonbox.v1.ListSnapshotsRequest
-	29, // 26: cocoonbox.v1.BoxService.RestoreBox:input_type -> cocoonbox.v1.RestoreBoxRequest
-	30, // 27: cocoonbox.v1.BoxService.WatchBox:input_type -> cocoonbox.v1.WatchBoxRequest
-	31, // 28: cocoonbox.v1.BoxService.Exec:input_type -> cocoonbox.v1.ExecRequest
-	33, // 29: cocoonbox.v1.BoxService.ReadFile:input_type -> cocoonbox.v1.ReadFileRequest
-	35, // 30: cocoonbox.v1.BoxService.WriteFile:input_type -> cocoonbox.v1.WriteFileRequest
-	38, // 31: cocoonbox.v1.BoxService.ShareBox:input_type -> cocoonbox.v1.ShareBoxRequest
-	39, // 32: cocoonbox.v1.BoxService.UnshareBox:input_type -> cocoonbox.v1.UnshareBoxRequest
-	41, // 33: cocoonbox.v1.BoxService.ListShares:input_type -> cocoonbox.v1.ListSharesRequest
-	43, // 34: cocoonbox.v1.BoxService.TakeOver:input_type -> cocoonbox.v1.TakeOverRequest
-	44, // 35: cocoonbox.v1.BoxService.HandBack:input_type -> cocoonbox.v1.HandBackRequest
-	45, // 36: cocoonbox.v1.BoxService.DesktopTicket:input_type -> cocoonbox.v1.DesktopTicketRequest
-	13, // 37: cocoonbox.v1.BoxService.ListPorts:input_type -> cocoonbox.v1.ListPortsRequest
-	12, // 38: cocoonbox.v1.BoxService.SetBoxNetwork:input_type -> cocoonbox.v1.SetBoxNetworkRequest
-	16, // 39: cocoonbox.v1.BoxService.SetPortPublic:input_type -> cocoonbox.v1.SetPortPublicRequest
-	0,  // 40: cocoonbox.v1.BoxService.Shell:input_type -> cocoonbox.v1.ShellRequest
-	4,  // 41: cocoonbox.v1.BoxService.DownloadFile:input_type -> cocoonbox.v1.DownloadFileRequest
-	6,  // 42: cocoonbox.v1.BoxService.UploadFile:input_type -> cocoonbox.v1.UploadFileRequest
-	8,  // 43: cocoonbox.v1.BoxService.ListFiles:input_type -> cocoonbox.v1.ListFilesRequest
-	9,  // 44: cocoonbox.v1.BoxService.StatFile:input_type -> cocoonbox.v1.StatFileRequest
-	10, // 45: cocoonbox.v1.BoxService.RemoveFile:input_type -> cocoonbox.v1.RemoveFileRequest
-	17, // 46: cocoonbox.v1.BoxService.CreateBox:output_type -> cocoonbox.v1.Box
-	17, // 47: cocoonbox.v1.BoxService.GetBox:output_type -> cocoonbox.v1.Box
-	21, // 48: cocoonbox.v1.BoxService.ListBoxes:output_type -> cocoonbox.v1.ListBoxesResponse
-	17, // 49: cocoonbox.v1.BoxService.DeleteBox:output_type -> cocoonbox.v1.Box
-	17, // 50: cocoonbox.v1.BoxService.WakeBox:output_type -> cocoonbox.v1.Box
-	17, // 51: cocoonbox.v1.BoxService.HibernateBox:output_type -> cocoonbox.v1.Box
-	25, // 52: cocoonbox.v1.BoxService.SnapshotBox:output_type -> cocoonbox.v1.Snapshot
-	28, // 53: cocoonbox.v1.BoxService.ListSnapshots:output_type -> cocoonbox.v1.ListSnapshotsResponse
-	17, // 54: cocoonbox.v1.BoxService.RestoreBox:output_type -> cocoonbox.v1.Box
-	17, // 55: cocoonbox.v1.BoxService.WatchBox:output_type -> cocoonbox.v1.Box
-	32, // 56: cocoonbox.v1.BoxService.Exec:output_type -> cocoonbox.v1.ExecResponse
-	34, // 57: cocoonbox.v1.BoxService.ReadFile:output_type -> cocoonbox.v1.ReadFileResponse
-	36, // 58: cocoonbox.v1.BoxService.WriteFile:output_type -> cocoonbox.v1.WriteFileResponse
-	37, // 59: cocoonbox.v1.BoxService.ShareBox:output_type -> cocoonbox.v1.Share
-	40, // 60: cocoonbox.v1.BoxService.UnshareBox:output_type -> cocoonbox.v1.UnshareBoxResponse
-	42, // 61: cocoonbox.v1.BoxService.ListShares:output_type -> cocoonbox.v1.ListSharesResponse
-	17, // 62: cocoonbox.v1.BoxService.TakeOver:output_type -> cocoonbox.v1.Box
-	17, // 63: cocoonbox.v1.BoxService.HandBack:output_type -> cocoonbox.v1.Box
-	46, // 64: cocoonbox.v1.BoxService.DesktopTicket:output_type -> cocoonbox.v1.DesktopTicketResponse
-	14, // 65: cocoonbox.v1.BoxService.ListPorts:output_type -> cocoonbox.v1.ListPortsResponse
-	17, // 66: cocoonbox.v1.BoxService.SetBoxNetwork:output_type -> cocoonbox.v1.Box
-	15, // 67: cocoonbox.v1.BoxService.SetPortPublic:output_type -> cocoonbox.v1.Port
-	3,  // 68: cocoonbox.v1.BoxService.Shell:output_type -> cocoonbox.v1.ShellResponse
-	5,  // 69: cocoonbox.v1.BoxService.DownloadFile:output_type -> cocoonbox.v1.FileChunk
-	7,  // 70: cocoonbox.v1.BoxService.UploadFile:output_type -> cocoonbox.v1.FileInfo
-	7,  // 71: cocoonbox.v1.BoxService.ListFiles:output_type -> cocoonbox.v1.FileInfo
-	7,  // 72: cocoonbox.v1.BoxService.StatFile:output_type -> cocoonbox.v1.FileInfo
-	11, // 73: cocoonbox.v1.BoxService.RemoveFile:output_type -> cocoonbox.v1.RemoveFileResponse
-	46, // [46:74] is the sub-list for method output_type
-	18, // [18:46] is the sub-list for method input_type
-	18, // [18:18] is the sub-list for extension type_name
-	18, // [18:18] is the sub-list for extension extendee
-	0,  // [0:18] is the sub-list for field type_name
+	51, // 5: cocoonbox.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	17, // 6: cocoonbox.v1.ListPortsResponse.ports:type_name -> cocoonbox.v1.Port
+	51, // 7: cocoonbox.v1.Box.idle_deadline:type_name -> google.protobuf.Timestamp
+	51, // 8: cocoonbox.v1.Box.created_at:type_name -> google.protobuf.Timestamp
+	13, // 9: cocoonbox.v1.Box.policy:type_name -> cocoonbox.v1.BoxPolicy
+	19, // 10: cocoonbox.v1.ListBoxesResponse.boxes:type_name -> cocoonbox.v1.Box
+	51, // 11: cocoonbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	27, // 12: cocoonbox.v1.ListSnapshotsResponse.snapshots:type_name -> cocoonbox.v1.Snapshot
+	50, // 13: cocoonbox.v1.ExecRequest.env:type_name -> cocoonbox.v1.ExecRequest.EnvEntry
+	51, // 14: cocoonbox.v1.Share.expires_at:type_name -> google.protobuf.Timestamp
+	51, // 15: cocoonbox.v1.Share.created_at:type_name -> google.protobuf.Timestamp
+	51, // 16: cocoonbox.v1.ShareBoxRequest.expires_at:type_name -> google.protobuf.Timestamp
+	39, // 17: cocoonbox.v1.ListSharesResponse.shares:type_name -> cocoonbox.v1.Share
+	51, // 18: cocoonbox.v1.DesktopTicketResponse.expires_at:type_name -> google.protobuf.Timestamp
+	20, // 19: cocoonbox.v1.BoxService.CreateBox:input_type -> cocoonbox.v1.CreateBoxRequest
+	21, // 20: cocoonbox.v1.BoxService.GetBox:input_type -> cocoonbox.v1.GetBoxRequest
+	22, // 21: cocoonbox.v1.BoxService.ListBoxes:input_type -> cocoonbox.v1.ListBoxesRequest
+	24, // 22: cocoonbox.v1.BoxService.DeleteBox:input_type -> cocoonbox.v1.DeleteBoxRequest
+	25, // 23: cocoonbox.v1.BoxService.WakeBox:input_type -> cocoonbox.v1.WakeBoxRequest
+	26, // 24: cocoonbox.v1.BoxService.HibernateBox:input_type -> cocoonbox.v1.HibernateBoxRequest
+	28, // 25: cocoonbox.v1.BoxService.SnapshotBox:input_type -> cocoonbox.v1.SnapshotBoxRequest
+	29, // 26: cocoonbox.v1.BoxService.ListSnapshots:input_type -> cocoonbox.v1.ListSnapshotsRequest
+	31, // 27: cocoonbox.v1.BoxService.RestoreBox:input_type -> cocoonbox.v1.RestoreBoxRequest
+	32, // 28: cocoonbox.v1.BoxService.WatchBox:input_type -> cocoonbox.v1.WatchBoxRequest
+	33, // 29: cocoonbox.v1.BoxService.Exec:input_type -> cocoonbox.v1.ExecRequest
+	35, // 30: cocoonbox.v1.BoxService.ReadFile:input_type -> cocoonbox.v1.ReadFileRequest
+	37, // 31: cocoonbox.v1.BoxService.WriteFile:input_type -> cocoonbox.v1.WriteFileRequest
+	40, // 32: cocoonbox.v1.BoxService.ShareBox:input_type -> cocoonbox.v1.ShareBoxRequest
+	41, // 33: cocoonbox.v1.BoxService.UnshareBox:input_type -> cocoonbox.v1.UnshareBoxRequest
+	43, // 34: cocoonbox.v1.BoxService.ListShares:input_type -> cocoonbox.v1.ListSharesRequest
+	45, // 35: cocoonbox.v1.BoxService.TakeOver:input_type -> cocoonbox.v1.TakeOverRequest
+	46, // 36: cocoonbox.v1.BoxService.HandBack:input_type -> cocoonbox.v1.HandBackRequest
+	47, // 37: cocoonbox.v1.BoxService.DesktopTicket:input_type -> cocoonbox.v1.DesktopTicketRequest
+	15, // 38: cocoonbox.v1.BoxService.ListPorts:input_type -> cocoonbox.v1.ListPortsRequest
+	14, // 39: cocoonbox.v1.BoxService.SetBoxNetwork:input_type -> cocoonbox.v1.SetBoxNetworkRequest
+	12, // 40: cocoonbox.v1.BoxService.SetPolicy:input_type -> cocoonbox.v1.SetPolicyRequest
+	18, // 41: cocoonbox.v1.BoxService.SetPortPublic:input_type -> cocoonbox.v1.SetPortPublicRequest
+	0,  // 42: cocoonbox.v1.BoxService.Shell:input_type -> cocoonbox.v1.ShellRequest
+	4,  // 43: cocoonbox.v1.BoxService.DownloadFile:input_type -> cocoonbox.v1.DownloadFileRequest
+	6,  // 44: cocoonbox.v1.BoxService.UploadFile:input_type -> cocoonbox.v1.UploadFileRequest
+	8,  // 45: cocoonbox.v1.BoxService.ListFiles:input_type -> cocoonbox.v1.ListFilesRequest
+	9,  // 46: cocoonbox.v1.BoxService.StatFile:input_type -> cocoonbox.v1.StatFileRequest
+	10, // 47: cocoonbox.v1.BoxService.RemoveFile:input_type -> cocoonbox.v1.RemoveFileRequest
+	19, // 48: cocoonbox.v1.BoxService.CreateBox:output_type -> cocoonbox.v1.Box
+	19, // 49: cocoonbox.v1.BoxService.GetBox:output_type -> cocoonbox.v1.Box
+	23, // 50: cocoonbox.v1.BoxService.ListBoxes:output_type -> cocoonbox.v1.ListBoxesResponse
+	19, // 51: cocoonbox.v1.BoxService.DeleteBox:output_type -> cocoonbox.v1.Box
+	19, // 52: cocoonbox.v1.BoxService.WakeBox:output_type -> cocoonbox.v1.Box
+	19, // 53: cocoonbox.v1.BoxService.HibernateBox:output_type -> cocoonbox.v1.Box
+	27, // 54: cocoonbox.v1.BoxService.SnapshotBox:output_type -> cocoonbox.v1.Snapshot
+	30, // 55: cocoonbox.v1.BoxService.ListSnapshots:output_type -> cocoonbox.v1.ListSnapshotsResponse
+	19, // 56: cocoonbox.v1.BoxService.RestoreBox:output_type -> cocoonbox.v1.Box
+	19, // 57: cocoonbox.v1.BoxService.WatchBox:output_type -> cocoonbox.v1.Box
+	34, // 58: cocoonbox.v1.BoxService.Exec:output_type -> cocoonbox.v1.ExecResponse
+	36, // 59: cocoonbox.v1.BoxService.ReadFile:output_type -> cocoonbox.v1.ReadFileResponse
+	38, // 60: cocoonbox.v1.BoxService.WriteFile:output_type -> cocoonbox.v1.WriteFileResponse
+	39, // 61: cocoonbox.v1.BoxService.ShareBox:output_type -> cocoonbox.v1.Share
+	42, // 62: cocoonbox.v1.BoxService.UnshareBox:output_type -> cocoonbox.v1.UnshareBoxResponse
+	44, // 63: cocoonbox.v1.BoxService.ListShares:output_type -> cocoonbox.v1.ListSharesResponse
+	19, // 64: cocoonbox.v1.BoxService.TakeOver:output_type -> cocoonbox.v1.Box
+	19, // 65: cocoonbox.v1.BoxService.HandBack:output_type -> cocoonbox.v1.Box
+	48, // 66: cocoonbox.v1.BoxService.DesktopTicket:output_type -> cocoonbox.v1.DesktopTicketResponse
+	16, // 67: cocoonbox.v1.BoxService.ListPorts:output_type -> cocoonbox.v1.ListPortsResponse
+	19, // 68: cocoonbox.v1.BoxService.SetBoxNetwork:output_type -> cocoonbox.v1.Box
+	19, // 69: cocoonbox.v1.BoxService.SetPolicy:output_type -> cocoonbox.v1.Box
+	17, // 70: cocoonbox.v1.BoxService.SetPortPublic:output_type -> cocoonbox.v1.Port
+	3,  // 71: cocoonbox.v1.BoxService.Shell:output_type -> cocoonbox.v1.ShellResponse
+	5,  // 72: cocoonbox.v1.BoxService.DownloadFile:output_type -> cocoonbox.v1.FileChunk
+	7,  // 73: cocoonbox.v1.BoxService.UploadFile:output_type -> cocoonbox.v1.FileInfo
+	7,  // 74: cocoonbox.v1.BoxService.ListFiles:output_type -> cocoonbox.v1.FileInfo
+	7,  // 75: cocoonbox.v1.BoxService.StatFile:output_type -> cocoonbox.v1.FileInfo
+	11, // 76: cocoonbox.v1.BoxService.RemoveFile:output_type -> cocoonbox.v1.RemoveFileResponse
+	48, // [48:77] is the sub-list for method output_type
+	19, // [19:48] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_cocoonbox_v1_box_proto_init() }
@@ -3315,13 +3483,14 @@ func file_cocoonbox_v1_box_proto_init() {
 	if File_cocoonbox_v1_box_proto != nil {
 		return
 	}
+	file_cocoonbox_v1_box_proto_msgTypes[12].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cocoonbox_v1_box_proto_rawDesc), len(file_cocoonbox_v1_box_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   49,
+			NumMessages:   51,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -40,6 +40,7 @@ const (
 	BoxService_DesktopTicket_FullMethodName = "/cocoonbox.v1.BoxService/DesktopTicket"
 	BoxService_ListPorts_FullMethodName     = "/cocoonbox.v1.BoxService/ListPorts"
 	BoxService_SetBoxNetwork_FullMethodName = "/cocoonbox.v1.BoxService/SetBoxNetwork"
+	BoxService_SetPolicy_FullMethodName     = "/cocoonbox.v1.BoxService/SetPolicy"
 	BoxService_SetPortPublic_FullMethodName = "/cocoonbox.v1.BoxService/SetPortPublic"
 	BoxService_Shell_FullMethodName         = "/cocoonbox.v1.BoxService/Shell"
 	BoxService_DownloadFile_FullMethodName  = "/cocoonbox.v1.BoxService/DownloadFile"
@@ -111,6 +112,10 @@ type BoxServiceClient interface {
 	// SetBoxNetwork replaces the box's egress policy at once (admin): internet and allow-lists
 	// change into each other; whether a box has a network (none) is fixed at its create.
 	SetBoxNetwork(ctx context.Context, in *SetBoxNetworkRequest, opts ...grpc.CallOption) (*Box, error)
+	// SetPolicy changes how the box behaves on its own (admin): how long it runs idle before it
+	// hibernates, whether every hibernate takes a snapshot first, how many snapshots it keeps.
+	// Fields left unset keep their value.
+	SetPolicy(ctx context.Context, in *SetPolicyRequest, opts ...grpc.CallOption) (*Box, error)
 	// SetPortPublic makes a port's preview answer anyone without a token while the box runs, or
 	// stops that (the owner only). An anonymous request never wakes the box.
 	SetPortPublic(ctx context.Context, in *SetPortPublicRequest, opts ...grpc.CallOption) (*Port, error)
@@ -359,6 +364,16 @@ func (c *boxServiceClient) SetBoxNetwork(ctx context.Context, in *SetBoxNetworkR
 	return out, nil
 }
 
+func (c *boxServiceClient) SetPolicy(ctx context.Context, in *SetPolicyRequest, opts ...grpc.CallOption) (*Box, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Box)
+	err := c.cc.Invoke(ctx, BoxService_SetPolicy_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *boxServiceClient) SetPortPublic(ctx context.Context, in *SetPortPublicRequest, opts ...grpc.CallOption) (*Port, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Port)
@@ -515,6 +530,10 @@ type BoxServiceServer interface {
 	// SetBoxNetwork replaces the box's egress policy at once (admin): internet and allow-lists
 	// change into each other; whether a box has a network (none) is fixed at its create.
 	SetBoxNetwork(context.Context, *SetBoxNetworkRequest) (*Box, error)
+	// SetPolicy changes how the box behaves on its own (admin): how long it runs idle before it
+	// hibernates, whether every hibernate takes a snapshot first, how many snapshots it keeps.
+	// Fields left unset keep their value.
+	SetPolicy(context.Context, *SetPolicyRequest) (*Box, error)
 	// SetPortPublic makes a port's preview answer anyone without a token while the box runs, or
 	// stops that (the owner only). An anonymous request never wakes the box.
 	SetPortPublic(context.Context, *SetPortPublicRequest) (*Port, error)
@@ -606,6 +625,9 @@ func (UnimplementedBoxServiceServer) ListPorts(context.Context, *ListPortsReques
 }
 func (UnimplementedBoxServiceServer) SetBoxNetwork(context.Context, *SetBoxNetworkRequest) (*Box, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetBoxNetwork not implemented")
+}
+func (UnimplementedBoxServiceServer) SetPolicy(context.Context, *SetPolicyRequest) (*Box, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetPolicy not implemented")
 }
 func (UnimplementedBoxServiceServer) SetPortPublic(context.Context, *SetPortPublicRequest) (*Port, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetPortPublic not implemented")
@@ -1020,6 +1042,24 @@ func _BoxService_SetBoxNetwork_Handler(srv interface{}, ctx context.Context, dec
 	return interceptor(ctx, in, info, handler)
 }
 
+func _BoxService_SetPolicy_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetPolicyRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BoxServiceServer).SetPolicy(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BoxService_SetPolicy_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BoxServiceServer).SetPolicy(ctx, req.(*SetPolicyRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _BoxService_SetPortPublic_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(SetPortPublicRequest)
 	if err := dec(in); err != nil {
@@ -1196,6 +1236,10 @@ var BoxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetBoxNetwork",
 			Handler:    _BoxService_SetBoxNetwork_Handler,
+		},
+		{
+			MethodName: "SetPolicy",
+			Handler:    _BoxService_SetPolicy_Handler,
 		},
 		{
 			MethodName: "SetPortPublic",
