@@ -138,7 +138,7 @@ func (s *Service) PinSnapshot(ctx context.Context, caller string, id cocoonbox.B
 	if err := s.Store.SetSnapshotPinned(ctx, snapshotID, pinned); err != nil {
 		return err
 	}
-	s.audit(ctx, caller, id, "pin-snapshot", map[string]any{"snapshot": snapshotID, "pinned": pinned})
+	s.audit(ctx, caller, id, "pin_snapshot", map[string]any{"snapshot": snapshotID, "pinned": pinned})
 	return nil
 }
 

@@ -8,6 +8,7 @@ import (
 	"context"
 	"encoding/json"
 	"log/slog"
+	"strings"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/worker"
@@ -107,7 +108,10 @@ func (b boxes) AppendEvent(ctx context.Context, id cocoonbox.BoxID, kind, detail
 	if err != nil {
 		return err
 	}
-	return b.Store.AppendEvent(ctx, store.Event{Actor: "worker", BoxID: string(id), Action: "box." + kind, Detail: d})
+	// The workflow names some kinds with hyphens (sandbox-replaced); an action is dotted words of
+	// lowercase letters, digits and underscores, and the table refuses anything else.
+	action := "box." + strings.ReplaceAll(kind, "-", "_")
+	return b.Store.AppendEvent(ctx, store.Event{Actor: "worker", BoxID: string(id), Action: action, Detail: d})
 }
 
 // snapshots is the store as activities.SnapshotStore, with BeginSnapshot in the activities' shape.
