@@ -29,6 +29,7 @@ func boxCommand() *cli.Command {
 			boxPortsCommand(),
 			boxNetworkCommand(),
 			boxPolicyCommand(),
+			boxEventsCommand(),
 			boxShareCommand(),
 			boxUnshareCommand(),
 			boxSharesCommand(),

@@ -147,6 +147,10 @@ func TestBoxShowTextAndJSON(t *testing.T) {
 	}
 	golden(t, "box_snapshots", []byte(runOK(t, "", "box", "snapshots", "web")))
 	golden(t, "box_shares", []byte(runOK(t, "", "box", "shares", "web")))
+	golden(t, "box_events", []byte(runOK(t, "", "box", "events", "web")))
+	if out := runOK(t, "", "box", "events", "web", "-o", "json"); !strings.HasPrefix(out, "[") || !strings.Contains(out, `"box.hibernated"`) {
+		t.Errorf("box events -o json: %s", out)
+	}
 	// The fake's address differs each run; the golden names it API.
 	golden(t, "box_ports", []byte(strings.ReplaceAll(runOK(t, "", "box", "ports", "web"), os.Getenv("COCOONBOX_ENDPOINT"), "API")))
 	if out := runOK(t, "", "box", "ports", "build-farm"); !strings.Contains(out, "Nothing in the box listens") {

@@ -342,3 +342,21 @@ func (f *fakeAPI) SetPolicy(_ context.Context, r *cbv1.SetPolicyRequest) (*cbv1.
 	}
 	return b, nil
 }
+
+func (f *fakeAPI) ListEvents(_ context.Context, r *cbv1.ListEventsRequest) (*cbv1.ListEventsResponse, error) {
+	if _, err := f.find(r.GetBox()); err != nil {
+		return nil, err
+	}
+	all := []*cbv1.BoxEvent{
+		{Id: 7, Actor: "us_ann", Action: "box.create", Detail: `{"role":"owner","size":"small"}`, At: timestamppb.New(t0)},
+		{Id: 9, Actor: "worker", Action: "box.hibernated", Detail: `{"detail":"idle"}`, At: timestamppb.New(t0.Add(15 * time.Minute))},
+		{Id: 12, Actor: "us_ann", Action: "box.upload", Detail: "{\"path\":\"/tmp/\u001b[31mx\"}", At: timestamppb.New(t0.Add(20 * time.Minute))},
+	}
+	var out []*cbv1.BoxEvent
+	for _, e := range all {
+		if e.GetId() > r.GetAfterId() {
+			out = append(out, e)
+		}
+	}
+	return &cbv1.ListEventsResponse{Events: out}, nil
+}

@@ -386,3 +386,20 @@ func (b *boxService) SetPolicy(ctx context.Context, req *cbv1.SetPolicyRequest) 
 	}
 	return boxProto(v), nil
 }
+
+// ListEvents returns what happened to the box, oldest first.
+func (b *boxService) ListEvents(ctx context.Context, req *cbv1.ListEventsRequest) (*cbv1.ListEventsResponse, error) {
+	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	events, err := svc.ListEvents(ctx, caller, id, req.GetAfterId(), int(req.GetLimit()))
+	if err != nil {
+		return nil, err
+	}
+	out := &cbv1.ListEventsResponse{}
+	for _, e := range events {
+		out.Events = append(out.Events, &cbv1.BoxEvent{Id: e.ID, Actor: e.Actor, Action: e.Action, Detail: string(e.Detail), At: ts(e.At)})
+	}
+	return out, nil
+}

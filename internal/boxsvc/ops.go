@@ -156,3 +156,26 @@ func (s *Service) update(ctx context.Context, caller string, id cocoonbox.BoxID,
 	s.audit(ctx, caller, id, name, map[string]any{"role": a.role})
 	return view(a, st), nil
 }
+
+// MaxEvents bounds one ListEvents; DefaultEvents is what a request without a limit gets.
+const (
+	MaxEvents     = 1000
+	DefaultEvents = 100
+)
+
+// ListEvents returns what happened to the box, oldest first: the events after afterID, or the
+// newest with afterID 0 (driver: the events name the commands, paths and users of the box).
+func (s *Service) ListEvents(ctx context.Context, caller string, id cocoonbox.BoxID, afterID int64, limit int) ([]store.Event, error) {
+	switch {
+	case afterID < 0:
+		return nil, cocoonbox.Invalid("after_id", fmt.Sprintf("must be 0 or an event ID, got %d", afterID))
+	case limit < 0 || limit > MaxEvents:
+		return nil, cocoonbox.Invalid("limit", fmt.Sprintf("must be from 1 to %d (0: %d), got %d", MaxEvents, DefaultEvents, limit))
+	case limit == 0:
+		limit = DefaultEvents
+	}
+	if _, err := s.authorize(ctx, caller, id, cocoonbox.RoleDriver); err != nil {
+		return nil, err
+	}
+	return s.Store.BoxEvents(ctx, string(id), afterID, limit)
+}

@@ -210,6 +210,9 @@ func TestAPIAuthorization(t *testing.T) {
 	add("SetBoxNetwork", cocoonbox.RoleAdmin, codes.FailedPrecondition, call(func(ctx context.Context) error {
 		return errOf(e.box.SetBoxNetwork(ctx, &cbv1.SetBoxNetworkRequest{Box: id, Network: "internet"}))
 	}))
+	add("ListEvents", cocoonbox.RoleDriver, codes.OK, call(func(ctx context.Context) error {
+		return errOf(e.box.ListEvents(ctx, &cbv1.ListEventsRequest{Box: id}))
+	}))
 	add("SetPolicy", cocoonbox.RoleAdmin, codes.OK, call(func(ctx context.Context) error {
 		return errOf(e.box.SetPolicy(ctx, &cbv1.SetPolicyRequest{Box: id, KeepSnapshots: proto.Int32(5)}))
 	}))

@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/loomhand/cocoonbox/internal/testutil"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
 
@@ -73,4 +74,67 @@ func TestBoxPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	same("after the refusals", b.GetPolicy(), want)
+}
+
+// TestBoxEvents: what a user and the box's own workflow did reaches ListEvents in order, the
+// user's hibernate beside the workflow's record of it with its reason; after_id follows from
+// the last event seen; bad input names the field.
+func TestBoxEvents(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	e, ctx, tok := hostileEnv(t, boxConfig(t))
+	as := e.as(ctx, tok)
+	b, err := e.box.CreateBox(as, &cbv1.CreateBoxRequest{Name: "events", Size: "small"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := b.GetId()
+	if _, err := e.box.HibernateBox(as, &cbv1.HibernateBoxRequest{Box: id}); err != nil {
+		t.Fatal(err)
+	}
+	actions := func(events []*cbv1.BoxEvent) string {
+		var s []string
+		for _, ev := range events {
+			s = append(s, ev.GetActor()+" "+ev.GetAction()+" "+ev.GetDetail())
+		}
+		return strings.Join(s, "\n")
+	}
+	var events []*cbv1.BoxEvent
+	testutil.Eventually(t, testutil.WaitShort, "the hibernate's events", func() bool {
+		resp, err := e.box.ListEvents(as, &cbv1.ListEventsRequest{Box: id})
+		if err != nil {
+			t.Fatal(err)
+		}
+		events = resp.GetEvents()
+		got := actions(events)
+		return strings.Contains(got, "box.create") && strings.Contains(got, "box.hibernate ") && strings.Contains(got, `worker box.hibernated {"detail": "requested"}`)
+	})
+	for i := 1; i < len(events); i++ {
+		if events[i].GetId() <= events[i-1].GetId() || events[i].GetAt().AsTime().Before(events[i-1].GetAt().AsTime()) {
+			t.Fatalf("events out of order:\n%s", actions(events))
+		}
+	}
+	last := events[len(events)-1].GetId()
+	if resp, err := e.box.ListEvents(as, &cbv1.ListEventsRequest{Box: id, AfterId: last}); err != nil || len(resp.GetEvents()) != 0 {
+		t.Fatalf("after the last event: %v, %v", resp, err)
+	}
+	if _, err := e.box.SetPolicy(as, &cbv1.SetPolicyRequest{Box: id, KeepSnapshots: proto.Int32(2)}); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := e.box.ListEvents(as, &cbv1.ListEventsRequest{Box: id, AfterId: last})
+	if err != nil || len(resp.GetEvents()) != 1 || resp.GetEvents()[0].GetAction() != "box.setpolicy" {
+		t.Fatalf("after a policy change: %v, %v", actions(resp.GetEvents()), err)
+	}
+	if resp, err := e.box.ListEvents(as, &cbv1.ListEventsRequest{Box: id, Limit: 1}); err != nil || len(resp.GetEvents()) != 1 || resp.GetEvents()[0].GetAction() != "box.setpolicy" {
+		t.Fatalf("the newest one: %v, %v", resp, err)
+	}
+	for field, req := range map[string]*cbv1.ListEventsRequest{
+		"limit":    {Box: id, Limit: 1001},
+		"after_id": {Box: id, AfterId: -1},
+	} {
+		if _, err := e.box.ListEvents(as, req); status.Code(err) != codes.InvalidArgument || !strings.HasPrefix(status.Convert(err).Message(), field+":") {
+			t.Errorf("ListEvents(%v) = %v; want invalid naming %s", req, err, field)
+		}
+	}
 }

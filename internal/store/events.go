@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // Event is one audit log entry: who did what to which box, and when.
@@ -50,6 +52,10 @@ func (q *Queries) events(ctx context.Context, op, where, arg string, limit int) 
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", op, mapErr(err))
 	}
+	return scanEvents(op, rows)
+}
+
+func scanEvents(op string, rows pgx.Rows) ([]Event, error) {
 	defer rows.Close()
 	var events []Event
 	for rows.Next() {
@@ -63,4 +69,24 @@ func (q *Queries) events(ctx context.Context, op, where, arg string, limit int) 
 		return nil, fmt.Errorf("%s: %w", op, mapErr(err))
 	}
 	return events, nil
+}
+
+// BoxEvents returns up to limit events about boxID, oldest first: those after afterID, or the
+// newest when afterID is 0. Events are ordered by ID.
+func (q *Queries) BoxEvents(ctx context.Context, boxID string, afterID int64, limit int) ([]Event, error) {
+	op := "events for box " + boxID
+	var (
+		rows pgx.Rows
+		err  error
+	)
+	const cols = `SELECT id, actor, coalesce(box_id, ''), action, detail, at FROM events`
+	if afterID > 0 {
+		rows, err = q.db.Query(ctx, cols+` WHERE box_id = $1 AND id > $2 ORDER BY id LIMIT $3`, boxID, afterID, limit)
+	} else {
+		rows, err = q.db.Query(ctx, `SELECT * FROM (`+cols+` WHERE box_id = $1 ORDER BY id DESC LIMIT $2) AS newest ORDER BY id`, boxID, limit)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", op, mapErr(err))
+	}
+	return scanEvents(op, rows)
 }

@@ -197,6 +197,18 @@ func TestEvents(t *testing.T) {
 	if string(got[0].Detail) != "{}" || string(got[1].Detail) != `{"size": "small"}` || got[1].At.IsZero() {
 		t.Errorf("details %s, %s", got[0].Detail, got[1].Detail)
 	}
+	newest, err := st.BoxEvents(ctx, "bx_1", 0, 1)
+	if err != nil || len(newest) != 1 || newest[0].Action != "box.hibernate" {
+		t.Fatalf("BoxEvents newest 1 = %+v, %v", newest, err)
+	}
+	all, err := st.BoxEvents(ctx, "bx_1", 0, 10)
+	if err != nil || len(all) != 2 || all[0].Action != "box.create" || all[1].Action != "box.hibernate" {
+		t.Fatalf("BoxEvents oldest first = %+v, %v", all, err)
+	}
+	after, err := st.BoxEvents(ctx, "bx_1", all[0].ID, 10)
+	if err != nil || len(after) != 1 || after[0].ID != all[1].ID {
+		t.Fatalf("BoxEvents after %d = %+v, %v", all[0].ID, after, err)
+	}
 	if err := st.AppendEvent(ctx, store.Event{Actor: "usr_a", Action: "Bad Action"}); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("malformed action: %v, want ErrInvalid", err)
 	}

@@ -29,6 +29,7 @@ const (
 	BoxService_ListSnapshots_FullMethodName = "/cocoonbox.v1.BoxService/ListSnapshots"
 	BoxService_RestoreBox_FullMethodName    = "/cocoonbox.v1.BoxService/RestoreBox"
 	BoxService_WatchBox_FullMethodName      = "/cocoonbox.v1.BoxService/WatchBox"
+	BoxService_ListEvents_FullMethodName    = "/cocoonbox.v1.BoxService/ListEvents"
 	BoxService_Exec_FullMethodName          = "/cocoonbox.v1.BoxService/Exec"
 	BoxService_ReadFile_FullMethodName      = "/cocoonbox.v1.BoxService/ReadFile"
 	BoxService_WriteFile_FullMethodName     = "/cocoonbox.v1.BoxService/WriteFile"
@@ -84,6 +85,10 @@ type BoxServiceClient interface {
 	// WatchBox streams the box's status: the current one first, then every change, until the
 	// client cancels or the box is deleted (viewer).
 	WatchBox(ctx context.Context, in *WatchBoxRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Box], error)
+	// ListEvents returns what happened to the box, oldest first (driver): who did what, why it
+	// slept or woke, its snapshots, restores and shares. With after_id, the events after that
+	// one (to follow the box); without, the newest.
+	ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error)
 	// Exec runs a command to completion in the box, waking it if it sleeps (driver).
 	Exec(ctx context.Context, in *ExecRequest, opts ...grpc.CallOption) (*ExecResponse, error)
 	// ReadFile returns a file's content, at most 8 MiB (driver).
@@ -253,6 +258,16 @@ func (c *boxServiceClient) WatchBox(ctx context.Context, in *WatchBoxRequest, op
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type BoxService_WatchBoxClient = grpc.ServerStreamingClient[Box]
+
+func (c *boxServiceClient) ListEvents(ctx context.Context, in *ListEventsRequest, opts ...grpc.CallOption) (*ListEventsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListEventsResponse)
+	err := c.cc.Invoke(ctx, BoxService_ListEvents_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
 
 func (c *boxServiceClient) Exec(ctx context.Context, in *ExecRequest, opts ...grpc.CallOption) (*ExecResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
@@ -502,6 +517,10 @@ type BoxServiceServer interface {
 	// WatchBox streams the box's status: the current one first, then every change, until the
 	// client cancels or the box is deleted (viewer).
 	WatchBox(*WatchBoxRequest, grpc.ServerStreamingServer[Box]) error
+	// ListEvents returns what happened to the box, oldest first (driver): who did what, why it
+	// slept or woke, its snapshots, restores and shares. With after_id, the events after that
+	// one (to follow the box); without, the newest.
+	ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error)
 	// Exec runs a command to completion in the box, waking it if it sleeps (driver).
 	Exec(context.Context, *ExecRequest) (*ExecResponse, error)
 	// ReadFile returns a file's content, at most 8 MiB (driver).
@@ -592,6 +611,9 @@ func (UnimplementedBoxServiceServer) RestoreBox(context.Context, *RestoreBoxRequ
 }
 func (UnimplementedBoxServiceServer) WatchBox(*WatchBoxRequest, grpc.ServerStreamingServer[Box]) error {
 	return status.Error(codes.Unimplemented, "method WatchBox not implemented")
+}
+func (UnimplementedBoxServiceServer) ListEvents(context.Context, *ListEventsRequest) (*ListEventsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListEvents not implemented")
 }
 func (UnimplementedBoxServiceServer) Exec(context.Context, *ExecRequest) (*ExecResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method Exec not implemented")
@@ -843,6 +865,24 @@ func _BoxService_WatchBox_Handler(srv interface{}, stream grpc.ServerStream) err
 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type BoxService_WatchBoxServer = grpc.ServerStreamingServer[Box]
+
+func _BoxService_ListEvents_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListEventsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BoxServiceServer).ListEvents(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BoxService_ListEvents_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BoxServiceServer).ListEvents(ctx, req.(*ListEventsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
 
 func _BoxService_Exec_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(ExecRequest)
@@ -1192,6 +1232,10 @@ var BoxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RestoreBox",
 			Handler:    _BoxService_RestoreBox_Handler,
+		},
+		{
+			MethodName: "ListEvents",
+			Handler:    _BoxService_ListEvents_Handler,
 		},
 		{
 			MethodName: "Exec",
