@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/agentvm/wire"
@@ -47,7 +48,22 @@ func (s *Service) DialPort(ctx context.Context, caller string, id cocoonbox.BoxI
 	}
 	s.audit(ctx, caller, id, "port", map[string]any{"port": port})
 	s.touch(ctx, id)
-	return conn, nil
+	return &awakeConn{Conn: conn, done: s.keepAwake(context.WithoutCancel(ctx), id)}, nil
+}
+
+// awakeConn is a connection to a box port that keeps the box awake until it is closed: a dev
+// server's WebSocket open in a browser is work, as an exec is, and hibernating under it would
+// cut it. Like an exec's, it touches rather than pins, so a process that dies with connections
+// open leaves nothing holding the box.
+type awakeConn struct {
+	Conn
+	once sync.Once
+	done func()
+}
+
+func (c *awakeConn) Close() error {
+	c.once.Do(c.done)
+	return c.Conn.Close()
 }
 
 // maxListed bounds ListPorts: a box may listen on every port, and the answer is the box's text.
