@@ -63,7 +63,7 @@ func agentRunCommand() *cli.Command {
 				return err
 			}
 			if s.out.json {
-				if err := writeEventJSON(s.out.w, &cbv1.WatchRunEvent{Event: &cbv1.WatchRunEvent_Run{Run: run}}); err != nil {
+				if err := writeJSONLine(s.out.w, &cbv1.WatchRunEvent{Event: &cbv1.WatchRunEvent_Run{Run: run}}); err != nil {
 					return err
 				}
 			} else if _, err := fmt.Fprintf(s.out.w, "run %s on %s\n", run.GetId(), args[0]); err != nil {

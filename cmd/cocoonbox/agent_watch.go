@@ -1,8 +1,6 @@
 package main
 
 import (
-	"bytes"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -80,7 +78,7 @@ func follow(c *cli.Context, s *session, agent cbv1.AgentServiceClient, runID str
 // state changes for people.
 func eventWriter(p *printer) func(*cbv1.WatchRunEvent) error {
 	if p.json {
-		return func(e *cbv1.WatchRunEvent) error { return writeEventJSON(p.w, e) }
+		return func(e *cbv1.WatchRunEvent) error { return writeJSONLine(p.w, e) }
 	}
 	var state string
 	return func(e *cbv1.WatchRunEvent) error {
@@ -106,17 +104,3 @@ func eventWriter(p *printer) func(*cbv1.WatchRunEvent) error {
 	}
 }
 
-// writeEventJSON writes e as one JSON object on one line.
-func writeEventJSON(w io.Writer, e *cbv1.WatchRunEvent) error {
-	raw, err := protoJSON.Marshal(e)
-	if err != nil {
-		return fmt.Errorf("encode json: %w", err)
-	}
-	var buf bytes.Buffer
-	if err := json.Compact(&buf, raw); err != nil {
-		return fmt.Errorf("encode json: %w", err)
-	}
-	buf.WriteByte('\n')
-	_, err = w.Write(buf.Bytes())
-	return err
-}

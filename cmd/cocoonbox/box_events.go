@@ -12,7 +12,6 @@ import (
 	"unicode"
 
 	"github.com/urfave/cli/v2"
-	"google.golang.org/protobuf/encoding/protojson"
 
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
@@ -59,11 +58,7 @@ func boxEventsCommand() *cli.Command {
 					return writeBoxEvents(s.out.w, events)
 				}
 				for _, e := range events {
-					b, err := protojson.Marshal(e)
-					if err != nil {
-						return err
-					}
-					if _, err := fmt.Fprintf(s.out.w, "%s\n", b); err != nil {
+					if err := writeJSONLine(s.out.w, e); err != nil {
 						return err
 					}
 				}

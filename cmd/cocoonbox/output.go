@@ -46,6 +46,21 @@ func writeJSON(w io.Writer, m proto.Message) error {
 	return writeIndented(w, raw)
 }
 
+// writeJSONLine writes m as one line of compact JSON, for output that streams.
+func writeJSONLine(w io.Writer, m proto.Message) error {
+	raw, err := protoJSON.Marshal(m)
+	if err != nil {
+		return fmt.Errorf("encode json: %w", err)
+	}
+	var buf bytes.Buffer
+	if err := json.Compact(&buf, raw); err != nil {
+		return fmt.Errorf("encode json: %w", err)
+	}
+	buf.WriteByte('\n')
+	_, err = w.Write(buf.Bytes())
+	return err
+}
+
 // writeJSONList writes ms as one JSON array (empty: []).
 func writeJSONList[M proto.Message](w io.Writer, ms []M) error {
 	items := make([]json.RawMessage, 0, len(ms))

@@ -436,10 +436,7 @@ func mcpPolicyChange(args map[string]any) (boxsvc.PolicyChange, error) {
 		case "box":
 		case "idle":
 			s, ok := v.(string)
-			d, err := time.ParseDuration(s)
-			if s == "0" {
-				d, err = 0, nil
-			}
+			d, err := time.ParseDuration(s) // "0" included
 			if !ok || err != nil || d%time.Second != 0 {
 				return c, cocoonbox.Invalid("idle", fmt.Sprintf(`must be a duration in whole seconds like "30m" or "0", got %v`, v))
 			}
@@ -466,15 +463,13 @@ func mcpPolicyChange(args map[string]any) (boxsvc.PolicyChange, error) {
 }
 
 func toBoxJSON(v boxsvc.View) boxJSON {
-	b := boxJSON{
+	p := policyProto(v.Policy)
+	return boxJSON{
 		ID: v.BoxID, Name: v.Name, State: v.State, Size: v.Size, Owner: v.Owner, Role: v.Role,
 		CreatedAt: v.CreatedAt, IdleDeadline: v.IdleDeadline, LastSnapshot: v.LastSnapshot, LastError: v.LastError,
 		Network: v.Policy.Network.Policy, NetworkAllow: v.Policy.Network.Allow,
+		Policy: policyJSON{IdleSeconds: p.GetIdleSeconds(), Durable: p.GetDurable(), KeepSnapshots: p.GetKeepSnapshots()},
 	}
-	if p := policyProto(v.Policy); p != nil {
-		b.Policy = policyJSON{IdleSeconds: p.GetIdleSeconds(), Durable: p.GetDurable(), KeepSnapshots: p.GetKeepSnapshots()}
-	}
-	return b
 }
 
 type fileJSON struct {

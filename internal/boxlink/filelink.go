@@ -56,15 +56,15 @@ func (l *Link) Upload(ctx context.Context, b Box, head *agentvmv1.WriteFileReque
 		_, err := bufs.WriteTo(c)
 		return err
 	}
-	early := func() (error, bool) { // the agent answered before the end: it refused the upload
+	early := func() error { // an answer before the end: the agent refused the upload
 		select {
 		case err := <-answer:
 			if err == nil {
 				err = status.Error(codes.Internal, "the agent answered an upload before its end")
 			}
-			return err, true
+			return err
 		default:
-			return nil, false
+			return nil
 		}
 	}
 	meta, err := proto.Marshal(&agentvmv1.WriteFileRequest{Path: head.GetPath(), Mode: head.GetMode(), Size: head.GetSize()})
@@ -72,7 +72,7 @@ func (l *Link) Upload(ctx context.Context, b Box, head *agentvmv1.WriteFileReque
 		return nil, err
 	}
 	if err := send(meta); err != nil {
-		return nil, Error(ctx, l.brokenFileLink(answer, err))
+		return nil, Error(ctx, brokenFileLink(answer, err))
 	}
 	for {
 		data, err := recv()
@@ -81,19 +81,19 @@ func (l *Link) Upload(ctx context.Context, b Box, head *agentvmv1.WriteFileReque
 		} else if err != nil {
 			return nil, err // closing the link breaks the upload: the agent replaces nothing
 		}
-		if err, ok := early(); ok {
+		if err := early(); err != nil {
 			return nil, Error(ctx, err)
 		}
 		for len(data) > 0 {
 			n := min(len(data), wire.MaxFileFrame)
 			if err := send(data[:n]); err != nil {
-				return nil, Error(ctx, l.brokenFileLink(answer, err))
+				return nil, Error(ctx, brokenFileLink(answer, err))
 			}
 			data = data[n:]
 		}
 	}
 	if err := send(nil); err != nil {
-		return nil, Error(ctx, l.brokenFileLink(answer, err))
+		return nil, Error(ctx, brokenFileLink(answer, err))
 	}
 	select {
 	case err := <-answer:
@@ -108,7 +108,7 @@ func (l *Link) Upload(ctx context.Context, b Box, head *agentvmv1.WriteFileReque
 
 // brokenFileLink is the error of an upload whose link broke while it was sent: the agent's
 // answer when it gave one (it refused and closed), else the broken link.
-func (l *Link) brokenFileLink(answer <-chan error, err error) error {
+func brokenFileLink(answer <-chan error, err error) error {
 	select {
 	case aerr := <-answer:
 		if aerr != nil {

@@ -110,17 +110,15 @@ func (s *Service) UploadFile(ctx context.Context, caller string, id cocoonbox.Bo
 			if s.Logger != nil {
 				s.Logger.Debug("upload over gRPC", "box", id, "reason", err)
 			}
-			return s.Link.Session(ctx, box, func(ctx context.Context, c agentvmv1.SessionClient) error {
-				fi, err := writeOverSession(ctx, c, head, recv)
-				if err == nil {
-					out, err = fileInfo(fi)
-				}
+			err = s.Link.Session(ctx, box, func(ctx context.Context, c agentvmv1.SessionClient) (err error) {
+				fi, err = writeOverSession(ctx, c, head, recv)
 				return err
 			})
 		}
-		if err == nil {
-			out, err = fileInfo(fi)
+		if err != nil {
+			return err
 		}
+		out, err = fileInfo(fi)
 		return err
 	})
 	if err == nil {
