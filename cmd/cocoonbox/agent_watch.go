@@ -103,4 +103,3 @@ func eventWriter(p *printer) func(*cbv1.WatchRunEvent) error {
 		return nil
 	}
 }
-
