@@ -32,6 +32,7 @@ type RestoreSnapshotInput struct {
 // the snapshot it was built from.
 type RestoreSnapshotResult struct {
 	SnapshotID string
+	TakenAt    time.Time // when the snapshot was taken
 	SandboxID  string
 	Deadline   time.Time
 }
@@ -74,7 +75,7 @@ func (a *Snapshots) RestoreSnapshot(ctx context.Context, in RestoreSnapshotInput
 			return RestoreSnapshotResult{}, err
 		}
 		if ok {
-			return a.settle(ctx, in.BoxID, snap.ID, ck.ID, got)
+			return a.settle(ctx, in.BoxID, snap, ck.ID, got)
 		}
 	} else {
 		ck, err = a.importSnapshot(ctx, porter, snap, sandbox.PoolKey{Template: a.template(), Net: lane(in.Network), Size: string(size)}, name)
@@ -94,13 +95,14 @@ func (a *Snapshots) RestoreSnapshot(ctx context.Context, in RestoreSnapshotInput
 		_ = a.Client.Release(relCtx, got.SandboxRef) // a box never runs on a wider policy than its own
 		return RestoreSnapshotResult{}, classify(fmt.Errorf("restore snapshot %s: %w", snap.ID, err))
 	}
-	return a.settle(ctx, in.BoxID, snap.ID, ck.ID, got)
+	return a.settle(ctx, in.BoxID, snap, ck.ID, got)
 }
 
 // settle waits until the restored sandbox answers and only then records its token as the box's:
 // until that moment the box's current sandbox keeps its own token, so a restore that fails
 // leaves the box fully usable. A sandbox that never answers is released.
-func (a *Snapshots) settle(ctx context.Context, boxID cocoonbox.BoxID, snapID, ckID string, got sandbox.Claimed) (RestoreSnapshotResult, error) {
+func (a *Snapshots) settle(ctx context.Context, boxID cocoonbox.BoxID, snap cocoonbox.Snapshot, ckID string, got sandbox.Claimed) (RestoreSnapshotResult, error) {
+	snapID := snap.ID
 	readyCtx, cancel := context.WithTimeout(ctx, restoreReadyTimeout)
 	err := readyWithCredential(readyCtx, a.Client, got.SandboxRef, a.PollInterval, boxID, a.Credentials)
 	cancel()
@@ -115,7 +117,7 @@ func (a *Snapshots) settle(ctx context.Context, boxID cocoonbox.BoxID, snapID, c
 		return RestoreSnapshotResult{}, classify(fmt.Errorf("store sandbox token: %w", err))
 	}
 	a.dropCheckpoint(ctx, ckID) // the sandbox has its own copy of the disk
-	return RestoreSnapshotResult{SnapshotID: snapID, SandboxID: got.ID, Deadline: got.Deadline}, nil
+	return RestoreSnapshotResult{SnapshotID: snapID, TakenAt: snap.CreatedAt, SandboxID: got.ID, Deadline: got.Deadline}, nil
 }
 
 // restoreReadyTimeout bounds how long a restored sandbox may take to answer.

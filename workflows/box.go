@@ -35,6 +35,7 @@ type box struct {
 	ops     int    // operations served by this run, for continue-as-new
 	busy    int    // operations accepted and not finished: idle never counts while one is pending
 	gen     uint64 // bumped by every message, so the main loop re-plans its timers
+	wakes   int    // times the box came back to running in this run, so a seal knows it slept throughout
 	deleted bool
 }
 
@@ -82,6 +83,7 @@ func (w *box) setup(ctx workflow.Context) error {
 		{UpdateTakeOver, w.takeOver, w.validateTakeOver},
 		{UpdateHandBack, w.handBack, w.validateHandBack},
 		{UpdateSetNetwork, w.setNetwork, w.validateSetNetwork},
+		{UpdateRecreate, w.recreate, w.validateRecreate},
 	}
 	for _, u := range updates {
 		if err := workflow.SetUpdateHandlerWithOptions(ctx, u.name, u.handler,
@@ -207,11 +209,11 @@ func (w *box) run(ctx workflow.Context) error {
 	}
 }
 
-// nextTimer is the earliest of the idle deadline, the lease renewal and the expiry of a viewer
-// count; zero when none counts.
+// nextTimer is the earliest of the idle deadline, the lease renewal, the expiry of a viewer
+// count and the next periodic seal; zero when none counts.
 func (w *box) nextTimer() time.Time {
 	next := w.idleDeadline()
-	for _, t := range []time.Time{w.renewAt(), w.viewersExpire()} {
+	for _, t := range []time.Time{w.renewAt(), w.viewersExpire(), w.sealDue()} {
 		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
 			next = t
 		}
@@ -280,6 +282,17 @@ func (w *box) onTimer(ctx workflow.Context) error {
 			return err
 		}
 	}
+	if d := w.sealDue(); !d.IsZero() && !now.Before(d) {
+		_, err := w.operate(ctx, byTimer, func(ctx workflow.Context) error {
+			if d := w.sealDue(); !d.IsZero() && !workflow.Now(ctx).Before(d) {
+				w.seal(ctx)
+			}
+			return nil
+		})
+		if err != nil && isCanceled(err) {
+			return err
+		}
+	}
 	if d := w.idleDeadline(); !d.IsZero() && !workflow.Now(ctx).Before(d) {
 		_, err := w.operate(ctx, byTimer, func(ctx workflow.Context) error {
 			// Busy by this operation alone; anything else arriving meanwhile restarts the clock.
@@ -328,10 +341,10 @@ func (w *box) continueSuggested(ctx workflow.Context) bool {
 	return w.ops >= limit || workflow.GetInfo(ctx).GetContinueAsNewSuggested()
 }
 
-// drain waits for accepted updates to finish, so none is cut off by completion or
-// continue-as-new.
+// drain waits for accepted updates and a running seal to finish, so none is cut off by
+// completion or continue-as-new.
 func (w *box) drain(ctx workflow.Context) error {
-	return workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) })
+	return workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) && w.st.Seal.Running == "" })
 }
 
 // continueAsNew hands the compact state to a fresh run, after applying signals not yet read.
@@ -362,6 +375,8 @@ func (w *box) status() Status {
 		LastSnapshot: w.st.LastSnapshot,
 		Controller:   w.st.Controller,
 		LeaseSeq:     w.st.LeaseSeq,
+		Seal:         w.sealWord(),
+		RestoredFrom: w.st.RestoredFrom,
 	}
 }
 

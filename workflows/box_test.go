@@ -444,29 +444,6 @@ func TestLeaseRenewedBeforeDeadline(t *testing.T) {
 	require.GreaterOrEqual(t, len(renewedAt), 4)
 }
 
-func TestWakeReplacesLostSandbox(t *testing.T) {
-	env := newEnv(t)
-	// The box has no snapshot, so its new sandbox comes from the template.
-	env.OnActivity(snap.RestoreSnapshot, mock.Anything, mock.Anything).Return(activities.RestoreSnapshotResult{},
-		temporal.NewNonRetryableApplicationError("no snapshot", activities.ErrTypeNotFound, nil)).Once()
-	claimOK(env, 1, "sb-1")
-	claimOK(env, 2, "sb-2")
-	env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil)
-	env.OnActivity(sb.Wake, mock.Anything, mock.Anything).
-		Return(temporal.NewNonRetryableApplicationError("gone", activities.ErrTypeSandboxGone, nil)).Once()
-	update(env, 0, UpdateCreate, CreateInput{})
-	update(env, time.Second, UpdateHibernate, HibernateInput{})
-	wake := update(env, 2*time.Second, UpdateWake, WakeInput{})
-	deleteAt(env, time.Minute)
-
-	env.ExecuteWorkflow(BoxWorkflow, input())
-	require.NoError(t, env.GetWorkflowError())
-	require.NoError(t, wake.err)
-	require.Equal(t, cocoonbox.BoxStateRunning, wake.status.State)
-	require.Equal(t, "sb-2", wake.status.SandboxID)
-	env.AssertExpectations(t)
-}
-
 func TestActivityRetries(t *testing.T) {
 	t.Run("unavailable is retried", func(t *testing.T) {
 		env := newEnv(t)

@@ -34,6 +34,7 @@ var refusals = map[string]map[cocoonbox.BoxState]string{
 	UpdateTakeOver:   {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted},
 	UpdateSetNetwork: {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted},
 	UpdateRestore:    {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted},
+	UpdateRecreate:   {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted},
 	UpdateHibernate:  {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted, cocoonbox.BoxStateFailed: "a failed box (wake it first)"},
 	UpdateSnapshot:   {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted, cocoonbox.BoxStateFailed: "a failed box (wake it first)"},
 }
@@ -76,6 +77,8 @@ func (w *box) validatePolicy(p SetPolicyInput) error {
 		return invalid(fmt.Sprintf("lease: must not be negative, got %s", *p.LeaseTTL))
 	case p.KeepSnapshots != nil && *p.KeepSnapshots < 0:
 		return invalid(fmt.Sprintf("keep_snapshots: must not be negative, got %d", *p.KeepSnapshots))
+	case p.SnapshotEvery != nil && *p.SnapshotEvery < 0:
+		return invalid(fmt.Sprintf("snapshot_every: must not be negative, got %s", *p.SnapshotEvery))
 	}
 	return nil
 }
@@ -131,6 +134,7 @@ func (w *box) create(ctx workflow.Context, _ CreateInput) (Status, error) {
 			return err
 		}
 		w.st.LastError = ""
+		w.st.Seal.Last = workflow.Now(ctx) // the first periodic seal counts from here
 		w.setState(ctx, cocoonbox.BoxStateRunning)
 		return nil
 	})
@@ -201,7 +205,11 @@ func (w *box) hibernateLocked(ctx workflow.Context, why hibernateReason) error {
 	if w.st.State == cocoonbox.BoxStateHibernated {
 		return nil
 	}
+	background := false
 	if w.in.Policy.DurableHibernate && w.st.SandboxID != "" {
+		background = workflow.GetVersion(ctx, versionBackgroundSeal, workflow.DefaultVersion, 1) >= 1
+	}
+	if w.in.Policy.DurableHibernate && w.st.SandboxID != "" && !background {
 		// The memory image stays on the engine's node; the snapshot is what survives its loss.
 		if _, err := w.snapshotLocked(ctx); err != nil {
 			if why == requested {
@@ -225,6 +233,11 @@ func (w *box) hibernateLocked(ctx workflow.Context, why hibernateReason) error {
 	w.st.LastError = ""
 	w.setState(ctx, cocoonbox.BoxStateHibernated)
 	w.event(ctx, "hibernated", string(why))
+	if background && w.st.SandboxID != "" {
+		// The memory image stays on the engine's node; the seal, uploading while the box sleeps,
+		// is what survives the node's loss.
+		w.seal(ctx)
+	}
 	return nil
 }
 
@@ -236,6 +249,9 @@ func (w *box) delete(ctx workflow.Context, in DeleteInput) (Status, error) {
 		}
 		before := w.st.State
 		w.setState(ctx, cocoonbox.BoxStateDeleting)
+		if err := w.awaitSeal(ctx); err != nil {
+			return err
+		}
 		if in.PurgeSnapshots {
 			// Before the release, so a failed purge leaves the box whole and the delete retryable.
 			if err := w.purgeSnapshots(ctx); err != nil {
@@ -273,6 +289,9 @@ func (w *box) setPolicy(ctx workflow.Context, in SetPolicyInput) (Status, error)
 	}
 	if in.KeepSnapshots != nil {
 		p.KeepSnapshots = *in.KeepSnapshots
+	}
+	if in.SnapshotEvery != nil {
+		p.SnapshotEvery = *in.SnapshotEvery
 	}
 	w.gen++
 	return w.status(), nil
@@ -397,6 +416,11 @@ func (w *box) fail(ctx workflow.Context, err error) {
 func (w *box) setState(ctx workflow.Context, s cocoonbox.BoxState) {
 	w.st.State = s
 	w.gen++
+	switch s {
+	case cocoonbox.BoxStateWaking, cocoonbox.BoxStateRunning:
+		w.wakes++ // what a seal of the sleeping box holds is no longer all of it
+		w.st.Seal.Sealed = false
+	}
 	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchAttrBoxState.ValueSet(string(s))); err != nil {
 		workflow.GetLogger(ctx).Warn("upsert BoxState", "error", err)
 	}

@@ -29,11 +29,14 @@ const (
 	// UpdateSetNetwork replaces the box's egress policy within its lane: internet and allow-lists
 	// (a NIC) change into each other at once; none (no NIC) is fixed at create.
 	UpdateSetNetwork = "setnetwork"
-	SignalTouch      = "touch"
-	SignalViewers    = "viewers"
-	SignalPin        = "pin"
-	SignalUnpin      = "unpin"
-	QueryStatus      = "status"
+	// UpdateRecreate starts a box whose sandbox was lost with no snapshot again, from its
+	// template: the owner's choice, never made for them.
+	UpdateRecreate = "recreate"
+	SignalTouch    = "touch"
+	SignalViewers  = "viewers"
+	SignalPin      = "pin"
+	SignalUnpin    = "unpin"
+	QueryStatus    = "status"
 )
 
 // SnapshotWorkflowID is the workflow ID of the child workflow that takes snapshot id.
@@ -71,6 +74,9 @@ type Policy struct {
 	// KeepSnapshots is how many complete snapshots retention keeps (plus pinned ones); 0 is
 	// DefaultKeepSnapshots. The newest complete snapshot is never deleted.
 	KeepSnapshots int
+	// SnapshotEvery seals a running box into a snapshot this long after its last one, when it
+	// was active since; 0 never does it by itself.
+	SnapshotEvery time.Duration
 	// Network is the box's egress policy, fixed at create: every sandbox the box gets (a claim, a
 	// restore) has it. Zero is none.
 	Network cocoonbox.Network
@@ -112,6 +118,28 @@ type BoxCarriedState struct {
 	// lease by two paths (a step's request, read when the step starts, and a run's word while a
 	// step runs), which may arrive in either order.
 	LeaseSeq int64
+	// Seal is the box's background snapshots (durable hibernate and SnapshotEvery).
+	Seal SealState
+	// RestoredFrom is the snapshot the box's sandbox was last rebuilt from after the engine
+	// lost the one before; zero when it never was.
+	RestoredFrom RestoredFrom
+}
+
+// SealState is where a box's background snapshots stand. A seal runs as a child workflow
+// beside the box's operations, one at a time; it carries over continue-as-new only when none
+// runs (the box waits for it first).
+type SealState struct {
+	Running string    // the snapshot ID being taken; "" when none
+	Again   bool      // another seal was asked for while one ran: it starts when that ends
+	Sealed  bool      // the newest seal was taken while the box slept, and it has not woken since
+	Last    time.Time // when the newest seal started (or the box first ran), for SnapshotEvery
+}
+
+// RestoredFrom names the snapshot a lost sandbox was rebuilt from.
+type RestoredFrom struct {
+	SnapshotID string
+	TakenAt    time.Time // when the snapshot was taken
+	At         time.Time // when the box was rebuilt from it
 }
 
 // CreateInput is the create update's argument (sent with Update-with-Start).
@@ -137,12 +165,17 @@ type SetPolicyInput struct {
 	LeaseTTL         *time.Duration `json:",omitempty"`
 	DurableHibernate *bool          `json:",omitempty"`
 	KeepSnapshots    *int           `json:",omitempty"`
+	SnapshotEvery    *time.Duration `json:",omitempty"`
 }
 
 // SetAll is the input that sets every field of the policy to p's (but its network).
 func SetAll(p Policy) SetPolicyInput {
-	return SetPolicyInput{IdleAfter: &p.IdleAfter, LeaseTTL: &p.LeaseTTL, DurableHibernate: &p.DurableHibernate, KeepSnapshots: &p.KeepSnapshots}
+	return SetPolicyInput{IdleAfter: &p.IdleAfter, LeaseTTL: &p.LeaseTTL, DurableHibernate: &p.DurableHibernate,
+		KeepSnapshots: &p.KeepSnapshots, SnapshotEvery: &p.SnapshotEvery}
 }
+
+// RecreateInput is the recreate update's argument.
+type RecreateInput struct{}
 
 // SnapshotInput is the snapshot update's argument.
 type SnapshotInput struct{}
@@ -242,7 +275,18 @@ type Status struct {
 	Controller string
 	// LeaseSeq counts the control lease's changes of hands (BoxCarriedState.LeaseSeq).
 	LeaseSeq int64
+	// Seal is SealSealing while a background snapshot runs, SealSealed when the sleeping box's
+	// disk is in a verified snapshot, and "" otherwise.
+	Seal string
+	// RestoredFrom names the snapshot the box was rebuilt from when the engine lost its sandbox.
+	RestoredFrom RestoredFrom
 }
+
+// Seal words of Status.Seal.
+const (
+	SealSealing = "sealing"
+	SealSealed  = "sealed"
+)
 
 // RunIDPrefix starts every agent run ID; the box workflow knows a run's pin by it.
 const RunIDPrefix = "run_"

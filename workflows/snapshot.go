@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"fmt"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -128,9 +129,13 @@ func (w *box) restore(ctx workflow.Context, in RestoreInput) (Status, error) {
 		if err := w.allowed(UpdateRestore); err != nil {
 			return err
 		}
+		if err := w.awaitSeal(ctx); err != nil {
+			return err
+		}
 		before := w.st.State
 		w.setState(ctx, cocoonbox.BoxStateRestoring)
-		if err := w.restoreFrom(ctx, in.SnapshotID); err != nil {
+		var res activities.RestoreSnapshotResult
+		if err := w.restoreFrom(ctx, in.SnapshotID, &res); err != nil {
 			w.st.LastError = "restore: " + err.Error()
 			w.setState(ctx, before)
 			return err
@@ -141,14 +146,14 @@ func (w *box) restore(ctx workflow.Context, in RestoreInput) (Status, error) {
 	})
 }
 
-// restoreFrom swaps the box's sandbox for one restored from snapshotID ("" the newest).
-func (w *box) restoreFrom(ctx workflow.Context, snapshotID string) error {
+// restoreFrom swaps the box's sandbox for one restored from snapshotID ("" the newest) and
+// answers which into res.
+func (w *box) restoreFrom(ctx workflow.Context, snapshotID string, res *activities.RestoreSnapshotResult) error {
 	attempt := w.st.Attempt + 1
-	var res activities.RestoreSnapshotResult
 	err := workflow.ExecuteActivity(streamOptions(ctx), snapActs.RestoreSnapshot, activities.RestoreSnapshotInput{
 		BoxID: w.in.BoxID, SnapshotID: snapshotID, Size: w.in.Size, Attempt: attempt, TTL: w.in.Policy.LeaseTTL,
 		Network: w.in.Policy.Network,
-	}).Get(ctx, &res)
+	}).Get(ctx, res)
 	if err != nil {
 		return err
 	}
@@ -169,18 +174,75 @@ func (w *box) restoreFrom(ctx workflow.Context, snapshotID string) error {
 	return nil
 }
 
-// replaceSandbox gives a box whose sandbox the engine lost a new one: from its newest snapshot
-// when it has one, from the template otherwise.
+// versionLostFails marks the box workflow's refusing to bring a lost box back empty: before it,
+// a box whose sandbox was lost with no snapshot was claimed anew from its template.
+const versionLostFails = "lost-fails"
+
+// replaceSandbox gives a box whose sandbox the engine lost a new one, from its newest snapshot,
+// and says so. With no snapshot there is nothing to rebuild it from: the box is lost (ErrLost),
+// and only its owner's recreate starts it again, empty.
 func (w *box) replaceSandbox(ctx workflow.Context) error {
-	err := w.restoreFrom(ctx, "")
+	says := workflow.GetVersion(ctx, versionLostFails, workflow.DefaultVersion, 1) >= 1
+	var res activities.RestoreSnapshotResult
+	err := w.restoreFrom(ctx, "", &res)
+	if err == nil {
+		now := workflow.Now(ctx)
+		w.st.RestoredFrom = RestoredFrom{SnapshotID: res.SnapshotID, TakenAt: res.TakenAt, At: now}
+		if says {
+			w.event(ctx, "restored_after_loss", fmt.Sprintf("restored from %s taken %s before", res.SnapshotID, now.Sub(res.TakenAt).Round(time.Second)))
+		}
+		return nil
+	}
 	if errorType(err) != activities.ErrTypeNotFound {
 		return err
 	}
+	if says {
+		w.event(ctx, "lost", "the sandbox is gone and the box has no snapshot")
+		return temporal.NewApplicationError(ErrLost, ErrTypeInvalidTransition)
+	}
 	w.event(ctx, "sandbox-from-template", "no snapshot to restore")
+	return w.recreateSandbox(ctx)
+}
+
+// ErrLost is the last error of a box whose sandbox the engine lost when it had no snapshot.
+const ErrLost = "lost: the box's sandbox is gone and it has no snapshot to rebuild it from; " +
+	"recreate starts it again from its template, empty"
+
+// recreateSandbox claims a new sandbox from the template and waits until it answers.
+func (w *box) recreateSandbox(ctx workflow.Context) error {
 	if err := w.claimNew(ctx); err != nil {
 		return err
 	}
 	return w.waitReady(ctx)
+}
+
+func (w *box) validateRecreate(RecreateInput) error {
+	if err := w.allowed(UpdateRecreate); err != nil {
+		return err
+	}
+	if w.st.State != cocoonbox.BoxStateFailed || w.st.SandboxID != "" {
+		return transitionError(UpdateRecreate, "a box that is not lost (only a failed box whose sandbox is gone is recreated)")
+	}
+	return nil
+}
+
+// recreate is the owner's choice for a lost box: a new sandbox from the template, empty.
+func (w *box) recreate(ctx workflow.Context, in RecreateInput) (Status, error) {
+	return w.operate(ctx, byUser, func(ctx workflow.Context) error {
+		if err := w.validateRecreate(in); err != nil {
+			return err
+		}
+		w.setState(ctx, cocoonbox.BoxStateWaking)
+		if err := w.recreateSandbox(ctx); err != nil {
+			w.st.LastError = "recreate: " + err.Error()
+			w.setState(ctx, cocoonbox.BoxStateFailed)
+			return err
+		}
+		w.st.LastError, w.st.RestoredFrom = "", RestoredFrom{}
+		w.event(ctx, "recreated", "from the template, empty")
+		w.setState(ctx, cocoonbox.BoxStateRunning)
+		return nil
+	})
 }
 
 // purgeSnapshots deletes every snapshot of the box, objects and rows.
@@ -214,4 +276,88 @@ func cleanupOptions(ctx workflow.Context) workflow.Context {
 		StartToCloseTimeout: 5 * time.Minute,
 		RetryPolicy:         retryPolicy(),
 	})
+}
+
+// versionBackgroundSeal marks the box workflow's sealing a durable hibernate after the box
+// sleeps, as a child workflow beside its operations. Before it, the snapshot came first and the
+// hibernate waited for its upload.
+const versionBackgroundSeal = "background-seal"
+
+// seal asks for a background snapshot of the box's sandbox (a seal): it starts now, or when the
+// one running ends, whose snapshot may predate what changed since.
+func (w *box) seal(ctx workflow.Context) {
+	if w.st.Seal.Running != "" {
+		w.st.Seal.Again = true
+		return
+	}
+	w.startSeal(ctx)
+}
+
+// startSeal starts the snapshot child workflow of a seal and has a goroutine of the workflow
+// take its result, so the box answers operations while the snapshot uploads. The box waits for
+// it before it continues as new, is deleted or swaps its sandbox (awaitSeal).
+func (w *box) startSeal(ctx workflow.Context) {
+	var id string
+	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return cocoonbox.NewSnapshotID() }).Get(&id); err != nil {
+		workflow.GetLogger(ctx).Error("new snapshot ID for a seal", "error", err)
+		return
+	}
+	asleep, wakes := w.st.State == cocoonbox.BoxStateHibernated, w.wakes
+	w.st.Seal = SealState{Running: id, Last: workflow.Now(ctx)}
+	w.gen++
+	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: SnapshotWorkflowID(id), TaskQueue: TaskQueue})
+	f := workflow.ExecuteChildWorkflow(cctx, SnapshotWorkflow, SnapshotWorkflowInput{
+		BoxID: w.in.BoxID, SnapshotID: id, SandboxID: w.st.SandboxID, Keep: w.keep(),
+	})
+	workflow.Go(ctx, func(ctx workflow.Context) {
+		var out SnapshotWorkflowResult
+		err := f.Get(ctx, &out)
+		w.st.Seal.Running = ""
+		w.gen++
+		if err != nil {
+			// The box keeps its last good snapshot; the next hibernate or period seals again.
+			w.st.LastError = "seal: " + err.Error()
+			w.event(ctx, "seal_failed", id+": "+err.Error())
+		} else {
+			w.st.LastSnapshot = out.Snapshot.ID
+			w.st.Seal.Sealed = asleep && w.wakes == wakes && w.st.State == cocoonbox.BoxStateHibernated
+			if w.st.LastError != "" && w.st.State == cocoonbox.BoxStateHibernated {
+				w.st.LastError = "" // a failed seal's error, which this one repairs
+			}
+			w.event(ctx, "sealed", out.Snapshot.ID)
+		}
+		if w.st.Seal.Again && w.st.SandboxID != "" && !w.deleted {
+			w.st.Seal.Again = false
+			w.startSeal(ctx)
+		}
+	})
+}
+
+// awaitSeal cancels a seal asked for and waits for the running one to end, before the box's
+// sandbox is released or replaced under it.
+func (w *box) awaitSeal(ctx workflow.Context) error {
+	w.st.Seal.Again = false
+	return workflow.Await(ctx, func() bool { return w.st.Seal.Running == "" })
+}
+
+// sealDue is when a running box that was active since its last seal is sealed again
+// (Policy.SnapshotEvery); zero when none is due.
+func (w *box) sealDue() time.Time {
+	every := w.in.Policy.SnapshotEvery
+	if every <= 0 || w.st.State != cocoonbox.BoxStateRunning || w.st.SandboxID == "" || w.st.Seal.Running != "" ||
+		!w.st.LastActive.After(w.st.Seal.Last) {
+		return time.Time{}
+	}
+	return w.st.Seal.Last.Add(every)
+}
+
+// sealWord is Status.Seal.
+func (w *box) sealWord() string {
+	switch {
+	case w.st.Seal.Running != "":
+		return SealSealing
+	case w.st.Seal.Sealed && w.st.State == cocoonbox.BoxStateHibernated:
+		return SealSealed
+	}
+	return ""
 }

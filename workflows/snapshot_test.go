@@ -133,7 +133,7 @@ func TestWakeRestoresNewestSnapshot(t *testing.T) {
 		Return(temporal.NewNonRetryableApplicationError("gone", activities.ErrTypeSandboxGone, nil)).Once()
 	env.OnActivity(snap.RestoreSnapshot, mock.Anything, mock.MatchedBy(func(in activities.RestoreSnapshotInput) bool {
 		return in.SnapshotID == "" && in.Attempt == 2
-	})).Return(activities.RestoreSnapshotResult{SnapshotID: "sn_00000000000000aa", SandboxID: "sb-2"}, nil).Once()
+	})).Return(activities.RestoreSnapshotResult{SnapshotID: "sn_00000000000000aa", SandboxID: "sb-2", TakenAt: env.Now().Add(-12 * time.Minute)}, nil).Once()
 	update(env, 0, UpdateCreate, CreateInput{})
 	update(env, time.Second, UpdateHibernate, HibernateInput{})
 	wake := update(env, 2*time.Second, UpdateWake, WakeInput{})
@@ -145,6 +145,8 @@ func TestWakeRestoresNewestSnapshot(t *testing.T) {
 	require.Equal(t, cocoonbox.BoxStateRunning, wake.status.State)
 	require.Equal(t, "sb-2", wake.status.SandboxID)
 	require.Equal(t, "sn_00000000000000aa", wake.status.LastSnapshot)
+	require.Equal(t, "sn_00000000000000aa", wake.status.RestoredFrom.SnapshotID, "the box says what it was rebuilt from")
+	require.False(t, wake.status.RestoredFrom.TakenAt.IsZero())
 	env.AssertActivityNumberOfCalls(t, "Claim", 1) // rebuilt from the snapshot, not the template
 	env.AssertExpectations(t)
 }
@@ -193,7 +195,7 @@ func TestCorruptRestoreKeepsBox(t *testing.T) {
 }
 
 func TestDurableHibernate(t *testing.T) {
-	t.Run("snapshots first", func(t *testing.T) {
+	t.Run("seals after it sleeps", func(t *testing.T) {
 		env := newEnv(t)
 		claimOK(env, 1, "sb-1")
 		calls := snapshotsOK(env, nil)
@@ -201,34 +203,103 @@ func TestDurableHibernate(t *testing.T) {
 			*calls = append(*calls, "hibernate")
 			return nil
 		})
+		env.OnActivity(sb.Wake, mock.Anything, mock.Anything).Return(nil)
+		env.OnActivity(sb.WaitReady, mock.Anything, mock.Anything).Return(nil)
 		in := input()
 		in.Policy.DurableHibernate = true
+		var sealed, woken Status
 		update(env, 0, UpdateCreate, CreateInput{})
 		h := update(env, time.Second, UpdateHibernate, HibernateInput{})
+		env.RegisterDelayedCallback(func() { sealed = query(t, env) }, 30*time.Second)
+		update(env, 40*time.Second, UpdateWake, WakeInput{})
+		env.RegisterDelayedCallback(func() { woken = query(t, env) }, 50*time.Second)
 		deleteAt(env, time.Minute)
 		env.ExecuteWorkflow(BoxWorkflow, in)
 		require.NoError(t, env.GetWorkflowError())
 		require.NoError(t, h.err)
 		require.Equal(t, cocoonbox.BoxStateHibernated, h.status.State)
-		require.NotEmpty(t, h.status.LastSnapshot)
-		require.Equal(t, []string{"begin", "upload sb-1", "complete", "prune", "hibernate"}, *calls)
+		require.Equal(t, SealSealing, h.status.Seal, "the hibernate answers before the snapshot uploads")
+		require.Equal(t, []string{"hibernate", "begin", "upload sb-1", "complete", "prune"}, *calls)
+		require.Equal(t, SealSealed, sealed.Seal)
+		require.NotEmpty(t, sealed.LastSnapshot)
+		require.Empty(t, woken.Seal, "a box that woke is no longer sealed")
+		require.Equal(t, sealed.LastSnapshot, woken.LastSnapshot)
 	})
-	t.Run("a failed snapshot keeps a requested hibernate from losing it", func(t *testing.T) {
+	t.Run("a failed seal leaves the box asleep and says so", func(t *testing.T) {
 		env := newEnv(t)
 		claimOK(env, 1, "sb-1")
 		snapshotsOK(env, temporal.NewNonRetryableApplicationError("s3 refused", activities.ErrTypeInvalidArgument, nil))
 		env.OnActivity(snap.FailSnapshot, mock.Anything, mock.Anything).Return(nil)
+		env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil)
 		in := input()
 		in.Policy.DurableHibernate = true
+		var after Status
 		update(env, 0, UpdateCreate, CreateInput{})
 		h := update(env, time.Second, UpdateHibernate, HibernateInput{})
+		env.RegisterDelayedCallback(func() { after = query(t, env) }, 30*time.Second)
 		deleteAt(env, time.Minute)
 		env.ExecuteWorkflow(BoxWorkflow, in)
 		require.NoError(t, env.GetWorkflowError())
-		require.Error(t, h.err)
-		require.Equal(t, cocoonbox.BoxStateRunning, h.status.State)
-		env.AssertActivityNumberOfCalls(t, "Hibernate", 0)
+		require.NoError(t, h.err)
+		require.Equal(t, cocoonbox.BoxStateHibernated, after.State)
+		require.Empty(t, after.Seal)
+		require.Contains(t, after.LastError, "s3 refused")
+		env.AssertActivityNumberOfCalls(t, "FailSnapshot", 1)
 	})
+}
+
+// TestPeriodicSeal: a running box active since its last seal is sealed every SnapshotEvery; an
+// untouched one is not.
+func TestPeriodicSeal(t *testing.T) {
+	env := newEnv(t)
+	claimOK(env, 1, "sb-1")
+	calls := snapshotsOK(env, nil)
+	in := input()
+	in.Policy.SnapshotEvery = 10 * time.Minute
+	update(env, 0, UpdateCreate, CreateInput{})
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalTouch, struct{}{}) }, 5*time.Minute)
+	var during Status
+	env.RegisterDelayedCallback(func() { during = query(t, env) }, 15*time.Minute)
+	deleteAt(env, 45*time.Minute)
+	env.ExecuteWorkflow(BoxWorkflow, in)
+	require.NoError(t, env.GetWorkflowError())
+	require.Equal(t, []string{"begin", "upload sb-1", "complete", "prune"}, *calls, "one seal: nothing happened after it")
+	require.Equal(t, cocoonbox.BoxStateRunning, during.State)
+	require.NotEmpty(t, during.LastSnapshot)
+	require.Empty(t, during.Seal, "a running box is not sealed")
+}
+
+// TestLostBoxWithoutSnapshotFails: a box whose sandbox is gone with no snapshot is not brought
+// back empty; it fails as lost until its owner recreates it.
+func TestLostBoxWithoutSnapshotFails(t *testing.T) {
+	env := newEnv(t)
+	env.OnActivity(snap.RestoreSnapshot, mock.Anything, mock.Anything).Return(activities.RestoreSnapshotResult{},
+		temporal.NewNonRetryableApplicationError("no snapshot", activities.ErrTypeNotFound, nil)).Once()
+	claimOK(env, 1, "sb-1")
+	claimOK(env, 2, "sb-2")
+	env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil)
+	env.OnActivity(sb.Wake, mock.Anything, mock.Anything).
+		Return(temporal.NewNonRetryableApplicationError("gone", activities.ErrTypeSandboxGone, nil)).Once()
+	update(env, 0, UpdateCreate, CreateInput{})
+	early := update(env, 500*time.Millisecond, UpdateRecreate, RecreateInput{})
+	update(env, time.Second, UpdateHibernate, HibernateInput{})
+	wake := update(env, 2*time.Second, UpdateWake, WakeInput{})
+	recreated := update(env, 3*time.Second, UpdateRecreate, RecreateInput{})
+	deleteAt(env, time.Minute)
+
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.NoError(t, env.GetWorkflowError())
+	requireTransitionError(t, early.rejected)
+	require.Error(t, wake.err)
+	require.Contains(t, wake.err.Error(), "lost")
+	require.Equal(t, cocoonbox.BoxStateFailed, wake.status.State)
+	require.Empty(t, wake.status.SandboxID)
+	require.Contains(t, wake.status.LastError, "lost")
+	require.NoError(t, recreated.err)
+	require.Equal(t, cocoonbox.BoxStateRunning, recreated.status.State)
+	require.Equal(t, "sb-2", recreated.status.SandboxID)
+	require.Empty(t, recreated.status.LastError)
+	env.AssertExpectations(t)
 }
 
 func TestDeletePurgesSnapshotsBeforeRelease(t *testing.T) {

@@ -21,6 +21,7 @@ func boxCommand() *cli.Command {
 			boxSnapshotCommand(),
 			boxSnapshotsCommand(),
 			boxRestoreCommand(),
+			boxRecreateCommand(),
 			boxRmCommand(),
 			boxExecCommand(),
 			boxShellCommand(),

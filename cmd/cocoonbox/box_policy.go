@@ -18,27 +18,34 @@ func boxPolicyCommand() *cli.Command {
 		ArgsUsage: "BOX",
 		Description: "Without flags, shows the box's policy. A change needs the admin role; what is not given\n" +
 			"stays as it is.\n\n" +
-			"   cocoonbox box policy mybox --idle 30m --durable --keep 10\n" +
+			"   cocoonbox box policy mybox --idle 30m --snapshot-every 1h --keep 10\n" +
 			"   cocoonbox box policy mybox --idle 0     (never hibernate by itself)",
 		Flags: apiFlags(
-			&cli.DurationFlag{Name: "idle", Usage: "how long the box runs with nothing happening before it hibernates (1m to 720h; 0: never by itself)"},
-			&cli.BoolFlag{Name: "durable", Usage: "take a verified snapshot before every hibernate"},
-			&cli.BoolFlag{Name: "no-durable", Usage: "hibernate without a snapshot first"},
-			&cli.IntFlag{Name: "keep", Usage: "how many complete snapshots to keep (1 to 1000; pinned ones besides)"},
+			&cli.DurationFlag{Name: "idle", DefaultText: "unchanged", Usage: "how long the box runs with nothing happening before it hibernates (1m to 720h; 0: never by itself)"},
+			&cli.BoolFlag{Name: "durable", DefaultText: "unchanged; new boxes are durable", Usage: "seal the box into a verified snapshot at every hibernate"},
+			&cli.BoolFlag{Name: "no-durable", DefaultText: "unchanged", Usage: "hibernate without sealing: a node loss while it sleeps loses what it did since its last snapshot"},
+			&cli.DurationFlag{Name: "snapshot-every", DefaultText: "unchanged", Usage: "seal a running box this long after its last snapshot when it was active (5m to 720h; 0: never by itself)"},
+			&cli.IntFlag{Name: "keep", DefaultText: "unchanged", Usage: "how many complete snapshots to keep (1 to 1000; pinned ones besides)"},
 		),
 		Action: func(c *cli.Context) error {
-			args, err := positional(c, "BOX [--idle D] [--durable | --no-durable] [--keep N]", 1, 1)
+			args, err := positional(c, "BOX [--idle D] [--snapshot-every D] [--durable | --no-durable] [--keep N]", 1, 1)
 			if err != nil {
 				return err
 			}
 			req := &cbv1.SetPolicyRequest{Box: args[0]}
-			if c.IsSet("idle") {
-				d := c.Duration("idle")
+			for _, f := range []struct {
+				name string
+				to   **int64
+			}{{"idle", &req.IdleSeconds}, {"snapshot-every", &req.SnapshotEverySeconds}} {
+				if !c.IsSet(f.name) {
+					continue
+				}
+				d := c.Duration(f.name)
 				if d%time.Second != 0 {
-					return usageError("box policy: --idle must be whole seconds, got %s", d)
+					return usageError("box policy: --%s must be whole seconds, got %s", f.name, d)
 				}
 				n := int64(d / time.Second)
-				req.IdleSeconds = &n
+				*f.to = &n
 			}
 			switch {
 			case c.IsSet("durable") && c.IsSet("no-durable"):
@@ -60,7 +67,7 @@ func boxPolicyCommand() *cli.Command {
 			}
 			defer s.Close()
 			var b *cbv1.Box
-			if req.IdleSeconds == nil && req.Durable == nil && req.KeepSnapshots == nil {
+			if req.IdleSeconds == nil && req.Durable == nil && req.KeepSnapshots == nil && req.SnapshotEverySeconds == nil {
 				b, err = boxes.GetBox(c.Context, &cbv1.GetBoxRequest{Box: args[0]})
 			} else {
 				b, err = boxes.SetPolicy(c.Context, req)
@@ -91,6 +98,9 @@ func policyLine(p *cbv1.BoxPolicy) string {
 		parts = append(parts, "durable")
 	} else {
 		parts = append(parts, "not durable")
+	}
+	if n := p.GetSnapshotEverySeconds(); n > 0 {
+		parts = append(parts, "snapshot every "+wholeDuration(n))
 	}
 	parts = append(parts, fmt.Sprintf("keep %d snapshots", p.GetKeepSnapshots()))
 	return strings.Join(parts, ", ")

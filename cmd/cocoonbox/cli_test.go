@@ -94,6 +94,9 @@ func TestBoxCommandsSendTheirArguments(t *testing.T) {
 		{[]string{"box", "snapshot", "web"}, &cbv1.SnapshotBoxRequest{Box: "web"}, "sn_0002 complete, 700.0 MiB, 48211 files (box bx_00000000000000a1)\n"},
 		{[]string{"box", "restore", "web", "--snapshot", "sn_0001"}, &cbv1.RestoreBoxRequest{Box: "web", SnapshotId: "sn_0001"}, ""},
 		{[]string{"box", "restore", "web"}, &cbv1.RestoreBoxRequest{Box: "web"}, ""},
+		{[]string{"box", "recreate", "web"}, &cbv1.RecreateBoxRequest{Box: "web"}, ""},
+		{[]string{"box", "policy", "web", "--snapshot-every", "1h"}, &cbv1.SetPolicyRequest{Box: "web", SnapshotEverySeconds: proto.Int64(3600)},
+			"idle 15m, durable, snapshot every 1h, keep 5 snapshots\n"},
 		{[]string{"box", "rm", "web", "--purge-snapshots", "--yes"}, &cbv1.DeleteBoxRequest{Box: "web", PurgeSnapshots: true}, "web (bx_00000000000000a1) deleted\n"},
 		{[]string{"box", "rm", "web"}, &cbv1.DeleteBoxRequest{Box: "web"}, ""},
 		{[]string{"box", "unshare", "web", "bob"}, &cbv1.UnshareBoxRequest{Box: "web", User: "bob"}, "bob no longer shares box web\n"},
@@ -107,9 +110,9 @@ func TestBoxCommandsSendTheirArguments(t *testing.T) {
 		{[]string{"box", "network", "web", "--network", "internet"}, &cbv1.SetBoxNetworkRequest{Box: "web", Network: "internet"}, ""},
 		{[]string{"box", "policy", "web", "--idle", "30m", "--durable", "--keep", "10"},
 			&cbv1.SetPolicyRequest{Box: "web", IdleSeconds: proto.Int64(1800), Durable: proto.Bool(true), KeepSnapshots: proto.Int32(10)},
-			"idle 30m, durable, keep 10 snapshots\n"},
-		{[]string{"box", "policy", "web", "--no-durable"}, &cbv1.SetPolicyRequest{Box: "web", Durable: proto.Bool(false)}, "idle 15m, not durable, keep 5 snapshots\n"},
-		{[]string{"box", "policy", "web", "--idle", "0"}, &cbv1.SetPolicyRequest{Box: "web", IdleSeconds: proto.Int64(0)}, "idle never, not durable, keep 5 snapshots\n"},
+			"idle 30m, durable, snapshot every 30m, keep 10 snapshots\n"},
+		{[]string{"box", "policy", "web", "--no-durable"}, &cbv1.SetPolicyRequest{Box: "web", Durable: proto.Bool(false)}, "idle 15m, not durable, snapshot every 30m, keep 5 snapshots\n"},
+		{[]string{"box", "policy", "web", "--idle", "0"}, &cbv1.SetPolicyRequest{Box: "web", IdleSeconds: proto.Int64(0)}, "idle never, durable, snapshot every 30m, keep 5 snapshots\n"},
 	}
 	for _, tc := range cases {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {

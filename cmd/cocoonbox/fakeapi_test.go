@@ -83,9 +83,10 @@ func sampleBoxes() []*cbv1.Box {
 		{Id: "bx_00000000000000a1", Name: "web", Owner: "us_ann", Size: "small", State: "running", Role: "owner",
 			Viewers: 1, Pins: []string{"run_7"}, IdleDeadline: timestamppb.New(t0.Add(30 * time.Minute)),
 			LastSnapshot: "sn_0002", CreatedAt: timestamppb.New(t0), Network: "allow", NetworkAllow: []string{"198.18.0.0/15:443"},
-			Policy: &cbv1.BoxPolicy{IdleSeconds: 900, KeepSnapshots: 5}},
+			Policy: &cbv1.BoxPolicy{IdleSeconds: 900, KeepSnapshots: 5, Durable: true, SnapshotEverySeconds: 1800}},
 		{Id: "bx_00000000000000b2", Name: "build-farm", Owner: "us_bob", Size: "xlarge", State: "hibernated", Role: "driver",
-			LastError: "wake: no capacity", CreatedAt: timestamppb.New(t0.Add(-48 * time.Hour))},
+			LastError: "wake: no capacity", CreatedAt: timestamppb.New(t0.Add(-48 * time.Hour)), Seal: "sealed",
+			RestoredFrom: &cbv1.RestoredFrom{SnapshotId: "sn_0009", TakenAt: timestamppb.New(t0.Add(-50 * time.Hour)), At: timestamppb.New(t0.Add(-49 * time.Hour))}},
 	}
 }
 
@@ -184,6 +185,10 @@ func (f *fakeAPI) ListSnapshots(_ context.Context, r *cbv1.ListSnapshotsRequest)
 		return nil, err
 	}
 	return &cbv1.ListSnapshotsResponse{Snapshots: sampleSnapshots()}, nil
+}
+
+func (f *fakeAPI) RecreateBox(_ context.Context, r *cbv1.RecreateBoxRequest) (*cbv1.Box, error) {
+	return f.find(r.GetBox())
 }
 
 func (f *fakeAPI) RestoreBox(_ context.Context, r *cbv1.RestoreBoxRequest) (*cbv1.Box, error) {
@@ -339,6 +344,9 @@ func (f *fakeAPI) SetPolicy(_ context.Context, r *cbv1.SetPolicyRequest) (*cbv1.
 	}
 	if r.KeepSnapshots != nil {
 		b.Policy.KeepSnapshots = r.GetKeepSnapshots()
+	}
+	if r.SnapshotEverySeconds != nil {
+		b.Policy.SnapshotEverySeconds = r.GetSnapshotEverySeconds()
 	}
 	return b, nil
 }

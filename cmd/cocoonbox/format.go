@@ -96,6 +96,13 @@ func writeBox(w io.Writer, b *cbv1.Box) error {
 	kv("pins", strings.Join(b.GetPins(), ", "))
 	kv("idle deadline", when(b.GetIdleDeadline()))
 	kv("last snapshot", b.GetLastSnapshot())
+	if seal := b.GetSeal(); seal != "" {
+		kv("seal", seal)
+	}
+	if r := b.GetRestoredFrom(); r != nil {
+		kv("restored from", fmt.Sprintf("%s (taken %s; the box was rebuilt from it %s, when its sandbox was lost)",
+			r.GetSnapshotId(), when(r.GetTakenAt()), when(r.GetAt())))
+	}
 	kv("created", when(b.GetCreatedAt()))
 	return tw.Flush()
 }

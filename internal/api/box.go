@@ -168,6 +168,19 @@ func (b *boxService) RestoreBox(ctx context.Context, req *cbv1.RestoreBoxRequest
 	return boxProto(v), nil
 }
 
+// RecreateBox starts a lost box again from its template, empty.
+func (b *boxService) RecreateBox(ctx context.Context, req *cbv1.RecreateBoxRequest) (*cbv1.Box, error) {
+	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	v, err := svc.Recreate(ctx, caller, id)
+	if err != nil {
+		return nil, err
+	}
+	return boxProto(v), nil
+}
+
 // WatchBox streams the box's status until the client goes or the box is deleted (viewer).
 func (b *boxService) WatchBox(req *cbv1.WatchBoxRequest, stream cbv1.BoxService_WatchBoxServer) error {
 	ctx := stream.Context()
@@ -375,7 +388,7 @@ func (b *boxService) SetPolicy(ctx context.Context, req *cbv1.SetPolicyRequest) 
 	if err != nil {
 		return nil, err
 	}
-	c := boxsvc.PolicyChange{IdleSeconds: req.IdleSeconds, Durable: req.Durable}
+	c := boxsvc.PolicyChange{IdleSeconds: req.IdleSeconds, Durable: req.Durable, SnapshotEverySeconds: req.SnapshotEverySeconds}
 	if req.KeepSnapshots != nil {
 		n := int(req.GetKeepSnapshots())
 		c.KeepSnapshots = &n

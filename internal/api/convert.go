@@ -47,7 +47,16 @@ func boxProto(v boxsvc.View) *cbv1.Box {
 		Network:      v.Policy.Network.Policy,
 		NetworkAllow: v.Policy.Network.Allow,
 		Policy:       policyProto(v.Policy),
+		Seal:         v.Seal,
+		RestoredFrom: restoredProto(v.RestoredFrom),
 	}
+}
+
+func restoredProto(r workflows.RestoredFrom) *cbv1.RestoredFrom {
+	if r.SnapshotID == "" {
+		return nil
+	}
+	return &cbv1.RestoredFrom{SnapshotId: r.SnapshotID, TakenAt: ts(r.TakenAt), At: ts(r.At)}
 }
 
 func policyProto(p workflows.Policy) *cbv1.BoxPolicy {
@@ -55,7 +64,8 @@ func policyProto(p workflows.Policy) *cbv1.BoxPolicy {
 	if keep == 0 {
 		keep = workflows.DefaultKeepSnapshots
 	}
-	return &cbv1.BoxPolicy{IdleSeconds: int64(p.IdleAfter / time.Second), Durable: p.DurableHibernate, KeepSnapshots: int32(keep)}
+	return &cbv1.BoxPolicy{IdleSeconds: int64(p.IdleAfter / time.Second), Durable: p.DurableHibernate, KeepSnapshots: int32(keep),
+		SnapshotEverySeconds: int64(p.SnapshotEvery / time.Second)}
 }
 
 func snapshotProto(s cocoonbox.Snapshot) *cbv1.Snapshot {

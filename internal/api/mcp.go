@@ -244,11 +244,12 @@ func (s *Server) mcpTools() []mcpTool {
 	}, {
 		tool: mcp.NewTool("box_policy",
 			mcp.WithDescription("Change how a box behaves on its own (admin): how long it runs idle before it hibernates, "+
-				"whether every hibernate takes a verified snapshot first, how many snapshots it keeps. "+
+				"whether every hibernate seals it into a verified snapshot, how often a running box is sealed, how many snapshots it keeps. "+
 				"What is not given stays as it is; the answer is the box with its policy."),
 			boxArg(),
 			mcp.WithString("idle", mcp.Description(`How long the box runs with nothing happening before it hibernates, e.g. "30m" or "2h" (1m to 720h); "0" never by itself.`)),
-			mcp.WithBoolean("durable", mcp.Description("Take a verified snapshot before every hibernate.")),
+			mcp.WithBoolean("durable", mcp.Description("Seal the box into a verified snapshot at every hibernate (uploaded while it sleeps).")),
+			mcp.WithString("snapshot_every", mcp.Description(`Seal a running box this long after its last snapshot when it was active, e.g. "1h" (5m to 720h); "0" never by itself.`)),
 			mcp.WithInteger("keep_snapshots", mcp.Min(1), mcp.Max(boxsvc.MaxKeepSnapshots), mcp.Description("How many complete snapshots to keep (pinned ones besides).")),
 			mcp.WithDestructiveHintAnnotation(false), mcp.WithIdempotentHintAnnotation(true),
 		),
@@ -416,6 +417,8 @@ type boxJSON struct {
 	CreatedAt    time.Time          `json:"created_at,omitzero"`
 	IdleDeadline time.Time          `json:"idle_deadline,omitzero"`
 	LastSnapshot string             `json:"last_snapshot,omitempty"`
+	Seal         string             `json:"seal,omitempty"`
+	RestoredFrom string             `json:"restored_from,omitempty"`
 	LastError    string             `json:"last_error,omitempty"`
 	Network      string             `json:"network,omitempty"`
 	NetworkAllow []string           `json:"network_allow,omitempty"`
@@ -423,9 +426,10 @@ type boxJSON struct {
 }
 
 type policyJSON struct {
-	IdleSeconds   int64 `json:"idle_seconds"`
-	Durable       bool  `json:"durable"`
-	KeepSnapshots int32 `json:"keep_snapshots"`
+	IdleSeconds          int64 `json:"idle_seconds"`
+	Durable              bool  `json:"durable"`
+	SnapshotEverySeconds int64 `json:"snapshot_every_seconds"`
+	KeepSnapshots        int32 `json:"keep_snapshots"`
 }
 
 // mcpPolicyChange reads box_policy's arguments, refusing one it does not know.
@@ -434,14 +438,18 @@ func mcpPolicyChange(args map[string]any) (boxsvc.PolicyChange, error) {
 	for k, v := range args {
 		switch k {
 		case "box":
-		case "idle":
+		case "idle", "snapshot_every":
 			s, ok := v.(string)
 			d, err := time.ParseDuration(s) // "0" included
 			if !ok || err != nil || d%time.Second != 0 {
-				return c, cocoonbox.Invalid("idle", fmt.Sprintf(`must be a duration in whole seconds like "30m" or "0", got %v`, v))
+				return c, cocoonbox.Invalid(k, fmt.Sprintf(`must be a duration in whole seconds like "30m" or "0", got %v`, v))
 			}
 			n := int64(d / time.Second)
-			c.IdleSeconds = &n
+			if k == "idle" {
+				c.IdleSeconds = &n
+			} else {
+				c.SnapshotEverySeconds = &n
+			}
 		case "durable":
 			b, ok := v.(bool)
 			if !ok {
@@ -456,7 +464,7 @@ func mcpPolicyChange(args map[string]any) (boxsvc.PolicyChange, error) {
 			n := int(f)
 			c.KeepSnapshots = &n
 		default:
-			return c, cocoonbox.Invalid(k, "is not a policy field (idle, durable, keep_snapshots)")
+			return c, cocoonbox.Invalid(k, "is not a policy field (idle, durable, snapshot_every, keep_snapshots)")
 		}
 	}
 	return c, nil
@@ -467,8 +475,10 @@ func toBoxJSON(v boxsvc.View) boxJSON {
 	return boxJSON{
 		ID: v.BoxID, Name: v.Name, State: v.State, Size: v.Size, Owner: v.Owner, Role: v.Role,
 		CreatedAt: v.CreatedAt, IdleDeadline: v.IdleDeadline, LastSnapshot: v.LastSnapshot, LastError: v.LastError,
+		Seal: v.Seal, RestoredFrom: v.RestoredFrom.SnapshotID,
 		Network: v.Policy.Network.Policy, NetworkAllow: v.Policy.Network.Allow,
-		Policy: policyJSON{IdleSeconds: p.GetIdleSeconds(), Durable: p.GetDurable(), KeepSnapshots: p.GetKeepSnapshots()},
+		Policy: policyJSON{IdleSeconds: p.GetIdleSeconds(), Durable: p.GetDurable(), SnapshotEverySeconds: p.GetSnapshotEverySeconds(),
+			KeepSnapshots: p.GetKeepSnapshots()},
 	}
 }
 

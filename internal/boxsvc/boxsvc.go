@@ -24,8 +24,12 @@ import (
 )
 
 // DefaultPolicy is what a new box gets unless its service says otherwise: hibernate after 15
-// idle minutes, an hour's lease renewed as it goes, the newest 5 snapshots kept.
-var DefaultPolicy = workflows.Policy{IdleAfter: 15 * time.Minute, LeaseTTL: time.Hour, KeepSnapshots: workflows.DefaultKeepSnapshots}
+// idle minutes, sealed into a verified snapshot at every hibernate and every 30 minutes of
+// activity, an hour's lease renewed as it goes, the newest 5 snapshots kept.
+var DefaultPolicy = workflows.Policy{
+	IdleAfter: 15 * time.Minute, LeaseTTL: time.Hour, KeepSnapshots: workflows.DefaultKeepSnapshots,
+	DurableHibernate: true, SnapshotEvery: 30 * time.Minute,
+}
 
 // Service creates and drives boxes on behalf of callers, named by user ID.
 type Service struct {

@@ -42,13 +42,16 @@ const (
 	MinIdle          = time.Minute
 	MaxIdle          = 30 * 24 * time.Hour
 	MaxKeepSnapshots = 1000
+	MinSnapshotEvery = 5 * time.Minute
+	MaxSnapshotEvery = 30 * 24 * time.Hour
 )
 
 // PolicyChange is a user's change of a box's policy: nil fields keep their value.
 type PolicyChange struct {
-	IdleSeconds   *int64 // 0: never hibernate by itself
-	Durable       *bool
-	KeepSnapshots *int
+	IdleSeconds          *int64 // 0: never hibernate by itself
+	Durable              *bool
+	KeepSnapshots        *int
+	SnapshotEverySeconds *int64 // 0: never seal a running box by itself
 }
 
 // Validate names the first field of c a box cannot take.
@@ -60,8 +63,12 @@ func (c PolicyChange) Validate() error {
 	if n := c.KeepSnapshots; n != nil && (*n < 1 || *n > MaxKeepSnapshots) {
 		return cocoonbox.Invalid("keep_snapshots", fmt.Sprintf("must be from 1 to %d (the newest snapshot is always kept), got %d", MaxKeepSnapshots, *n))
 	}
-	if c.IdleSeconds == nil && c.Durable == nil && c.KeepSnapshots == nil {
-		return cocoonbox.Invalid("policy", "name at least one of idle_seconds, durable and keep_snapshots to change")
+	if n := c.SnapshotEverySeconds; n != nil && *n != 0 && (*n < int64(MinSnapshotEvery/time.Second) || *n > int64(MaxSnapshotEvery/time.Second)) {
+		return cocoonbox.Invalid("snapshot_every_seconds", fmt.Sprintf("must be 0 (never by itself) or from %d to %d seconds, got %d",
+			int64(MinSnapshotEvery/time.Second), int64(MaxSnapshotEvery/time.Second), *n))
+	}
+	if c.IdleSeconds == nil && c.Durable == nil && c.KeepSnapshots == nil && c.SnapshotEverySeconds == nil {
+		return cocoonbox.Invalid("policy", "name at least one of idle_seconds, durable, keep_snapshots and snapshot_every_seconds to change")
 	}
 	return nil
 }
@@ -75,6 +82,10 @@ func (s *Service) ChangePolicy(ctx context.Context, caller string, id cocoonbox.
 	if c.IdleSeconds != nil {
 		d := time.Duration(*c.IdleSeconds) * time.Second
 		in.IdleAfter = &d
+	}
+	if c.SnapshotEverySeconds != nil {
+		d := time.Duration(*c.SnapshotEverySeconds) * time.Second
+		in.SnapshotEvery = &d
 	}
 	return s.update(ctx, caller, id, cocoonbox.RoleAdmin, workflows.UpdateSetPolicy, in)
 }
@@ -110,6 +121,12 @@ func (s *Service) Restore(ctx context.Context, caller string, id cocoonbox.BoxID
 		}
 	}
 	return s.update(ctx, caller, id, cocoonbox.RoleAdmin, workflows.UpdateRestore, workflows.RestoreInput{SnapshotID: snapshotID})
+}
+
+// Recreate starts a lost box again from its template, empty (admin): the owner's choice for a
+// box whose sandbox is gone with no snapshot, never made for them.
+func (s *Service) Recreate(ctx context.Context, caller string, id cocoonbox.BoxID) (View, error) {
+	return s.update(ctx, caller, id, cocoonbox.RoleAdmin, workflows.UpdateRecreate, workflows.RecreateInput{})
 }
 
 // ListSnapshots returns the box's snapshots, newest first (viewer).

@@ -53,10 +53,11 @@ const describeTree = `cd /root/tree && find . -printf '%p %y %m %U:%G %s %l %n\n
 find . ! -newermt 2002-01-01 -printf '%p %T@\n' | sort &&
 find . -type f -exec sha256sum {} + | sort`
 
-// TestSnapshotRoundTrip is the acceptance check for a snapshot that survives node loss: a tree
-// written into a box is snapshotted, the box's sandbox is destroyed behind the workflow's back
-// while it sleeps, and the wake rebuilds the box from the snapshot with every file's content,
-// mode, owner and link intact and the sparse file still sparse.
+// TestSnapshotRoundTrip is the acceptance check for work that survives node loss by default: a
+// tree written into a box is sealed into a snapshot by the hibernate alone (in the background,
+// the hibernate answering first), the box's sandbox is destroyed behind the workflow's back
+// while it sleeps, and the wake rebuilds the box from that snapshot with every file's content,
+// mode, owner and link intact and the sparse file still sparse, and says so.
 func TestSnapshotRoundTrip(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
@@ -66,32 +67,33 @@ func TestSnapshotRoundTrip(t *testing.T) {
 	mustExec(ctx, t, eng, ref, writeTree)
 	before := mustExec(ctx, t, eng, ref, describeTree)
 
-	res, err := d.Boxes.Snapshot(ctx, owner.ID, id)
-	if err != nil {
-		t.Fatalf("snapshot: %v", err)
+	st, err := d.Boxes.Hibernate(ctx, owner.ID, id)
+	if err != nil || st.State != cocoonbox.BoxStateHibernated || st.Seal != workflows.SealSealing {
+		t.Fatalf("hibernate: %+v, %v; want hibernated and sealing", st, err)
 	}
-	snap := res.Snapshot
-	if snap.State != cocoonbox.SnapshotComplete || snap.Bytes == 0 || len(snap.SHA256) != 64 || snap.Files < 10 {
-		t.Fatalf("snapshot = %+v, want complete with its figures", snap)
-	}
-	if res.Status.State != cocoonbox.BoxStateRunning || res.Status.LastSnapshot != snap.ID {
-		t.Fatalf("status after snapshot: %+v", res.Status)
+	st = waitSealed(ctx, t, d, owner.ID, id)
+	snap, err := d.Store.SnapshotByID(ctx, st.LastSnapshot)
+	if err != nil || snap.State != cocoonbox.SnapshotComplete || snap.Bytes == 0 || len(snap.SHA256) != 64 || snap.Files < 10 {
+		t.Fatalf("the seal's snapshot = %+v, %v; want complete with its figures", snap, err)
 	}
 	checkStored(ctx, t, d, snap)
-
-	if st, err := d.Boxes.Hibernate(ctx, owner.ID, id); err != nil || st.State != cocoonbox.BoxStateHibernated {
-		t.Fatalf("hibernate: %+v, %v", st, err)
+	if row, err := eng.Get(ctx, ref.ID); err != nil || !row.Hibernated {
+		t.Fatalf("the sealed sandbox: %+v, %v; want it still asleep", row, err)
 	}
+
 	// The node loses the box: its sandbox (memory image and disk) is gone.
 	if err := eng.Release(ctx, sandbox.SandboxRef{ID: ref.ID}); err != nil {
 		t.Fatal(err)
 	}
-	st, err := d.Boxes.Wake(ctx, owner.ID, id)
+	st, err = d.Boxes.Wake(ctx, owner.ID, id)
 	if err != nil || st.State != cocoonbox.BoxStateRunning || st.SandboxID == ref.ID || st.SandboxID == "" {
 		t.Fatalf("wake after losing the sandbox: %+v, %v; want running on a new sandbox", st, err)
 	}
-	if st.LastSnapshot != snap.ID {
-		t.Fatalf("rebuilt from %q, want snapshot %s", st.LastSnapshot, snap.ID)
+	if st.LastSnapshot != snap.ID || st.RestoredFrom.SnapshotID != snap.ID || !st.RestoredFrom.TakenAt.Equal(snap.CreatedAt) {
+		t.Fatalf("rebuilt from %q (restored from %+v), want snapshot %s taken %s", st.LastSnapshot, st.RestoredFrom, snap.ID, snap.CreatedAt)
+	}
+	if !hasEvent(ctx, t, d, owner.ID, id, "restored_after_loss", snap.ID) {
+		t.Fatal("no restored_after_loss event names the snapshot")
 	}
 	ref2 := sandboxRef(ctx, t, eng, st.SandboxID)
 	if after := mustExec(ctx, t, eng, ref2, describeTree); after != before {
@@ -317,14 +319,16 @@ func TestSnapshotRetention(t *testing.T) {
 		t.Fatalf("pin an unknown snapshot: %v, want not found", err)
 	}
 
-	// Durable hibernate: a hibernate snapshots first, which retention then counts.
+	// Durable hibernate: a hibernate seals the box, which retention then counts.
 	p.DurableHibernate = true
 	if _, err := d.Boxes.SetPolicy(ctx, owner.ID, id, p); err != nil {
 		t.Fatal(err)
 	}
-	st, err = d.Boxes.Hibernate(ctx, owner.ID, id)
-	if err != nil || st.State != cocoonbox.BoxStateHibernated || st.LastSnapshot == snaps[3].ID || st.LastSnapshot == "" {
-		t.Fatalf("durable hibernate: %+v, %v; want hibernated after a new snapshot", st, err)
+	if st, err = d.Boxes.Hibernate(ctx, owner.ID, id); err != nil || st.State != cocoonbox.BoxStateHibernated {
+		t.Fatalf("durable hibernate: %+v, %v", st, err)
+	}
+	if st = waitSealed(ctx, t, d, owner.ID, id); st.LastSnapshot == snaps[3].ID || st.LastSnapshot == "" {
+		t.Fatalf("durable hibernate: %+v; want hibernated after a new snapshot", st)
 	}
 	if s, err := d.Store.LatestSnapshot(ctx, id); err != nil || s.ID != st.LastSnapshot {
 		t.Fatalf("newest snapshot after durable hibernate: %+v, %v; want %s", s, err, st.LastSnapshot)
@@ -341,6 +345,83 @@ func TestSnapshotRetention(t *testing.T) {
 		if _, err := d.Blobs.Stat(ctx, activities.SnapshotObjectKey(id, s)); !errors.Is(err, objstore.ErrNotFound) {
 			t.Fatalf("object of %s after delete with purge: %v", s, err)
 		}
+	}
+}
+
+// waitSealed waits until the box's background seal is verified, and answers its status.
+func waitSealed(ctx context.Context, t *testing.T, d *devstack.Dev, owner string, id cocoonbox.BoxID) boxsvc.View {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		st, err := d.Boxes.Get(ctx, owner, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.Seal == workflows.SealSealed {
+			return st
+		}
+		if st.Seal == "" || time.Now().After(deadline) {
+			t.Fatalf("box %s not sealed: %+v", id, st)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// hasEvent reports whether the box's events hold one of kind whose detail mentions what.
+func hasEvent(ctx context.Context, t *testing.T, d *devstack.Dev, owner string, id cocoonbox.BoxID, kind, what string) bool {
+	t.Helper()
+	events, err := d.Boxes.ListEvents(ctx, owner, id, 0, 500)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range events {
+		if e.Action == "box."+kind && strings.Contains(string(e.Detail), what) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestLostBoxIsNotRecreatedEmpty: a box whose sandbox is lost before it ever had a snapshot
+// is not brought back empty behind its owner's back; it fails as lost, and only recreate starts
+// it again, from the template.
+func TestLostBoxIsNotRecreatedEmpty(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	d, ctx, owner, eng := newBoxEnv(t, boxConfig(t), 5*time.Minute)
+	id, ref := createBox(ctx, t, d, owner.ID, eng)
+	mustExec(ctx, t, eng, ref, "echo work > /root/work")
+	if err := eng.Release(ctx, sandbox.SandboxRef{ID: ref.ID}); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := d.Boxes.Hibernate(ctx, owner.ID, id); err != nil || st.SandboxID != "" {
+		t.Fatalf("hibernate of a lost sandbox: %+v, %v", st, err)
+	}
+	st, err := d.Boxes.Wake(ctx, owner.ID, id)
+	if cocoonbox.ErrorCode(err) != cocoonbox.EConflict || !strings.Contains(err.Error(), "lost") {
+		t.Fatalf("wake of a lost box: %v, want a conflict saying lost", err)
+	}
+	if st, err = d.Boxes.Get(ctx, owner.ID, id); err != nil || st.State != cocoonbox.BoxStateFailed ||
+		!strings.HasPrefix(st.LastError, "lost:") || st.SandboxID != "" {
+		t.Fatalf("lost box: %+v, %v; want failed, lost, no sandbox", st, err)
+	}
+	if !hasEvent(ctx, t, d, owner.ID, id, "lost", "no snapshot") {
+		t.Fatal("no lost event")
+	}
+	if rows, err := eng.List(ctx, ""); err != nil || len(rows) != 0 {
+		t.Fatalf("engine sandboxes of a lost box: %+v, %v; want none", rows, err)
+	}
+	st, err = d.Boxes.Recreate(ctx, owner.ID, id)
+	if err != nil || st.State != cocoonbox.BoxStateRunning || st.SandboxID == "" || st.LastError != "" {
+		t.Fatalf("recreate: %+v, %v", st, err)
+	}
+	ref = sandboxRef(ctx, t, eng, st.SandboxID)
+	if out := mustExec(ctx, t, eng, ref, "cat /root/work 2>/dev/null || echo empty"); out != "empty\n" {
+		t.Fatalf("the recreated box has %q; want it empty, from the template", out)
+	}
+	if _, err := d.Boxes.Recreate(ctx, owner.ID, id); cocoonbox.ErrorCode(err) != cocoonbox.EConflict {
+		t.Fatalf("recreate of a running box: %v, want conflict", err)
 	}
 }
 

@@ -62,7 +62,7 @@ func (e *Engine) handleCheckpoint(w http.ResponseWriter, r *http.Request, c call
 func (e *Engine) takeCheckpoint(ctx context.Context, b *box, c caller, name string) (*checkpoint, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	done, err := e.use(ctx, b, "checkpoint", func() { cancel(errPreempted) })
+	done, err := e.holdDisk(ctx, b, func() { cancel(errPreempted) })
 	if err != nil {
 		return nil, err
 	}
@@ -95,6 +95,29 @@ func (e *Engine) takeCheckpoint(ctx context.Context, b *box, c caller, name stri
 	e.mu.Unlock()
 	e.metrics.count("checkpoints", "created")
 	return ck, nil
+}
+
+// holdDisk holds b for a copy of its disk. A hibernated box stays asleep: its disk is copied
+// with op held shared, so no wake, hibernate or release runs under the copy, and the caller
+// (a snapshot right after a hibernate) does not undo the hibernate it follows. A box that is
+// awake is held as any data-plane use holds it.
+func (e *Engine) holdDisk(ctx context.Context, b *box, cancel func()) (done func(), err error) {
+	b.gate.Lock()
+	b.op.RLock()
+	b.gate.Unlock()
+	b.mu.Lock()
+	gone, asleep := b.gone, b.rec.Hibernated
+	b.mu.Unlock()
+	switch {
+	case gone:
+		b.op.RUnlock()
+		return nil, errUnknownSandbox
+	case asleep:
+		var once sync.Once
+		return func() { once.Do(b.op.RUnlock) }, nil
+	}
+	b.op.RUnlock()
+	return e.use(ctx, b, "checkpoint", cancel)
 }
 
 // checkpointFor returns the checkpoint id if the caller may see it.

@@ -65,9 +65,20 @@ func TestCheckpoints(t *testing.T) {
 	h.must(200, "POST", "/v1/sandboxes/"+sb.ID+"/checkpoint", rootToken, sandbox.CheckpointRequest{})
 	h.must(404, "POST", "/v1/sandboxes/"+sb.ID+"/checkpoint", tenantA, sandbox.CheckpointRequest{Token: branch.Token})
 
-	// A hibernated sandbox is woken for its checkpoint.
+	// A hibernated sandbox's disk is checkpointed while it sleeps: it stays hibernated, and the
+	// checkpoint holds what it had when it went to sleep.
+	h.exec(branch, "write", "/root/notes", "asleep")
 	h.must(204, "POST", "/v1/sandboxes/"+branch.ID+"/hibernate", branch.Token, nil)
-	h.must(200, "POST", "/v1/sandboxes/"+branch.ID+"/checkpoint", tenantA, sandbox.CheckpointRequest{Token: branch.Token})
+	wakes := h.rt.Calls(enginetest.OpWake)
+	sleeping := decodeAs[sandbox.CheckpointResponse](t, h.must(200, "POST", "/v1/sandboxes/"+branch.ID+"/checkpoint", tenantA,
+		sandbox.CheckpointRequest{Token: branch.Token})).Checkpoint
+	if !h.row(branch.ID).Hibernated || h.rt.Calls(enginetest.OpWake) != wakes {
+		t.Fatal("a checkpoint woke the hibernated sandbox")
+	}
+	fromSleep := decodeAs[sandbox.ClaimResponse](t, h.must(200, "POST", "/v1/checkpoints/"+sleeping.ID+"/claim", tenantA, nil))
+	if got := h.exec(fromSleep, "cat", "/root/notes"); got.Stdout != "asleep" {
+		t.Fatalf("claim from a sleeping box's checkpoint sees %q", got.Stdout)
+	}
 
 	h.must(204, "DELETE", "/v1/checkpoints/"+first.ID, tenantA, nil)
 	h.must(404, "DELETE", "/v1/checkpoints/"+first.ID, tenantA, nil)

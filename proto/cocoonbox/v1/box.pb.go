@@ -1021,14 +1021,17 @@ type SetPolicyRequest struct {
 	// transfer, open port or agent run) before it hibernates: 60 to 2592000 (30 days), or 0 for
 	// never by itself.
 	IdleSeconds *int64 `protobuf:"varint,2,opt,name=idle_seconds,json=idleSeconds,proto3,oneof" json:"idle_seconds,omitempty"`
-	// durable takes a verified snapshot to object storage before every hibernate, so a box whose
-	// node is lost while it sleeps comes back with everything it had.
+	// durable seals the box's disk into a verified snapshot in object storage at every hibernate
+	// (uploaded while it sleeps), so a box whose node is lost comes back with everything it had.
 	Durable *bool `protobuf:"varint,3,opt,name=durable,proto3,oneof" json:"durable,omitempty"`
 	// keep_snapshots is how many complete snapshots retention keeps, 1 to 1000 (pinned ones are
 	// kept besides; the newest is never deleted).
 	KeepSnapshots *int32 `protobuf:"varint,4,opt,name=keep_snapshots,json=keepSnapshots,proto3,oneof" json:"keep_snapshots,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// snapshot_every_seconds seals a running box into a snapshot this long after its last one when
+	// it was active since: 300 to 2592000 (30 days), or 0 for never by itself.
+	SnapshotEverySeconds *int64 `protobuf:"varint,5,opt,name=snapshot_every_seconds,json=snapshotEverySeconds,proto3,oneof" json:"snapshot_every_seconds,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *SetPolicyRequest) Reset() {
@@ -1089,17 +1092,27 @@ func (x *SetPolicyRequest) GetKeepSnapshots() int32 {
 	return 0
 }
 
+func (x *SetPolicyRequest) GetSnapshotEverySeconds() int64 {
+	if x != nil && x.SnapshotEverySeconds != nil {
+		return *x.SnapshotEverySeconds
+	}
+	return 0
+}
+
 // BoxPolicy is how a box behaves on its own.
 type BoxPolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// idle_seconds is how long the box runs idle before it hibernates; 0: never by itself.
 	IdleSeconds int64 `protobuf:"varint,1,opt,name=idle_seconds,json=idleSeconds,proto3" json:"idle_seconds,omitempty"`
-	// durable says every hibernate takes a verified snapshot first.
+	// durable says every hibernate seals the box's disk into a verified snapshot (uploaded while it
+	// sleeps).
 	Durable bool `protobuf:"varint,2,opt,name=durable,proto3" json:"durable,omitempty"`
 	// keep_snapshots is how many complete snapshots retention keeps.
 	KeepSnapshots int32 `protobuf:"varint,3,opt,name=keep_snapshots,json=keepSnapshots,proto3" json:"keep_snapshots,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	// snapshot_every_seconds is how often a running, active box is sealed; 0: never by itself.
+	SnapshotEverySeconds int64 `protobuf:"varint,4,opt,name=snapshot_every_seconds,json=snapshotEverySeconds,proto3" json:"snapshot_every_seconds,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *BoxPolicy) Reset() {
@@ -1149,6 +1162,13 @@ func (x *BoxPolicy) GetDurable() bool {
 func (x *BoxPolicy) GetKeepSnapshots() int32 {
 	if x != nil {
 		return x.KeepSnapshots
+	}
+	return 0
+}
+
+func (x *BoxPolicy) GetSnapshotEverySeconds() int64 {
+	if x != nil {
+		return x.SnapshotEverySeconds
 	}
 	return 0
 }
@@ -1478,7 +1498,13 @@ type Box struct {
 	// network_allow lists what a box with network allow reaches: IPv4 CIDRs or CIDR:port.
 	NetworkAllow []string `protobuf:"bytes,15,rep,name=network_allow,json=networkAllow,proto3" json:"network_allow,omitempty"`
 	// policy is how the box behaves on its own (SetPolicy changes it).
-	Policy        *BoxPolicy `protobuf:"bytes,16,opt,name=policy,proto3" json:"policy,omitempty"`
+	Policy *BoxPolicy `protobuf:"bytes,16,opt,name=policy,proto3" json:"policy,omitempty"`
+	// seal is "sealing" while a snapshot of the box uploads in the background, "sealed" when the
+	// sleeping box's disk is in a verified snapshot, empty otherwise.
+	Seal string `protobuf:"bytes,17,opt,name=seal,proto3" json:"seal,omitempty"`
+	// restored_from is set when the engine lost the box's sandbox and it was rebuilt from a
+	// snapshot.
+	RestoredFrom  *RestoredFrom `protobuf:"bytes,18,opt,name=restored_from,json=restoredFrom,proto3" json:"restored_from,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1625,6 +1651,83 @@ func (x *Box) GetPolicy() *BoxPolicy {
 	return nil
 }
 
+func (x *Box) GetSeal() string {
+	if x != nil {
+		return x.Seal
+	}
+	return ""
+}
+
+func (x *Box) GetRestoredFrom() *RestoredFrom {
+	if x != nil {
+		return x.RestoredFrom
+	}
+	return nil
+}
+
+// RestoredFrom names the snapshot a lost box was rebuilt from.
+type RestoredFrom struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	SnapshotId string                 `protobuf:"bytes,1,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	// taken_at is when the snapshot was taken: what the box did after it is gone.
+	TakenAt *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=taken_at,json=takenAt,proto3" json:"taken_at,omitempty"`
+	// at is when the box was rebuilt.
+	At            *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=at,proto3" json:"at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RestoredFrom) Reset() {
+	*x = RestoredFrom{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RestoredFrom) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RestoredFrom) ProtoMessage() {}
+
+func (x *RestoredFrom) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RestoredFrom.ProtoReflect.Descriptor instead.
+func (*RestoredFrom) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *RestoredFrom) GetSnapshotId() string {
+	if x != nil {
+		return x.SnapshotId
+	}
+	return ""
+}
+
+func (x *RestoredFrom) GetTakenAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.TakenAt
+	}
+	return nil
+}
+
+func (x *RestoredFrom) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
 type CreateBoxRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// name is unique among the caller's boxes: a lowercase letter, then up to 62 lowercase letters,
@@ -1647,7 +1750,7 @@ type CreateBoxRequest struct {
 
 func (x *CreateBoxRequest) Reset() {
 	*x = CreateBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[23]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1659,7 +1762,7 @@ func (x *CreateBoxRequest) String() string {
 func (*CreateBoxRequest) ProtoMessage() {}
 
 func (x *CreateBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[23]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1672,7 +1775,7 @@ func (x *CreateBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBoxRequest.ProtoReflect.Descriptor instead.
 func (*CreateBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{23}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CreateBoxRequest) GetName() string {
@@ -1719,7 +1822,7 @@ type GetBoxRequest struct {
 
 func (x *GetBoxRequest) Reset() {
 	*x = GetBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[24]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1731,7 +1834,7 @@ func (x *GetBoxRequest) String() string {
 func (*GetBoxRequest) ProtoMessage() {}
 
 func (x *GetBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[24]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1744,7 +1847,7 @@ func (x *GetBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBoxRequest.ProtoReflect.Descriptor instead.
 func (*GetBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{24}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetBoxRequest) GetBox() string {
@@ -1762,7 +1865,7 @@ type ListBoxesRequest struct {
 
 func (x *ListBoxesRequest) Reset() {
 	*x = ListBoxesRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[25]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1774,7 +1877,7 @@ func (x *ListBoxesRequest) String() string {
 func (*ListBoxesRequest) ProtoMessage() {}
 
 func (x *ListBoxesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[25]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1787,7 +1890,7 @@ func (x *ListBoxesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBoxesRequest.ProtoReflect.Descriptor instead.
 func (*ListBoxesRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{25}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{26}
 }
 
 type ListBoxesResponse struct {
@@ -1799,7 +1902,7 @@ type ListBoxesResponse struct {
 
 func (x *ListBoxesResponse) Reset() {
 	*x = ListBoxesResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[26]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1811,7 +1914,7 @@ func (x *ListBoxesResponse) String() string {
 func (*ListBoxesResponse) ProtoMessage() {}
 
 func (x *ListBoxesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[26]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1824,7 +1927,7 @@ func (x *ListBoxesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBoxesResponse.ProtoReflect.Descriptor instead.
 func (*ListBoxesResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{26}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ListBoxesResponse) GetBoxes() []*Box {
@@ -1845,7 +1948,7 @@ type DeleteBoxRequest struct {
 
 func (x *DeleteBoxRequest) Reset() {
 	*x = DeleteBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[27]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1857,7 +1960,7 @@ func (x *DeleteBoxRequest) String() string {
 func (*DeleteBoxRequest) ProtoMessage() {}
 
 func (x *DeleteBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[27]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1870,7 +1973,7 @@ func (x *DeleteBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBoxRequest.ProtoReflect.Descriptor instead.
 func (*DeleteBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{27}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DeleteBoxRequest) GetBox() string {
@@ -1896,7 +1999,7 @@ type WakeBoxRequest struct {
 
 func (x *WakeBoxRequest) Reset() {
 	*x = WakeBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[28]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1908,7 +2011,7 @@ func (x *WakeBoxRequest) String() string {
 func (*WakeBoxRequest) ProtoMessage() {}
 
 func (x *WakeBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[28]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1921,7 +2024,7 @@ func (x *WakeBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WakeBoxRequest.ProtoReflect.Descriptor instead.
 func (*WakeBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{28}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *WakeBoxRequest) GetBox() string {
@@ -1940,7 +2043,7 @@ type HibernateBoxRequest struct {
 
 func (x *HibernateBoxRequest) Reset() {
 	*x = HibernateBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[29]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +2055,7 @@ func (x *HibernateBoxRequest) String() string {
 func (*HibernateBoxRequest) ProtoMessage() {}
 
 func (x *HibernateBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[29]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,7 +2068,7 @@ func (x *HibernateBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HibernateBoxRequest.ProtoReflect.Descriptor instead.
 func (*HibernateBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{29}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *HibernateBoxRequest) GetBox() string {
@@ -1999,7 +2102,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[30]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2011,7 +2114,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[30]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2024,7 +2127,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{30}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *Snapshot) GetId() string {
@@ -2099,7 +2202,7 @@ type SnapshotBoxRequest struct {
 
 func (x *SnapshotBoxRequest) Reset() {
 	*x = SnapshotBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[31]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2111,7 +2214,7 @@ func (x *SnapshotBoxRequest) String() string {
 func (*SnapshotBoxRequest) ProtoMessage() {}
 
 func (x *SnapshotBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[31]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2124,7 +2227,7 @@ func (x *SnapshotBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotBoxRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{31}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *SnapshotBoxRequest) GetBox() string {
@@ -2143,7 +2246,7 @@ type ListSnapshotsRequest struct {
 
 func (x *ListSnapshotsRequest) Reset() {
 	*x = ListSnapshotsRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[32]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2155,7 +2258,7 @@ func (x *ListSnapshotsRequest) String() string {
 func (*ListSnapshotsRequest) ProtoMessage() {}
 
 func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[32]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2168,7 +2271,7 @@ func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{32}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListSnapshotsRequest) GetBox() string {
@@ -2187,7 +2290,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[33]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2199,7 +2302,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[33]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2212,7 +2315,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{33}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
@@ -2233,7 +2336,7 @@ type RestoreBoxRequest struct {
 
 func (x *RestoreBoxRequest) Reset() {
 	*x = RestoreBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[34]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2245,7 +2348,7 @@ func (x *RestoreBoxRequest) String() string {
 func (*RestoreBoxRequest) ProtoMessage() {}
 
 func (x *RestoreBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[34]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2258,7 +2361,7 @@ func (x *RestoreBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreBoxRequest.ProtoReflect.Descriptor instead.
 func (*RestoreBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{34}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RestoreBoxRequest) GetBox() string {
@@ -2275,6 +2378,50 @@ func (x *RestoreBoxRequest) GetSnapshotId() string {
 	return ""
 }
 
+type RecreateBoxRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Box           string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RecreateBoxRequest) Reset() {
+	*x = RecreateBoxRequest{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RecreateBoxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RecreateBoxRequest) ProtoMessage() {}
+
+func (x *RecreateBoxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RecreateBoxRequest.ProtoReflect.Descriptor instead.
+func (*RecreateBoxRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *RecreateBoxRequest) GetBox() string {
+	if x != nil {
+		return x.Box
+	}
+	return ""
+}
+
 type WatchBoxRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Box           string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
@@ -2284,7 +2431,7 @@ type WatchBoxRequest struct {
 
 func (x *WatchBoxRequest) Reset() {
 	*x = WatchBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[35]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2296,7 +2443,7 @@ func (x *WatchBoxRequest) String() string {
 func (*WatchBoxRequest) ProtoMessage() {}
 
 func (x *WatchBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[35]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2309,7 +2456,7 @@ func (x *WatchBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchBoxRequest.ProtoReflect.Descriptor instead.
 func (*WatchBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{35}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *WatchBoxRequest) GetBox() string {
@@ -2338,7 +2485,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[36]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2350,7 +2497,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[36]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2363,7 +2510,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{36}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *ExecRequest) GetBox() string {
@@ -2422,7 +2569,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[37]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2434,7 +2581,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[37]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2447,7 +2594,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{37}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{39}
 }
 
 func (x *ExecResponse) GetExitCode() int32 {
@@ -2482,7 +2629,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[38]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2494,7 +2641,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[38]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2507,7 +2654,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{38}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ReadFileRequest) GetBox() string {
@@ -2535,7 +2682,7 @@ type ReadFileResponse struct {
 
 func (x *ReadFileResponse) Reset() {
 	*x = ReadFileResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[39]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2547,7 +2694,7 @@ func (x *ReadFileResponse) String() string {
 func (*ReadFileResponse) ProtoMessage() {}
 
 func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[39]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2560,7 +2707,7 @@ func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadFileResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{39}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *ReadFileResponse) GetContent() []byte {
@@ -2592,7 +2739,7 @@ type WriteFileRequest struct {
 
 func (x *WriteFileRequest) Reset() {
 	*x = WriteFileRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[40]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2604,7 +2751,7 @@ func (x *WriteFileRequest) String() string {
 func (*WriteFileRequest) ProtoMessage() {}
 
 func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[40]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2617,7 +2764,7 @@ func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{40}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *WriteFileRequest) GetBox() string {
@@ -2657,7 +2804,7 @@ type WriteFileResponse struct {
 
 func (x *WriteFileResponse) Reset() {
 	*x = WriteFileResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[41]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2669,7 +2816,7 @@ func (x *WriteFileResponse) String() string {
 func (*WriteFileResponse) ProtoMessage() {}
 
 func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[41]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2682,7 +2829,7 @@ func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileResponse.ProtoReflect.Descriptor instead.
 func (*WriteFileResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{41}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *WriteFileResponse) GetBytes() int64 {
@@ -2709,7 +2856,7 @@ type Share struct {
 
 func (x *Share) Reset() {
 	*x = Share{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2721,7 +2868,7 @@ func (x *Share) String() string {
 func (*Share) ProtoMessage() {}
 
 func (x *Share) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2734,7 +2881,7 @@ func (x *Share) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Share.ProtoReflect.Descriptor instead.
 func (*Share) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{42}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Share) GetBoxId() string {
@@ -2794,7 +2941,7 @@ type ShareBoxRequest struct {
 
 func (x *ShareBoxRequest) Reset() {
 	*x = ShareBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2806,7 +2953,7 @@ func (x *ShareBoxRequest) String() string {
 func (*ShareBoxRequest) ProtoMessage() {}
 
 func (x *ShareBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2819,7 +2966,7 @@ func (x *ShareBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShareBoxRequest.ProtoReflect.Descriptor instead.
 func (*ShareBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{43}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ShareBoxRequest) GetBox() string {
@@ -2861,7 +3008,7 @@ type UnshareBoxRequest struct {
 
 func (x *UnshareBoxRequest) Reset() {
 	*x = UnshareBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2873,7 +3020,7 @@ func (x *UnshareBoxRequest) String() string {
 func (*UnshareBoxRequest) ProtoMessage() {}
 
 func (x *UnshareBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2886,7 +3033,7 @@ func (x *UnshareBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnshareBoxRequest.ProtoReflect.Descriptor instead.
 func (*UnshareBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{44}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *UnshareBoxRequest) GetBox() string {
@@ -2911,7 +3058,7 @@ type UnshareBoxResponse struct {
 
 func (x *UnshareBoxResponse) Reset() {
 	*x = UnshareBoxResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2923,7 +3070,7 @@ func (x *UnshareBoxResponse) String() string {
 func (*UnshareBoxResponse) ProtoMessage() {}
 
 func (x *UnshareBoxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2936,7 +3083,7 @@ func (x *UnshareBoxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnshareBoxResponse.ProtoReflect.Descriptor instead.
 func (*UnshareBoxResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{45}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{47}
 }
 
 type ListSharesRequest struct {
@@ -2948,7 +3095,7 @@ type ListSharesRequest struct {
 
 func (x *ListSharesRequest) Reset() {
 	*x = ListSharesRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2960,7 +3107,7 @@ func (x *ListSharesRequest) String() string {
 func (*ListSharesRequest) ProtoMessage() {}
 
 func (x *ListSharesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2973,7 +3120,7 @@ func (x *ListSharesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSharesRequest.ProtoReflect.Descriptor instead.
 func (*ListSharesRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{46}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ListSharesRequest) GetBox() string {
@@ -2992,7 +3139,7 @@ type ListSharesResponse struct {
 
 func (x *ListSharesResponse) Reset() {
 	*x = ListSharesResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[47]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3004,7 +3151,7 @@ func (x *ListSharesResponse) String() string {
 func (*ListSharesResponse) ProtoMessage() {}
 
 func (x *ListSharesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[47]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3017,7 +3164,7 @@ func (x *ListSharesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSharesResponse.ProtoReflect.Descriptor instead.
 func (*ListSharesResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{47}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ListSharesResponse) GetShares() []*Share {
@@ -3036,7 +3183,7 @@ type TakeOverRequest struct {
 
 func (x *TakeOverRequest) Reset() {
 	*x = TakeOverRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[48]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3048,7 +3195,7 @@ func (x *TakeOverRequest) String() string {
 func (*TakeOverRequest) ProtoMessage() {}
 
 func (x *TakeOverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[48]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3061,7 +3208,7 @@ func (x *TakeOverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeOverRequest.ProtoReflect.Descriptor instead.
 func (*TakeOverRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{48}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *TakeOverRequest) GetBox() string {
@@ -3080,7 +3227,7 @@ type HandBackRequest struct {
 
 func (x *HandBackRequest) Reset() {
 	*x = HandBackRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[49]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3092,7 +3239,7 @@ func (x *HandBackRequest) String() string {
 func (*HandBackRequest) ProtoMessage() {}
 
 func (x *HandBackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[49]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3105,7 +3252,7 @@ func (x *HandBackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandBackRequest.ProtoReflect.Descriptor instead.
 func (*HandBackRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{49}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *HandBackRequest) GetBox() string {
@@ -3134,7 +3281,7 @@ type DesktopTicketRequest struct {
 
 func (x *DesktopTicketRequest) Reset() {
 	*x = DesktopTicketRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[50]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3146,7 +3293,7 @@ func (x *DesktopTicketRequest) String() string {
 func (*DesktopTicketRequest) ProtoMessage() {}
 
 func (x *DesktopTicketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[50]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3159,7 +3306,7 @@ func (x *DesktopTicketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesktopTicketRequest.ProtoReflect.Descriptor instead.
 func (*DesktopTicketRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{50}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *DesktopTicketRequest) GetBox() string {
@@ -3202,7 +3349,7 @@ type DesktopTicketResponse struct {
 
 func (x *DesktopTicketResponse) Reset() {
 	*x = DesktopTicketResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[51]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3214,7 +3361,7 @@ func (x *DesktopTicketResponse) String() string {
 func (*DesktopTicketResponse) ProtoMessage() {}
 
 func (x *DesktopTicketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[51]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3227,7 +3374,7 @@ func (x *DesktopTicketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesktopTicketResponse.ProtoReflect.Descriptor instead.
 func (*DesktopTicketResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{51}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *DesktopTicketResponse) GetTicket() string {
@@ -3328,20 +3475,23 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x05actor\x18\x02 \x01(\tR\x05actor\x12\x16\n" +
 	"\x06action\x18\x03 \x01(\tR\x06action\x12\x16\n" +
 	"\x06detail\x18\x04 \x01(\tR\x06detail\x12*\n" +
-	"\x02at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xc7\x01\n" +
+	"\x02at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\x9d\x02\n" +
 	"\x10SetPolicyRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\x12&\n" +
 	"\fidle_seconds\x18\x02 \x01(\x03H\x00R\vidleSeconds\x88\x01\x01\x12\x1d\n" +
 	"\adurable\x18\x03 \x01(\bH\x01R\adurable\x88\x01\x01\x12*\n" +
-	"\x0ekeep_snapshots\x18\x04 \x01(\x05H\x02R\rkeepSnapshots\x88\x01\x01B\x0f\n" +
+	"\x0ekeep_snapshots\x18\x04 \x01(\x05H\x02R\rkeepSnapshots\x88\x01\x01\x129\n" +
+	"\x16snapshot_every_seconds\x18\x05 \x01(\x03H\x03R\x14snapshotEverySeconds\x88\x01\x01B\x0f\n" +
 	"\r_idle_secondsB\n" +
 	"\n" +
 	"\b_durableB\x11\n" +
-	"\x0f_keep_snapshots\"o\n" +
+	"\x0f_keep_snapshotsB\x19\n" +
+	"\x17_snapshot_every_seconds\"\xa5\x01\n" +
 	"\tBoxPolicy\x12!\n" +
 	"\fidle_seconds\x18\x01 \x01(\x03R\vidleSeconds\x12\x18\n" +
 	"\adurable\x18\x02 \x01(\bR\adurable\x12%\n" +
-	"\x0ekeep_snapshots\x18\x03 \x01(\x05R\rkeepSnapshots\"g\n" +
+	"\x0ekeep_snapshots\x18\x03 \x01(\x05R\rkeepSnapshots\x124\n" +
+	"\x16snapshot_every_seconds\x18\x04 \x01(\x03R\x14snapshotEverySeconds\"g\n" +
 	"\x14SetBoxNetworkRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\x12\x18\n" +
 	"\anetwork\x18\x02 \x01(\tR\anetwork\x12#\n" +
@@ -3360,7 +3510,7 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x14SetPortPublicRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\x05R\x04port\x12\x16\n" +
-	"\x06public\x18\x03 \x01(\bR\x06public\"\xfb\x03\n" +
+	"\x06public\x18\x03 \x01(\bR\x06public\"\xd0\x04\n" +
 	"\x03Box\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -3382,7 +3532,14 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"controller\x12\x18\n" +
 	"\anetwork\x18\x0e \x01(\tR\anetwork\x12#\n" +
 	"\rnetwork_allow\x18\x0f \x03(\tR\fnetworkAllow\x12/\n" +
-	"\x06policy\x18\x10 \x01(\v2\x17.cocoonbox.v1.BoxPolicyR\x06policy\"\x98\x01\n" +
+	"\x06policy\x18\x10 \x01(\v2\x17.cocoonbox.v1.BoxPolicyR\x06policy\x12\x12\n" +
+	"\x04seal\x18\x11 \x01(\tR\x04seal\x12?\n" +
+	"\rrestored_from\x18\x12 \x01(\v2\x1a.cocoonbox.v1.RestoredFromR\frestoredFrom\"\x92\x01\n" +
+	"\fRestoredFrom\x12\x1f\n" +
+	"\vsnapshot_id\x18\x01 \x01(\tR\n" +
+	"snapshotId\x125\n" +
+	"\btaken_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\atakenAt\x12*\n" +
+	"\x02at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\x98\x01\n" +
 	"\x10CreateBoxRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\tR\x04size\x12\x1d\n" +
@@ -3422,7 +3579,9 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x11RestoreBoxRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\x12\x1f\n" +
 	"\vsnapshot_id\x18\x02 \x01(\tR\n" +
-	"snapshotId\"#\n" +
+	"snapshotId\"&\n" +
+	"\x12RecreateBoxRequest\x12\x10\n" +
+	"\x03box\x18\x01 \x01(\tR\x03box\"#\n" +
 	"\x0fWatchBoxRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\"\xf2\x01\n" +
 	"\vExecRequest\x12\x10\n" +
@@ -3488,7 +3647,7 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x06ticket\x18\x01 \x01(\tR\x06ticket\x129\n" +
 	"\n" +
 	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x10\n" +
-	"\x03url\x18\x03 \x01(\tR\x03url2\xf3\x10\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url2\xb7\x11\n" +
 	"\n" +
 	"BoxService\x12>\n" +
 	"\tCreateBox\x12\x1e.cocoonbox.v1.CreateBoxRequest\x1a\x11.cocoonbox.v1.Box\x128\n" +
@@ -3500,7 +3659,8 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\vSnapshotBox\x12 .cocoonbox.v1.SnapshotBoxRequest\x1a\x16.cocoonbox.v1.Snapshot\x12X\n" +
 	"\rListSnapshots\x12\".cocoonbox.v1.ListSnapshotsRequest\x1a#.cocoonbox.v1.ListSnapshotsResponse\x12@\n" +
 	"\n" +
-	"RestoreBox\x12\x1f.cocoonbox.v1.RestoreBoxRequest\x1a\x11.cocoonbox.v1.Box\x12>\n" +
+	"RestoreBox\x12\x1f.cocoonbox.v1.RestoreBoxRequest\x1a\x11.cocoonbox.v1.Box\x12B\n" +
+	"\vRecreateBox\x12 .cocoonbox.v1.RecreateBoxRequest\x1a\x11.cocoonbox.v1.Box\x12>\n" +
 	"\bWatchBox\x12\x1d.cocoonbox.v1.WatchBoxRequest\x1a\x11.cocoonbox.v1.Box0\x01\x12O\n" +
 	"\n" +
 	"ListEvents\x12\x1f.cocoonbox.v1.ListEventsRequest\x1a .cocoonbox.v1.ListEventsResponse\x12=\n" +
@@ -3540,7 +3700,7 @@ func file_cocoonbox_v1_box_proto_rawDescGZIP() []byte {
 	return file_cocoonbox_v1_box_proto_rawDescData
 }
 
-var file_cocoonbox_v1_box_proto_msgTypes = make([]protoimpl.MessageInfo, 54)
+var file_cocoonbox_v1_box_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
 var file_cocoonbox_v1_box_proto_goTypes = []any{
 	(*ShellRequest)(nil),          // 0: cocoonbox.v1.ShellRequest
 	(*ShellStart)(nil),            // 1: cocoonbox.v1.ShellStart
@@ -3565,126 +3725,133 @@ var file_cocoonbox_v1_box_proto_goTypes = []any{
 	(*Port)(nil),                  // 20: cocoonbox.v1.Port
 	(*SetPortPublicRequest)(nil),  // 21: cocoonbox.v1.SetPortPublicRequest
 	(*Box)(nil),                   // 22: cocoonbox.v1.Box
-	(*CreateBoxRequest)(nil),      // 23: cocoonbox.v1.CreateBoxRequest
-	(*GetBoxRequest)(nil),         // 24: cocoonbox.v1.GetBoxRequest
-	(*ListBoxesRequest)(nil),      // 25: cocoonbox.v1.ListBoxesRequest
-	(*ListBoxesResponse)(nil),     // 26: cocoonbox.v1.ListBoxesResponse
-	(*DeleteBoxRequest)(nil),      // 27: cocoonbox.v1.DeleteBoxRequest
-	(*WakeBoxRequest)(nil),        // 28: cocoonbox.v1.WakeBoxRequest
-	(*HibernateBoxRequest)(nil),   // 29: cocoonbox.v1.HibernateBoxRequest
-	(*Snapshot)(nil),              // 30: cocoonbox.v1.Snapshot
-	(*SnapshotBoxRequest)(nil),    // 31: cocoonbox.v1.SnapshotBoxRequest
-	(*ListSnapshotsRequest)(nil),  // 32: cocoonbox.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil), // 33: cocoonbox.v1.ListSnapshotsResponse
-	(*RestoreBoxRequest)(nil),     // 34: cocoonbox.v1.RestoreBoxRequest
-	(*WatchBoxRequest)(nil),       // 35: cocoonbox.v1.WatchBoxRequest
-	(*ExecRequest)(nil),           // 36: cocoonbox.v1.ExecRequest
-	(*ExecResponse)(nil),          // 37: cocoonbox.v1.ExecResponse
-	(*ReadFileRequest)(nil),       // 38: cocoonbox.v1.ReadFileRequest
-	(*ReadFileResponse)(nil),      // 39: cocoonbox.v1.ReadFileResponse
-	(*WriteFileRequest)(nil),      // 40: cocoonbox.v1.WriteFileRequest
-	(*WriteFileResponse)(nil),     // 41: cocoonbox.v1.WriteFileResponse
-	(*Share)(nil),                 // 42: cocoonbox.v1.Share
-	(*ShareBoxRequest)(nil),       // 43: cocoonbox.v1.ShareBoxRequest
-	(*UnshareBoxRequest)(nil),     // 44: cocoonbox.v1.UnshareBoxRequest
-	(*UnshareBoxResponse)(nil),    // 45: cocoonbox.v1.UnshareBoxResponse
-	(*ListSharesRequest)(nil),     // 46: cocoonbox.v1.ListSharesRequest
-	(*ListSharesResponse)(nil),    // 47: cocoonbox.v1.ListSharesResponse
-	(*TakeOverRequest)(nil),       // 48: cocoonbox.v1.TakeOverRequest
-	(*HandBackRequest)(nil),       // 49: cocoonbox.v1.HandBackRequest
-	(*DesktopTicketRequest)(nil),  // 50: cocoonbox.v1.DesktopTicketRequest
-	(*DesktopTicketResponse)(nil), // 51: cocoonbox.v1.DesktopTicketResponse
-	nil,                           // 52: cocoonbox.v1.ShellStart.EnvEntry
-	nil,                           // 53: cocoonbox.v1.ExecRequest.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 54: google.protobuf.Timestamp
+	(*RestoredFrom)(nil),          // 23: cocoonbox.v1.RestoredFrom
+	(*CreateBoxRequest)(nil),      // 24: cocoonbox.v1.CreateBoxRequest
+	(*GetBoxRequest)(nil),         // 25: cocoonbox.v1.GetBoxRequest
+	(*ListBoxesRequest)(nil),      // 26: cocoonbox.v1.ListBoxesRequest
+	(*ListBoxesResponse)(nil),     // 27: cocoonbox.v1.ListBoxesResponse
+	(*DeleteBoxRequest)(nil),      // 28: cocoonbox.v1.DeleteBoxRequest
+	(*WakeBoxRequest)(nil),        // 29: cocoonbox.v1.WakeBoxRequest
+	(*HibernateBoxRequest)(nil),   // 30: cocoonbox.v1.HibernateBoxRequest
+	(*Snapshot)(nil),              // 31: cocoonbox.v1.Snapshot
+	(*SnapshotBoxRequest)(nil),    // 32: cocoonbox.v1.SnapshotBoxRequest
+	(*ListSnapshotsRequest)(nil),  // 33: cocoonbox.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil), // 34: cocoonbox.v1.ListSnapshotsResponse
+	(*RestoreBoxRequest)(nil),     // 35: cocoonbox.v1.RestoreBoxRequest
+	(*RecreateBoxRequest)(nil),    // 36: cocoonbox.v1.RecreateBoxRequest
+	(*WatchBoxRequest)(nil),       // 37: cocoonbox.v1.WatchBoxRequest
+	(*ExecRequest)(nil),           // 38: cocoonbox.v1.ExecRequest
+	(*ExecResponse)(nil),          // 39: cocoonbox.v1.ExecResponse
+	(*ReadFileRequest)(nil),       // 40: cocoonbox.v1.ReadFileRequest
+	(*ReadFileResponse)(nil),      // 41: cocoonbox.v1.ReadFileResponse
+	(*WriteFileRequest)(nil),      // 42: cocoonbox.v1.WriteFileRequest
+	(*WriteFileResponse)(nil),     // 43: cocoonbox.v1.WriteFileResponse
+	(*Share)(nil),                 // 44: cocoonbox.v1.Share
+	(*ShareBoxRequest)(nil),       // 45: cocoonbox.v1.ShareBoxRequest
+	(*UnshareBoxRequest)(nil),     // 46: cocoonbox.v1.UnshareBoxRequest
+	(*UnshareBoxResponse)(nil),    // 47: cocoonbox.v1.UnshareBoxResponse
+	(*ListSharesRequest)(nil),     // 48: cocoonbox.v1.ListSharesRequest
+	(*ListSharesResponse)(nil),    // 49: cocoonbox.v1.ListSharesResponse
+	(*TakeOverRequest)(nil),       // 50: cocoonbox.v1.TakeOverRequest
+	(*HandBackRequest)(nil),       // 51: cocoonbox.v1.HandBackRequest
+	(*DesktopTicketRequest)(nil),  // 52: cocoonbox.v1.DesktopTicketRequest
+	(*DesktopTicketResponse)(nil), // 53: cocoonbox.v1.DesktopTicketResponse
+	nil,                           // 54: cocoonbox.v1.ShellStart.EnvEntry
+	nil,                           // 55: cocoonbox.v1.ExecRequest.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 56: google.protobuf.Timestamp
 }
 var file_cocoonbox_v1_box_proto_depIdxs = []int32{
 	1,  // 0: cocoonbox.v1.ShellRequest.start:type_name -> cocoonbox.v1.ShellStart
 	2,  // 1: cocoonbox.v1.ShellRequest.resize:type_name -> cocoonbox.v1.WindowSize
-	52, // 2: cocoonbox.v1.ShellStart.env:type_name -> cocoonbox.v1.ShellStart.EnvEntry
+	54, // 2: cocoonbox.v1.ShellStart.env:type_name -> cocoonbox.v1.ShellStart.EnvEntry
 	2,  // 3: cocoonbox.v1.ShellStart.tty:type_name -> cocoonbox.v1.WindowSize
 	7,  // 4: cocoonbox.v1.FileChunk.info:type_name -> cocoonbox.v1.FileInfo
-	54, // 5: cocoonbox.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	56, // 5: cocoonbox.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
 	14, // 6: cocoonbox.v1.ListEventsResponse.events:type_name -> cocoonbox.v1.BoxEvent
-	54, // 7: cocoonbox.v1.BoxEvent.at:type_name -> google.protobuf.Timestamp
+	56, // 7: cocoonbox.v1.BoxEvent.at:type_name -> google.protobuf.Timestamp
 	20, // 8: cocoonbox.v1.ListPortsResponse.ports:type_name -> cocoonbox.v1.Port
-	54, // 9: cocoonbox.v1.Box.idle_deadline:type_name -> google.protobuf.Timestamp
-	54, // 10: cocoonbox.v1.Box.created_at:type_name -> google.protobuf.Timestamp
+	56, // 9: cocoonbox.v1.Box.idle_deadline:type_name -> google.protobuf.Timestamp
+	56, // 10: cocoonbox.v1.Box.created_at:type_name -> google.protobuf.Timestamp
 	16, // 11: cocoonbox.v1.Box.policy:type_name -> cocoonbox.v1.BoxPolicy
-	22, // 12: cocoonbox.v1.ListBoxesResponse.boxes:type_name -> cocoonbox.v1.Box
-	54, // 13: cocoonbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	30, // 14: cocoonbox.v1.ListSnapshotsResponse.snapshots:type_name -> cocoonbox.v1.Snapshot
-	53, // 15: cocoonbox.v1.ExecRequest.env:type_name -> cocoonbox.v1.ExecRequest.EnvEntry
-	54, // 16: cocoonbox.v1.Share.expires_at:type_name -> google.protobuf.Timestamp
-	54, // 17: cocoonbox.v1.Share.created_at:type_name -> google.protobuf.Timestamp
-	54, // 18: cocoonbox.v1.ShareBoxRequest.expires_at:type_name -> google.protobuf.Timestamp
-	42, // 19: cocoonbox.v1.ListSharesResponse.shares:type_name -> cocoonbox.v1.Share
-	54, // 20: cocoonbox.v1.DesktopTicketResponse.expires_at:type_name -> google.protobuf.Timestamp
-	23, // 21: cocoonbox.v1.BoxService.CreateBox:input_type -> cocoonbox.v1.CreateBoxRequest
-	24, // 22: cocoonbox.v1.BoxService.GetBox:input_type -> cocoonbox.v1.GetBoxRequest
-	25, // 23: cocoonbox.v1.BoxService.ListBoxes:input_type -> cocoonbox.v1.ListBoxesRequest
-	27, // 24: cocoonbox.v1.BoxService.DeleteBox:input_type -> cocoonbox.v1.DeleteBoxRequest
-	28, // 25: cocoonbox.v1.BoxService.WakeBox:input_type -> cocoonbox.v1.WakeBoxRequest
-	29, // 26: cocoonbox.v1.BoxService.HibernateBox:input_type -> cocoonbox.v1.HibernateBoxRequest
-	31, // 27: cocoonbox.v1.BoxService.SnapshotBox:input_type -> cocoonbox.v1.SnapshotBoxRequest
-	32, // 28: cocoonbox.v1.BoxService.ListSnapshots:input_type -> cocoonbox.v1.ListSnapshotsRequest
-	34, // 29: cocoonbox.v1.BoxService.RestoreBox:input_type -> cocoonbox.v1.RestoreBoxRequest
-	35, // 30: cocoonbox.v1.BoxService.WatchBox:input_type -> cocoonbox.v1.WatchBoxRequest
-	12, // 31: cocoonbox.v1.BoxService.ListEvents:input_type -> cocoonbox.v1.ListEventsRequest
-	36, // 32: cocoonbox.v1.BoxService.Exec:input_type -> cocoonbox.v1.ExecRequest
-	38, // 33: cocoonbox.v1.BoxService.ReadFile:input_type -> cocoonbox.v1.ReadFileRequest
-	40, // 34: cocoonbox.v1.BoxService.WriteFile:input_type -> cocoonbox.v1.WriteFileRequest
-	43, // 35: cocoonbox.v1.BoxService.ShareBox:input_type -> cocoonbox.v1.ShareBoxRequest
-	44, // 36: cocoonbox.v1.BoxService.UnshareBox:input_type -> cocoonbox.v1.UnshareBoxRequest
-	46, // 37: cocoonbox.v1.BoxService.ListShares:input_type -> cocoonbox.v1.ListSharesRequest
-	48, // 38: cocoonbox.v1.BoxService.TakeOver:input_type -> cocoonbox.v1.TakeOverRequest
-	49, // 39: cocoonbox.v1.BoxService.HandBack:input_type -> cocoonbox.v1.HandBackRequest
-	50, // 40: cocoonbox.v1.BoxService.DesktopTicket:input_type -> cocoonbox.v1.DesktopTicketRequest
-	18, // 41: cocoonbox.v1.BoxService.ListPorts:input_type -> cocoonbox.v1.ListPortsRequest
-	17, // 42: cocoonbox.v1.BoxService.SetBoxNetwork:input_type -> cocoonbox.v1.SetBoxNetworkRequest
-	15, // 43: cocoonbox.v1.BoxService.SetPolicy:input_type -> cocoonbox.v1.SetPolicyRequest
-	21, // 44: cocoonbox.v1.BoxService.SetPortPublic:input_type -> cocoonbox.v1.SetPortPublicRequest
-	0,  // 45: cocoonbox.v1.BoxService.Shell:input_type -> cocoonbox.v1.ShellRequest
-	4,  // 46: cocoonbox.v1.BoxService.DownloadFile:input_type -> cocoonbox.v1.DownloadFileRequest
-	6,  // 47: cocoonbox.v1.BoxService.UploadFile:input_type -> cocoonbox.v1.UploadFileRequest
-	8,  // 48: cocoonbox.v1.BoxService.ListFiles:input_type -> cocoonbox.v1.ListFilesRequest
-	9,  // 49: cocoonbox.v1.BoxService.StatFile:input_type -> cocoonbox.v1.StatFileRequest
-	10, // 50: cocoonbox.v1.BoxService.RemoveFile:input_type -> cocoonbox.v1.RemoveFileRequest
-	22, // 51: cocoonbox.v1.BoxService.CreateBox:output_type -> cocoonbox.v1.Box
-	22, // 52: cocoonbox.v1.BoxService.GetBox:output_type -> cocoonbox.v1.Box
-	26, // 53: cocoonbox.v1.BoxService.ListBoxes:output_type -> cocoonbox.v1.ListBoxesResponse
-	22, // 54: cocoonbox.v1.BoxService.DeleteBox:output_type -> cocoonbox.v1.Box
-	22, // 55: cocoonbox.v1.BoxService.WakeBox:output_type -> cocoonbox.v1.Box
-	22, // 56: cocoonbox.v1.BoxService.HibernateBox:output_type -> cocoonbox.v1.Box
-	30, // 57: cocoonbox.v1.BoxService.SnapshotBox:output_type -> cocoonbox.v1.Snapshot
-	33, // 58: cocoonbox.v1.BoxService.ListSnapshots:output_type -> cocoonbox.v1.ListSnapshotsResponse
-	22, // 59: cocoonbox.v1.BoxService.RestoreBox:output_type -> cocoonbox.v1.Box
-	22, // 60: cocoonbox.v1.BoxService.WatchBox:output_type -> cocoonbox.v1.Box
-	13, // 61: cocoonbox.v1.BoxService.ListEvents:output_type -> cocoonbox.v1.ListEventsResponse
-	37, // 62: cocoonbox.v1.BoxService.Exec:output_type -> cocoonbox.v1.ExecResponse
-	39, // 63: cocoonbox.v1.BoxService.ReadFile:output_type -> cocoonbox.v1.ReadFileResponse
-	41, // 64: cocoonbox.v1.BoxService.WriteFile:output_type -> cocoonbox.v1.WriteFileResponse
-	42, // 65: cocoonbox.v1.BoxService.ShareBox:output_type -> cocoonbox.v1.Share
-	45, // 66: cocoonbox.v1.BoxService.UnshareBox:output_type -> cocoonbox.v1.UnshareBoxResponse
-	47, // 67: cocoonbox.v1.BoxService.ListShares:output_type -> cocoonbox.v1.ListSharesResponse
-	22, // 68: cocoonbox.v1.BoxService.TakeOver:output_type -> cocoonbox.v1.Box
-	22, // 69: cocoonbox.v1.BoxService.HandBack:output_type -> cocoonbox.v1.Box
-	51, // 70: cocoonbox.v1.BoxService.DesktopTicket:output_type -> cocoonbox.v1.DesktopTicketResponse
-	19, // 71: cocoonbox.v1.BoxService.ListPorts:output_type -> cocoonbox.v1.ListPortsResponse
-	22, // 72: cocoonbox.v1.BoxService.SetBoxNetwork:output_type -> cocoonbox.v1.Box
-	22, // 73: cocoonbox.v1.BoxService.SetPolicy:output_type -> cocoonbox.v1.Box
-	20, // 74: cocoonbox.v1.BoxService.SetPortPublic:output_type -> cocoonbox.v1.Port
-	3,  // 75: cocoonbox.v1.BoxService.Shell:output_type -> cocoonbox.v1.ShellResponse
-	5,  // 76: cocoonbox.v1.BoxService.DownloadFile:output_type -> cocoonbox.v1.FileChunk
-	7,  // 77: cocoonbox.v1.BoxService.UploadFile:output_type -> cocoonbox.v1.FileInfo
-	7,  // 78: cocoonbox.v1.BoxService.ListFiles:output_type -> cocoonbox.v1.FileInfo
-	7,  // 79: cocoonbox.v1.BoxService.StatFile:output_type -> cocoonbox.v1.FileInfo
-	11, // 80: cocoonbox.v1.BoxService.RemoveFile:output_type -> cocoonbox.v1.RemoveFileResponse
-	51, // [51:81] is the sub-list for method output_type
-	21, // [21:51] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	23, // 12: cocoonbox.v1.Box.restored_from:type_name -> cocoonbox.v1.RestoredFrom
+	56, // 13: cocoonbox.v1.RestoredFrom.taken_at:type_name -> google.protobuf.Timestamp
+	56, // 14: cocoonbox.v1.RestoredFrom.at:type_name -> google.protobuf.Timestamp
+	22, // 15: cocoonbox.v1.ListBoxesResponse.boxes:type_name -> cocoonbox.v1.Box
+	56, // 16: cocoonbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	31, // 17: cocoonbox.v1.ListSnapshotsResponse.snapshots:type_name -> cocoonbox.v1.Snapshot
+	55, // 18: cocoonbox.v1.ExecRequest.env:type_name -> cocoonbox.v1.ExecRequest.EnvEntry
+	56, // 19: cocoonbox.v1.Share.expires_at:type_name -> google.protobuf.Timestamp
+	56, // 20: cocoonbox.v1.Share.created_at:type_name -> google.protobuf.Timestamp
+	56, // 21: cocoonbox.v1.ShareBoxRequest.expires_at:type_name -> google.protobuf.Timestamp
+	44, // 22: cocoonbox.v1.ListSharesResponse.shares:type_name -> cocoonbox.v1.Share
+	56, // 23: cocoonbox.v1.DesktopTicketResponse.expires_at:type_name -> google.protobuf.Timestamp
+	24, // 24: cocoonbox.v1.BoxService.CreateBox:input_type -> cocoonbox.v1.CreateBoxRequest
+	25, // 25: cocoonbox.v1.BoxService.GetBox:input_type -> cocoonbox.v1.GetBoxRequest
+	26, // 26: cocoonbox.v1.BoxService.ListBoxes:input_type -> cocoonbox.v1.ListBoxesRequest
+	28, // 27: cocoonbox.v1.BoxService.DeleteBox:input_type -> cocoonbox.v1.DeleteBoxRequest
+	29, // 28: cocoonbox.v1.BoxService.WakeBox:input_type -> cocoonbox.v1.WakeBoxRequest
+	30, // 29: cocoonbox.v1.BoxService.HibernateBox:input_type -> cocoonbox.v1.HibernateBoxRequest
+	32, // 30: cocoonbox.v1.BoxService.SnapshotBox:input_type -> cocoonbox.v1.SnapshotBoxRequest
+	33, // 31: cocoonbox.v1.BoxService.ListSnapshots:input_type -> cocoonbox.v1.ListSnapshotsRequest
+	35, // 32: cocoonbox.v1.BoxService.RestoreBox:input_type -> cocoonbox.v1.RestoreBoxRequest
+	36, // 33: cocoonbox.v1.BoxService.RecreateBox:input_type -> cocoonbox.v1.RecreateBoxRequest
+	37, // 34: cocoonbox.v1.BoxService.WatchBox:input_type -> cocoonbox.v1.WatchBoxRequest
+	12, // 35: cocoonbox.v1.BoxService.ListEvents:input_type -> cocoonbox.v1.ListEventsRequest
+	38, // 36: cocoonbox.v1.BoxService.Exec:input_type -> cocoonbox.v1.ExecRequest
+	40, // 37: cocoonbox.v1.BoxService.ReadFile:input_type -> cocoonbox.v1.ReadFileRequest
+	42, // 38: cocoonbox.v1.BoxService.WriteFile:input_type -> cocoonbox.v1.WriteFileRequest
+	45, // 39: cocoonbox.v1.BoxService.ShareBox:input_type -> cocoonbox.v1.ShareBoxRequest
+	46, // 40: cocoonbox.v1.BoxService.UnshareBox:input_type -> cocoonbox.v1.UnshareBoxRequest
+	48, // 41: cocoonbox.v1.BoxService.ListShares:input_type -> cocoonbox.v1.ListSharesRequest
+	50, // 42: cocoonbox.v1.BoxService.TakeOver:input_type -> cocoonbox.v1.TakeOverRequest
+	51, // 43: cocoonbox.v1.BoxService.HandBack:input_type -> cocoonbox.v1.HandBackRequest
+	52, // 44: cocoonbox.v1.BoxService.DesktopTicket:input_type -> cocoonbox.v1.DesktopTicketRequest
+	18, // 45: cocoonbox.v1.BoxService.ListPorts:input_type -> cocoonbox.v1.ListPortsRequest
+	17, // 46: cocoonbox.v1.BoxService.SetBoxNetwork:input_type -> cocoonbox.v1.SetBoxNetworkRequest
+	15, // 47: cocoonbox.v1.BoxService.SetPolicy:input_type -> cocoonbox.v1.SetPolicyRequest
+	21, // 48: cocoonbox.v1.BoxService.SetPortPublic:input_type -> cocoonbox.v1.SetPortPublicRequest
+	0,  // 49: cocoonbox.v1.BoxService.Shell:input_type -> cocoonbox.v1.ShellRequest
+	4,  // 50: cocoonbox.v1.BoxService.DownloadFile:input_type -> cocoonbox.v1.DownloadFileRequest
+	6,  // 51: cocoonbox.v1.BoxService.UploadFile:input_type -> cocoonbox.v1.UploadFileRequest
+	8,  // 52: cocoonbox.v1.BoxService.ListFiles:input_type -> cocoonbox.v1.ListFilesRequest
+	9,  // 53: cocoonbox.v1.BoxService.StatFile:input_type -> cocoonbox.v1.StatFileRequest
+	10, // 54: cocoonbox.v1.BoxService.RemoveFile:input_type -> cocoonbox.v1.RemoveFileRequest
+	22, // 55: cocoonbox.v1.BoxService.CreateBox:output_type -> cocoonbox.v1.Box
+	22, // 56: cocoonbox.v1.BoxService.GetBox:output_type -> cocoonbox.v1.Box
+	27, // 57: cocoonbox.v1.BoxService.ListBoxes:output_type -> cocoonbox.v1.ListBoxesResponse
+	22, // 58: cocoonbox.v1.BoxService.DeleteBox:output_type -> cocoonbox.v1.Box
+	22, // 59: cocoonbox.v1.BoxService.WakeBox:output_type -> cocoonbox.v1.Box
+	22, // 60: cocoonbox.v1.BoxService.HibernateBox:output_type -> cocoonbox.v1.Box
+	31, // 61: cocoonbox.v1.BoxService.SnapshotBox:output_type -> cocoonbox.v1.Snapshot
+	34, // 62: cocoonbox.v1.BoxService.ListSnapshots:output_type -> cocoonbox.v1.ListSnapshotsResponse
+	22, // 63: cocoonbox.v1.BoxService.RestoreBox:output_type -> cocoonbox.v1.Box
+	22, // 64: cocoonbox.v1.BoxService.RecreateBox:output_type -> cocoonbox.v1.Box
+	22, // 65: cocoonbox.v1.BoxService.WatchBox:output_type -> cocoonbox.v1.Box
+	13, // 66: cocoonbox.v1.BoxService.ListEvents:output_type -> cocoonbox.v1.ListEventsResponse
+	39, // 67: cocoonbox.v1.BoxService.Exec:output_type -> cocoonbox.v1.ExecResponse
+	41, // 68: cocoonbox.v1.BoxService.ReadFile:output_type -> cocoonbox.v1.ReadFileResponse
+	43, // 69: cocoonbox.v1.BoxService.WriteFile:output_type -> cocoonbox.v1.WriteFileResponse
+	44, // 70: cocoonbox.v1.BoxService.ShareBox:output_type -> cocoonbox.v1.Share
+	47, // 71: cocoonbox.v1.BoxService.UnshareBox:output_type -> cocoonbox.v1.UnshareBoxResponse
+	49, // 72: cocoonbox.v1.BoxService.ListShares:output_type -> cocoonbox.v1.ListSharesResponse
+	22, // 73: cocoonbox.v1.BoxService.TakeOver:output_type -> cocoonbox.v1.Box
+	22, // 74: cocoonbox.v1.BoxService.HandBack:output_type -> cocoonbox.v1.Box
+	53, // 75: cocoonbox.v1.BoxService.DesktopTicket:output_type -> cocoonbox.v1.DesktopTicketResponse
+	19, // 76: cocoonbox.v1.BoxService.ListPorts:output_type -> cocoonbox.v1.ListPortsResponse
+	22, // 77: cocoonbox.v1.BoxService.SetBoxNetwork:output_type -> cocoonbox.v1.Box
+	22, // 78: cocoonbox.v1.BoxService.SetPolicy:output_type -> cocoonbox.v1.Box
+	20, // 79: cocoonbox.v1.BoxService.SetPortPublic:output_type -> cocoonbox.v1.Port
+	3,  // 80: cocoonbox.v1.BoxService.Shell:output_type -> cocoonbox.v1.ShellResponse
+	5,  // 81: cocoonbox.v1.BoxService.DownloadFile:output_type -> cocoonbox.v1.FileChunk
+	7,  // 82: cocoonbox.v1.BoxService.UploadFile:output_type -> cocoonbox.v1.FileInfo
+	7,  // 83: cocoonbox.v1.BoxService.ListFiles:output_type -> cocoonbox.v1.FileInfo
+	7,  // 84: cocoonbox.v1.BoxService.StatFile:output_type -> cocoonbox.v1.FileInfo
+	11, // 85: cocoonbox.v1.BoxService.RemoveFile:output_type -> cocoonbox.v1.RemoveFileResponse
+	55, // [55:86] is the sub-list for method output_type
+	24, // [24:55] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_cocoonbox_v1_box_proto_init() }
@@ -3699,7 +3866,7 @@ func file_cocoonbox_v1_box_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cocoonbox_v1_box_proto_rawDesc), len(file_cocoonbox_v1_box_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   54,
+			NumMessages:   56,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -28,6 +28,7 @@ const (
 	BoxService_SnapshotBox_FullMethodName   = "/cocoonbox.v1.BoxService/SnapshotBox"
 	BoxService_ListSnapshots_FullMethodName = "/cocoonbox.v1.BoxService/ListSnapshots"
 	BoxService_RestoreBox_FullMethodName    = "/cocoonbox.v1.BoxService/RestoreBox"
+	BoxService_RecreateBox_FullMethodName   = "/cocoonbox.v1.BoxService/RecreateBox"
 	BoxService_WatchBox_FullMethodName      = "/cocoonbox.v1.BoxService/WatchBox"
 	BoxService_ListEvents_FullMethodName    = "/cocoonbox.v1.BoxService/ListEvents"
 	BoxService_Exec_FullMethodName          = "/cocoonbox.v1.BoxService/Exec"
@@ -82,6 +83,9 @@ type BoxServiceClient interface {
 	// RestoreBox replaces the box's state with a snapshot (admin: it discards the current state); a
 	// failed restore leaves the box as it was.
 	RestoreBox(ctx context.Context, in *RestoreBoxRequest, opts ...grpc.CallOption) (*Box, error)
+	// RecreateBox starts a lost box (failed: its sandbox is gone and it has no snapshot) again from
+	// its template, empty (admin). Nothing else ever brings a lost box back empty.
+	RecreateBox(ctx context.Context, in *RecreateBoxRequest, opts ...grpc.CallOption) (*Box, error)
 	// WatchBox streams the box's status: the current one first, then every change, until the
 	// client cancels or the box is deleted (viewer).
 	WatchBox(ctx context.Context, in *WatchBoxRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Box], error)
@@ -234,6 +238,16 @@ func (c *boxServiceClient) RestoreBox(ctx context.Context, in *RestoreBoxRequest
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Box)
 	err := c.cc.Invoke(ctx, BoxService_RestoreBox_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *boxServiceClient) RecreateBox(ctx context.Context, in *RecreateBoxRequest, opts ...grpc.CallOption) (*Box, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Box)
+	err := c.cc.Invoke(ctx, BoxService_RecreateBox_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -514,6 +528,9 @@ type BoxServiceServer interface {
 	// RestoreBox replaces the box's state with a snapshot (admin: it discards the current state); a
 	// failed restore leaves the box as it was.
 	RestoreBox(context.Context, *RestoreBoxRequest) (*Box, error)
+	// RecreateBox starts a lost box (failed: its sandbox is gone and it has no snapshot) again from
+	// its template, empty (admin). Nothing else ever brings a lost box back empty.
+	RecreateBox(context.Context, *RecreateBoxRequest) (*Box, error)
 	// WatchBox streams the box's status: the current one first, then every change, until the
 	// client cancels or the box is deleted (viewer).
 	WatchBox(*WatchBoxRequest, grpc.ServerStreamingServer[Box]) error
@@ -608,6 +625,9 @@ func (UnimplementedBoxServiceServer) ListSnapshots(context.Context, *ListSnapsho
 }
 func (UnimplementedBoxServiceServer) RestoreBox(context.Context, *RestoreBoxRequest) (*Box, error) {
 	return nil, status.Error(codes.Unimplemented, "method RestoreBox not implemented")
+}
+func (UnimplementedBoxServiceServer) RecreateBox(context.Context, *RecreateBoxRequest) (*Box, error) {
+	return nil, status.Error(codes.Unimplemented, "method RecreateBox not implemented")
 }
 func (UnimplementedBoxServiceServer) WatchBox(*WatchBoxRequest, grpc.ServerStreamingServer[Box]) error {
 	return status.Error(codes.Unimplemented, "method WatchBox not implemented")
@@ -851,6 +871,24 @@ func _BoxService_RestoreBox_Handler(srv interface{}, ctx context.Context, dec fu
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(BoxServiceServer).RestoreBox(ctx, req.(*RestoreBoxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BoxService_RecreateBox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(RecreateBoxRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BoxServiceServer).RecreateBox(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BoxService_RecreateBox_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BoxServiceServer).RecreateBox(ctx, req.(*RecreateBoxRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1232,6 +1270,10 @@ var BoxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RestoreBox",
 			Handler:    _BoxService_RestoreBox_Handler,
+		},
+		{
+			MethodName: "RecreateBox",
+			Handler:    _BoxService_RecreateBox_Handler,
 		},
 		{
 			MethodName: "ListEvents",
