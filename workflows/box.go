@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -37,7 +38,15 @@ type box struct {
 	gen     uint64 // bumped by every message, so the main loop re-plans its timers
 	wakes   int    // times the box came back to running in this run, so a seal knows it slept throughout
 	deleted bool
+	// explains is whether this run says why the box sleeps and wakes (idle_warning, reasons):
+	// not in histories recorded before it (versionExplains).
+	explains bool
 }
+
+// versionExplains marks the box workflow's explaining itself: an idle_warning event before an
+// idle hibernate, and the reason of every wake and requested hibernate in its events. Asked once
+// when a run starts, so it costs a wake no history.
+const versionExplains = "explains"
 
 func newBox(ctx workflow.Context, in BoxWorkflowInput) *box {
 	w := &box{in: in, mu: workflow.NewMutex(ctx)}
@@ -63,6 +72,7 @@ func newBox(ctx workflow.Context, in BoxWorkflowInput) *box {
 
 // setup registers the query, the updates with their validators and the signals.
 func (w *box) setup(ctx workflow.Context) error {
+	w.explains = workflow.GetVersion(ctx, versionExplains, workflow.DefaultVersion, 1) >= 1
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) {
 		return w.status(), nil
 	}); err != nil {
@@ -210,10 +220,10 @@ func (w *box) run(ctx workflow.Context) error {
 }
 
 // nextTimer is the earliest of the idle deadline, the lease renewal, the expiry of a viewer
-// count and the next periodic seal; zero when none counts.
+// count, the next periodic seal and the idle warning; zero when none counts.
 func (w *box) nextTimer() time.Time {
 	next := w.idleDeadline()
-	for _, t := range []time.Time{w.renewAt(), w.viewersExpire(), w.sealDue()} {
+	for _, t := range []time.Time{w.renewAt(), w.viewersExpire(), w.sealDue(), w.idleWarnAt()} {
 		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
 			next = t
 		}
@@ -282,6 +292,12 @@ func (w *box) onTimer(ctx workflow.Context) error {
 			return err
 		}
 	}
+	if at := w.idleWarnAt(); !at.IsZero() && !now.Before(at) {
+		d := w.idleDeadline()
+		w.st.IdleWarned = d
+		w.event(ctx, "idle_warning", fmt.Sprintf("hibernating at %s, after %s with nothing happening, unless something happens",
+			d.UTC().Format(time.RFC3339), w.in.Policy.IdleAfter))
+	}
 	if d := w.sealDue(); !d.IsZero() && !now.Before(d) {
 		_, err := w.operate(ctx, byTimer, func(ctx workflow.Context) error {
 			if d := w.sealDue(); !d.IsZero() && !workflow.Now(ctx).Before(d) {
@@ -319,6 +335,20 @@ func (w *box) idleDeadlineWith(ownBusy int) time.Time {
 		return time.Time{}
 	}
 	return w.st.LastActive.Add(w.in.Policy.IdleAfter)
+}
+
+// idleWarnAt is when to warn of the coming idle hibernate; zero when idle is not counting or
+// this deadline was announced.
+func (w *box) idleWarnAt() time.Time {
+	d := w.idleDeadline()
+	if !w.explains || d.IsZero() || w.st.IdleWarned.Equal(d) {
+		return time.Time{}
+	}
+	warn := w.in.Policy.IdleWarning
+	if warn <= 0 {
+		warn = min(w.in.Policy.IdleAfter/4, MaxDefaultIdleWarning)
+	}
+	return d.Add(-warn)
 }
 
 // renewAt is when to renew the lease, for a box that has a sandbox.

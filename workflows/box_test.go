@@ -39,6 +39,13 @@ func newEnv(t *testing.T) *testsuite.TestWorkflowEnvironment {
 // order.
 func newEnvStates(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]cocoonbox.BoxState) {
 	t.Helper()
+	env, states, _ := newEnvRecorded(t)
+	return env, states
+}
+
+// newEnvRecorded is newEnvStates that also records the box's events, as "kind: detail".
+func newEnvRecorded(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]cocoonbox.BoxState, *[]string) {
+	t.Helper()
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(testLogger(t))
 	env := s.NewTestWorkflowEnvironment()
@@ -54,9 +61,14 @@ func newEnvStates(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]cocoonbo
 			states = append(states, in.State)
 			return nil
 		}).Maybe()
-	env.OnActivity(st.Event, mock.Anything, mock.Anything).Return(nil).Maybe()
+	var events []string
+	env.OnActivity(st.Event, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.EventInput) error {
+			events = append(events, in.Kind+": "+in.Detail)
+			return nil
+		}).Maybe()
 	env.OnActivity(sb.WaitReady, mock.Anything, mock.Anything).Return(nil).Maybe()
-	return env, &states
+	return env, &states, &events
 }
 
 // testLogger keeps the SDK's DEBUG and INFO chatter out of test output: warnings and errors only,
@@ -314,6 +326,36 @@ func TestIdleHibernates(t *testing.T) {
 	require.Equal(t, cocoonbox.BoxStateRunning, at9.State)
 	require.Equal(t, cocoonbox.BoxStateHibernated, at11.State)
 	env.AssertActivityNumberOfCalls(t, "Hibernate", 1)
+}
+
+// TestIdleExplainsItself: an idle box warns before it hibernates, once per deadline, and its
+// events say why it slept and who woke it.
+func TestIdleExplainsItself(t *testing.T) {
+	env, _, events := newEnvRecorded(t)
+	claimOK(env, 1, "sb-1")
+	env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil)
+	env.OnActivity(sb.Wake, mock.Anything, mock.Anything).Return(nil)
+	update(env, 0, UpdateCreate, CreateInput{})
+	// A touch at 5m moves the deadline to 15m: the warning comes at 12m30s, not at 7m30s.
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalTouch, struct{}{}) }, 5*time.Minute)
+	var at8 Status
+	env.RegisterDelayedCallback(func() { at8 = query(t, env) }, 8*time.Minute)
+	update(env, 20*time.Minute, UpdateWake, WakeInput{Reason: "requested by alice"})
+	update(env, 21*time.Minute, UpdateHibernate, HibernateInput{By: "bob"})
+	deleteAt(env, 22*time.Minute)
+
+	env.ExecuteWorkflow(BoxWorkflow, idleInput())
+	require.NoError(t, env.GetWorkflowError())
+	require.Equal(t, cocoonbox.BoxStateRunning, at8.State)
+	var kinds []string
+	for _, e := range *events {
+		kinds = append(kinds, strings.SplitN(e, ":", 2)[0])
+	}
+	require.Equal(t, []string{"idle_warning", "hibernated", "woke", "hibernated"}, kinds, "events: %q", *events)
+	require.Contains(t, (*events)[0], "after 10m0s with nothing happening")
+	require.Equal(t, "hibernated: idle", (*events)[1])
+	require.Equal(t, "woke: requested by alice", (*events)[2])
+	require.Equal(t, "hibernated: requested by bob", (*events)[3])
 }
 
 func TestIdleBlockedByViewerPinAndTouch(t *testing.T) {

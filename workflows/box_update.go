@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"time"
@@ -141,7 +142,7 @@ func (w *box) create(ctx workflow.Context, _ CreateInput) (Status, error) {
 }
 
 // wake brings the box back to running. A sandbox the engine lost is replaced by a new claim.
-func (w *box) wake(ctx workflow.Context, _ WakeInput) (Status, error) {
+func (w *box) wake(ctx workflow.Context, in WakeInput) (Status, error) {
 	return w.operate(ctx, byUser, func(ctx workflow.Context) error {
 		if err := w.allowed(UpdateWake); err != nil {
 			return err // the state changed while this update waited for the mutex
@@ -179,17 +180,24 @@ func (w *box) wake(ctx workflow.Context, _ WakeInput) (Status, error) {
 		}
 		w.st.LastError = ""
 		w.setState(ctx, cocoonbox.BoxStateRunning)
+		if w.explains {
+			w.event(ctx, "woke", cmp.Or(in.Reason, "requested"))
+		}
 		return nil
 	})
 }
 
 // hibernate frees the box's CPU and memory; a hibernated box answers its status.
-func (w *box) hibernate(ctx workflow.Context, _ HibernateInput) (Status, error) {
+func (w *box) hibernate(ctx workflow.Context, in HibernateInput) (Status, error) {
 	return w.operate(ctx, byUser, func(ctx workflow.Context) error {
 		if err := w.allowed(UpdateHibernate); err != nil {
 			return err
 		}
-		return w.hibernateLocked(ctx, requested)
+		why := requested
+		if w.explains && in.By != "" {
+			why = requested + " by " + hibernateReason(in.By)
+		}
+		return w.hibernateLocked(ctx, why)
 	})
 }
 
@@ -212,7 +220,7 @@ func (w *box) hibernateLocked(ctx workflow.Context, why hibernateReason) error {
 	if w.in.Policy.DurableHibernate && w.st.SandboxID != "" && !background {
 		// The memory image stays on the engine's node; the snapshot is what survives its loss.
 		if _, err := w.snapshotLocked(ctx); err != nil {
-			if why == requested {
+			if why != idle {
 				return err // the box keeps running and the user can retry
 			}
 			// The idle box still goes to sleep to free the node; its last good snapshot stays.

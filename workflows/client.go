@@ -143,18 +143,18 @@ func GetStatus(ctx context.Context, c client.Client, id cocoonbox.BoxID) (Status
 }
 
 // Wake wakes the box through its workflow's wake update (a no-op for a running box) and returns
-// its status after.
-func Wake(ctx context.Context, c client.Client, id cocoonbox.BoxID) (Status, error) {
-	return Update[Status](ctx, c, id, UpdateWake, WakeInput{})
+// its status after; reason is what the box's events say woke it.
+func Wake(ctx context.Context, c client.Client, id cocoonbox.BoxID, reason string) (Status, error) {
+	return Update[Status](ctx, c, id, UpdateWake, WakeInput{Reason: reason})
 }
 
-// Awake returns the status of a box that is up, waking it first when it is not. It asks the
-// query first, since the box is usually up already and a query writes no history.
-func Awake(ctx context.Context, c client.Client, id cocoonbox.BoxID) (Status, error) {
+// Awake returns the status of a box that is up, waking it first (for reason) when it is not. It
+// asks the query first, since the box is usually up already and a query writes no history.
+func Awake(ctx context.Context, c client.Client, id cocoonbox.BoxID, reason string) (Status, error) {
 	if st, err := GetStatus(ctx, c, id); err == nil && Up(st.State) {
 		return st, nil
 	}
-	return Wake(ctx, c, id)
+	return Wake(ctx, c, id, reason)
 }
 
 // Up reports whether a box in state s has a sandbox to use: running, or snapshotting (which a

@@ -77,6 +77,9 @@ type Policy struct {
 	// SnapshotEvery seals a running box into a snapshot this long after its last one, when it
 	// was active since; 0 never does it by itself.
 	SnapshotEvery time.Duration
+	// IdleWarning is how long before an idle hibernate the box says it is coming (an
+	// idle_warning event); 0 is a quarter of IdleAfter, at most MaxDefaultIdleWarning.
+	IdleWarning time.Duration
 	// Network is the box's egress policy, fixed at create: every sandbox the box gets (a claim, a
 	// restore) has it. Zero is none.
 	Network cocoonbox.Network
@@ -123,7 +126,12 @@ type BoxCarriedState struct {
 	// RestoredFrom is the snapshot the box's sandbox was last rebuilt from after the engine
 	// lost the one before; zero when it never was.
 	RestoredFrom RestoredFrom
+	// IdleWarned is the idle deadline the last idle_warning announced, so each is said once.
+	IdleWarned time.Time
 }
+
+// MaxDefaultIdleWarning bounds the idle warning of a policy that sets none.
+const MaxDefaultIdleWarning = 2 * time.Minute
 
 // SealState is where a box's background snapshots stand. A seal runs as a child workflow
 // beside the box's operations, one at a time; it carries over continue-as-new only when none
@@ -146,10 +154,16 @@ type RestoredFrom struct {
 type CreateInput struct{}
 
 // WakeInput is the wake update's argument.
-type WakeInput struct{}
+type WakeInput struct {
+	// Reason says why the box wakes, for its events: "requested by alice", "agent run run_…".
+	Reason string `json:",omitempty"`
+}
 
 // HibernateInput is the hibernate update's argument.
-type HibernateInput struct{}
+type HibernateInput struct {
+	// By names who asked, for the box's events.
+	By string `json:",omitempty"`
+}
 
 // DeleteInput is the delete update's argument.
 type DeleteInput struct {

@@ -85,7 +85,7 @@ var wakeable = []cocoonbox.BoxState{cocoonbox.BoxStateHibernated, cocoonbox.BoxS
 // role that may wake the box (driver, as Wake) wakes it: a viewer's look at a sleeping box is
 // refused and leaves it asleep, since a wake costs the owner a sandbox. The caller has checked
 // the role (reach).
-func (s *Service) awake(ctx context.Context, id cocoonbox.BoxID, st workflows.Status, role cocoonbox.Role) (sandbox.SandboxRef, error) {
+func (s *Service) awake(ctx context.Context, caller string, id cocoonbox.BoxID, st workflows.Status, role cocoonbox.Role) (sandbox.SandboxRef, error) {
 	var err error
 	switch {
 	case workflows.Up(st.State):
@@ -93,7 +93,7 @@ func (s *Service) awake(ctx context.Context, id cocoonbox.BoxID, st workflows.St
 		if !role.Allows(cocoonbox.RoleDriver) {
 			return sandbox.SandboxRef{}, cocoonbox.Errorf(cocoonbox.EConflict, "box %s is %s; a driver can wake it", id, st.State)
 		}
-		if st, err = workflows.Wake(ctx, s.Temporal, id); err != nil {
+		if st, err = workflows.Wake(ctx, s.Temporal, id, "used by "+s.who(ctx, caller)); err != nil {
 			return sandbox.SandboxRef{}, err
 		}
 	default:

@@ -248,7 +248,7 @@ func (s *Service) reach(ctx context.Context, caller string, id cocoonbox.BoxID, 
 	if err != nil {
 		return sandbox.SandboxRef{}, err
 	}
-	return s.awake(ctx, id, st, a.role)
+	return s.awake(ctx, caller, id, st, a.role)
 }
 
 // DefaultKeepAwakeEvery is Service.KeepAwakeEvery when zero: well inside the shortest idle period

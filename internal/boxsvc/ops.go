@@ -13,12 +13,23 @@ import (
 
 // Wake brings the box back if it sleeps (driver).
 func (s *Service) Wake(ctx context.Context, caller string, id cocoonbox.BoxID) (View, error) {
-	return s.update(ctx, caller, id, cocoonbox.RoleDriver, workflows.UpdateWake, workflows.WakeInput{})
+	return s.update(ctx, caller, id, cocoonbox.RoleDriver, workflows.UpdateWake, workflows.WakeInput{Reason: "requested by " + s.who(ctx, caller)})
 }
 
 // Hibernate puts the box to sleep (driver).
 func (s *Service) Hibernate(ctx context.Context, caller string, id cocoonbox.BoxID) (View, error) {
-	return s.update(ctx, caller, id, cocoonbox.RoleDriver, workflows.UpdateHibernate, workflows.HibernateInput{})
+	return s.update(ctx, caller, id, cocoonbox.RoleDriver, workflows.UpdateHibernate, workflows.HibernateInput{By: s.who(ctx, caller)})
+}
+
+// who names a user in a box's events: their name, or their ID when it cannot be read.
+func (s *Service) who(ctx context.Context, userID string) string {
+	if s.Store == nil {
+		return userID
+	}
+	if u, err := s.Store.UserByID(ctx, userID); err == nil && u.Name != "" {
+		return u.Name
+	}
+	return userID
 }
 
 // Delete releases the box's sandbox and ends its workflow, keeping its snapshots (admin).

@@ -15,7 +15,7 @@ func TestViewerDoesNotWake(t *testing.T) {
 	s := &Service{}
 	id := cocoonbox.NewBoxID()
 	for _, state := range []cocoonbox.BoxState{cocoonbox.BoxStateHibernated, cocoonbox.BoxStateHibernating, cocoonbox.BoxStateWaking, cocoonbox.BoxStateFailed} {
-		_, err := s.awake(context.Background(), id, workflows.Status{BoxID: id, State: state}, cocoonbox.RoleViewer)
+		_, err := s.awake(context.Background(), "us_test", id, workflows.Status{BoxID: id, State: state}, cocoonbox.RoleViewer)
 		want := "box " + string(id) + " is " + string(state) + "; a driver can wake it"
 		if cocoonbox.ErrorCode(err) != cocoonbox.EConflict || cocoonbox.ErrorMessage(err) != want {
 			t.Errorf("viewer on a %s box: %v; want conflict %q", state, err, want)

@@ -33,21 +33,21 @@ func TestBoxPolicy(t *testing.T) {
 			t.Fatalf("%s: policy %v, want %v", what, got, want)
 		}
 	}
-	same("a new box", b.GetPolicy(), &cbv1.BoxPolicy{IdleSeconds: 900, KeepSnapshots: 5})
+	same("a new box", b.GetPolicy(), &cbv1.BoxPolicy{IdleSeconds: 900, Durable: true, SnapshotEverySeconds: 1800, KeepSnapshots: 5})
 
 	b, err = e.box.SetPolicy(as, &cbv1.SetPolicyRequest{Box: id, KeepSnapshots: proto.Int32(3)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	same("keep 3", b.GetPolicy(), &cbv1.BoxPolicy{IdleSeconds: 900, KeepSnapshots: 3})
+	same("keep 3", b.GetPolicy(), &cbv1.BoxPolicy{IdleSeconds: 900, Durable: true, SnapshotEverySeconds: 1800, KeepSnapshots: 3})
 
 	before := time.Now()
-	b, err = e.box.SetPolicy(as, &cbv1.SetPolicyRequest{Box: id, IdleSeconds: proto.Int64(60), Durable: proto.Bool(true)})
+	b, err = e.box.SetPolicy(as, &cbv1.SetPolicyRequest{Box: id, IdleSeconds: proto.Int64(60), Durable: proto.Bool(false), SnapshotEverySeconds: proto.Int64(3600)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &cbv1.BoxPolicy{IdleSeconds: 60, Durable: true, KeepSnapshots: 3}
-	same("idle 60 s, durable", b.GetPolicy(), want)
+	want := &cbv1.BoxPolicy{IdleSeconds: 60, Durable: false, SnapshotEverySeconds: 3600, KeepSnapshots: 3}
+	same("idle 60 s, not durable, snapshot every hour", b.GetPolicy(), want)
 	if dl := b.GetIdleDeadline().AsTime(); dl.Before(before) || dl.After(time.Now().Add(61*time.Second)) {
 		t.Errorf("idle deadline %v after a change to 60 s at %v", dl, before)
 	}
@@ -61,6 +61,8 @@ func TestBoxPolicy(t *testing.T) {
 		{&cbv1.SetPolicyRequest{IdleSeconds: proto.Int64(1 << 50)}, "idle_seconds"},
 		{&cbv1.SetPolicyRequest{KeepSnapshots: proto.Int32(0)}, "keep_snapshots"},
 		{&cbv1.SetPolicyRequest{KeepSnapshots: proto.Int32(1001)}, "keep_snapshots"},
+		{&cbv1.SetPolicyRequest{SnapshotEverySeconds: proto.Int64(-1)}, "snapshot_every_seconds"},
+		{&cbv1.SetPolicyRequest{SnapshotEverySeconds: proto.Int64(60)}, "snapshot_every_seconds"},
 		{&cbv1.SetPolicyRequest{}, "policy"},
 	} {
 		tc.req.Box = id
@@ -77,7 +79,8 @@ func TestBoxPolicy(t *testing.T) {
 }
 
 // TestBoxEvents: what a user and the box's own workflow did reaches ListEvents in order, the
-// user's hibernate beside the workflow's record of it with its reason; after_id follows from
+// user's hibernate beside the workflow's record of it with its reason and the seal that followed;
+// after_id follows from
 // the last event seen; bad input names the field.
 func TestBoxEvents(t *testing.T) {
 	if testing.Short() {
@@ -101,14 +104,15 @@ func TestBoxEvents(t *testing.T) {
 		return strings.Join(s, "\n")
 	}
 	var events []*cbv1.BoxEvent
-	testutil.Eventually(t, testutil.WaitShort, "the hibernate's events", func() bool {
+	testutil.Eventually(t, time.Minute, "the hibernate's events", func() bool {
 		resp, err := e.box.ListEvents(as, &cbv1.ListEventsRequest{Box: id})
 		if err != nil {
 			t.Fatal(err)
 		}
 		events = resp.GetEvents()
 		got := actions(events)
-		return strings.Contains(got, "box.create") && strings.Contains(got, "box.hibernate ") && strings.Contains(got, `worker box.hibernated {"detail": "requested"}`)
+		return strings.Contains(got, "box.create") && strings.Contains(got, "box.hibernate ") &&
+			strings.Contains(got, `worker box.hibernated {"detail": "requested by admin"}`) && strings.Contains(got, "worker box.sealed ")
 	})
 	for i := 1; i < len(events); i++ {
 		if events[i].GetId() <= events[i-1].GetId() || events[i].GetAt().AsTime().Before(events[i-1].GetAt().AsTime()) {

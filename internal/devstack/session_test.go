@@ -18,6 +18,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
 
@@ -280,6 +281,38 @@ func TestBoxSession(t *testing.T) {
 		}
 		if v, err := e.d.Boxes.Get(ctx, e.owner.ID, e.id); err != nil || v.State != cocoonbox.BoxStateRunning {
 			t.Errorf("after the shell: %v %v, want running", v.State, err)
+		}
+
+		// An exec is work too. Then, with nothing running, the box warns that it will sleep,
+		// sleeps, and its events say so in that order, with the reason.
+		actx := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+e.token)
+		if r, err := e.api.Exec(actx, &cbv1.ExecRequest{Box: string(e.id), Argv: []string{"sleep", "8"}, TimeoutSeconds: 30}); err != nil || r.GetExitCode() != 0 {
+			t.Fatalf("exec under a 2 s idle period: %v, %v", r, err)
+		}
+		if v, err := e.d.Boxes.Get(ctx, e.owner.ID, e.id); err != nil || v.State != cocoonbox.BoxStateRunning {
+			t.Fatalf("after the exec: %v %v, want running", v.State, err)
+		}
+		if err := testutil.Poll(ctx, waitIdle, func() error {
+			v, err := e.d.Boxes.Get(ctx, e.owner.ID, e.id)
+			if err == nil && v.State != cocoonbox.BoxStateHibernated {
+				err = fmt.Errorf("box is %s", v.State)
+			}
+			return err
+		}); err != nil {
+			t.Fatalf("with nothing running: %v; want it hibernated by itself", err)
+		}
+		events, err := e.api.ListEvents(actx, &cbv1.ListEventsRequest{Box: string(e.id), Limit: 20})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var tail []string
+		for _, ev := range events.GetEvents() {
+			if ev.GetAction() == "box.idle_warning" || ev.GetAction() == "box.hibernated" {
+				tail = append(tail, ev.GetAction()+" "+ev.GetDetail())
+			}
+		}
+		if n := len(tail); n < 2 || !strings.HasPrefix(tail[n-2], "box.idle_warning ") || strings.ReplaceAll(tail[n-1], " ", "") != `box.hibernated{"detail":"idle"}` {
+			t.Fatalf("events %q; want an idle_warning, then hibernated (idle)", tail)
 		}
 	})
 }

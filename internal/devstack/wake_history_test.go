@@ -33,6 +33,7 @@ func TestWakeHistoryEvents(t *testing.T) {
 	if _, err := d.Boxes.Hibernate(ctx, owner.ID, id); err != nil {
 		t.Fatalf("hibernate: %v", err)
 	}
+	waitSealed(ctx, t, d, owner.ID, id) // the seal's own events are not the wake's
 	var events []string // every event's type and time, for the log
 	count := func() int {
 		events = events[:0]

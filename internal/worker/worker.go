@@ -85,7 +85,7 @@ func New(opts Options) worker.Worker {
 // a wake (deleted), is a permanent failure of the step.
 func wakeBox(c client.Client) func(context.Context, cocoonbox.BoxID) (activities.BoxLease, error) {
 	return func(ctx context.Context, id cocoonbox.BoxID) (activities.BoxLease, error) {
-		st, err := workflows.Awake(ctx, c, id)
+		st, err := workflows.Awake(ctx, c, id, "for an agent run's step")
 		return lease(st), err
 	}
 }
