@@ -34,7 +34,7 @@ func TestWakeHistoryEvents(t *testing.T) {
 		t.Fatalf("hibernate: %v", err)
 	}
 	waitSealed(ctx, t, d, owner.ID, id) // the seal's own events are not the wake's
-	var events []string // every event's type and time, for the log
+	var events []string                 // every event's type and time, for the log
 	count := func() int {
 		events = events[:0]
 		it := d.Temporal.GetWorkflowHistory(ctx, workflows.BoxWorkflowID(id), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
