@@ -51,6 +51,8 @@ type ClaimResult struct {
 	SandboxID string
 	Deadline  time.Time
 	Adopted   bool // an earlier attempt's sandbox was found under the claim_ref and kept
+	// Start is how the engine served the claim: sandbox.StartWarm, StartCold, or "" unsaid.
+	Start string
 }
 
 // SandboxInput names the box's sandbox for the single-sandbox verbs.
@@ -107,7 +109,7 @@ func (a *Sandbox) Claim(ctx context.Context, in ClaimInput) (ClaimResult, error)
 	if err := a.Tokens.PutSandboxToken(ctx, string(in.BoxID), got.ID, got.Token); err != nil {
 		return ClaimResult{}, classify(fmt.Errorf("store sandbox token: %w", err))
 	}
-	return ClaimResult{SandboxID: got.ID, Deadline: got.Deadline, Adopted: got.Adopted}, nil
+	return ClaimResult{SandboxID: got.ID, Deadline: got.Deadline, Adopted: got.Adopted, Start: got.Start}, nil
 }
 
 // WaitReady probes the sandbox with `true` until it answers, heartbeating between probes so a

@@ -407,6 +407,7 @@ func (w *box) status() Status {
 		LeaseSeq:     w.st.LeaseSeq,
 		Seal:         w.sealWord(),
 		RestoredFrom: w.st.RestoredFrom,
+		Start:        w.st.Start,
 	}
 }
 

@@ -359,6 +359,7 @@ func (w *box) claimNew(ctx workflow.Context) error {
 	// and the next try adopts whatever it may have left behind.
 	w.st.Attempt = attempt
 	w.st.SandboxID = res.SandboxID
+	w.st.Start = res.Start
 	w.leased(workflow.Now(ctx), res.Deadline)
 	return nil
 }

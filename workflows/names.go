@@ -128,6 +128,9 @@ type BoxCarriedState struct {
 	RestoredFrom RestoredFrom
 	// IdleWarned is the idle deadline the last idle_warning announced, so each is said once.
 	IdleWarned time.Time
+	// Start is how the engine served the box's last claim from the template: "warm" (a box of a
+	// warm pool), "cold" (booted for it), "" when it did not say.
+	Start string
 }
 
 // MaxDefaultIdleWarning bounds the idle warning of a policy that sets none.
@@ -294,6 +297,8 @@ type Status struct {
 	Seal string
 	// RestoredFrom names the snapshot the box was rebuilt from when the engine lost its sandbox.
 	RestoredFrom RestoredFrom
+	// Start is how the box's last claim from the template was served (BoxCarriedState.Start).
+	Start string
 }
 
 // Seal words of Status.Seal.

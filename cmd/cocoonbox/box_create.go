@@ -2,6 +2,7 @@ package main
 
 import (
 	"io"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -45,11 +46,19 @@ func boxCreateCommand() *cli.Command {
 			}
 			defer s.Close()
 			stop := s.out.progress("creating box " + name)
+			began := time.Now()
 			b, err := boxes.CreateBox(c.Context, &cbv1.CreateBoxRequest{Name: name, Size: c.String("size"), RequestId: c.String("request-id"),
 				Network: network, NetworkAllow: allow})
 			stop()
 			if err != nil {
 				return apiError(err)
+			}
+			took := time.Since(began).Round(10 * time.Millisecond)
+			switch b.GetStart() {
+			case "warm":
+				s.out.note("took a warm box: %s", took)
+			case "cold":
+				s.out.note("booted cold (no warm box of this template and size ready): %s", took)
 			}
 			return s.out.result(b, func(w io.Writer) error { return boxLine(w, b) })
 		},

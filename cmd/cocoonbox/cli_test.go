@@ -140,6 +140,30 @@ func (f *fakeAPI) lastOf(want proto.Message) proto.Message {
 	return nil
 }
 
+// TestAdminPools: --set changes one pool and keeps the others, 0 drains one, and a malformed
+// --set is a usage error before anything is sent.
+func TestAdminPools(t *testing.T) {
+	f := withFake(t)
+	golden(t, "admin_pools", []byte(runOK(t, "", "admin", "pools")))
+	runOK(t, "", "admin", "pools", "--set", "desktop/medium=1")
+	want := &cbv1.SetPoolsRequest{Pools: []*cbv1.WarmPool{
+		{Template: "desktop", Size: "small", Net: "none", Target: 2},
+		{Template: "desktop", Size: "medium", Net: "none", Target: 1},
+	}}
+	if got := f.lastOf(want); !proto.Equal(got, want) {
+		t.Fatalf("SetPools %v, want %v", got, want)
+	}
+	out := runOK(t, "", "admin", "pools", "--set", "desktop/small=0")
+	if strings.Contains(out, "small") || !strings.Contains(out, "medium") {
+		t.Fatalf("after draining desktop/small:\n%s", out)
+	}
+	for _, bad := range []string{"desktop=2", "desktop/small", "desktop/small=-1", "/small=1"} {
+		if _, stderr, code := runCLI(t, "", "admin", "pools", "--set", bad); code == 0 || !strings.Contains(stderr, "TEMPLATE/SIZE=N") {
+			t.Errorf("--set %s: exit %d, %q; want a usage error naming the form", bad, code, stderr)
+		}
+	}
+}
+
 func TestBoxShowTextAndJSON(t *testing.T) {
 	withFake(t)
 	golden(t, "box_show", []byte(runOK(t, "", "box", "show", "web")))

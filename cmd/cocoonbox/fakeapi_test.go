@@ -38,6 +38,7 @@ type fakeAPI struct {
 	boxes []*cbv1.Box
 	files map[string]*cbv1.WriteFileRequest // box/path → last write
 	reqs  map[string]proto.Message          // method name → last request
+	pools []*cbv1.WarmPool                  // the engine's, as SetPools left them
 }
 
 // startFake serves a fakeAPI on 127.0.0.1:0 and returns it with its endpoint URL.
@@ -185,6 +186,22 @@ func (f *fakeAPI) ListSnapshots(_ context.Context, r *cbv1.ListSnapshotsRequest)
 		return nil, err
 	}
 	return &cbv1.ListSnapshotsResponse{Snapshots: sampleSnapshots()}, nil
+}
+
+func (f *fakeAPI) ListPools(context.Context, *cbv1.ListPoolsRequest) (*cbv1.ListPoolsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.pools == nil {
+		f.pools = []*cbv1.WarmPool{{Template: "desktop", Size: "small", Net: "none", Target: 2, Ready: 1, Starting: 1}}
+	}
+	return &cbv1.ListPoolsResponse{Pools: f.pools}, nil
+}
+
+func (f *fakeAPI) SetPools(_ context.Context, r *cbv1.SetPoolsRequest) (*cbv1.ListPoolsResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.pools = r.GetPools()
+	return &cbv1.ListPoolsResponse{Pools: f.pools}, nil
 }
 
 func (f *fakeAPI) RecreateBox(_ context.Context, r *cbv1.RecreateBoxRequest) (*cbv1.Box, error) {

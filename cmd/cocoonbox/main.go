@@ -40,6 +40,7 @@ func newApp() *cli.App {
 			tokenCommand(),
 			vaultCommand(),
 			desktopCommand(),
+			adminCommand(),
 			mcpCommand(),
 			completionCommand(),
 			versionCommand(),

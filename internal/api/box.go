@@ -7,6 +7,7 @@ import (
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 	"github.com/loomhand/cocoonbox/workflows"
 )
@@ -415,4 +416,55 @@ func (b *boxService) ListEvents(ctx context.Context, req *cbv1.ListEventsRequest
 		out.Events = append(out.Events, &cbv1.BoxEvent{Id: e.ID, Actor: e.Actor, Action: e.Action, Detail: string(e.Detail), At: ts(e.At)})
 	}
 	return out, nil
+}
+
+// ListPools shows the engine's warm pools (operators).
+func (b *boxService) ListPools(ctx context.Context, _ *cbv1.ListPoolsRequest) (*cbv1.ListPoolsResponse, error) {
+	if err := mustOperator(ctx, "ListPools"); err != nil {
+		return nil, err
+	}
+	pools, err := b.s.boxes.Pools(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return poolsProto(pools), nil
+}
+
+// SetPools replaces the engine's warm pools (operators).
+func (b *boxService) SetPools(ctx context.Context, req *cbv1.SetPoolsRequest) (*cbv1.ListPoolsResponse, error) {
+	if err := mustOperator(ctx, "SetPools"); err != nil {
+		return nil, err
+	}
+	specs := make([]sandbox.PoolSpec, 0, len(req.GetPools()))
+	for _, p := range req.GetPools() {
+		specs = append(specs, sandbox.PoolSpec{Template: p.GetTemplate(), Size: p.GetSize(), Net: p.GetNet(), Warm: int(p.GetTarget())})
+	}
+	pools, err := b.s.boxes.SetPools(ctx, specs)
+	if err != nil {
+		return nil, err
+	}
+	p, _ := PrincipalFrom(ctx)
+	b.s.audit(ctx, p.User.ID, "pools.set", map[string]any{"pools": specs})
+	return poolsProto(pools), nil
+}
+
+// mustOperator refuses a caller who is not an admin user.
+func mustOperator(ctx context.Context, method string) error {
+	p, err := mustPrincipal(ctx)
+	if err != nil {
+		return err
+	}
+	if !p.User.Admin {
+		return cocoonbox.Errorf(cocoonbox.EForbidden, "%s is for operators: use an admin user's token", method)
+	}
+	return nil
+}
+
+func poolsProto(pools []sandbox.PoolInfo) *cbv1.ListPoolsResponse {
+	out := &cbv1.ListPoolsResponse{}
+	for _, p := range pools {
+		out.Pools = append(out.Pools, &cbv1.WarmPool{Template: p.Key.Template, Size: p.Key.Size, Net: p.Key.Net,
+			Target: int32(p.Target), Ready: int32(p.Warm), Starting: int32(p.Refilling)})
+	}
+	return out
 }

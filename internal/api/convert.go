@@ -49,6 +49,7 @@ func boxProto(v boxsvc.View) *cbv1.Box {
 		Policy:       policyProto(v.Policy),
 		Seal:         v.Seal,
 		RestoredFrom: restoredProto(v.RestoredFrom),
+		Start:        v.Start,
 	}
 }
 

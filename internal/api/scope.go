@@ -20,6 +20,7 @@ var readRoutes = map[string]bool{
 	"/cocoonbox.v1.BoxService/ListSnapshots":  true,
 	"/cocoonbox.v1.BoxService/ListShares":     true,
 	"/cocoonbox.v1.BoxService/ListEvents":     true,
+	"/cocoonbox.v1.BoxService/ListPools":      true,
 	// DesktopTicket in view mode; a control ticket is routeDesktop+modeControl, checked by it.
 	"/cocoonbox.v1.BoxService/DesktopTicket": true,
 	"/cocoonbox.v1.AgentService/GetRun":      true,

@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"gopkg.in/yaml.v3"
+
+	"github.com/loomhand/cocoonbox"
 )
 
 // Lookup finds an environment variable; os.LookupEnv in production, a map in tests.
@@ -170,6 +172,33 @@ type Dev struct {
 	// NoWorker starts the stack without its in-process Temporal worker, for tests and for running
 	// workers separately (`cocoonbox serve worker`); box operations wait until a worker polls.
 	NoWorker bool `yaml:"no_worker" env:"COCOONBOX_DEV_NO_WORKER"`
+	// Pools are the local engine's warm pools, set at every start (default: 2 small boxes of the
+	// box template); `pools: []` runs none. `cocoonbox admin pools` changes them until the next start.
+	Pools []Pool `yaml:"pools"`
+}
+
+// Pool is one warm pool: Warm boxes of Template (empty: the box template) and Size (empty:
+// small) booted ahead of creates, on the network lane of box_network.
+type Pool struct {
+	Template string `yaml:"template"`
+	Size     string `yaml:"size"`
+	Warm     int    `yaml:"warm"`
+}
+
+// MaxPoolWarm bounds one pool: warm boxes cost memory whether or not anyone claims them.
+const MaxPoolWarm = 64
+
+// validatePools names the first pool a config cannot take.
+func validatePools(pools []Pool) error {
+	for i, p := range pools {
+		if p.Size != "" && !slices.Contains(cocoonbox.Sizes, cocoonbox.Size(p.Size)) {
+			return fmt.Errorf("config pools[%d].size: unknown size %q, want one of %v", i, p.Size, cocoonbox.Sizes)
+		}
+		if p.Warm < 0 || p.Warm > MaxPoolWarm {
+			return fmt.Errorf("config pools[%d].warm: must be 0 to %d, got %d", i, MaxPoolWarm, p.Warm)
+		}
+	}
+	return nil
 }
 
 // API is the configuration of `cocoonbox serve api`.
@@ -308,6 +337,7 @@ func DefaultDev(env Lookup) Dev {
 		Temporal:         Temporal{Namespace: DefaultNamespace},
 		S3:               S3{Region: DefaultRegion, Bucket: DefaultBucket, PathStyle: true},
 		Quota:            DefaultQuota(),
+		Pools:            []Pool{{Size: string(cocoonbox.SizeSmall), Warm: 2}},
 	}
 }
 
@@ -337,6 +367,9 @@ func (c *Dev) Validate() error {
 	}
 	if c.User == "" {
 		return errors.New("config user: is required")
+	}
+	if err := validatePools(c.Pools); err != nil {
+		return err
 	}
 	if host, _, _ := net.SplitHostPort(c.TemporalListen); c.TemporalInsecure && c.Temporal.Address == "" && !isLoopback(host) {
 		return fmt.Errorf("config temporal_listen: %s is off loopback, where temporal_insecure (no auth) is refused; "+

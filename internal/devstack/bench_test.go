@@ -164,6 +164,7 @@ func benchConfig(b *testing.B, home string) config.Dev {
 	cfg.CLIConfig = filepath.Join(home, "cli.yaml")
 	cfg.Listen, cfg.TemporalListen, cfg.TemporalUIListen, cfg.S3Listen, cfg.EngineListen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Template = "base" // the raw figures beside ours claim base boxes too
+	cfg.Pools = nil       // cold unless a benchmark sets its pool
 	return cfg
 }
 

@@ -145,6 +145,7 @@ func Start(ctx context.Context, cfg config.Dev, log *slog.Logger) (_ *Dev, retEr
 	if err := d.startEngine(ctx, engineLn); err != nil {
 		return nil, err
 	}
+	d.applyPools(ctx)
 
 	d.Store, err = store.Open(ctx, d.databaseURL())
 	if err != nil {

@@ -38,6 +38,7 @@ func testConfig(t *testing.T, home string) config.Dev {
 	cfg.CLIConfig = filepath.Join(home, "cli.yaml")
 	cfg.Listen, cfg.TemporalListen, cfg.TemporalUIListen, cfg.S3Listen, cfg.EngineListen = "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0", "127.0.0.1:0"
 	cfg.Template = "base" // the small image: tests that need the desktop ask for it
+	cfg.Pools = nil       // no warm boxes booting beside each test; those that need a pool set one
 	return cfg
 }
 

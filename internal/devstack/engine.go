@@ -1,6 +1,7 @@
 package devstack
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -14,9 +15,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/engine"
 	"github.com/loomhand/cocoonbox/internal/engine/images"
 	"github.com/loomhand/cocoonbox/internal/engine/runtime"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
 )
 
 // suspendTimeout bounds hibernating every box when the dev stack stops; an XFCE box
@@ -76,6 +80,40 @@ func (d *Dev) startEngine(ctx context.Context, ln net.Listener) error {
 	d.engine = le
 	d.sandboxURL, d.sandboxToken = le.url, token
 	return nil
+}
+
+// PoolSpecs are the engine's warm pools cfg asks for: each on the network lane of the boxes
+// created without a network of their own (box_network), since a claim only takes a warm box of
+// its own lane.
+func PoolSpecs(cfg config.Dev) []sandbox.PoolSpec {
+	net := sandbox.NetNone
+	if cfg.BoxNetwork != "" && cfg.BoxNetwork != cocoonbox.NetworkNone {
+		net = sandbox.NetEgress
+	}
+	specs := []sandbox.PoolSpec{}
+	for _, p := range cfg.Pools {
+		s := sandbox.PoolSpec{Template: cmp.Or(p.Template, cfg.Template), Net: net, Size: cmp.Or(p.Size, sandbox.SizeSmall), Warm: p.Warm}
+		specs = append(specs, s)
+	}
+	return specs
+}
+
+// applyPools sets the local engine's warm pools to the config's at every start; their boxes boot
+// in the background. One the engine refuses (its image is not built) is logged: a create then
+// boots cold, and says so.
+func (d *Dev) applyPools(ctx context.Context) {
+	if d.engine == nil {
+		return // an external sandboxd's pools are its operator's
+	}
+	specs := PoolSpecs(d.cfg)
+	info, err := sandbox.NewHTTP(d.sandboxURL, d.sandboxToken, d.httpClient).SetPools(ctx, specs)
+	if err != nil {
+		d.log.Warn("warm pools not set; creates boot cold", "pools", specs, "err", err)
+		return
+	}
+	for _, p := range info.Pools {
+		d.log.Info("warm pool", "template", p.Key.Template, "size", p.Key.Size, "net", p.Key.Net, "target", p.Target)
+	}
 }
 
 // stop stops serving, hibernates every box so nothing keeps running after `cocoonbox dev`

@@ -98,7 +98,7 @@ func (e *Engine) handleClaim(w http.ResponseWriter, r *http.Request, c caller) e
 	if len(req.ClaimRef) > maxClaimRef {
 		return invalid("claim_ref: longer than %d bytes", maxClaimRef)
 	}
-	b, err := e.claim(r.Context(), c, key, ttl, req.ClaimRef)
+	b, start, err := e.claim(r.Context(), c, key, ttl, req.ClaimRef)
 	if err != nil {
 		return err
 	}
@@ -108,39 +108,42 @@ func (e *Engine) handleClaim(w http.ResponseWriter, r *http.Request, c caller) e
 			return err
 		}
 	}
-	writeJSON(w, http.StatusOK, e.claimResponse(b))
+	resp := e.claimResponse(b)
+	resp.Start = start
+	writeJSON(w, http.StatusOK, resp)
 	return nil
 }
 
-// claim hands out a warm box of key if one is ready, else starts one cold.
-func (e *Engine) claim(ctx context.Context, c caller, key sandbox.PoolKey, ttl time.Duration, claimRef string) (*box, error) {
+// claim hands out a warm box of key if one is ready, else starts one cold, and says which
+// (sandbox.StartWarm, sandbox.StartCold).
+func (e *Engine) claim(ctx context.Context, c caller, key sandbox.PoolKey, ttl time.Duration, claimRef string) (*box, string, error) {
 	start := time.Now()
 	if b := e.popWarm(key); b != nil {
 		e.kickFill()
 		if err := e.finishClaim(b, c, ttl, claimRef, ""); err != nil {
 			e.discard(ctx, b)
-			return nil, err
+			return nil, "", err
 		}
-		e.metrics.claimed("warm", time.Since(start))
-		return b, nil
+		e.metrics.claimed(sandbox.StartWarm, time.Since(start))
+		return b, sandbox.StartWarm, nil
 	}
 	rootfs, err := e.rootfs(key.Template)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	b, err := e.reserve(key)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if err := e.start(ctx, b, rootfs); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	if err := e.finishClaim(b, c, ttl, claimRef, ""); err != nil {
 		e.discard(ctx, b)
-		return nil, err
+		return nil, "", err
 	}
-	e.metrics.claimed("cold", time.Since(start))
-	return b, nil
+	e.metrics.claimed(sandbox.StartCold, time.Since(start))
+	return b, sandbox.StartCold, nil
 }
 
 // reserve creates the record of a box about to start (pending, so a crash before the start

@@ -30,8 +30,8 @@ func TestWarmPools(t *testing.T) {
 
 	starts := h.rt.Calls(enginetest.OpStart)
 	sb := h.claim(tenantA, sandbox.ClaimRequest{Template: "base"})
-	if h.rt.Calls(enginetest.OpStart) != starts || !slices.Contains(h.rt.Boxes(), sb.ID) {
-		t.Fatal("the claim started a box instead of taking a warm one")
+	if h.rt.Calls(enginetest.OpStart) != starts || !slices.Contains(h.rt.Boxes(), sb.ID) || sb.Start != sandbox.StartWarm {
+		t.Fatalf("the claim started a box instead of taking a warm one (start %q)", sb.Start)
 	}
 	if got := h.exec(sb, "echo", "warm"); got.Stdout != "warm\n" {
 		t.Fatalf("warm sandbox exec: %+v", got)
@@ -43,8 +43,10 @@ func TestWarmPools(t *testing.T) {
 	if p := h.info().Pools[0]; p.Warm != 2 {
 		t.Fatalf("not refilled: %+v", p)
 	}
-	// A claim of another size starts cold.
-	h.claim(rootToken, sandbox.ClaimRequest{Size: "medium"})
+	// A claim of another size starts cold, and says so.
+	if cold := h.claim(rootToken, sandbox.ClaimRequest{Size: "medium"}); cold.Start != sandbox.StartCold {
+		t.Fatalf("a cold claim says start %q", cold.Start)
+	}
 	if h.rt.Calls(enginetest.OpStart) != starts+2 {
 		t.Fatalf("starts %d, want %d", h.rt.Calls(enginetest.OpStart), starts+2)
 	}

@@ -156,6 +156,7 @@ func claimed(op, addr string, r ClaimResponse) (Claimed, error) {
 		SandboxRef: SandboxRef{ID: r.ID, Token: r.Token, Addr: addr},
 		Deadline:   r.Deadline,
 		OwnerAddr:  r.OwnerAddr,
+		Start:      r.Start,
 	}, nil
 }
 

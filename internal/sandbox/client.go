@@ -94,6 +94,8 @@ type Claimed struct {
 	// Adopted is true when Claim found a sandbox already claimed under the ClaimRef (a previous
 	// attempt whose answer was lost) and returned it instead of claiming again.
 	Adopted bool
+	// Start is StartWarm or StartCold when the engine said how it served the claim; "" otherwise.
+	Start string
 }
 
 // Conn is a ports-relay connection: a net.Conn whose write side can be closed alone, so each end

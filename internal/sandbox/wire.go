@@ -91,10 +91,19 @@ type ClaimResponse struct {
 	OwnerAddr string    `json:"owner_addr,omitempty"` // host:port or an http(s) origin of the owning node
 	// FromCheckpoint names the checkpoint a claim-from-checkpoint branched from (upstream field).
 	FromCheckpoint string `json:"from_checkpoint,omitempty"`
+	// Start says how a claim was served: StartWarm (a box of a warm pool) or StartCold (booted
+	// for it). cocoonbox field; upstream leaves it out.
+	Start string `json:"start,omitempty"`
 	// Redirect names peers to re-post the same body to, with no_redirect set, in turn.
 	Redirect        []string `json:"redirect,omitempty"`
 	RequirePromoted bool     `json:"require_promoted,omitempty"`
 }
+
+// Ways a claim is served (ClaimResponse.Start).
+const (
+	StartWarm = "warm"
+	StartCold = "cold"
+)
 
 // PoolKey identifies a warm pool and the kind of a sandbox. The contract says only "key"; upstream
 // encodes it as this object, and so do we.

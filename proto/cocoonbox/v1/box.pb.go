@@ -1504,7 +1504,10 @@ type Box struct {
 	Seal string `protobuf:"bytes,17,opt,name=seal,proto3" json:"seal,omitempty"`
 	// restored_from is set when the engine lost the box's sandbox and it was rebuilt from a
 	// snapshot.
-	RestoredFrom  *RestoredFrom `protobuf:"bytes,18,opt,name=restored_from,json=restoredFrom,proto3" json:"restored_from,omitempty"`
+	RestoredFrom *RestoredFrom `protobuf:"bytes,18,opt,name=restored_from,json=restoredFrom,proto3" json:"restored_from,omitempty"`
+	// start is how the box's sandbox was claimed at create (or recreate): warm (a box of a warm
+	// pool, ready at once) or cold (booted for it); empty when the engine did not say.
+	Start         string `protobuf:"bytes,19,opt,name=start,proto3" json:"start,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1663,6 +1666,13 @@ func (x *Box) GetRestoredFrom() *RestoredFrom {
 		return x.RestoredFrom
 	}
 	return nil
+}
+
+func (x *Box) GetStart() string {
+	if x != nil {
+		return x.Start
+	}
+	return ""
 }
 
 // RestoredFrom names the snapshot a lost box was rebuilt from.
@@ -2378,6 +2388,221 @@ func (x *RestoreBoxRequest) GetSnapshotId() string {
 	return ""
 }
 
+// WarmPool is one warm pool of the engine.
+type WarmPool struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// template is the image of the pool's boxes; required in SetPools.
+	Template string `protobuf:"bytes,1,opt,name=template,proto3" json:"template,omitempty"`
+	// size is small, medium, large, xlarge or 2xlarge; empty is small.
+	Size string `protobuf:"bytes,2,opt,name=size,proto3" json:"size,omitempty"`
+	// net is the network lane: none (no NIC) or egress; empty is none.
+	Net string `protobuf:"bytes,3,opt,name=net,proto3" json:"net,omitempty"`
+	// target is how many ready boxes the engine keeps, 0 to 64.
+	Target int32 `protobuf:"varint,4,opt,name=target,proto3" json:"target,omitempty"`
+	// ready is how many are booted and unclaimed now (ListPools only).
+	Ready int32 `protobuf:"varint,5,opt,name=ready,proto3" json:"ready,omitempty"`
+	// starting is how many are booting now (ListPools only).
+	Starting      int32 `protobuf:"varint,6,opt,name=starting,proto3" json:"starting,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *WarmPool) Reset() {
+	*x = WarmPool{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[36]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *WarmPool) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*WarmPool) ProtoMessage() {}
+
+func (x *WarmPool) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[36]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use WarmPool.ProtoReflect.Descriptor instead.
+func (*WarmPool) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{36}
+}
+
+func (x *WarmPool) GetTemplate() string {
+	if x != nil {
+		return x.Template
+	}
+	return ""
+}
+
+func (x *WarmPool) GetSize() string {
+	if x != nil {
+		return x.Size
+	}
+	return ""
+}
+
+func (x *WarmPool) GetNet() string {
+	if x != nil {
+		return x.Net
+	}
+	return ""
+}
+
+func (x *WarmPool) GetTarget() int32 {
+	if x != nil {
+		return x.Target
+	}
+	return 0
+}
+
+func (x *WarmPool) GetReady() int32 {
+	if x != nil {
+		return x.Ready
+	}
+	return 0
+}
+
+func (x *WarmPool) GetStarting() int32 {
+	if x != nil {
+		return x.Starting
+	}
+	return 0
+}
+
+type ListPoolsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPoolsRequest) Reset() {
+	*x = ListPoolsRequest{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[37]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPoolsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPoolsRequest) ProtoMessage() {}
+
+func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[37]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
+func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{37}
+}
+
+type ListPoolsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pools         []*WarmPool            `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListPoolsResponse) Reset() {
+	*x = ListPoolsResponse{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[38]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListPoolsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListPoolsResponse) ProtoMessage() {}
+
+func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[38]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
+func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{38}
+}
+
+func (x *ListPoolsResponse) GetPools() []*WarmPool {
+	if x != nil {
+		return x.Pools
+	}
+	return nil
+}
+
+type SetPoolsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Pools         []*WarmPool            `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *SetPoolsRequest) Reset() {
+	*x = SetPoolsRequest{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[39]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPoolsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPoolsRequest) ProtoMessage() {}
+
+func (x *SetPoolsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[39]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPoolsRequest.ProtoReflect.Descriptor instead.
+func (*SetPoolsRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{39}
+}
+
+func (x *SetPoolsRequest) GetPools() []*WarmPool {
+	if x != nil {
+		return x.Pools
+	}
+	return nil
+}
+
 type RecreateBoxRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Box           string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
@@ -2387,7 +2612,7 @@ type RecreateBoxRequest struct {
 
 func (x *RecreateBoxRequest) Reset() {
 	*x = RecreateBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[36]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2399,7 +2624,7 @@ func (x *RecreateBoxRequest) String() string {
 func (*RecreateBoxRequest) ProtoMessage() {}
 
 func (x *RecreateBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[36]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2412,7 +2637,7 @@ func (x *RecreateBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecreateBoxRequest.ProtoReflect.Descriptor instead.
 func (*RecreateBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{36}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *RecreateBoxRequest) GetBox() string {
@@ -2431,7 +2656,7 @@ type WatchBoxRequest struct {
 
 func (x *WatchBoxRequest) Reset() {
 	*x = WatchBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[37]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2443,7 +2668,7 @@ func (x *WatchBoxRequest) String() string {
 func (*WatchBoxRequest) ProtoMessage() {}
 
 func (x *WatchBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[37]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2456,7 +2681,7 @@ func (x *WatchBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchBoxRequest.ProtoReflect.Descriptor instead.
 func (*WatchBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{37}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *WatchBoxRequest) GetBox() string {
@@ -2485,7 +2710,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[38]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2497,7 +2722,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[38]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2510,7 +2735,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{38}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *ExecRequest) GetBox() string {
@@ -2569,7 +2794,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[39]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2581,7 +2806,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[39]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2594,7 +2819,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{39}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ExecResponse) GetExitCode() int32 {
@@ -2629,7 +2854,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[40]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2641,7 +2866,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[40]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2654,7 +2879,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{40}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ReadFileRequest) GetBox() string {
@@ -2682,7 +2907,7 @@ type ReadFileResponse struct {
 
 func (x *ReadFileResponse) Reset() {
 	*x = ReadFileResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[41]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2694,7 +2919,7 @@ func (x *ReadFileResponse) String() string {
 func (*ReadFileResponse) ProtoMessage() {}
 
 func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[41]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2707,7 +2932,7 @@ func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadFileResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{41}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ReadFileResponse) GetContent() []byte {
@@ -2739,7 +2964,7 @@ type WriteFileRequest struct {
 
 func (x *WriteFileRequest) Reset() {
 	*x = WriteFileRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2751,7 +2976,7 @@ func (x *WriteFileRequest) String() string {
 func (*WriteFileRequest) ProtoMessage() {}
 
 func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2764,7 +2989,7 @@ func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{42}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *WriteFileRequest) GetBox() string {
@@ -2804,7 +3029,7 @@ type WriteFileResponse struct {
 
 func (x *WriteFileResponse) Reset() {
 	*x = WriteFileResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2816,7 +3041,7 @@ func (x *WriteFileResponse) String() string {
 func (*WriteFileResponse) ProtoMessage() {}
 
 func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2829,7 +3054,7 @@ func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileResponse.ProtoReflect.Descriptor instead.
 func (*WriteFileResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{43}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *WriteFileResponse) GetBytes() int64 {
@@ -2856,7 +3081,7 @@ type Share struct {
 
 func (x *Share) Reset() {
 	*x = Share{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2868,7 +3093,7 @@ func (x *Share) String() string {
 func (*Share) ProtoMessage() {}
 
 func (x *Share) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2881,7 +3106,7 @@ func (x *Share) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Share.ProtoReflect.Descriptor instead.
 func (*Share) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{44}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *Share) GetBoxId() string {
@@ -2941,7 +3166,7 @@ type ShareBoxRequest struct {
 
 func (x *ShareBoxRequest) Reset() {
 	*x = ShareBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2953,7 +3178,7 @@ func (x *ShareBoxRequest) String() string {
 func (*ShareBoxRequest) ProtoMessage() {}
 
 func (x *ShareBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2966,7 +3191,7 @@ func (x *ShareBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShareBoxRequest.ProtoReflect.Descriptor instead.
 func (*ShareBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{45}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ShareBoxRequest) GetBox() string {
@@ -3008,7 +3233,7 @@ type UnshareBoxRequest struct {
 
 func (x *UnshareBoxRequest) Reset() {
 	*x = UnshareBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3020,7 +3245,7 @@ func (x *UnshareBoxRequest) String() string {
 func (*UnshareBoxRequest) ProtoMessage() {}
 
 func (x *UnshareBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3033,7 +3258,7 @@ func (x *UnshareBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnshareBoxRequest.ProtoReflect.Descriptor instead.
 func (*UnshareBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{46}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *UnshareBoxRequest) GetBox() string {
@@ -3058,7 +3283,7 @@ type UnshareBoxResponse struct {
 
 func (x *UnshareBoxResponse) Reset() {
 	*x = UnshareBoxResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[47]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3070,7 +3295,7 @@ func (x *UnshareBoxResponse) String() string {
 func (*UnshareBoxResponse) ProtoMessage() {}
 
 func (x *UnshareBoxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[47]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3083,7 +3308,7 @@ func (x *UnshareBoxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnshareBoxResponse.ProtoReflect.Descriptor instead.
 func (*UnshareBoxResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{47}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{51}
 }
 
 type ListSharesRequest struct {
@@ -3095,7 +3320,7 @@ type ListSharesRequest struct {
 
 func (x *ListSharesRequest) Reset() {
 	*x = ListSharesRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[48]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3107,7 +3332,7 @@ func (x *ListSharesRequest) String() string {
 func (*ListSharesRequest) ProtoMessage() {}
 
 func (x *ListSharesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[48]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3120,7 +3345,7 @@ func (x *ListSharesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSharesRequest.ProtoReflect.Descriptor instead.
 func (*ListSharesRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{48}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ListSharesRequest) GetBox() string {
@@ -3139,7 +3364,7 @@ type ListSharesResponse struct {
 
 func (x *ListSharesResponse) Reset() {
 	*x = ListSharesResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[49]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3151,7 +3376,7 @@ func (x *ListSharesResponse) String() string {
 func (*ListSharesResponse) ProtoMessage() {}
 
 func (x *ListSharesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[49]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3164,7 +3389,7 @@ func (x *ListSharesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSharesResponse.ProtoReflect.Descriptor instead.
 func (*ListSharesResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{49}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ListSharesResponse) GetShares() []*Share {
@@ -3183,7 +3408,7 @@ type TakeOverRequest struct {
 
 func (x *TakeOverRequest) Reset() {
 	*x = TakeOverRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[50]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3195,7 +3420,7 @@ func (x *TakeOverRequest) String() string {
 func (*TakeOverRequest) ProtoMessage() {}
 
 func (x *TakeOverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[50]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3208,7 +3433,7 @@ func (x *TakeOverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeOverRequest.ProtoReflect.Descriptor instead.
 func (*TakeOverRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{50}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *TakeOverRequest) GetBox() string {
@@ -3227,7 +3452,7 @@ type HandBackRequest struct {
 
 func (x *HandBackRequest) Reset() {
 	*x = HandBackRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[51]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3239,7 +3464,7 @@ func (x *HandBackRequest) String() string {
 func (*HandBackRequest) ProtoMessage() {}
 
 func (x *HandBackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[51]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3252,7 +3477,7 @@ func (x *HandBackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandBackRequest.ProtoReflect.Descriptor instead.
 func (*HandBackRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{51}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *HandBackRequest) GetBox() string {
@@ -3281,7 +3506,7 @@ type DesktopTicketRequest struct {
 
 func (x *DesktopTicketRequest) Reset() {
 	*x = DesktopTicketRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[52]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3293,7 +3518,7 @@ func (x *DesktopTicketRequest) String() string {
 func (*DesktopTicketRequest) ProtoMessage() {}
 
 func (x *DesktopTicketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[52]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3306,7 +3531,7 @@ func (x *DesktopTicketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesktopTicketRequest.ProtoReflect.Descriptor instead.
 func (*DesktopTicketRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{52}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *DesktopTicketRequest) GetBox() string {
@@ -3349,7 +3574,7 @@ type DesktopTicketResponse struct {
 
 func (x *DesktopTicketResponse) Reset() {
 	*x = DesktopTicketResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[53]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3361,7 +3586,7 @@ func (x *DesktopTicketResponse) String() string {
 func (*DesktopTicketResponse) ProtoMessage() {}
 
 func (x *DesktopTicketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[53]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3374,7 +3599,7 @@ func (x *DesktopTicketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesktopTicketResponse.ProtoReflect.Descriptor instead.
 func (*DesktopTicketResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{53}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *DesktopTicketResponse) GetTicket() string {
@@ -3510,7 +3735,7 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x14SetPortPublicRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\x05R\x04port\x12\x16\n" +
-	"\x06public\x18\x03 \x01(\bR\x06public\"\xd0\x04\n" +
+	"\x06public\x18\x03 \x01(\bR\x06public\"\xe6\x04\n" +
 	"\x03Box\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -3534,7 +3759,8 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\rnetwork_allow\x18\x0f \x03(\tR\fnetworkAllow\x12/\n" +
 	"\x06policy\x18\x10 \x01(\v2\x17.cocoonbox.v1.BoxPolicyR\x06policy\x12\x12\n" +
 	"\x04seal\x18\x11 \x01(\tR\x04seal\x12?\n" +
-	"\rrestored_from\x18\x12 \x01(\v2\x1a.cocoonbox.v1.RestoredFromR\frestoredFrom\"\x92\x01\n" +
+	"\rrestored_from\x18\x12 \x01(\v2\x1a.cocoonbox.v1.RestoredFromR\frestoredFrom\x12\x14\n" +
+	"\x05start\x18\x13 \x01(\tR\x05start\"\x92\x01\n" +
 	"\fRestoredFrom\x12\x1f\n" +
 	"\vsnapshot_id\x18\x01 \x01(\tR\n" +
 	"snapshotId\x125\n" +
@@ -3579,7 +3805,19 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x11RestoreBoxRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\x12\x1f\n" +
 	"\vsnapshot_id\x18\x02 \x01(\tR\n" +
-	"snapshotId\"&\n" +
+	"snapshotId\"\x96\x01\n" +
+	"\bWarmPool\x12\x1a\n" +
+	"\btemplate\x18\x01 \x01(\tR\btemplate\x12\x12\n" +
+	"\x04size\x18\x02 \x01(\tR\x04size\x12\x10\n" +
+	"\x03net\x18\x03 \x01(\tR\x03net\x12\x16\n" +
+	"\x06target\x18\x04 \x01(\x05R\x06target\x12\x14\n" +
+	"\x05ready\x18\x05 \x01(\x05R\x05ready\x12\x1a\n" +
+	"\bstarting\x18\x06 \x01(\x05R\bstarting\"\x12\n" +
+	"\x10ListPoolsRequest\"A\n" +
+	"\x11ListPoolsResponse\x12,\n" +
+	"\x05pools\x18\x01 \x03(\v2\x16.cocoonbox.v1.WarmPoolR\x05pools\"?\n" +
+	"\x0fSetPoolsRequest\x12,\n" +
+	"\x05pools\x18\x01 \x03(\v2\x16.cocoonbox.v1.WarmPoolR\x05pools\"&\n" +
 	"\x12RecreateBoxRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\"#\n" +
 	"\x0fWatchBoxRequest\x12\x10\n" +
@@ -3647,7 +3885,7 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x06ticket\x18\x01 \x01(\tR\x06ticket\x129\n" +
 	"\n" +
 	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x10\n" +
-	"\x03url\x18\x03 \x01(\tR\x03url2\xb7\x11\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url2\xd1\x12\n" +
 	"\n" +
 	"BoxService\x12>\n" +
 	"\tCreateBox\x12\x1e.cocoonbox.v1.CreateBoxRequest\x1a\x11.cocoonbox.v1.Box\x128\n" +
@@ -3660,7 +3898,9 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\rListSnapshots\x12\".cocoonbox.v1.ListSnapshotsRequest\x1a#.cocoonbox.v1.ListSnapshotsResponse\x12@\n" +
 	"\n" +
 	"RestoreBox\x12\x1f.cocoonbox.v1.RestoreBoxRequest\x1a\x11.cocoonbox.v1.Box\x12B\n" +
-	"\vRecreateBox\x12 .cocoonbox.v1.RecreateBoxRequest\x1a\x11.cocoonbox.v1.Box\x12>\n" +
+	"\vRecreateBox\x12 .cocoonbox.v1.RecreateBoxRequest\x1a\x11.cocoonbox.v1.Box\x12L\n" +
+	"\tListPools\x12\x1e.cocoonbox.v1.ListPoolsRequest\x1a\x1f.cocoonbox.v1.ListPoolsResponse\x12J\n" +
+	"\bSetPools\x12\x1d.cocoonbox.v1.SetPoolsRequest\x1a\x1f.cocoonbox.v1.ListPoolsResponse\x12>\n" +
 	"\bWatchBox\x12\x1d.cocoonbox.v1.WatchBoxRequest\x1a\x11.cocoonbox.v1.Box0\x01\x12O\n" +
 	"\n" +
 	"ListEvents\x12\x1f.cocoonbox.v1.ListEventsRequest\x1a .cocoonbox.v1.ListEventsResponse\x12=\n" +
@@ -3700,7 +3940,7 @@ func file_cocoonbox_v1_box_proto_rawDescGZIP() []byte {
 	return file_cocoonbox_v1_box_proto_rawDescData
 }
 
-var file_cocoonbox_v1_box_proto_msgTypes = make([]protoimpl.MessageInfo, 56)
+var file_cocoonbox_v1_box_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
 var file_cocoonbox_v1_box_proto_goTypes = []any{
 	(*ShellRequest)(nil),          // 0: cocoonbox.v1.ShellRequest
 	(*ShellStart)(nil),            // 1: cocoonbox.v1.ShellStart
@@ -3738,120 +3978,130 @@ var file_cocoonbox_v1_box_proto_goTypes = []any{
 	(*ListSnapshotsRequest)(nil),  // 33: cocoonbox.v1.ListSnapshotsRequest
 	(*ListSnapshotsResponse)(nil), // 34: cocoonbox.v1.ListSnapshotsResponse
 	(*RestoreBoxRequest)(nil),     // 35: cocoonbox.v1.RestoreBoxRequest
-	(*RecreateBoxRequest)(nil),    // 36: cocoonbox.v1.RecreateBoxRequest
-	(*WatchBoxRequest)(nil),       // 37: cocoonbox.v1.WatchBoxRequest
-	(*ExecRequest)(nil),           // 38: cocoonbox.v1.ExecRequest
-	(*ExecResponse)(nil),          // 39: cocoonbox.v1.ExecResponse
-	(*ReadFileRequest)(nil),       // 40: cocoonbox.v1.ReadFileRequest
-	(*ReadFileResponse)(nil),      // 41: cocoonbox.v1.ReadFileResponse
-	(*WriteFileRequest)(nil),      // 42: cocoonbox.v1.WriteFileRequest
-	(*WriteFileResponse)(nil),     // 43: cocoonbox.v1.WriteFileResponse
-	(*Share)(nil),                 // 44: cocoonbox.v1.Share
-	(*ShareBoxRequest)(nil),       // 45: cocoonbox.v1.ShareBoxRequest
-	(*UnshareBoxRequest)(nil),     // 46: cocoonbox.v1.UnshareBoxRequest
-	(*UnshareBoxResponse)(nil),    // 47: cocoonbox.v1.UnshareBoxResponse
-	(*ListSharesRequest)(nil),     // 48: cocoonbox.v1.ListSharesRequest
-	(*ListSharesResponse)(nil),    // 49: cocoonbox.v1.ListSharesResponse
-	(*TakeOverRequest)(nil),       // 50: cocoonbox.v1.TakeOverRequest
-	(*HandBackRequest)(nil),       // 51: cocoonbox.v1.HandBackRequest
-	(*DesktopTicketRequest)(nil),  // 52: cocoonbox.v1.DesktopTicketRequest
-	(*DesktopTicketResponse)(nil), // 53: cocoonbox.v1.DesktopTicketResponse
-	nil,                           // 54: cocoonbox.v1.ShellStart.EnvEntry
-	nil,                           // 55: cocoonbox.v1.ExecRequest.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 56: google.protobuf.Timestamp
+	(*WarmPool)(nil),              // 36: cocoonbox.v1.WarmPool
+	(*ListPoolsRequest)(nil),      // 37: cocoonbox.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),     // 38: cocoonbox.v1.ListPoolsResponse
+	(*SetPoolsRequest)(nil),       // 39: cocoonbox.v1.SetPoolsRequest
+	(*RecreateBoxRequest)(nil),    // 40: cocoonbox.v1.RecreateBoxRequest
+	(*WatchBoxRequest)(nil),       // 41: cocoonbox.v1.WatchBoxRequest
+	(*ExecRequest)(nil),           // 42: cocoonbox.v1.ExecRequest
+	(*ExecResponse)(nil),          // 43: cocoonbox.v1.ExecResponse
+	(*ReadFileRequest)(nil),       // 44: cocoonbox.v1.ReadFileRequest
+	(*ReadFileResponse)(nil),      // 45: cocoonbox.v1.ReadFileResponse
+	(*WriteFileRequest)(nil),      // 46: cocoonbox.v1.WriteFileRequest
+	(*WriteFileResponse)(nil),     // 47: cocoonbox.v1.WriteFileResponse
+	(*Share)(nil),                 // 48: cocoonbox.v1.Share
+	(*ShareBoxRequest)(nil),       // 49: cocoonbox.v1.ShareBoxRequest
+	(*UnshareBoxRequest)(nil),     // 50: cocoonbox.v1.UnshareBoxRequest
+	(*UnshareBoxResponse)(nil),    // 51: cocoonbox.v1.UnshareBoxResponse
+	(*ListSharesRequest)(nil),     // 52: cocoonbox.v1.ListSharesRequest
+	(*ListSharesResponse)(nil),    // 53: cocoonbox.v1.ListSharesResponse
+	(*TakeOverRequest)(nil),       // 54: cocoonbox.v1.TakeOverRequest
+	(*HandBackRequest)(nil),       // 55: cocoonbox.v1.HandBackRequest
+	(*DesktopTicketRequest)(nil),  // 56: cocoonbox.v1.DesktopTicketRequest
+	(*DesktopTicketResponse)(nil), // 57: cocoonbox.v1.DesktopTicketResponse
+	nil,                           // 58: cocoonbox.v1.ShellStart.EnvEntry
+	nil,                           // 59: cocoonbox.v1.ExecRequest.EnvEntry
+	(*timestamppb.Timestamp)(nil), // 60: google.protobuf.Timestamp
 }
 var file_cocoonbox_v1_box_proto_depIdxs = []int32{
 	1,  // 0: cocoonbox.v1.ShellRequest.start:type_name -> cocoonbox.v1.ShellStart
 	2,  // 1: cocoonbox.v1.ShellRequest.resize:type_name -> cocoonbox.v1.WindowSize
-	54, // 2: cocoonbox.v1.ShellStart.env:type_name -> cocoonbox.v1.ShellStart.EnvEntry
+	58, // 2: cocoonbox.v1.ShellStart.env:type_name -> cocoonbox.v1.ShellStart.EnvEntry
 	2,  // 3: cocoonbox.v1.ShellStart.tty:type_name -> cocoonbox.v1.WindowSize
 	7,  // 4: cocoonbox.v1.FileChunk.info:type_name -> cocoonbox.v1.FileInfo
-	56, // 5: cocoonbox.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	60, // 5: cocoonbox.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
 	14, // 6: cocoonbox.v1.ListEventsResponse.events:type_name -> cocoonbox.v1.BoxEvent
-	56, // 7: cocoonbox.v1.BoxEvent.at:type_name -> google.protobuf.Timestamp
+	60, // 7: cocoonbox.v1.BoxEvent.at:type_name -> google.protobuf.Timestamp
 	20, // 8: cocoonbox.v1.ListPortsResponse.ports:type_name -> cocoonbox.v1.Port
-	56, // 9: cocoonbox.v1.Box.idle_deadline:type_name -> google.protobuf.Timestamp
-	56, // 10: cocoonbox.v1.Box.created_at:type_name -> google.protobuf.Timestamp
+	60, // 9: cocoonbox.v1.Box.idle_deadline:type_name -> google.protobuf.Timestamp
+	60, // 10: cocoonbox.v1.Box.created_at:type_name -> google.protobuf.Timestamp
 	16, // 11: cocoonbox.v1.Box.policy:type_name -> cocoonbox.v1.BoxPolicy
 	23, // 12: cocoonbox.v1.Box.restored_from:type_name -> cocoonbox.v1.RestoredFrom
-	56, // 13: cocoonbox.v1.RestoredFrom.taken_at:type_name -> google.protobuf.Timestamp
-	56, // 14: cocoonbox.v1.RestoredFrom.at:type_name -> google.protobuf.Timestamp
+	60, // 13: cocoonbox.v1.RestoredFrom.taken_at:type_name -> google.protobuf.Timestamp
+	60, // 14: cocoonbox.v1.RestoredFrom.at:type_name -> google.protobuf.Timestamp
 	22, // 15: cocoonbox.v1.ListBoxesResponse.boxes:type_name -> cocoonbox.v1.Box
-	56, // 16: cocoonbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	60, // 16: cocoonbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
 	31, // 17: cocoonbox.v1.ListSnapshotsResponse.snapshots:type_name -> cocoonbox.v1.Snapshot
-	55, // 18: cocoonbox.v1.ExecRequest.env:type_name -> cocoonbox.v1.ExecRequest.EnvEntry
-	56, // 19: cocoonbox.v1.Share.expires_at:type_name -> google.protobuf.Timestamp
-	56, // 20: cocoonbox.v1.Share.created_at:type_name -> google.protobuf.Timestamp
-	56, // 21: cocoonbox.v1.ShareBoxRequest.expires_at:type_name -> google.protobuf.Timestamp
-	44, // 22: cocoonbox.v1.ListSharesResponse.shares:type_name -> cocoonbox.v1.Share
-	56, // 23: cocoonbox.v1.DesktopTicketResponse.expires_at:type_name -> google.protobuf.Timestamp
-	24, // 24: cocoonbox.v1.BoxService.CreateBox:input_type -> cocoonbox.v1.CreateBoxRequest
-	25, // 25: cocoonbox.v1.BoxService.GetBox:input_type -> cocoonbox.v1.GetBoxRequest
-	26, // 26: cocoonbox.v1.BoxService.ListBoxes:input_type -> cocoonbox.v1.ListBoxesRequest
-	28, // 27: cocoonbox.v1.BoxService.DeleteBox:input_type -> cocoonbox.v1.DeleteBoxRequest
-	29, // 28: cocoonbox.v1.BoxService.WakeBox:input_type -> cocoonbox.v1.WakeBoxRequest
-	30, // 29: cocoonbox.v1.BoxService.HibernateBox:input_type -> cocoonbox.v1.HibernateBoxRequest
-	32, // 30: cocoonbox.v1.BoxService.SnapshotBox:input_type -> cocoonbox.v1.SnapshotBoxRequest
-	33, // 31: cocoonbox.v1.BoxService.ListSnapshots:input_type -> cocoonbox.v1.ListSnapshotsRequest
-	35, // 32: cocoonbox.v1.BoxService.RestoreBox:input_type -> cocoonbox.v1.RestoreBoxRequest
-	36, // 33: cocoonbox.v1.BoxService.RecreateBox:input_type -> cocoonbox.v1.RecreateBoxRequest
-	37, // 34: cocoonbox.v1.BoxService.WatchBox:input_type -> cocoonbox.v1.WatchBoxRequest
-	12, // 35: cocoonbox.v1.BoxService.ListEvents:input_type -> cocoonbox.v1.ListEventsRequest
-	38, // 36: cocoonbox.v1.BoxService.Exec:input_type -> cocoonbox.v1.ExecRequest
-	40, // 37: cocoonbox.v1.BoxService.ReadFile:input_type -> cocoonbox.v1.ReadFileRequest
-	42, // 38: cocoonbox.v1.BoxService.WriteFile:input_type -> cocoonbox.v1.WriteFileRequest
-	45, // 39: cocoonbox.v1.BoxService.ShareBox:input_type -> cocoonbox.v1.ShareBoxRequest
-	46, // 40: cocoonbox.v1.BoxService.UnshareBox:input_type -> cocoonbox.v1.UnshareBoxRequest
-	48, // 41: cocoonbox.v1.BoxService.ListShares:input_type -> cocoonbox.v1.ListSharesRequest
-	50, // 42: cocoonbox.v1.BoxService.TakeOver:input_type -> cocoonbox.v1.TakeOverRequest
-	51, // 43: cocoonbox.v1.BoxService.HandBack:input_type -> cocoonbox.v1.HandBackRequest
-	52, // 44: cocoonbox.v1.BoxService.DesktopTicket:input_type -> cocoonbox.v1.DesktopTicketRequest
-	18, // 45: cocoonbox.v1.BoxService.ListPorts:input_type -> cocoonbox.v1.ListPortsRequest
-	17, // 46: cocoonbox.v1.BoxService.SetBoxNetwork:input_type -> cocoonbox.v1.SetBoxNetworkRequest
-	15, // 47: cocoonbox.v1.BoxService.SetPolicy:input_type -> cocoonbox.v1.SetPolicyRequest
-	21, // 48: cocoonbox.v1.BoxService.SetPortPublic:input_type -> cocoonbox.v1.SetPortPublicRequest
-	0,  // 49: cocoonbox.v1.BoxService.Shell:input_type -> cocoonbox.v1.ShellRequest
-	4,  // 50: cocoonbox.v1.BoxService.DownloadFile:input_type -> cocoonbox.v1.DownloadFileRequest
-	6,  // 51: cocoonbox.v1.BoxService.UploadFile:input_type -> cocoonbox.v1.UploadFileRequest
-	8,  // 52: cocoonbox.v1.BoxService.ListFiles:input_type -> cocoonbox.v1.ListFilesRequest
-	9,  // 53: cocoonbox.v1.BoxService.StatFile:input_type -> cocoonbox.v1.StatFileRequest
-	10, // 54: cocoonbox.v1.BoxService.RemoveFile:input_type -> cocoonbox.v1.RemoveFileRequest
-	22, // 55: cocoonbox.v1.BoxService.CreateBox:output_type -> cocoonbox.v1.Box
-	22, // 56: cocoonbox.v1.BoxService.GetBox:output_type -> cocoonbox.v1.Box
-	27, // 57: cocoonbox.v1.BoxService.ListBoxes:output_type -> cocoonbox.v1.ListBoxesResponse
-	22, // 58: cocoonbox.v1.BoxService.DeleteBox:output_type -> cocoonbox.v1.Box
-	22, // 59: cocoonbox.v1.BoxService.WakeBox:output_type -> cocoonbox.v1.Box
-	22, // 60: cocoonbox.v1.BoxService.HibernateBox:output_type -> cocoonbox.v1.Box
-	31, // 61: cocoonbox.v1.BoxService.SnapshotBox:output_type -> cocoonbox.v1.Snapshot
-	34, // 62: cocoonbox.v1.BoxService.ListSnapshots:output_type -> cocoonbox.v1.ListSnapshotsResponse
-	22, // 63: cocoonbox.v1.BoxService.RestoreBox:output_type -> cocoonbox.v1.Box
-	22, // 64: cocoonbox.v1.BoxService.RecreateBox:output_type -> cocoonbox.v1.Box
-	22, // 65: cocoonbox.v1.BoxService.WatchBox:output_type -> cocoonbox.v1.Box
-	13, // 66: cocoonbox.v1.BoxService.ListEvents:output_type -> cocoonbox.v1.ListEventsResponse
-	39, // 67: cocoonbox.v1.BoxService.Exec:output_type -> cocoonbox.v1.ExecResponse
-	41, // 68: cocoonbox.v1.BoxService.ReadFile:output_type -> cocoonbox.v1.ReadFileResponse
-	43, // 69: cocoonbox.v1.BoxService.WriteFile:output_type -> cocoonbox.v1.WriteFileResponse
-	44, // 70: cocoonbox.v1.BoxService.ShareBox:output_type -> cocoonbox.v1.Share
-	47, // 71: cocoonbox.v1.BoxService.UnshareBox:output_type -> cocoonbox.v1.UnshareBoxResponse
-	49, // 72: cocoonbox.v1.BoxService.ListShares:output_type -> cocoonbox.v1.ListSharesResponse
-	22, // 73: cocoonbox.v1.BoxService.TakeOver:output_type -> cocoonbox.v1.Box
-	22, // 74: cocoonbox.v1.BoxService.HandBack:output_type -> cocoonbox.v1.Box
-	53, // 75: cocoonbox.v1.BoxService.DesktopTicket:output_type -> cocoonbox.v1.DesktopTicketResponse
-	19, // 76: cocoonbox.v1.BoxService.ListPorts:output_type -> cocoonbox.v1.ListPortsResponse
-	22, // 77: cocoonbox.v1.BoxService.SetBoxNetwork:output_type -> cocoonbox.v1.Box
-	22, // 78: cocoonbox.v1.BoxService.SetPolicy:output_type -> cocoonbox.v1.Box
-	20, // 79: cocoonbox.v1.BoxService.SetPortPublic:output_type -> cocoonbox.v1.Port
-	3,  // 80: cocoonbox.v1.BoxService.Shell:output_type -> cocoonbox.v1.ShellResponse
-	5,  // 81: cocoonbox.v1.BoxService.DownloadFile:output_type -> cocoonbox.v1.FileChunk
-	7,  // 82: cocoonbox.v1.BoxService.UploadFile:output_type -> cocoonbox.v1.FileInfo
-	7,  // 83: cocoonbox.v1.BoxService.ListFiles:output_type -> cocoonbox.v1.FileInfo
-	7,  // 84: cocoonbox.v1.BoxService.StatFile:output_type -> cocoonbox.v1.FileInfo
-	11, // 85: cocoonbox.v1.BoxService.RemoveFile:output_type -> cocoonbox.v1.RemoveFileResponse
-	55, // [55:86] is the sub-list for method output_type
-	24, // [24:55] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	36, // 18: cocoonbox.v1.ListPoolsResponse.pools:type_name -> cocoonbox.v1.WarmPool
+	36, // 19: cocoonbox.v1.SetPoolsRequest.pools:type_name -> cocoonbox.v1.WarmPool
+	59, // 20: cocoonbox.v1.ExecRequest.env:type_name -> cocoonbox.v1.ExecRequest.EnvEntry
+	60, // 21: cocoonbox.v1.Share.expires_at:type_name -> google.protobuf.Timestamp
+	60, // 22: cocoonbox.v1.Share.created_at:type_name -> google.protobuf.Timestamp
+	60, // 23: cocoonbox.v1.ShareBoxRequest.expires_at:type_name -> google.protobuf.Timestamp
+	48, // 24: cocoonbox.v1.ListSharesResponse.shares:type_name -> cocoonbox.v1.Share
+	60, // 25: cocoonbox.v1.DesktopTicketResponse.expires_at:type_name -> google.protobuf.Timestamp
+	24, // 26: cocoonbox.v1.BoxService.CreateBox:input_type -> cocoonbox.v1.CreateBoxRequest
+	25, // 27: cocoonbox.v1.BoxService.GetBox:input_type -> cocoonbox.v1.GetBoxRequest
+	26, // 28: cocoonbox.v1.BoxService.ListBoxes:input_type -> cocoonbox.v1.ListBoxesRequest
+	28, // 29: cocoonbox.v1.BoxService.DeleteBox:input_type -> cocoonbox.v1.DeleteBoxRequest
+	29, // 30: cocoonbox.v1.BoxService.WakeBox:input_type -> cocoonbox.v1.WakeBoxRequest
+	30, // 31: cocoonbox.v1.BoxService.HibernateBox:input_type -> cocoonbox.v1.HibernateBoxRequest
+	32, // 32: cocoonbox.v1.BoxService.SnapshotBox:input_type -> cocoonbox.v1.SnapshotBoxRequest
+	33, // 33: cocoonbox.v1.BoxService.ListSnapshots:input_type -> cocoonbox.v1.ListSnapshotsRequest
+	35, // 34: cocoonbox.v1.BoxService.RestoreBox:input_type -> cocoonbox.v1.RestoreBoxRequest
+	40, // 35: cocoonbox.v1.BoxService.RecreateBox:input_type -> cocoonbox.v1.RecreateBoxRequest
+	37, // 36: cocoonbox.v1.BoxService.ListPools:input_type -> cocoonbox.v1.ListPoolsRequest
+	39, // 37: cocoonbox.v1.BoxService.SetPools:input_type -> cocoonbox.v1.SetPoolsRequest
+	41, // 38: cocoonbox.v1.BoxService.WatchBox:input_type -> cocoonbox.v1.WatchBoxRequest
+	12, // 39: cocoonbox.v1.BoxService.ListEvents:input_type -> cocoonbox.v1.ListEventsRequest
+	42, // 40: cocoonbox.v1.BoxService.Exec:input_type -> cocoonbox.v1.ExecRequest
+	44, // 41: cocoonbox.v1.BoxService.ReadFile:input_type -> cocoonbox.v1.ReadFileRequest
+	46, // 42: cocoonbox.v1.BoxService.WriteFile:input_type -> cocoonbox.v1.WriteFileRequest
+	49, // 43: cocoonbox.v1.BoxService.ShareBox:input_type -> cocoonbox.v1.ShareBoxRequest
+	50, // 44: cocoonbox.v1.BoxService.UnshareBox:input_type -> cocoonbox.v1.UnshareBoxRequest
+	52, // 45: cocoonbox.v1.BoxService.ListShares:input_type -> cocoonbox.v1.ListSharesRequest
+	54, // 46: cocoonbox.v1.BoxService.TakeOver:input_type -> cocoonbox.v1.TakeOverRequest
+	55, // 47: cocoonbox.v1.BoxService.HandBack:input_type -> cocoonbox.v1.HandBackRequest
+	56, // 48: cocoonbox.v1.BoxService.DesktopTicket:input_type -> cocoonbox.v1.DesktopTicketRequest
+	18, // 49: cocoonbox.v1.BoxService.ListPorts:input_type -> cocoonbox.v1.ListPortsRequest
+	17, // 50: cocoonbox.v1.BoxService.SetBoxNetwork:input_type -> cocoonbox.v1.SetBoxNetworkRequest
+	15, // 51: cocoonbox.v1.BoxService.SetPolicy:input_type -> cocoonbox.v1.SetPolicyRequest
+	21, // 52: cocoonbox.v1.BoxService.SetPortPublic:input_type -> cocoonbox.v1.SetPortPublicRequest
+	0,  // 53: cocoonbox.v1.BoxService.Shell:input_type -> cocoonbox.v1.ShellRequest
+	4,  // 54: cocoonbox.v1.BoxService.DownloadFile:input_type -> cocoonbox.v1.DownloadFileRequest
+	6,  // 55: cocoonbox.v1.BoxService.UploadFile:input_type -> cocoonbox.v1.UploadFileRequest
+	8,  // 56: cocoonbox.v1.BoxService.ListFiles:input_type -> cocoonbox.v1.ListFilesRequest
+	9,  // 57: cocoonbox.v1.BoxService.StatFile:input_type -> cocoonbox.v1.StatFileRequest
+	10, // 58: cocoonbox.v1.BoxService.RemoveFile:input_type -> cocoonbox.v1.RemoveFileRequest
+	22, // 59: cocoonbox.v1.BoxService.CreateBox:output_type -> cocoonbox.v1.Box
+	22, // 60: cocoonbox.v1.BoxService.GetBox:output_type -> cocoonbox.v1.Box
+	27, // 61: cocoonbox.v1.BoxService.ListBoxes:output_type -> cocoonbox.v1.ListBoxesResponse
+	22, // 62: cocoonbox.v1.BoxService.DeleteBox:output_type -> cocoonbox.v1.Box
+	22, // 63: cocoonbox.v1.BoxService.WakeBox:output_type -> cocoonbox.v1.Box
+	22, // 64: cocoonbox.v1.BoxService.HibernateBox:output_type -> cocoonbox.v1.Box
+	31, // 65: cocoonbox.v1.BoxService.SnapshotBox:output_type -> cocoonbox.v1.Snapshot
+	34, // 66: cocoonbox.v1.BoxService.ListSnapshots:output_type -> cocoonbox.v1.ListSnapshotsResponse
+	22, // 67: cocoonbox.v1.BoxService.RestoreBox:output_type -> cocoonbox.v1.Box
+	22, // 68: cocoonbox.v1.BoxService.RecreateBox:output_type -> cocoonbox.v1.Box
+	38, // 69: cocoonbox.v1.BoxService.ListPools:output_type -> cocoonbox.v1.ListPoolsResponse
+	38, // 70: cocoonbox.v1.BoxService.SetPools:output_type -> cocoonbox.v1.ListPoolsResponse
+	22, // 71: cocoonbox.v1.BoxService.WatchBox:output_type -> cocoonbox.v1.Box
+	13, // 72: cocoonbox.v1.BoxService.ListEvents:output_type -> cocoonbox.v1.ListEventsResponse
+	43, // 73: cocoonbox.v1.BoxService.Exec:output_type -> cocoonbox.v1.ExecResponse
+	45, // 74: cocoonbox.v1.BoxService.ReadFile:output_type -> cocoonbox.v1.ReadFileResponse
+	47, // 75: cocoonbox.v1.BoxService.WriteFile:output_type -> cocoonbox.v1.WriteFileResponse
+	48, // 76: cocoonbox.v1.BoxService.ShareBox:output_type -> cocoonbox.v1.Share
+	51, // 77: cocoonbox.v1.BoxService.UnshareBox:output_type -> cocoonbox.v1.UnshareBoxResponse
+	53, // 78: cocoonbox.v1.BoxService.ListShares:output_type -> cocoonbox.v1.ListSharesResponse
+	22, // 79: cocoonbox.v1.BoxService.TakeOver:output_type -> cocoonbox.v1.Box
+	22, // 80: cocoonbox.v1.BoxService.HandBack:output_type -> cocoonbox.v1.Box
+	57, // 81: cocoonbox.v1.BoxService.DesktopTicket:output_type -> cocoonbox.v1.DesktopTicketResponse
+	19, // 82: cocoonbox.v1.BoxService.ListPorts:output_type -> cocoonbox.v1.ListPortsResponse
+	22, // 83: cocoonbox.v1.BoxService.SetBoxNetwork:output_type -> cocoonbox.v1.Box
+	22, // 84: cocoonbox.v1.BoxService.SetPolicy:output_type -> cocoonbox.v1.Box
+	20, // 85: cocoonbox.v1.BoxService.SetPortPublic:output_type -> cocoonbox.v1.Port
+	3,  // 86: cocoonbox.v1.BoxService.Shell:output_type -> cocoonbox.v1.ShellResponse
+	5,  // 87: cocoonbox.v1.BoxService.DownloadFile:output_type -> cocoonbox.v1.FileChunk
+	7,  // 88: cocoonbox.v1.BoxService.UploadFile:output_type -> cocoonbox.v1.FileInfo
+	7,  // 89: cocoonbox.v1.BoxService.ListFiles:output_type -> cocoonbox.v1.FileInfo
+	7,  // 90: cocoonbox.v1.BoxService.StatFile:output_type -> cocoonbox.v1.FileInfo
+	11, // 91: cocoonbox.v1.BoxService.RemoveFile:output_type -> cocoonbox.v1.RemoveFileResponse
+	59, // [59:92] is the sub-list for method output_type
+	26, // [26:59] is the sub-list for method input_type
+	26, // [26:26] is the sub-list for extension type_name
+	26, // [26:26] is the sub-list for extension extendee
+	0,  // [0:26] is the sub-list for field type_name
 }
 
 func init() { file_cocoonbox_v1_box_proto_init() }
@@ -3866,7 +4116,7 @@ func file_cocoonbox_v1_box_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cocoonbox_v1_box_proto_rawDesc), len(file_cocoonbox_v1_box_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   56,
+			NumMessages:   60,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

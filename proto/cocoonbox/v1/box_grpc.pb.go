@@ -29,6 +29,8 @@ const (
 	BoxService_ListSnapshots_FullMethodName = "/cocoonbox.v1.BoxService/ListSnapshots"
 	BoxService_RestoreBox_FullMethodName    = "/cocoonbox.v1.BoxService/RestoreBox"
 	BoxService_RecreateBox_FullMethodName   = "/cocoonbox.v1.BoxService/RecreateBox"
+	BoxService_ListPools_FullMethodName     = "/cocoonbox.v1.BoxService/ListPools"
+	BoxService_SetPools_FullMethodName      = "/cocoonbox.v1.BoxService/SetPools"
 	BoxService_WatchBox_FullMethodName      = "/cocoonbox.v1.BoxService/WatchBox"
 	BoxService_ListEvents_FullMethodName    = "/cocoonbox.v1.BoxService/ListEvents"
 	BoxService_Exec_FullMethodName          = "/cocoonbox.v1.BoxService/Exec"
@@ -86,6 +88,12 @@ type BoxServiceClient interface {
 	// RecreateBox starts a lost box (failed: its sandbox is gone and it has no snapshot) again from
 	// its template, empty (admin). Nothing else ever brings a lost box back empty.
 	RecreateBox(ctx context.Context, in *RecreateBoxRequest, opts ...grpc.CallOption) (*Box, error)
+	// ListPools shows the engine's warm pools: boxes booted ahead of creates, per template, size
+	// and network lane (operators: an admin user's token).
+	ListPools(ctx context.Context, in *ListPoolsRequest, opts ...grpc.CallOption) (*ListPoolsResponse, error)
+	// SetPools replaces the engine's warm pools; pools left out drain (operators). `cocoonbox dev`
+	// sets its config's pools again at its next start.
+	SetPools(ctx context.Context, in *SetPoolsRequest, opts ...grpc.CallOption) (*ListPoolsResponse, error)
 	// WatchBox streams the box's status: the current one first, then every change, until the
 	// client cancels or the box is deleted (viewer).
 	WatchBox(ctx context.Context, in *WatchBoxRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Box], error)
@@ -248,6 +256,26 @@ func (c *boxServiceClient) RecreateBox(ctx context.Context, in *RecreateBoxReque
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Box)
 	err := c.cc.Invoke(ctx, BoxService_RecreateBox_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *boxServiceClient) ListPools(ctx context.Context, in *ListPoolsRequest, opts ...grpc.CallOption) (*ListPoolsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPoolsResponse)
+	err := c.cc.Invoke(ctx, BoxService_ListPools_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *boxServiceClient) SetPools(ctx context.Context, in *SetPoolsRequest, opts ...grpc.CallOption) (*ListPoolsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListPoolsResponse)
+	err := c.cc.Invoke(ctx, BoxService_SetPools_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -531,6 +559,12 @@ type BoxServiceServer interface {
 	// RecreateBox starts a lost box (failed: its sandbox is gone and it has no snapshot) again from
 	// its template, empty (admin). Nothing else ever brings a lost box back empty.
 	RecreateBox(context.Context, *RecreateBoxRequest) (*Box, error)
+	// ListPools shows the engine's warm pools: boxes booted ahead of creates, per template, size
+	// and network lane (operators: an admin user's token).
+	ListPools(context.Context, *ListPoolsRequest) (*ListPoolsResponse, error)
+	// SetPools replaces the engine's warm pools; pools left out drain (operators). `cocoonbox dev`
+	// sets its config's pools again at its next start.
+	SetPools(context.Context, *SetPoolsRequest) (*ListPoolsResponse, error)
 	// WatchBox streams the box's status: the current one first, then every change, until the
 	// client cancels or the box is deleted (viewer).
 	WatchBox(*WatchBoxRequest, grpc.ServerStreamingServer[Box]) error
@@ -628,6 +662,12 @@ func (UnimplementedBoxServiceServer) RestoreBox(context.Context, *RestoreBoxRequ
 }
 func (UnimplementedBoxServiceServer) RecreateBox(context.Context, *RecreateBoxRequest) (*Box, error) {
 	return nil, status.Error(codes.Unimplemented, "method RecreateBox not implemented")
+}
+func (UnimplementedBoxServiceServer) ListPools(context.Context, *ListPoolsRequest) (*ListPoolsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListPools not implemented")
+}
+func (UnimplementedBoxServiceServer) SetPools(context.Context, *SetPoolsRequest) (*ListPoolsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetPools not implemented")
 }
 func (UnimplementedBoxServiceServer) WatchBox(*WatchBoxRequest, grpc.ServerStreamingServer[Box]) error {
 	return status.Error(codes.Unimplemented, "method WatchBox not implemented")
@@ -889,6 +929,42 @@ func _BoxService_RecreateBox_Handler(srv interface{}, ctx context.Context, dec f
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(BoxServiceServer).RecreateBox(ctx, req.(*RecreateBoxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BoxService_ListPools_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListPoolsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BoxServiceServer).ListPools(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BoxService_ListPools_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BoxServiceServer).ListPools(ctx, req.(*ListPoolsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BoxService_SetPools_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetPoolsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BoxServiceServer).SetPools(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BoxService_SetPools_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BoxServiceServer).SetPools(ctx, req.(*SetPoolsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1274,6 +1350,14 @@ var BoxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RecreateBox",
 			Handler:    _BoxService_RecreateBox_Handler,
+		},
+		{
+			MethodName: "ListPools",
+			Handler:    _BoxService_ListPools_Handler,
+		},
+		{
+			MethodName: "SetPools",
+			Handler:    _BoxService_SetPools_Handler,
 		},
 		{
 			MethodName: "ListEvents",
