@@ -76,6 +76,8 @@ func (w *box) validatePolicy(p SetPolicyInput) error {
 		return invalid(fmt.Sprintf("lease: must not be negative, got %s", *p.LeaseTTL))
 	case p.KeepSnapshots != nil && *p.KeepSnapshots < 0:
 		return invalid(fmt.Sprintf("keep_snapshots: must not be negative, got %d", *p.KeepSnapshots))
+	case p.LeaseIdle != nil && *p.LeaseIdle < 0:
+		return invalid(fmt.Sprintf("lease_idle: must not be negative, got %s", *p.LeaseIdle))
 	}
 	return nil
 }
@@ -273,6 +275,9 @@ func (w *box) setPolicy(ctx workflow.Context, in SetPolicyInput) (Status, error)
 	}
 	if in.KeepSnapshots != nil {
 		p.KeepSnapshots = *in.KeepSnapshots
+	}
+	if in.LeaseIdle != nil {
+		p.LeaseIdle = *in.LeaseIdle
 	}
 	w.gen++
 	return w.status(), nil
