@@ -28,6 +28,8 @@ func boxCommand() *cli.Command {
 			boxPortCommand(),
 			boxPortsCommand(),
 			boxNetworkCommand(),
+			boxTakeOverCommand(),
+			boxHandBackCommand(),
 			boxPolicyCommand(),
 			boxEventsCommand(),
 			boxShareCommand(),
