@@ -46,9 +46,9 @@ const (
 type desktopEdge struct {
 	// source names this process in its viewer reports: each API process reports its own count,
 	// and the box's workflow adds them up.
-	source  string
-	mu      sync.Mutex
-	open    map[cocoonbox.BoxID]int
+	source string
+	mu     sync.Mutex
+	open   map[cocoonbox.BoxID]int
 	// controlling counts the open connections in control mode, among open: the box's workflow
 	// releases a control lease whose holder has none for a while.
 	controlling map[cocoonbox.BoxID]int
