@@ -129,7 +129,7 @@ func (w *box) signals() []signal {
 	return []signal{
 		{SignalTouch, applySignal(func(ctx workflow.Context, _ struct{}) { w.touch(ctx) })},
 		{SignalViewers, applySignal(func(ctx workflow.Context, s ViewersSignal) {
-			w.setViewers(ctx, s)
+			w.reportViewers(ctx, s)
 			w.touch(ctx)
 		})},
 		{SignalPin, applySignal(w.pin)},
@@ -220,10 +220,11 @@ func (w *box) run(ctx workflow.Context) error {
 }
 
 // nextTimer is the earliest of the idle deadline, the lease renewal, the expiry of a viewer
-// count, the next periodic seal and the idle warning; zero when none counts.
+// count, the next periodic seal, the idle warning and the control lease's idle deadline; zero
+// when none counts.
 func (w *box) nextTimer() time.Time {
 	next := w.idleDeadline()
-	for _, t := range []time.Time{w.renewAt(), w.viewersExpire(), w.sealDue(), w.idleWarnAt()} {
+	for _, t := range []time.Time{w.renewAt(), w.viewersExpire(), w.sealDue(), w.idleWarnAt(), w.leaseIdleDeadline()} {
 		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
 			next = t
 		}
@@ -249,7 +250,7 @@ func (w *box) setViewers(ctx workflow.Context, s ViewersSignal) {
 	now := workflow.Now(ctx)
 	w.st.ViewersBy = slices.DeleteFunc(w.st.ViewersBy, func(r ViewerReport) bool { return r.Source == s.Source })
 	if s.Count > 0 {
-		w.st.ViewersBy = append(w.st.ViewersBy, ViewerReport{Source: s.Source, Count: s.Count, At: now})
+		w.st.ViewersBy = append(w.st.ViewersBy, ViewerReport{Source: s.Source, Count: s.Count, Control: max(s.Control, 0), At: now})
 		slices.SortFunc(w.st.ViewersBy, func(a, b ViewerReport) int { return strings.Compare(a.Source, b.Source) })
 	}
 }
@@ -282,11 +283,12 @@ func (w *box) expireViewers(now time.Time) {
 	})
 }
 
-// onTimer renews the lease when due and hibernates the box when idle; either runs as an
-// operation under the mutex, like an update.
+// onTimer releases an idle control lease, renews the sandbox lease when due and hibernates the
+// box when idle; the last two run as operations under the mutex, like an update.
 func (w *box) onTimer(ctx workflow.Context) error {
 	now := workflow.Now(ctx)
 	w.expireViewers(now)
+	w.releaseIdleLease(ctx)
 	if r := w.renewAt(); !r.IsZero() && !now.Before(r) {
 		if _, err := w.operate(ctx, byTimer, w.renewLocked); err != nil && isCanceled(err) {
 			return err

@@ -80,6 +80,8 @@ func (w *box) validatePolicy(p SetPolicyInput) error {
 		return invalid(fmt.Sprintf("keep_snapshots: must not be negative, got %d", *p.KeepSnapshots))
 	case p.SnapshotEvery != nil && *p.SnapshotEvery < 0:
 		return invalid(fmt.Sprintf("snapshot_every: must not be negative, got %s", *p.SnapshotEvery))
+	case p.LeaseIdle != nil && *p.LeaseIdle < 0:
+		return invalid(fmt.Sprintf("lease_idle: must not be negative, got %s", *p.LeaseIdle))
 	}
 	return nil
 }
@@ -300,6 +302,9 @@ func (w *box) setPolicy(ctx workflow.Context, in SetPolicyInput) (Status, error)
 	}
 	if in.SnapshotEvery != nil {
 		p.SnapshotEvery = *in.SnapshotEvery
+	}
+	if in.LeaseIdle != nil {
+		p.LeaseIdle = *in.LeaseIdle
 	}
 	w.gen++
 	return w.status(), nil

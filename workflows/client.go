@@ -64,9 +64,10 @@ func Touch(ctx context.Context, c client.Client, id cocoonbox.BoxID) error {
 	return signalBox(ctx, c, id, SignalTouch, struct{}{})
 }
 
-// ReportViewers tells the box's workflow how many desktop viewers source has now.
-func ReportViewers(ctx context.Context, c client.Client, id cocoonbox.BoxID, source string, n int) error {
-	return signalBox(ctx, c, id, SignalViewers, ViewersSignal{Count: n, Source: source})
+// ReportViewers tells the box's workflow how many desktop viewers source has now, control of them
+// in control mode.
+func ReportViewers(ctx context.Context, c client.Client, id cocoonbox.BoxID, source string, n, control int) error {
+	return signalBox(ctx, c, id, SignalViewers, ViewersSignal{Count: n, Source: source, Control: control})
 }
 
 func signalBox(ctx context.Context, c client.Client, id cocoonbox.BoxID, name string, arg any) error {

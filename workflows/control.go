@@ -1,9 +1,13 @@
 package workflows
 
 import (
+	"fmt"
+	"time"
+
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
+	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/activities"
 )
 
@@ -25,7 +29,8 @@ func (w *box) validateTakeOver(in TakeOverInput) error {
 	return nil
 }
 
-// takeOver makes in.User the controller.
+// takeOver makes in.User the controller. Taking the lease, or taking it again, restarts its idle
+// clock: the taker has lease_idle to open a control connection.
 func (w *box) takeOver(ctx workflow.Context, in TakeOverInput) (Status, error) {
 	if err := w.validateTakeOver(in); err != nil {
 		return w.status(), err // the lease changed hands since validation
@@ -35,6 +40,10 @@ func (w *box) takeOver(ctx workflow.Context, in TakeOverInput) (Status, error) {
 		w.st.LastActive = workflow.Now(ctx)
 		w.gen++
 		w.tellRuns(ctx, SignalRunTakeOver)
+	}
+	if w.leaseIdleCounts(ctx) {
+		w.st.ControlSeen = workflow.Now(ctx)
+		w.gen++
 	}
 	return w.status(), nil
 }
@@ -55,12 +64,88 @@ func (w *box) handBack(ctx workflow.Context, in HandBackInput) (Status, error) {
 		return w.status(), err
 	}
 	if w.st.Controller != "" {
-		w.st.Controller = ""
-		w.st.LastActive = workflow.Now(ctx)
-		w.gen++
-		w.tellRuns(ctx, SignalRunHandBack)
+		w.endLease(ctx)
 	}
 	return w.status(), nil
+}
+
+// endLease leaves the desktop to the agent and tells the runs waiting for it.
+func (w *box) endLease(ctx workflow.Context) {
+	w.st.Controller = ""
+	w.st.ControlSeen = time.Time{}
+	w.st.LastActive = workflow.Now(ctx)
+	w.gen++
+	w.tellRuns(ctx, SignalRunHandBack)
+}
+
+// versionLeaseIdle marks the box workflow's releasing a lease whose holder has no control
+// connection open for the policy's LeaseIdle. Histories that predate it never set
+// ControlSeen, so they plan no lease timer and replay as they ran.
+const versionLeaseIdle = "lease-idle"
+
+// leaseIdleCounts says whether this run releases idle leases; a history that predates that says
+// no where it asks.
+func (w *box) leaseIdleCounts(ctx workflow.Context) bool {
+	return workflow.GetVersion(ctx, versionLeaseIdle, workflow.DefaultVersion, 1) >= 1
+}
+
+// leaseIdle is how long a lease without a control connection lasts.
+func (w *box) leaseIdle() time.Duration {
+	if d := w.in.Policy.LeaseIdle; d > 0 {
+		return d
+	}
+	return DefaultLeaseIdle
+}
+
+// reportViewers applies a viewer report: the count, and for the lease whether its holder has a
+// control connection open. Control connections need the lease (the edge checks again every few
+// seconds), so those open are the holder's, or for those seconds after a forced take-over its
+// predecessor's.
+func (w *box) reportViewers(ctx workflow.Context, s ViewersSignal) {
+	open := w.controls() > 0 // until now
+	w.setViewers(ctx, s)
+	if w.st.Controller == "" {
+		return
+	}
+	// A lease taken before its idle clock existed starts counting at the first report after.
+	first := w.st.ControlSeen.IsZero()
+	if first && !w.leaseIdleCounts(ctx) {
+		return
+	}
+	if first || open || w.controls() > 0 {
+		w.st.ControlSeen = workflow.Now(ctx)
+	}
+}
+
+// controls is the number of open control connections: every source's count.
+func (w *box) controls() int {
+	n := 0
+	for _, r := range w.st.ViewersBy {
+		n += r.Control
+	}
+	return n
+}
+
+// leaseIdleDeadline is when the box releases the lease if nothing happens: zero while nobody holds
+// it, a control connection is open, or the clock does not count (see ControlSeen).
+func (w *box) leaseIdleDeadline() time.Time {
+	if w.st.Controller == "" || w.st.ControlSeen.IsZero() || w.controls() > 0 ||
+		w.st.State == cocoonbox.BoxStateDeleted {
+		return time.Time{}
+	}
+	return w.st.ControlSeen.Add(w.leaseIdle())
+}
+
+// releaseIdleLease ends a lease past its idle deadline, recording why, so the runs waiting for the
+// desktop go on rather than wait out MaxRunWait for a person who left.
+func (w *box) releaseIdleLease(ctx workflow.Context) {
+	d := w.leaseIdleDeadline()
+	if d.IsZero() || workflow.Now(ctx).Before(d) {
+		return
+	}
+	who := w.st.Controller
+	w.endLease(ctx)
+	w.event(ctx, "lease_released", fmt.Sprintf("idle: %s had no control connection for %s", who, w.leaseIdle()))
 }
 
 // versionLeaseTellsRuns marks the box workflow's telling pinning runs of lease changes: version 1

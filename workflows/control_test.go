@@ -7,6 +7,8 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+
+	"github.com/loomhand/cocoonbox/activities"
 )
 
 func TestControlLease(t *testing.T) {
@@ -69,4 +71,96 @@ func TestControlLeaseTellsRuns(t *testing.T) {
 		"run_7": {"ann:1", ":2", "bob:3"},
 		"job-9": {"ann:1", ":2"}, // unpinned before bob's take-over
 	}, told)
+}
+
+// TestControlLeaseIdle: a lease whose holder has no control connection open is released after
+// the policy's lease idle, counted from the take-over or from the last connection's close, and
+// the runs waiting for the desktop are told; an open control connection keeps it however long,
+// until its API process stops reporting it.
+func TestControlLeaseIdle(t *testing.T) {
+	env := newEnv(t)
+	claimOK(env, 1, "sb-1")
+	var told []string
+	env.OnSignalExternalWorkflow(mock.Anything, AgentRunWorkflowID("run_7"), "", SignalRunLease, mock.Anything).Return(
+		func(_, _, _, _ string, arg any) error {
+			told = append(told, arg.(RunLeaseSignal).Controller)
+			return nil
+		})
+	holder := map[time.Duration]string{}
+	at := func(d time.Duration) {
+		env.RegisterDelayedCallback(func() { holder[d] = query(t, env).Controller }, d)
+	}
+	report := func(d time.Duration, open, control int) {
+		env.RegisterDelayedCallback(func() {
+			env.SignalWorkflow(SignalViewers, ViewersSignal{Source: "api-1", Count: open, Control: control})
+		}, d)
+	}
+	update(env, 0, UpdateCreate, CreateInput{})
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalPin, PinSignal{Ref: "run_7", Run: true}) }, time.Second)
+
+	// ann takes over and never connects: released lease idle after the take-over.
+	update(env, 2*time.Second, UpdateTakeOver, TakeOverInput{User: "ann"})
+	at(2*time.Second + DefaultLeaseIdle - time.Second)
+	at(2*time.Second + DefaultLeaseIdle + time.Second)
+
+	// bob connects in control mode: held past lease idle while connected, released lease idle
+	// after he disconnects.
+	update(env, 5*time.Minute, UpdateTakeOver, TakeOverInput{User: "bob"})
+	report(5*time.Minute+10*time.Second, 2, 1)
+	at(9 * time.Minute)
+	report(9*time.Minute, 1, 0) // a viewer stays: only control connections count
+	at(9*time.Minute + DefaultLeaseIdle - time.Second)
+	at(9*time.Minute + DefaultLeaseIdle + time.Second)
+
+	// carol's connection is on an API process that dies: her lease goes when its count expires.
+	update(env, 12*time.Minute, UpdateTakeOver, TakeOverInput{User: "carol"})
+	report(12*time.Minute+10*time.Second, 1, 1)
+	at(12*time.Minute + 10*time.Second + ViewersReportTTL - time.Second)
+	at(12*time.Minute + 10*time.Second + ViewersReportTTL + time.Second)
+	deleteAt(env, 25*time.Minute)
+
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.NoError(t, env.GetWorkflowError())
+	require.Equal(t, map[time.Duration]string{
+		2*time.Second + DefaultLeaseIdle - time.Second: "ann",
+		2*time.Second + DefaultLeaseIdle + time.Second: "",
+		9 * time.Minute: "bob",
+		9*time.Minute + DefaultLeaseIdle - time.Second:                   "bob",
+		9*time.Minute + DefaultLeaseIdle + time.Second:                   "",
+		12*time.Minute + 10*time.Second + ViewersReportTTL - time.Second: "carol",
+		12*time.Minute + 10*time.Second + ViewersReportTTL + time.Second: "",
+	}, holder)
+	require.Equal(t, []string{"ann", "", "bob", "", "carol", ""}, told, "the waiting run hears of every release")
+	for _, who := range []string{"ann", "bob", "carol"} {
+		env.AssertActivityCalled(t, "Event", mock.Anything, activities.EventInput{BoxID: testBox, Kind: "lease_released",
+			Detail: "idle: " + who + " had no control connection for 2m0s"})
+	}
+}
+
+// TestControlLeaseIdlePolicy: the policy's lease idle replaces the default, and taking the lease
+// again restarts its clock.
+func TestControlLeaseIdlePolicy(t *testing.T) {
+	env := newEnv(t)
+	claimOK(env, 1, "sb-1")
+	idle := 10 * time.Second
+	holder := map[time.Duration]string{}
+	at := func(d time.Duration) {
+		env.RegisterDelayedCallback(func() { holder[d] = query(t, env).Controller }, d)
+	}
+	update(env, 0, UpdateCreate, CreateInput{})
+	set := update(env, time.Second, UpdateSetPolicy, SetPolicyInput{LeaseIdle: &idle})
+	update(env, 2*time.Second, UpdateTakeOver, TakeOverInput{User: "ann"})
+	update(env, 8*time.Second, UpdateTakeOver, TakeOverInput{User: "ann"})
+	at(17 * time.Second)
+	at(19 * time.Second)
+	bad := -time.Second
+	neg := update(env, 20*time.Second, UpdateSetPolicy, SetPolicyInput{LeaseIdle: &bad})
+	deleteAt(env, time.Minute)
+
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.NoError(t, env.GetWorkflowError())
+	require.NoError(t, set.err)
+	require.Equal(t, idle, set.status.Policy.LeaseIdle)
+	require.Equal(t, map[time.Duration]string{17 * time.Second: "ann", 19 * time.Second: ""}, holder)
+	require.ErrorContains(t, neg.rejected, "lease_idle: must not be negative")
 }

@@ -57,6 +57,10 @@ const ErrTypeInvalidTransition = "InvalidTransition"
 // under the server's 2,000 updates per run.
 const DefaultOpsBeforeContinue = 200
 
+// DefaultLeaseIdle is how long the desktop's control lease stays with a holder who has no control
+// connection open, when the box's policy does not say (Policy.LeaseIdle).
+const DefaultLeaseIdle = 2 * time.Minute
+
 // DefaultKeepSnapshots is how many complete snapshots a box keeps when its policy does not say;
 // pinned ones are kept besides.
 const DefaultKeepSnapshots = 5
@@ -83,6 +87,10 @@ type Policy struct {
 	// Network is the box's egress policy, fixed at create: every sandbox the box gets (a claim, a
 	// restore) has it. Zero is none.
 	Network cocoonbox.Network
+	// LeaseIdle is how long the desktop's control lease stays with a holder who has no control
+	// connection open (taking the lease counts as having one) before the box releases it, so a
+	// lease nobody uses never keeps the agent's runs waiting; 0 is DefaultLeaseIdle.
+	LeaseIdle time.Duration
 }
 
 // BoxWorkflowInput starts (or continues) a box's entity workflow.
@@ -131,6 +139,11 @@ type BoxCarriedState struct {
 	// Start is how the engine served the box's last claim from the template: "warm" (a box of a
 	// warm pool), "cold" (booted for it), "" when it did not say.
 	Start string
+	// ControlSeen is when the lease's holder last had a control connection open, or took the
+	// lease: the lease idle clock (Policy.LeaseIdle) counts from it while no control connection
+	// is open. Zero while nobody holds the lease, and for a lease taken before the clock existed
+	// until the next viewer report.
+	ControlSeen time.Time
 }
 
 // MaxDefaultIdleWarning bounds the idle warning of a policy that sets none.
@@ -183,12 +196,13 @@ type SetPolicyInput struct {
 	DurableHibernate *bool          `json:",omitempty"`
 	KeepSnapshots    *int           `json:",omitempty"`
 	SnapshotEvery    *time.Duration `json:",omitempty"`
+	LeaseIdle        *time.Duration `json:",omitempty"`
 }
 
 // SetAll is the input that sets every field of the policy to p's (but its network).
 func SetAll(p Policy) SetPolicyInput {
 	return SetPolicyInput{IdleAfter: &p.IdleAfter, LeaseTTL: &p.LeaseTTL, DurableHibernate: &p.DurableHibernate,
-		KeepSnapshots: &p.KeepSnapshots, SnapshotEvery: &p.SnapshotEvery}
+		KeepSnapshots: &p.KeepSnapshots, SnapshotEvery: &p.SnapshotEvery, LeaseIdle: &p.LeaseIdle}
 }
 
 // RecreateInput is the recreate update's argument.
@@ -253,6 +267,9 @@ type ViewersSignal struct {
 	// process that died do not keep the box awake. "" (APIs before sources) replaces a count of
 	// its own that never expires, until the first report with a source ends it.
 	Source string
+	// Control is how many of Count are in control mode: they keep the control lease's idle
+	// clock (Policy.LeaseIdle) stopped. A count without a source has none.
+	Control int
 }
 
 // How often an API process repeats its viewer counts, and how long a count holds without one.
@@ -263,9 +280,10 @@ const (
 
 // ViewerReport is a source's newest viewer count and when it came.
 type ViewerReport struct {
-	Source string
-	Count  int
-	At     time.Time
+	Source  string
+	Count   int
+	Control int // of Count, in control mode
+	At      time.Time
 }
 
 // PinSignal pins (or, on the unpin signal, unpins) the box awake on behalf of Ref, e.g. a run ID.

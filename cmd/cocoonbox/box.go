@@ -29,6 +29,8 @@ func boxCommand() *cli.Command {
 			boxPortCommand(),
 			boxPortsCommand(),
 			boxNetworkCommand(),
+			boxTakeOverCommand(),
+			boxHandBackCommand(),
 			boxPolicyCommand(),
 			boxEventsCommand(),
 			boxShareCommand(),

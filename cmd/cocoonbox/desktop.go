@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -33,7 +34,10 @@ func desktopCommand() *cli.Command {
 		Description: "Without --listen or --open, prints the web app's link to the box (open it in a browser\n" +
 			"signed in with your token). With --listen 127.0.0.1:5900, every VNC viewer that connects\n" +
 			"there gets the box's desktop through the API's desktop edge: watch-only, or with --control\n" +
-			"(which takes the desktop's control lease for you) driving it. --open also hands\n" +
+			"(which takes the desktop's control lease for you) driving it. The tunnel hands the lease\n" +
+			"back when it ends (Ctrl-C, SIGTERM), unless you held it before it started; a tunnel killed\n" +
+			"outright leaves that to the box, which releases a lease with no control connection after its\n" +
+			"lease idle (2m by default), so the agent's runs do not wait for it. --open also hands\n" +
 			"vnc://ADDRESS to the system's viewer (open on macOS, xdg-open elsewhere), on a free\n" +
 			"loopback port unless --listen says where.\n" +
 			"Viewers must give the one-time VNC password printed when the tunnel opens; it is valid\n" +
@@ -87,11 +91,15 @@ func runDesktop(c *cli.Context) error {
 	if err != nil {
 		return apiError(err)
 	}
+	took := false
 	if c.Bool("control") {
+		held := b.GetController()
 		if b, err = boxes.TakeOver(c.Context, &cbv1.TakeOverRequest{Box: b.GetId()}); err != nil {
 			return apiError(err)
 		}
+		took = held != b.GetController() // a lease held before is kept
 	}
+	// Without a tunnel the lease is the browser's to use: the box releases it if none connects.
 	if listen == "" {
 		link := strings.TrimSuffix(u.String(), "/") + "/#/box/" + b.GetId()
 		return s.out.result(&cbv1.DesktopTicketResponse{Url: link}, func(w io.Writer) error {
@@ -107,8 +115,28 @@ func runDesktop(c *cli.Context) error {
 	edge.Scheme = strings.Replace(u.Scheme, "http", "ws", 1)
 	edge.Path = "/v1/boxes/" + b.GetId() + "/desktop"
 	edge.RawQuery = url.Values{"mode": {mode}}.Encode()
+	if took {
+		defer handBackDesktop(s.out, boxes, b.GetId())
+	}
 	return tunnelDesktop(c.Context, s.out, listen, edge.String(), token, opener,
 		fmt.Sprintf("tunnelling %s's desktop (%s)", b.GetName(), mode))
+}
+
+// handBackTimeout bounds the hand-back as the tunnel ends, so a second Ctrl-C is not needed
+// when the API is gone (the box releases the lease by itself then).
+const handBackTimeout = 10 * time.Second
+
+// handBackDesktop gives back the control lease a tunnel took, so the agent's runs waiting for the
+// desktop go on. The command's context is cancelled by then (the tunnel ended on it), hence a
+// fresh one.
+func handBackDesktop(out *printer, boxes cbv1.BoxServiceClient, box string) {
+	ctx, cancel := context.WithTimeout(context.Background(), handBackTimeout)
+	defer cancel()
+	if _, err := boxes.HandBack(ctx, &cbv1.HandBackRequest{Box: box}); err != nil {
+		out.note("hand the desktop back: %v; the box releases it after its lease idle", apiError(err))
+		return
+	}
+	out.note("handed the desktop back")
 }
 
 // tunnelDesktop serves the desktop edge on listen to every local VNC viewer that knows a

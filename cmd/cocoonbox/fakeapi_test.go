@@ -162,6 +162,31 @@ func (f *fakeAPI) WakeBox(_ context.Context, r *cbv1.WakeBoxRequest) (*cbv1.Box,
 	return b, nil
 }
 
+// setController gives box's control lease to user ("" ends it) and returns the box after.
+func (f *fakeAPI) setController(box, user string) (*cbv1.Box, error) {
+	if _, err := f.find(box); err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, b := range f.boxes {
+		if b.GetId() == box || b.GetName() == box {
+			b.Controller = user
+			return proto.Clone(b).(*cbv1.Box), nil
+		}
+	}
+	return nil, status.Errorf(codes.NotFound, "box %q not found", box)
+}
+
+// TakeOver gives the lease to the token's user, us_ann.
+func (f *fakeAPI) TakeOver(_ context.Context, r *cbv1.TakeOverRequest) (*cbv1.Box, error) {
+	return f.setController(r.GetBox(), "us_ann")
+}
+
+func (f *fakeAPI) HandBack(_ context.Context, r *cbv1.HandBackRequest) (*cbv1.Box, error) {
+	return f.setController(r.GetBox(), "")
+}
+
 func (f *fakeAPI) HibernateBox(_ context.Context, r *cbv1.HibernateBoxRequest) (*cbv1.Box, error) {
 	b, err := f.find(r.GetBox())
 	if err != nil {

@@ -93,6 +93,9 @@ func writeBox(w io.Writer, b *cbv1.Box) error {
 	kv("owner", b.GetOwner())
 	kv("role", b.GetRole())
 	kv("viewers", fmt.Sprint(b.GetViewers()))
+	if c := b.GetController(); c != "" {
+		kv("controller", c)
+	}
 	kv("pins", strings.Join(b.GetPins(), ", "))
 	kv("idle deadline", when(b.GetIdleDeadline()))
 	kv("last snapshot", b.GetLastSnapshot())
@@ -110,6 +113,9 @@ func writeBox(w io.Writer, b *cbv1.Box) error {
 // boxLine is the one-line result of an operation on a box.
 func boxLine(w io.Writer, b *cbv1.Box) error {
 	_, err := fmt.Fprintf(w, "%s (%s) %s\n", b.GetName(), b.GetId(), b.GetState())
+	if err == nil && b.GetController() != "" {
+		_, err = fmt.Fprintf(w, "desktop controlled by %s\n", b.GetController())
+	}
 	if err == nil && b.GetLastError() != "" {
 		_, err = fmt.Fprintf(w, "last error: %s\n", b.GetLastError())
 	}

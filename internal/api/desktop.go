@@ -46,10 +46,13 @@ const (
 type desktopEdge struct {
 	// source names this process in its viewer reports: each API process reports its own count,
 	// and the box's workflow adds them up.
-	source  string
-	mu      sync.Mutex
-	open    map[cocoonbox.BoxID]int
-	control map[cocoonbox.BoxID]bool
+	source string
+	mu     sync.Mutex
+	open   map[cocoonbox.BoxID]int
+	// controlling counts the open connections in control mode, among open: the box's workflow
+	// releases a control lease whose holder has none for a while.
+	controlling map[cocoonbox.BoxID]int
+	control     map[cocoonbox.BoxID]bool
 	// slots counts each box's connections from admission to the handler's end, for the cap.
 	slots map[cocoonbox.BoxID]int
 	// repeating marks the boxes whose viewer counts a repeatViewers goroutine repeats.
@@ -112,14 +115,21 @@ func (e *desktopEdge) releaseControl(id cocoonbox.BoxID) {
 	delete(e.control, id)
 }
 
-// add changes the box's count of open connections by d, and says whether the caller is to start
-// the box's repeater of viewer reports (none runs yet).
-func (e *desktopEdge) add(id cocoonbox.BoxID, d int) bool {
+// add changes the box's count of open connections (and, for a control one, of control
+// connections) by d, and says whether the caller is to start the box's repeater of viewer
+// reports (none runs yet).
+func (e *desktopEdge) add(id cocoonbox.BoxID, d int, control bool) bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.open == nil {
 		e.open = map[cocoonbox.BoxID]int{}
+		e.controlling = map[cocoonbox.BoxID]int{}
 		e.repeating = map[cocoonbox.BoxID]bool{}
+	}
+	if control {
+		if e.controlling[id] += d; e.controlling[id] <= 0 {
+			delete(e.controlling, id)
+		}
 	}
 	e.open[id] += d
 	if e.open[id] <= 0 {
@@ -145,10 +155,11 @@ func (e *desktopEdge) keepRepeating(id cocoonbox.BoxID) bool {
 	return false
 }
 
-func (e *desktopEdge) count(id cocoonbox.BoxID) int {
+// count is the box's number of open connections, and of those in control mode.
+func (e *desktopEdge) count(id cocoonbox.BoxID) (open, control int) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.open[id]
+	return e.open[id], e.controlling[id]
 }
 
 // repeatViewers reports the box's count every workflows.ViewersReportEvery until its last
@@ -165,11 +176,13 @@ func (s *Server) repeatViewers(id cocoonbox.BoxID) {
 	}
 }
 
-// reportViewers tells the box's workflow its current count of open connections.
+// reportViewers tells the box's workflow its current count of open connections, and of control
+// ones.
 func (s *Server) reportViewers(ctx context.Context, id cocoonbox.BoxID) {
 	s.desktop.report.Lock()
 	defer s.desktop.report.Unlock()
-	s.boxes.SetViewers(ctx, id, s.desktop.source, s.desktop.count(id))
+	open, control := s.desktop.count(id)
+	s.boxes.SetViewers(ctx, id, s.desktop.source, open, control)
 }
 
 // serveDesktop authenticates, authorizes and dials before it upgrades, so every refusal is a
@@ -231,12 +244,12 @@ func (s *Server) serveDesktop(w http.ResponseWriter, r *http.Request) {
 	defer func() { _ = ws.CloseNow() }()
 	ws.SetReadLimit(desktopReadLimit)
 
-	if s.desktop.add(id, 1) {
+	if s.desktop.add(id, 1, control) {
 		go s.repeatViewers(id)
 	}
 	go s.reportViewers(ctx, id)
 	defer func() {
-		s.desktop.add(id, -1)
+		s.desktop.add(id, -1, control)
 		go s.reportViewers(ctx, id)
 	}()
 	s.log.InfoContext(ctx, "desktop connected", "box", id, "user", caller, "mode", mode)

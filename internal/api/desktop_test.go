@@ -326,26 +326,45 @@ func TestCloseReason(t *testing.T) {
 // another.
 func TestViewerRepeaterPerBox(t *testing.T) {
 	var e desktopEdge
-	if !e.add(testBox, 1) {
+	if !e.add(testBox, 1, false) {
 		t.Fatal("the first connection did not start a repeater")
 	}
-	if e.add(testBox, 1) || e.add("bx_ffffffffffffffff", 1) == false {
+	if e.add(testBox, 1, false) || e.add("bx_ffffffffffffffff", 1, false) == false {
 		t.Fatal("a second connection started another repeater, or another box got none")
 	}
-	e.add(testBox, -1)
-	e.add(testBox, -1)
-	if e.add(testBox, 1) {
+	e.add(testBox, -1, false)
+	e.add(testBox, -1, false)
+	if e.add(testBox, 1, false) {
 		t.Fatal("a connection opened before the repeater noticed the box empty started a second one")
 	}
 	if !e.keepRepeating(testBox) {
 		t.Fatal("the repeater stopped while the box has a connection")
 	}
-	e.add(testBox, -1)
+	e.add(testBox, -1, false)
 	if e.keepRepeating(testBox) {
 		t.Fatal("the repeater goes on with no connection")
 	}
-	if !e.add(testBox, 1) {
+	if !e.add(testBox, 1, false) {
 		t.Fatal("the next connection after the repeater stopped started none")
+	}
+}
+
+// TestViewerCountsControl: a box's control connections are counted among its open ones, so the
+// workflow learns when the lease's holder has none left.
+func TestViewerCountsControl(t *testing.T) {
+	var e desktopEdge
+	e.add(testBox, 1, false)
+	e.add(testBox, 1, true)
+	if open, control := e.count(testBox); open != 2 || control != 1 {
+		t.Fatalf("a viewer and a controller: %d open, %d control", open, control)
+	}
+	e.add(testBox, -1, true)
+	if open, control := e.count(testBox); open != 1 || control != 0 {
+		t.Fatalf("after the controller left: %d open, %d control", open, control)
+	}
+	e.add(testBox, -1, false)
+	if open, control := e.count(testBox); open != 0 || control != 0 {
+		t.Fatalf("after everyone left: %d open, %d control", open, control)
 	}
 }
 

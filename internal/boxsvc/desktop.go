@@ -48,16 +48,18 @@ func (s *Service) DialDesktop(ctx context.Context, caller string, id cocoonbox.B
 }
 
 // SetViewers tells the box's workflow how many desktop connections are open through the API
-// process source (best effort, logged): a box with viewers is not idle-hibernated. The workflow
+// process source, and how many of them in control mode (best effort, logged): a box with viewers
+// is not idle-hibernated, and a control lease whose holder has no control connection is released
+// after the box's lease idle. The workflow
 // adds up the sources' counts and forgets one that has not reported for
 // workflows.ViewersReportTTL, so a source repeats its count every workflows.ViewersReportEvery
 // while it has viewers. It outlives ctx's cancellation, because the last report is sent as a
 // connection closes.
-func (s *Service) SetViewers(ctx context.Context, id cocoonbox.BoxID, source string, n int) {
+func (s *Service) SetViewers(ctx context.Context, id cocoonbox.BoxID, source string, n, control int) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
-	if err := workflows.ReportViewers(ctx, s.Temporal, id, source, n); err != nil && s.Logger != nil {
-		s.Logger.Warn("report desktop viewers", "box", id, "viewers", n, "err", err)
+	if err := workflows.ReportViewers(ctx, s.Temporal, id, source, n, control); err != nil && s.Logger != nil {
+		s.Logger.Warn("report desktop viewers", "box", id, "viewers", n, "control", control, "err", err)
 	}
 }
 

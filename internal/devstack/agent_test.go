@@ -368,6 +368,45 @@ timeout 5 runuser -u user -- xwininfo -id "$w" | grep 'Map State'`)
 		}
 	})
 
+	t.Run("lease idle releases a waiting run", func(t *testing.T) {
+		// A person takes over and never connects: the box releases the lease after its lease
+		// idle, and the run waiting for the desktop goes on rather than wait out MaxRunWait.
+		a.useProvider(agentvm.ProviderOpenAI)
+		v, err := a.d.Boxes.Get(a.ctx, a.owner.ID, a.id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := v.Policy
+		p.LeaseIdle = 15 * time.Second
+		if _, err := a.d.Boxes.SetPolicy(a.ctx, a.owner.ID, a.id, p); err != nil {
+			t.Fatal(err)
+		}
+		defer func() {
+			p.LeaseIdle = 0
+			if _, err := a.d.Boxes.SetPolicy(a.ctx, a.owner.ID, a.id, p); err != nil {
+				t.Error(err)
+			}
+		}()
+		models.Script(
+			modeltest.Calls(modeltest.Call("desktop_click", `{"x":640,"y":400}`)),
+			modeltest.Calls(modeltest.Call("desktop_click", `{"x":640,"y":400}`)),
+			modeltest.Reply("Clicked."))
+		if _, err := a.api.TakeOver(a.auth, &cbv1.TakeOverRequest{Box: string(a.id)}); err != nil {
+			t.Fatal(err)
+		}
+		run := a.start(t, "Click the middle of the screen.")
+		run = a.waitRun(t, run.GetId(), 2*time.Minute, string(cocoonbox.AgentRunSucceeded), string(cocoonbox.AgentRunFailed))
+		if run.GetState() != string(cocoonbox.AgentRunSucceeded) {
+			t.Fatalf("run %s: %s", run.GetState(), run.GetError())
+		}
+		if got := toolResults(run, "desktop_click"); len(got) != 2 || got[0] != agentvm.RefusedWhileControlled || got[1] == agentvm.RefusedWhileControlled {
+			t.Fatalf("clicks: %q; want the first refused while the lease was held, the second done", got)
+		}
+		if v, err := a.d.Boxes.Get(a.ctx, a.owner.ID, a.id); err != nil || v.Controller != "" {
+			t.Fatalf("controller %q after the run, %v; want the lease released", v.Controller, err)
+		}
+	})
+
 	t.Run("model errors", func(t *testing.T) {
 		a.useProvider(agentvm.ProviderOpenAI)
 		models.Script(

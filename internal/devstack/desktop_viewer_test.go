@@ -119,18 +119,19 @@ func TestDesktopNativeViewer(t *testing.T) {
 
 // desktopTunnel is a running `cocoonbox desktop BOX --listen 127.0.0.1:0`.
 type desktopTunnel struct {
+	cmd            *exec.Cmd
 	addr, password string
 	stderr         *syncBuffer // all the command wrote there
 }
 
-// startDesktopTunnel runs the CLI at bin against e's box and returns once it printed where it
-// listens and the password; the test's cleanup interrupts it.
-func startDesktopTunnel(t *testing.T, bin string, e *desktopEnv) *desktopTunnel {
+// startDesktopTunnel runs the CLI at bin against e's box, with args besides, and returns once it
+// printed where it listens and the password; the test's cleanup interrupts it.
+func startDesktopTunnel(t *testing.T, bin string, e *desktopEnv, args ...string) *desktopTunnel {
 	t.Helper()
-	cmd := exec.Command(bin, "desktop", "--listen", "127.0.0.1:0", string(e.id))
+	cmd := exec.Command(bin, append([]string{"desktop", "--listen", "127.0.0.1:0", string(e.id)}, args...)...)
 	cmd.Env = append(os.Environ(), "HOME="+t.TempDir(), "XDG_CONFIG_HOME=", "COCOONBOX_OUTPUT=",
 		"COCOONBOX_ENDPOINT="+e.d.URLs().API, "COCOONBOX_TOKEN="+e.token)
-	tun := &desktopTunnel{stderr: &syncBuffer{}}
+	tun := &desktopTunnel{cmd: cmd, stderr: &syncBuffer{}}
 	cmd.Stderr = tun.stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
