@@ -127,7 +127,7 @@ func (w *box) create(ctx workflow.Context, _ CreateInput) (Status, error) {
 			BoxID: w.in.BoxID, Owner: w.in.Owner, Name: w.in.Name, Size: w.in.Size,
 		}).Get(ctx, nil)
 		if err == nil {
-			err = w.claimNew(ctx)
+			err = w.claimNewWithin(ctx, cmp.Or(w.in.CreateWait, DefaultCreateWait))
 		}
 		if err == nil {
 			err = w.waitReady(ctx)
@@ -351,10 +351,26 @@ func (w *box) setNetwork(ctx workflow.Context, in SetNetworkInput) (Status, erro
 }
 
 // claimNew claims the box's next sandbox under a new claim_ref attempt.
-func (w *box) claimNew(ctx workflow.Context) error {
+func (w *box) claimNew(ctx workflow.Context) error { return w.claim(sandboxOptions(ctx, 2*time.Minute)) }
+
+// claimNewWithin is claimNew retried for as long as wait while the engine cannot hand out a
+// sandbox (each try's failure is what a caller sees the box waiting for), then given up.
+func (w *box) claimNewWithin(ctx workflow.Context, wait time.Duration) error {
+	rp := retryPolicy()
+	rp.MaximumAttempts = 0 // bounded by the wait instead
+	return w.claim(workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout:    2 * time.Minute,
+		ScheduleToCloseTimeout: wait,
+		HeartbeatTimeout:       sandboxHeartbeatTimeout,
+		RetryPolicy:            rp,
+	}))
+}
+
+// claim claims the box's next sandbox under a new claim_ref attempt, with ctx's activity options.
+func (w *box) claim(ctx workflow.Context) error {
 	attempt := w.st.Attempt + 1
 	var res activities.ClaimResult
-	err := workflow.ExecuteActivity(sandboxOptions(ctx, 2*time.Minute), sandboxActs.Claim, activities.ClaimInput{
+	err := workflow.ExecuteActivity(ctx, sandboxActs.Claim, activities.ClaimInput{
 		BoxID: w.in.BoxID, Size: w.in.Size, Attempt: attempt, TTL: w.in.Policy.LeaseTTL, Network: w.in.Policy.Network,
 	}).Get(ctx, &res)
 	if err != nil {

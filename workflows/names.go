@@ -102,6 +102,10 @@ type BoxWorkflowInput struct {
 	Policy Policy
 	// OpsBeforeContinue overrides DefaultOpsBeforeContinue (tests lower it); 0 is the default.
 	OpsBeforeContinue int
+	// CreateWait bounds how long the create waits for the engine to hand out a sandbox (an
+	// image not built, no capacity) before the box fails with the reason; 0 is
+	// DefaultCreateWait.
+	CreateWait time.Duration
 	// State is the compact state a previous run carried over; nil on the first run.
 	State *BoxCarriedState
 }
@@ -145,6 +149,9 @@ type BoxCarriedState struct {
 	// until the next viewer report.
 	ControlSeen time.Time
 }
+
+// DefaultCreateWait is BoxWorkflowInput.CreateWait when zero.
+const DefaultCreateWait = 10 * time.Minute
 
 // MaxDefaultIdleWarning bounds the idle warning of a policy that sets none.
 const MaxDefaultIdleWarning = 2 * time.Minute

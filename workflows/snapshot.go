@@ -196,10 +196,11 @@ func (w *box) replaceSandbox(ctx workflow.Context) error {
 	if errorType(err) != activities.ErrTypeNotFound {
 		return err
 	}
-	if says {
+	if says && w.st.Attempt > 0 {
 		w.event(ctx, "lost", "the sandbox is gone and the box has no snapshot")
 		return temporal.NewApplicationError(ErrLost, ErrTypeInvalidTransition)
 	}
+	// A box whose create never got a sandbox has nothing to lose: its wake is the create again.
 	w.event(ctx, "sandbox-from-template", "no snapshot to restore")
 	return w.recreateSandbox(ctx)
 }

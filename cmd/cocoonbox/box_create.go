@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 	"time"
 
@@ -47,8 +48,10 @@ func boxCreateCommand() *cli.Command {
 			defer s.Close()
 			stop := s.out.progress("creating box " + name)
 			began := time.Now()
+			quiet := sayWaiting(c.Context, s.out, boxes, name)
 			b, err := boxes.CreateBox(c.Context, &cbv1.CreateBoxRequest{Name: name, Size: c.String("size"), RequestId: c.String("request-id"),
 				Network: network, NetworkAllow: allow})
+			quiet()
 			stop()
 			if err != nil {
 				return apiError(err)
@@ -63,4 +66,35 @@ func boxCreateCommand() *cli.Command {
 			return s.out.result(b, func(w io.Writer) error { return boxLine(w, b) })
 		},
 	}
+}
+
+// waitingEvery is how often a create in flight asks what its box waits for (tests shorten it).
+var waitingEvery = 2 * time.Second
+
+// sayWaiting notes on stderr what the box being created waits for (the engine's reason, tried
+// again), each time it changes, until the returned func is called.
+func sayWaiting(ctx context.Context, out *printer, boxes cbv1.BoxServiceClient, box string) (stop func()) {
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(waitingEvery)
+		defer t.Stop()
+		said := ""
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C:
+			}
+			b, err := boxes.GetBox(ctx, &cbv1.GetBoxRequest{Box: box})
+			if w := b.GetWaiting(); err == nil && w != said && ctx.Err() == nil {
+				if w != "" {
+					out.note("waiting: %s", w)
+				}
+				said = w
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
 }

@@ -140,6 +140,19 @@ func (f *fakeAPI) lastOf(want proto.Message) proto.Message {
 	return nil
 }
 
+// TestCreateSaysWhatItWaitsFor: a create the engine cannot serve yet notes on stderr what it
+// waits for, once, and ends with the reason when it gives up.
+func TestCreateSaysWhatItWaitsFor(t *testing.T) {
+	withFake(t)
+	waitingEvery = 20 * time.Millisecond
+	t.Cleanup(func() { waitingEvery = 2 * time.Second })
+	_, stderr, code := runCLI(t, "", "box", "create", "--name", "stuck")
+	if code == 0 || strings.Count(stderr, "waiting: claim sandbox: template \"desktop\" is not available") != 1 ||
+		!strings.Contains(stderr, "image is not built") {
+		t.Fatalf("exit %d, stderr:\n%s", code, stderr)
+	}
+}
+
 // TestAdminPools: --set changes one pool and keeps the others, 0 drains one, and a malformed
 // --set is a usage error before anything is sent.
 func TestAdminPools(t *testing.T) {

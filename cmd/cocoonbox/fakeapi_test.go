@@ -131,10 +131,18 @@ func (f *fakeAPI) CreateBox(_ context.Context, r *cbv1.CreateBoxRequest) (*cbv1.
 	if _, err := f.find(r.GetName()); err == nil {
 		return nil, status.Errorf(codes.AlreadyExists, "box %q already exists", r.GetName())
 	}
+	if r.GetName() == "stuck" { // an engine that cannot hand out a sandbox, until the create gives up
+		time.Sleep(300 * time.Millisecond)
+		return nil, status.Error(codes.FailedPrecondition, "claim sandbox: template \"desktop\" is not available on this engine now: its image is not built (the operator runs make image)")
+	}
 	return &cbv1.Box{Id: "bx_00000000000000c3", Name: r.GetName(), Size: r.GetSize(), State: "running", Role: "owner", CreatedAt: timestamppb.New(t0)}, nil
 }
 
 func (f *fakeAPI) GetBox(_ context.Context, r *cbv1.GetBoxRequest) (*cbv1.Box, error) {
+	if r.GetBox() == "stuck" {
+		return &cbv1.Box{Id: "bx_00000000000000d4", Name: "stuck", State: "creating",
+			Waiting: `claim sandbox: template "desktop" is not available on this engine now: its image is not built (the operator runs make image) (try 2)`}, nil
+	}
 	return f.find(r.GetBox())
 }
 

@@ -98,6 +98,9 @@ func writeBox(w io.Writer, b *cbv1.Box) error {
 	}
 	kv("pins", strings.Join(b.GetPins(), ", "))
 	kv("idle deadline", when(b.GetIdleDeadline()))
+	if w := b.GetWaiting(); w != "" {
+		kv("waiting", w)
+	}
 	kv("last snapshot", b.GetLastSnapshot())
 	if seal := b.GetSeal(); seal != "" {
 		kv("seal", seal)

@@ -50,6 +50,7 @@ func boxProto(v boxsvc.View) *cbv1.Box {
 		Seal:         v.Seal,
 		RestoredFrom: restoredProto(v.RestoredFrom),
 		Start:        v.Start,
+		Waiting:      v.Waiting,
 	}
 }
 

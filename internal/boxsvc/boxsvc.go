@@ -36,6 +36,9 @@ type Service struct {
 	Temporal client.Client
 	Store    *store.Store
 	Policy   workflows.Policy // applied to new boxes
+	// CreateWait bounds how long a create waits for the engine to hand out a sandbox before the
+	// box fails with the reason; 0 is workflows.DefaultCreateWait.
+	CreateWait time.Duration
 	// KeepAwakeEvery is how often a running exec touches its box; 0 is DefaultKeepAwakeEvery.
 	KeepAwakeEvery time.Duration
 	// Link reaches a box's sandbox for exec and files, and its agent (with the box's credential)
@@ -57,6 +60,9 @@ type Service struct {
 // caller's role on it.
 type View struct {
 	workflows.Status
+	// Waiting says what an operation in flight (a create, a wake, a restore) is waiting for when
+	// its engine call has failed and is being tried again: "the engine: template … not built".
+	Waiting   string
 	Name      string
 	Owner     string
 	Size      cocoonbox.Size
@@ -119,7 +125,7 @@ func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (
 		return View{}, err
 	}
 	st, err := workflows.Create(ctx, s.Temporal, workflows.BoxWorkflowInput{
-		BoxID: req.ID, Owner: owner, Name: req.Name, Size: req.Size, Policy: policy,
+		BoxID: req.ID, Owner: owner, Name: req.Name, Size: req.Size, Policy: policy, CreateWait: s.CreateWait,
 	})
 	if err != nil {
 		s.dropUnstarted(ctx, req.ID)
@@ -143,7 +149,28 @@ func (s *Service) Get(ctx context.Context, caller string, id cocoonbox.BoxID) (V
 	if err != nil {
 		return View{}, err
 	}
-	return view(a, st), nil
+	v := view(a, st)
+	switch st.State {
+	case cocoonbox.BoxStateCreating, cocoonbox.BoxStateWaking, cocoonbox.BoxStateRestoring:
+		v.Waiting = s.waiting(ctx, id)
+	}
+	return v, nil
+}
+
+// waiting is what the box's workflow is trying again, from Temporal's view of its pending
+// activities: the last failure of one past its first try. "" when nothing is retried (or
+// Temporal cannot say now).
+func (s *Service) waiting(ctx context.Context, id cocoonbox.BoxID) string {
+	d, err := s.Temporal.DescribeWorkflowExecution(ctx, workflows.BoxWorkflowID(id), "")
+	if err != nil {
+		return ""
+	}
+	for _, a := range d.GetPendingActivities() {
+		if f := a.GetLastFailure(); f != nil && a.GetAttempt() > 1 {
+			return fmt.Sprintf("%s (try %d)", f.GetMessage(), a.GetAttempt())
+		}
+	}
+	return ""
 }
 
 // List returns the caller's boxes and those shared with the caller, newest first, from their

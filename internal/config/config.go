@@ -169,6 +169,10 @@ type Dev struct {
 	// empty is localhost:<the API's port> (browsers resolve every *.localhost to loopback), none
 	// turns host previews off.
 	PreviewDomain string `yaml:"preview_domain" env:"COCOONBOX_PREVIEW_DOMAIN"`
+	// CreateWait bounds how long a box create waits for the engine to hand out a sandbox (its
+	// image not built, no capacity), saying what it waits for, before it fails with the reason;
+	// 0 is 10 minutes.
+	CreateWait time.Duration `yaml:"create_wait" env:"COCOONBOX_CREATE_WAIT"`
 	// NoWorker starts the stack without its in-process Temporal worker, for tests and for running
 	// workers separately (`cocoonbox serve worker`); box operations wait until a worker polls.
 	NoWorker bool `yaml:"no_worker" env:"COCOONBOX_DEV_NO_WORKER"`
@@ -222,6 +226,8 @@ type API struct {
 	// MaxDesktopConnections caps one box's open desktop connections on this process; 0 means
 	// the API's default (api.DefaultMaxDesktopConns).
 	MaxDesktopConnections int `yaml:"max_desktop_connections" env:"COCOONBOX_MAX_DESKTOP_CONNECTIONS"`
+	// CreateWait is Dev.CreateWait.
+	CreateWait time.Duration `yaml:"create_wait" env:"COCOONBOX_CREATE_WAIT"`
 	// PreviewDomain, when set (host or host:port, e.g. preview.example.com with a wildcard DNS
 	// record and certificate for *.preview.example.com), serves each box port's preview at
 	// p{port}-{box hex}.{domain}, its own origin, which browsers open from the web app.

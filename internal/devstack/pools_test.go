@@ -59,3 +59,52 @@ func TestWarmPoolOnStart(t *testing.T) {
 		t.Fatalf("create of a size no pool holds: %+v, %v; want a cold start", st, err)
 	}
 }
+
+// TestCreateSaysWhatItWaitsFor: with the template's image not built, a create says what it
+// waits for while it tries again, gives up after the configured wait with that reason, and
+// leaves no sandbox behind.
+func TestCreateSaysWhatItWaitsFor(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	cfg := boxConfig(t)
+	cfg.ImageCache = t.TempDir() // no image built here
+	cfg.CreateWait = 40 * time.Second
+	d, ctx, owner, eng := newBoxEnv(t, cfg, 4*time.Minute)
+
+	id := cocoonbox.NewBoxID()
+	seen := make(chan string, 1)
+	go func() {
+		for ctx.Err() == nil {
+			if v, err := d.Boxes.Get(ctx, owner.ID, id); err == nil && v.Waiting != "" {
+				seen <- v.Waiting
+				return
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+	}()
+	began := time.Now()
+	_, err := d.Boxes.Create(ctx, owner.ID, boxsvc.CreateRequest{ID: id, Name: "unbuilt", Size: cocoonbox.SizeSmall})
+	took := time.Since(began)
+	if err == nil || !strings.Contains(err.Error(), "image is not built") {
+		t.Fatalf("create with no image: %v; want it to fail saying the image is not built", err)
+	}
+	select {
+	case w := <-seen:
+		if !strings.Contains(w, "image is not built") {
+			t.Fatalf("the create waited for %q", w)
+		}
+	default:
+		t.Fatal("the create never said what it waited for")
+	}
+	if took > cfg.CreateWait+30*time.Second {
+		t.Fatalf("the create gave up after %v, with a wait of %v", took, cfg.CreateWait)
+	}
+	v, err := d.Boxes.Get(ctx, owner.ID, id)
+	if err != nil || v.State != cocoonbox.BoxStateFailed || !strings.Contains(v.LastError, "image is not built") || v.SandboxID != "" {
+		t.Fatalf("after giving up: %+v, %v; want failed with the reason and no sandbox", v, err)
+	}
+	if rows, err := eng.List(ctx, ""); err != nil || len(rows) != 0 {
+		t.Fatalf("sandboxes left: %+v, %v", rows, err)
+	}
+}

@@ -27,6 +27,7 @@ func (d *Dev) startWorker() error {
 	sb := sandbox.NewHTTP(d.sandboxURL, d.sandboxToken, nil)
 	d.parts = app.Parts{Temporal: d.Temporal, Store: d.Store, Keys: keys, Sandbox: sb, Logger: d.log}
 	d.Boxes = app.Boxes(d.parts, d.cfg.Agent, d.cfg.Quota, d.cfg.DefaultBoxNetwork())
+	d.Boxes.CreateWait = d.cfg.CreateWait
 	if d.cfg.NoWorker {
 		return nil
 	}

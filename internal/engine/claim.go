@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/engine/images"
 	"github.com/loomhand/cocoonbox/internal/engine/runtime"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 )
@@ -71,6 +72,10 @@ func (e *Engine) rootfs(template string) (string, error) {
 	dir, err := e.images(template)
 	if errors.Is(err, fs.ErrNotExist) {
 		return "", invalid("template: unknown template %q", template)
+	}
+	if errors.Is(err, images.ErrNotBuilt) {
+		// Said to callers without the host path the error carries, which the log keeps.
+		return "", &apiError{kind: kindUnavailable, msg: fmt.Sprintf("template %q is not available on this engine now: its image is not built (the operator runs make image)", template), err: err}
 	}
 	if err != nil {
 		return "", &apiError{kind: kindUnavailable, msg: fmt.Sprintf("template %q is not available on this engine now", template), err: err}

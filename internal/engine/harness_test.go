@@ -18,6 +18,7 @@ import (
 
 	"github.com/loomhand/cocoonbox/internal/engine"
 	"github.com/loomhand/cocoonbox/internal/engine/enginetest"
+	"github.com/loomhand/cocoonbox/internal/engine/images"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 )
 
@@ -82,7 +83,7 @@ func (h *harness) images(template string) (string, error) {
 	case "base", "desktop":
 		return h.rootfs, nil
 	case "unbuilt":
-		return "", fmt.Errorf("image %s not built: run make image", template)
+		return "", fmt.Errorf("image %s %w: run make image (looked for /secret/host/path)", template, images.ErrNotBuilt)
 	}
 	return "", fmt.Errorf("image %s: %w", template, engine.ErrUnknownTemplate)
 }

@@ -222,7 +222,7 @@ func TestClaimFailures(t *testing.T) {
 	}
 	h.unchanged(before, "a failed start")
 	code, data, hdr = h.call("POST", "/v1/claim", rootToken, sandbox.ClaimRequest{Template: "unbuilt"})
-	if code != 503 || hdr.Get("Retry-After") == "" || errorOf(t, data) != `template "unbuilt" is not available on this engine now` {
+	if code != 503 || hdr.Get("Retry-After") == "" || errorOf(t, data) != `template "unbuilt" is not available on this engine now: its image is not built (the operator runs make image)` {
 		t.Fatalf("image not built: %d %s", code, data)
 	}
 	h.unchanged(before, "a claim of an unbuilt image")

@@ -1507,7 +1507,11 @@ type Box struct {
 	RestoredFrom *RestoredFrom `protobuf:"bytes,18,opt,name=restored_from,json=restoredFrom,proto3" json:"restored_from,omitempty"`
 	// start is how the box's sandbox was claimed at create (or recreate): warm (a box of a warm
 	// pool, ready at once) or cold (booted for it); empty when the engine did not say.
-	Start         string `protobuf:"bytes,19,opt,name=start,proto3" json:"start,omitempty"`
+	Start string `protobuf:"bytes,19,opt,name=start,proto3" json:"start,omitempty"`
+	// waiting says what a create, wake or restore in flight is waiting for while the engine's
+	// answer is a failure it tries again after (a template not built, no capacity); empty
+	// otherwise.
+	Waiting       string `protobuf:"bytes,20,opt,name=waiting,proto3" json:"waiting,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1671,6 +1675,13 @@ func (x *Box) GetRestoredFrom() *RestoredFrom {
 func (x *Box) GetStart() string {
 	if x != nil {
 		return x.Start
+	}
+	return ""
+}
+
+func (x *Box) GetWaiting() string {
+	if x != nil {
+		return x.Waiting
 	}
 	return ""
 }
@@ -3735,7 +3746,7 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x14SetPortPublicRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\x05R\x04port\x12\x16\n" +
-	"\x06public\x18\x03 \x01(\bR\x06public\"\xe6\x04\n" +
+	"\x06public\x18\x03 \x01(\bR\x06public\"\x80\x05\n" +
 	"\x03Box\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -3760,7 +3771,8 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x06policy\x18\x10 \x01(\v2\x17.cocoonbox.v1.BoxPolicyR\x06policy\x12\x12\n" +
 	"\x04seal\x18\x11 \x01(\tR\x04seal\x12?\n" +
 	"\rrestored_from\x18\x12 \x01(\v2\x1a.cocoonbox.v1.RestoredFromR\frestoredFrom\x12\x14\n" +
-	"\x05start\x18\x13 \x01(\tR\x05start\"\x92\x01\n" +
+	"\x05start\x18\x13 \x01(\tR\x05start\x12\x18\n" +
+	"\awaiting\x18\x14 \x01(\tR\awaiting\"\x92\x01\n" +
 	"\fRestoredFrom\x12\x1f\n" +
 	"\vsnapshot_id\x18\x01 \x01(\tR\n" +
 	"snapshotId\x125\n" +
