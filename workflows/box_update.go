@@ -351,7 +351,9 @@ func (w *box) setNetwork(ctx workflow.Context, in SetNetworkInput) (Status, erro
 }
 
 // claimNew claims the box's next sandbox under a new claim_ref attempt.
-func (w *box) claimNew(ctx workflow.Context) error { return w.claim(sandboxOptions(ctx, 2*time.Minute)) }
+func (w *box) claimNew(ctx workflow.Context) error {
+	return w.claim(sandboxOptions(ctx, 2*time.Minute))
+}
 
 // claimNewWithin is claimNew retried for as long as wait while the engine cannot hand out a
 // sandbox (each try's failure is what a caller sees the box waiting for), then given up.
