@@ -7,7 +7,6 @@ import (
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
-	"github.com/loomhand/cocoonbox/internal/sandbox"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 	"github.com/loomhand/cocoonbox/workflows"
 )
@@ -435,9 +434,9 @@ func (b *boxService) SetPools(ctx context.Context, req *cbv1.SetPoolsRequest) (*
 	if err := mustOperator(ctx, "SetPools"); err != nil {
 		return nil, err
 	}
-	specs := make([]sandbox.PoolSpec, 0, len(req.GetPools()))
+	specs := make([]boxsvc.Pool, 0, len(req.GetPools()))
 	for _, p := range req.GetPools() {
-		specs = append(specs, sandbox.PoolSpec{Template: p.GetTemplate(), Size: p.GetSize(), Net: p.GetNet(), Warm: int(p.GetTarget())})
+		specs = append(specs, boxsvc.Pool{Template: p.GetTemplate(), Size: p.GetSize(), Net: p.GetNet(), Target: int(p.GetTarget())})
 	}
 	pools, err := b.s.boxes.SetPools(ctx, specs)
 	if err != nil {
@@ -460,11 +459,11 @@ func mustOperator(ctx context.Context, method string) error {
 	return nil
 }
 
-func poolsProto(pools []sandbox.PoolInfo) *cbv1.ListPoolsResponse {
+func poolsProto(pools []boxsvc.Pool) *cbv1.ListPoolsResponse {
 	out := &cbv1.ListPoolsResponse{}
 	for _, p := range pools {
-		out.Pools = append(out.Pools, &cbv1.WarmPool{Template: p.Key.Template, Size: p.Key.Size, Net: p.Key.Net,
-			Target: int32(p.Target), Ready: int32(p.Warm), Starting: int32(p.Refilling)})
+		out.Pools = append(out.Pools, &cbv1.WarmPool{Template: p.Template, Size: p.Size, Net: p.Net,
+			Target: int32(p.Target), Ready: int32(p.Ready), Starting: int32(p.Starting)})
 	}
 	return out
 }

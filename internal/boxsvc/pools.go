@@ -11,8 +11,23 @@ import (
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 )
 
+// Pool is one warm pool of the engine: Target boxes of Template, Size and Net kept booted ahead
+// of creates, Ready of them now and Starting booting.
+type Pool struct {
+	Template, Size, Net     string
+	Target, Ready, Starting int
+}
+
+func poolsOf(info sandbox.Info) []Pool {
+	out := make([]Pool, 0, len(info.Pools))
+	for _, p := range info.Pools {
+		out = append(out, Pool{Template: p.Key.Template, Size: p.Key.Size, Net: p.Key.Net, Target: p.Target, Ready: p.Warm, Starting: p.Refilling})
+	}
+	return out
+}
+
 // Pools returns the engine's warm pools (the caller checked it is an operator).
-func (s *Service) Pools(ctx context.Context) ([]sandbox.PoolInfo, error) {
+func (s *Service) Pools(ctx context.Context) ([]Pool, error) {
 	if s.Link == nil || s.Link.Sandbox == nil {
 		return nil, &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "the engine cannot be reached from this server", Err: errUnavailable}
 	}
@@ -20,17 +35,21 @@ func (s *Service) Pools(ctx context.Context) ([]sandbox.PoolInfo, error) {
 	if err != nil {
 		return nil, engineError("read the engine's warm pools", err)
 	}
-	return info.Pools, nil
+	return poolsOf(info), nil
 }
 
 // SetPools replaces the engine's warm pools; pools left out drain (the caller checked it is an
-// operator). A pool is refused naming its index and field.
-func (s *Service) SetPools(ctx context.Context, pools []sandbox.PoolSpec) ([]sandbox.PoolInfo, error) {
+// operator): each one's Template, Size, Net and Target. A pool is refused naming its index and
+// field.
+func (s *Service) SetPools(ctx context.Context, want []Pool) ([]Pool, error) {
 	if s.Link == nil || s.Link.Sandbox == nil {
 		return nil, &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "the engine cannot be reached from this server", Err: errUnavailable}
 	}
 	seen := map[sandbox.PoolKey]bool{}
-	for i, p := range pools {
+	pools := make([]sandbox.PoolSpec, len(want))
+	for i, w := range want {
+		p := sandbox.PoolSpec{Template: w.Template, Size: w.Size, Net: w.Net, Warm: w.Target}
+		pools[i] = p
 		field := func(f string) string { return fmt.Sprintf("pools[%d].%s", i, f) }
 		switch {
 		case p.Template == "":
@@ -58,7 +77,7 @@ func (s *Service) SetPools(ctx context.Context, pools []sandbox.PoolSpec) ([]san
 	if err != nil {
 		return nil, engineError("set the engine's warm pools", err)
 	}
-	return info.Pools, nil
+	return poolsOf(info), nil
 }
 
 // engineError is a failed call to the engine as a domain error: the engine's own refusal (a

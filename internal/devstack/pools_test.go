@@ -30,8 +30,8 @@ func TestWarmPoolOnStart(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		if len(pools) != 1 || pools[0].Key != (sandbox.PoolKey{Template: "desktop", Net: sandbox.NetNone, Size: sandbox.SizeSmall}) ||
-			pools[0].Target != 2 || pools[0].Warm != 2 {
+		if len(pools) != 1 || pools[0].Template != "desktop" || pools[0].Net != sandbox.NetNone || pools[0].Size != sandbox.SizeSmall ||
+			pools[0].Target != 2 || pools[0].Ready != 2 {
 			return fmt.Errorf("pools %+v; want desktop/small/none with 2 ready", pools)
 		}
 		return nil

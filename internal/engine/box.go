@@ -37,6 +37,44 @@ type box struct {
 	nextHold uint64
 	// lastActive is the last data-plane activity, for idle hibernation.
 	lastActive time.Time
+	// frozen is open while a checkpoint has the running box paused for its copy: a command
+	// started then would fail, so execs wait for it to close. freezes counts the pauses, so an
+	// exec can tell one happened while it started.
+	frozen  chan struct{}
+	freezes uint64
+}
+
+// freeze marks the box paused for a checkpoint's copy until the returned func thaws it.
+func (b *box) freeze() (thaw func()) {
+	b.mu.Lock()
+	ch := make(chan struct{})
+	b.frozen = ch
+	b.freezes++
+	b.mu.Unlock()
+	return func() {
+		b.mu.Lock()
+		if b.frozen == ch {
+			b.frozen = nil
+		}
+		b.mu.Unlock()
+		close(ch)
+	}
+}
+
+// thawed waits until no checkpoint has the box paused, and answers the count of pauses so far.
+func (b *box) thawed(ctx context.Context) (uint64, error) {
+	b.mu.Lock()
+	ch, n := b.frozen, b.freezes
+	b.mu.Unlock()
+	if ch == nil {
+		return n, nil
+	}
+	select {
+	case <-ch:
+		return b.thawed(ctx)
+	case <-ctx.Done():
+		return n, context.Cause(ctx)
+	}
 }
 
 func newBox(r record, now time.Time) *box {

@@ -74,6 +74,9 @@ func (e *Engine) takeCheckpoint(ctx context.Context, b *box, c caller, name stri
 		return nil, fmt.Errorf("create checkpoint: %w", err)
 	}
 	t0 := time.Now()
+	if !r.Hibernated {
+		defer b.freeze()() // the runtime pauses a running box for the copy
+	}
 	err = e.rt.Snapshot(ctx, r.ID, dir)
 	e.metrics.observe("snapshot", time.Since(t0), err)
 	if err != nil {

@@ -141,3 +141,27 @@ func TestBoxDisk(t *testing.T) {
 		t.Errorf("a refused claim left box directories: %v, %v", dirs, err)
 	}
 }
+
+// TestExecWaitsForCheckpointPause: a command asked for while a checkpoint has the running box
+// paused for its copy waits for the thaw instead of failing (a paused box cannot start one).
+func TestExecWaitsForCheckpointPause(t *testing.T) {
+	h := newHarness(t)
+	sb := h.claim(tenantA, sandbox.ClaimRequest{})
+	h.rt.Delay(enginetest.OpSnapshot, 300*time.Millisecond)
+	copied := make(chan struct{})
+	go func() {
+		defer close(copied)
+		h.must(200, "POST", "/v1/sandboxes/"+sb.ID+"/checkpoint", tenantA, sandbox.CheckpointRequest{Token: sb.Token})
+	}()
+	for h.rt.Calls(enginetest.OpSnapshot) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	if got := h.exec(sb, "echo", "after"); got.Stdout != "after\n" {
+		t.Fatalf("exec during a checkpoint: %+v", got)
+	}
+	select {
+	case <-copied:
+	default:
+		t.Fatal("the exec ran while the checkpoint had the box paused")
+	}
+}

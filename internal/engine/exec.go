@@ -64,10 +64,29 @@ func (e *Engine) handleExec(w http.ResponseWriter, r *http.Request) error {
 	if len(req.Stdin) > 0 {
 		stdin = bytes.NewReader(req.Stdin)
 	}
-	code, err := e.rt.Exec(ctx, id, runtime.ExecRequest{
-		Argv: req.Argv, Cwd: req.Cwd, Env: env, Stdin: stdin,
-		Stdout: out.writer(&stdout), Stderr: out.writer(&stderr),
-	})
+	// A command started while a checkpoint has the box paused fails: it waits for the thaw
+	// instead, and one that a pause caught starting (no output yet) is started once more.
+	var code int
+	for try := 0; ; try++ {
+		pauses, werr := b.thawed(ctx)
+		if werr != nil {
+			err = werr
+			break
+		}
+		if len(req.Stdin) > 0 {
+			stdin = bytes.NewReader(req.Stdin)
+		}
+		code, err = e.rt.Exec(ctx, id, runtime.ExecRequest{
+			Argv: req.Argv, Cwd: req.Cwd, Env: env, Stdin: stdin,
+			Stdout: out.writer(&stdout), Stderr: out.writer(&stderr),
+		})
+		if err == nil || try > 0 || ctx.Err() != nil || stdout.Len()+stderr.Len() > 0 {
+			break
+		}
+		if again, _ := b.thawed(ctx); again == pauses {
+			break // no pause came: the failure is the command's
+		}
+	}
 	cause := context.Cause(ctx)
 	switch {
 	case out.exceeded():
