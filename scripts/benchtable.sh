@@ -37,6 +37,7 @@ BEGIN {
 	pair["DevStartRestart"] = "RawTemporalStart"
 	pair["WorkflowRoundTrip"] = "RawTemporalRPC"
 	what["BoxCreateWarm"] = "create a box through its workflow (boxsvc: Update-with-Start, row, claim from a full warm pool, ready probe)"
+	what["BoxCreateCold"] = "the same create with no warm pool: the engine boots the box for it"
 	what["RawEngineClaimWarm"] = "raw: the same engine calls with the sandbox client: warm claim, then the first exec of true"
 	what["BoxWake"] = "wake a hibernated box through its workflow (boxsvc update: engine wake, ready probe, row)"
 	what["RawEngineWake"] = "raw: POST .../wake, then the first exec of true, with the sandbox client"

@@ -155,6 +155,20 @@ func BenchmarkBoxCreateWarm(b *testing.B) {
 	benchreport.Latency(b, samples)
 }
 
+// BenchmarkBoxCreateCold: the same create with no warm pool, so the engine boots the box for it:
+// the figure a create without a ready box costs, beside the warm one.
+func BenchmarkBoxCreateCold(b *testing.B) {
+	e := newBoxBench(b)
+	var samples []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		id := e.create(b)
+		samples = append(samples, time.Since(start))
+		e.boxOp(b, "delete", e.d.Boxes.Delete, id, cocoonbox.BoxStateDeleted)
+	}
+	benchreport.Latency(b, samples)
+}
+
 // BenchmarkRawEngineClaimWarm: what the workflow's create asks of the engine, with the sandbox
 // client directly: a claim served from a full warm pool, then the first exec of `true` (the
 // WaitReady probe). The release and refill between samples are untimed.
