@@ -285,27 +285,10 @@ func (w *box) delete(ctx workflow.Context, in DeleteInput) (Status, error) {
 	})
 }
 
-// setPolicy replaces the policy; the main loop re-plans the idle timer.
+// setPolicy replaces the fields of the policy in carries (never the network: SetNetwork
+// changes it); the main loop re-plans the idle timer.
 func (w *box) setPolicy(ctx workflow.Context, in SetPolicyInput) (Status, error) {
-	p := &w.in.Policy // the network is not set here: SetNetwork changes it
-	if in.IdleAfter != nil {
-		p.IdleAfter = *in.IdleAfter
-	}
-	if in.LeaseTTL != nil {
-		p.LeaseTTL = *in.LeaseTTL
-	}
-	if in.DurableHibernate != nil {
-		p.DurableHibernate = *in.DurableHibernate
-	}
-	if in.KeepSnapshots != nil {
-		p.KeepSnapshots = *in.KeepSnapshots
-	}
-	if in.SnapshotEvery != nil {
-		p.SnapshotEvery = *in.SnapshotEvery
-	}
-	if in.LeaseIdle != nil {
-		p.LeaseIdle = *in.LeaseIdle
-	}
+	in.ApplyTo(&w.in.Policy)
 	w.gen++
 	return w.status(), nil
 }

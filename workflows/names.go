@@ -206,6 +206,25 @@ type SetPolicyInput struct {
 	LeaseIdle        *time.Duration `json:",omitempty"`
 }
 
+// ApplyTo sets the fields of p that in carries.
+func (in SetPolicyInput) ApplyTo(p *Policy) {
+	set := func(to *time.Duration, v *time.Duration) {
+		if v != nil {
+			*to = *v
+		}
+	}
+	set(&p.IdleAfter, in.IdleAfter)
+	set(&p.LeaseTTL, in.LeaseTTL)
+	set(&p.SnapshotEvery, in.SnapshotEvery)
+	set(&p.LeaseIdle, in.LeaseIdle)
+	if in.DurableHibernate != nil {
+		p.DurableHibernate = *in.DurableHibernate
+	}
+	if in.KeepSnapshots != nil {
+		p.KeepSnapshots = *in.KeepSnapshots
+	}
+}
+
 // SetAll is the input that sets every field of the policy to p's (but its network).
 func SetAll(p Policy) SetPolicyInput {
 	return SetPolicyInput{IdleAfter: &p.IdleAfter, LeaseTTL: &p.LeaseTTL, DurableHibernate: &p.DurableHibernate,

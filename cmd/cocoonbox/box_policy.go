@@ -11,55 +11,83 @@ import (
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
 
+// policyFlags are the policy fields box policy and policy default set; what is not given stays.
+func policyFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.DurationFlag{Name: "idle", DefaultText: "unchanged", Usage: "how long the box runs with nothing happening before it hibernates (1m to 720h; 0: never by itself)"},
+		&cli.BoolFlag{Name: "durable", DefaultText: "unchanged; new boxes are durable", Usage: "seal the box into a verified snapshot at every hibernate"},
+		&cli.BoolFlag{Name: "no-durable", DefaultText: "unchanged", Usage: "hibernate without sealing: a node loss while it sleeps loses what it did since its last snapshot"},
+		&cli.DurationFlag{Name: "snapshot-every", DefaultText: "unchanged", Usage: "seal a running box this long after its last snapshot when it was active (5m to 720h; 0: never by itself)"},
+		&cli.IntFlag{Name: "keep", DefaultText: "unchanged", Usage: "how many complete snapshots to keep (1 to 1000; pinned ones besides)"},
+		&cli.DurationFlag{Name: "lease-idle", DefaultText: "unchanged", Usage: "how long the desktop's control lease outlives its holder's last control connection (30s to 24h)"},
+	}
+}
+
+// policyFields is what the policy flags set: nil where a flag is not given.
+type policyFields struct {
+	idle, snapshotEvery, leaseIdle *int64
+	durable                        *bool
+	keep                           *int32
+}
+
+func (f policyFields) empty() bool {
+	return f.idle == nil && f.snapshotEvery == nil && f.leaseIdle == nil && f.durable == nil && f.keep == nil
+}
+
+// readPolicyFlags reads the policy flags of the command cmd names in its errors.
+func readPolicyFlags(c *cli.Context, cmd string) (policyFields, error) {
+	var f policyFields
+	for _, d := range []struct {
+		name string
+		to   **int64
+	}{{"idle", &f.idle}, {"snapshot-every", &f.snapshotEvery}, {"lease-idle", &f.leaseIdle}} {
+		if !c.IsSet(d.name) {
+			continue
+		}
+		v := c.Duration(d.name)
+		if v%time.Second != 0 {
+			return f, usageError("%s: --%s must be whole seconds, got %s", cmd, d.name, v)
+		}
+		n := int64(v / time.Second)
+		*d.to = &n
+	}
+	switch {
+	case c.IsSet("durable") && c.IsSet("no-durable"):
+		return f, usageError("%s: give --durable or --no-durable, not both", cmd)
+	case c.IsSet("durable"):
+		v := c.Bool("durable")
+		f.durable = &v
+	case c.IsSet("no-durable"):
+		v := !c.Bool("no-durable")
+		f.durable = &v
+	}
+	if c.IsSet("keep") {
+		n := int32(c.Int("keep"))
+		f.keep = &n
+	}
+	return f, nil
+}
+
+const policyArgs = "[--idle D] [--snapshot-every D] [--durable | --no-durable] [--keep N] [--lease-idle D]"
+
 func boxPolicyCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "policy",
 		Usage:     "show or change how a box behaves on its own: idle hibernate and snapshots",
 		ArgsUsage: "BOX",
 		Description: "Without flags, shows the box's policy. A change needs the admin role; what is not given\n" +
-			"stays as it is.\n\n" +
+			"stays as it is. `cocoonbox policy default` sets what your new boxes start with.\n\n" +
 			"   cocoonbox box policy mybox --idle 30m --snapshot-every 1h --keep 10\n" +
 			"   cocoonbox box policy mybox --idle 0     (never hibernate by itself)",
-		Flags: apiFlags(
-			&cli.DurationFlag{Name: "idle", DefaultText: "unchanged", Usage: "how long the box runs with nothing happening before it hibernates (1m to 720h; 0: never by itself)"},
-			&cli.BoolFlag{Name: "durable", DefaultText: "unchanged; new boxes are durable", Usage: "seal the box into a verified snapshot at every hibernate"},
-			&cli.BoolFlag{Name: "no-durable", DefaultText: "unchanged", Usage: "hibernate without sealing: a node loss while it sleeps loses what it did since its last snapshot"},
-			&cli.DurationFlag{Name: "snapshot-every", DefaultText: "unchanged", Usage: "seal a running box this long after its last snapshot when it was active (5m to 720h; 0: never by itself)"},
-			&cli.IntFlag{Name: "keep", DefaultText: "unchanged", Usage: "how many complete snapshots to keep (1 to 1000; pinned ones besides)"},
-		),
+		Flags: apiFlags(policyFlags()...),
 		Action: func(c *cli.Context) error {
-			args, err := positional(c, "BOX [--idle D] [--snapshot-every D] [--durable | --no-durable] [--keep N]", 1, 1)
+			args, err := positional(c, "BOX "+policyArgs, 1, 1)
 			if err != nil {
 				return err
 			}
-			req := &cbv1.SetPolicyRequest{Box: args[0]}
-			for _, f := range []struct {
-				name string
-				to   **int64
-			}{{"idle", &req.IdleSeconds}, {"snapshot-every", &req.SnapshotEverySeconds}} {
-				if !c.IsSet(f.name) {
-					continue
-				}
-				d := c.Duration(f.name)
-				if d%time.Second != 0 {
-					return usageError("box policy: --%s must be whole seconds, got %s", f.name, d)
-				}
-				n := int64(d / time.Second)
-				*f.to = &n
-			}
-			switch {
-			case c.IsSet("durable") && c.IsSet("no-durable"):
-				return usageError("box policy: give --durable or --no-durable, not both")
-			case c.IsSet("durable"):
-				v := c.Bool("durable")
-				req.Durable = &v
-			case c.IsSet("no-durable"):
-				v := !c.Bool("no-durable")
-				req.Durable = &v
-			}
-			if c.IsSet("keep") {
-				n := int32(c.Int("keep"))
-				req.KeepSnapshots = &n
+			f, err := readPolicyFlags(c, "box policy")
+			if err != nil {
+				return err
 			}
 			s, boxes, err := boxClient(c)
 			if err != nil {
@@ -67,20 +95,67 @@ func boxPolicyCommand() *cli.Command {
 			}
 			defer s.Close()
 			var b *cbv1.Box
-			if req.IdleSeconds == nil && req.Durable == nil && req.KeepSnapshots == nil && req.SnapshotEverySeconds == nil {
+			if f.empty() {
 				b, err = boxes.GetBox(c.Context, &cbv1.GetBoxRequest{Box: args[0]})
 			} else {
-				b, err = boxes.SetPolicy(c.Context, req)
+				b, err = boxes.SetPolicy(c.Context, &cbv1.SetPolicyRequest{Box: args[0], IdleSeconds: f.idle, Durable: f.durable,
+					KeepSnapshots: f.keep, SnapshotEverySeconds: f.snapshotEvery, LeaseIdleSeconds: f.leaseIdle})
 			}
 			if err != nil {
 				return apiError(err)
 			}
-			return s.out.result(b.GetPolicy(), func(w io.Writer) error {
-				_, err := fmt.Fprintln(w, policyLine(b.GetPolicy()))
-				return err
-			})
+			return printPolicy(s.out, b.GetPolicy())
 		},
 	}
+}
+
+// policyCommand holds the caller's defaults for the boxes they create.
+func policyCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "policy",
+		Usage: "your defaults for the policy of the boxes you create",
+		Subcommands: []*cli.Command{{
+			Name:  "default",
+			Usage: "show or change the policy your new boxes start with",
+			Description: "Without flags, shows the policy a box you create now gets: the server's default with yours\n" +
+				"over it. What is not given stays as it is; existing boxes keep their policy (box policy\n" +
+				"changes one).\n\n" +
+				"   cocoonbox policy default --idle 1h --snapshot-every 2h",
+			Flags: apiFlags(policyFlags()...),
+			Action: func(c *cli.Context) error {
+				if _, err := positional(c, policyArgs, 0, 0); err != nil {
+					return err
+				}
+				f, err := readPolicyFlags(c, "policy default")
+				if err != nil {
+					return err
+				}
+				s, boxes, err := boxClient(c)
+				if err != nil {
+					return err
+				}
+				defer s.Close()
+				var p *cbv1.BoxPolicy
+				if f.empty() {
+					p, err = boxes.GetPolicyDefaults(c.Context, &cbv1.GetPolicyDefaultsRequest{})
+				} else {
+					p, err = boxes.SetPolicyDefaults(c.Context, &cbv1.SetPolicyDefaultsRequest{IdleSeconds: f.idle, Durable: f.durable,
+						KeepSnapshots: f.keep, SnapshotEverySeconds: f.snapshotEvery, LeaseIdleSeconds: f.leaseIdle})
+				}
+				if err != nil {
+					return apiError(err)
+				}
+				return printPolicy(s.out, p)
+			},
+		}},
+	}
+}
+
+func printPolicy(out *printer, p *cbv1.BoxPolicy) error {
+	return out.result(p, func(w io.Writer) error {
+		_, err := fmt.Fprintln(w, policyLine(p))
+		return err
+	})
 }
 
 // policyLine is a box's policy in one line, as box show and box policy print it.
@@ -101,6 +176,9 @@ func policyLine(p *cbv1.BoxPolicy) string {
 	}
 	if n := p.GetSnapshotEverySeconds(); n > 0 {
 		parts = append(parts, "snapshot every "+wholeDuration(n))
+	}
+	if n := p.GetLeaseIdleSeconds(); n > 0 {
+		parts = append(parts, "lease idle "+wholeDuration(n))
 	}
 	parts = append(parts, fmt.Sprintf("keep %d snapshots", p.GetKeepSnapshots()))
 	return strings.Join(parts, ", ")

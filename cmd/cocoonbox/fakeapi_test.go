@@ -398,7 +398,25 @@ func (f *fakeAPI) SetPolicy(_ context.Context, r *cbv1.SetPolicyRequest) (*cbv1.
 	if r.SnapshotEverySeconds != nil {
 		b.Policy.SnapshotEverySeconds = r.GetSnapshotEverySeconds()
 	}
+	if r.LeaseIdleSeconds != nil {
+		b.Policy.LeaseIdleSeconds = r.GetLeaseIdleSeconds()
+	}
 	return b, nil
+}
+
+func (f *fakeAPI) GetPolicyDefaults(context.Context, *cbv1.GetPolicyDefaultsRequest) (*cbv1.BoxPolicy, error) {
+	return &cbv1.BoxPolicy{IdleSeconds: 900, Durable: true, SnapshotEverySeconds: 1800, KeepSnapshots: 5, LeaseIdleSeconds: 120}, nil
+}
+
+func (f *fakeAPI) SetPolicyDefaults(_ context.Context, r *cbv1.SetPolicyDefaultsRequest) (*cbv1.BoxPolicy, error) {
+	p := &cbv1.BoxPolicy{IdleSeconds: 900, Durable: true, SnapshotEverySeconds: 1800, KeepSnapshots: 5, LeaseIdleSeconds: 120}
+	if r.IdleSeconds != nil {
+		p.IdleSeconds = r.GetIdleSeconds()
+	}
+	if r.SnapshotEverySeconds != nil {
+		p.SnapshotEverySeconds = r.GetSnapshotEverySeconds()
+	}
+	return p, nil
 }
 
 func (f *fakeAPI) ListEvents(_ context.Context, r *cbv1.ListEventsRequest) (*cbv1.ListEventsResponse, error) {

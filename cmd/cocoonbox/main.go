@@ -36,6 +36,7 @@ func newApp() *cli.App {
 			loginCommand(),
 			whoamiCommand(),
 			boxCommand(),
+			policyCommand(),
 			agentCommand(),
 			tokenCommand(),
 			vaultCommand(),

@@ -83,7 +83,7 @@ func serveAPI(ctx context.Context, cfg config.API, logger *slog.Logger, ready fu
 		Temporal: tc, Store: st, Keys: keys, Logger: logger,
 		Sandbox: sandbox.NewHTTP(cfg.Sandbox.URL, cfg.Sandbox.Token, nil),
 	}
-	boxes := app.Boxes(parts, cfg.Agent, cfg.Quota, cfg.BoxNetwork)
+	boxes := app.Boxes(parts, cfg.Agent, cfg.Quota, cfg.BoxNetwork, cfg.BoxPolicy)
 	boxes.CreateWait = cfg.CreateWait
 	srv := app.API(parts, boxes, app.APIOptions{MaxDesktopConns: cfg.MaxDesktopConnections, PreviewDomain: cfg.PreviewDomain})
 	ready(ln.Addr().String())

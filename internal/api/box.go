@@ -388,11 +388,7 @@ func (b *boxService) SetPolicy(ctx context.Context, req *cbv1.SetPolicyRequest) 
 	if err != nil {
 		return nil, err
 	}
-	c := boxsvc.PolicyChange{IdleSeconds: req.IdleSeconds, Durable: req.Durable, SnapshotEverySeconds: req.SnapshotEverySeconds}
-	if req.KeepSnapshots != nil {
-		n := int(req.GetKeepSnapshots())
-		c.KeepSnapshots = &n
-	}
+	c := policyChange(req.IdleSeconds, req.Durable, req.KeepSnapshots, req.SnapshotEverySeconds, req.LeaseIdleSeconds)
 	v, err := svc.ChangePolicy(ctx, caller, id, c)
 	if err != nil {
 		return nil, err
@@ -466,4 +462,41 @@ func poolsProto(pools []boxsvc.Pool) *cbv1.ListPoolsResponse {
 			Target: int32(p.Target), Ready: int32(p.Ready), Starting: int32(p.Starting)})
 	}
 	return out
+}
+
+// policyChange is a request's optional policy fields as a change.
+func policyChange(idle *int64, durable *bool, keep *int32, every, leaseIdle *int64) boxsvc.PolicyChange {
+	c := boxsvc.PolicyChange{IdleSeconds: idle, Durable: durable, SnapshotEverySeconds: every, LeaseIdleSeconds: leaseIdle}
+	if keep != nil {
+		n := int(*keep)
+		c.KeepSnapshots = &n
+	}
+	return c
+}
+
+// GetPolicyDefaults is the policy a new box of the caller gets.
+func (b *boxService) GetPolicyDefaults(ctx context.Context, _ *cbv1.GetPolicyDefaultsRequest) (*cbv1.BoxPolicy, error) {
+	p, err := mustPrincipal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	pol, err := b.s.boxes.PolicyDefaults(ctx, p.User.ID)
+	if err != nil {
+		return nil, err
+	}
+	return policyProto(pol), nil
+}
+
+// SetPolicyDefaults changes the caller's defaults for new boxes.
+func (b *boxService) SetPolicyDefaults(ctx context.Context, req *cbv1.SetPolicyDefaultsRequest) (*cbv1.BoxPolicy, error) {
+	p, err := mustPrincipal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	c := policyChange(req.IdleSeconds, req.Durable, req.KeepSnapshots, req.SnapshotEverySeconds, req.LeaseIdleSeconds)
+	pol, err := b.s.boxes.SetPolicyDefaults(ctx, p.User.ID, c)
+	if err != nil {
+		return nil, err
+	}
+	return policyProto(pol), nil
 }

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"cmp"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -67,7 +68,7 @@ func policyProto(p workflows.Policy) *cbv1.BoxPolicy {
 		keep = workflows.DefaultKeepSnapshots
 	}
 	return &cbv1.BoxPolicy{IdleSeconds: int64(p.IdleAfter / time.Second), Durable: p.DurableHibernate, KeepSnapshots: int32(keep),
-		SnapshotEverySeconds: int64(p.SnapshotEvery / time.Second)}
+		SnapshotEverySeconds: int64(p.SnapshotEvery / time.Second), LeaseIdleSeconds: int64(cmp.Or(p.LeaseIdle, workflows.DefaultLeaseIdle) / time.Second)}
 }
 
 func snapshotProto(s cocoonbox.Snapshot) *cbv1.Snapshot {

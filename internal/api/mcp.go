@@ -250,6 +250,7 @@ func (s *Server) mcpTools() []mcpTool {
 			mcp.WithString("idle", mcp.Description(`How long the box runs with nothing happening before it hibernates, e.g. "30m" or "2h" (1m to 720h); "0" never by itself.`)),
 			mcp.WithBoolean("durable", mcp.Description("Seal the box into a verified snapshot at every hibernate (uploaded while it sleeps).")),
 			mcp.WithString("snapshot_every", mcp.Description(`Seal a running box this long after its last snapshot when it was active, e.g. "1h" (5m to 720h); "0" never by itself.`)),
+			mcp.WithString("lease_idle", mcp.Description(`How long the desktop's control lease outlives its holder's last control connection, e.g. "5m" (30s to 24h).`)),
 			mcp.WithInteger("keep_snapshots", mcp.Min(1), mcp.Max(boxsvc.MaxKeepSnapshots), mcp.Description("How many complete snapshots to keep (pinned ones besides).")),
 			mcp.WithDestructiveHintAnnotation(false), mcp.WithIdempotentHintAnnotation(true),
 		),
@@ -438,17 +439,20 @@ func mcpPolicyChange(args map[string]any) (boxsvc.PolicyChange, error) {
 	for k, v := range args {
 		switch k {
 		case "box":
-		case "idle", "snapshot_every":
+		case "idle", "snapshot_every", "lease_idle":
 			s, ok := v.(string)
 			d, err := time.ParseDuration(s) // "0" included
 			if !ok || err != nil || d%time.Second != 0 {
 				return c, cocoonbox.Invalid(k, fmt.Sprintf(`must be a duration in whole seconds like "30m" or "0", got %v`, v))
 			}
 			n := int64(d / time.Second)
-			if k == "idle" {
+			switch k {
+			case "idle":
 				c.IdleSeconds = &n
-			} else {
+			case "snapshot_every":
 				c.SnapshotEverySeconds = &n
+			default:
+				c.LeaseIdleSeconds = &n
 			}
 		case "durable":
 			b, ok := v.(bool)
@@ -464,7 +468,7 @@ func mcpPolicyChange(args map[string]any) (boxsvc.PolicyChange, error) {
 			n := int(f)
 			c.KeepSnapshots = &n
 		default:
-			return c, cocoonbox.Invalid(k, "is not a policy field (idle, durable, snapshot_every, keep_snapshots)")
+			return c, cocoonbox.Invalid(k, "is not a policy field (idle, durable, snapshot_every, keep_snapshots, lease_idle)")
 		}
 	}
 	return c, nil

@@ -34,10 +34,26 @@ type Parts struct {
 }
 
 // Boxes builds the box service every API call goes through; network is the egress policy of a
-// box whose create names none (config box_network).
-func Boxes(p Parts, agent config.Agent, quota config.Quota, network string) *boxsvc.Service {
+// box whose create names none (config box_network), defaults the config's box_policy over the
+// built-in one.
+func Boxes(p Parts, agent config.Agent, quota config.Quota, network string, defaults config.BoxPolicy) *boxsvc.Service {
 	policy := boxsvc.DefaultPolicy
 	policy.Network = cocoonbox.Network{Policy: network}
+	if defaults.Idle != nil {
+		policy.IdleAfter = *defaults.Idle
+	}
+	if defaults.Durable != nil {
+		policy.DurableHibernate = *defaults.Durable
+	}
+	if defaults.SnapshotEvery != nil {
+		policy.SnapshotEvery = *defaults.SnapshotEvery
+	}
+	if defaults.Keep > 0 {
+		policy.KeepSnapshots = defaults.Keep
+	}
+	if defaults.LeaseIdle > 0 {
+		policy.LeaseIdle = defaults.LeaseIdle
+	}
 	return &boxsvc.Service{
 		Temporal: p.Temporal, Store: p.Store, Policy: policy,
 		Link: &boxlink.Link{

@@ -98,7 +98,10 @@ func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (
 	if err := b.Validate(); err != nil {
 		return View{}, err
 	}
-	policy := s.Policy
+	policy, err := s.PolicyDefaults(ctx, owner) // the server's, under the owner's own defaults
+	if err != nil {
+		return View{}, err
+	}
 	if req.Network.Policy != "" || len(req.Network.Allow) > 0 {
 		policy.Network = req.Network
 	}

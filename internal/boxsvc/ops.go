@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/store"
@@ -46,59 +45,6 @@ func (s *Service) DeleteWith(ctx context.Context, caller string, id cocoonbox.Bo
 // (admin). The network is not applied (SetNetwork changes it).
 func (s *Service) SetPolicy(ctx context.Context, caller string, id cocoonbox.BoxID, p workflows.Policy) (View, error) {
 	return s.update(ctx, caller, id, cocoonbox.RoleAdmin, workflows.UpdateSetPolicy, workflows.SetAll(p))
-}
-
-// Bounds of what a user may set in a box's policy.
-const (
-	MinIdle          = time.Minute
-	MaxIdle          = 30 * 24 * time.Hour
-	MaxKeepSnapshots = 1000
-	MinSnapshotEvery = 5 * time.Minute
-	MaxSnapshotEvery = 30 * 24 * time.Hour
-)
-
-// PolicyChange is a user's change of a box's policy: nil fields keep their value.
-type PolicyChange struct {
-	IdleSeconds          *int64 // 0: never hibernate by itself
-	Durable              *bool
-	KeepSnapshots        *int
-	SnapshotEverySeconds *int64 // 0: never seal a running box by itself
-}
-
-// Validate names the first field of c a box cannot take.
-func (c PolicyChange) Validate() error {
-	if n := c.IdleSeconds; n != nil && *n != 0 && (*n < int64(MinIdle/time.Second) || *n > int64(MaxIdle/time.Second)) {
-		return cocoonbox.Invalid("idle_seconds", fmt.Sprintf("must be 0 (never by itself) or from %d to %d seconds, got %d",
-			int64(MinIdle/time.Second), int64(MaxIdle/time.Second), *n))
-	}
-	if n := c.KeepSnapshots; n != nil && (*n < 1 || *n > MaxKeepSnapshots) {
-		return cocoonbox.Invalid("keep_snapshots", fmt.Sprintf("must be from 1 to %d (the newest snapshot is always kept), got %d", MaxKeepSnapshots, *n))
-	}
-	if n := c.SnapshotEverySeconds; n != nil && *n != 0 && (*n < int64(MinSnapshotEvery/time.Second) || *n > int64(MaxSnapshotEvery/time.Second)) {
-		return cocoonbox.Invalid("snapshot_every_seconds", fmt.Sprintf("must be 0 (never by itself) or from %d to %d seconds, got %d",
-			int64(MinSnapshotEvery/time.Second), int64(MaxSnapshotEvery/time.Second), *n))
-	}
-	if c.IdleSeconds == nil && c.Durable == nil && c.KeepSnapshots == nil && c.SnapshotEverySeconds == nil {
-		return cocoonbox.Invalid("policy", "name at least one of idle_seconds, durable, keep_snapshots and snapshot_every_seconds to change")
-	}
-	return nil
-}
-
-// ChangePolicy changes the fields of the box's policy that c sets (admin).
-func (s *Service) ChangePolicy(ctx context.Context, caller string, id cocoonbox.BoxID, c PolicyChange) (View, error) {
-	if err := c.Validate(); err != nil {
-		return View{}, err
-	}
-	in := workflows.SetPolicyInput{DurableHibernate: c.Durable, KeepSnapshots: c.KeepSnapshots}
-	if c.IdleSeconds != nil {
-		d := time.Duration(*c.IdleSeconds) * time.Second
-		in.IdleAfter = &d
-	}
-	if c.SnapshotEverySeconds != nil {
-		d := time.Duration(*c.SnapshotEverySeconds) * time.Second
-		in.SnapshotEvery = &d
-	}
-	return s.update(ctx, caller, id, cocoonbox.RoleAdmin, workflows.UpdateSetPolicy, in)
 }
 
 // SetNetwork replaces the box's egress policy (admin): an internet box can become an allow-list

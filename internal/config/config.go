@@ -173,12 +173,39 @@ type Dev struct {
 	// image not built, no capacity), saying what it waits for, before it fails with the reason;
 	// 0 is 10 minutes.
 	CreateWait time.Duration `yaml:"create_wait" env:"COCOONBOX_CREATE_WAIT"`
+	// BoxPolicy is the default policy of new boxes, under each user's own defaults.
+	BoxPolicy BoxPolicy `yaml:"box_policy"`
 	// NoWorker starts the stack without its in-process Temporal worker, for tests and for running
 	// workers separately (`cocoonbox serve worker`); box operations wait until a worker polls.
 	NoWorker bool `yaml:"no_worker" env:"COCOONBOX_DEV_NO_WORKER"`
 	// Pools are the local engine's warm pools, set at every start (default: 2 small boxes of the
 	// box template); `pools: []` runs none. `cocoonbox admin pools` changes them until the next start.
 	Pools []Pool `yaml:"pools"`
+}
+
+// BoxPolicy is the server's default policy for new boxes; a field left out keeps the built-in
+// default (idle 15m, durable, snapshot every 30m, keep 5, lease idle 2m).
+type BoxPolicy struct {
+	Idle          *time.Duration `yaml:"idle"` // 0: never hibernate by itself
+	Durable       *bool          `yaml:"durable"`
+	SnapshotEvery *time.Duration `yaml:"snapshot_every"` // 0: never seal a running box by itself
+	Keep          int            `yaml:"keep"`
+	LeaseIdle     time.Duration  `yaml:"lease_idle"`
+}
+
+// validate names the first field of p no box can take.
+func (p BoxPolicy) validate() error {
+	switch {
+	case p.Idle != nil && *p.Idle < 0:
+		return fmt.Errorf("config box_policy.idle: must not be negative, got %s", *p.Idle)
+	case p.SnapshotEvery != nil && *p.SnapshotEvery < 0:
+		return fmt.Errorf("config box_policy.snapshot_every: must not be negative, got %s", *p.SnapshotEvery)
+	case p.Keep < 0 || p.Keep > 1000:
+		return fmt.Errorf("config box_policy.keep: must be 1 to 1000, got %d", p.Keep)
+	case p.LeaseIdle < 0:
+		return fmt.Errorf("config box_policy.lease_idle: must not be negative, got %s", p.LeaseIdle)
+	}
+	return nil
 }
 
 // Pool is one warm pool: Warm boxes of Template (empty: the box template) and Size (empty:
@@ -228,6 +255,8 @@ type API struct {
 	MaxDesktopConnections int `yaml:"max_desktop_connections" env:"COCOONBOX_MAX_DESKTOP_CONNECTIONS"`
 	// CreateWait is Dev.CreateWait.
 	CreateWait time.Duration `yaml:"create_wait" env:"COCOONBOX_CREATE_WAIT"`
+	// BoxPolicy is Dev.BoxPolicy.
+	BoxPolicy BoxPolicy `yaml:"box_policy"`
 	// PreviewDomain, when set (host or host:port, e.g. preview.example.com with a wildcard DNS
 	// record and certificate for *.preview.example.com), serves each box port's preview at
 	// p{port}-{box hex}.{domain}, its own origin, which browsers open from the web app.
@@ -237,6 +266,9 @@ type API struct {
 // Validate checks the api configuration and names the first bad field.
 func (c *API) Validate() error {
 	if err := validateHome(c.Home); err != nil {
+		return err
+	}
+	if err := c.BoxPolicy.validate(); err != nil {
 		return err
 	}
 	if err := validateBoxNetwork(c.BoxNetwork); err != nil {
@@ -375,6 +407,9 @@ func (c *Dev) Validate() error {
 		return errors.New("config user: is required")
 	}
 	if err := validatePools(c.Pools); err != nil {
+		return err
+	}
+	if err := c.BoxPolicy.validate(); err != nil {
 		return err
 	}
 	if host, _, _ := net.SplitHostPort(c.TemporalListen); c.TemporalInsecure && c.Temporal.Address == "" && !isLoopback(host) {

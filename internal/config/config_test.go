@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/loomhand/cocoonbox/internal/config"
 )
@@ -408,5 +409,40 @@ func TestQuotaDefaults(t *testing.T) {
 	a.Postgres.URL, a.Sandbox.URL, a.Quota.VCPUs = "postgres://db", "http://engine", -2
 	if err := a.Validate(); err == nil || !strings.Contains(err.Error(), "config quota.vcpus_per_user") {
 		t.Fatalf("negative quota: %v", err)
+	}
+}
+
+// TestBoxPolicyConfig: box_policy reads durations and a durable that may be false, and refuses
+// negative values naming the field.
+func TestBoxPolicyConfig(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "c.yaml")
+	write := func(body string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := config.MapEnv(map[string]string{"HOME": dir})
+	write("home: " + filepath.Join(dir, "h") + "\nbox_policy:\n  idle: 0s\n  durable: false\n  snapshot_every: 2h\n  keep: 9\n  lease_idle: 5m\n")
+	c, err := config.LoadDev(path, env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := c.BoxPolicy
+	if p.Idle == nil || *p.Idle != 0 || p.Durable == nil || *p.Durable || p.SnapshotEvery == nil || *p.SnapshotEvery != 2*time.Hour ||
+		p.Keep != 9 || p.LeaseIdle != 5*time.Minute {
+		t.Fatalf("box_policy read as %+v", p)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	write("home: " + filepath.Join(dir, "h") + "\nbox_policy:\n  snapshot_every: -1m\n")
+	c, err = config.LoadDev(path, env)
+	if err == nil {
+		err = c.Validate()
+	}
+	if err == nil || !strings.Contains(err.Error(), "box_policy.snapshot_every") {
+		t.Fatalf("a negative snapshot_every: %v", err)
 	}
 }

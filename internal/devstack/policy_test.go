@@ -33,20 +33,20 @@ func TestBoxPolicy(t *testing.T) {
 			t.Fatalf("%s: policy %v, want %v", what, got, want)
 		}
 	}
-	same("a new box", b.GetPolicy(), &cbv1.BoxPolicy{IdleSeconds: 900, Durable: true, SnapshotEverySeconds: 1800, KeepSnapshots: 5})
+	same("a new box", b.GetPolicy(), &cbv1.BoxPolicy{IdleSeconds: 900, Durable: true, SnapshotEverySeconds: 1800, KeepSnapshots: 5, LeaseIdleSeconds: 120})
 
 	b, err = e.box.SetPolicy(as, &cbv1.SetPolicyRequest{Box: id, KeepSnapshots: proto.Int32(3)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	same("keep 3", b.GetPolicy(), &cbv1.BoxPolicy{IdleSeconds: 900, Durable: true, SnapshotEverySeconds: 1800, KeepSnapshots: 3})
+	same("keep 3", b.GetPolicy(), &cbv1.BoxPolicy{IdleSeconds: 900, Durable: true, SnapshotEverySeconds: 1800, KeepSnapshots: 3, LeaseIdleSeconds: 120})
 
 	before := time.Now()
 	b, err = e.box.SetPolicy(as, &cbv1.SetPolicyRequest{Box: id, IdleSeconds: proto.Int64(60), Durable: proto.Bool(false), SnapshotEverySeconds: proto.Int64(3600)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := &cbv1.BoxPolicy{IdleSeconds: 60, Durable: false, SnapshotEverySeconds: 3600, KeepSnapshots: 3}
+	want := &cbv1.BoxPolicy{IdleSeconds: 60, Durable: false, SnapshotEverySeconds: 3600, KeepSnapshots: 3, LeaseIdleSeconds: 120}
 	same("idle 60 s, not durable, snapshot every hour", b.GetPolicy(), want)
 	if dl := b.GetIdleDeadline().AsTime(); dl.Before(before) || dl.After(time.Now().Add(61*time.Second)) {
 		t.Errorf("idle deadline %v after a change to 60 s at %v", dl, before)
@@ -63,6 +63,7 @@ func TestBoxPolicy(t *testing.T) {
 		{&cbv1.SetPolicyRequest{KeepSnapshots: proto.Int32(1001)}, "keep_snapshots"},
 		{&cbv1.SetPolicyRequest{SnapshotEverySeconds: proto.Int64(-1)}, "snapshot_every_seconds"},
 		{&cbv1.SetPolicyRequest{SnapshotEverySeconds: proto.Int64(60)}, "snapshot_every_seconds"},
+		{&cbv1.SetPolicyRequest{LeaseIdleSeconds: proto.Int64(0)}, "lease_idle_seconds"},
 		{&cbv1.SetPolicyRequest{}, "policy"},
 	} {
 		tc.req.Box = id
@@ -76,6 +77,35 @@ func TestBoxPolicy(t *testing.T) {
 		t.Fatal(err)
 	}
 	same("after the refusals", b.GetPolicy(), want)
+
+	// The user's defaults: a new box starts with them over the server's; the box above keeps its.
+	def, err := e.box.SetPolicyDefaults(as, &cbv1.SetPolicyDefaultsRequest{IdleSeconds: proto.Int64(3600), KeepSnapshots: proto.Int32(7)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := &cbv1.BoxPolicy{IdleSeconds: 3600, Durable: true, SnapshotEverySeconds: 1800, KeepSnapshots: 7, LeaseIdleSeconds: 120}
+	same("the defaults", def, mine)
+	if _, err := e.box.SetPolicyDefaults(as, &cbv1.SetPolicyDefaultsRequest{Durable: proto.Bool(false)}); err != nil {
+		t.Fatal(err)
+	}
+	mine.Durable = false
+	if def, err = e.box.GetPolicyDefaults(as, &cbv1.GetPolicyDefaultsRequest{}); err != nil {
+		t.Fatal(err)
+	}
+	same("the defaults after a second change", def, mine)
+	nb, err := e.box.CreateBox(as, &cbv1.CreateBoxRequest{Name: "policy-two", Size: "small"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	same("a box created after the defaults", nb.GetPolicy(), mine)
+	if b, err = e.box.GetBox(as, &cbv1.GetBoxRequest{Box: id}); err != nil {
+		t.Fatal(err)
+	}
+	same("the box created before them", b.GetPolicy(), want)
+	if _, err := e.box.SetPolicyDefaults(as, &cbv1.SetPolicyDefaultsRequest{IdleSeconds: proto.Int64(-60)}); status.Code(err) != codes.InvalidArgument ||
+		!strings.HasPrefix(status.Convert(err).Message(), "idle_seconds:") {
+		t.Errorf("a negative idle default: %v; want invalid naming idle_seconds", err)
+	}
 }
 
 // TestBoxEvents: what a user and the box's own workflow did reaches ListEvents in order, the

@@ -26,7 +26,7 @@ func (d *Dev) startWorker() error {
 	// would cut off long engine calls such as a disk export; each call is bounded by its context.
 	sb := sandbox.NewHTTP(d.sandboxURL, d.sandboxToken, nil)
 	d.parts = app.Parts{Temporal: d.Temporal, Store: d.Store, Keys: keys, Sandbox: sb, Logger: d.log}
-	d.Boxes = app.Boxes(d.parts, d.cfg.Agent, d.cfg.Quota, d.cfg.DefaultBoxNetwork())
+	d.Boxes = app.Boxes(d.parts, d.cfg.Agent, d.cfg.Quota, d.cfg.DefaultBoxNetwork(), d.cfg.BoxPolicy)
 	d.Boxes.CreateWait = d.cfg.CreateWait
 	if d.cfg.NoWorker {
 		return nil

@@ -1030,8 +1030,11 @@ type SetPolicyRequest struct {
 	// snapshot_every_seconds seals a running box into a snapshot this long after its last one when
 	// it was active since: 300 to 2592000 (30 days), or 0 for never by itself.
 	SnapshotEverySeconds *int64 `protobuf:"varint,5,opt,name=snapshot_every_seconds,json=snapshotEverySeconds,proto3,oneof" json:"snapshot_every_seconds,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// lease_idle_seconds is how long the desktop's control lease outlives its holder's last
+	// control connection before the box releases it: 30 to 86400.
+	LeaseIdleSeconds *int64 `protobuf:"varint,6,opt,name=lease_idle_seconds,json=leaseIdleSeconds,proto3,oneof" json:"lease_idle_seconds,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SetPolicyRequest) Reset() {
@@ -1099,6 +1102,126 @@ func (x *SetPolicyRequest) GetSnapshotEverySeconds() int64 {
 	return 0
 }
 
+func (x *SetPolicyRequest) GetLeaseIdleSeconds() int64 {
+	if x != nil && x.LeaseIdleSeconds != nil {
+		return *x.LeaseIdleSeconds
+	}
+	return 0
+}
+
+type GetPolicyDefaultsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetPolicyDefaultsRequest) Reset() {
+	*x = GetPolicyDefaultsRequest{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetPolicyDefaultsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetPolicyDefaultsRequest) ProtoMessage() {}
+
+func (x *GetPolicyDefaultsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetPolicyDefaultsRequest.ProtoReflect.Descriptor instead.
+func (*GetPolicyDefaultsRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{16}
+}
+
+// SetPolicyDefaultsRequest carries the fields of SetPolicyRequest, for the caller's new boxes.
+type SetPolicyDefaultsRequest struct {
+	state                protoimpl.MessageState `protogen:"open.v1"`
+	IdleSeconds          *int64                 `protobuf:"varint,1,opt,name=idle_seconds,json=idleSeconds,proto3,oneof" json:"idle_seconds,omitempty"`
+	Durable              *bool                  `protobuf:"varint,2,opt,name=durable,proto3,oneof" json:"durable,omitempty"`
+	KeepSnapshots        *int32                 `protobuf:"varint,3,opt,name=keep_snapshots,json=keepSnapshots,proto3,oneof" json:"keep_snapshots,omitempty"`
+	SnapshotEverySeconds *int64                 `protobuf:"varint,4,opt,name=snapshot_every_seconds,json=snapshotEverySeconds,proto3,oneof" json:"snapshot_every_seconds,omitempty"`
+	LeaseIdleSeconds     *int64                 `protobuf:"varint,5,opt,name=lease_idle_seconds,json=leaseIdleSeconds,proto3,oneof" json:"lease_idle_seconds,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
+}
+
+func (x *SetPolicyDefaultsRequest) Reset() {
+	*x = SetPolicyDefaultsRequest{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetPolicyDefaultsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetPolicyDefaultsRequest) ProtoMessage() {}
+
+func (x *SetPolicyDefaultsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetPolicyDefaultsRequest.ProtoReflect.Descriptor instead.
+func (*SetPolicyDefaultsRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *SetPolicyDefaultsRequest) GetIdleSeconds() int64 {
+	if x != nil && x.IdleSeconds != nil {
+		return *x.IdleSeconds
+	}
+	return 0
+}
+
+func (x *SetPolicyDefaultsRequest) GetDurable() bool {
+	if x != nil && x.Durable != nil {
+		return *x.Durable
+	}
+	return false
+}
+
+func (x *SetPolicyDefaultsRequest) GetKeepSnapshots() int32 {
+	if x != nil && x.KeepSnapshots != nil {
+		return *x.KeepSnapshots
+	}
+	return 0
+}
+
+func (x *SetPolicyDefaultsRequest) GetSnapshotEverySeconds() int64 {
+	if x != nil && x.SnapshotEverySeconds != nil {
+		return *x.SnapshotEverySeconds
+	}
+	return 0
+}
+
+func (x *SetPolicyDefaultsRequest) GetLeaseIdleSeconds() int64 {
+	if x != nil && x.LeaseIdleSeconds != nil {
+		return *x.LeaseIdleSeconds
+	}
+	return 0
+}
+
 // BoxPolicy is how a box behaves on its own.
 type BoxPolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1111,13 +1234,15 @@ type BoxPolicy struct {
 	KeepSnapshots int32 `protobuf:"varint,3,opt,name=keep_snapshots,json=keepSnapshots,proto3" json:"keep_snapshots,omitempty"`
 	// snapshot_every_seconds is how often a running, active box is sealed; 0: never by itself.
 	SnapshotEverySeconds int64 `protobuf:"varint,4,opt,name=snapshot_every_seconds,json=snapshotEverySeconds,proto3" json:"snapshot_every_seconds,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// lease_idle_seconds is how long the control lease outlives its holder's last connection.
+	LeaseIdleSeconds int64 `protobuf:"varint,5,opt,name=lease_idle_seconds,json=leaseIdleSeconds,proto3" json:"lease_idle_seconds,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *BoxPolicy) Reset() {
 	*x = BoxPolicy{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[16]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1129,7 +1254,7 @@ func (x *BoxPolicy) String() string {
 func (*BoxPolicy) ProtoMessage() {}
 
 func (x *BoxPolicy) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[16]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1142,7 +1267,7 @@ func (x *BoxPolicy) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BoxPolicy.ProtoReflect.Descriptor instead.
 func (*BoxPolicy) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{16}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *BoxPolicy) GetIdleSeconds() int64 {
@@ -1173,6 +1298,13 @@ func (x *BoxPolicy) GetSnapshotEverySeconds() int64 {
 	return 0
 }
 
+func (x *BoxPolicy) GetLeaseIdleSeconds() int64 {
+	if x != nil {
+		return x.LeaseIdleSeconds
+	}
+	return 0
+}
+
 type SetBoxNetworkRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Box   string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
@@ -1185,7 +1317,7 @@ type SetBoxNetworkRequest struct {
 
 func (x *SetBoxNetworkRequest) Reset() {
 	*x = SetBoxNetworkRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[17]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1197,7 +1329,7 @@ func (x *SetBoxNetworkRequest) String() string {
 func (*SetBoxNetworkRequest) ProtoMessage() {}
 
 func (x *SetBoxNetworkRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[17]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1210,7 +1342,7 @@ func (x *SetBoxNetworkRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetBoxNetworkRequest.ProtoReflect.Descriptor instead.
 func (*SetBoxNetworkRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{17}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *SetBoxNetworkRequest) GetBox() string {
@@ -1243,7 +1375,7 @@ type ListPortsRequest struct {
 
 func (x *ListPortsRequest) Reset() {
 	*x = ListPortsRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[18]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1255,7 +1387,7 @@ func (x *ListPortsRequest) String() string {
 func (*ListPortsRequest) ProtoMessage() {}
 
 func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[18]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1268,7 +1400,7 @@ func (x *ListPortsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPortsRequest.ProtoReflect.Descriptor instead.
 func (*ListPortsRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{18}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListPortsRequest) GetBox() string {
@@ -1287,7 +1419,7 @@ type ListPortsResponse struct {
 
 func (x *ListPortsResponse) Reset() {
 	*x = ListPortsResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[19]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1299,7 +1431,7 @@ func (x *ListPortsResponse) String() string {
 func (*ListPortsResponse) ProtoMessage() {}
 
 func (x *ListPortsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[19]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1312,7 +1444,7 @@ func (x *ListPortsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPortsResponse.ProtoReflect.Descriptor instead.
 func (*ListPortsResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{19}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ListPortsResponse) GetPorts() []*Port {
@@ -1342,7 +1474,7 @@ type Port struct {
 
 func (x *Port) Reset() {
 	*x = Port{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[20]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1354,7 +1486,7 @@ func (x *Port) String() string {
 func (*Port) ProtoMessage() {}
 
 func (x *Port) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[20]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1367,7 +1499,7 @@ func (x *Port) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Port.ProtoReflect.Descriptor instead.
 func (*Port) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{20}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Port) GetPort() int32 {
@@ -1416,7 +1548,7 @@ type SetPortPublicRequest struct {
 
 func (x *SetPortPublicRequest) Reset() {
 	*x = SetPortPublicRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[21]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1428,7 +1560,7 @@ func (x *SetPortPublicRequest) String() string {
 func (*SetPortPublicRequest) ProtoMessage() {}
 
 func (x *SetPortPublicRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[21]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1441,7 +1573,7 @@ func (x *SetPortPublicRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPortPublicRequest.ProtoReflect.Descriptor instead.
 func (*SetPortPublicRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{21}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *SetPortPublicRequest) GetBox() string {
@@ -1518,7 +1650,7 @@ type Box struct {
 
 func (x *Box) Reset() {
 	*x = Box{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[22]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1530,7 +1662,7 @@ func (x *Box) String() string {
 func (*Box) ProtoMessage() {}
 
 func (x *Box) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[22]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1543,7 +1675,7 @@ func (x *Box) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Box.ProtoReflect.Descriptor instead.
 func (*Box) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{22}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Box) GetId() string {
@@ -1700,7 +1832,7 @@ type RestoredFrom struct {
 
 func (x *RestoredFrom) Reset() {
 	*x = RestoredFrom{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[23]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1712,7 +1844,7 @@ func (x *RestoredFrom) String() string {
 func (*RestoredFrom) ProtoMessage() {}
 
 func (x *RestoredFrom) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[23]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1725,7 +1857,7 @@ func (x *RestoredFrom) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoredFrom.ProtoReflect.Descriptor instead.
 func (*RestoredFrom) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{23}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *RestoredFrom) GetSnapshotId() string {
@@ -1771,7 +1903,7 @@ type CreateBoxRequest struct {
 
 func (x *CreateBoxRequest) Reset() {
 	*x = CreateBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[24]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1783,7 +1915,7 @@ func (x *CreateBoxRequest) String() string {
 func (*CreateBoxRequest) ProtoMessage() {}
 
 func (x *CreateBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[24]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1796,7 +1928,7 @@ func (x *CreateBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateBoxRequest.ProtoReflect.Descriptor instead.
 func (*CreateBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{24}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CreateBoxRequest) GetName() string {
@@ -1843,7 +1975,7 @@ type GetBoxRequest struct {
 
 func (x *GetBoxRequest) Reset() {
 	*x = GetBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[25]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1855,7 +1987,7 @@ func (x *GetBoxRequest) String() string {
 func (*GetBoxRequest) ProtoMessage() {}
 
 func (x *GetBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[25]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1868,7 +2000,7 @@ func (x *GetBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetBoxRequest.ProtoReflect.Descriptor instead.
 func (*GetBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{25}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetBoxRequest) GetBox() string {
@@ -1886,7 +2018,7 @@ type ListBoxesRequest struct {
 
 func (x *ListBoxesRequest) Reset() {
 	*x = ListBoxesRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[26]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1898,7 +2030,7 @@ func (x *ListBoxesRequest) String() string {
 func (*ListBoxesRequest) ProtoMessage() {}
 
 func (x *ListBoxesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[26]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1911,7 +2043,7 @@ func (x *ListBoxesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBoxesRequest.ProtoReflect.Descriptor instead.
 func (*ListBoxesRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{26}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{28}
 }
 
 type ListBoxesResponse struct {
@@ -1923,7 +2055,7 @@ type ListBoxesResponse struct {
 
 func (x *ListBoxesResponse) Reset() {
 	*x = ListBoxesResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[27]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1935,7 +2067,7 @@ func (x *ListBoxesResponse) String() string {
 func (*ListBoxesResponse) ProtoMessage() {}
 
 func (x *ListBoxesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[27]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1948,7 +2080,7 @@ func (x *ListBoxesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListBoxesResponse.ProtoReflect.Descriptor instead.
 func (*ListBoxesResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{27}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListBoxesResponse) GetBoxes() []*Box {
@@ -1969,7 +2101,7 @@ type DeleteBoxRequest struct {
 
 func (x *DeleteBoxRequest) Reset() {
 	*x = DeleteBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[28]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1981,7 +2113,7 @@ func (x *DeleteBoxRequest) String() string {
 func (*DeleteBoxRequest) ProtoMessage() {}
 
 func (x *DeleteBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[28]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1994,7 +2126,7 @@ func (x *DeleteBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteBoxRequest.ProtoReflect.Descriptor instead.
 func (*DeleteBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{28}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DeleteBoxRequest) GetBox() string {
@@ -2020,7 +2152,7 @@ type WakeBoxRequest struct {
 
 func (x *WakeBoxRequest) Reset() {
 	*x = WakeBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[29]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2032,7 +2164,7 @@ func (x *WakeBoxRequest) String() string {
 func (*WakeBoxRequest) ProtoMessage() {}
 
 func (x *WakeBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[29]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2045,7 +2177,7 @@ func (x *WakeBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WakeBoxRequest.ProtoReflect.Descriptor instead.
 func (*WakeBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{29}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WakeBoxRequest) GetBox() string {
@@ -2064,7 +2196,7 @@ type HibernateBoxRequest struct {
 
 func (x *HibernateBoxRequest) Reset() {
 	*x = HibernateBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[30]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2076,7 +2208,7 @@ func (x *HibernateBoxRequest) String() string {
 func (*HibernateBoxRequest) ProtoMessage() {}
 
 func (x *HibernateBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[30]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2089,7 +2221,7 @@ func (x *HibernateBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HibernateBoxRequest.ProtoReflect.Descriptor instead.
 func (*HibernateBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{30}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *HibernateBoxRequest) GetBox() string {
@@ -2123,7 +2255,7 @@ type Snapshot struct {
 
 func (x *Snapshot) Reset() {
 	*x = Snapshot{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[31]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2135,7 +2267,7 @@ func (x *Snapshot) String() string {
 func (*Snapshot) ProtoMessage() {}
 
 func (x *Snapshot) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[31]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2148,7 +2280,7 @@ func (x *Snapshot) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Snapshot.ProtoReflect.Descriptor instead.
 func (*Snapshot) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{31}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *Snapshot) GetId() string {
@@ -2223,7 +2355,7 @@ type SnapshotBoxRequest struct {
 
 func (x *SnapshotBoxRequest) Reset() {
 	*x = SnapshotBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[32]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2235,7 +2367,7 @@ func (x *SnapshotBoxRequest) String() string {
 func (*SnapshotBoxRequest) ProtoMessage() {}
 
 func (x *SnapshotBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[32]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2248,7 +2380,7 @@ func (x *SnapshotBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SnapshotBoxRequest.ProtoReflect.Descriptor instead.
 func (*SnapshotBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{32}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *SnapshotBoxRequest) GetBox() string {
@@ -2267,7 +2399,7 @@ type ListSnapshotsRequest struct {
 
 func (x *ListSnapshotsRequest) Reset() {
 	*x = ListSnapshotsRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[33]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2279,7 +2411,7 @@ func (x *ListSnapshotsRequest) String() string {
 func (*ListSnapshotsRequest) ProtoMessage() {}
 
 func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[33]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2292,7 +2424,7 @@ func (x *ListSnapshotsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsRequest.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{33}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *ListSnapshotsRequest) GetBox() string {
@@ -2311,7 +2443,7 @@ type ListSnapshotsResponse struct {
 
 func (x *ListSnapshotsResponse) Reset() {
 	*x = ListSnapshotsResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[34]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2323,7 +2455,7 @@ func (x *ListSnapshotsResponse) String() string {
 func (*ListSnapshotsResponse) ProtoMessage() {}
 
 func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[34]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2336,7 +2468,7 @@ func (x *ListSnapshotsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSnapshotsResponse.ProtoReflect.Descriptor instead.
 func (*ListSnapshotsResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{34}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{36}
 }
 
 func (x *ListSnapshotsResponse) GetSnapshots() []*Snapshot {
@@ -2357,7 +2489,7 @@ type RestoreBoxRequest struct {
 
 func (x *RestoreBoxRequest) Reset() {
 	*x = RestoreBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[35]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[37]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2369,7 +2501,7 @@ func (x *RestoreBoxRequest) String() string {
 func (*RestoreBoxRequest) ProtoMessage() {}
 
 func (x *RestoreBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[35]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[37]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2382,7 +2514,7 @@ func (x *RestoreBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RestoreBoxRequest.ProtoReflect.Descriptor instead.
 func (*RestoreBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{35}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{37}
 }
 
 func (x *RestoreBoxRequest) GetBox() string {
@@ -2420,7 +2552,7 @@ type WarmPool struct {
 
 func (x *WarmPool) Reset() {
 	*x = WarmPool{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[36]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[38]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2432,7 +2564,7 @@ func (x *WarmPool) String() string {
 func (*WarmPool) ProtoMessage() {}
 
 func (x *WarmPool) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[36]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[38]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2445,7 +2577,7 @@ func (x *WarmPool) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WarmPool.ProtoReflect.Descriptor instead.
 func (*WarmPool) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{36}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{38}
 }
 
 func (x *WarmPool) GetTemplate() string {
@@ -2498,7 +2630,7 @@ type ListPoolsRequest struct {
 
 func (x *ListPoolsRequest) Reset() {
 	*x = ListPoolsRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[37]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[39]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2510,7 +2642,7 @@ func (x *ListPoolsRequest) String() string {
 func (*ListPoolsRequest) ProtoMessage() {}
 
 func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[37]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[39]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2523,7 +2655,7 @@ func (x *ListPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsRequest.ProtoReflect.Descriptor instead.
 func (*ListPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{37}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{39}
 }
 
 type ListPoolsResponse struct {
@@ -2535,7 +2667,7 @@ type ListPoolsResponse struct {
 
 func (x *ListPoolsResponse) Reset() {
 	*x = ListPoolsResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[38]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[40]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2547,7 +2679,7 @@ func (x *ListPoolsResponse) String() string {
 func (*ListPoolsResponse) ProtoMessage() {}
 
 func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[38]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[40]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2560,7 +2692,7 @@ func (x *ListPoolsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListPoolsResponse.ProtoReflect.Descriptor instead.
 func (*ListPoolsResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{38}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{40}
 }
 
 func (x *ListPoolsResponse) GetPools() []*WarmPool {
@@ -2579,7 +2711,7 @@ type SetPoolsRequest struct {
 
 func (x *SetPoolsRequest) Reset() {
 	*x = SetPoolsRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[39]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[41]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2591,7 +2723,7 @@ func (x *SetPoolsRequest) String() string {
 func (*SetPoolsRequest) ProtoMessage() {}
 
 func (x *SetPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[39]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[41]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2604,7 +2736,7 @@ func (x *SetPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPoolsRequest.ProtoReflect.Descriptor instead.
 func (*SetPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{39}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{41}
 }
 
 func (x *SetPoolsRequest) GetPools() []*WarmPool {
@@ -2623,7 +2755,7 @@ type RecreateBoxRequest struct {
 
 func (x *RecreateBoxRequest) Reset() {
 	*x = RecreateBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[40]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2635,7 +2767,7 @@ func (x *RecreateBoxRequest) String() string {
 func (*RecreateBoxRequest) ProtoMessage() {}
 
 func (x *RecreateBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[40]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2648,7 +2780,7 @@ func (x *RecreateBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecreateBoxRequest.ProtoReflect.Descriptor instead.
 func (*RecreateBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{40}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{42}
 }
 
 func (x *RecreateBoxRequest) GetBox() string {
@@ -2667,7 +2799,7 @@ type WatchBoxRequest struct {
 
 func (x *WatchBoxRequest) Reset() {
 	*x = WatchBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[41]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2679,7 +2811,7 @@ func (x *WatchBoxRequest) String() string {
 func (*WatchBoxRequest) ProtoMessage() {}
 
 func (x *WatchBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[41]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2692,7 +2824,7 @@ func (x *WatchBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchBoxRequest.ProtoReflect.Descriptor instead.
 func (*WatchBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{41}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *WatchBoxRequest) GetBox() string {
@@ -2721,7 +2853,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2733,7 +2865,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2746,7 +2878,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{42}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *ExecRequest) GetBox() string {
@@ -2805,7 +2937,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2817,7 +2949,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2830,7 +2962,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{43}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ExecResponse) GetExitCode() int32 {
@@ -2865,7 +2997,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2877,7 +3009,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2890,7 +3022,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{44}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *ReadFileRequest) GetBox() string {
@@ -2918,7 +3050,7 @@ type ReadFileResponse struct {
 
 func (x *ReadFileResponse) Reset() {
 	*x = ReadFileResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2930,7 +3062,7 @@ func (x *ReadFileResponse) String() string {
 func (*ReadFileResponse) ProtoMessage() {}
 
 func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2943,7 +3075,7 @@ func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadFileResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{45}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ReadFileResponse) GetContent() []byte {
@@ -2975,7 +3107,7 @@ type WriteFileRequest struct {
 
 func (x *WriteFileRequest) Reset() {
 	*x = WriteFileRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2987,7 +3119,7 @@ func (x *WriteFileRequest) String() string {
 func (*WriteFileRequest) ProtoMessage() {}
 
 func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3000,7 +3132,7 @@ func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{46}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *WriteFileRequest) GetBox() string {
@@ -3040,7 +3172,7 @@ type WriteFileResponse struct {
 
 func (x *WriteFileResponse) Reset() {
 	*x = WriteFileResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[47]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3052,7 +3184,7 @@ func (x *WriteFileResponse) String() string {
 func (*WriteFileResponse) ProtoMessage() {}
 
 func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[47]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3065,7 +3197,7 @@ func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileResponse.ProtoReflect.Descriptor instead.
 func (*WriteFileResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{47}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *WriteFileResponse) GetBytes() int64 {
@@ -3092,7 +3224,7 @@ type Share struct {
 
 func (x *Share) Reset() {
 	*x = Share{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[48]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3104,7 +3236,7 @@ func (x *Share) String() string {
 func (*Share) ProtoMessage() {}
 
 func (x *Share) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[48]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3117,7 +3249,7 @@ func (x *Share) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Share.ProtoReflect.Descriptor instead.
 func (*Share) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{48}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *Share) GetBoxId() string {
@@ -3177,7 +3309,7 @@ type ShareBoxRequest struct {
 
 func (x *ShareBoxRequest) Reset() {
 	*x = ShareBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[49]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3189,7 +3321,7 @@ func (x *ShareBoxRequest) String() string {
 func (*ShareBoxRequest) ProtoMessage() {}
 
 func (x *ShareBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[49]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3202,7 +3334,7 @@ func (x *ShareBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShareBoxRequest.ProtoReflect.Descriptor instead.
 func (*ShareBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{49}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ShareBoxRequest) GetBox() string {
@@ -3244,7 +3376,7 @@ type UnshareBoxRequest struct {
 
 func (x *UnshareBoxRequest) Reset() {
 	*x = UnshareBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[50]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3256,7 +3388,7 @@ func (x *UnshareBoxRequest) String() string {
 func (*UnshareBoxRequest) ProtoMessage() {}
 
 func (x *UnshareBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[50]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3269,7 +3401,7 @@ func (x *UnshareBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnshareBoxRequest.ProtoReflect.Descriptor instead.
 func (*UnshareBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{50}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *UnshareBoxRequest) GetBox() string {
@@ -3294,7 +3426,7 @@ type UnshareBoxResponse struct {
 
 func (x *UnshareBoxResponse) Reset() {
 	*x = UnshareBoxResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[51]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3306,7 +3438,7 @@ func (x *UnshareBoxResponse) String() string {
 func (*UnshareBoxResponse) ProtoMessage() {}
 
 func (x *UnshareBoxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[51]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3319,7 +3451,7 @@ func (x *UnshareBoxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnshareBoxResponse.ProtoReflect.Descriptor instead.
 func (*UnshareBoxResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{51}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{53}
 }
 
 type ListSharesRequest struct {
@@ -3331,7 +3463,7 @@ type ListSharesRequest struct {
 
 func (x *ListSharesRequest) Reset() {
 	*x = ListSharesRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[52]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3343,7 +3475,7 @@ func (x *ListSharesRequest) String() string {
 func (*ListSharesRequest) ProtoMessage() {}
 
 func (x *ListSharesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[52]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3356,7 +3488,7 @@ func (x *ListSharesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSharesRequest.ProtoReflect.Descriptor instead.
 func (*ListSharesRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{52}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ListSharesRequest) GetBox() string {
@@ -3375,7 +3507,7 @@ type ListSharesResponse struct {
 
 func (x *ListSharesResponse) Reset() {
 	*x = ListSharesResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[53]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3387,7 +3519,7 @@ func (x *ListSharesResponse) String() string {
 func (*ListSharesResponse) ProtoMessage() {}
 
 func (x *ListSharesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[53]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3400,7 +3532,7 @@ func (x *ListSharesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSharesResponse.ProtoReflect.Descriptor instead.
 func (*ListSharesResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{53}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ListSharesResponse) GetShares() []*Share {
@@ -3419,7 +3551,7 @@ type TakeOverRequest struct {
 
 func (x *TakeOverRequest) Reset() {
 	*x = TakeOverRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[54]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3431,7 +3563,7 @@ func (x *TakeOverRequest) String() string {
 func (*TakeOverRequest) ProtoMessage() {}
 
 func (x *TakeOverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[54]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3444,7 +3576,7 @@ func (x *TakeOverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeOverRequest.ProtoReflect.Descriptor instead.
 func (*TakeOverRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{54}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *TakeOverRequest) GetBox() string {
@@ -3463,7 +3595,7 @@ type HandBackRequest struct {
 
 func (x *HandBackRequest) Reset() {
 	*x = HandBackRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[55]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3475,7 +3607,7 @@ func (x *HandBackRequest) String() string {
 func (*HandBackRequest) ProtoMessage() {}
 
 func (x *HandBackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[55]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3488,7 +3620,7 @@ func (x *HandBackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandBackRequest.ProtoReflect.Descriptor instead.
 func (*HandBackRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{55}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *HandBackRequest) GetBox() string {
@@ -3517,7 +3649,7 @@ type DesktopTicketRequest struct {
 
 func (x *DesktopTicketRequest) Reset() {
 	*x = DesktopTicketRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[56]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3529,7 +3661,7 @@ func (x *DesktopTicketRequest) String() string {
 func (*DesktopTicketRequest) ProtoMessage() {}
 
 func (x *DesktopTicketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[56]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3542,7 +3674,7 @@ func (x *DesktopTicketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesktopTicketRequest.ProtoReflect.Descriptor instead.
 func (*DesktopTicketRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{56}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *DesktopTicketRequest) GetBox() string {
@@ -3585,7 +3717,7 @@ type DesktopTicketResponse struct {
 
 func (x *DesktopTicketResponse) Reset() {
 	*x = DesktopTicketResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[57]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3597,7 +3729,7 @@ func (x *DesktopTicketResponse) String() string {
 func (*DesktopTicketResponse) ProtoMessage() {}
 
 func (x *DesktopTicketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[57]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3610,7 +3742,7 @@ func (x *DesktopTicketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesktopTicketResponse.ProtoReflect.Descriptor instead.
 func (*DesktopTicketResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{57}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *DesktopTicketResponse) GetTicket() string {
@@ -3711,23 +3843,39 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x05actor\x18\x02 \x01(\tR\x05actor\x12\x16\n" +
 	"\x06action\x18\x03 \x01(\tR\x06action\x12\x16\n" +
 	"\x06detail\x18\x04 \x01(\tR\x06detail\x12*\n" +
-	"\x02at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\x9d\x02\n" +
+	"\x02at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xe7\x02\n" +
 	"\x10SetPolicyRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\x12&\n" +
 	"\fidle_seconds\x18\x02 \x01(\x03H\x00R\vidleSeconds\x88\x01\x01\x12\x1d\n" +
 	"\adurable\x18\x03 \x01(\bH\x01R\adurable\x88\x01\x01\x12*\n" +
 	"\x0ekeep_snapshots\x18\x04 \x01(\x05H\x02R\rkeepSnapshots\x88\x01\x01\x129\n" +
-	"\x16snapshot_every_seconds\x18\x05 \x01(\x03H\x03R\x14snapshotEverySeconds\x88\x01\x01B\x0f\n" +
+	"\x16snapshot_every_seconds\x18\x05 \x01(\x03H\x03R\x14snapshotEverySeconds\x88\x01\x01\x121\n" +
+	"\x12lease_idle_seconds\x18\x06 \x01(\x03H\x04R\x10leaseIdleSeconds\x88\x01\x01B\x0f\n" +
 	"\r_idle_secondsB\n" +
 	"\n" +
 	"\b_durableB\x11\n" +
 	"\x0f_keep_snapshotsB\x19\n" +
-	"\x17_snapshot_every_seconds\"\xa5\x01\n" +
+	"\x17_snapshot_every_secondsB\x15\n" +
+	"\x13_lease_idle_seconds\"\x1a\n" +
+	"\x18GetPolicyDefaultsRequest\"\xdd\x02\n" +
+	"\x18SetPolicyDefaultsRequest\x12&\n" +
+	"\fidle_seconds\x18\x01 \x01(\x03H\x00R\vidleSeconds\x88\x01\x01\x12\x1d\n" +
+	"\adurable\x18\x02 \x01(\bH\x01R\adurable\x88\x01\x01\x12*\n" +
+	"\x0ekeep_snapshots\x18\x03 \x01(\x05H\x02R\rkeepSnapshots\x88\x01\x01\x129\n" +
+	"\x16snapshot_every_seconds\x18\x04 \x01(\x03H\x03R\x14snapshotEverySeconds\x88\x01\x01\x121\n" +
+	"\x12lease_idle_seconds\x18\x05 \x01(\x03H\x04R\x10leaseIdleSeconds\x88\x01\x01B\x0f\n" +
+	"\r_idle_secondsB\n" +
+	"\n" +
+	"\b_durableB\x11\n" +
+	"\x0f_keep_snapshotsB\x19\n" +
+	"\x17_snapshot_every_secondsB\x15\n" +
+	"\x13_lease_idle_seconds\"\xd3\x01\n" +
 	"\tBoxPolicy\x12!\n" +
 	"\fidle_seconds\x18\x01 \x01(\x03R\vidleSeconds\x12\x18\n" +
 	"\adurable\x18\x02 \x01(\bR\adurable\x12%\n" +
 	"\x0ekeep_snapshots\x18\x03 \x01(\x05R\rkeepSnapshots\x124\n" +
-	"\x16snapshot_every_seconds\x18\x04 \x01(\x03R\x14snapshotEverySeconds\"g\n" +
+	"\x16snapshot_every_seconds\x18\x04 \x01(\x03R\x14snapshotEverySeconds\x12,\n" +
+	"\x12lease_idle_seconds\x18\x05 \x01(\x03R\x10leaseIdleSeconds\"g\n" +
 	"\x14SetBoxNetworkRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\x12\x18\n" +
 	"\anetwork\x18\x02 \x01(\tR\anetwork\x12#\n" +
@@ -3897,7 +4045,7 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x06ticket\x18\x01 \x01(\tR\x06ticket\x129\n" +
 	"\n" +
 	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x10\n" +
-	"\x03url\x18\x03 \x01(\tR\x03url2\xd1\x12\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url2\xfd\x13\n" +
 	"\n" +
 	"BoxService\x12>\n" +
 	"\tCreateBox\x12\x1e.cocoonbox.v1.CreateBoxRequest\x1a\x11.cocoonbox.v1.Box\x128\n" +
@@ -3912,7 +4060,9 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"RestoreBox\x12\x1f.cocoonbox.v1.RestoreBoxRequest\x1a\x11.cocoonbox.v1.Box\x12B\n" +
 	"\vRecreateBox\x12 .cocoonbox.v1.RecreateBoxRequest\x1a\x11.cocoonbox.v1.Box\x12L\n" +
 	"\tListPools\x12\x1e.cocoonbox.v1.ListPoolsRequest\x1a\x1f.cocoonbox.v1.ListPoolsResponse\x12J\n" +
-	"\bSetPools\x12\x1d.cocoonbox.v1.SetPoolsRequest\x1a\x1f.cocoonbox.v1.ListPoolsResponse\x12>\n" +
+	"\bSetPools\x12\x1d.cocoonbox.v1.SetPoolsRequest\x1a\x1f.cocoonbox.v1.ListPoolsResponse\x12T\n" +
+	"\x11GetPolicyDefaults\x12&.cocoonbox.v1.GetPolicyDefaultsRequest\x1a\x17.cocoonbox.v1.BoxPolicy\x12T\n" +
+	"\x11SetPolicyDefaults\x12&.cocoonbox.v1.SetPolicyDefaultsRequest\x1a\x17.cocoonbox.v1.BoxPolicy\x12>\n" +
 	"\bWatchBox\x12\x1d.cocoonbox.v1.WatchBoxRequest\x1a\x11.cocoonbox.v1.Box0\x01\x12O\n" +
 	"\n" +
 	"ListEvents\x12\x1f.cocoonbox.v1.ListEventsRequest\x1a .cocoonbox.v1.ListEventsResponse\x12=\n" +
@@ -3952,165 +4102,171 @@ func file_cocoonbox_v1_box_proto_rawDescGZIP() []byte {
 	return file_cocoonbox_v1_box_proto_rawDescData
 }
 
-var file_cocoonbox_v1_box_proto_msgTypes = make([]protoimpl.MessageInfo, 60)
+var file_cocoonbox_v1_box_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
 var file_cocoonbox_v1_box_proto_goTypes = []any{
-	(*ShellRequest)(nil),          // 0: cocoonbox.v1.ShellRequest
-	(*ShellStart)(nil),            // 1: cocoonbox.v1.ShellStart
-	(*WindowSize)(nil),            // 2: cocoonbox.v1.WindowSize
-	(*ShellResponse)(nil),         // 3: cocoonbox.v1.ShellResponse
-	(*DownloadFileRequest)(nil),   // 4: cocoonbox.v1.DownloadFileRequest
-	(*FileChunk)(nil),             // 5: cocoonbox.v1.FileChunk
-	(*UploadFileRequest)(nil),     // 6: cocoonbox.v1.UploadFileRequest
-	(*FileInfo)(nil),              // 7: cocoonbox.v1.FileInfo
-	(*ListFilesRequest)(nil),      // 8: cocoonbox.v1.ListFilesRequest
-	(*StatFileRequest)(nil),       // 9: cocoonbox.v1.StatFileRequest
-	(*RemoveFileRequest)(nil),     // 10: cocoonbox.v1.RemoveFileRequest
-	(*RemoveFileResponse)(nil),    // 11: cocoonbox.v1.RemoveFileResponse
-	(*ListEventsRequest)(nil),     // 12: cocoonbox.v1.ListEventsRequest
-	(*ListEventsResponse)(nil),    // 13: cocoonbox.v1.ListEventsResponse
-	(*BoxEvent)(nil),              // 14: cocoonbox.v1.BoxEvent
-	(*SetPolicyRequest)(nil),      // 15: cocoonbox.v1.SetPolicyRequest
-	(*BoxPolicy)(nil),             // 16: cocoonbox.v1.BoxPolicy
-	(*SetBoxNetworkRequest)(nil),  // 17: cocoonbox.v1.SetBoxNetworkRequest
-	(*ListPortsRequest)(nil),      // 18: cocoonbox.v1.ListPortsRequest
-	(*ListPortsResponse)(nil),     // 19: cocoonbox.v1.ListPortsResponse
-	(*Port)(nil),                  // 20: cocoonbox.v1.Port
-	(*SetPortPublicRequest)(nil),  // 21: cocoonbox.v1.SetPortPublicRequest
-	(*Box)(nil),                   // 22: cocoonbox.v1.Box
-	(*RestoredFrom)(nil),          // 23: cocoonbox.v1.RestoredFrom
-	(*CreateBoxRequest)(nil),      // 24: cocoonbox.v1.CreateBoxRequest
-	(*GetBoxRequest)(nil),         // 25: cocoonbox.v1.GetBoxRequest
-	(*ListBoxesRequest)(nil),      // 26: cocoonbox.v1.ListBoxesRequest
-	(*ListBoxesResponse)(nil),     // 27: cocoonbox.v1.ListBoxesResponse
-	(*DeleteBoxRequest)(nil),      // 28: cocoonbox.v1.DeleteBoxRequest
-	(*WakeBoxRequest)(nil),        // 29: cocoonbox.v1.WakeBoxRequest
-	(*HibernateBoxRequest)(nil),   // 30: cocoonbox.v1.HibernateBoxRequest
-	(*Snapshot)(nil),              // 31: cocoonbox.v1.Snapshot
-	(*SnapshotBoxRequest)(nil),    // 32: cocoonbox.v1.SnapshotBoxRequest
-	(*ListSnapshotsRequest)(nil),  // 33: cocoonbox.v1.ListSnapshotsRequest
-	(*ListSnapshotsResponse)(nil), // 34: cocoonbox.v1.ListSnapshotsResponse
-	(*RestoreBoxRequest)(nil),     // 35: cocoonbox.v1.RestoreBoxRequest
-	(*WarmPool)(nil),              // 36: cocoonbox.v1.WarmPool
-	(*ListPoolsRequest)(nil),      // 37: cocoonbox.v1.ListPoolsRequest
-	(*ListPoolsResponse)(nil),     // 38: cocoonbox.v1.ListPoolsResponse
-	(*SetPoolsRequest)(nil),       // 39: cocoonbox.v1.SetPoolsRequest
-	(*RecreateBoxRequest)(nil),    // 40: cocoonbox.v1.RecreateBoxRequest
-	(*WatchBoxRequest)(nil),       // 41: cocoonbox.v1.WatchBoxRequest
-	(*ExecRequest)(nil),           // 42: cocoonbox.v1.ExecRequest
-	(*ExecResponse)(nil),          // 43: cocoonbox.v1.ExecResponse
-	(*ReadFileRequest)(nil),       // 44: cocoonbox.v1.ReadFileRequest
-	(*ReadFileResponse)(nil),      // 45: cocoonbox.v1.ReadFileResponse
-	(*WriteFileRequest)(nil),      // 46: cocoonbox.v1.WriteFileRequest
-	(*WriteFileResponse)(nil),     // 47: cocoonbox.v1.WriteFileResponse
-	(*Share)(nil),                 // 48: cocoonbox.v1.Share
-	(*ShareBoxRequest)(nil),       // 49: cocoonbox.v1.ShareBoxRequest
-	(*UnshareBoxRequest)(nil),     // 50: cocoonbox.v1.UnshareBoxRequest
-	(*UnshareBoxResponse)(nil),    // 51: cocoonbox.v1.UnshareBoxResponse
-	(*ListSharesRequest)(nil),     // 52: cocoonbox.v1.ListSharesRequest
-	(*ListSharesResponse)(nil),    // 53: cocoonbox.v1.ListSharesResponse
-	(*TakeOverRequest)(nil),       // 54: cocoonbox.v1.TakeOverRequest
-	(*HandBackRequest)(nil),       // 55: cocoonbox.v1.HandBackRequest
-	(*DesktopTicketRequest)(nil),  // 56: cocoonbox.v1.DesktopTicketRequest
-	(*DesktopTicketResponse)(nil), // 57: cocoonbox.v1.DesktopTicketResponse
-	nil,                           // 58: cocoonbox.v1.ShellStart.EnvEntry
-	nil,                           // 59: cocoonbox.v1.ExecRequest.EnvEntry
-	(*timestamppb.Timestamp)(nil), // 60: google.protobuf.Timestamp
+	(*ShellRequest)(nil),             // 0: cocoonbox.v1.ShellRequest
+	(*ShellStart)(nil),               // 1: cocoonbox.v1.ShellStart
+	(*WindowSize)(nil),               // 2: cocoonbox.v1.WindowSize
+	(*ShellResponse)(nil),            // 3: cocoonbox.v1.ShellResponse
+	(*DownloadFileRequest)(nil),      // 4: cocoonbox.v1.DownloadFileRequest
+	(*FileChunk)(nil),                // 5: cocoonbox.v1.FileChunk
+	(*UploadFileRequest)(nil),        // 6: cocoonbox.v1.UploadFileRequest
+	(*FileInfo)(nil),                 // 7: cocoonbox.v1.FileInfo
+	(*ListFilesRequest)(nil),         // 8: cocoonbox.v1.ListFilesRequest
+	(*StatFileRequest)(nil),          // 9: cocoonbox.v1.StatFileRequest
+	(*RemoveFileRequest)(nil),        // 10: cocoonbox.v1.RemoveFileRequest
+	(*RemoveFileResponse)(nil),       // 11: cocoonbox.v1.RemoveFileResponse
+	(*ListEventsRequest)(nil),        // 12: cocoonbox.v1.ListEventsRequest
+	(*ListEventsResponse)(nil),       // 13: cocoonbox.v1.ListEventsResponse
+	(*BoxEvent)(nil),                 // 14: cocoonbox.v1.BoxEvent
+	(*SetPolicyRequest)(nil),         // 15: cocoonbox.v1.SetPolicyRequest
+	(*GetPolicyDefaultsRequest)(nil), // 16: cocoonbox.v1.GetPolicyDefaultsRequest
+	(*SetPolicyDefaultsRequest)(nil), // 17: cocoonbox.v1.SetPolicyDefaultsRequest
+	(*BoxPolicy)(nil),                // 18: cocoonbox.v1.BoxPolicy
+	(*SetBoxNetworkRequest)(nil),     // 19: cocoonbox.v1.SetBoxNetworkRequest
+	(*ListPortsRequest)(nil),         // 20: cocoonbox.v1.ListPortsRequest
+	(*ListPortsResponse)(nil),        // 21: cocoonbox.v1.ListPortsResponse
+	(*Port)(nil),                     // 22: cocoonbox.v1.Port
+	(*SetPortPublicRequest)(nil),     // 23: cocoonbox.v1.SetPortPublicRequest
+	(*Box)(nil),                      // 24: cocoonbox.v1.Box
+	(*RestoredFrom)(nil),             // 25: cocoonbox.v1.RestoredFrom
+	(*CreateBoxRequest)(nil),         // 26: cocoonbox.v1.CreateBoxRequest
+	(*GetBoxRequest)(nil),            // 27: cocoonbox.v1.GetBoxRequest
+	(*ListBoxesRequest)(nil),         // 28: cocoonbox.v1.ListBoxesRequest
+	(*ListBoxesResponse)(nil),        // 29: cocoonbox.v1.ListBoxesResponse
+	(*DeleteBoxRequest)(nil),         // 30: cocoonbox.v1.DeleteBoxRequest
+	(*WakeBoxRequest)(nil),           // 31: cocoonbox.v1.WakeBoxRequest
+	(*HibernateBoxRequest)(nil),      // 32: cocoonbox.v1.HibernateBoxRequest
+	(*Snapshot)(nil),                 // 33: cocoonbox.v1.Snapshot
+	(*SnapshotBoxRequest)(nil),       // 34: cocoonbox.v1.SnapshotBoxRequest
+	(*ListSnapshotsRequest)(nil),     // 35: cocoonbox.v1.ListSnapshotsRequest
+	(*ListSnapshotsResponse)(nil),    // 36: cocoonbox.v1.ListSnapshotsResponse
+	(*RestoreBoxRequest)(nil),        // 37: cocoonbox.v1.RestoreBoxRequest
+	(*WarmPool)(nil),                 // 38: cocoonbox.v1.WarmPool
+	(*ListPoolsRequest)(nil),         // 39: cocoonbox.v1.ListPoolsRequest
+	(*ListPoolsResponse)(nil),        // 40: cocoonbox.v1.ListPoolsResponse
+	(*SetPoolsRequest)(nil),          // 41: cocoonbox.v1.SetPoolsRequest
+	(*RecreateBoxRequest)(nil),       // 42: cocoonbox.v1.RecreateBoxRequest
+	(*WatchBoxRequest)(nil),          // 43: cocoonbox.v1.WatchBoxRequest
+	(*ExecRequest)(nil),              // 44: cocoonbox.v1.ExecRequest
+	(*ExecResponse)(nil),             // 45: cocoonbox.v1.ExecResponse
+	(*ReadFileRequest)(nil),          // 46: cocoonbox.v1.ReadFileRequest
+	(*ReadFileResponse)(nil),         // 47: cocoonbox.v1.ReadFileResponse
+	(*WriteFileRequest)(nil),         // 48: cocoonbox.v1.WriteFileRequest
+	(*WriteFileResponse)(nil),        // 49: cocoonbox.v1.WriteFileResponse
+	(*Share)(nil),                    // 50: cocoonbox.v1.Share
+	(*ShareBoxRequest)(nil),          // 51: cocoonbox.v1.ShareBoxRequest
+	(*UnshareBoxRequest)(nil),        // 52: cocoonbox.v1.UnshareBoxRequest
+	(*UnshareBoxResponse)(nil),       // 53: cocoonbox.v1.UnshareBoxResponse
+	(*ListSharesRequest)(nil),        // 54: cocoonbox.v1.ListSharesRequest
+	(*ListSharesResponse)(nil),       // 55: cocoonbox.v1.ListSharesResponse
+	(*TakeOverRequest)(nil),          // 56: cocoonbox.v1.TakeOverRequest
+	(*HandBackRequest)(nil),          // 57: cocoonbox.v1.HandBackRequest
+	(*DesktopTicketRequest)(nil),     // 58: cocoonbox.v1.DesktopTicketRequest
+	(*DesktopTicketResponse)(nil),    // 59: cocoonbox.v1.DesktopTicketResponse
+	nil,                              // 60: cocoonbox.v1.ShellStart.EnvEntry
+	nil,                              // 61: cocoonbox.v1.ExecRequest.EnvEntry
+	(*timestamppb.Timestamp)(nil),    // 62: google.protobuf.Timestamp
 }
 var file_cocoonbox_v1_box_proto_depIdxs = []int32{
 	1,  // 0: cocoonbox.v1.ShellRequest.start:type_name -> cocoonbox.v1.ShellStart
 	2,  // 1: cocoonbox.v1.ShellRequest.resize:type_name -> cocoonbox.v1.WindowSize
-	58, // 2: cocoonbox.v1.ShellStart.env:type_name -> cocoonbox.v1.ShellStart.EnvEntry
+	60, // 2: cocoonbox.v1.ShellStart.env:type_name -> cocoonbox.v1.ShellStart.EnvEntry
 	2,  // 3: cocoonbox.v1.ShellStart.tty:type_name -> cocoonbox.v1.WindowSize
 	7,  // 4: cocoonbox.v1.FileChunk.info:type_name -> cocoonbox.v1.FileInfo
-	60, // 5: cocoonbox.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	62, // 5: cocoonbox.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
 	14, // 6: cocoonbox.v1.ListEventsResponse.events:type_name -> cocoonbox.v1.BoxEvent
-	60, // 7: cocoonbox.v1.BoxEvent.at:type_name -> google.protobuf.Timestamp
-	20, // 8: cocoonbox.v1.ListPortsResponse.ports:type_name -> cocoonbox.v1.Port
-	60, // 9: cocoonbox.v1.Box.idle_deadline:type_name -> google.protobuf.Timestamp
-	60, // 10: cocoonbox.v1.Box.created_at:type_name -> google.protobuf.Timestamp
-	16, // 11: cocoonbox.v1.Box.policy:type_name -> cocoonbox.v1.BoxPolicy
-	23, // 12: cocoonbox.v1.Box.restored_from:type_name -> cocoonbox.v1.RestoredFrom
-	60, // 13: cocoonbox.v1.RestoredFrom.taken_at:type_name -> google.protobuf.Timestamp
-	60, // 14: cocoonbox.v1.RestoredFrom.at:type_name -> google.protobuf.Timestamp
-	22, // 15: cocoonbox.v1.ListBoxesResponse.boxes:type_name -> cocoonbox.v1.Box
-	60, // 16: cocoonbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	31, // 17: cocoonbox.v1.ListSnapshotsResponse.snapshots:type_name -> cocoonbox.v1.Snapshot
-	36, // 18: cocoonbox.v1.ListPoolsResponse.pools:type_name -> cocoonbox.v1.WarmPool
-	36, // 19: cocoonbox.v1.SetPoolsRequest.pools:type_name -> cocoonbox.v1.WarmPool
-	59, // 20: cocoonbox.v1.ExecRequest.env:type_name -> cocoonbox.v1.ExecRequest.EnvEntry
-	60, // 21: cocoonbox.v1.Share.expires_at:type_name -> google.protobuf.Timestamp
-	60, // 22: cocoonbox.v1.Share.created_at:type_name -> google.protobuf.Timestamp
-	60, // 23: cocoonbox.v1.ShareBoxRequest.expires_at:type_name -> google.protobuf.Timestamp
-	48, // 24: cocoonbox.v1.ListSharesResponse.shares:type_name -> cocoonbox.v1.Share
-	60, // 25: cocoonbox.v1.DesktopTicketResponse.expires_at:type_name -> google.protobuf.Timestamp
-	24, // 26: cocoonbox.v1.BoxService.CreateBox:input_type -> cocoonbox.v1.CreateBoxRequest
-	25, // 27: cocoonbox.v1.BoxService.GetBox:input_type -> cocoonbox.v1.GetBoxRequest
-	26, // 28: cocoonbox.v1.BoxService.ListBoxes:input_type -> cocoonbox.v1.ListBoxesRequest
-	28, // 29: cocoonbox.v1.BoxService.DeleteBox:input_type -> cocoonbox.v1.DeleteBoxRequest
-	29, // 30: cocoonbox.v1.BoxService.WakeBox:input_type -> cocoonbox.v1.WakeBoxRequest
-	30, // 31: cocoonbox.v1.BoxService.HibernateBox:input_type -> cocoonbox.v1.HibernateBoxRequest
-	32, // 32: cocoonbox.v1.BoxService.SnapshotBox:input_type -> cocoonbox.v1.SnapshotBoxRequest
-	33, // 33: cocoonbox.v1.BoxService.ListSnapshots:input_type -> cocoonbox.v1.ListSnapshotsRequest
-	35, // 34: cocoonbox.v1.BoxService.RestoreBox:input_type -> cocoonbox.v1.RestoreBoxRequest
-	40, // 35: cocoonbox.v1.BoxService.RecreateBox:input_type -> cocoonbox.v1.RecreateBoxRequest
-	37, // 36: cocoonbox.v1.BoxService.ListPools:input_type -> cocoonbox.v1.ListPoolsRequest
-	39, // 37: cocoonbox.v1.BoxService.SetPools:input_type -> cocoonbox.v1.SetPoolsRequest
-	41, // 38: cocoonbox.v1.BoxService.WatchBox:input_type -> cocoonbox.v1.WatchBoxRequest
-	12, // 39: cocoonbox.v1.BoxService.ListEvents:input_type -> cocoonbox.v1.ListEventsRequest
-	42, // 40: cocoonbox.v1.BoxService.Exec:input_type -> cocoonbox.v1.ExecRequest
-	44, // 41: cocoonbox.v1.BoxService.ReadFile:input_type -> cocoonbox.v1.ReadFileRequest
-	46, // 42: cocoonbox.v1.BoxService.WriteFile:input_type -> cocoonbox.v1.WriteFileRequest
-	49, // 43: cocoonbox.v1.BoxService.ShareBox:input_type -> cocoonbox.v1.ShareBoxRequest
-	50, // 44: cocoonbox.v1.BoxService.UnshareBox:input_type -> cocoonbox.v1.UnshareBoxRequest
-	52, // 45: cocoonbox.v1.BoxService.ListShares:input_type -> cocoonbox.v1.ListSharesRequest
-	54, // 46: cocoonbox.v1.BoxService.TakeOver:input_type -> cocoonbox.v1.TakeOverRequest
-	55, // 47: cocoonbox.v1.BoxService.HandBack:input_type -> cocoonbox.v1.HandBackRequest
-	56, // 48: cocoonbox.v1.BoxService.DesktopTicket:input_type -> cocoonbox.v1.DesktopTicketRequest
-	18, // 49: cocoonbox.v1.BoxService.ListPorts:input_type -> cocoonbox.v1.ListPortsRequest
-	17, // 50: cocoonbox.v1.BoxService.SetBoxNetwork:input_type -> cocoonbox.v1.SetBoxNetworkRequest
-	15, // 51: cocoonbox.v1.BoxService.SetPolicy:input_type -> cocoonbox.v1.SetPolicyRequest
-	21, // 52: cocoonbox.v1.BoxService.SetPortPublic:input_type -> cocoonbox.v1.SetPortPublicRequest
-	0,  // 53: cocoonbox.v1.BoxService.Shell:input_type -> cocoonbox.v1.ShellRequest
-	4,  // 54: cocoonbox.v1.BoxService.DownloadFile:input_type -> cocoonbox.v1.DownloadFileRequest
-	6,  // 55: cocoonbox.v1.BoxService.UploadFile:input_type -> cocoonbox.v1.UploadFileRequest
-	8,  // 56: cocoonbox.v1.BoxService.ListFiles:input_type -> cocoonbox.v1.ListFilesRequest
-	9,  // 57: cocoonbox.v1.BoxService.StatFile:input_type -> cocoonbox.v1.StatFileRequest
-	10, // 58: cocoonbox.v1.BoxService.RemoveFile:input_type -> cocoonbox.v1.RemoveFileRequest
-	22, // 59: cocoonbox.v1.BoxService.CreateBox:output_type -> cocoonbox.v1.Box
-	22, // 60: cocoonbox.v1.BoxService.GetBox:output_type -> cocoonbox.v1.Box
-	27, // 61: cocoonbox.v1.BoxService.ListBoxes:output_type -> cocoonbox.v1.ListBoxesResponse
-	22, // 62: cocoonbox.v1.BoxService.DeleteBox:output_type -> cocoonbox.v1.Box
-	22, // 63: cocoonbox.v1.BoxService.WakeBox:output_type -> cocoonbox.v1.Box
-	22, // 64: cocoonbox.v1.BoxService.HibernateBox:output_type -> cocoonbox.v1.Box
-	31, // 65: cocoonbox.v1.BoxService.SnapshotBox:output_type -> cocoonbox.v1.Snapshot
-	34, // 66: cocoonbox.v1.BoxService.ListSnapshots:output_type -> cocoonbox.v1.ListSnapshotsResponse
-	22, // 67: cocoonbox.v1.BoxService.RestoreBox:output_type -> cocoonbox.v1.Box
-	22, // 68: cocoonbox.v1.BoxService.RecreateBox:output_type -> cocoonbox.v1.Box
-	38, // 69: cocoonbox.v1.BoxService.ListPools:output_type -> cocoonbox.v1.ListPoolsResponse
-	38, // 70: cocoonbox.v1.BoxService.SetPools:output_type -> cocoonbox.v1.ListPoolsResponse
-	22, // 71: cocoonbox.v1.BoxService.WatchBox:output_type -> cocoonbox.v1.Box
-	13, // 72: cocoonbox.v1.BoxService.ListEvents:output_type -> cocoonbox.v1.ListEventsResponse
-	43, // 73: cocoonbox.v1.BoxService.Exec:output_type -> cocoonbox.v1.ExecResponse
-	45, // 74: cocoonbox.v1.BoxService.ReadFile:output_type -> cocoonbox.v1.ReadFileResponse
-	47, // 75: cocoonbox.v1.BoxService.WriteFile:output_type -> cocoonbox.v1.WriteFileResponse
-	48, // 76: cocoonbox.v1.BoxService.ShareBox:output_type -> cocoonbox.v1.Share
-	51, // 77: cocoonbox.v1.BoxService.UnshareBox:output_type -> cocoonbox.v1.UnshareBoxResponse
-	53, // 78: cocoonbox.v1.BoxService.ListShares:output_type -> cocoonbox.v1.ListSharesResponse
-	22, // 79: cocoonbox.v1.BoxService.TakeOver:output_type -> cocoonbox.v1.Box
-	22, // 80: cocoonbox.v1.BoxService.HandBack:output_type -> cocoonbox.v1.Box
-	57, // 81: cocoonbox.v1.BoxService.DesktopTicket:output_type -> cocoonbox.v1.DesktopTicketResponse
-	19, // 82: cocoonbox.v1.BoxService.ListPorts:output_type -> cocoonbox.v1.ListPortsResponse
-	22, // 83: cocoonbox.v1.BoxService.SetBoxNetwork:output_type -> cocoonbox.v1.Box
-	22, // 84: cocoonbox.v1.BoxService.SetPolicy:output_type -> cocoonbox.v1.Box
-	20, // 85: cocoonbox.v1.BoxService.SetPortPublic:output_type -> cocoonbox.v1.Port
-	3,  // 86: cocoonbox.v1.BoxService.Shell:output_type -> cocoonbox.v1.ShellResponse
-	5,  // 87: cocoonbox.v1.BoxService.DownloadFile:output_type -> cocoonbox.v1.FileChunk
-	7,  // 88: cocoonbox.v1.BoxService.UploadFile:output_type -> cocoonbox.v1.FileInfo
-	7,  // 89: cocoonbox.v1.BoxService.ListFiles:output_type -> cocoonbox.v1.FileInfo
-	7,  // 90: cocoonbox.v1.BoxService.StatFile:output_type -> cocoonbox.v1.FileInfo
-	11, // 91: cocoonbox.v1.BoxService.RemoveFile:output_type -> cocoonbox.v1.RemoveFileResponse
-	59, // [59:92] is the sub-list for method output_type
-	26, // [26:59] is the sub-list for method input_type
+	62, // 7: cocoonbox.v1.BoxEvent.at:type_name -> google.protobuf.Timestamp
+	22, // 8: cocoonbox.v1.ListPortsResponse.ports:type_name -> cocoonbox.v1.Port
+	62, // 9: cocoonbox.v1.Box.idle_deadline:type_name -> google.protobuf.Timestamp
+	62, // 10: cocoonbox.v1.Box.created_at:type_name -> google.protobuf.Timestamp
+	18, // 11: cocoonbox.v1.Box.policy:type_name -> cocoonbox.v1.BoxPolicy
+	25, // 12: cocoonbox.v1.Box.restored_from:type_name -> cocoonbox.v1.RestoredFrom
+	62, // 13: cocoonbox.v1.RestoredFrom.taken_at:type_name -> google.protobuf.Timestamp
+	62, // 14: cocoonbox.v1.RestoredFrom.at:type_name -> google.protobuf.Timestamp
+	24, // 15: cocoonbox.v1.ListBoxesResponse.boxes:type_name -> cocoonbox.v1.Box
+	62, // 16: cocoonbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	33, // 17: cocoonbox.v1.ListSnapshotsResponse.snapshots:type_name -> cocoonbox.v1.Snapshot
+	38, // 18: cocoonbox.v1.ListPoolsResponse.pools:type_name -> cocoonbox.v1.WarmPool
+	38, // 19: cocoonbox.v1.SetPoolsRequest.pools:type_name -> cocoonbox.v1.WarmPool
+	61, // 20: cocoonbox.v1.ExecRequest.env:type_name -> cocoonbox.v1.ExecRequest.EnvEntry
+	62, // 21: cocoonbox.v1.Share.expires_at:type_name -> google.protobuf.Timestamp
+	62, // 22: cocoonbox.v1.Share.created_at:type_name -> google.protobuf.Timestamp
+	62, // 23: cocoonbox.v1.ShareBoxRequest.expires_at:type_name -> google.protobuf.Timestamp
+	50, // 24: cocoonbox.v1.ListSharesResponse.shares:type_name -> cocoonbox.v1.Share
+	62, // 25: cocoonbox.v1.DesktopTicketResponse.expires_at:type_name -> google.protobuf.Timestamp
+	26, // 26: cocoonbox.v1.BoxService.CreateBox:input_type -> cocoonbox.v1.CreateBoxRequest
+	27, // 27: cocoonbox.v1.BoxService.GetBox:input_type -> cocoonbox.v1.GetBoxRequest
+	28, // 28: cocoonbox.v1.BoxService.ListBoxes:input_type -> cocoonbox.v1.ListBoxesRequest
+	30, // 29: cocoonbox.v1.BoxService.DeleteBox:input_type -> cocoonbox.v1.DeleteBoxRequest
+	31, // 30: cocoonbox.v1.BoxService.WakeBox:input_type -> cocoonbox.v1.WakeBoxRequest
+	32, // 31: cocoonbox.v1.BoxService.HibernateBox:input_type -> cocoonbox.v1.HibernateBoxRequest
+	34, // 32: cocoonbox.v1.BoxService.SnapshotBox:input_type -> cocoonbox.v1.SnapshotBoxRequest
+	35, // 33: cocoonbox.v1.BoxService.ListSnapshots:input_type -> cocoonbox.v1.ListSnapshotsRequest
+	37, // 34: cocoonbox.v1.BoxService.RestoreBox:input_type -> cocoonbox.v1.RestoreBoxRequest
+	42, // 35: cocoonbox.v1.BoxService.RecreateBox:input_type -> cocoonbox.v1.RecreateBoxRequest
+	39, // 36: cocoonbox.v1.BoxService.ListPools:input_type -> cocoonbox.v1.ListPoolsRequest
+	41, // 37: cocoonbox.v1.BoxService.SetPools:input_type -> cocoonbox.v1.SetPoolsRequest
+	16, // 38: cocoonbox.v1.BoxService.GetPolicyDefaults:input_type -> cocoonbox.v1.GetPolicyDefaultsRequest
+	17, // 39: cocoonbox.v1.BoxService.SetPolicyDefaults:input_type -> cocoonbox.v1.SetPolicyDefaultsRequest
+	43, // 40: cocoonbox.v1.BoxService.WatchBox:input_type -> cocoonbox.v1.WatchBoxRequest
+	12, // 41: cocoonbox.v1.BoxService.ListEvents:input_type -> cocoonbox.v1.ListEventsRequest
+	44, // 42: cocoonbox.v1.BoxService.Exec:input_type -> cocoonbox.v1.ExecRequest
+	46, // 43: cocoonbox.v1.BoxService.ReadFile:input_type -> cocoonbox.v1.ReadFileRequest
+	48, // 44: cocoonbox.v1.BoxService.WriteFile:input_type -> cocoonbox.v1.WriteFileRequest
+	51, // 45: cocoonbox.v1.BoxService.ShareBox:input_type -> cocoonbox.v1.ShareBoxRequest
+	52, // 46: cocoonbox.v1.BoxService.UnshareBox:input_type -> cocoonbox.v1.UnshareBoxRequest
+	54, // 47: cocoonbox.v1.BoxService.ListShares:input_type -> cocoonbox.v1.ListSharesRequest
+	56, // 48: cocoonbox.v1.BoxService.TakeOver:input_type -> cocoonbox.v1.TakeOverRequest
+	57, // 49: cocoonbox.v1.BoxService.HandBack:input_type -> cocoonbox.v1.HandBackRequest
+	58, // 50: cocoonbox.v1.BoxService.DesktopTicket:input_type -> cocoonbox.v1.DesktopTicketRequest
+	20, // 51: cocoonbox.v1.BoxService.ListPorts:input_type -> cocoonbox.v1.ListPortsRequest
+	19, // 52: cocoonbox.v1.BoxService.SetBoxNetwork:input_type -> cocoonbox.v1.SetBoxNetworkRequest
+	15, // 53: cocoonbox.v1.BoxService.SetPolicy:input_type -> cocoonbox.v1.SetPolicyRequest
+	23, // 54: cocoonbox.v1.BoxService.SetPortPublic:input_type -> cocoonbox.v1.SetPortPublicRequest
+	0,  // 55: cocoonbox.v1.BoxService.Shell:input_type -> cocoonbox.v1.ShellRequest
+	4,  // 56: cocoonbox.v1.BoxService.DownloadFile:input_type -> cocoonbox.v1.DownloadFileRequest
+	6,  // 57: cocoonbox.v1.BoxService.UploadFile:input_type -> cocoonbox.v1.UploadFileRequest
+	8,  // 58: cocoonbox.v1.BoxService.ListFiles:input_type -> cocoonbox.v1.ListFilesRequest
+	9,  // 59: cocoonbox.v1.BoxService.StatFile:input_type -> cocoonbox.v1.StatFileRequest
+	10, // 60: cocoonbox.v1.BoxService.RemoveFile:input_type -> cocoonbox.v1.RemoveFileRequest
+	24, // 61: cocoonbox.v1.BoxService.CreateBox:output_type -> cocoonbox.v1.Box
+	24, // 62: cocoonbox.v1.BoxService.GetBox:output_type -> cocoonbox.v1.Box
+	29, // 63: cocoonbox.v1.BoxService.ListBoxes:output_type -> cocoonbox.v1.ListBoxesResponse
+	24, // 64: cocoonbox.v1.BoxService.DeleteBox:output_type -> cocoonbox.v1.Box
+	24, // 65: cocoonbox.v1.BoxService.WakeBox:output_type -> cocoonbox.v1.Box
+	24, // 66: cocoonbox.v1.BoxService.HibernateBox:output_type -> cocoonbox.v1.Box
+	33, // 67: cocoonbox.v1.BoxService.SnapshotBox:output_type -> cocoonbox.v1.Snapshot
+	36, // 68: cocoonbox.v1.BoxService.ListSnapshots:output_type -> cocoonbox.v1.ListSnapshotsResponse
+	24, // 69: cocoonbox.v1.BoxService.RestoreBox:output_type -> cocoonbox.v1.Box
+	24, // 70: cocoonbox.v1.BoxService.RecreateBox:output_type -> cocoonbox.v1.Box
+	40, // 71: cocoonbox.v1.BoxService.ListPools:output_type -> cocoonbox.v1.ListPoolsResponse
+	40, // 72: cocoonbox.v1.BoxService.SetPools:output_type -> cocoonbox.v1.ListPoolsResponse
+	18, // 73: cocoonbox.v1.BoxService.GetPolicyDefaults:output_type -> cocoonbox.v1.BoxPolicy
+	18, // 74: cocoonbox.v1.BoxService.SetPolicyDefaults:output_type -> cocoonbox.v1.BoxPolicy
+	24, // 75: cocoonbox.v1.BoxService.WatchBox:output_type -> cocoonbox.v1.Box
+	13, // 76: cocoonbox.v1.BoxService.ListEvents:output_type -> cocoonbox.v1.ListEventsResponse
+	45, // 77: cocoonbox.v1.BoxService.Exec:output_type -> cocoonbox.v1.ExecResponse
+	47, // 78: cocoonbox.v1.BoxService.ReadFile:output_type -> cocoonbox.v1.ReadFileResponse
+	49, // 79: cocoonbox.v1.BoxService.WriteFile:output_type -> cocoonbox.v1.WriteFileResponse
+	50, // 80: cocoonbox.v1.BoxService.ShareBox:output_type -> cocoonbox.v1.Share
+	53, // 81: cocoonbox.v1.BoxService.UnshareBox:output_type -> cocoonbox.v1.UnshareBoxResponse
+	55, // 82: cocoonbox.v1.BoxService.ListShares:output_type -> cocoonbox.v1.ListSharesResponse
+	24, // 83: cocoonbox.v1.BoxService.TakeOver:output_type -> cocoonbox.v1.Box
+	24, // 84: cocoonbox.v1.BoxService.HandBack:output_type -> cocoonbox.v1.Box
+	59, // 85: cocoonbox.v1.BoxService.DesktopTicket:output_type -> cocoonbox.v1.DesktopTicketResponse
+	21, // 86: cocoonbox.v1.BoxService.ListPorts:output_type -> cocoonbox.v1.ListPortsResponse
+	24, // 87: cocoonbox.v1.BoxService.SetBoxNetwork:output_type -> cocoonbox.v1.Box
+	24, // 88: cocoonbox.v1.BoxService.SetPolicy:output_type -> cocoonbox.v1.Box
+	22, // 89: cocoonbox.v1.BoxService.SetPortPublic:output_type -> cocoonbox.v1.Port
+	3,  // 90: cocoonbox.v1.BoxService.Shell:output_type -> cocoonbox.v1.ShellResponse
+	5,  // 91: cocoonbox.v1.BoxService.DownloadFile:output_type -> cocoonbox.v1.FileChunk
+	7,  // 92: cocoonbox.v1.BoxService.UploadFile:output_type -> cocoonbox.v1.FileInfo
+	7,  // 93: cocoonbox.v1.BoxService.ListFiles:output_type -> cocoonbox.v1.FileInfo
+	7,  // 94: cocoonbox.v1.BoxService.StatFile:output_type -> cocoonbox.v1.FileInfo
+	11, // 95: cocoonbox.v1.BoxService.RemoveFile:output_type -> cocoonbox.v1.RemoveFileResponse
+	61, // [61:96] is the sub-list for method output_type
+	26, // [26:61] is the sub-list for method input_type
 	26, // [26:26] is the sub-list for extension type_name
 	26, // [26:26] is the sub-list for extension extendee
 	0,  // [0:26] is the sub-list for field type_name
@@ -4122,13 +4278,14 @@ func file_cocoonbox_v1_box_proto_init() {
 		return
 	}
 	file_cocoonbox_v1_box_proto_msgTypes[15].OneofWrappers = []any{}
+	file_cocoonbox_v1_box_proto_msgTypes[17].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cocoonbox_v1_box_proto_rawDesc), len(file_cocoonbox_v1_box_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   60,
+			NumMessages:   62,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

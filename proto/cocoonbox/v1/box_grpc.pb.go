@@ -19,39 +19,41 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	BoxService_CreateBox_FullMethodName     = "/cocoonbox.v1.BoxService/CreateBox"
-	BoxService_GetBox_FullMethodName        = "/cocoonbox.v1.BoxService/GetBox"
-	BoxService_ListBoxes_FullMethodName     = "/cocoonbox.v1.BoxService/ListBoxes"
-	BoxService_DeleteBox_FullMethodName     = "/cocoonbox.v1.BoxService/DeleteBox"
-	BoxService_WakeBox_FullMethodName       = "/cocoonbox.v1.BoxService/WakeBox"
-	BoxService_HibernateBox_FullMethodName  = "/cocoonbox.v1.BoxService/HibernateBox"
-	BoxService_SnapshotBox_FullMethodName   = "/cocoonbox.v1.BoxService/SnapshotBox"
-	BoxService_ListSnapshots_FullMethodName = "/cocoonbox.v1.BoxService/ListSnapshots"
-	BoxService_RestoreBox_FullMethodName    = "/cocoonbox.v1.BoxService/RestoreBox"
-	BoxService_RecreateBox_FullMethodName   = "/cocoonbox.v1.BoxService/RecreateBox"
-	BoxService_ListPools_FullMethodName     = "/cocoonbox.v1.BoxService/ListPools"
-	BoxService_SetPools_FullMethodName      = "/cocoonbox.v1.BoxService/SetPools"
-	BoxService_WatchBox_FullMethodName      = "/cocoonbox.v1.BoxService/WatchBox"
-	BoxService_ListEvents_FullMethodName    = "/cocoonbox.v1.BoxService/ListEvents"
-	BoxService_Exec_FullMethodName          = "/cocoonbox.v1.BoxService/Exec"
-	BoxService_ReadFile_FullMethodName      = "/cocoonbox.v1.BoxService/ReadFile"
-	BoxService_WriteFile_FullMethodName     = "/cocoonbox.v1.BoxService/WriteFile"
-	BoxService_ShareBox_FullMethodName      = "/cocoonbox.v1.BoxService/ShareBox"
-	BoxService_UnshareBox_FullMethodName    = "/cocoonbox.v1.BoxService/UnshareBox"
-	BoxService_ListShares_FullMethodName    = "/cocoonbox.v1.BoxService/ListShares"
-	BoxService_TakeOver_FullMethodName      = "/cocoonbox.v1.BoxService/TakeOver"
-	BoxService_HandBack_FullMethodName      = "/cocoonbox.v1.BoxService/HandBack"
-	BoxService_DesktopTicket_FullMethodName = "/cocoonbox.v1.BoxService/DesktopTicket"
-	BoxService_ListPorts_FullMethodName     = "/cocoonbox.v1.BoxService/ListPorts"
-	BoxService_SetBoxNetwork_FullMethodName = "/cocoonbox.v1.BoxService/SetBoxNetwork"
-	BoxService_SetPolicy_FullMethodName     = "/cocoonbox.v1.BoxService/SetPolicy"
-	BoxService_SetPortPublic_FullMethodName = "/cocoonbox.v1.BoxService/SetPortPublic"
-	BoxService_Shell_FullMethodName         = "/cocoonbox.v1.BoxService/Shell"
-	BoxService_DownloadFile_FullMethodName  = "/cocoonbox.v1.BoxService/DownloadFile"
-	BoxService_UploadFile_FullMethodName    = "/cocoonbox.v1.BoxService/UploadFile"
-	BoxService_ListFiles_FullMethodName     = "/cocoonbox.v1.BoxService/ListFiles"
-	BoxService_StatFile_FullMethodName      = "/cocoonbox.v1.BoxService/StatFile"
-	BoxService_RemoveFile_FullMethodName    = "/cocoonbox.v1.BoxService/RemoveFile"
+	BoxService_CreateBox_FullMethodName         = "/cocoonbox.v1.BoxService/CreateBox"
+	BoxService_GetBox_FullMethodName            = "/cocoonbox.v1.BoxService/GetBox"
+	BoxService_ListBoxes_FullMethodName         = "/cocoonbox.v1.BoxService/ListBoxes"
+	BoxService_DeleteBox_FullMethodName         = "/cocoonbox.v1.BoxService/DeleteBox"
+	BoxService_WakeBox_FullMethodName           = "/cocoonbox.v1.BoxService/WakeBox"
+	BoxService_HibernateBox_FullMethodName      = "/cocoonbox.v1.BoxService/HibernateBox"
+	BoxService_SnapshotBox_FullMethodName       = "/cocoonbox.v1.BoxService/SnapshotBox"
+	BoxService_ListSnapshots_FullMethodName     = "/cocoonbox.v1.BoxService/ListSnapshots"
+	BoxService_RestoreBox_FullMethodName        = "/cocoonbox.v1.BoxService/RestoreBox"
+	BoxService_RecreateBox_FullMethodName       = "/cocoonbox.v1.BoxService/RecreateBox"
+	BoxService_ListPools_FullMethodName         = "/cocoonbox.v1.BoxService/ListPools"
+	BoxService_SetPools_FullMethodName          = "/cocoonbox.v1.BoxService/SetPools"
+	BoxService_GetPolicyDefaults_FullMethodName = "/cocoonbox.v1.BoxService/GetPolicyDefaults"
+	BoxService_SetPolicyDefaults_FullMethodName = "/cocoonbox.v1.BoxService/SetPolicyDefaults"
+	BoxService_WatchBox_FullMethodName          = "/cocoonbox.v1.BoxService/WatchBox"
+	BoxService_ListEvents_FullMethodName        = "/cocoonbox.v1.BoxService/ListEvents"
+	BoxService_Exec_FullMethodName              = "/cocoonbox.v1.BoxService/Exec"
+	BoxService_ReadFile_FullMethodName          = "/cocoonbox.v1.BoxService/ReadFile"
+	BoxService_WriteFile_FullMethodName         = "/cocoonbox.v1.BoxService/WriteFile"
+	BoxService_ShareBox_FullMethodName          = "/cocoonbox.v1.BoxService/ShareBox"
+	BoxService_UnshareBox_FullMethodName        = "/cocoonbox.v1.BoxService/UnshareBox"
+	BoxService_ListShares_FullMethodName        = "/cocoonbox.v1.BoxService/ListShares"
+	BoxService_TakeOver_FullMethodName          = "/cocoonbox.v1.BoxService/TakeOver"
+	BoxService_HandBack_FullMethodName          = "/cocoonbox.v1.BoxService/HandBack"
+	BoxService_DesktopTicket_FullMethodName     = "/cocoonbox.v1.BoxService/DesktopTicket"
+	BoxService_ListPorts_FullMethodName         = "/cocoonbox.v1.BoxService/ListPorts"
+	BoxService_SetBoxNetwork_FullMethodName     = "/cocoonbox.v1.BoxService/SetBoxNetwork"
+	BoxService_SetPolicy_FullMethodName         = "/cocoonbox.v1.BoxService/SetPolicy"
+	BoxService_SetPortPublic_FullMethodName     = "/cocoonbox.v1.BoxService/SetPortPublic"
+	BoxService_Shell_FullMethodName             = "/cocoonbox.v1.BoxService/Shell"
+	BoxService_DownloadFile_FullMethodName      = "/cocoonbox.v1.BoxService/DownloadFile"
+	BoxService_UploadFile_FullMethodName        = "/cocoonbox.v1.BoxService/UploadFile"
+	BoxService_ListFiles_FullMethodName         = "/cocoonbox.v1.BoxService/ListFiles"
+	BoxService_StatFile_FullMethodName          = "/cocoonbox.v1.BoxService/StatFile"
+	BoxService_RemoveFile_FullMethodName        = "/cocoonbox.v1.BoxService/RemoveFile"
 )
 
 // BoxServiceClient is the client API for BoxService service.
@@ -94,6 +96,12 @@ type BoxServiceClient interface {
 	// SetPools replaces the engine's warm pools; pools left out drain (operators). `cocoonbox dev`
 	// sets its config's pools again at its next start.
 	SetPools(ctx context.Context, in *SetPoolsRequest, opts ...grpc.CallOption) (*ListPoolsResponse, error)
+	// GetPolicyDefaults is the policy a new box of the caller gets: the server's default, with the
+	// caller's own defaults over it.
+	GetPolicyDefaults(ctx context.Context, in *GetPolicyDefaultsRequest, opts ...grpc.CallOption) (*BoxPolicy, error)
+	// SetPolicyDefaults changes the fields it carries of the caller's defaults for the boxes they
+	// create; existing boxes keep their policy (SetPolicy changes one).
+	SetPolicyDefaults(ctx context.Context, in *SetPolicyDefaultsRequest, opts ...grpc.CallOption) (*BoxPolicy, error)
 	// WatchBox streams the box's status: the current one first, then every change, until the
 	// client cancels or the box is deleted (viewer).
 	WatchBox(ctx context.Context, in *WatchBoxRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[Box], error)
@@ -276,6 +284,26 @@ func (c *boxServiceClient) SetPools(ctx context.Context, in *SetPoolsRequest, op
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListPoolsResponse)
 	err := c.cc.Invoke(ctx, BoxService_SetPools_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *boxServiceClient) GetPolicyDefaults(ctx context.Context, in *GetPolicyDefaultsRequest, opts ...grpc.CallOption) (*BoxPolicy, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BoxPolicy)
+	err := c.cc.Invoke(ctx, BoxService_GetPolicyDefaults_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *boxServiceClient) SetPolicyDefaults(ctx context.Context, in *SetPolicyDefaultsRequest, opts ...grpc.CallOption) (*BoxPolicy, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(BoxPolicy)
+	err := c.cc.Invoke(ctx, BoxService_SetPolicyDefaults_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -565,6 +593,12 @@ type BoxServiceServer interface {
 	// SetPools replaces the engine's warm pools; pools left out drain (operators). `cocoonbox dev`
 	// sets its config's pools again at its next start.
 	SetPools(context.Context, *SetPoolsRequest) (*ListPoolsResponse, error)
+	// GetPolicyDefaults is the policy a new box of the caller gets: the server's default, with the
+	// caller's own defaults over it.
+	GetPolicyDefaults(context.Context, *GetPolicyDefaultsRequest) (*BoxPolicy, error)
+	// SetPolicyDefaults changes the fields it carries of the caller's defaults for the boxes they
+	// create; existing boxes keep their policy (SetPolicy changes one).
+	SetPolicyDefaults(context.Context, *SetPolicyDefaultsRequest) (*BoxPolicy, error)
 	// WatchBox streams the box's status: the current one first, then every change, until the
 	// client cancels or the box is deleted (viewer).
 	WatchBox(*WatchBoxRequest, grpc.ServerStreamingServer[Box]) error
@@ -668,6 +702,12 @@ func (UnimplementedBoxServiceServer) ListPools(context.Context, *ListPoolsReques
 }
 func (UnimplementedBoxServiceServer) SetPools(context.Context, *SetPoolsRequest) (*ListPoolsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetPools not implemented")
+}
+func (UnimplementedBoxServiceServer) GetPolicyDefaults(context.Context, *GetPolicyDefaultsRequest) (*BoxPolicy, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetPolicyDefaults not implemented")
+}
+func (UnimplementedBoxServiceServer) SetPolicyDefaults(context.Context, *SetPolicyDefaultsRequest) (*BoxPolicy, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetPolicyDefaults not implemented")
 }
 func (UnimplementedBoxServiceServer) WatchBox(*WatchBoxRequest, grpc.ServerStreamingServer[Box]) error {
 	return status.Error(codes.Unimplemented, "method WatchBox not implemented")
@@ -965,6 +1005,42 @@ func _BoxService_SetPools_Handler(srv interface{}, ctx context.Context, dec func
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(BoxServiceServer).SetPools(ctx, req.(*SetPoolsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BoxService_GetPolicyDefaults_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetPolicyDefaultsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BoxServiceServer).GetPolicyDefaults(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BoxService_GetPolicyDefaults_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BoxServiceServer).GetPolicyDefaults(ctx, req.(*GetPolicyDefaultsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BoxService_SetPolicyDefaults_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetPolicyDefaultsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BoxServiceServer).SetPolicyDefaults(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BoxService_SetPolicyDefaults_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BoxServiceServer).SetPolicyDefaults(ctx, req.(*SetPolicyDefaultsRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1358,6 +1434,14 @@ var BoxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetPools",
 			Handler:    _BoxService_SetPools_Handler,
+		},
+		{
+			MethodName: "GetPolicyDefaults",
+			Handler:    _BoxService_GetPolicyDefaults_Handler,
+		},
+		{
+			MethodName: "SetPolicyDefaults",
+			Handler:    _BoxService_SetPolicyDefaults_Handler,
 		},
 		{
 			MethodName: "ListEvents",

@@ -1,0 +1,48 @@
+package store
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// PolicyDefaults are a user's defaults for the policy of the boxes they create; a nil field is
+// the server's default.
+type PolicyDefaults struct {
+	IdleSeconds          *int64
+	Durable              *bool
+	KeepSnapshots        *int
+	SnapshotEverySeconds *int64
+	LeaseIdleSeconds     *int64
+}
+
+// PolicyDefaults returns the user's defaults: all nil when they set none.
+func (q *Queries) PolicyDefaults(ctx context.Context, userID string) (PolicyDefaults, error) {
+	var d PolicyDefaults
+	err := q.db.QueryRow(ctx, `SELECT idle_seconds, durable, snapshot_every_seconds, keep_snapshots, lease_idle_seconds
+		FROM policy_defaults WHERE user_id = $1`, userID).
+		Scan(&d.IdleSeconds, &d.Durable, &d.SnapshotEverySeconds, &d.KeepSnapshots, &d.LeaseIdleSeconds)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return PolicyDefaults{}, nil
+	}
+	if err != nil {
+		return PolicyDefaults{}, fmt.Errorf("policy defaults: %w", mapErr(err))
+	}
+	return d, nil
+}
+
+// SetPolicyDefaults replaces the user's defaults with d.
+func (q *Queries) SetPolicyDefaults(ctx context.Context, userID string, d PolicyDefaults) error {
+	_, err := q.db.Exec(ctx, `INSERT INTO policy_defaults
+		(user_id, idle_seconds, durable, snapshot_every_seconds, keep_snapshots, lease_idle_seconds)
+		VALUES ($1, $2, $3, $4, $5, $6)
+		ON CONFLICT (user_id) DO UPDATE SET idle_seconds = $2, durable = $3, snapshot_every_seconds = $4,
+			keep_snapshots = $5, lease_idle_seconds = $6, updated_at = now()`,
+		userID, d.IdleSeconds, d.Durable, d.SnapshotEverySeconds, d.KeepSnapshots, d.LeaseIdleSeconds)
+	if err != nil {
+		return fmt.Errorf("set policy defaults: %w", mapErr(err))
+	}
+	return nil
+}
