@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -88,6 +89,19 @@ func testWebSession(t *testing.T, e *desktopEnv) {
 		}
 		if out != "dropped on the desktop\nuser\n" {
 			return fmt.Errorf("in the box: %q", out)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// The box's events show beside the desktop as they happen: the upload the drop made is one.
+	if err := testutil.Poll(e.ctx, testutil.WaitShort, func() error {
+		var shown []string
+		if err := evalInto(page, `() => [...document.querySelectorAll('#box-events > li')].map(li => li.textContent)`, &shown); err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(shown, func(s string) bool { return strings.Contains(s, "upload") }) {
+			return fmt.Errorf("the events beside the desktop: %q", shown)
 		}
 		return nil
 	}); err != nil {

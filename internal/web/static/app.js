@@ -106,6 +106,55 @@ function render(b) {
   $('handback').hidden = !mine;
   $('wake').disabled = b.state === 'running';
   $('hibernate').disabled = b.state !== 'running';
+  const banner = bannerText(b);
+  $('box-banner').textContent = banner;
+  $('box-banner').hidden = banner === '';
+}
+
+// bannerWarn is how long before an idle hibernate the page says it is coming (the box's own
+// idle_warning is at most this far ahead too).
+const bannerWarn = 2 * 60 * 1000;
+
+// bannerText is what the box is waiting for, what is about to happen to it, or what happened
+// that its user must know; '' for nothing.
+function bannerText(b) {
+  if (b.waiting) return 'Waiting: ' + b.waiting;
+  if (b.state === 'failed' && (b.lastError || '').startsWith('lost:')) {
+    return 'This box was lost with no snapshot to rebuild it from. Recreate starts it again from its template, empty.';
+  }
+  if (b.restoredFrom && b.restoredFrom.at && Date.now() - Date.parse(b.restoredFrom.at) < 10 * 60 * 1000) {
+    return 'This box was rebuilt from snapshot ' + b.restoredFrom.snapshotId + ', taken ' +
+      new Date(b.restoredFrom.takenAt).toLocaleString() + ': its sandbox was lost.';
+  }
+  if (b.state === 'running' && b.idleDeadline) {
+    const left = Date.parse(b.idleDeadline) - Date.now();
+    if (left > 0 && left <= bannerWarn) {
+      return 'Nothing is happening here: the box hibernates at ' + new Date(b.idleDeadline).toLocaleTimeString() +
+        ' unless you use it.';
+    }
+  }
+  if (b.seal === 'sealing') return 'Sealing: the box\'s disk is uploading to a verified snapshot.';
+  return '';
+}
+
+// listEvents adds the box's events since the last one shown, newest at the bottom.
+async function listEvents() {
+  const id = current.id;
+  const { events = [] } = await call('BoxService/ListEvents', { box: id, afterId: current.lastEvent || 0, limit: 100 });
+  if (current.id !== id) return;
+  const list = $('box-events');
+  for (const e of events) {
+    current.lastEvent = Math.max(current.lastEvent || 0, Number(e.id));
+    const li = document.createElement('li');
+    const at = document.createElement('time');
+    at.dateTime = e.at;
+    at.textContent = new Date(e.at).toLocaleTimeString();
+    let detail = '';
+    try { detail = JSON.parse(e.detail || '{}').detail || ''; } catch { detail = ''; }
+    li.append(at, e.action.replace(/^box\./, '') + (detail ? ': ' + detail : ''));
+    list.append(li);
+  }
+  while (list.children.length > 200) list.firstChild.remove();
 }
 
 async function openBox(id) {
@@ -117,8 +166,13 @@ async function openBox(id) {
   agent.open(id).catch(report); // the runs load beside the desktop, not before it
   listPorts().catch(report);
   await connect(false);
+  $('box-events').replaceChildren();
+  const events = b.role !== 'viewer'; // the events name commands and paths: drivers read them
+  $('box-events').hidden = $('events-title').hidden = !events;
+  if (events) listEvents().catch(report);
   current.poll = setInterval(async () => {
     try { render(await call('BoxService/GetBox', { box: id })); } catch (e) { report(e); }
+    if (events) listEvents().catch(report);
   }, 2000);
 }
 
