@@ -7,6 +7,7 @@ import (
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
+	"github.com/loomhand/cocoonbox/internal/store"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 	"github.com/loomhand/cocoonbox/workflows"
 )
@@ -188,7 +189,11 @@ func (b *boxService) WatchBox(req *cbv1.WatchBoxRequest, stream cbv1.BoxService_
 	if err != nil {
 		return err
 	}
-	return svc.Watch(ctx, caller, id, func(v boxsvc.View) error { return stream.Send(boxProto(v)) })
+	return svc.Watch(ctx, caller, id, func(v boxsvc.View) error {
+		b := boxProto(v)
+		b.Events = eventsProto(v.Events)
+		return stream.Send(b)
+	})
 }
 
 // Exec runs a command in the box (driver).
@@ -406,10 +411,7 @@ func (b *boxService) ListEvents(ctx context.Context, req *cbv1.ListEventsRequest
 	if err != nil {
 		return nil, err
 	}
-	out := &cbv1.ListEventsResponse{}
-	for _, e := range events {
-		out.Events = append(out.Events, &cbv1.BoxEvent{Id: e.ID, Actor: e.Actor, Action: e.Action, Detail: string(e.Detail), At: ts(e.At)})
-	}
+	out := &cbv1.ListEventsResponse{Events: eventsProto(events)}
 	return out, nil
 }
 
@@ -499,4 +501,12 @@ func (b *boxService) SetPolicyDefaults(ctx context.Context, req *cbv1.SetPolicyD
 		return nil, err
 	}
 	return policyProto(pol), nil
+}
+
+func eventsProto(events []store.Event) []*cbv1.BoxEvent {
+	var out []*cbv1.BoxEvent
+	for _, e := range events {
+		out = append(out, &cbv1.BoxEvent{Id: e.ID, Actor: e.Actor, Action: e.Action, Detail: string(e.Detail), At: ts(e.At)})
+	}
+	return out
 }

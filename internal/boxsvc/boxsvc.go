@@ -62,7 +62,9 @@ type View struct {
 	workflows.Status
 	// Waiting says what an operation in flight (a create, a wake, a restore) is waiting for when
 	// its engine call has failed and is being tried again: "the engine: template … not built".
-	Waiting   string
+	Waiting string
+	// Events, in a Watch to a driver, are the box's events since the previous view sent.
+	Events []store.Event
 	Name      string
 	Owner     string
 	Size      cocoonbox.Size

@@ -23,6 +23,14 @@ func (s *Service) Watch(ctx context.Context, caller string, id cocoonbox.BoxID, 
 		every = 500 * time.Millisecond
 	}
 	var last *View
+	// A driver's watch carries the box's events as they come, from those after the newest now.
+	events, after := false, int64(0)
+	if newest, err := s.ListEvents(ctx, caller, id, 0, 1); err == nil {
+		events = true
+		if len(newest) > 0 {
+			after = newest[0].ID
+		}
+	}
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -37,10 +45,19 @@ func (s *Service) Watch(ctx context.Context, caller string, id cocoonbox.BoxID, 
 			return err
 		}
 		v.IdleDeadline = v.IdleDeadline.Truncate(time.Second) // the clock alone is not a change
-		if last == nil || !reflect.DeepEqual(*last, v) {
+		if events && last != nil {
+			if v.Events, err = s.ListEvents(ctx, caller, id, after, MaxEvents); err != nil && ctx.Err() == nil {
+				return err
+			}
+			if n := len(v.Events); n > 0 {
+				after = v.Events[n-1].ID
+			}
+		}
+		if last == nil || len(v.Events) > 0 || !reflect.DeepEqual(*last, v) {
 			if err := send(v); err != nil {
 				return err
 			}
+			v.Events = nil // what the next view is compared with: its status, not these events
 			last = &v
 		}
 		if v.State == cocoonbox.BoxStateDeleted {

@@ -1,6 +1,8 @@
 package devstack_test
 
 import (
+	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -163,6 +165,31 @@ func TestBoxEvents(t *testing.T) {
 	if resp, err := e.box.ListEvents(as, &cbv1.ListEventsRequest{Box: id, Limit: 1}); err != nil || len(resp.GetEvents()) != 1 || resp.GetEvents()[0].GetAction() != "box.setpolicy" {
 		t.Fatalf("the newest one: %v, %v", resp, err)
 	}
+	// A watch carries the events as they come: the wake's, after the first message.
+	wctx, stop := context.WithTimeout(as, time.Minute)
+	defer stop()
+	watch, err := e.box.WatchBox(wctx, &cbv1.WatchBoxRequest{Box: id})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if first, err := watch.Recv(); err != nil || len(first.GetEvents()) != 0 {
+		t.Fatalf("the first watch message: %v, %v; want the status alone", first, err)
+	}
+	if _, err := e.box.WakeBox(as, &cbv1.WakeBoxRequest{Box: id}); err != nil {
+		t.Fatal(err)
+	}
+	var heard []string
+	for !slices.Contains(heard, "box.woke") {
+		m, err := watch.Recv()
+		if err != nil {
+			t.Fatalf("watch after the wake: %v; heard %q", err, heard)
+		}
+		for _, ev := range m.GetEvents() {
+			heard = append(heard, ev.GetAction())
+		}
+	}
+	stop()
+
 	for field, req := range map[string]*cbv1.ListEventsRequest{
 		"limit":    {Box: id, Limit: 1001},
 		"after_id": {Box: id, AfterId: -1},
