@@ -64,7 +64,7 @@ type View struct {
 	// its engine call has failed and is being tried again: "the engine: template … not built".
 	Waiting string
 	// Events, in a Watch to a driver, are the box's events since the previous view sent.
-	Events []store.Event
+	Events    []store.Event
 	Name      string
 	Owner     string
 	Size      cocoonbox.Size
