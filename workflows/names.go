@@ -164,7 +164,18 @@ type SealState struct {
 	Again   bool      // another seal was asked for while one ran: it starts when that ends
 	Sealed  bool      // the newest seal was taken while the box slept, and it has not woken since
 	Last    time.Time // when the newest seal started (or the box first ran), for SnapshotEvery
+	// Failures counts the seals that failed in a row; RetryAt is when the next is tried, with a
+	// backoff from SealRetryFirst to SealRetryMax, so a box whose object store was down heals
+	// when it comes back.
+	Failures int
+	RetryAt  time.Time
 }
+
+// The backoff of a failed seal's retries.
+const (
+	SealRetryFirst = 2 * time.Minute
+	SealRetryMax   = time.Hour
+)
 
 // RestoredFrom names the snapshot a lost sandbox was rebuilt from.
 type RestoredFrom struct {

@@ -304,7 +304,7 @@ func (w *box) startSeal(ctx workflow.Context) {
 		return
 	}
 	asleep, wakes := w.st.State == cocoonbox.BoxStateHibernated, w.wakes
-	w.st.Seal = SealState{Running: id, Last: workflow.Now(ctx)}
+	w.st.Seal = SealState{Running: id, Last: workflow.Now(ctx), Failures: w.st.Seal.Failures}
 	w.gen++
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: SnapshotWorkflowID(id), TaskQueue: TaskQueue})
 	f := workflow.ExecuteChildWorkflow(cctx, SnapshotWorkflow, SnapshotWorkflowInput{
@@ -316,10 +316,14 @@ func (w *box) startSeal(ctx workflow.Context) {
 		w.st.Seal.Running = ""
 		w.gen++
 		if err != nil {
-			// The box keeps its last good snapshot; the next hibernate or period seals again.
+			// The box keeps its last good snapshot and tries again later, backing off.
+			w.st.Seal.Failures++
+			wait := min(SealRetryFirst<<min(w.st.Seal.Failures-1, 6), SealRetryMax)
+			w.st.Seal.RetryAt = workflow.Now(ctx).Add(wait)
 			w.st.LastError = "seal: " + err.Error()
-			w.event(ctx, "seal_failed", id+": "+err.Error())
+			w.event(ctx, "seal_failed", fmt.Sprintf("%s: %v; trying again in %s", id, err, wait))
 		} else {
+			w.st.Seal.Failures, w.st.Seal.RetryAt = 0, time.Time{}
 			w.st.LastSnapshot = out.Snapshot.ID
 			w.st.Seal.Sealed = asleep && w.wakes == wakes && w.st.State == cocoonbox.BoxStateHibernated
 			if w.st.LastError != "" && w.st.State == cocoonbox.BoxStateHibernated {
@@ -342,8 +346,12 @@ func (w *box) awaitSeal(ctx workflow.Context) error {
 }
 
 // sealDue is when a running box that was active since its last seal is sealed again
-// (Policy.SnapshotEvery); zero when none is due.
+// (Policy.SnapshotEvery), or a failed seal is tried again; zero when none is due.
 func (w *box) sealDue() time.Time {
+	if r := w.st.Seal.RetryAt; !r.IsZero() && w.st.Seal.Running == "" && w.st.SandboxID != "" &&
+		(w.st.State == cocoonbox.BoxStateRunning || w.st.State == cocoonbox.BoxStateHibernated) {
+		return r
+	}
 	every := w.in.Policy.SnapshotEvery
 	if every <= 0 || w.st.State != cocoonbox.BoxStateRunning || w.st.SandboxID == "" || w.st.Seal.Running != "" ||
 		!w.st.LastActive.After(w.st.Seal.Last) {
