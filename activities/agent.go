@@ -27,6 +27,7 @@ type AgentRunStore interface {
 	AgentRunByID(ctx context.Context, id string) (store.AgentRun, error)
 	BoxByID(ctx context.Context, id cocoonbox.BoxID) (store.Box, error)
 	ShareRole(ctx context.Context, boxID cocoonbox.BoxID, userID string) (cocoonbox.Role, error)
+	AppendEvent(ctx context.Context, e store.Event) error
 }
 
 // SecretOpener opens an owner's vault secret in clear (internal/vault.Vault).
@@ -243,10 +244,26 @@ func (a *Agent) authorizeRun(ctx context.Context, in StepInput, gw Gateway) (sto
 	return run, nil
 }
 
-// SetRunState records the run's state.
+// SetRunState records the run's state, and the run's end as a run.finished event of its box
+// (which webhooks hear).
 func (a *Agent) SetRunState(ctx context.Context, in RunStateInput) error {
 	if err := a.Runs.SetAgentRunState(ctx, in.RunID, in.State, in.Reason); err != nil {
 		return classify(fmt.Errorf("set run %s state: %w", in.RunID, err))
+	}
+	switch in.State {
+	case cocoonbox.AgentRunSucceeded, cocoonbox.AgentRunFailed, cocoonbox.AgentRunCancelled:
+	default:
+		return nil
+	}
+	run, err := a.Runs.AgentRunByID(ctx, in.RunID)
+	if err != nil {
+		return classify(fmt.Errorf("run %s: %w", in.RunID, err))
+	}
+	detail, _ := json.Marshal(map[string]any{"run": in.RunID, "state": in.State, "reason": in.Reason})
+	// A retried activity may record the end twice; a webhook receiver dedups by event, and the
+	// run's own row has one state.
+	if err := a.Runs.AppendEvent(ctx, store.Event{Actor: run.Owner, BoxID: string(run.BoxID), Action: "run.finished", Detail: detail}); err != nil {
+		return classify(fmt.Errorf("record run %s end: %w", in.RunID, err))
 	}
 	return nil
 }

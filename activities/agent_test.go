@@ -101,6 +101,7 @@ func (f *fakeRuns) ShareRole(context.Context, cocoonbox.BoxID, string) (cocoonbo
 func (f *fakeRuns) SetAgentRunState(context.Context, string, cocoonbox.AgentRunState, string) error {
 	return nil
 }
+func (f *fakeRuns) AppendEvent(context.Context, store.Event) error { return nil }
 func (f *fakeRuns) AppendAgentStep(_ context.Context, s store.NewAgentStep) error {
 	f.steps[s.Step] = s
 	return nil

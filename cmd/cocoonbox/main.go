@@ -39,6 +39,7 @@ func newApp() *cli.App {
 			policyCommand(),
 			agentCommand(),
 			tokenCommand(),
+			webhookCommand(),
 			vaultCommand(),
 			desktopCommand(),
 			adminCommand(),

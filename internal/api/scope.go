@@ -12,16 +12,18 @@ import (
 // among them: it wakes a hibernated box and counts as activity on it. Every route not listed is
 // refused to a read token, so a new method is closed to it until it is added here.
 var readRoutes = map[string]bool{
-	"/cocoonbox.v1.AccountService/WhoAmI":        true,
-	"/cocoonbox.v1.AccountService/ListTokens":    true,
-	"/cocoonbox.v1.BoxService/GetBox":            true,
-	"/cocoonbox.v1.BoxService/ListBoxes":         true,
-	"/cocoonbox.v1.BoxService/WatchBox":          true,
-	"/cocoonbox.v1.BoxService/ListSnapshots":     true,
-	"/cocoonbox.v1.BoxService/ListShares":        true,
-	"/cocoonbox.v1.BoxService/ListEvents":        true,
-	"/cocoonbox.v1.BoxService/ListPools":         true,
-	"/cocoonbox.v1.BoxService/GetPolicyDefaults": true,
+	"/cocoonbox.v1.AccountService/WhoAmI":         true,
+	"/cocoonbox.v1.AccountService/ListTokens":     true,
+	"/cocoonbox.v1.AccountService/ListWebhooks":   true,
+	"/cocoonbox.v1.AccountService/ListDeliveries": true,
+	"/cocoonbox.v1.BoxService/GetBox":             true,
+	"/cocoonbox.v1.BoxService/ListBoxes":          true,
+	"/cocoonbox.v1.BoxService/WatchBox":           true,
+	"/cocoonbox.v1.BoxService/ListSnapshots":      true,
+	"/cocoonbox.v1.BoxService/ListShares":         true,
+	"/cocoonbox.v1.BoxService/ListEvents":         true,
+	"/cocoonbox.v1.BoxService/ListPools":          true,
+	"/cocoonbox.v1.BoxService/GetPolicyDefaults":  true,
 	// DesktopTicket in view mode; a control ticket is routeDesktop+modeControl, checked by it.
 	"/cocoonbox.v1.BoxService/DesktopTicket": true,
 	"/cocoonbox.v1.AgentService/GetRun":      true,

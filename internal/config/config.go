@@ -175,12 +175,24 @@ type Dev struct {
 	CreateWait time.Duration `yaml:"create_wait" env:"COCOONBOX_CREATE_WAIT"`
 	// BoxPolicy is the default policy of new boxes, under each user's own defaults.
 	BoxPolicy BoxPolicy `yaml:"box_policy"`
+	// Webhooks is how the stack's worker delivers webhooks.
+	Webhooks Webhooks `yaml:"webhooks"`
 	// NoWorker starts the stack without its in-process Temporal worker, for tests and for running
 	// workers separately (`cocoonbox serve worker`); box operations wait until a worker polls.
 	NoWorker bool `yaml:"no_worker" env:"COCOONBOX_DEV_NO_WORKER"`
 	// Pools are the local engine's warm pools, set at every start (default: 2 small boxes of the
 	// box template); `pools: []` runs none. `cocoonbox admin pools` changes them until the next start.
 	Pools []Pool `yaml:"pools"`
+}
+
+// Webhooks is how a worker delivers webhooks.
+type Webhooks struct {
+	// AllowPrivate lets deliveries reach loopback, private and link-local addresses: a receiver
+	// on this deployment's own network. Off (the default), a user's URL cannot reach them.
+	AllowPrivate bool `yaml:"allow_private" env:"COCOONBOX_WEBHOOKS_ALLOW_PRIVATE"`
+	// RetryFirst is the wait before a failed delivery's first retry, doubling to 10 minutes; 0
+	// is 10 seconds.
+	RetryFirst time.Duration `yaml:"retry_first" env:"COCOONBOX_WEBHOOKS_RETRY_FIRST"`
 }
 
 // BoxPolicy is the server's default policy for new boxes; a field left out keeps the built-in
@@ -316,6 +328,8 @@ type Worker struct {
 	// SnapshotUploadMiBps caps each snapshot upload at this many MiB per second, so snapshots do
 	// not starve the node's uplink; 0 is no cap.
 	SnapshotUploadMiBps int `yaml:"snapshot_upload_mibps" env:"COCOONBOX_SNAPSHOT_UPLOAD_MIBPS"`
+	// Webhooks is how this worker delivers webhooks.
+	Webhooks Webhooks `yaml:"webhooks"`
 	// Agent is the model gateway of agent runs: the worker sends every run's model calls there,
 	// with the key from the section's vault secret, whatever a workflow's input says.
 	Agent Agent `yaml:"agent"`

@@ -203,6 +203,21 @@ func TestAgentRuns(t *testing.T) {
 		if got := a.mustRun(t, "cat /home/user/agent-out.txt"); got != "written by the agent\n" {
 			t.Fatalf("file in the box: %q", got)
 		}
+		// The run's end is one of its box's events, which webhooks hear as run.finished.
+		if err := testutil.Poll(a.ctx, testutil.WaitShort, func() error {
+			events, err := a.d.Boxes.ListEvents(a.ctx, a.owner.ID, a.id, 0, 200)
+			if err != nil {
+				return err
+			}
+			for _, ev := range events {
+				if ev.Action == "run.finished" && strings.Contains(string(ev.Detail), last.GetId()) && strings.Contains(string(ev.Detail), "succeeded") {
+					return nil
+				}
+			}
+			return fmt.Errorf("no run.finished event for %s", last.GetId())
+		}); err != nil {
+			t.Fatal(err)
+		}
 		reqs := models.Requests()
 		first := reqs[len(reqs)-2]
 		if first.Path != "/v1/chat/completions" || first.Header.Get("Authorization") != "Bearer "+gatewayKey {

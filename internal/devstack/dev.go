@@ -66,6 +66,8 @@ type Dev struct {
 	// Boxes creates and drives boxes through their workflows (the API's service layer).
 	Boxes  *boxsvc.Service
 	worker sdkworker.Worker
+	// stopHooks stops the webhook dispatcher and waits for it.
+	stopHooks func()
 	// agentMu guards cfg.Agent, which the worker reads at each agent step.
 	agentMu sync.Mutex
 
@@ -242,6 +244,10 @@ func (d *Dev) Close() error {
 			errs = append(errs, fmt.Errorf("stop api: %w", err))
 		}
 		d.cancel = nil
+	}
+	if d.stopHooks != nil {
+		d.stopHooks()
+		d.stopHooks = nil
 	}
 	if d.worker != nil {
 		d.worker.Stop()

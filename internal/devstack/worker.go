@@ -34,11 +34,14 @@ func (d *Dev) startWorker() error {
 	w := worker.New(worker.Options{
 		Temporal: d.Temporal, Store: d.Store, Sandbox: sb, Keys: keys, Template: d.cfg.Template,
 		Blobs: d.Blobs, Gateway: d.gateway, Logger: d.log.With("component", "worker"),
+		WebhooksAllowPrivate: d.cfg.Webhooks.AllowPrivate,
 	})
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("worker: %w", err)
 	}
 	d.worker = w
+	d.stopHooks = worker.StartDispatcher(&worker.Dispatcher{Temporal: d.Temporal, Store: d.Store,
+		RetryFirst: d.cfg.Webhooks.RetryFirst, Logger: d.log.With("component", "webhooks")})
 	return nil
 }
 

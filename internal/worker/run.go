@@ -18,9 +18,10 @@ import (
 
 // Running is a worker started from a config.Worker with the connections it opened.
 type Running struct {
-	w  sdkworker.Worker
-	st *store.Store
-	tc client.Client
+	w     sdkworker.Worker
+	hooks func() // stops the webhook dispatcher
+	st    *store.Store
+	tc    client.Client
 }
 
 // Start validates cfg, connects to everything it names (keyring, PostgreSQL, Temporal, S3, the
@@ -59,18 +60,20 @@ func Start(ctx context.Context, cfg config.Worker, logger *slog.Logger) (_ *Runn
 		Temporal: tc, Store: st, Sandbox: sandbox.NewHTTP(cfg.Sandbox.URL, cfg.Sandbox.Token, nil),
 		Keys: keys, Template: cfg.Template, Blobs: blobs,
 		UploadRate: int64(cfg.SnapshotUploadMiBps) << 20, Gateway: StaticGateway(cfg.Agent),
-		Logger: logger.With("component", "worker"),
+		Logger: logger.With("component", "worker"), WebhooksAllowPrivate: cfg.Webhooks.AllowPrivate,
 	})
 	if err := w.Start(); err != nil {
 		tc.Close()
 		return nil, fmt.Errorf("worker: %w", err)
 	}
-	return &Running{w: w, st: st, tc: tc}, nil
+	hooks := StartDispatcher(&Dispatcher{Temporal: tc, Store: st, RetryFirst: cfg.Webhooks.RetryFirst, Logger: logger.With("component", "webhooks")})
+	return &Running{w: w, hooks: hooks, st: st, tc: tc}, nil
 }
 
 // Stop stops polling, waits for running activities to return (a killed worker's are retried
 // elsewhere after their heartbeat timeout) and closes the connections.
 func (r *Running) Stop() {
+	r.hooks()
 	r.w.Stop()
 	r.tc.Close()
 	r.st.Close()

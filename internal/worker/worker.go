@@ -39,8 +39,11 @@ type Options struct {
 	// nil refuses every step.
 	Gateway func() activities.Gateway
 	// Vault opens the model keys of agent runs; nil is the store's vault under Keys.
-	Vault  activities.SecretOpener
-	Logger *slog.Logger
+	Vault activities.SecretOpener
+	// WebhooksAllowPrivate lets webhook deliveries reach loopback and private addresses (tests,
+	// a receiver on the deployment's own network); off, they are refused.
+	WebhooksAllowPrivate bool
+	Logger               *slog.Logger
 }
 
 // GatewayOf is the activities' view of an agent configuration.
@@ -60,6 +63,8 @@ func New(opts Options) worker.Worker {
 	w.RegisterWorkflow(workflows.BoxWorkflow)
 	w.RegisterWorkflow(workflows.SnapshotWorkflow)
 	w.RegisterWorkflow(workflows.AgentRunWorkflow)
+	w.RegisterWorkflow(workflows.WebhookWorkflow)
+	w.RegisterActivity(&activities.Webhooks{Store: opts.Store, Open: opts.Keys.Open, Client: activities.WebhookClient(opts.WebhooksAllowPrivate)})
 	tok := store.SandboxTokens{Store: opts.Store, Keys: opts.Keys}
 	w.RegisterActivity(&activities.Store{Boxes: boxes{opts.Store}})
 	creds := boxlink.Credentials(opts.Keys)

@@ -25,6 +25,526 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type Webhook struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Url   string                 `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	// events are what it hears: box.* and run.* (families) or single actions such as
+	// box.hibernated and run.finished.
+	Events        []string               `protobuf:"bytes,3,rep,name=events,proto3" json:"events,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Webhook) Reset() {
+	*x = Webhook{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Webhook) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Webhook) ProtoMessage() {}
+
+func (x *Webhook) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
+func (*Webhook) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *Webhook) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Webhook) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *Webhook) GetEvents() []string {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+func (x *Webhook) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+type CreateWebhookRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// url is where deliveries are POSTed: http or https.
+	Url string `protobuf:"bytes,1,opt,name=url,proto3" json:"url,omitempty"`
+	// events default to box.* and run.*.
+	Events        []string `protobuf:"bytes,2,rep,name=events,proto3" json:"events,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateWebhookRequest) Reset() {
+	*x = CreateWebhookRequest{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateWebhookRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateWebhookRequest) ProtoMessage() {}
+
+func (x *CreateWebhookRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateWebhookRequest.ProtoReflect.Descriptor instead.
+func (*CreateWebhookRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *CreateWebhookRequest) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *CreateWebhookRequest) GetEvents() []string {
+	if x != nil {
+		return x.Events
+	}
+	return nil
+}
+
+type CreateWebhookResponse struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Webhook *Webhook               `protobuf:"bytes,1,opt,name=webhook,proto3" json:"webhook,omitempty"`
+	// secret signs every delivery; it is shown only here.
+	Secret        string `protobuf:"bytes,2,opt,name=secret,proto3" json:"secret,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CreateWebhookResponse) Reset() {
+	*x = CreateWebhookResponse{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CreateWebhookResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CreateWebhookResponse) ProtoMessage() {}
+
+func (x *CreateWebhookResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CreateWebhookResponse.ProtoReflect.Descriptor instead.
+func (*CreateWebhookResponse) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *CreateWebhookResponse) GetWebhook() *Webhook {
+	if x != nil {
+		return x.Webhook
+	}
+	return nil
+}
+
+func (x *CreateWebhookResponse) GetSecret() string {
+	if x != nil {
+		return x.Secret
+	}
+	return ""
+}
+
+type ListWebhooksRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWebhooksRequest) Reset() {
+	*x = ListWebhooksRequest{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWebhooksRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWebhooksRequest) ProtoMessage() {}
+
+func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWebhooksRequest.ProtoReflect.Descriptor instead.
+func (*ListWebhooksRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{3}
+}
+
+type ListWebhooksResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Webhooks      []*Webhook             `protobuf:"bytes,1,rep,name=webhooks,proto3" json:"webhooks,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListWebhooksResponse) Reset() {
+	*x = ListWebhooksResponse{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListWebhooksResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListWebhooksResponse) ProtoMessage() {}
+
+func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListWebhooksResponse.ProtoReflect.Descriptor instead.
+func (*ListWebhooksResponse) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *ListWebhooksResponse) GetWebhooks() []*Webhook {
+	if x != nil {
+		return x.Webhooks
+	}
+	return nil
+}
+
+type DeleteWebhookRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteWebhookRequest) Reset() {
+	*x = DeleteWebhookRequest{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteWebhookRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteWebhookRequest) ProtoMessage() {}
+
+func (x *DeleteWebhookRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteWebhookRequest.ProtoReflect.Descriptor instead.
+func (*DeleteWebhookRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *DeleteWebhookRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type DeleteWebhookResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteWebhookResponse) Reset() {
+	*x = DeleteWebhookResponse{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteWebhookResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteWebhookResponse) ProtoMessage() {}
+
+func (x *DeleteWebhookResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteWebhookResponse.ProtoReflect.Descriptor instead.
+func (*DeleteWebhookResponse) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{6}
+}
+
+type ListDeliveriesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// limit is 1 to 1000; 0 is 100.
+	Limit         int32 `protobuf:"varint,2,opt,name=limit,proto3" json:"limit,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDeliveriesRequest) Reset() {
+	*x = ListDeliveriesRequest{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDeliveriesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDeliveriesRequest) ProtoMessage() {}
+
+func (x *ListDeliveriesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDeliveriesRequest.ProtoReflect.Descriptor instead.
+func (*ListDeliveriesRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ListDeliveriesRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *ListDeliveriesRequest) GetLimit() int32 {
+	if x != nil {
+		return x.Limit
+	}
+	return 0
+}
+
+// Delivery is one attempt to deliver one event.
+type Delivery struct {
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	EventId int64                  `protobuf:"varint,1,opt,name=event_id,json=eventId,proto3" json:"event_id,omitempty"`
+	Action  string                 `protobuf:"bytes,2,opt,name=action,proto3" json:"action,omitempty"`
+	Attempt int32                  `protobuf:"varint,3,opt,name=attempt,proto3" json:"attempt,omitempty"`
+	// status is the receiver's HTTP status; 0 when it gave none.
+	Status        int32                  `protobuf:"varint,4,opt,name=status,proto3" json:"status,omitempty"`
+	Error         string                 `protobuf:"bytes,5,opt,name=error,proto3" json:"error,omitempty"`
+	At            *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=at,proto3" json:"at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Delivery) Reset() {
+	*x = Delivery{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Delivery) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Delivery) ProtoMessage() {}
+
+func (x *Delivery) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
+func (*Delivery) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *Delivery) GetEventId() int64 {
+	if x != nil {
+		return x.EventId
+	}
+	return 0
+}
+
+func (x *Delivery) GetAction() string {
+	if x != nil {
+		return x.Action
+	}
+	return ""
+}
+
+func (x *Delivery) GetAttempt() int32 {
+	if x != nil {
+		return x.Attempt
+	}
+	return 0
+}
+
+func (x *Delivery) GetStatus() int32 {
+	if x != nil {
+		return x.Status
+	}
+	return 0
+}
+
+func (x *Delivery) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *Delivery) GetAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.At
+	}
+	return nil
+}
+
+type ListDeliveriesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Deliveries    []*Delivery            `protobuf:"bytes,1,rep,name=deliveries,proto3" json:"deliveries,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListDeliveriesResponse) Reset() {
+	*x = ListDeliveriesResponse{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListDeliveriesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListDeliveriesResponse) ProtoMessage() {}
+
+func (x *ListDeliveriesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListDeliveriesResponse.ProtoReflect.Descriptor instead.
+func (*ListDeliveriesResponse) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *ListDeliveriesResponse) GetDeliveries() []*Delivery {
+	if x != nil {
+		return x.Deliveries
+	}
+	return nil
+}
+
 type WhoAmIRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -33,7 +553,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[0]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -45,7 +565,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[0]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -58,7 +578,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{0}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{10}
 }
 
 type WhoAmIResponse struct {
@@ -72,7 +592,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[1]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -84,7 +604,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[1]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -97,7 +617,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{1}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WhoAmIResponse) GetUser() *User {
@@ -127,7 +647,7 @@ type User struct {
 
 func (x *User) Reset() {
 	*x = User{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[2]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -139,7 +659,7 @@ func (x *User) String() string {
 func (*User) ProtoMessage() {}
 
 func (x *User) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[2]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -152,7 +672,7 @@ func (x *User) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use User.ProtoReflect.Descriptor instead.
 func (*User) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{2}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *User) GetId() string {
@@ -201,7 +721,7 @@ type Token struct {
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[3]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -213,7 +733,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[3]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -226,7 +746,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{3}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Token) GetId() string {
@@ -295,7 +815,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[4]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -307,7 +827,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[4]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -320,7 +840,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{4}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -355,7 +875,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[5]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -367,7 +887,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[5]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -380,7 +900,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{5}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *CreateTokenResponse) GetToken() *Token {
@@ -405,7 +925,7 @@ type ListTokensRequest struct {
 
 func (x *ListTokensRequest) Reset() {
 	*x = ListTokensRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[6]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -417,7 +937,7 @@ func (x *ListTokensRequest) String() string {
 func (*ListTokensRequest) ProtoMessage() {}
 
 func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[6]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -430,7 +950,7 @@ func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListTokensRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{6}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{16}
 }
 
 type ListTokensResponse struct {
@@ -442,7 +962,7 @@ type ListTokensResponse struct {
 
 func (x *ListTokensResponse) Reset() {
 	*x = ListTokensResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[7]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -454,7 +974,7 @@ func (x *ListTokensResponse) String() string {
 func (*ListTokensResponse) ProtoMessage() {}
 
 func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[7]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -467,7 +987,7 @@ func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListTokensResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{7}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ListTokensResponse) GetTokens() []*Token {
@@ -486,7 +1006,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[8]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -498,7 +1018,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[8]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -511,7 +1031,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{8}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *RevokeTokenRequest) GetId() string {
@@ -529,7 +1049,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[9]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -541,7 +1061,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[9]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -554,7 +1074,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{9}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{19}
 }
 
 type CreateUserRequest struct {
@@ -568,7 +1088,7 @@ type CreateUserRequest struct {
 
 func (x *CreateUserRequest) Reset() {
 	*x = CreateUserRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[10]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -580,7 +1100,7 @@ func (x *CreateUserRequest) String() string {
 func (*CreateUserRequest) ProtoMessage() {}
 
 func (x *CreateUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[10]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -593,7 +1113,7 @@ func (x *CreateUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserRequest.ProtoReflect.Descriptor instead.
 func (*CreateUserRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{10}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateUserRequest) GetName() string {
@@ -621,7 +1141,7 @@ type CreateUserResponse struct {
 
 func (x *CreateUserResponse) Reset() {
 	*x = CreateUserResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[11]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -633,7 +1153,7 @@ func (x *CreateUserResponse) String() string {
 func (*CreateUserResponse) ProtoMessage() {}
 
 func (x *CreateUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[11]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -646,7 +1166,7 @@ func (x *CreateUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserResponse.ProtoReflect.Descriptor instead.
 func (*CreateUserResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{11}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CreateUserResponse) GetUser() *User {
@@ -667,7 +1187,39 @@ var File_cocoonbox_v1_account_proto protoreflect.FileDescriptor
 
 const file_cocoonbox_v1_account_proto_rawDesc = "" +
 	"\n" +
-	"\x1acocoonbox/v1/account.proto\x12\fcocoonbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x0f\n" +
+	"\x1acocoonbox/v1/account.proto\x12\fcocoonbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"~\n" +
+	"\aWebhook\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
+	"\x06events\x18\x03 \x03(\tR\x06events\x129\n" +
+	"\n" +
+	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"@\n" +
+	"\x14CreateWebhookRequest\x12\x10\n" +
+	"\x03url\x18\x01 \x01(\tR\x03url\x12\x16\n" +
+	"\x06events\x18\x02 \x03(\tR\x06events\"`\n" +
+	"\x15CreateWebhookResponse\x12/\n" +
+	"\awebhook\x18\x01 \x01(\v2\x15.cocoonbox.v1.WebhookR\awebhook\x12\x16\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\"\x15\n" +
+	"\x13ListWebhooksRequest\"I\n" +
+	"\x14ListWebhooksResponse\x121\n" +
+	"\bwebhooks\x18\x01 \x03(\v2\x15.cocoonbox.v1.WebhookR\bwebhooks\"&\n" +
+	"\x14DeleteWebhookRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\x17\n" +
+	"\x15DeleteWebhookResponse\"=\n" +
+	"\x15ListDeliveriesRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x14\n" +
+	"\x05limit\x18\x02 \x01(\x05R\x05limit\"\xb1\x01\n" +
+	"\bDelivery\x12\x19\n" +
+	"\bevent_id\x18\x01 \x01(\x03R\aeventId\x12\x16\n" +
+	"\x06action\x18\x02 \x01(\tR\x06action\x12\x18\n" +
+	"\aattempt\x18\x03 \x01(\x05R\aattempt\x12\x16\n" +
+	"\x06status\x18\x04 \x01(\x05R\x06status\x12\x14\n" +
+	"\x05error\x18\x05 \x01(\tR\x05error\x12*\n" +
+	"\x02at\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"P\n" +
+	"\x16ListDeliveriesResponse\x126\n" +
+	"\n" +
+	"deliveries\x18\x01 \x03(\v2\x16.cocoonbox.v1.DeliveryR\n" +
+	"deliveries\"\x0f\n" +
 	"\rWhoAmIRequest\"W\n" +
 	"\x0eWhoAmIResponse\x12&\n" +
 	"\x04user\x18\x01 \x01(\v2\x12.cocoonbox.v1.UserR\x04user\x12\x1d\n" +
@@ -710,7 +1262,7 @@ const file_cocoonbox_v1_account_proto_rawDesc = "" +
 	"\x05admin\x18\x02 \x01(\bR\x05admin\"T\n" +
 	"\x12CreateUserResponse\x12&\n" +
 	"\x04user\x18\x01 \x01(\v2\x12.cocoonbox.v1.UserR\x04user\x12\x16\n" +
-	"\x06secret\x18\x02 \x01(\tR\x06secret2\x9f\x03\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret2\x87\x06\n" +
 	"\x0eAccountService\x12C\n" +
 	"\x06WhoAmI\x12\x1b.cocoonbox.v1.WhoAmIRequest\x1a\x1c.cocoonbox.v1.WhoAmIResponse\x12R\n" +
 	"\vCreateToken\x12 .cocoonbox.v1.CreateTokenRequest\x1a!.cocoonbox.v1.CreateTokenResponse\x12O\n" +
@@ -718,7 +1270,11 @@ const file_cocoonbox_v1_account_proto_rawDesc = "" +
 	"ListTokens\x12\x1f.cocoonbox.v1.ListTokensRequest\x1a .cocoonbox.v1.ListTokensResponse\x12R\n" +
 	"\vRevokeToken\x12 .cocoonbox.v1.RevokeTokenRequest\x1a!.cocoonbox.v1.RevokeTokenResponse\x12O\n" +
 	"\n" +
-	"CreateUser\x12\x1f.cocoonbox.v1.CreateUserRequest\x1a .cocoonbox.v1.CreateUserResponseB>Z<github.com/loomhand/cocoonbox/proto/cocoonbox/v1;cocoonboxv1b\x06proto3"
+	"CreateUser\x12\x1f.cocoonbox.v1.CreateUserRequest\x1a .cocoonbox.v1.CreateUserResponse\x12X\n" +
+	"\rCreateWebhook\x12\".cocoonbox.v1.CreateWebhookRequest\x1a#.cocoonbox.v1.CreateWebhookResponse\x12U\n" +
+	"\fListWebhooks\x12!.cocoonbox.v1.ListWebhooksRequest\x1a\".cocoonbox.v1.ListWebhooksResponse\x12X\n" +
+	"\rDeleteWebhook\x12\".cocoonbox.v1.DeleteWebhookRequest\x1a#.cocoonbox.v1.DeleteWebhookResponse\x12[\n" +
+	"\x0eListDeliveries\x12#.cocoonbox.v1.ListDeliveriesRequest\x1a$.cocoonbox.v1.ListDeliveriesResponseB>Z<github.com/loomhand/cocoonbox/proto/cocoonbox/v1;cocoonboxv1b\x06proto3"
 
 var (
 	file_cocoonbox_v1_account_proto_rawDescOnce sync.Once
@@ -732,47 +1288,70 @@ func file_cocoonbox_v1_account_proto_rawDescGZIP() []byte {
 	return file_cocoonbox_v1_account_proto_rawDescData
 }
 
-var file_cocoonbox_v1_account_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_cocoonbox_v1_account_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_cocoonbox_v1_account_proto_goTypes = []any{
-	(*WhoAmIRequest)(nil),         // 0: cocoonbox.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),        // 1: cocoonbox.v1.WhoAmIResponse
-	(*User)(nil),                  // 2: cocoonbox.v1.User
-	(*Token)(nil),                 // 3: cocoonbox.v1.Token
-	(*CreateTokenRequest)(nil),    // 4: cocoonbox.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),   // 5: cocoonbox.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),     // 6: cocoonbox.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),    // 7: cocoonbox.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),    // 8: cocoonbox.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),   // 9: cocoonbox.v1.RevokeTokenResponse
-	(*CreateUserRequest)(nil),     // 10: cocoonbox.v1.CreateUserRequest
-	(*CreateUserResponse)(nil),    // 11: cocoonbox.v1.CreateUserResponse
-	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
+	(*Webhook)(nil),                // 0: cocoonbox.v1.Webhook
+	(*CreateWebhookRequest)(nil),   // 1: cocoonbox.v1.CreateWebhookRequest
+	(*CreateWebhookResponse)(nil),  // 2: cocoonbox.v1.CreateWebhookResponse
+	(*ListWebhooksRequest)(nil),    // 3: cocoonbox.v1.ListWebhooksRequest
+	(*ListWebhooksResponse)(nil),   // 4: cocoonbox.v1.ListWebhooksResponse
+	(*DeleteWebhookRequest)(nil),   // 5: cocoonbox.v1.DeleteWebhookRequest
+	(*DeleteWebhookResponse)(nil),  // 6: cocoonbox.v1.DeleteWebhookResponse
+	(*ListDeliveriesRequest)(nil),  // 7: cocoonbox.v1.ListDeliveriesRequest
+	(*Delivery)(nil),               // 8: cocoonbox.v1.Delivery
+	(*ListDeliveriesResponse)(nil), // 9: cocoonbox.v1.ListDeliveriesResponse
+	(*WhoAmIRequest)(nil),          // 10: cocoonbox.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),         // 11: cocoonbox.v1.WhoAmIResponse
+	(*User)(nil),                   // 12: cocoonbox.v1.User
+	(*Token)(nil),                  // 13: cocoonbox.v1.Token
+	(*CreateTokenRequest)(nil),     // 14: cocoonbox.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),    // 15: cocoonbox.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),      // 16: cocoonbox.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),     // 17: cocoonbox.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),     // 18: cocoonbox.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),    // 19: cocoonbox.v1.RevokeTokenResponse
+	(*CreateUserRequest)(nil),      // 20: cocoonbox.v1.CreateUserRequest
+	(*CreateUserResponse)(nil),     // 21: cocoonbox.v1.CreateUserResponse
+	(*timestamppb.Timestamp)(nil),  // 22: google.protobuf.Timestamp
 }
 var file_cocoonbox_v1_account_proto_depIdxs = []int32{
-	2,  // 0: cocoonbox.v1.WhoAmIResponse.user:type_name -> cocoonbox.v1.User
-	12, // 1: cocoonbox.v1.User.created_at:type_name -> google.protobuf.Timestamp
-	12, // 2: cocoonbox.v1.Token.created_at:type_name -> google.protobuf.Timestamp
-	12, // 3: cocoonbox.v1.Token.last_used_at:type_name -> google.protobuf.Timestamp
-	12, // 4: cocoonbox.v1.Token.expires_at:type_name -> google.protobuf.Timestamp
-	12, // 5: cocoonbox.v1.Token.revoked_at:type_name -> google.protobuf.Timestamp
-	3,  // 6: cocoonbox.v1.CreateTokenResponse.token:type_name -> cocoonbox.v1.Token
-	3,  // 7: cocoonbox.v1.ListTokensResponse.tokens:type_name -> cocoonbox.v1.Token
-	2,  // 8: cocoonbox.v1.CreateUserResponse.user:type_name -> cocoonbox.v1.User
-	0,  // 9: cocoonbox.v1.AccountService.WhoAmI:input_type -> cocoonbox.v1.WhoAmIRequest
-	4,  // 10: cocoonbox.v1.AccountService.CreateToken:input_type -> cocoonbox.v1.CreateTokenRequest
-	6,  // 11: cocoonbox.v1.AccountService.ListTokens:input_type -> cocoonbox.v1.ListTokensRequest
-	8,  // 12: cocoonbox.v1.AccountService.RevokeToken:input_type -> cocoonbox.v1.RevokeTokenRequest
-	10, // 13: cocoonbox.v1.AccountService.CreateUser:input_type -> cocoonbox.v1.CreateUserRequest
-	1,  // 14: cocoonbox.v1.AccountService.WhoAmI:output_type -> cocoonbox.v1.WhoAmIResponse
-	5,  // 15: cocoonbox.v1.AccountService.CreateToken:output_type -> cocoonbox.v1.CreateTokenResponse
-	7,  // 16: cocoonbox.v1.AccountService.ListTokens:output_type -> cocoonbox.v1.ListTokensResponse
-	9,  // 17: cocoonbox.v1.AccountService.RevokeToken:output_type -> cocoonbox.v1.RevokeTokenResponse
-	11, // 18: cocoonbox.v1.AccountService.CreateUser:output_type -> cocoonbox.v1.CreateUserResponse
-	14, // [14:19] is the sub-list for method output_type
-	9,  // [9:14] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	22, // 0: cocoonbox.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
+	0,  // 1: cocoonbox.v1.CreateWebhookResponse.webhook:type_name -> cocoonbox.v1.Webhook
+	0,  // 2: cocoonbox.v1.ListWebhooksResponse.webhooks:type_name -> cocoonbox.v1.Webhook
+	22, // 3: cocoonbox.v1.Delivery.at:type_name -> google.protobuf.Timestamp
+	8,  // 4: cocoonbox.v1.ListDeliveriesResponse.deliveries:type_name -> cocoonbox.v1.Delivery
+	12, // 5: cocoonbox.v1.WhoAmIResponse.user:type_name -> cocoonbox.v1.User
+	22, // 6: cocoonbox.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	22, // 7: cocoonbox.v1.Token.created_at:type_name -> google.protobuf.Timestamp
+	22, // 8: cocoonbox.v1.Token.last_used_at:type_name -> google.protobuf.Timestamp
+	22, // 9: cocoonbox.v1.Token.expires_at:type_name -> google.protobuf.Timestamp
+	22, // 10: cocoonbox.v1.Token.revoked_at:type_name -> google.protobuf.Timestamp
+	13, // 11: cocoonbox.v1.CreateTokenResponse.token:type_name -> cocoonbox.v1.Token
+	13, // 12: cocoonbox.v1.ListTokensResponse.tokens:type_name -> cocoonbox.v1.Token
+	12, // 13: cocoonbox.v1.CreateUserResponse.user:type_name -> cocoonbox.v1.User
+	10, // 14: cocoonbox.v1.AccountService.WhoAmI:input_type -> cocoonbox.v1.WhoAmIRequest
+	14, // 15: cocoonbox.v1.AccountService.CreateToken:input_type -> cocoonbox.v1.CreateTokenRequest
+	16, // 16: cocoonbox.v1.AccountService.ListTokens:input_type -> cocoonbox.v1.ListTokensRequest
+	18, // 17: cocoonbox.v1.AccountService.RevokeToken:input_type -> cocoonbox.v1.RevokeTokenRequest
+	20, // 18: cocoonbox.v1.AccountService.CreateUser:input_type -> cocoonbox.v1.CreateUserRequest
+	1,  // 19: cocoonbox.v1.AccountService.CreateWebhook:input_type -> cocoonbox.v1.CreateWebhookRequest
+	3,  // 20: cocoonbox.v1.AccountService.ListWebhooks:input_type -> cocoonbox.v1.ListWebhooksRequest
+	5,  // 21: cocoonbox.v1.AccountService.DeleteWebhook:input_type -> cocoonbox.v1.DeleteWebhookRequest
+	7,  // 22: cocoonbox.v1.AccountService.ListDeliveries:input_type -> cocoonbox.v1.ListDeliveriesRequest
+	11, // 23: cocoonbox.v1.AccountService.WhoAmI:output_type -> cocoonbox.v1.WhoAmIResponse
+	15, // 24: cocoonbox.v1.AccountService.CreateToken:output_type -> cocoonbox.v1.CreateTokenResponse
+	17, // 25: cocoonbox.v1.AccountService.ListTokens:output_type -> cocoonbox.v1.ListTokensResponse
+	19, // 26: cocoonbox.v1.AccountService.RevokeToken:output_type -> cocoonbox.v1.RevokeTokenResponse
+	21, // 27: cocoonbox.v1.AccountService.CreateUser:output_type -> cocoonbox.v1.CreateUserResponse
+	2,  // 28: cocoonbox.v1.AccountService.CreateWebhook:output_type -> cocoonbox.v1.CreateWebhookResponse
+	4,  // 29: cocoonbox.v1.AccountService.ListWebhooks:output_type -> cocoonbox.v1.ListWebhooksResponse
+	6,  // 30: cocoonbox.v1.AccountService.DeleteWebhook:output_type -> cocoonbox.v1.DeleteWebhookResponse
+	9,  // 31: cocoonbox.v1.AccountService.ListDeliveries:output_type -> cocoonbox.v1.ListDeliveriesResponse
+	23, // [23:32] is the sub-list for method output_type
+	14, // [14:23] is the sub-list for method input_type
+	14, // [14:14] is the sub-list for extension type_name
+	14, // [14:14] is the sub-list for extension extendee
+	0,  // [0:14] is the sub-list for field type_name
 }
 
 func init() { file_cocoonbox_v1_account_proto_init() }
@@ -786,7 +1365,7 @@ func file_cocoonbox_v1_account_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cocoonbox_v1_account_proto_rawDesc), len(file_cocoonbox_v1_account_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

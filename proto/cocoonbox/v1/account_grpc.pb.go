@@ -22,11 +22,15 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AccountService_WhoAmI_FullMethodName      = "/cocoonbox.v1.AccountService/WhoAmI"
-	AccountService_CreateToken_FullMethodName = "/cocoonbox.v1.AccountService/CreateToken"
-	AccountService_ListTokens_FullMethodName  = "/cocoonbox.v1.AccountService/ListTokens"
-	AccountService_RevokeToken_FullMethodName = "/cocoonbox.v1.AccountService/RevokeToken"
-	AccountService_CreateUser_FullMethodName  = "/cocoonbox.v1.AccountService/CreateUser"
+	AccountService_WhoAmI_FullMethodName         = "/cocoonbox.v1.AccountService/WhoAmI"
+	AccountService_CreateToken_FullMethodName    = "/cocoonbox.v1.AccountService/CreateToken"
+	AccountService_ListTokens_FullMethodName     = "/cocoonbox.v1.AccountService/ListTokens"
+	AccountService_RevokeToken_FullMethodName    = "/cocoonbox.v1.AccountService/RevokeToken"
+	AccountService_CreateUser_FullMethodName     = "/cocoonbox.v1.AccountService/CreateUser"
+	AccountService_CreateWebhook_FullMethodName  = "/cocoonbox.v1.AccountService/CreateWebhook"
+	AccountService_ListWebhooks_FullMethodName   = "/cocoonbox.v1.AccountService/ListWebhooks"
+	AccountService_DeleteWebhook_FullMethodName  = "/cocoonbox.v1.AccountService/DeleteWebhook"
+	AccountService_ListDeliveries_FullMethodName = "/cocoonbox.v1.AccountService/ListDeliveries"
 )
 
 // AccountServiceClient is the client API for AccountService service.
@@ -45,6 +49,17 @@ type AccountServiceClient interface {
 	RevokeToken(ctx context.Context, in *RevokeTokenRequest, opts ...grpc.CallOption) (*RevokeTokenResponse, error)
 	// CreateUser adds a user and returns a first token for them (admin only).
 	CreateUser(ctx context.Context, in *CreateUserRequest, opts ...grpc.CallOption) (*CreateUserResponse, error)
+	// CreateWebhook registers a URL for the events of the caller's boxes; the signing secret is
+	// shown only in this answer. Each delivery is a POST of the event as JSON, signed in
+	// X-Cocoonbox-Signature (t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">), retried with backoff
+	// until the receiver answers 2xx.
+	CreateWebhook(ctx context.Context, in *CreateWebhookRequest, opts ...grpc.CallOption) (*CreateWebhookResponse, error)
+	// ListWebhooks lists the caller's webhooks, without secrets.
+	ListWebhooks(ctx context.Context, in *ListWebhooksRequest, opts ...grpc.CallOption) (*ListWebhooksResponse, error)
+	// DeleteWebhook removes one of the caller's webhooks and its delivery log.
+	DeleteWebhook(ctx context.Context, in *DeleteWebhookRequest, opts ...grpc.CallOption) (*DeleteWebhookResponse, error)
+	// ListDeliveries returns a webhook's newest delivery attempts, newest first.
+	ListDeliveries(ctx context.Context, in *ListDeliveriesRequest, opts ...grpc.CallOption) (*ListDeliveriesResponse, error)
 }
 
 type accountServiceClient struct {
@@ -105,6 +120,46 @@ func (c *accountServiceClient) CreateUser(ctx context.Context, in *CreateUserReq
 	return out, nil
 }
 
+func (c *accountServiceClient) CreateWebhook(ctx context.Context, in *CreateWebhookRequest, opts ...grpc.CallOption) (*CreateWebhookResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(CreateWebhookResponse)
+	err := c.cc.Invoke(ctx, AccountService_CreateWebhook_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *accountServiceClient) ListWebhooks(ctx context.Context, in *ListWebhooksRequest, opts ...grpc.CallOption) (*ListWebhooksResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListWebhooksResponse)
+	err := c.cc.Invoke(ctx, AccountService_ListWebhooks_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *accountServiceClient) DeleteWebhook(ctx context.Context, in *DeleteWebhookRequest, opts ...grpc.CallOption) (*DeleteWebhookResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DeleteWebhookResponse)
+	err := c.cc.Invoke(ctx, AccountService_DeleteWebhook_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *accountServiceClient) ListDeliveries(ctx context.Context, in *ListDeliveriesRequest, opts ...grpc.CallOption) (*ListDeliveriesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListDeliveriesResponse)
+	err := c.cc.Invoke(ctx, AccountService_ListDeliveries_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AccountServiceServer is the server API for AccountService service.
 // All implementations must embed UnimplementedAccountServiceServer
 // for forward compatibility.
@@ -121,6 +176,17 @@ type AccountServiceServer interface {
 	RevokeToken(context.Context, *RevokeTokenRequest) (*RevokeTokenResponse, error)
 	// CreateUser adds a user and returns a first token for them (admin only).
 	CreateUser(context.Context, *CreateUserRequest) (*CreateUserResponse, error)
+	// CreateWebhook registers a URL for the events of the caller's boxes; the signing secret is
+	// shown only in this answer. Each delivery is a POST of the event as JSON, signed in
+	// X-Cocoonbox-Signature (t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">), retried with backoff
+	// until the receiver answers 2xx.
+	CreateWebhook(context.Context, *CreateWebhookRequest) (*CreateWebhookResponse, error)
+	// ListWebhooks lists the caller's webhooks, without secrets.
+	ListWebhooks(context.Context, *ListWebhooksRequest) (*ListWebhooksResponse, error)
+	// DeleteWebhook removes one of the caller's webhooks and its delivery log.
+	DeleteWebhook(context.Context, *DeleteWebhookRequest) (*DeleteWebhookResponse, error)
+	// ListDeliveries returns a webhook's newest delivery attempts, newest first.
+	ListDeliveries(context.Context, *ListDeliveriesRequest) (*ListDeliveriesResponse, error)
 	mustEmbedUnimplementedAccountServiceServer()
 }
 
@@ -145,6 +211,18 @@ func (UnimplementedAccountServiceServer) RevokeToken(context.Context, *RevokeTok
 }
 func (UnimplementedAccountServiceServer) CreateUser(context.Context, *CreateUserRequest) (*CreateUserResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateUser not implemented")
+}
+func (UnimplementedAccountServiceServer) CreateWebhook(context.Context, *CreateWebhookRequest) (*CreateWebhookResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method CreateWebhook not implemented")
+}
+func (UnimplementedAccountServiceServer) ListWebhooks(context.Context, *ListWebhooksRequest) (*ListWebhooksResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListWebhooks not implemented")
+}
+func (UnimplementedAccountServiceServer) DeleteWebhook(context.Context, *DeleteWebhookRequest) (*DeleteWebhookResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DeleteWebhook not implemented")
+}
+func (UnimplementedAccountServiceServer) ListDeliveries(context.Context, *ListDeliveriesRequest) (*ListDeliveriesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListDeliveries not implemented")
 }
 func (UnimplementedAccountServiceServer) mustEmbedUnimplementedAccountServiceServer() {}
 func (UnimplementedAccountServiceServer) testEmbeddedByValue()                        {}
@@ -257,6 +335,78 @@ func _AccountService_CreateUser_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AccountService_CreateWebhook_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(CreateWebhookRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AccountServiceServer).CreateWebhook(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AccountService_CreateWebhook_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AccountServiceServer).CreateWebhook(ctx, req.(*CreateWebhookRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AccountService_ListWebhooks_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListWebhooksRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AccountServiceServer).ListWebhooks(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AccountService_ListWebhooks_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AccountServiceServer).ListWebhooks(ctx, req.(*ListWebhooksRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AccountService_DeleteWebhook_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DeleteWebhookRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AccountServiceServer).DeleteWebhook(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AccountService_DeleteWebhook_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AccountServiceServer).DeleteWebhook(ctx, req.(*DeleteWebhookRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AccountService_ListDeliveries_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListDeliveriesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AccountServiceServer).ListDeliveries(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AccountService_ListDeliveries_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AccountServiceServer).ListDeliveries(ctx, req.(*ListDeliveriesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AccountService_ServiceDesc is the grpc.ServiceDesc for AccountService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -283,6 +433,22 @@ var AccountService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CreateUser",
 			Handler:    _AccountService_CreateUser_Handler,
+		},
+		{
+			MethodName: "CreateWebhook",
+			Handler:    _AccountService_CreateWebhook_Handler,
+		},
+		{
+			MethodName: "ListWebhooks",
+			Handler:    _AccountService_ListWebhooks_Handler,
+		},
+		{
+			MethodName: "DeleteWebhook",
+			Handler:    _AccountService_DeleteWebhook_Handler,
+		},
+		{
+			MethodName: "ListDeliveries",
+			Handler:    _AccountService_ListDeliveries_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

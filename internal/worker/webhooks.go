@@ -1,0 +1,121 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"time"
+
+	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/sdk/client"
+
+	enumspb "go.temporal.io/api/enums/v1"
+
+	"github.com/loomhand/cocoonbox/activities"
+	"github.com/loomhand/cocoonbox/internal/store"
+	"github.com/loomhand/cocoonbox/workflows"
+)
+
+// Dispatcher starts the delivery of every new box event to the webhooks of the box's owner that
+// ask for it. It follows a cursor over the events table; an event is dispatched by starting its
+// delivery workflow (WebhookWorkflowID), which Temporal refuses to start twice, so a dispatcher
+// killed between a start and the cursor's advance delivers nothing twice.
+type Dispatcher struct {
+	Temporal client.Client
+	Store    *store.Store
+	// Every is how often it looks for new events; 0 is a second.
+	Every time.Duration
+	// RetryFirst is the delivery workflows' first retry wait (WebhookInput.RetryFirst).
+	RetryFirst time.Duration
+	Logger     *slog.Logger
+}
+
+// StartDispatcher runs d until the returned func, which waits for it to stop.
+func StartDispatcher(d *Dispatcher) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		d.Run(ctx)
+	}()
+	return func() { cancel(); <-done }
+}
+
+// Run dispatches until ctx ends.
+func (d *Dispatcher) Run(ctx context.Context) {
+	every := d.Every
+	if every <= 0 {
+		every = time.Second
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if err := d.once(ctx); err != nil && ctx.Err() == nil {
+			d.Logger.Warn("dispatch webhooks", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// once dispatches the events after the cursor, a batch at a time, advancing it past each.
+func (d *Dispatcher) once(ctx context.Context) error {
+	after, err := d.Store.WebhookCursor(ctx)
+	if err != nil {
+		return err
+	}
+	for {
+		events, owners, err := d.Store.EventsAfter(ctx, after, 100)
+		if err != nil || len(events) == 0 {
+			return err
+		}
+		hooks := map[string][]store.Webhook{}
+		for i, ev := range events {
+			owner := owners[i]
+			if _, ok := hooks[owner]; !ok {
+				if hooks[owner], err = d.Store.Webhooks(ctx, owner); err != nil {
+					return err
+				}
+			}
+			for _, h := range hooks[owner] {
+				if !Wants(h.Events, ev.Action) {
+					continue
+				}
+				if err := d.start(ctx, h.ID, ev.ID); err != nil {
+					return err
+				}
+			}
+			if err := d.Store.AdvanceWebhookCursor(ctx, ev.ID); err != nil {
+				return err
+			}
+			after = ev.ID
+		}
+	}
+}
+
+func (d *Dispatcher) start(ctx context.Context, hookID string, eventID int64) error {
+	_, err := d.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID: workflows.WebhookWorkflowID(hookID, eventID), TaskQueue: workflows.TaskQueue,
+		WorkflowIDReusePolicy: enumspb.WORKFLOW_ID_REUSE_POLICY_REJECT_DUPLICATE,
+	}, workflows.WebhookWorkflow, workflows.WebhookInput{RetryFirst: d.RetryFirst, DeliverInput: activities.DeliverInput{WebhookID: hookID, EventID: eventID}})
+	var started *serviceerror.WorkflowExecutionAlreadyStarted
+	if errors.As(err, &started) {
+		return nil // dispatched before a crash: its delivery is under way or done
+	}
+	return err
+}
+
+// Wants reports whether a webhook asking for patterns hears action: a pattern is an action
+// (box.hibernated) or a family (box.*, run.*).
+func Wants(patterns []string, action string) bool {
+	for _, p := range patterns {
+		if p == action || (strings.HasSuffix(p, ".*") && strings.HasPrefix(action, strings.TrimSuffix(p, "*"))) {
+			return true
+		}
+	}
+	return false
+}
