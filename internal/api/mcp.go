@@ -242,6 +242,28 @@ func (s *Server) mcpTools() []mcpTool {
 			return toBoxJSON(v), err
 		}),
 	}, {
+		tool: mcp.NewTool("box_events",
+			mcp.WithDescription("What happened to a box, oldest first: who did what, why it slept or woke (idle, "+
+				"requested by a user), its seals and restores, a warning before an idle hibernate, agent runs ending. "+
+				"Without after_id, the newest; with it, those after that event's id (to follow)."),
+			boxArg(),
+			mcp.WithInteger("after_id", mcp.Min(0), mcp.Description("Only the events after this event id.")),
+			mcp.WithInteger("limit", mcp.Min(1), mcp.Max(boxsvc.MaxEvents), mcp.DefaultNumber(boxsvc.DefaultEvents),
+				mcp.Description(fmt.Sprintf("At most this many events (default %d).", boxsvc.DefaultEvents))),
+			mcp.WithReadOnlyHintAnnotation(true),
+		),
+		run: s.onBox(func(ctx context.Context, caller string, id cocoonbox.BoxID, req mcp.CallToolRequest) (any, error) {
+			events, err := s.boxes.ListEvents(ctx, caller, id, int64(req.GetInt("after_id", 0)), req.GetInt("limit", 0))
+			if err != nil {
+				return nil, err
+			}
+			out := make([]map[string]any, 0, len(events))
+			for _, e := range events {
+				out = append(out, map[string]any{"id": e.ID, "actor": e.Actor, "action": e.Action, "detail": json.RawMessage(e.Detail), "at": e.At})
+			}
+			return map[string]any{"events": out}, nil
+		}),
+	}, {
 		tool: mcp.NewTool("box_policy",
 			mcp.WithDescription("Change how a box behaves on its own (admin): how long it runs idle before it hibernates, "+
 				"whether every hibernate seals it into a verified snapshot, how often a running box is sealed, how many snapshots it keeps. "+

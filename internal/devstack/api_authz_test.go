@@ -518,6 +518,7 @@ func checkMCPMatrix(ctx context.Context, t *testing.T, d *devstack.Dev, principa
 		{"box_write_file", cocoonbox.RoleDriver, map[string]any{"box": id, "path": "/root/mcp.txt", "content": "x"}, ""},
 		{"box_hibernate", cocoonbox.RoleDriver, map[string]any{"box": id}, ""},
 		{"box_wake", cocoonbox.RoleDriver, map[string]any{"box": id}, ""},
+		{"box_events", cocoonbox.RoleDriver, map[string]any{"box": id, "limit": 5}, ""},
 		{"box_policy", cocoonbox.RoleAdmin, map[string]any{"box": id, "keep_snapshots": 5}, ""},
 		{"box_snapshot", cocoonbox.RoleDriver, map[string]any{"box": id}, ""},
 		// The base image has no agent: an allowed caller gets past the role check to the relay,

@@ -52,7 +52,7 @@ func TestMCPTools(t *testing.T) {
 		names = append(names, tool.Name)
 	}
 	slices.Sort(names)
-	want := []string{"agent_message", "agent_run", "agent_status", "box_click", "box_create", "box_exec", "box_hibernate",
+	want := []string{"agent_message", "agent_run", "agent_status", "box_click", "box_create", "box_events", "box_exec", "box_hibernate",
 		"box_key", "box_list", "box_policy", "box_port_url", "box_read_file", "box_screenshot", "box_snapshot", "box_type", "box_wake", "box_write_file"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("tools = %v, want %v", names, want)
@@ -108,6 +108,21 @@ func TestMCPTools(t *testing.T) {
 	mcpCall(ctx, t, c, "box_wake", map[string]any{"box": "agent"}, &box)
 	if box.State != cocoonbox.BoxStateRunning {
 		t.Fatalf("box_wake = %+v", box)
+	}
+	var events struct {
+		Events []struct {
+			ID     int64
+			Action string
+			Detail map[string]any
+		}
+	}
+	mcpCall(ctx, t, c, "box_events", map[string]any{"box": "agent", "limit": 50}, &events)
+	var woke bool
+	for _, e := range events.Events {
+		woke = woke || (e.Action == "box.woke" && e.Detail["detail"] != "")
+	}
+	if !woke {
+		t.Fatalf("box_events after a wake: %+v; want the woke event with its reason", events.Events)
 	}
 	var snap struct {
 		ID       string
