@@ -94,6 +94,14 @@ func (l *Links) put(runID string, step int32, c net.Conn) {
 	})
 }
 
+// drop takes c out of its step's queue, if it is still there, and closes it.
+func (l *Links) drop(runID string, step int32, c net.Conn) {
+	l.mu.Lock()
+	l.remove(linkKey{runID, step}, c)
+	l.mu.Unlock()
+	_ = c.Close()
+}
+
 // remove takes c out of k's queue, reporting whether it was there. l.mu is held.
 func (l *Links) remove(k linkKey, c net.Conn) bool {
 	q := l.idle[k]
@@ -282,12 +290,13 @@ func (s *Server) handshake(links *Links, c net.Conn) {
 		refuse(err.Error())
 		return
 	}
-	if _, err := c.Write([]byte("OK\n")); err != nil {
-		_ = c.Close()
-		return
-	}
+	// Queued before the answer: a step the worker starts once it has read OK finds the link,
+	// and its end closes it if unused (a link queued after the end would wait for Orphan).
 	_ = c.SetDeadline(time.Time{})
 	links.put(runID, step, c)
+	if _, err := c.Write([]byte("OK\n")); err != nil {
+		links.drop(runID, step, c)
+	}
 }
 
 func orDefault(d, def time.Duration) time.Duration {
