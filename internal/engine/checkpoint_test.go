@@ -156,12 +156,14 @@ func TestExecWaitsForCheckpointPause(t *testing.T) {
 	for h.rt.Calls(enginetest.OpSnapshot) == 0 {
 		time.Sleep(time.Millisecond)
 	}
+	paused := time.Now() // the copy (300 ms in the fake) is under way
 	if got := h.exec(sb, "echo", "after"); got.Stdout != "after\n" {
 		t.Fatalf("exec during a checkpoint: %+v", got)
 	}
-	select {
-	case <-copied:
-	default:
-		t.Fatal("the exec ran while the checkpoint had the box paused")
+	// The exec waited for the copy to end: it cannot have answered sooner than the copy takes.
+	// (A lower bound: a loaded machine only makes the wait longer.)
+	if waited := time.Since(paused); waited < 250*time.Millisecond {
+		t.Fatalf("the exec answered %v into a 300 ms checkpoint pause: it did not wait for the thaw", waited)
 	}
+	<-copied
 }
