@@ -215,11 +215,9 @@ func (w *box) hibernateLocked(ctx workflow.Context, why hibernateReason) error {
 	if w.st.State == cocoonbox.BoxStateHibernated {
 		return nil
 	}
-	background := false
-	if w.in.Policy.DurableHibernate && w.st.SandboxID != "" {
-		background = workflow.GetVersion(ctx, versionBackgroundSeal, workflow.DefaultVersion, 1) >= 1
-	}
-	if w.in.Policy.DurableHibernate && w.st.SandboxID != "" && !background {
+	durable := w.in.Policy.DurableHibernate && w.st.SandboxID != ""
+	background := durable && workflow.GetVersion(ctx, versionBackgroundSeal, workflow.DefaultVersion, 1) >= 1
+	if durable && !background {
 		// The memory image stays on the engine's node; the snapshot is what survives its loss.
 		if _, err := w.snapshotLocked(ctx); err != nil {
 			if why != idle {

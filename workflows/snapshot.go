@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/temporal"
@@ -79,8 +80,10 @@ func (w *box) snapshot(ctx workflow.Context, _ SnapshotInput) (SnapshotResult, e
 	return res, err
 }
 
-// snapshotLocked runs the snapshot child workflow for the box's sandbox. A hibernated box is
-// snapshotted too: the engine wakes it for the checkpoint, so it is hibernated again after.
+// snapshotLocked runs the snapshot child workflow for the box's sandbox and waits for it. A
+// hibernated box is snapshotted too; an engine that wakes it for the checkpoint (upstream
+// sandboxd; the local engine copies a sleeping box's disk as it is) leaves it awake, so it is
+// hibernated again after.
 func (w *box) snapshotLocked(ctx workflow.Context) (SnapshotWorkflowResult, error) {
 	var out SnapshotWorkflowResult
 	before := w.st.State
@@ -90,18 +93,12 @@ func (w *box) snapshotLocked(ctx workflow.Context) (SnapshotWorkflowResult, erro
 	if w.st.SandboxID == "" {
 		return out, transitionError(UpdateSnapshot, "a box whose sandbox is gone (wake it first)")
 	}
-	var id string
-	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return cocoonbox.NewSnapshotID() }).Get(&id); err != nil {
+	id, err := newSnapshotID(ctx)
+	if err != nil {
 		return out, err
 	}
 	w.setState(ctx, cocoonbox.BoxStateSnapshotting)
-	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{
-		WorkflowID: SnapshotWorkflowID(id),
-		TaskQueue:  TaskQueue,
-	})
-	err := workflow.ExecuteChildWorkflow(cctx, SnapshotWorkflow, SnapshotWorkflowInput{
-		BoxID: w.in.BoxID, SnapshotID: id, SandboxID: w.st.SandboxID, Keep: w.keep(),
-	}).Get(ctx, &out)
+	err = w.startSnapshot(ctx, id).Get(ctx, &out)
 	if before == cocoonbox.BoxStateHibernated {
 		herr := workflow.ExecuteActivity(sandboxOptions(ctx, time.Minute), sandboxActs.Hibernate,
 			activities.SandboxInput{BoxID: w.in.BoxID, SandboxID: w.st.SandboxID}).Get(ctx, nil)
@@ -298,18 +295,15 @@ func (w *box) seal(ctx workflow.Context) {
 // take its result, so the box answers operations while the snapshot uploads. The box waits for
 // it before it continues as new, is deleted or swaps its sandbox (awaitSeal).
 func (w *box) startSeal(ctx workflow.Context) {
-	var id string
-	if err := workflow.SideEffect(ctx, func(workflow.Context) any { return cocoonbox.NewSnapshotID() }).Get(&id); err != nil {
+	id, err := newSnapshotID(ctx)
+	if err != nil {
 		workflow.GetLogger(ctx).Error("new snapshot ID for a seal", "error", err)
 		return
 	}
 	asleep, wakes := w.st.State == cocoonbox.BoxStateHibernated, w.wakes
 	w.st.Seal = SealState{Running: id, Last: workflow.Now(ctx), Failures: w.st.Seal.Failures}
 	w.gen++
-	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: SnapshotWorkflowID(id), TaskQueue: TaskQueue})
-	f := workflow.ExecuteChildWorkflow(cctx, SnapshotWorkflow, SnapshotWorkflowInput{
-		BoxID: w.in.BoxID, SnapshotID: id, SandboxID: w.st.SandboxID, Keep: w.keep(),
-	})
+	f := w.startSnapshot(ctx, id)
 	workflow.Go(ctx, func(ctx workflow.Context) {
 		var out SnapshotWorkflowResult
 		err := f.Get(ctx, &out)
@@ -320,13 +314,13 @@ func (w *box) startSeal(ctx workflow.Context) {
 			w.st.Seal.Failures++
 			wait := min(SealRetryFirst<<min(w.st.Seal.Failures-1, 6), SealRetryMax)
 			w.st.Seal.RetryAt = workflow.Now(ctx).Add(wait)
-			w.st.LastError = "seal: " + err.Error()
+			w.st.LastError = sealErrorPrefix + err.Error()
 			w.event(ctx, "seal_failed", fmt.Sprintf("%s: %v; trying again in %s", id, err, wait))
 		} else {
 			w.st.Seal.Failures, w.st.Seal.RetryAt = 0, time.Time{}
 			w.st.LastSnapshot = out.Snapshot.ID
 			w.st.Seal.Sealed = asleep && w.wakes == wakes && w.st.State == cocoonbox.BoxStateHibernated
-			if w.st.LastError != "" && w.st.State == cocoonbox.BoxStateHibernated {
+			if strings.HasPrefix(w.st.LastError, sealErrorPrefix) {
 				w.st.LastError = "" // a failed seal's error, which this one repairs
 			}
 			w.event(ctx, "sealed", out.Snapshot.ID)
@@ -335,6 +329,25 @@ func (w *box) startSeal(ctx workflow.Context) {
 			w.st.Seal.Again = false
 			w.startSeal(ctx)
 		}
+	})
+}
+
+// sealErrorPrefix starts the last error a failed seal leaves, which the next good seal clears
+// (and no other error: a failed wake's stays for its user to read).
+const sealErrorPrefix = "seal: "
+
+// newSnapshotID is a new snapshot's ID, recorded in history.
+func newSnapshotID(ctx workflow.Context) (string, error) {
+	var id string
+	err := workflow.SideEffect(ctx, func(workflow.Context) any { return cocoonbox.NewSnapshotID() }).Get(&id)
+	return id, err
+}
+
+// startSnapshot starts the child workflow that takes snapshot id of the box's sandbox.
+func (w *box) startSnapshot(ctx workflow.Context, id string) workflow.ChildWorkflowFuture {
+	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: SnapshotWorkflowID(id), TaskQueue: TaskQueue})
+	return workflow.ExecuteChildWorkflow(cctx, SnapshotWorkflow, SnapshotWorkflowInput{
+		BoxID: w.in.BoxID, SnapshotID: id, SandboxID: w.st.SandboxID, Keep: w.keep(),
 	})
 }
 

@@ -251,42 +251,62 @@ func TestDurableHibernate(t *testing.T) {
 // TestFailedSealHeals: a seal that failed is tried again after a backoff, and the box ends
 // sealed once the object store answers, its error cleared.
 func TestFailedSealHeals(t *testing.T) {
-	env := newEnv(t)
-	claimOK(env, 1, "sb-1")
-	env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil)
-	env.OnActivity(snap.BeginSnapshot, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.BeginSnapshotInput) (cocoonbox.Snapshot, error) {
-			return cocoonbox.Snapshot{ID: in.SnapshotID, BoxID: in.BoxID, State: cocoonbox.SnapshotUploading}, nil
-		})
-	uploads := 0
-	env.OnActivity(snap.UploadSnapshot, mock.Anything, mock.Anything).Return(
-		func(context.Context, activities.UploadSnapshotInput) (activities.UploadSnapshotResult, error) {
-			if uploads++; uploads == 1 {
-				return activities.UploadSnapshotResult{}, temporal.NewNonRetryableApplicationError("s3 down", activities.ErrTypeInvalidArgument, nil)
+	for _, tc := range []struct {
+		name    string
+		wakeErr error  // a wake that fails between the failed seal and its retry
+		after   string // the box's last error once the retry sealed it
+	}{
+		{"the seal's error is cleared", nil, ""},
+		{"another operation's error stays", temporal.NewNonRetryableApplicationError("no capacity", activities.ErrTypeInvalidArgument, nil), "no capacity"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := newEnv(t)
+			claimOK(env, 1, "sb-1")
+			env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil)
+			env.OnActivity(sb.Wake, mock.Anything, mock.Anything).Return(tc.wakeErr).Maybe()
+			env.OnActivity(snap.BeginSnapshot, mock.Anything, mock.Anything).Return(
+				func(_ context.Context, in activities.BeginSnapshotInput) (cocoonbox.Snapshot, error) {
+					return cocoonbox.Snapshot{ID: in.SnapshotID, BoxID: in.BoxID, State: cocoonbox.SnapshotUploading}, nil
+				})
+			uploads := 0
+			env.OnActivity(snap.UploadSnapshot, mock.Anything, mock.Anything).Return(
+				func(context.Context, activities.UploadSnapshotInput) (activities.UploadSnapshotResult, error) {
+					if uploads++; uploads == 1 {
+						return activities.UploadSnapshotResult{}, temporal.NewNonRetryableApplicationError("s3 down", activities.ErrTypeInvalidArgument, nil)
+					}
+					return activities.UploadSnapshotResult{Bytes: 10, SHA256: "ab", Files: 2}, nil
+				})
+			env.OnActivity(snap.CompleteSnapshot, mock.Anything, mock.Anything).Return(
+				func(_ context.Context, in activities.CompleteSnapshotInput) (cocoonbox.Snapshot, error) {
+					return cocoonbox.Snapshot{ID: in.SnapshotID, BoxID: testBox, State: cocoonbox.SnapshotComplete}, nil
+				})
+			env.OnActivity(snap.FailSnapshot, mock.Anything, mock.Anything).Return(nil)
+			env.OnActivity(snap.PruneSnapshots, mock.Anything, mock.Anything).Return(activities.PruneSnapshotsResult{}, nil)
+			in := input()
+			in.Policy.DurableHibernate = true
+			var failed, healed Status
+			update(env, 0, UpdateCreate, CreateInput{})
+			update(env, time.Second, UpdateHibernate, HibernateInput{})
+			env.RegisterDelayedCallback(func() { failed = query(t, env) }, time.Minute)
+			if tc.wakeErr != nil {
+				update(env, 90*time.Second, UpdateWake, WakeInput{})
 			}
-			return activities.UploadSnapshotResult{Bytes: 10, SHA256: "ab", Files: 2}, nil
+			env.RegisterDelayedCallback(func() { healed = query(t, env) }, 5*time.Minute)
+			deleteAt(env, 10*time.Minute)
+			env.ExecuteWorkflow(BoxWorkflow, in)
+			require.NoError(t, env.GetWorkflowError())
+			require.Empty(t, failed.Seal)
+			require.Contains(t, failed.LastError, "s3 down")
+			require.Equal(t, 2, uploads, "one retry after the backoff")
+			require.Equal(t, cocoonbox.BoxStateHibernated, healed.State)
+			require.Equal(t, SealSealed, healed.Seal)
+			if tc.after == "" {
+				require.Empty(t, healed.LastError)
+			} else {
+				require.Contains(t, healed.LastError, tc.after)
+			}
 		})
-	env.OnActivity(snap.CompleteSnapshot, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.CompleteSnapshotInput) (cocoonbox.Snapshot, error) {
-			return cocoonbox.Snapshot{ID: in.SnapshotID, BoxID: testBox, State: cocoonbox.SnapshotComplete}, nil
-		})
-	env.OnActivity(snap.FailSnapshot, mock.Anything, mock.Anything).Return(nil)
-	env.OnActivity(snap.PruneSnapshots, mock.Anything, mock.Anything).Return(activities.PruneSnapshotsResult{}, nil)
-	in := input()
-	in.Policy.DurableHibernate = true
-	var failed, healed Status
-	update(env, 0, UpdateCreate, CreateInput{})
-	update(env, time.Second, UpdateHibernate, HibernateInput{})
-	env.RegisterDelayedCallback(func() { failed = query(t, env) }, time.Minute)
-	env.RegisterDelayedCallback(func() { healed = query(t, env) }, 5*time.Minute)
-	deleteAt(env, 10*time.Minute)
-	env.ExecuteWorkflow(BoxWorkflow, in)
-	require.NoError(t, env.GetWorkflowError())
-	require.Empty(t, failed.Seal)
-	require.Contains(t, failed.LastError, "s3 down")
-	require.Equal(t, 2, uploads, "one retry after the backoff")
-	require.Equal(t, SealSealed, healed.Seal)
-	require.Empty(t, healed.LastError)
+	}
 }
 
 // TestPeriodicSeal: a running box active since its last seal is sealed every SnapshotEvery; an
