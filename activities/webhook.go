@@ -38,7 +38,6 @@ type Webhooks struct {
 	Open func(sealed, aad []byte) ([]byte, error)
 	// Client posts the deliveries; nil is WebhookClient(false).
 	Client *http.Client
-	Now    func() time.Time
 }
 
 // WebhookSecretAAD binds a webhook's sealed secret to the webhook.
@@ -100,10 +99,6 @@ func (a *Webhooks) Deliver(ctx context.Context, in DeliverInput) error {
 	if err != nil {
 		return classify(err)
 	}
-	now := time.Now
-	if a.Now != nil {
-		now = a.Now
-	}
 	client := a.Client
 	if client == nil {
 		client = WebhookClient(false)
@@ -118,7 +113,7 @@ func (a *Webhooks) Deliver(ctx context.Context, in DeliverInput) error {
 	req.Header.Set("User-Agent", "cocoonbox-webhook")
 	req.Header.Set("X-Cocoonbox-Event", ev.Action)
 	req.Header.Set("X-Cocoonbox-Delivery", hook.ID+"/"+strconv.FormatInt(ev.ID, 10))
-	req.Header.Set(SignatureHeader, Sign(secret, body, now()))
+	req.Header.Set(SignatureHeader, Sign(secret, body, time.Now()))
 	d := store.Delivery{WebhookID: hook.ID, EventID: ev.ID, Action: ev.Action, Attempt: int(activity.GetInfo(ctx).Attempt)}
 	resp, err := client.Do(req)
 	if err == nil {

@@ -145,12 +145,15 @@ func (q *Queries) Deliveries(ctx context.Context, webhookID string, limit int) (
 	return out, nil
 }
 
-// WebhookCursor is the newest event the dispatcher has dispatched; on its first read it starts
-// at the newest event now, so a new deployment does not replay history.
+// WebhookCursor is the newest event the dispatcher has dispatched. The first read places it at
+// the newest event then, so a new deployment does not replay history; later reads write nothing.
 func (q *Queries) WebhookCursor(ctx context.Context) (int64, error) {
 	var id int64
-	err := q.db.QueryRow(ctx, `INSERT INTO webhook_cursor (event_id) SELECT coalesce(max(id), 0) FROM events
-		ON CONFLICT (one) DO UPDATE SET event_id = webhook_cursor.event_id RETURNING event_id`).Scan(&id)
+	err := q.db.QueryRow(ctx, `SELECT event_id FROM webhook_cursor`).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = q.db.QueryRow(ctx, `INSERT INTO webhook_cursor (event_id) SELECT coalesce(max(id), 0) FROM events
+			ON CONFLICT (one) DO UPDATE SET event_id = webhook_cursor.event_id RETURNING event_id`).Scan(&id)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("webhook cursor: %w", mapErr(err))
 	}
@@ -166,11 +169,22 @@ func (q *Queries) AdvanceWebhookCursor(ctx context.Context, eventID int64) error
 	return nil
 }
 
-// EventsAfter returns up to limit events of any box after afterID, oldest first, with the
-// owner of each event's box (the user whose webhooks hear it).
-func (q *Queries) EventsAfter(ctx context.Context, afterID int64, limit int) ([]Event, []string, error) {
+// NewestEventID is the ID of the newest event; 0 when there is none.
+func (q *Queries) NewestEventID(ctx context.Context) (int64, error) {
+	var id int64
+	if err := q.db.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM events`).Scan(&id); err != nil {
+		return 0, fmt.Errorf("newest event: %w", mapErr(err))
+	}
+	return id, nil
+}
+
+// HookedEvents returns up to limit events after afterID and at most upTo, oldest first, of the
+// boxes whose owner has a webhook, with that owner: the events a dispatcher may have to deliver.
+func (q *Queries) HookedEvents(ctx context.Context, afterID, upTo int64, limit int) ([]Event, []string, error) {
 	rows, err := q.db.Query(ctx, `SELECT e.id, e.actor, e.box_id, e.action, e.detail, e.at, b.owner_id
-		FROM events e JOIN boxes b ON b.id = e.box_id WHERE e.id > $1 ORDER BY e.id LIMIT $2`, afterID, limit)
+		FROM events e JOIN boxes b ON b.id = e.box_id
+		WHERE e.id > $1 AND e.id <= $2 AND EXISTS (SELECT 1 FROM webhooks w WHERE w.user_id = b.owner_id)
+		ORDER BY e.id LIMIT $3`, afterID, upTo, limit)
 	if err != nil {
 		return nil, nil, fmt.Errorf("events after %d: %w", afterID, mapErr(err))
 	}

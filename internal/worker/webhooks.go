@@ -62,15 +62,24 @@ func (d *Dispatcher) Run(ctx context.Context) {
 	}
 }
 
-// once dispatches the events after the cursor, a batch at a time, advancing it past each.
+// dispatchBatch bounds the events one query reads.
+const dispatchBatch = 100
+
+// once dispatches the events after the cursor that a webhook may hear, a batch at a time, and
+// moves the cursor past each batch, then past the events no webhook hears. With no new event it
+// costs two reads and writes nothing.
 func (d *Dispatcher) once(ctx context.Context) error {
 	after, err := d.Store.WebhookCursor(ctx)
 	if err != nil {
 		return err
 	}
+	newest, err := d.Store.NewestEventID(ctx)
+	if err != nil || newest <= after {
+		return err
+	}
 	for {
-		events, owners, err := d.Store.EventsAfter(ctx, after, 100)
-		if err != nil || len(events) == 0 {
+		events, owners, err := d.Store.HookedEvents(ctx, after, newest, dispatchBatch)
+		if err != nil {
 			return err
 		}
 		hooks := map[string][]store.Webhook{}
@@ -82,17 +91,19 @@ func (d *Dispatcher) once(ctx context.Context) error {
 				}
 			}
 			for _, h := range hooks[owner] {
-				if !Wants(h.Events, ev.Action) {
-					continue
-				}
-				if err := d.start(ctx, h.ID, ev.ID); err != nil {
-					return err
+				if wants(h.Events, ev.Action) {
+					if err := d.start(ctx, h.ID, ev.ID); err != nil {
+						return err // the cursor stays before this batch: its starts are refused as duplicates next time
+					}
 				}
 			}
-			if err := d.Store.AdvanceWebhookCursor(ctx, ev.ID); err != nil {
-				return err
-			}
-			after = ev.ID
+		}
+		if len(events) < dispatchBatch {
+			return d.Store.AdvanceWebhookCursor(ctx, newest)
+		}
+		after = events[len(events)-1].ID
+		if err := d.Store.AdvanceWebhookCursor(ctx, after); err != nil {
+			return err
 		}
 	}
 }
@@ -109,9 +120,9 @@ func (d *Dispatcher) start(ctx context.Context, hookID string, eventID int64) er
 	return err
 }
 
-// Wants reports whether a webhook asking for patterns hears action: a pattern is an action
+// wants reports whether a webhook asking for patterns hears action: a pattern is an action
 // (box.hibernated) or a family (box.*, run.*).
-func Wants(patterns []string, action string) bool {
+func wants(patterns []string, action string) bool {
 	for _, p := range patterns {
 		if p == action || (strings.HasSuffix(p, ".*") && strings.HasPrefix(action, strings.TrimSuffix(p, "*"))) {
 			return true
