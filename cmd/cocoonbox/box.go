@@ -49,3 +49,12 @@ func boxClient(c *cli.Context) (*session, cbv1.BoxServiceClient, error) {
 	}
 	return s, cbv1.NewBoxServiceClient(s.conn), nil
 }
+
+// accountClient is boxClient for the account service (tokens, webhooks).
+func accountClient(c *cli.Context) (*session, cbv1.AccountServiceClient, error) {
+	s, err := open(c)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, cbv1.NewAccountServiceClient(s.conn), nil
+}

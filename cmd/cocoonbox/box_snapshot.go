@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"io"
 
 	"github.com/urfave/cli/v2"
@@ -63,33 +64,14 @@ func boxSnapshotsCommand() *cli.Command {
 }
 
 func boxRecreateCommand() *cli.Command {
-	return &cli.Command{
-		Name:      "recreate",
-		Usage:     "start a lost box again from its template, empty",
-		ArgsUsage: "BOX",
-		Description: "A box whose sandbox was lost (its node died) comes back from its newest snapshot on its next\n" +
-			"wake. One that had no snapshot is failed, lost, and stays so until you choose this: a new\n" +
-			"sandbox from the template, with none of what the box had. Needs the admin role.",
-		Flags: apiFlags(),
-		Action: func(c *cli.Context) error {
-			args, err := positional(c, "BOX", 1, 1)
-			if err != nil {
-				return err
-			}
-			s, boxes, err := boxClient(c)
-			if err != nil {
-				return err
-			}
-			defer s.Close()
-			stop := s.out.progress("recreating " + args[0])
-			b, err := boxes.RecreateBox(c.Context, &cbv1.RecreateBoxRequest{Box: args[0]})
-			stop()
-			if err != nil {
-				return apiError(err)
-			}
-			return s.out.result(b, func(w io.Writer) error { return boxLine(w, b) })
-		},
-	}
+	cmd := boxStateCommand("recreate", "start a lost box again from its template, empty", "recreating",
+		func(ctx context.Context, boxes cbv1.BoxServiceClient, box string) (*cbv1.Box, error) {
+			return boxes.RecreateBox(ctx, &cbv1.RecreateBoxRequest{Box: box})
+		})
+	cmd.Description = "A box whose sandbox was lost (its node died) comes back from its newest snapshot on its next\n" +
+		"wake. One that had no snapshot is failed, lost, and stays so until you choose this: a new\n" +
+		"sandbox from the template, with none of what the box had. Needs the admin role."
+	return cmd
 }
 
 func boxRestoreCommand() *cli.Command {

@@ -57,12 +57,12 @@ func tokenCreate(c *cli.Context) error {
 	if c.IsSet("ttl") && ttl < 1e9 {
 		return usageError("token create: --ttl must be at least 1s, got %s", ttl)
 	}
-	s, err := open(c)
+	s, accounts, err := accountClient(c)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	resp, err := cbv1.NewAccountServiceClient(s.conn).CreateToken(c.Context, &cbv1.CreateTokenRequest{
+	resp, err := accounts.CreateToken(c.Context, &cbv1.CreateTokenRequest{
 		Name: c.String("name"), TtlSeconds: int64(ttl.Seconds()), Scope: c.String("scope"),
 	})
 	if err != nil {
@@ -84,12 +84,12 @@ func tokenLs(c *cli.Context) error {
 	if _, err := positional(c, "", 0, 0); err != nil {
 		return err
 	}
-	s, err := open(c)
+	s, accounts, err := accountClient(c)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	resp, err := cbv1.NewAccountServiceClient(s.conn).ListTokens(c.Context, &cbv1.ListTokensRequest{})
+	resp, err := accounts.ListTokens(c.Context, &cbv1.ListTokensRequest{})
 	if err != nil {
 		return apiError(err)
 	}
@@ -101,12 +101,12 @@ func tokenRevoke(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	s, err := open(c)
+	s, accounts, err := accountClient(c)
 	if err != nil {
 		return err
 	}
 	defer s.Close()
-	resp, err := cbv1.NewAccountServiceClient(s.conn).RevokeToken(c.Context, &cbv1.RevokeTokenRequest{Id: args[0]})
+	resp, err := accounts.RevokeToken(c.Context, &cbv1.RevokeTokenRequest{Id: args[0]})
 	if err != nil {
 		return apiError(err)
 	}

@@ -31,12 +31,12 @@ func webhookCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					s, err := open(c)
+					s, accounts, err := accountClient(c)
 					if err != nil {
 						return err
 					}
 					defer s.Close()
-					resp, err := cbv1.NewAccountServiceClient(s.conn).CreateWebhook(c.Context, &cbv1.CreateWebhookRequest{Url: args[0], Events: c.StringSlice("event")})
+					resp, err := accounts.CreateWebhook(c.Context, &cbv1.CreateWebhookRequest{Url: args[0], Events: c.StringSlice("event")})
 					if err != nil {
 						return apiError(err)
 					}
@@ -57,12 +57,12 @@ func webhookCommand() *cli.Command {
 					if _, err := positional(c, "", 0, 0); err != nil {
 						return err
 					}
-					s, err := open(c)
+					s, accounts, err := accountClient(c)
 					if err != nil {
 						return err
 					}
 					defer s.Close()
-					resp, err := cbv1.NewAccountServiceClient(s.conn).ListWebhooks(c.Context, &cbv1.ListWebhooksRequest{})
+					resp, err := accounts.ListWebhooks(c.Context, &cbv1.ListWebhooksRequest{})
 					if err != nil {
 						return apiError(err)
 					}
@@ -90,12 +90,12 @@ func webhookCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					s, err := open(c)
+					s, accounts, err := accountClient(c)
 					if err != nil {
 						return err
 					}
 					defer s.Close()
-					resp, err := cbv1.NewAccountServiceClient(s.conn).DeleteWebhook(c.Context, &cbv1.DeleteWebhookRequest{Id: args[0]})
+					resp, err := accounts.DeleteWebhook(c.Context, &cbv1.DeleteWebhookRequest{Id: args[0]})
 					if err != nil {
 						return apiError(err)
 					}
@@ -112,12 +112,12 @@ func webhookCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					s, err := open(c)
+					s, accounts, err := accountClient(c)
 					if err != nil {
 						return err
 					}
 					defer s.Close()
-					resp, err := cbv1.NewAccountServiceClient(s.conn).ListDeliveries(c.Context, &cbv1.ListDeliveriesRequest{Id: args[0], Limit: int32(c.Int("limit"))})
+					resp, err := accounts.ListDeliveries(c.Context, &cbv1.ListDeliveriesRequest{Id: args[0], Limit: int32(c.Int("limit"))})
 					if err != nil {
 						return apiError(err)
 					}

@@ -411,8 +411,7 @@ func (b *boxService) ListEvents(ctx context.Context, req *cbv1.ListEventsRequest
 	if err != nil {
 		return nil, err
 	}
-	out := &cbv1.ListEventsResponse{Events: eventsProto(events)}
-	return out, nil
+	return &cbv1.ListEventsResponse{Events: eventsProto(events)}, nil
 }
 
 // ListPools shows the engine's warm pools (operators).
@@ -500,6 +499,7 @@ func (b *boxService) SetPolicyDefaults(ctx context.Context, req *cbv1.SetPolicyD
 	if err != nil {
 		return nil, err
 	}
+	b.s.audit(ctx, p.User.ID, "policy.defaults", map[string]any{"change": c})
 	return policyProto(pol), nil
 }
 

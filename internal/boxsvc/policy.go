@@ -102,7 +102,7 @@ func (s *Service) PolicyDefaults(ctx context.Context, caller string) (workflows.
 		return workflows.Policy{}, err
 	}
 	p := s.Policy
-	changeOf(d).Apply(&p)
+	PolicyChange(d).Apply(&p)
 	return p, nil
 }
 
@@ -112,34 +112,8 @@ func (s *Service) SetPolicyDefaults(ctx context.Context, caller string, c Policy
 	if err := c.Validate(); err != nil {
 		return workflows.Policy{}, err
 	}
-	err := s.Store.InTx(ctx, func(q *store.Queries) error {
-		d, err := q.PolicyDefaults(ctx, caller)
-		if err != nil {
-			return err
-		}
-		mine := changeOf(d)
-		if c.IdleSeconds != nil {
-			mine.IdleSeconds = c.IdleSeconds
-		}
-		if c.Durable != nil {
-			mine.Durable = c.Durable
-		}
-		if c.KeepSnapshots != nil {
-			mine.KeepSnapshots = c.KeepSnapshots
-		}
-		if c.SnapshotEverySeconds != nil {
-			mine.SnapshotEverySeconds = c.SnapshotEverySeconds
-		}
-		if c.LeaseIdleSeconds != nil {
-			mine.LeaseIdleSeconds = c.LeaseIdleSeconds
-		}
-		return q.SetPolicyDefaults(ctx, caller, store.PolicyDefaults(mine))
-	})
-	if err != nil {
+	if err := s.Store.SetPolicyDefaults(ctx, caller, store.PolicyDefaults(c)); err != nil {
 		return workflows.Policy{}, err
 	}
-	s.audit(ctx, caller, "", "policy.defaults", map[string]any{"change": c})
 	return s.PolicyDefaults(ctx, caller)
 }
-
-func changeOf(d store.PolicyDefaults) PolicyChange { return PolicyChange(d) }

@@ -33,13 +33,19 @@ func (q *Queries) PolicyDefaults(ctx context.Context, userID string) (PolicyDefa
 	return d, nil
 }
 
-// SetPolicyDefaults replaces the user's defaults with d.
+// SetPolicyDefaults sets the fields of the user's defaults that d carries; nil fields keep
+// theirs. One statement, so two changes at once each keep what the other set.
 func (q *Queries) SetPolicyDefaults(ctx context.Context, userID string, d PolicyDefaults) error {
 	_, err := q.db.Exec(ctx, `INSERT INTO policy_defaults
 		(user_id, idle_seconds, durable, snapshot_every_seconds, keep_snapshots, lease_idle_seconds)
 		VALUES ($1, $2, $3, $4, $5, $6)
-		ON CONFLICT (user_id) DO UPDATE SET idle_seconds = $2, durable = $3, snapshot_every_seconds = $4,
-			keep_snapshots = $5, lease_idle_seconds = $6, updated_at = now()`,
+		ON CONFLICT (user_id) DO UPDATE SET
+			idle_seconds = coalesce($2, policy_defaults.idle_seconds),
+			durable = coalesce($3, policy_defaults.durable),
+			snapshot_every_seconds = coalesce($4, policy_defaults.snapshot_every_seconds),
+			keep_snapshots = coalesce($5, policy_defaults.keep_snapshots),
+			lease_idle_seconds = coalesce($6, policy_defaults.lease_idle_seconds),
+			updated_at = now()`,
 		userID, d.IdleSeconds, d.Durable, d.SnapshotEverySeconds, d.KeepSnapshots, d.LeaseIdleSeconds)
 	if err != nil {
 		return fmt.Errorf("set policy defaults: %w", mapErr(err))
