@@ -346,11 +346,7 @@ func (w *box) idleWarnAt() time.Time {
 	if !w.explains || d.IsZero() || w.st.IdleWarned.Equal(d) {
 		return time.Time{}
 	}
-	warn := w.in.Policy.IdleWarning
-	if warn <= 0 {
-		warn = min(w.in.Policy.IdleAfter/4, MaxDefaultIdleWarning)
-	}
-	return d.Add(-warn)
+	return d.Add(-min(w.in.Policy.IdleAfter/4, MaxIdleWarning))
 }
 
 // renewAt is when to renew the lease, for a box that has a sandbox.

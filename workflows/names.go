@@ -81,9 +81,6 @@ type Policy struct {
 	// SnapshotEvery seals a running box into a snapshot this long after its last one, when it
 	// was active since; 0 never does it by itself.
 	SnapshotEvery time.Duration
-	// IdleWarning is how long before an idle hibernate the box says it is coming (an
-	// idle_warning event); 0 is a quarter of IdleAfter, at most MaxDefaultIdleWarning.
-	IdleWarning time.Duration
 	// Network is the box's egress policy, fixed at create: every sandbox the box gets (a claim, a
 	// restore) has it. Zero is none.
 	Network cocoonbox.Network
@@ -153,8 +150,9 @@ type BoxCarriedState struct {
 // DefaultCreateWait is BoxWorkflowInput.CreateWait when zero.
 const DefaultCreateWait = 10 * time.Minute
 
-// MaxDefaultIdleWarning bounds the idle warning of a policy that sets none.
-const MaxDefaultIdleWarning = 2 * time.Minute
+// MaxIdleWarning bounds how long before an idle hibernate the box says it is coming (an
+// idle_warning event): a quarter of the idle period, at most this.
+const MaxIdleWarning = 2 * time.Minute
 
 // SealState is where a box's background snapshots stand. A seal runs as a child workflow
 // beside the box's operations, one at a time; it carries over continue-as-new only when none

@@ -82,10 +82,10 @@ func (d *Dev) startEngine(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-// PoolSpecs are the engine's warm pools cfg asks for: each on the network lane of the boxes
+// poolSpecs are the engine's warm pools cfg asks for: each on the network lane of the boxes
 // created without a network of their own (box_network), since a claim only takes a warm box of
 // its own lane.
-func PoolSpecs(cfg config.Dev) []sandbox.PoolSpec {
+func poolSpecs(cfg config.Dev) []sandbox.PoolSpec {
 	net := sandbox.NetNone
 	if cfg.BoxNetwork != "" && cfg.BoxNetwork != cocoonbox.NetworkNone {
 		net = sandbox.NetEgress
@@ -105,7 +105,7 @@ func (d *Dev) applyPools(ctx context.Context) {
 	if d.engine == nil {
 		return // an external sandboxd's pools are its operator's
 	}
-	specs := PoolSpecs(d.cfg)
+	specs := poolSpecs(d.cfg)
 	info, err := sandbox.NewHTTP(d.sandboxURL, d.sandboxToken, d.httpClient).SetPools(ctx, specs)
 	if err != nil {
 		d.log.Warn("warm pools not set; creates boot cold", "pools", specs, "err", err)

@@ -60,10 +60,6 @@ func (e *Engine) handleExec(w http.ResponseWriter, r *http.Request) error {
 	out := &outputCap{left: sandbox.MaxExecOutput, stop: func() { cancel(errOutputOver) }}
 	var stdout, stderr bytes.Buffer
 	id := r.PathValue("id")
-	var stdin io.Reader
-	if len(req.Stdin) > 0 {
-		stdin = bytes.NewReader(req.Stdin)
-	}
 	// A command started while a checkpoint has the box paused fails: it waits for the thaw
 	// instead, and one that a pause caught starting (no output yet) is started once more.
 	var code int
@@ -73,6 +69,7 @@ func (e *Engine) handleExec(w http.ResponseWriter, r *http.Request) error {
 			err = werr
 			break
 		}
+		var stdin io.Reader // a fresh reader for each start
 		if len(req.Stdin) > 0 {
 			stdin = bytes.NewReader(req.Stdin)
 		}
