@@ -27,6 +27,9 @@ const (
 	// and non-overlapping; the entry body is their concatenation.
 	paxSparseMap = "COCOONBOX.sparse.map"
 	paxXattr     = "SCHILY.xattr."
+	// paxDeleted marks an entry of an incremental stream that says its name is gone since the
+	// base: a restore removes it (and all under it) from what the earlier layers made.
+	paxDeleted = "COCOONBOX.deleted"
 )
 
 // copyBufSize is large enough to keep syscalls off the profile and small
@@ -45,11 +48,27 @@ func (c *countWriter) Write(p []byte) (int, error) {
 	return n, err
 }
 
-// Export writes the tree under root to w as a snapshot stream and returns
+// Export writes the tree under root to w as a full snapshot stream and returns
 // its manifest. The tree must be quiescent (the box paused or checkpointed):
 // a file whose size changes while it is read fails the export rather than
 // producing a snapshot that never existed on disk.
 func Export(ctx context.Context, root string, w io.Writer) (Manifest, error) {
+	return ExportWith(ctx, root, w, ExportOptions{})
+}
+
+// ExportOptions make an export incremental and have it describe the tree.
+type ExportOptions struct {
+	// Base, when set, makes the stream incremental: only entries whose digest differs from
+	// Base's are written, followed by a deletion entry for each name Base has and the tree does
+	// not. Restoring it needs the layers Base was made from first (ImportChain).
+	Base *Index
+	// Index, when set, receives the index of the whole tree (WriteIndex's format), the base of
+	// the next incremental export. It is written only when the export succeeds.
+	Index io.Writer
+}
+
+// ExportWith is Export with options.
+func ExportWith(ctx context.Context, root string, w io.Writer, opts ExportOptions) (Manifest, error) {
 	m := Manifest{Version: FormatVersion, Created: time.Now().UTC()}
 	st, err := os.Lstat(root)
 	if err != nil {
@@ -66,7 +85,8 @@ func Export(ctx context.Context, root string, w io.Writer) (Manifest, error) {
 	}
 	cw := &countWriter{w: zw}
 	tw := tar.NewWriter(cw)
-	e := &exporter{ctx: ctx, tw: tw, links: map[devIno]string{}, buf: make([]byte, copyBufSize)}
+	e := &exporter{ctx: ctx, tw: tw, links: map[devIno]string{}, buf: make([]byte, copyBufSize),
+		base: opts.Base, index: &Index{}}
 
 	walkErr := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -81,6 +101,9 @@ func Export(ctx context.Context, root string, w io.Writer) (Manifest, error) {
 		}
 		return e.entry(p, filepath.ToSlash(rel), &m)
 	})
+	if walkErr == nil && opts.Base != nil {
+		walkErr = e.deletions(&m)
+	}
 	if walkErr != nil {
 		zw.Close() // release encoder goroutines; the stream is abandoned anyway
 		return m, fmt.Errorf("export snapshot: %w", walkErr)
@@ -93,7 +116,25 @@ func Export(ctx context.Context, root string, w io.Writer) (Manifest, error) {
 		return m, fmt.Errorf("close zstd stream: %w", err)
 	}
 	m.Bytes, m.SHA256, m.RawBytes = ch.n, ch.sum(), cw.n
+	if opts.Index != nil {
+		if err := WriteIndex(opts.Index, e.index); err != nil {
+			return m, fmt.Errorf("export snapshot: %w", err)
+		}
+	}
 	return m, nil
+}
+
+// deletions writes a deletion entry for each name of the base that the tree no longer has.
+func (e *exporter) deletions(m *Manifest) error {
+	for _, name := range e.index.gone(e.base) {
+		hdr := &tar.Header{Name: name, Typeflag: tar.TypeReg, Mode: 0o600, Format: tar.FormatPAX,
+			PAXRecords: map[string]string{paxDeleted: "1"}}
+		if err := e.tw.WriteHeader(hdr); err != nil {
+			return fmt.Errorf("write deletion %s: %w", name, err)
+		}
+		m.Deleted++
+	}
+	return nil
 }
 
 type devIno struct{ dev, ino uint64 }
@@ -103,6 +144,8 @@ type exporter struct {
 	tw    *tar.Writer
 	links map[devIno]string // first name of each multiply-linked file
 	buf   []byte
+	base  *Index // nil for a full export
+	index *Index // of the whole tree, as walked
 }
 
 func (e *exporter) entry(p, rel string, m *Manifest) error {
@@ -206,6 +249,13 @@ func (e *exporter) entry(p, rel string, m *Manifest) error {
 		hdr.Size = data
 	}
 
+	d := headerDigest(hdr)
+	e.index.add(rel, d)
+	if e.base != nil {
+		if was, ok := e.base.digests[rel]; ok && was == d {
+			return nil // unchanged since the base: its layers hold it
+		}
+	}
 	if err := e.tw.WriteHeader(hdr); err != nil {
 		return fmt.Errorf("write header %s: %w", rel, err)
 	}

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -68,22 +69,39 @@ func Import(ctx context.Context, r io.Reader, root string, want Manifest) (Manif
 // ImportLimits extracts into a temporary directory beside root and renames it
 // into place only after verification: on any error root is left as it was.
 func ImportLimits(ctx context.Context, r io.Reader, root string, want Manifest, lim Limits) (Manifest, error) {
+	return ImportChain(ctx, []Layer{{R: r, Want: want}}, root, lim)
+}
+
+// A Layer is one stream of a chain: the first a full snapshot, each later one an incremental
+// stream exported against the tree the layers before it make.
+type Layer struct {
+	R    io.Reader
+	Want Manifest
+}
+
+// ImportChain extracts layers in order into root, as ImportLimits does one: each is verified
+// against its manifest, lim bounds the chain as a whole, and root appears only once every layer
+// is in and verified. It returns the manifest of the last layer as read.
+func ImportChain(ctx context.Context, layers []Layer, root string, lim Limits) (Manifest, error) {
 	lim = lim.withDefaults()
-	got := Manifest{Version: FormatVersion, SnapshotID: want.SnapshotID, BoxID: want.BoxID,
-		ParentID: want.ParentID, Created: want.Created}
-	if want.SHA256 == "" {
-		return got, fmt.Errorf("import snapshot: manifest has no sha256")
+	if len(layers) == 0 {
+		return Manifest{}, fmt.Errorf("import snapshot: no layers")
 	}
-	if want.Version != 0 && want.Version != FormatVersion {
-		return got, fmt.Errorf("import snapshot: unsupported format version %d", want.Version)
+	for _, l := range layers {
+		if l.Want.SHA256 == "" {
+			return Manifest{}, fmt.Errorf("import snapshot%s: manifest has no sha256", idSuffix(l.Want))
+		}
+		if l.Want.Version != 0 && l.Want.Version != FormatVersion {
+			return Manifest{}, fmt.Errorf("import snapshot%s: unsupported format version %d", idSuffix(l.Want), l.Want.Version)
+		}
 	}
 	root = filepath.Clean(root)
 	if err := checkEmptyTarget(root); err != nil {
-		return got, err
+		return Manifest{}, err
 	}
 	tmp, err := os.MkdirTemp(filepath.Dir(root), "."+filepath.Base(root)+".import-")
 	if err != nil {
-		return got, fmt.Errorf("create import directory: %w", err)
+		return Manifest{}, fmt.Errorf("create import directory: %w", err)
 	}
 	ok := false
 	defer func() {
@@ -91,9 +109,38 @@ func ImportLimits(ctx context.Context, r io.Reader, root string, want Manifest, 
 			os.RemoveAll(tmp)
 		}
 	}()
+	im := &importer{ctx: ctx, dir: tmp, symlinks: map[string]bool{}, dirs: map[string]dirMeta{},
+		buf: make([]byte, copyBufSize), maxEntries: lim.MaxEntries}
+	var got Manifest
+	left := lim.MaxBytes
+	for i, l := range layers {
+		im.layer = i
+		if got, err = im.importLayer(l.R, l.Want, left); err != nil {
+			return got, err
+		}
+		left -= got.RawBytes
+	}
+	if err := im.finish(); err != nil {
+		return got, fmt.Errorf("import snapshot: %w", err)
+	}
+	// The target was checked empty; remove the empty dir so rename works.
+	if err := os.Remove(root); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return got, fmt.Errorf("replace empty target %s: %w", root, err)
+	}
+	if err := os.Rename(tmp, root); err != nil {
+		return got, fmt.Errorf("move snapshot into place: %w", err)
+	}
+	ok = true
+	return got, nil
+}
 
+// importLayer extracts one stream into the importer's directory and verifies it; maxBytes is
+// what the chain's limit leaves for it.
+func (im *importer) importLayer(r io.Reader, want Manifest, maxBytes int64) (Manifest, error) {
+	got := Manifest{Version: FormatVersion, SnapshotID: want.SnapshotID, BoxID: want.BoxID,
+		ParentID: want.ParentID, BaseID: want.BaseID, Created: want.Created}
 	ch := newCountingHash()
-	raw := io.TeeReader(&ctxReader{ctx: ctx, r: r}, ch)
+	raw := io.TeeReader(&ctxReader{ctx: im.ctx, r: r}, ch)
 	// Concurrency 1 makes the decoder synchronous: no read-ahead goroutine
 	// holds raw, so after a decode error it is safe to drain raw here.
 	zr, err := zstd.NewReader(raw, zstd.WithDecoderConcurrency(1))
@@ -101,8 +148,8 @@ func ImportLimits(ctx context.Context, r io.Reader, root string, want Manifest, 
 		return got, fmt.Errorf("create zstd reader: %w", err)
 	}
 	defer zr.Close()
-	cr := &countReader{r: zr, max: lim.MaxBytes}
-	im := &importer{ctx: ctx, dir: tmp, symlinks: map[string]bool{}, buf: make([]byte, copyBufSize), maxEntries: lim.MaxEntries}
+	cr := &countReader{r: zr, max: maxBytes}
+	im.localErr = false
 
 	exErr := im.extract(tar.NewReader(cr), &got)
 	if exErr == nil {
@@ -115,31 +162,19 @@ func ImportLimits(ctx context.Context, r io.Reader, root string, want Manifest, 
 	if exErr != nil {
 		// A corrupted stream usually breaks the decoder before the end.
 		// Name the checksum if we can: it is the error that explains it.
-		if ctx.Err() == nil && !im.localErr && !errors.Is(exErr, ErrLimit) {
+		if im.ctx.Err() == nil && !im.localErr && !errors.Is(exErr, ErrLimit) {
 			if _, err := io.Copy(io.Discard, raw); err == nil {
 				if cerr := ch.check(want); cerr != nil {
 					return got, fmt.Errorf("import snapshot: %w (decoding failed: %v)", cerr, exErr)
 				}
 			}
 		}
-		return got, fmt.Errorf("import snapshot: %w", exErr)
+		return got, fmt.Errorf("import snapshot%s: %w", idSuffix(want), exErr)
 	}
 	if err := ch.check(want); err != nil {
 		return got, fmt.Errorf("import snapshot: %w", err)
 	}
 	got.Bytes, got.SHA256, got.RawBytes = ch.n, ch.sum(), cr.n
-
-	if err := im.finish(); err != nil {
-		return got, fmt.Errorf("import snapshot: %w", err)
-	}
-	// The target was checked empty; remove the empty dir so rename works.
-	if err := os.Remove(root); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return got, fmt.Errorf("replace empty target %s: %w", root, err)
-	}
-	if err := os.Rename(tmp, root); err != nil {
-		return got, fmt.Errorf("move snapshot into place: %w", err)
-	}
-	ok = true
 	return got, nil
 }
 
@@ -193,9 +228,12 @@ type dirMeta struct {
 type importer struct {
 	ctx      context.Context
 	dir      string
-	symlinks map[string]bool // relative names of symlinks created so far
-	dirs     []dirMeta       // metadata applied last, children change mtimes
+	symlinks map[string]bool    // relative names of the symlinks in the tree
+	dirs     map[string]dirMeta // by relative name; metadata applied last, children change mtimes
 	buf      []byte
+	// layer is the index of the stream being extracted: above 0 it is incremental, and its
+	// entries replace or delete what the earlier layers made.
+	layer int
 	// localErr marks a failure of the local filesystem rather than of the
 	// stream, where draining the input to name a checksum would be wrong.
 	localErr   bool
@@ -222,8 +260,20 @@ func (im *importer) extract(tr *tar.Reader, m *Manifest) error {
 		if err != nil {
 			return err
 		}
+		if _, ok := hdr.PAXRecords[paxDeleted]; ok {
+			if err := im.delete(rel); err != nil {
+				return err
+			}
+			m.Deleted++
+			continue
+		}
 		if rel != "." {
 			m.Files++
+		}
+		if im.layer > 0 {
+			if err := im.replace(hdr, rel); err != nil {
+				return err
+			}
 		}
 		if err := im.create(tr, hdr, rel); err != nil {
 			return err
@@ -256,6 +306,64 @@ func (im *importer) safeName(name string) (string, error) {
 	return rel, nil
 }
 
+// delete removes rel and everything under it, for a deletion entry of an incremental layer.
+func (im *importer) delete(rel string) error {
+	if im.layer == 0 || rel == "." {
+		return fmt.Errorf("import snapshot: deletion of %q in a full snapshot", rel)
+	}
+	p := filepath.Join(im.dir, filepath.FromSlash(rel))
+	if _, err := os.Lstat(p); errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ENOTDIR) {
+		return nil // already gone with a directory the layer replaced
+	}
+	return im.remove(p, rel)
+}
+
+// replace clears the way for an incremental layer's entry: what an earlier layer made at rel is
+// removed, unless both are directories, whose metadata the entry then updates in place.
+func (im *importer) replace(hdr *tar.Header, rel string) error {
+	p := filepath.Join(im.dir, filepath.FromSlash(rel))
+	st, err := os.Lstat(p)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return nil
+	case err != nil:
+		im.localErr = true
+		return fmt.Errorf("replace %s: %w", rel, err)
+	case st.IsDir() && hdr.Typeflag == tar.TypeDir:
+		if err := clearXattrs(p); err != nil {
+			im.localErr = true
+			return fmt.Errorf("replace %s: %w", rel, err)
+		}
+		return nil
+	case rel == ".":
+		return fmt.Errorf("import snapshot: the root is not a directory")
+	}
+	return im.remove(p, rel)
+}
+
+// remove deletes p (named rel) and what is under it, and forgets the symlinks and directories
+// that were there. Its parents were checked by safeName, so no symlink is followed.
+func (im *importer) remove(p, rel string) error {
+	if err := os.RemoveAll(p); err != nil {
+		im.localErr = true
+		return fmt.Errorf("remove %s: %w", rel, err)
+	}
+	delete(im.symlinks, rel)
+	prefix := rel + "/"
+	for name := range im.symlinks {
+		if strings.HasPrefix(name, prefix) {
+			delete(im.symlinks, name)
+		}
+	}
+	delete(im.dirs, rel)
+	for name := range im.dirs {
+		if strings.HasPrefix(name, prefix) {
+			delete(im.dirs, name)
+		}
+	}
+	return nil
+}
+
 func (im *importer) create(tr *tar.Reader, hdr *tar.Header, rel string) error {
 	p := filepath.Join(im.dir, filepath.FromSlash(rel))
 	if rel != "." {
@@ -278,7 +386,7 @@ func (im *importer) create(tr *tar.Reader, hdr *tar.Header, rel string) error {
 		if err == nil {
 			// Defer mode and mtime: a read-only dir must still accept its
 			// children, and creating them would bump the mtime.
-			im.dirs = append(im.dirs, dirMeta{path: p, hdr: hdr, mtime: hdr.ModTime})
+			im.dirs[rel] = dirMeta{path: p, hdr: hdr, mtime: hdr.ModTime}
 			if err = im.chown(p, hdr); err == nil {
 				err = setXattrs(p, hdr)
 			}
@@ -438,10 +546,22 @@ func (im *importer) chown(p string, hdr *tar.Header) error {
 }
 
 // finish applies directory modes and mtimes, deepest first so setting a
-// parent's mtime is the last change beneath it.
+// parent's mtime is the last change beneath it. It runs once, after the last
+// layer: a later layer's changes inside a directory bump its mtime.
 func (im *importer) finish() error {
-	for i := len(im.dirs) - 1; i >= 0; i-- {
-		d := im.dirs[i]
+	names := make([]string, 0, len(im.dirs))
+	for name := range im.dirs {
+		names = append(names, name)
+	}
+	depth := func(name string) int {
+		if name == "." {
+			return -1
+		}
+		return strings.Count(name, "/")
+	}
+	slices.SortFunc(names, func(a, b string) int { return depth(b) - depth(a) })
+	for _, name := range names {
+		d := im.dirs[name]
 		if err := os.Chmod(d.path, fileMode(d.hdr.Mode)); err != nil {
 			return fmt.Errorf("set mode of %s: %w", d.path, err)
 		}
@@ -464,6 +584,24 @@ func fileMode(m int64) os.FileMode {
 		mode |= os.ModeSticky
 	}
 	return mode
+}
+
+// clearXattrs removes p's extended attributes (but security.selinux, which a
+// snapshot never holds), before a layer sets the ones it records.
+func clearXattrs(p string) error {
+	names, err := listXattrs(p)
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		if name == "security.selinux" {
+			continue
+		}
+		if err := unix.Lremovexattr(p, name); err != nil && !errors.Is(err, unix.ENODATA) {
+			return fmt.Errorf("remove xattr %s: %w", name, err)
+		}
+	}
+	return nil
 }
 
 // setXattrs restores SCHILY.xattr.* records. A filesystem that refuses one

@@ -29,6 +29,12 @@
 //     as zeros would cost a full read and compress of the apparent size.
 //     A generic tar tool extracts such a file with its extents packed
 //     together, so use Import, not tar, to restore a snapshot.
+//   - An incremental stream (ExportOptions.Base) holds only the entries whose
+//     Index digest changed since its base, in the same order, then one entry
+//     per name that is gone, a PAX record COCOONBOX.deleted=1 on an empty
+//     file. ImportChain applies such streams over the layers before them: an
+//     entry replaces what is at its name (a directory stays and takes the new
+//     metadata), a deletion removes the name and all under it.
 package snapshot
 
 import (
@@ -60,6 +66,9 @@ type Manifest struct {
 	SnapshotID string `json:"snapshot_id,omitempty"`
 	BoxID      string `json:"box_id,omitempty"`
 	ParentID   string `json:"parent_id,omitempty"`
+	// BaseID is the snapshot an incremental stream was exported against (ExportOptions.Base):
+	// restoring it needs that snapshot's layers first. Empty for a full stream. Set by the caller.
+	BaseID string `json:"base_id,omitempty"`
 	// Created is when Export started.
 	Created time.Time `json:"created"`
 	// Bytes is the length of the compressed stream.
@@ -73,6 +82,8 @@ type Manifest struct {
 	RawBytes int64 `json:"raw_bytes"`
 	// Skipped counts entries Export left out (sockets, real device nodes).
 	Skipped int64 `json:"skipped,omitempty"`
+	// Deleted counts the deletion entries of an incremental stream.
+	Deleted int64 `json:"deleted,omitempty"`
 }
 
 // countingHash records the size and sha256 of everything written to it; it
