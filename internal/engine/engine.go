@@ -202,6 +202,8 @@ func (e *Engine) Handler() http.Handler {
 	mux.Handle("POST /v1/checkpoints/{id}/claim", e.node(e.handleClaimCheckpoint))
 	mux.Handle("GET /v1/checkpoints", e.node(e.handleListCheckpoints))
 	mux.Handle("GET /v1/checkpoints/{id}/disk", e.node(e.handleExportCheckpoint))
+	mux.Handle("POST /v1/checkpoints/{id}/disk", e.node(e.handleExportCheckpoint))
+	mux.Handle("GET /v1/checkpoints/{id}/disk/index", e.node(e.handleCheckpointIndex))
 	mux.Handle("POST /v1/checkpoints/import", e.node(e.handleImportCheckpoint))
 	mux.Handle("DELETE /v1/checkpoints/{id}", e.node(e.handleDeleteCheckpoint))
 	mux.Handle("PUT /v1/pools", e.operator(e.handlePutPools))

@@ -26,7 +26,7 @@ func TestExportCheckpointDisk(t *testing.T) {
 	ctx := context.Background()
 	client := sandbox.NewHTTP(h.srv.URL, tenantA, h.srv.Client())
 	var stream bytes.Buffer
-	got, err := client.ExportCheckpointDisk(ctx, ck.ID, &stream)
+	got, err := client.ExportCheckpointDisk(ctx, ck.ID, nil, &stream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,20 +44,20 @@ func TestExportCheckpointDisk(t *testing.T) {
 
 	// The same stream, imported as a new checkpoint, gives a box with that disk.
 	var again bytes.Buffer
-	if _, err := client.ExportCheckpointDisk(ctx, ck.ID, &again); err != nil {
+	if _, err := client.ExportCheckpointDisk(ctx, ck.ID, nil, &again); err != nil {
 		t.Fatal(err)
 	}
 	corrupt := bytes.Clone(again.Bytes())
 	corrupt[len(corrupt)/2] ^= 0xff
 	before := len(decodeAs[sandbox.CheckpointList](t, h.must(200, "GET", "/v1/checkpoints", tenantA, nil)).Checkpoints)
 	key := sandbox.PoolKey{Template: "base", Net: "none", Size: "small"}
-	if _, err := client.ImportCheckpointDisk(ctx, bytes.NewReader(corrupt), got, key, ""); sandbox.StatusCode(err) != 400 {
+	if _, err := client.ImportCheckpointDisk(ctx, bytes.NewReader(corrupt), []sandbox.DiskExport{got}, key, ""); sandbox.StatusCode(err) != 400 {
 		t.Fatalf("import of a corrupted stream: %v, want 400", err)
 	}
 	if n := len(decodeAs[sandbox.CheckpointList](t, h.must(200, "GET", "/v1/checkpoints", tenantA, nil)).Checkpoints); n != before {
 		t.Fatalf("a refused import left a checkpoint: %d, want %d", n, before)
 	}
-	imported, err := client.ImportCheckpointDisk(ctx, &again, got, key, "restored")
+	imported, err := client.ImportCheckpointDisk(ctx, &again, []sandbox.DiskExport{got}, key, "restored")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -74,7 +74,78 @@ func TestExportCheckpointDisk(t *testing.T) {
 	}
 
 	other := sandbox.NewHTTP(h.srv.URL, tenantB, h.srv.Client())
-	if _, err := other.ExportCheckpointDisk(ctx, ck.ID, &bytes.Buffer{}); sandbox.StatusCode(err) != 404 {
+	if _, err := other.ExportCheckpointDisk(ctx, ck.ID, nil, &bytes.Buffer{}); sandbox.StatusCode(err) != 404 {
 		t.Fatalf("another tenant's export: %v, want 404", err)
+	}
+}
+
+// TestIncrementalCheckpointDisk: a checkpoint's disk exported against the index of an earlier
+// export holds only what changed, and the two streams imported as a chain give a box with the
+// later disk; a bad base index, a chain whose sizes do not add up, and an index asked for before
+// any export are refused.
+func TestIncrementalCheckpointDisk(t *testing.T) {
+	h := newHarness(t)
+	sb := h.claim(tenantA, sandbox.ClaimRequest{})
+	h.exec(sb, "write", "/root/kept", "the same")
+	h.exec(sb, "write", "/root/gone", "deleted later")
+	checkpoint := func() sandbox.Checkpoint {
+		return decodeAs[sandbox.CheckpointResponse](t, h.must(200, "POST", "/v1/sandboxes/"+sb.ID+"/checkpoint", tenantA,
+			sandbox.CheckpointRequest{Token: sb.Token})).Checkpoint
+	}
+	ctx := context.Background()
+	client := sandbox.NewHTTP(h.srv.URL, tenantA, h.srv.Client())
+	if !h.info().Capabilities.IncrementalDisk {
+		t.Fatal("info does not announce incremental disk export")
+	}
+	first := checkpoint()
+	if _, err := client.CheckpointDiskIndex(ctx, first.ID, &bytes.Buffer{}); sandbox.StatusCode(err) != 409 {
+		t.Fatalf("index before an export: %v, want 409", err)
+	}
+	var full, index bytes.Buffer
+	fullSum, err := client.ExportCheckpointDisk(ctx, first.ID, nil, &full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CheckpointDiskIndex(ctx, first.ID, &index); err != nil {
+		t.Fatal(err)
+	}
+
+	h.exec(sb, "write", "/root/new", "added")
+	h.exec(sb, "rm", "/root/gone")
+	second := checkpoint()
+	var delta bytes.Buffer
+	deltaSum, err := client.ExportCheckpointDisk(ctx, second.ID, bytes.NewReader(index.Bytes()), &delta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if deltaSum.Deleted != 1 || deltaSum.Files >= fullSum.Files {
+		t.Fatalf("incremental export %+v against a full one of %+v: want 1 deletion and fewer entries", deltaSum, fullSum)
+	}
+	if _, err := client.ExportCheckpointDisk(ctx, second.ID, bytes.NewReader([]byte("not an index")), &bytes.Buffer{}); sandbox.StatusCode(err) != 400 {
+		t.Fatalf("export against junk: %v, want 400", err)
+	}
+
+	key := sandbox.PoolKey{Template: "base", Net: "none", Size: "small"}
+	chain := append(bytes.Clone(full.Bytes()), delta.Bytes()...)
+	short := []sandbox.DiskExport{fullSum, {SHA256: deltaSum.SHA256, Bytes: deltaSum.Bytes - 1}}
+	if _, err := client.ImportCheckpointDisk(ctx, bytes.NewReader(chain), short, key, ""); sandbox.StatusCode(err) != 400 {
+		t.Fatalf("import of a chain whose sizes are off: %v, want 400", err)
+	}
+	imported, err := client.ImportCheckpointDisk(ctx, bytes.NewReader(chain), []sandbox.DiskExport{fullSum, deltaSum}, key, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	branch, err := client.ClaimFromCheckpoint(ctx, imported.ID, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{"/root/kept": "the same", "/root/new": "added"} {
+		res, err := client.Exec(ctx, branch.SandboxRef, sandbox.ExecRequest{Argv: []string{"cat", file}})
+		if err != nil || res.Stdout != want {
+			t.Errorf("%s in the box from the chain: %+v, %v; want %q", file, res, err, want)
+		}
+	}
+	if res, _ := client.Exec(ctx, branch.SandboxRef, sandbox.ExecRequest{Argv: []string{"cat", "/root/gone"}}); res.ExitCode == 0 {
+		t.Errorf("/root/gone came back from the chain: %+v", res)
 	}
 }

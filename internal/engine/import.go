@@ -3,18 +3,21 @@ package engine
 import (
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/snapshot"
 )
 
 // handleImportCheckpoint makes a checkpoint from a disk stream in the snapshot format (what
-// GET /v1/checkpoints/{id}/disk produced, possibly on another node or restored from S3), so a
-// claim from it brings a box back with that disk. The stream's sha256 is required up front and
+// GET /v1/checkpoints/{id}/disk produced, possibly on another node or restored from S3), or from
+// a chain of them (a full stream and the incremental ones after it, HeaderLayers), so a claim
+// from it brings a box back with that disk. Every stream's sha256 is required up front and
 // checked before the checkpoint exists: a corrupted stream leaves nothing behind. The query
 // names the key (template, net, size) boxes claimed from it get, and an optional name.
 // A local-engine extension, announced as disk_export in /v1/info.
@@ -31,14 +34,13 @@ func (e *Engine) handleImportCheckpoint(w http.ResponseWriter, r *http.Request, 
 	if name != "" && !checkpointNameRe.MatchString(name) {
 		return invalid("name: 1-63 letters, digits and . _ : / -, starting with a letter or digit; got %q", name)
 	}
-	want := snapshot.Manifest{SHA256: r.Header.Get(sandbox.TrailerSHA256)}
-	if len(want.SHA256) != 64 {
-		return invalid("%s: the stream's sha256 (64 hex digits) is required", sandbox.TrailerSHA256)
+	layers, err := importLayers(r)
+	if err != nil {
+		return err
 	}
-	if v := r.Header.Get(sandbox.TrailerBytes); v != "" {
-		if want.Bytes, err = strconv.ParseInt(v, 10, 64); err != nil || want.Bytes < 0 {
-			return invalid("%s: not a byte count: %q", sandbox.TrailerBytes, v)
-		}
+	body := &exactBody{r: r.Body}
+	for i := range layers {
+		layers[i].R = body.next(layers[i].Want.Bytes, i == len(layers)-1)
 	}
 
 	id := newCheckpointID()
@@ -47,9 +49,13 @@ func (e *Engine) handleImportCheckpoint(w http.ResponseWriter, r *http.Request, 
 		return fmt.Errorf("create checkpoint: %w", err)
 	}
 	// The default limits: the stream is a box's disk, as big as the box made it.
-	if _, err := snapshot.ImportLimits(r.Context(), r.Body, filepath.Join(dir, "disk"), want, snapshot.Limits{}); err != nil {
+	_, err = snapshot.ImportChain(r.Context(), layers, filepath.Join(dir, "disk"), snapshot.Limits{})
+	if err == nil {
+		err = body.end()
+	}
+	if err != nil {
 		_ = os.RemoveAll(dir)
-		if errors.Is(err, snapshot.ErrChecksumMismatch) || errors.Is(err, snapshot.ErrUnsafePath) {
+		if errors.Is(err, snapshot.ErrChecksumMismatch) || errors.Is(err, snapshot.ErrUnsafePath) || errors.Is(err, errBodyLength) {
 			return invalid("%s", err.Error())
 		}
 		if errors.Is(err, snapshot.ErrLimit) {
@@ -67,5 +73,65 @@ func (e *Engine) handleImportCheckpoint(w http.ResponseWriter, r *http.Request, 
 	e.mu.Unlock()
 	e.metrics.count("checkpoints", "imported")
 	writeJSON(w, http.StatusOK, sandbox.CheckpointResponse{Checkpoint: ck.body()})
+	return nil
+}
+
+// maxLayers bounds the chain one import takes.
+const maxLayers = 256
+
+// importLayers reads what the import's streams must be: HeaderLayers for a chain, else the one
+// stream's sha256 and size headers.
+func importLayers(r *http.Request) ([]snapshot.Layer, error) {
+	list := r.Header.Get(sandbox.HeaderLayers)
+	if list == "" {
+		want := snapshot.Manifest{SHA256: r.Header.Get(sandbox.TrailerSHA256)}
+		if len(want.SHA256) != 64 {
+			return nil, invalid("%s: the stream's sha256 (64 hex digits) is required", sandbox.TrailerSHA256)
+		}
+		if v := r.Header.Get(sandbox.TrailerBytes); v != "" {
+			var err error
+			if want.Bytes, err = strconv.ParseInt(v, 10, 64); err != nil || want.Bytes < 0 {
+				return nil, invalid("%s: not a byte count: %q", sandbox.TrailerBytes, v)
+			}
+		}
+		return []snapshot.Layer{{Want: want}}, nil
+	}
+	parts := strings.Split(list, ",")
+	if len(parts) > maxLayers {
+		return nil, invalid("%s: %d layers, at most %d", sandbox.HeaderLayers, len(parts), maxLayers)
+	}
+	layers := make([]snapshot.Layer, len(parts))
+	for i, p := range parts {
+		sum, n, ok := strings.Cut(strings.TrimSpace(p), ":")
+		size, err := strconv.ParseInt(n, 10, 64)
+		if !ok || len(sum) != 64 || err != nil || size <= 0 {
+			return nil, invalid("%s: layer %d: want sha256:bytes, got %q", sandbox.HeaderLayers, i+1, p)
+		}
+		layers[i].Want = snapshot.Manifest{SHA256: sum, Bytes: size}
+	}
+	return layers, nil
+}
+
+// errBodyLength marks an import body longer or shorter than its layers say.
+var errBodyLength = errors.New("the body does not match the layers' sizes")
+
+// exactBody splits an import body into its layers by their sizes.
+type exactBody struct{ r io.Reader }
+
+// next is the reader of the next layer, n bytes long (0 for a lone stream of unknown size: the
+// rest of the body).
+func (b *exactBody) next(n int64, last bool) io.Reader {
+	if n <= 0 && last {
+		return b.r
+	}
+	return io.LimitReader(b.r, n)
+}
+
+// end checks that nothing follows the last layer.
+func (b *exactBody) end() error {
+	var one [1]byte
+	if k, _ := io.ReadFull(b.r, one[:]); k > 0 {
+		return fmt.Errorf("import checkpoint disk: %w: data follows the last layer", errBodyLength)
+	}
 	return nil
 }

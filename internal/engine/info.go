@@ -30,6 +30,7 @@ func (e *Engine) info() sandbox.Info {
 			Lanes:            e.lanes(),
 			Isolation:        caps.Isolation,
 			DiskExport:       true, // GET /v1/checkpoints/{id}/disk
+			IncrementalDisk:  true, // POST /v1/checkpoints/{id}/disk with a base index
 		},
 	}
 	for _, b := range e.claimed() {

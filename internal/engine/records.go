@@ -81,6 +81,11 @@ func (e *Engine) boxDir(id string) string { return filepath.Join(e.dir, boxesDir
 
 func (e *Engine) checkpointDir(id string) string { return filepath.Join(e.dir, checkpointsDir, id) }
 
+// checkpointIndex is where the index of checkpoint id's disk is kept once it was exported.
+func (e *Engine) checkpointIndex(id string) string {
+	return filepath.Join(e.checkpointDir(id), "disk.index")
+}
+
 func (e *Engine) checkpointMeta(id string) string {
 	return filepath.Join(e.dir, checkpointsDir, id+".json")
 }

@@ -62,11 +62,14 @@ type Client interface {
 // sandboxd does not. Callers find it by a type assertion on their Client.
 type DiskPorter interface {
 	// ExportCheckpointDisk streams checkpoint id's disk into w and returns its checksum, size
-	// and file count, verified against what was received.
-	ExportCheckpointDisk(ctx context.Context, id string, w io.Writer) (DiskExport, error)
-	// ImportCheckpointDisk makes a checkpoint from a stream whose checksum sum gives; boxes
-	// claimed from it get key.
-	ImportCheckpointDisk(ctx context.Context, r io.Reader, sum DiskExport, key PoolKey, name string) (Checkpoint, error)
+	// and file count, verified against what was received. With base, the index of an earlier
+	// export, the stream holds only what changed since (Info's IncrementalDisk).
+	ExportCheckpointDisk(ctx context.Context, id string, base io.Reader, w io.Writer) (DiskExport, error)
+	// CheckpointDiskIndex copies the index of checkpoint id's disk that its export wrote.
+	CheckpointDiskIndex(ctx context.Context, id string, w io.Writer) (int64, error)
+	// ImportCheckpointDisk makes a checkpoint from r, the streams of layers one after the
+	// other (a full one, then incremental ones); boxes claimed from it get key.
+	ImportCheckpointDisk(ctx context.Context, r io.Reader, layers []DiskExport, key PoolKey, name string) (Checkpoint, error)
 }
 
 // EgressSetter is an engine that can change a networked sandbox's egress policy while it lives

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/url"
@@ -358,27 +359,21 @@ func (c *HTTP) ListCheckpoints(ctx context.Context) ([]Checkpoint, error) {
 }
 
 // ExportCheckpointDisk streams checkpoint id's disk into w and returns what the engine reported
-// at the end. It fails when the stream ends without its trailers (the engine failed mid-way) or
-// when the bytes received do not match them. Only engines whose Info has DiskExport serve it.
-func (c *HTTP) ExportCheckpointDisk(ctx context.Context, id string, w io.Writer) (DiskExport, error) {
+// at the end; with base (an earlier export's index, CheckpointDiskIndex) the stream is
+// incremental against it. It fails when the stream ends without its trailers (the engine failed
+// mid-way) or when the bytes received do not match them. Only engines whose Info has DiskExport
+// serve it, and IncrementalDisk a base.
+func (c *HTTP) ExportCheckpointDisk(ctx context.Context, id string, base io.Reader, w io.Writer) (DiskExport, error) {
 	op := "export checkpoint " + id
-	u, err := c.nodeURL("")
+	method := http.MethodGet
+	if base != nil {
+		method = http.MethodPost
+	}
+	resp, err := c.stream(ctx, op, method, "/v1/checkpoints/"+url.PathEscape(id)+"/disk", base, nil)
 	if err != nil {
 		return DiskExport{}, err
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String()+"/v1/checkpoints/"+url.PathEscape(id)+"/disk", nil)
-	if err != nil {
-		return DiskExport{}, fmt.Errorf("sandbox: %s: %w", op, err)
-	}
-	setBearer(req.Header, c.token)
-	resp, err := c.hc.Do(req)
-	if err != nil {
-		return DiskExport{}, fmt.Errorf("sandbox: %s: %w", op, err)
-	}
 	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return DiskExport{}, statusError(op, resp)
-	}
 	h := sha256.New()
 	n, err := io.Copy(io.MultiWriter(w, h), resp.Body)
 	if err != nil {
@@ -387,6 +382,7 @@ func (c *HTTP) ExportCheckpointDisk(ctx context.Context, id string, w io.Writer)
 	out := DiskExport{SHA256: resp.Trailer.Get(TrailerSHA256)}
 	out.Bytes, _ = strconv.ParseInt(resp.Trailer.Get(TrailerBytes), 10, 64)
 	out.Files, _ = strconv.ParseInt(resp.Trailer.Get(TrailerFiles), 10, 64)
+	out.Deleted, _ = strconv.ParseInt(resp.Trailer.Get(TrailerDeleted), 10, 64)
 	switch got := hex.EncodeToString(h.Sum(nil)); {
 	case out.SHA256 == "":
 		return DiskExport{}, fmt.Errorf("sandbox: %s: the stream ended without its checksum: the engine failed mid-way", op)
@@ -396,42 +392,89 @@ func (c *HTTP) ExportCheckpointDisk(ctx context.Context, id string, w io.Writer)
 	return out, nil
 }
 
-// ImportCheckpointDisk makes a checkpoint on the engine from a disk stream in the snapshot
-// format, whose sha256 (and size, when known) sum gives; boxes claimed from it get key. The
-// engine checks the sum before the checkpoint exists. Not retried: r is consumed.
-func (c *HTTP) ImportCheckpointDisk(ctx context.Context, r io.Reader, sum DiskExport, key PoolKey, name string) (Checkpoint, error) {
-	op := "import checkpoint"
-	u, err := c.nodeURL("")
+// CheckpointDiskIndex copies the index the last export of checkpoint id wrote into w and
+// returns its size: the base of the next incremental export.
+func (c *HTTP) CheckpointDiskIndex(ctx context.Context, id string, w io.Writer) (int64, error) {
+	op := "read the disk index of checkpoint " + id
+	resp, err := c.stream(ctx, op, http.MethodGet, "/v1/checkpoints/"+url.PathEscape(id)+"/disk/index", nil, nil)
 	if err != nil {
-		return Checkpoint{}, err
+		return 0, err
 	}
+	defer func() { _ = resp.Body.Close() }()
+	n, err := io.Copy(w, resp.Body)
+	if err == nil && resp.ContentLength >= 0 && n != resp.ContentLength {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
+		return n, fmt.Errorf("sandbox: %s: %w", op, err)
+	}
+	return n, nil
+}
+
+// ImportCheckpointDisk makes a checkpoint on the engine from disk streams in the snapshot
+// format: r holds layers' streams one after the other, oldest first (a full stream, then the
+// incremental ones), each with its sha256 and size; one layer may leave its size unknown. Boxes
+// claimed from it get key. The engine checks every sum before the checkpoint exists. Not
+// retried: r is consumed.
+func (c *HTTP) ImportCheckpointDisk(ctx context.Context, r io.Reader, layers []DiskExport, key PoolKey, name string) (Checkpoint, error) {
+	op := "import checkpoint"
 	q := url.Values{"template": {key.Template}, "net": {key.Net}, "size": {key.Size}}
 	if name != "" {
 		q.Set("name", name)
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u.String()+"/v1/checkpoints/import?"+q.Encode(), r)
-	if err != nil {
-		return Checkpoint{}, fmt.Errorf("sandbox: %s: %w", op, err)
+	hdr := http.Header{}
+	switch {
+	case len(layers) == 0:
+		return Checkpoint{}, fmt.Errorf("sandbox: %s: no layers", op)
+	case len(layers) == 1:
+		hdr.Set(TrailerSHA256, layers[0].SHA256)
+		if layers[0].Bytes > 0 {
+			hdr.Set(TrailerBytes, strconv.FormatInt(layers[0].Bytes, 10))
+		}
+	default:
+		parts := make([]string, len(layers))
+		for i, l := range layers {
+			parts[i] = l.SHA256 + ":" + strconv.FormatInt(l.Bytes, 10)
+		}
+		hdr.Set(HeaderLayers, strings.Join(parts, ","))
 	}
-	setBearer(req.Header, c.token)
-	req.Header.Set("Content-Type", DiskExportContentType)
-	req.Header.Set(TrailerSHA256, sum.SHA256)
-	if sum.Bytes > 0 {
-		req.Header.Set(TrailerBytes, strconv.FormatInt(sum.Bytes, 10))
-	}
-	resp, err := c.hc.Do(req)
+	resp, err := c.stream(ctx, op, http.MethodPost, "/v1/checkpoints/import?"+q.Encode(), r, hdr)
 	if err != nil {
-		return Checkpoint{}, fmt.Errorf("sandbox: %s: %w", op, err)
+		return Checkpoint{}, err
 	}
 	defer func() { _ = resp.Body.Close() }()
-	if resp.StatusCode != http.StatusOK {
-		return Checkpoint{}, statusError(op, resp)
-	}
 	var out CheckpointResponse
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxResponseBody)).Decode(&out); err != nil {
 		return Checkpoint{}, fmt.Errorf("sandbox: %s: decode answer: %w", op, err)
 	}
 	return out.Checkpoint, nil
+}
+
+// stream sends one unretried node request whose body (nil for none) and answer are streams, and
+// returns the answer when it is 200; the caller closes its body.
+func (c *HTTP) stream(ctx context.Context, op, method, path string, body io.Reader, hdr http.Header) (*http.Response, error) {
+	u, err := c.nodeURL("")
+	if err != nil {
+		return nil, err
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u.String()+path, body)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: %s: %w", op, err)
+	}
+	maps.Copy(req.Header, hdr)
+	setBearer(req.Header, c.token)
+	if body != nil {
+		req.Header.Set("Content-Type", DiskExportContentType)
+	}
+	resp, err := c.hc.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: %s: %w", op, err)
+	}
+	if resp.StatusCode != http.StatusOK {
+		defer func() { _ = resp.Body.Close() }()
+		return nil, statusError(op, resp)
+	}
+	return resp, nil
 }
 
 // DeleteCheckpoint implements Client.

@@ -281,22 +281,31 @@ type Capabilities struct {
 	// snapshot format and POST /v1/checkpoints/import makes a checkpoint from such a stream (a
 	// local-engine extension; upstream sandboxd has no disk export).
 	DiskExport bool `json:"disk_export,omitempty"`
+	// IncrementalDisk: POST /v1/checkpoints/{id}/disk with an earlier export's index (GET
+	// /v1/checkpoints/{id}/disk/index) streams only what changed since, and an import takes a
+	// chain of such streams (HeaderLayers).
+	IncrementalDisk bool `json:"incremental_disk,omitempty"`
 }
 
 // The checkpoint disk export's content type and trailers: the stream's sha256 (hex), its size
-// in bytes and its file count, known only once the stream has been written.
+// in bytes, its file count and (incremental) deletions, known only once it has been written.
+// An import of a chain names its layers, oldest first, in HeaderLayers as "sha256:bytes,…"
+// over a body that is their concatenation.
 const (
 	DiskExportContentType = "application/zstd"
 	TrailerSHA256         = "X-Snapshot-Sha256"
 	TrailerBytes          = "X-Snapshot-Bytes"
 	TrailerFiles          = "X-Snapshot-Files"
+	TrailerDeleted        = "X-Snapshot-Deleted"
+	HeaderLayers          = "X-Snapshot-Layers"
 )
 
 // DiskExport is what a finished disk export stream reported in its trailers.
 type DiskExport struct {
-	SHA256 string
-	Bytes  int64
-	Files  int64
+	SHA256  string
+	Bytes   int64
+	Files   int64
+	Deleted int64 // deletion entries of an incremental stream
 }
 
 // MemoryHibernate reports whether hibernate preserves processes and memory: always on upstream

@@ -102,6 +102,14 @@ func (f *Runtime) Exec(ctx context.Context, id string, req runtime.ExecRequest) 
 			return 1, nil
 		}
 		return 0, nil
+	case "rm":
+		if len(argv) != 2 {
+			return 0, fmt.Errorf("%w: rm takes one file", runtime.ErrBadCommand)
+		}
+		if err := os.RemoveAll(path(argv[1])); err != nil {
+			return 1, nil
+		}
+		return 0, nil
 	case "sleep":
 		d, err := seconds(argv)
 		if err != nil {

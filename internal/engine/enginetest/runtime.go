@@ -439,13 +439,24 @@ func (f *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 // copyDir copies regular files and directories from src to dst, which is what the fake's disk
 // holds.
 func copyDir(src, dst string) error {
-	return filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+	// Times are kept, as the real runtime's copy keeps them: an incremental export compares them.
+	type dirTime struct {
+		path  string
+		mtime time.Time
+	}
+	var dirs []dirTime
+	err := filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		rel, _ := filepath.Rel(src, p)
 		target := filepath.Join(dst, rel)
+		fi, err := d.Info()
+		if err != nil {
+			return err
+		}
 		if d.IsDir() {
+			dirs = append(dirs, dirTime{target, fi.ModTime()})
 			return os.MkdirAll(target, 0o755)
 		}
 		if !d.Type().IsRegular() {
@@ -455,6 +466,13 @@ func copyDir(src, dst string) error {
 		if err != nil {
 			return err
 		}
-		return os.WriteFile(target, data, 0o644)
+		if err := os.WriteFile(target, data, 0o644); err != nil {
+			return err
+		}
+		return os.Chtimes(target, fi.ModTime(), fi.ModTime())
 	})
+	for i := len(dirs) - 1; i >= 0 && err == nil; i-- {
+		err = os.Chtimes(dirs[i].path, dirs[i].mtime, dirs[i].mtime)
+	}
+	return err
 }

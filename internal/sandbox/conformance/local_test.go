@@ -168,7 +168,7 @@ func testDiskExport(t *testing.T, c *sandbox.HTTP) {
 	}
 	defer func() { _ = c.DeleteCheckpoint(ctx, ck.ID) }()
 	var stream bytes.Buffer
-	got, err := c.ExportCheckpointDisk(ctx, ck.ID, &stream)
+	got, err := c.ExportCheckpointDisk(ctx, ck.ID, nil, &stream)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -186,7 +186,7 @@ func testDiskExport(t *testing.T, c *sandbox.HTTP) {
 	}
 
 	// Imported back as a checkpoint, the stream gives a new box the same disk.
-	imported, err := c.ImportCheckpointDisk(ctx, bytes.NewReader(copied), got,
+	imported, err := c.ImportCheckpointDisk(ctx, bytes.NewReader(copied), []sandbox.DiskExport{got},
 		sandbox.PoolKey{Template: "base", Net: sandbox.NetNone, Size: sandbox.SizeSmall}, "")
 	if err != nil {
 		t.Fatal(err)
