@@ -49,6 +49,11 @@ type Snapshot struct {
 	Files     int64
 	Pinned    bool
 	CreatedAt time.Time
+	// BaseID is the snapshot this one is incremental on (it holds the files changed since);
+	// empty for a full snapshot. Depth counts the bases under it.
+	BaseID   string
+	Depth    int
+	IndexKey string // the object holding the index of its tree; empty for none
 }
 
 // AgentRunState is where an agent run is.

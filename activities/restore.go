@@ -53,7 +53,7 @@ func (a *Snapshots) RestoreSnapshot(ctx context.Context, in RestoreSnapshotInput
 	if err != nil {
 		return RestoreSnapshotResult{}, err // NotFound first: a box with no snapshot needs no porter
 	}
-	porter, err := a.porter(ctx)
+	porter, _, err := a.porter(ctx)
 	if err != nil {
 		return RestoreSnapshotResult{}, err
 	}
@@ -151,48 +151,117 @@ func (a *Snapshots) restorable(ctx context.Context, boxID cocoonbox.BoxID, id st
 	return snap, nil
 }
 
-// importSnapshot streams the snapshot's object into the engine as checkpoint name, hashing it on
-// the way so a corrupted object is named as such.
+// importSnapshot streams the snapshot's chain (its full base, the incremental snapshots on it,
+// then its own object) into the engine as checkpoint name, hashing each object on the way so a
+// corrupted one is named as such.
 func (a *Snapshots) importSnapshot(ctx context.Context, porter sandbox.DiskPorter, snap cocoonbox.Snapshot, key sandbox.PoolKey, name string) (sandbox.Checkpoint, error) {
-	corrupt := func(format string, args ...any) error {
-		return newError(ErrTypeSnapshotCorrupt, fmt.Errorf("snapshot %s of box %s is corrupt: "+format,
-			append([]any{snap.ID, snap.BoxID}, args...)...))
+	chain := []cocoonbox.Snapshot{snap}
+	if snap.BaseID != "" {
+		var err error
+		if chain, err = a.Store.SnapshotChain(ctx, snap.ID); err != nil {
+			return sandbox.Checkpoint{}, classify(fmt.Errorf("restore snapshot %s: %w", snap.ID, err))
+		}
 	}
-	info, err := a.Blobs.Stat(ctx, snap.ObjectKey)
-	if err != nil {
-		return sandbox.Checkpoint{}, classify(fmt.Errorf("restore snapshot %s: %w", snap.ID, err))
+	layers := make([]sandbox.DiskExport, len(chain))
+	for i, s := range chain {
+		if s.State != cocoonbox.SnapshotComplete {
+			return sandbox.Checkpoint{}, newError(ErrTypeConflict, fmt.Errorf("snapshot %s needs %s, which is %s", snap.ID, s.ID, s.State))
+		}
+		info, err := a.Blobs.Stat(ctx, s.ObjectKey)
+		if err != nil {
+			return sandbox.Checkpoint{}, classify(fmt.Errorf("restore snapshot %s: %w", snap.ID, err))
+		}
+		if info.Size != s.Bytes {
+			return sandbox.Checkpoint{}, corruptLayer(snap, s, "its object %s holds %d bytes, %d were stored", s.ObjectKey, info.Size, s.Bytes)
+		}
+		layers[i] = sandbox.DiskExport{SHA256: s.SHA256, Bytes: s.Bytes}
 	}
-	if info.Size != snap.Bytes {
-		return sandbox.Checkpoint{}, corrupt("its object %s holds %d bytes, %d were stored", snap.ObjectKey, info.Size, snap.Bytes)
-	}
-	rc, err := a.Blobs.Get(ctx, snap.ObjectKey)
-	if err != nil {
-		return sandbox.Checkpoint{}, classify(fmt.Errorf("restore snapshot %s: %w", snap.ID, err))
-	}
-	defer func() { _ = rc.Close() }()
 	var read atomic.Int64
-	hr := &hashingReader{r: rc, h: sha256.New(), n: &read}
+	lr := &layerReader{ctx: ctx, blobs: a.Blobs, chain: chain, read: &read}
+	defer lr.close()
 	details := func() any { return uploadProgress{Phase: "import", Bytes: read.Load()} }
 	ck, err := withHeartbeats(ctx, details, func(ctx context.Context) (sandbox.Checkpoint, error) {
-		return porter.ImportCheckpointDisk(ctx, hr, sandbox.DiskExport{SHA256: snap.SHA256, Bytes: snap.Bytes}, key, name)
+		return porter.ImportCheckpointDisk(ctx, lr, layers, key, name)
 	})
 	if err == nil {
 		return ck, nil
 	}
-	// Our own hash decides when the whole object went through; the engine's refusal of the
-	// checksum otherwise (it reads to the end before it checks).
-	if errors.Is(hr.err, objstore.ErrCorrupt) {
-		return sandbox.Checkpoint{}, corrupt("its object %s fails the checksum stored with it", snap.ObjectKey)
-	}
-	if hr.eof {
-		if got := hex.EncodeToString(hr.h.Sum(nil)); got != snap.SHA256 {
-			return sandbox.Checkpoint{}, corrupt("its object %s has sha256 %s, %s was stored", snap.ObjectKey, got, snap.SHA256)
+	// Our own hashes decide for the objects read whole; the engine's refusal of a checksum
+	// otherwise (it reads each layer to its end before it checks).
+	for i, hr := range lr.hashes {
+		s := chain[i]
+		if errors.Is(hr.err, objstore.ErrCorrupt) {
+			return sandbox.Checkpoint{}, corruptLayer(snap, s, "its object %s fails the checksum stored with it", s.ObjectKey)
+		}
+		if hr.eof {
+			if got := hex.EncodeToString(hr.h.Sum(nil)); got != s.SHA256 {
+				return sandbox.Checkpoint{}, corruptLayer(snap, s, "its object %s has sha256 %s, %s was stored", s.ObjectKey, got, s.SHA256)
+			}
 		}
 	}
+	if lr.err != nil {
+		return sandbox.Checkpoint{}, classify(fmt.Errorf("restore snapshot %s: %w", snap.ID, lr.err))
+	}
 	if errors.Is(err, sandbox.ErrInvalid) {
-		return sandbox.Checkpoint{}, corrupt("the engine refused its stream: %v", err)
+		return sandbox.Checkpoint{}, corruptLayer(snap, snap, "the engine refused its stream: %v", err)
 	}
 	return sandbox.Checkpoint{}, classify(fmt.Errorf("restore snapshot %s: %w", snap.ID, err))
+}
+
+// corruptLayer is the SnapshotCorrupt error of snapshot snap whose layer (itself or a base under
+// it) is at fault.
+func corruptLayer(snap, layer cocoonbox.Snapshot, format string, args ...any) error {
+	what := fmt.Sprintf("snapshot %s of box %s is corrupt: ", snap.ID, snap.BoxID)
+	if layer.ID != snap.ID {
+		what += fmt.Sprintf("the snapshot %s it is built on: ", layer.ID)
+	}
+	return newError(ErrTypeSnapshotCorrupt, fmt.Errorf(what+format, args...))
+}
+
+// layerReader reads the objects of a chain one after the other, opening each only when the one
+// before it ends, and hashes each on its own.
+type layerReader struct {
+	ctx    context.Context
+	blobs  objstore.Store
+	chain  []cocoonbox.Snapshot
+	read   *atomic.Int64
+	cur    io.ReadCloser
+	hashes []*hashingReader // one per object opened
+	err    error            // the error opening an object
+}
+
+func (l *layerReader) Read(p []byte) (int, error) {
+	for {
+		if l.cur == nil {
+			i := len(l.hashes)
+			if i == len(l.chain) {
+				return 0, io.EOF
+			}
+			rc, err := l.blobs.Get(l.ctx, l.chain[i].ObjectKey)
+			if err != nil {
+				l.err = err
+				return 0, err
+			}
+			l.cur = rc
+			l.hashes = append(l.hashes, &hashingReader{r: rc, h: sha256.New(), n: l.read})
+		}
+		n, err := l.hashes[len(l.hashes)-1].Read(p)
+		if err == io.EOF {
+			_ = l.cur.Close()
+			l.cur = nil
+			if n == 0 {
+				continue
+			}
+			err = nil
+		}
+		return n, err
+	}
+}
+
+func (l *layerReader) close() {
+	if l.cur != nil {
+		_ = l.cur.Close()
+	}
 }
 
 // checkpointNamed finds the engine checkpoint with name.

@@ -37,7 +37,15 @@ type SnapshotStore interface {
 	// SnapshotsToPrune returns what retention removes: failed rows, and complete unpinned ones
 	// older than the newest keep (at least 1) complete ones.
 	SnapshotsToPrune(ctx context.Context, boxID cocoonbox.BoxID, keep int) ([]cocoonbox.Snapshot, error)
+	// DeleteSnapshot removes a row; a snapshot that is another's base is EConflict.
 	DeleteSnapshot(ctx context.Context, id string) error
+	// SnapshotChain is what restoring id takes, oldest first: its full base, the incremental
+	// snapshots on it, id last.
+	SnapshotChain(ctx context.Context, id string) ([]cocoonbox.Snapshot, error)
+	// MakeSnapshotFull drops the base of an uploading snapshot that could not be incremental.
+	MakeSnapshotFull(ctx context.Context, id string) error
+	// CompactSnapshot records that a complete snapshot now lives whole in objectKey.
+	CompactSnapshot(ctx context.Context, id, objectKey string, bytes int64, sha256 string, files int64) (cocoonbox.Snapshot, error)
 }
 
 // Snapshots holds the activities that move a box's disk between the engine and object storage.
@@ -71,6 +79,25 @@ func SnapshotObjectKey(boxID cocoonbox.BoxID, snapshotID string) string {
 func SnapshotManifestKey(boxID cocoonbox.BoxID, snapshotID string) string {
 	return "boxes/" + string(boxID) + "/snapshots/" + snapshotID + ".json"
 }
+
+// SnapshotIndexKey is where the index of a snapshot's tree lives: the base the next incremental
+// snapshot of the box is exported against.
+func SnapshotIndexKey(boxID cocoonbox.BoxID, snapshotID string) string {
+	return "boxes/" + string(boxID) + "/snapshots/" + snapshotID + ".index.zst"
+}
+
+// SnapshotFullKey is where an incremental snapshot's stream lives once retention compacted it
+// into a full one.
+func SnapshotFullKey(boxID cocoonbox.BoxID, snapshotID string) string {
+	return "boxes/" + string(boxID) + "/snapshots/" + snapshotID + ".full.tar.zst"
+}
+
+// maxChainDepth bounds how many incremental snapshots stack on one full one: the next is full,
+// so a restore never reads more than this many layers.
+const maxChainDepth = 32
+
+// maxIndexBytes bounds a base index read from the bucket (compressed).
+const maxIndexBytes = 256 << 20
 
 // BeginSnapshotInput names the snapshot to start; the workflow chose its ID.
 type BeginSnapshotInput struct {
@@ -124,7 +151,8 @@ type uploadProgress struct {
 }
 
 // BeginSnapshot records the snapshot as uploading, with the box's newest complete snapshot as its
-// parent. A retry finds its own row and returns it.
+// parent, and as its base too when that one has an index and its chain is not too long: the
+// snapshot is then incremental. A retry finds its own row and returns it.
 func (a *Snapshots) BeginSnapshot(ctx context.Context, in BeginSnapshotInput) (cocoonbox.Snapshot, error) {
 	if err := validateSnapshotRef(in.BoxID, in.SnapshotID); err != nil {
 		return cocoonbox.Snapshot{}, err
@@ -138,16 +166,19 @@ func (a *Snapshots) BeginSnapshot(ctx context.Context, in BeginSnapshotInput) (c
 	} else if cocoonbox.ErrorCode(err) != cocoonbox.ENotFound {
 		return cocoonbox.Snapshot{}, classify(fmt.Errorf("read snapshot %s: %w", in.SnapshotID, err))
 	}
-	parent := ""
+	parent, base := "", ""
 	switch latest, err := a.Store.LatestSnapshot(ctx, in.BoxID); {
 	case err == nil:
 		parent = latest.ID
+		if latest.IndexKey != "" && latest.Depth+1 < maxChainDepth {
+			base = latest.ID
+		}
 	case cocoonbox.ErrorCode(err) != cocoonbox.ENotFound:
 		return cocoonbox.Snapshot{}, classify(fmt.Errorf("read latest snapshot of box %s: %w", in.BoxID, err))
 	}
 	s, err := a.Store.BeginSnapshot(ctx, cocoonbox.Snapshot{
-		ID: in.SnapshotID, BoxID: in.BoxID, ParentID: parent,
-		ObjectKey: SnapshotObjectKey(in.BoxID, in.SnapshotID),
+		ID: in.SnapshotID, BoxID: in.BoxID, ParentID: parent, BaseID: base,
+		ObjectKey: SnapshotObjectKey(in.BoxID, in.SnapshotID), IndexKey: SnapshotIndexKey(in.BoxID, in.SnapshotID),
 	})
 	if err != nil {
 		return cocoonbox.Snapshot{}, classify(fmt.Errorf("begin snapshot %s: %w", in.SnapshotID, err))
@@ -157,14 +188,24 @@ func (a *Snapshots) BeginSnapshot(ctx context.Context, in BeginSnapshotInput) (c
 
 // UploadSnapshot checkpoints the sandbox (a copy taken while the box keeps running, so the disk
 // is coherent without pausing anyone), streams the checkpoint's disk from the engine straight
-// into a multipart upload, reads the object back to verify its sha256, and writes the manifest
-// beside it. It starts clean every time: a killed attempt's multipart upload is aborted and its
-// checkpoint deleted first, so a retried snapshot is uploaded exactly once.
+// into a multipart upload, reads the object back to verify its sha256, and writes the index of
+// the tree and the manifest beside it. A snapshot with a base is exported against the base's
+// index, so it holds only what changed; when that cannot be (the index is gone, the engine
+// cannot) it becomes a full one. It starts clean every time: a killed attempt's multipart upload
+// is aborted and its checkpoint deleted first, so a retried snapshot is uploaded exactly once.
 func (a *Snapshots) UploadSnapshot(ctx context.Context, in UploadSnapshotInput) (UploadSnapshotResult, error) {
 	if err := validateSnapshotRef(in.BoxID, in.SnapshotID); err != nil {
 		return UploadSnapshotResult{}, err
 	}
-	porter, err := a.porter(ctx)
+	porter, incremental, err := a.porter(ctx)
+	if err != nil {
+		return UploadSnapshotResult{}, err
+	}
+	row, err := a.Store.SnapshotByID(ctx, in.SnapshotID)
+	if err != nil {
+		return UploadSnapshotResult{}, classify(fmt.Errorf("read snapshot %s: %w", in.SnapshotID, err))
+	}
+	baseIndex, err := a.baseIndex(ctx, row, incremental)
 	if err != nil {
 		return UploadSnapshotResult{}, err
 	}
@@ -198,7 +239,13 @@ func (a *Snapshots) UploadSnapshot(ctx context.Context, in UploadSnapshotInput) 
 	details := func() any { return uploadProgress{Phase: *phase.Load(), Bytes: progress.Load()} }
 	return withHeartbeats(ctx, details, func(ctx context.Context) (UploadSnapshotResult, error) {
 		t1 := time.Now()
-		ex, err := a.upload(ctx, porter, ck.ID, key, &progress)
+		ex, err := a.upload(ctx, porter, ck.ID, baseIndex, key, &progress)
+		if err != nil && baseIndex != nil && errors.Is(err, sandbox.ErrInvalid) {
+			// The engine refused the base index: the next attempt is a full snapshot.
+			if ferr := a.Store.MakeSnapshotFull(ctx, in.SnapshotID); ferr != nil {
+				return UploadSnapshotResult{}, classify(ferr)
+			}
+		}
 		if err != nil {
 			return UploadSnapshotResult{}, err
 		}
@@ -208,30 +255,101 @@ func (a *Snapshots) UploadSnapshot(ctx context.Context, in UploadSnapshotInput) 
 		if err := a.verify(ctx, key, ex, &progress); err != nil {
 			return UploadSnapshotResult{}, err
 		}
+		if row.IndexKey != "" {
+			var idx bytes.Buffer
+			if _, err := porter.CheckpointDiskIndex(ctx, ck.ID, &idx); err != nil {
+				return UploadSnapshotResult{}, classify(fmt.Errorf("read the index of checkpoint %s: %w", ck.ID, err))
+			}
+			if err := a.Blobs.Put(ctx, row.IndexKey, bytes.NewReader(idx.Bytes()), int64(idx.Len())); err != nil {
+				return UploadSnapshotResult{}, classify(fmt.Errorf("store index %s: %w", row.IndexKey, err))
+			}
+		}
 		m := snapshot.Manifest{
 			Version: snapshot.FormatVersion, SnapshotID: in.SnapshotID, BoxID: string(in.BoxID),
-			Created: ck.CreatedAt, Bytes: ex.Bytes, SHA256: ex.SHA256, Files: ex.Files,
+			ParentID: row.ParentID, Created: ck.CreatedAt, Bytes: ex.Bytes, SHA256: ex.SHA256, Files: ex.Files,
+			Deleted: ex.Deleted,
 		}
-		if s, err := a.Store.SnapshotByID(ctx, in.SnapshotID); err == nil {
-			m.ParentID = s.ParentID
+		if baseIndex != nil {
+			m.BaseID = row.BaseID
 		}
-		body, err := json.MarshalIndent(m, "", "  ")
-		if err != nil {
-			return UploadSnapshotResult{}, classify(err)
+		if err := a.putManifest(ctx, m); err != nil {
+			return UploadSnapshotResult{}, err
 		}
-		mkey := SnapshotManifestKey(in.BoxID, in.SnapshotID)
-		if err := a.Blobs.Put(ctx, mkey, bytes.NewReader(body), int64(len(body))); err != nil {
-			return UploadSnapshotResult{}, classify(fmt.Errorf("store manifest %s: %w", mkey, err))
-		}
-		logger(ctx).Info("snapshot uploaded", "snapshot", in.SnapshotID, "bytes", ex.Bytes, "files", ex.Files,
+		logger(ctx).Info("snapshot uploaded", "snapshot", in.SnapshotID, "base", m.BaseID, "bytes", ex.Bytes, "files", ex.Files,
 			"checkpoint", t1.Sub(t0).Round(time.Millisecond), "upload", t2.Sub(t1).Round(time.Millisecond),
 			"verify", time.Since(t2).Round(time.Millisecond))
 		return UploadSnapshotResult{Bytes: ex.Bytes, SHA256: ex.SHA256, Files: ex.Files}, nil
 	})
 }
 
-// upload pipes the engine's export of checkpoint ckID into the object at key.
-func (a *Snapshots) upload(ctx context.Context, porter sandbox.DiskPorter, ckID, key string, progress *atomic.Int64) (sandbox.DiskExport, error) {
+// putManifest stores m beside its snapshot's object.
+func (a *Snapshots) putManifest(ctx context.Context, m snapshot.Manifest) error {
+	body, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return classify(err)
+	}
+	mkey := SnapshotManifestKey(cocoonbox.BoxID(m.BoxID), m.SnapshotID)
+	if err := a.Blobs.Put(ctx, mkey, bytes.NewReader(body), int64(len(body))); err != nil {
+		return classify(fmt.Errorf("store manifest %s: %w", mkey, err))
+	}
+	return nil
+}
+
+// baseIndex reads the index of row's base, which its export is made against, or makes row a
+// full snapshot (and returns nil) when there is no base to use: none was chosen, the engine
+// cannot export incrementally, or the base's index cannot be read as one.
+func (a *Snapshots) baseIndex(ctx context.Context, row cocoonbox.Snapshot, incremental bool) ([]byte, error) {
+	if row.BaseID == "" {
+		return nil, nil
+	}
+	why := "the engine cannot export incrementally"
+	if incremental {
+		data, err := a.readIndex(ctx, row.BaseID)
+		if err == nil {
+			return data, nil
+		}
+		if cocoonbox.ErrorCode(err) == cocoonbox.EUnavailable {
+			return nil, classify(err) // the store is down: try again later, incrementally
+		}
+		why = err.Error()
+	}
+	logger(ctx).Warn("snapshot taken full", "snapshot", row.ID, "base", row.BaseID, "reason", why)
+	if err := a.Store.MakeSnapshotFull(ctx, row.ID); err != nil {
+		return nil, classify(fmt.Errorf("make snapshot %s full: %w", row.ID, err))
+	}
+	return nil, nil
+}
+
+// readIndex reads snapshot id's index object whole, checking that it parses as one.
+func (a *Snapshots) readIndex(ctx context.Context, id string) ([]byte, error) {
+	base, err := a.Store.SnapshotByID(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("read base %s: %w", id, err)
+	}
+	if base.IndexKey == "" {
+		return nil, fmt.Errorf("base %s has no index", id)
+	}
+	rc, err := a.Blobs.Get(ctx, base.IndexKey)
+	if err != nil {
+		return nil, fmt.Errorf("read index of base %s: %w", id, err)
+	}
+	defer func() { _ = rc.Close() }()
+	data, err := io.ReadAll(io.LimitReader(rc, maxIndexBytes+1))
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("read index of base %s: %w", id, err)
+	case len(data) > maxIndexBytes:
+		return nil, fmt.Errorf("index of base %s is over %d bytes", id, maxIndexBytes)
+	}
+	if _, err := snapshot.ReadIndex(bytes.NewReader(data), 0); err != nil {
+		return nil, fmt.Errorf("index of base %s: %w", id, err)
+	}
+	return data, nil
+}
+
+// upload pipes the engine's export of checkpoint ckID (incremental against baseIndex when set)
+// into the object at key.
+func (a *Snapshots) upload(ctx context.Context, porter sandbox.DiskPorter, ckID string, baseIndex []byte, key string, progress *atomic.Int64) (sandbox.DiskExport, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pr, pw := io.Pipe()
@@ -241,7 +359,11 @@ func (a *Snapshots) upload(ctx context.Context, porter sandbox.DiskPorter, ckID,
 	}
 	done := make(chan exported, 1)
 	go func() {
-		sum, err := porter.ExportCheckpointDisk(ctx, ckID, pw)
+		var base io.Reader
+		if baseIndex != nil {
+			base = bytes.NewReader(baseIndex)
+		}
+		sum, err := porter.ExportCheckpointDisk(ctx, ckID, base, pw)
 		// The export checks the stream against the engine's trailers only at its end, so a bad
 		// stream fails the upload's last read and the upload is aborted, never completed.
 		_ = pw.CloseWithError(err)
@@ -322,43 +444,16 @@ func (a *Snapshots) FailSnapshot(ctx context.Context, in SnapshotRef) error {
 	return nil
 }
 
-// PruneSnapshots deletes the objects, then the rows, of the snapshots retention gives up (or of
-// all of a box's snapshots). Objects go first: a crash in between leaves a row whose object is
-// gone, which the next prune finishes, never an object nobody knows about.
-func (a *Snapshots) PruneSnapshots(ctx context.Context, in PruneSnapshotsInput) (PruneSnapshotsResult, error) {
-	if err := in.BoxID.Validate(); err != nil {
-		return PruneSnapshotsResult{}, classify(err)
-	}
-	var victims []cocoonbox.Snapshot
-	var err error
-	if in.All {
-		victims, err = a.Store.ListSnapshots(ctx, in.BoxID)
-	} else {
-		victims, err = a.Store.SnapshotsToPrune(ctx, in.BoxID, in.Keep)
-	}
-	if err != nil {
-		return PruneSnapshotsResult{}, classify(fmt.Errorf("list snapshots of box %s: %w", in.BoxID, err))
-	}
-	var out PruneSnapshotsResult
-	for _, s := range victims {
-		if err := a.deleteObjects(ctx, in.BoxID, s.ID); err != nil {
-			return out, err
-		}
-		if err := a.Store.DeleteSnapshot(ctx, s.ID); err != nil && cocoonbox.ErrorCode(err) != cocoonbox.ENotFound {
-			return out, classify(fmt.Errorf("delete snapshot %s: %w", s.ID, err))
-		}
-		out.Deleted = append(out.Deleted, s.ID)
-	}
-	return out, nil
-}
-
-// deleteObjects removes a snapshot's object, manifest and any incomplete upload of it.
+// deleteObjects removes a snapshot's objects (stream, compacted stream, index, manifest) and any
+// incomplete upload of them.
 func (a *Snapshots) deleteObjects(ctx context.Context, boxID cocoonbox.BoxID, id string) error {
-	key := SnapshotObjectKey(boxID, id)
-	if _, err := a.Blobs.AbortIncomplete(ctx, key, 0); err != nil {
-		return classify(fmt.Errorf("abort uploads of %s: %w", key, err))
+	key, full := SnapshotObjectKey(boxID, id), SnapshotFullKey(boxID, id)
+	for _, k := range []string{key, full} {
+		if _, err := a.Blobs.AbortIncomplete(ctx, k, 0); err != nil {
+			return classify(fmt.Errorf("abort uploads of %s: %w", k, err))
+		}
 	}
-	for _, k := range []string{key, SnapshotManifestKey(boxID, id)} {
+	for _, k := range []string{key, full, SnapshotIndexKey(boxID, id), SnapshotManifestKey(boxID, id)} {
 		if err := a.Blobs.Delete(ctx, k); err != nil && !errors.Is(err, objstore.ErrNotFound) {
 			return classify(fmt.Errorf("delete %s: %w", k, err))
 		}
@@ -366,21 +461,24 @@ func (a *Snapshots) deleteObjects(ctx context.Context, boxID cocoonbox.BoxID, id
 	return nil
 }
 
-// porter is the engine's disk export ability, which snapshots need. The client speaks it; the
-// engine says in /v1/info whether it serves it (upstream sandboxd has no capabilities there). An
-// engine whose info cannot be read (a tenant token) is given the benefit of the doubt: the
-// export call itself then fails.
-func (a *Snapshots) porter(ctx context.Context) (sandbox.DiskPorter, error) {
+// porter is the engine's disk export ability, which snapshots need, and whether it exports
+// incrementally. The client speaks it; the engine says in /v1/info whether it serves it
+// (upstream sandboxd has no capabilities there). An engine whose info cannot be read (a tenant
+// token) is given the benefit of the doubt for the export, whose call then fails, but not for
+// incremental exports.
+func (a *Snapshots) porter(ctx context.Context) (sandbox.DiskPorter, bool, error) {
 	p, ok := a.Client.(sandbox.DiskPorter)
+	incremental := false
 	if ok {
-		if info, err := a.Client.Info(ctx); err == nil && (info.Capabilities == nil || !info.Capabilities.DiskExport) {
-			ok = false
+		if info, err := a.Client.Info(ctx); err == nil {
+			ok = info.Capabilities != nil && info.Capabilities.DiskExport
+			incremental = ok && info.Capabilities.IncrementalDisk
 		}
 	}
 	if !ok {
-		return nil, newError(ErrTypeInvalidArgument, errors.New("the sandbox engine cannot export or import a box's disk, so it cannot snapshot"))
+		return nil, false, newError(ErrTypeInvalidArgument, errors.New("the sandbox engine cannot export or import a box's disk, so it cannot snapshot"))
 	}
-	return p, nil
+	return p, incremental, nil
 }
 
 // deleteCheckpoints removes the engine checkpoints named name: what an attempt killed before its

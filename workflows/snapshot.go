@@ -52,9 +52,10 @@ func SnapshotWorkflow(ctx workflow.Context, in SnapshotWorkflowInput) (SnapshotW
 		return out, err
 	}
 	// Retention is housekeeping: the snapshot is complete whether or not it succeeds now, and the
-	// next snapshot prunes again.
+	// next snapshot prunes again. It may compact a chain (a whole disk through the engine), so it
+	// has a stream's time and heartbeats.
 	var pruned activities.PruneSnapshotsResult
-	err = workflow.ExecuteActivity(cleanupOptions(ctx), snapActs.PruneSnapshots, activities.PruneSnapshotsInput{
+	err = workflow.ExecuteActivity(streamOptions(ctx), snapActs.PruneSnapshots, activities.PruneSnapshotsInput{
 		BoxID: in.BoxID, Keep: in.Keep,
 	}).Get(ctx, &pruned)
 	if err != nil {

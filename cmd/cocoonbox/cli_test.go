@@ -91,7 +91,7 @@ func TestBoxCommandsSendTheirArguments(t *testing.T) {
 		{[]string{"box", "show", "web"}, &cbv1.GetBoxRequest{Box: "web"}, ""},
 		{[]string{"box", "wake", "bx_00000000000000a1"}, &cbv1.WakeBoxRequest{Box: "bx_00000000000000a1"}, "web (bx_00000000000000a1) running\n"},
 		{[]string{"box", "hibernate", "web"}, &cbv1.HibernateBoxRequest{Box: "web"}, "web (bx_00000000000000a1) hibernated\n"},
-		{[]string{"box", "snapshot", "web"}, &cbv1.SnapshotBoxRequest{Box: "web"}, "sn_0002 complete, 700.0 MiB, 48211 files (box bx_00000000000000a1)\n"},
+		{[]string{"box", "snapshot", "web"}, &cbv1.SnapshotBoxRequest{Box: "web"}, "sn_0002 complete, 700.0 MiB, 48211 files, changes since sn_0001 (box bx_00000000000000a1)\n"},
 		{[]string{"box", "restore", "web", "--snapshot", "sn_0001"}, &cbv1.RestoreBoxRequest{Box: "web", SnapshotId: "sn_0001"}, ""},
 		{[]string{"box", "restore", "web"}, &cbv1.RestoreBoxRequest{Box: "web"}, ""},
 		{[]string{"box", "recreate", "web"}, &cbv1.RecreateBoxRequest{Box: "web"}, ""},

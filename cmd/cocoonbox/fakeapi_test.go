@@ -93,7 +93,7 @@ func sampleBoxes() []*cbv1.Box {
 
 func sampleSnapshots() []*cbv1.Snapshot {
 	return []*cbv1.Snapshot{
-		{Id: "sn_0002", BoxId: "bx_00000000000000a1", ParentId: "sn_0001", State: "complete", Bytes: 734003200, Sha256: "ab12", Files: 48211, CreatedAt: timestamppb.New(t0.Add(-time.Hour))},
+		{Id: "sn_0002", BoxId: "bx_00000000000000a1", ParentId: "sn_0001", BaseId: "sn_0001", Depth: 1, State: "complete", Bytes: 734003200, Sha256: "ab12", Files: 48211, CreatedAt: timestamppb.New(t0.Add(-time.Hour))},
 		{Id: "sn_0001", BoxId: "bx_00000000000000a1", State: "complete", Bytes: 1536, Files: 12, Pinned: true, CreatedAt: timestamppb.New(t0.Add(-24 * time.Hour))},
 	}
 }

@@ -132,20 +132,29 @@ func writeSnapshots(w io.Writer, snaps []*cbv1.Snapshot) error {
 		return err
 	}
 	tw := table(w)
-	row(tw, "ID", "STATE", "SIZE", "FILES", "PINNED", "CREATED", "PARENT")
+	row(tw, "ID", "STATE", "SIZE", "FILES", "PINNED", "CREATED", "HOLDS")
 	for _, s := range snaps {
 		pinned := ""
 		if s.GetPinned() {
 			pinned = "yes"
 		}
-		row(tw, s.GetId(), s.GetState(), humanBytes(s.GetBytes()), fmt.Sprint(s.GetFiles()), pinned, when(s.GetCreatedAt()), s.GetParentId())
+		row(tw, s.GetId(), s.GetState(), humanBytes(s.GetBytes()), fmt.Sprint(s.GetFiles()), pinned, when(s.GetCreatedAt()), holds(s))
 	}
 	return tw.Flush()
 }
 
+// holds says what a snapshot's object holds: the whole disk, or the changes since its base.
+func holds(s *cbv1.Snapshot) string {
+	if s.GetBaseId() == "" {
+		return "everything"
+	}
+	return "changes since " + s.GetBaseId()
+}
+
 // snapshotLine is the result of `box snapshot`.
 func snapshotLine(w io.Writer, s *cbv1.Snapshot) error {
-	_, err := fmt.Fprintf(w, "%s %s, %s, %d files (box %s)\n", s.GetId(), s.GetState(), humanBytes(s.GetBytes()), s.GetFiles(), s.GetBoxId())
+	_, err := fmt.Fprintf(w, "%s %s, %s, %d files, %s (box %s)\n", s.GetId(), s.GetState(), humanBytes(s.GetBytes()),
+		s.GetFiles(), holds(s), s.GetBoxId())
 	return err
 }
 

@@ -82,6 +82,8 @@ func snapshotProto(s cocoonbox.Snapshot) *cbv1.Snapshot {
 		Files:     s.Files,
 		Pinned:    s.Pinned,
 		CreatedAt: ts(s.CreatedAt),
+		BaseId:    s.BaseID,
+		Depth:     int32(s.Depth),
 	}
 }
 

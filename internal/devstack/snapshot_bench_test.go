@@ -112,7 +112,7 @@ func BenchmarkSnapshot1GiB(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if _, err := e.eng.ExportCheckpointDisk(ctx, ck.ID, io.Discard); err != nil {
+			if _, err := e.eng.ExportCheckpointDisk(ctx, ck.ID, nil, io.Discard); err != nil {
 				b.Fatal(err)
 			}
 			samples = append(samples, time.Since(start))

@@ -264,8 +264,10 @@ func TestSnapshotExternalS3AndCorruption(t *testing.T) {
 }
 
 // TestSnapshotRetention: with a policy keeping 2, the oldest unpinned snapshots go (object,
-// manifest and row), a pinned one stays, the newest is never touched; the durable-hibernate
-// policy snapshots before hibernating; delete with purge removes everything.
+// manifest and row) once more than 2 of them are held as bases of kept ones, the oldest kept
+// one having been compacted into a full snapshot first; a pinned one stays, the newest is never
+// touched; the durable-hibernate policy snapshots before hibernating; delete with purge removes
+// everything.
 func TestSnapshotRetention(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
@@ -282,7 +284,7 @@ func TestSnapshotRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	var snaps []cocoonbox.Snapshot
-	for i := range 4 {
+	for i := range 6 {
 		mustExec(ctx, t, eng, ref, "echo "+strconv.Itoa(i)+" > /root/n")
 		res, err := d.Boxes.Snapshot(ctx, owner.ID, id)
 		if err != nil {
@@ -303,16 +305,29 @@ func TestSnapshotRetention(t *testing.T) {
 	for _, r := range rows {
 		got = append(got, r.ID)
 	}
-	want := []string{snaps[3].ID, snaps[2].ID, snaps[0].ID}
+	// The fourth and fifth snapshots held the second and third (the bases the kept ones are built
+	// on, no more than keep); the sixth gave up three, so the fifth was compacted and they went.
+	want := []string{snaps[5].ID, snaps[4].ID, snaps[0].ID}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
 		t.Fatalf("snapshots kept: %v, want %v (newest 2 and the pinned one)", got, want)
 	}
-	for _, s := range []cocoonbox.Snapshot{snaps[0], snaps[2], snaps[3]} {
-		checkStored(ctx, t, d, s)
+	for i, r := range rows {
+		if wantBase := map[int]string{0: snaps[4].ID}[i]; r.BaseID != wantBase {
+			t.Errorf("snapshot %s has base %q, want %q", r.ID, r.BaseID, wantBase)
+		}
 	}
-	for _, key := range []string{snaps[1].ObjectKey, activities.SnapshotManifestKey(id, snaps[1].ID)} {
-		if _, err := d.Blobs.Stat(ctx, key); !errors.Is(err, objstore.ErrNotFound) {
-			t.Fatalf("pruned %s still stored: %v", key, err)
+	for _, s := range []cocoonbox.Snapshot{snaps[0], snaps[4], snaps[5]} {
+		row, err := d.Store.SnapshotByID(ctx, s.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkStored(ctx, t, d, row)
+	}
+	for _, s := range snaps[1:4] {
+		for _, key := range []string{s.ObjectKey, activities.SnapshotManifestKey(id, s.ID), activities.SnapshotIndexKey(id, s.ID)} {
+			if _, err := d.Blobs.Stat(ctx, key); !errors.Is(err, objstore.ErrNotFound) {
+				t.Fatalf("pruned %s still stored: %v", key, err)
+			}
 		}
 	}
 	if err := d.Boxes.PinSnapshot(ctx, owner.ID, id, "sn_0000000000000000", true); cocoonbox.ErrorCode(err) != cocoonbox.ENotFound {
@@ -327,13 +342,13 @@ func TestSnapshotRetention(t *testing.T) {
 	if st, err = d.Boxes.Hibernate(ctx, owner.ID, id); err != nil || st.State != cocoonbox.BoxStateHibernated {
 		t.Fatalf("durable hibernate: %+v, %v", st, err)
 	}
-	if st = waitSealed(ctx, t, d, owner.ID, id); st.LastSnapshot == snaps[3].ID || st.LastSnapshot == "" {
+	if st = waitSealed(ctx, t, d, owner.ID, id); st.LastSnapshot == snaps[5].ID || st.LastSnapshot == "" {
 		t.Fatalf("durable hibernate: %+v; want hibernated after a new snapshot", st)
 	}
 	if s, err := d.Store.LatestSnapshot(ctx, id); err != nil || s.ID != st.LastSnapshot {
 		t.Fatalf("newest snapshot after durable hibernate: %+v, %v; want %s", s, err, st.LastSnapshot)
 	}
-	want = []string{st.LastSnapshot, snaps[3].ID, snaps[0].ID}
+	want = []string{st.LastSnapshot, snaps[5].ID, snaps[4].ID, snaps[0].ID}
 
 	if _, err := d.Boxes.DeleteWith(ctx, owner.ID, id, workflows.DeleteInput{PurgeSnapshots: true}); err != nil {
 		t.Fatal(err)
@@ -342,8 +357,10 @@ func TestSnapshotRetention(t *testing.T) {
 		t.Fatalf("rows after delete with purge: %+v, %v", rows, err)
 	}
 	for _, s := range want {
-		if _, err := d.Blobs.Stat(ctx, activities.SnapshotObjectKey(id, s)); !errors.Is(err, objstore.ErrNotFound) {
-			t.Fatalf("object of %s after delete with purge: %v", s, err)
+		for _, key := range []string{activities.SnapshotObjectKey(id, s), activities.SnapshotFullKey(id, s), activities.SnapshotIndexKey(id, s)} {
+			if _, err := d.Blobs.Stat(ctx, key); !errors.Is(err, objstore.ErrNotFound) {
+				t.Fatalf("%s after delete with purge: %v", key, err)
+			}
 		}
 	}
 }

@@ -61,3 +61,10 @@ func mapErr(err error) error {
 	}
 	return err
 }
+
+// isForeignKeyViolation reports a statement refused because a row another row references would
+// go (a RESTRICT reference, as a snapshot's base).
+func isForeignKeyViolation(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == foreignKeyViolation
+}

@@ -12,20 +12,25 @@ import (
 // NewSnapshot is what BeginSnapshot needs. The ID and object key are chosen by the caller (the
 // snapshot activity), which is what makes a retried begin recognizable.
 type NewSnapshot struct {
-	ID        string
-	BoxID     cocoonbox.BoxID
-	ParentID  string // the snapshot this one is layered on; empty for none
+	ID       string
+	BoxID    cocoonbox.BoxID
+	ParentID string // the box's newest complete snapshot when this one began; empty for none
+	// BaseID is the snapshot this one is incremental on (its files are the changes since that
+	// base's); empty for a full snapshot. It must be a complete snapshot of the same box.
+	BaseID    string
 	ObjectKey string
+	IndexKey  string // the object holding the index of the snapshot's tree; empty for none
 }
 
 // The checksum is stored as 32 bytes and read back as lowercase hex, the form the domain type
 // carries. Figures are NULL until complete and read as zero.
 const snapshotColumns = `id, box_id, coalesce(parent_id, ''), state, object_key, coalesce(bytes, 0),
-	coalesce(encode(sha256, 'hex'), ''), coalesce(file_count, 0), pinned, created_at`
+	coalesce(encode(sha256, 'hex'), ''), coalesce(file_count, 0), pinned, created_at,
+	coalesce(base_id, ''), depth, coalesce(index_key, '')`
 
 func scanSnapshot(row interface{ Scan(...any) error }, s *cocoonbox.Snapshot) error {
 	return row.Scan(&s.ID, &s.BoxID, &s.ParentID, &s.State, &s.ObjectKey, &s.Bytes,
-		&s.SHA256, &s.Files, &s.Pinned, &s.CreatedAt)
+		&s.SHA256, &s.Files, &s.Pinned, &s.CreatedAt, &s.BaseID, &s.Depth, &s.IndexKey)
 }
 
 // BeginSnapshot adds a snapshot in state uploading. It is idempotent, because the activity that
@@ -45,11 +50,16 @@ func (q *Queries) BeginSnapshot(ctx context.Context, ns NewSnapshot) (cocoonbox.
 	var s cocoonbox.Snapshot
 	// ON CONFLICT names the primary key only, so a taken object key still fails as a unique
 	// violation, while a repeated ID returns no row and is compared below.
+	// The depth comes from a base that is complete and the box's own, or there is no row.
 	err := scanSnapshot(q.db.QueryRow(ctx,
-		`INSERT INTO snapshots (id, box_id, parent_id, state, object_key)
-		 VALUES ($1, $2, NULLIF($3, ''), 'uploading', $4)
+		`INSERT INTO snapshots (id, box_id, parent_id, state, object_key, base_id, depth, index_key)
+		 SELECT $1, $2, NULLIF($3, ''), 'uploading', $4, NULLIF($5, ''),
+		        coalesce((SELECT depth + 1 FROM snapshots
+		                  WHERE id = $5 AND box_id = $2 AND state = 'complete'), 0),
+		        NULLIF($6, '')
+		 WHERE $5 = '' OR EXISTS (SELECT 1 FROM snapshots WHERE id = $5 AND box_id = $2 AND state = 'complete')
 		 ON CONFLICT (id) DO NOTHING RETURNING `+snapshotColumns,
-		ns.ID, ns.BoxID, ns.ParentID, ns.ObjectKey,
+		ns.ID, ns.BoxID, ns.ParentID, ns.ObjectKey, ns.BaseID, ns.IndexKey,
 	), &s)
 	if err == nil {
 		return s, nil
@@ -58,6 +68,10 @@ func (q *Queries) BeginSnapshot(ctx context.Context, ns NewSnapshot) (cocoonbox.
 		return cocoonbox.Snapshot{}, fmt.Errorf("begin snapshot %s: %w", ns.ID, err)
 	}
 	s, err = q.SnapshotByID(ctx, ns.ID)
+	if errors.Is(err, ErrNotFound) && ns.BaseID != "" {
+		// Nothing was inserted and nothing is there: the base is what is missing.
+		return cocoonbox.Snapshot{}, fmt.Errorf("begin snapshot %s: base %s: %w: no complete snapshot of box %s has that ID", ns.ID, ns.BaseID, ErrNotFound, ns.BoxID)
+	}
 	if err != nil {
 		return cocoonbox.Snapshot{}, fmt.Errorf("begin snapshot %s: %w", ns.ID, err)
 	}
@@ -177,15 +191,87 @@ func (q *Queries) SetSnapshotPinned(ctx context.Context, id string, pinned bool)
 	return nil
 }
 
-// DeleteSnapshot removes snapshot id's row in any state; snapshots layered on it keep existing
-// with no parent. Deleting the object is the caller's business, and should come first, so that
-// no object outlives its row unnoticed. An unknown snapshot is ErrNotFound.
+// DeleteSnapshot removes snapshot id's row in any state; snapshots that name it as their parent
+// keep existing with none. A snapshot that is another's base is not deleted (ErrConflict): that
+// one would no longer restore. Deleting the object is the caller's business, and should come
+// first, so that no object outlives its row unnoticed. An unknown snapshot is ErrNotFound.
 func (q *Queries) DeleteSnapshot(ctx context.Context, id string) error {
 	var got string
-	if err := q.db.QueryRow(ctx, `DELETE FROM snapshots WHERE id = $1 RETURNING id`, id).Scan(&got); err != nil {
+	err := q.db.QueryRow(ctx, `DELETE FROM snapshots WHERE id = $1 RETURNING id`, id).Scan(&got)
+	if isForeignKeyViolation(err) {
+		return fmt.Errorf("delete snapshot %s: %w: it is the base of an incremental snapshot", id, ErrConflict)
+	}
+	if err != nil {
 		return fmt.Errorf("delete snapshot %s: %w", id, mapErr(err))
 	}
 	return nil
+}
+
+// SnapshotChain returns what restoring snapshot id takes, oldest first: its full base, the
+// incremental snapshots on it, and id last. A chain is one box's, every link complete but
+// perhaps id itself. An unknown snapshot is ErrNotFound.
+func (q *Queries) SnapshotChain(ctx context.Context, id string) ([]cocoonbox.Snapshot, error) {
+	snaps, err := q.listSnapshots(ctx, `
+		WITH RECURSIVE chain AS (
+		    SELECT id, base_id FROM snapshots WHERE id = $1
+		    UNION ALL
+		    SELECT s.id, s.base_id FROM snapshots s JOIN chain c ON s.id = c.base_id
+		)
+		SELECT `+snapshotColumns+` FROM snapshots WHERE id IN (SELECT id FROM chain) ORDER BY depth`, id)
+	if err != nil {
+		return nil, fmt.Errorf("snapshot chain of %s: %w", id, err)
+	}
+	if len(snaps) == 0 {
+		return nil, fmt.Errorf("snapshot chain of %s: %w", id, ErrNotFound)
+	}
+	for i, s := range snaps {
+		if s.Depth != i || (i > 0 && s.BaseID != snaps[i-1].ID) || s.BoxID != snaps[0].BoxID {
+			return nil, fmt.Errorf("snapshot chain of %s: %w: link %d (%s) is out of place", id, ErrInvalid, i, s.ID)
+		}
+	}
+	return snaps, nil
+}
+
+// MakeSnapshotFull drops the base of snapshot id while it uploads: its upload could not be made
+// incremental (the base's index is gone, or the engine cannot), so it holds the whole tree.
+func (q *Queries) MakeSnapshotFull(ctx context.Context, id string) error {
+	var got string
+	err := q.db.QueryRow(ctx,
+		`UPDATE snapshots SET base_id = NULL, depth = 0 WHERE id = $1 AND state = 'uploading' RETURNING id`, id).Scan(&got)
+	if err != nil {
+		return fmt.Errorf("make snapshot %s full: %w", id, mapErr(err))
+	}
+	return nil
+}
+
+// CompactSnapshot records that complete snapshot id now lives whole in objectKey, with the
+// figures of that full stream: it no longer needs its base, and the snapshots on it are one link
+// shorter each. The same compaction recorded again is a no-op; an unknown or incomplete snapshot
+// is ErrNotFound.
+func (q *Queries) CompactSnapshot(ctx context.Context, id, objectKey string, bytes int64, sha256Hex string, files int64) (cocoonbox.Snapshot, error) {
+	sum, err := hex.DecodeString(sha256Hex)
+	if err != nil || len(sum) != 32 || bytes < 0 || files < 0 || objectKey == "" {
+		return cocoonbox.Snapshot{}, fmt.Errorf("compact snapshot %s: %w: bad figures", id, ErrInvalid)
+	}
+	var s cocoonbox.Snapshot
+	err = scanSnapshot(q.db.QueryRow(ctx, `
+		WITH RECURSIVE old AS (
+		    SELECT depth FROM snapshots WHERE id = $1 AND state = 'complete'
+		), on_it AS (
+		    SELECT id FROM snapshots WHERE base_id = $1
+		    UNION ALL
+		    SELECT s.id FROM snapshots s JOIN on_it o ON s.base_id = o.id
+		), shorter AS (
+		    UPDATE snapshots SET depth = depth - (SELECT depth FROM old)
+		    WHERE id IN (SELECT id FROM on_it) AND EXISTS (SELECT 1 FROM old)
+		)
+		UPDATE snapshots SET base_id = NULL, depth = 0, object_key = $2, bytes = $3, sha256 = $4, file_count = $5
+		WHERE id = $1 AND state = 'complete' RETURNING `+snapshotColumns,
+		id, objectKey, bytes, sum, files), &s)
+	if err != nil {
+		return cocoonbox.Snapshot{}, fmt.Errorf("compact snapshot %s: %w", id, mapErr(err))
+	}
+	return s, nil
 }
 
 // snapshotsToPrune ranks complete snapshots by recency alone: a pinned one among the newest $2

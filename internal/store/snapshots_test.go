@@ -373,3 +373,82 @@ func TestSnapshotsToPrune(t *testing.T) {
 		t.Errorf("SnapshotsToPrune(keep 1) with the second newest pinned = %v, want %v", got, want)
 	}
 }
+
+// TestSnapshotChains: an incremental snapshot begins only on a complete snapshot of its own box,
+// counts its depth, restores through its chain oldest first, keeps its base from being deleted,
+// and a compaction makes it full and shortens the chains built on it; a snapshot that could not
+// be incremental is made full while it uploads.
+func TestSnapshotChains(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.New(t)
+	alice := newUser(t, st, "alice")
+	box, other := newBox(t, st, alice, "dev").ID, newBox(t, st, alice, "other").ID
+	on := func(n int, base string) (cocoonbox.Snapshot, error) {
+		return st.BeginSnapshot(ctx, store.NewSnapshot{ID: snapID(n), BoxID: box, BaseID: base,
+			ObjectKey: "snapshots/" + snapID(n), IndexKey: "index/" + snapID(n)})
+	}
+	complete := func(s cocoonbox.Snapshot) cocoonbox.Snapshot {
+		t.Helper()
+		s, err := st.CompleteSnapshot(ctx, s.ID, 1, sum(s.ID), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	full, err := on(1, "")
+	if err != nil || full.Depth != 0 || full.IndexKey != "index/"+snapID(1) {
+		t.Fatalf("begin a full snapshot = %+v, %v", full, err)
+	}
+	if _, err := on(2, full.ID); !errors.Is(err, store.ErrNotFound) || !strings.Contains(err.Error(), "base") {
+		t.Errorf("begin on an uploading base: %v, want ErrNotFound naming the base", err)
+	}
+	complete(full)
+	foreign := newSnapshot(t, st, other, 9, cocoonbox.SnapshotComplete)
+	if _, err := on(2, foreign.ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("begin on another box's snapshot: %v, want ErrNotFound", err)
+	}
+	chain := []cocoonbox.Snapshot{full}
+	for n := 2; n <= 4; n++ {
+		s, err := on(n, chain[len(chain)-1].ID)
+		if err != nil || s.Depth != n-1 || s.BaseID != chain[len(chain)-1].ID {
+			t.Fatalf("begin snapshot %d = %+v, %v; want depth %d", n, s, err, n-1)
+		}
+		chain = append(chain, complete(s))
+	}
+	got, err := st.SnapshotChain(ctx, chain[3].ID)
+	if err != nil || !slices.Equal(snapshotIDs(got), snapshotIDs(chain)) {
+		t.Fatalf("SnapshotChain = %v, %v; want %v", snapshotIDs(got), err, snapshotIDs(chain))
+	}
+	if err := st.DeleteSnapshot(ctx, chain[1].ID); !errors.Is(err, store.ErrConflict) {
+		t.Fatalf("delete a base: %v, want ErrConflict", err)
+	}
+
+	// Compacting the second makes it full; the two on it are one and two deep now.
+	c, err := st.CompactSnapshot(ctx, chain[1].ID, "full/"+chain[1].ID, 100, sum("full"), 7)
+	if err != nil || c.BaseID != "" || c.Depth != 0 || c.ObjectKey != "full/"+chain[1].ID || c.Bytes != 100 {
+		t.Fatalf("CompactSnapshot = %+v, %v", c, err)
+	}
+	got, err = st.SnapshotChain(ctx, chain[3].ID)
+	if err != nil || !slices.Equal(snapshotIDs(got), snapshotIDs(chain[1:])) || got[2].Depth != 2 {
+		t.Fatalf("chain after the compaction = %v, %v", snapshotIDs(got), err)
+	}
+	if err := st.DeleteSnapshot(ctx, full.ID); err != nil {
+		t.Fatalf("delete the base nothing needs any more: %v", err)
+	}
+
+	// An upload that could not be incremental is made full; a complete one never is.
+	up, err := on(5, chain[3].ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.MakeSnapshotFull(ctx, up.ID); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := st.SnapshotByID(ctx, up.ID); err != nil || s.BaseID != "" || s.Depth != 0 {
+		t.Fatalf("after MakeSnapshotFull: %+v, %v", s, err)
+	}
+	if err := st.MakeSnapshotFull(ctx, chain[3].ID); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("MakeSnapshotFull of a complete snapshot: %v, want ErrNotFound", err)
+	}
+}

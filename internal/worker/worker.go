@@ -123,5 +123,6 @@ func (b boxes) AppendEvent(ctx context.Context, id cocoonbox.BoxID, kind, detail
 type snapshots struct{ *store.Store }
 
 func (s snapshots) BeginSnapshot(ctx context.Context, sn cocoonbox.Snapshot) (cocoonbox.Snapshot, error) {
-	return s.Store.BeginSnapshot(ctx, store.NewSnapshot{ID: sn.ID, BoxID: sn.BoxID, ParentID: sn.ParentID, ObjectKey: sn.ObjectKey})
+	return s.Store.BeginSnapshot(ctx, store.NewSnapshot{ID: sn.ID, BoxID: sn.BoxID, ParentID: sn.ParentID,
+		BaseID: sn.BaseID, ObjectKey: sn.ObjectKey, IndexKey: sn.IndexKey})
 }

@@ -2257,8 +2257,13 @@ type Snapshot struct {
 	// files counts the entries in the snapshot.
 	Files int64 `protobuf:"varint,7,opt,name=files,proto3" json:"files,omitempty"`
 	// pinned snapshots are never removed by retention.
-	Pinned        bool                   `protobuf:"varint,8,opt,name=pinned,proto3" json:"pinned,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	Pinned    bool                   `protobuf:"varint,8,opt,name=pinned,proto3" json:"pinned,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,9,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// base_id is the snapshot this one is incremental on: it holds the files changed since, and a
+	// restore reads the base's chain first. Empty for a full snapshot.
+	BaseId string `protobuf:"bytes,10,opt,name=base_id,json=baseId,proto3" json:"base_id,omitempty"`
+	// depth counts the snapshots under this one down to a full one; 0 for a full snapshot.
+	Depth         int32 `protobuf:"varint,11,opt,name=depth,proto3" json:"depth,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2354,6 +2359,20 @@ func (x *Snapshot) GetCreatedAt() *timestamppb.Timestamp {
 		return x.CreatedAt
 	}
 	return nil
+}
+
+func (x *Snapshot) GetBaseId() string {
+	if x != nil {
+		return x.BaseId
+	}
+	return ""
+}
+
+func (x *Snapshot) GetDepth() int32 {
+	if x != nil {
+		return x.Depth
+	}
+	return 0
 }
 
 type SnapshotBoxRequest struct {
@@ -3955,7 +3974,7 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x0eWakeBoxRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\"'\n" +
 	"\x13HibernateBoxRequest\x12\x10\n" +
-	"\x03box\x18\x01 \x01(\tR\x03box\"\xfb\x01\n" +
+	"\x03box\x18\x01 \x01(\tR\x03box\"\xaa\x02\n" +
 	"\bSnapshot\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06box_id\x18\x02 \x01(\tR\x05boxId\x12\x1b\n" +
@@ -3966,7 +3985,10 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x05files\x18\a \x01(\x03R\x05files\x12\x16\n" +
 	"\x06pinned\x18\b \x01(\bR\x06pinned\x129\n" +
 	"\n" +
-	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"&\n" +
+	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x17\n" +
+	"\abase_id\x18\n" +
+	" \x01(\tR\x06baseId\x12\x14\n" +
+	"\x05depth\x18\v \x01(\x05R\x05depth\"&\n" +
 	"\x12SnapshotBoxRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\"(\n" +
 	"\x14ListSnapshotsRequest\x12\x10\n" +
