@@ -2,12 +2,16 @@ package devstack_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +23,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/activities"
 	"github.com/loomhand/cocoonbox/agentvm"
 	"github.com/loomhand/cocoonbox/agentvm/model/modeltest"
 	"github.com/loomhand/cocoonbox/internal/config"
@@ -51,6 +56,7 @@ type agentEnv struct {
 	*desktopEnv
 	models *modeltest.Server
 	agents cbv1.AgentServiceClient
+	acct   cbv1.AccountServiceClient
 	auth   context.Context // e.ctx with the owner's bearer token
 }
 
@@ -75,7 +81,7 @@ func newAgentEnv(t testing.TB, cfg config.Dev, models *modeltest.Server, e *desk
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	a := &agentEnv{desktopEnv: e, models: models, agents: cbv1.NewAgentServiceClient(conn),
+	a := &agentEnv{desktopEnv: e, models: models, agents: cbv1.NewAgentServiceClient(conn), acct: cbv1.NewAccountServiceClient(conn),
 		auth: metadata.AppendToOutgoingContext(e.ctx, "authorization", "Bearer "+e.token)}
 	if _, err := cbv1.NewVaultServiceClient(conn).SetSecret(a.auth, &cbv1.SetSecretRequest{Name: gatewaySecret, Value: gatewayKey}); err != nil {
 		t.Fatal(err)
@@ -164,6 +170,7 @@ func TestAgentRuns(t *testing.T) {
 	}
 	models := modeltest.NewServer(t, gatewayKey)
 	cfg := agentConfig(t, models)
+	cfg.Webhooks.AllowPrivate = true // the receiver of "run.finished reaches a webhook" is on loopback
 	a := newAgentEnv(t, cfg, models, newDesktopEnv(t, cfg, 10*time.Minute))
 
 	t.Run("shell over openai, watched", func(t *testing.T) {
@@ -437,6 +444,59 @@ timeout 5 runuser -u user -- xwininfo -id "$w" | grep 'Map State'`)
 		run = a.waitRun(t, run.GetId(), 2*time.Minute, string(cocoonbox.AgentRunSucceeded), string(cocoonbox.AgentRunFailed))
 		if run.GetState() != string(cocoonbox.AgentRunFailed) || !strings.Contains(run.GetError(), "model scripted-1 does not support tools") {
 			t.Fatalf("after a 400: %s %q", run.GetState(), run.GetError())
+		}
+	})
+
+	t.Run("run.finished reaches a webhook", func(t *testing.T) {
+		type delivery struct {
+			signature string
+			body      []byte
+		}
+		deliveries := make(chan delivery, 64)
+		rcv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			body, _ := io.ReadAll(r.Body)
+			select {
+			case deliveries <- delivery{r.Header.Get(activities.SignatureHeader), body}:
+			default:
+			}
+		}))
+		t.Cleanup(rcv.Close)
+		hook, err := a.acct.CreateWebhook(a.auth, &cbv1.CreateWebhookRequest{Url: rcv.URL, Events: []string{"run.finished"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = a.acct.DeleteWebhook(a.auth, &cbv1.DeleteWebhookRequest{Id: hook.GetWebhook().GetId()}) })
+		a.useProvider(agentvm.ProviderOpenAI)
+		models.Script(modeltest.Reply("Heard."))
+		run := a.start(t, "Say something to the webhook.")
+		run = a.waitRun(t, run.GetId(), 2*time.Minute, string(cocoonbox.AgentRunSucceeded), string(cocoonbox.AgentRunFailed))
+		timeout := time.After(testutil.WaitLong)
+		for {
+			var d delivery
+			select {
+			case d = <-deliveries:
+			case <-timeout:
+				t.Fatalf("no run.finished delivery for run %s", run.GetId())
+			}
+			var p activities.WebhookPayload
+			if err := json.Unmarshal(d.body, &p); err != nil || p.Action != "run.finished" || p.BoxID != string(a.id) {
+				t.Fatalf("delivery %s: %+v, %v; want run.finished of box %s", d.body, p, err, a.id)
+			}
+			if !strings.Contains(string(p.Detail), run.GetId()) {
+				continue // an earlier run's end
+			}
+			if !strings.Contains(string(p.Detail), "succeeded") {
+				t.Fatalf("run.finished of %s: %s; want it succeeded", run.GetId(), p.Detail)
+			}
+			ts, _, _ := strings.Cut(strings.TrimPrefix(d.signature, "t="), ",")
+			secs, err := strconv.ParseInt(ts, 10, 64)
+			if err != nil {
+				t.Fatalf("signature header %q: %v", d.signature, err)
+			}
+			if want := activities.Sign([]byte(hook.GetSecret()), d.body, time.Unix(secs, 0)); d.signature != want {
+				t.Fatalf("signature %q, want %q", d.signature, want)
+			}
+			break
 		}
 	})
 
