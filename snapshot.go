@@ -54,7 +54,16 @@ type Snapshot struct {
 	BaseID   string
 	Depth    int
 	IndexKey string // the object holding the index of its tree; empty for none
+	// Kind is SnapshotKindDisk (the engine's export of the box's disk) or SnapshotKindState
+	// (trees read through the box's agent, from an engine without disk export).
+	Kind string
 }
+
+// Snapshot kinds: what a snapshot's object holds, and so how it is restored.
+const (
+	SnapshotKindDisk  = "disk"
+	SnapshotKindState = "state"
+)
 
 // AgentRunState is where an agent run is.
 type AgentRunState string

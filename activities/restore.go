@@ -53,6 +53,9 @@ func (a *Snapshots) RestoreSnapshot(ctx context.Context, in RestoreSnapshotInput
 	if err != nil {
 		return RestoreSnapshotResult{}, err // NotFound first: a box with no snapshot needs no porter
 	}
+	if snap.Kind == cocoonbox.SnapshotKindState {
+		return a.restoreState(ctx, in, snap)
+	}
 	porter, _, err := a.porter(ctx)
 	if err != nil {
 		return RestoreSnapshotResult{}, err

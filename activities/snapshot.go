@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/boxlink"
 	"github.com/loomhand/cocoonbox/internal/objstore"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/snapshot"
@@ -44,6 +45,8 @@ type SnapshotStore interface {
 	SnapshotChain(ctx context.Context, id string) ([]cocoonbox.Snapshot, error)
 	// MakeSnapshotFull drops the base of an uploading snapshot that could not be incremental.
 	MakeSnapshotFull(ctx context.Context, id string) error
+	// MakeSnapshotState records that an uploading snapshot is taken through the box's agent.
+	MakeSnapshotState(ctx context.Context, id string) error
 	// CompactSnapshot records that a complete snapshot now lives whole in objectKey.
 	CompactSnapshot(ctx context.Context, id, objectKey string, bytes int64, sha256 string, files int64) (cocoonbox.Snapshot, error)
 }
@@ -67,6 +70,11 @@ type Snapshots struct {
 	// UploadRate caps the upload in bytes per second, so a snapshot does not starve the node's
 	// uplink; 0 is no cap.
 	UploadRate int64
+	// Link reaches boxes' agents, whose State service snapshots a box when the engine cannot
+	// export its disk (upstream sandboxd); nil leaves such an engine's boxes unsnapshotted.
+	Link *boxlink.Link
+	// StatePaths are the trees of the box such a snapshot holds; empty is DefaultStatePaths.
+	StatePaths []string
 }
 
 // SnapshotObjectKey is where a snapshot's stream lives in the bucket; its manifest sits beside it
@@ -170,7 +178,7 @@ func (a *Snapshots) BeginSnapshot(ctx context.Context, in BeginSnapshotInput) (c
 	switch latest, err := a.Store.LatestSnapshot(ctx, in.BoxID); {
 	case err == nil:
 		parent = latest.ID
-		if latest.IndexKey != "" && latest.Depth+1 < maxChainDepth {
+		if latest.Kind != cocoonbox.SnapshotKindState && latest.IndexKey != "" && latest.Depth+1 < maxChainDepth {
 			base = latest.ID
 		}
 	case cocoonbox.ErrorCode(err) != cocoonbox.ENotFound:
@@ -197,13 +205,21 @@ func (a *Snapshots) UploadSnapshot(ctx context.Context, in UploadSnapshotInput) 
 	if err := validateSnapshotRef(in.BoxID, in.SnapshotID); err != nil {
 		return UploadSnapshotResult{}, err
 	}
-	porter, incremental, err := a.porter(ctx)
-	if err != nil {
-		return UploadSnapshotResult{}, err
-	}
 	row, err := a.Store.SnapshotByID(ctx, in.SnapshotID)
 	if err != nil {
 		return UploadSnapshotResult{}, classify(fmt.Errorf("read snapshot %s: %w", in.SnapshotID, err))
+	}
+	porter, incremental, err := a.porter(ctx)
+	if errors.Is(err, errNoDiskExport) {
+		// Upstream sandboxd: the box's agent reads its trees instead.
+		ref, err := sandboxRef(ctx, a.Tokens, in.BoxID, in.SandboxID)
+		if err != nil {
+			return UploadSnapshotResult{}, err
+		}
+		return a.uploadState(ctx, row, ref)
+	}
+	if err != nil {
+		return UploadSnapshotResult{}, err
 	}
 	baseIndex, err := a.baseIndex(ctx, row, incremental)
 	if err != nil {
@@ -476,10 +492,14 @@ func (a *Snapshots) porter(ctx context.Context) (sandbox.DiskPorter, bool, error
 		}
 	}
 	if !ok {
-		return nil, false, newError(ErrTypeInvalidArgument, errors.New("the sandbox engine cannot export or import a box's disk, so it cannot snapshot"))
+		return nil, false, newError(ErrTypeInvalidArgument, errNoDiskExport)
 	}
 	return p, incremental, nil
 }
+
+// errNoDiskExport is the porter's answer for an engine without disk export (upstream sandboxd),
+// whose boxes are snapshotted through their agent instead.
+var errNoDiskExport = errors.New("the sandbox engine cannot export or import a box's disk")
 
 // deleteCheckpoints removes the engine checkpoints named name: what an attempt killed before its
 // cleanup left behind.

@@ -23,12 +23,14 @@ func (noSnapshots) LatestSnapshot(context.Context, cocoonbox.BoxID) (cocoonbox.S
 	return cocoonbox.Snapshot{}, cocoonbox.Errorf(cocoonbox.ENotFound, "no snapshot")
 }
 
+// SnapshotByID is the one being begun, uploading.
 func (noSnapshots) SnapshotByID(_ context.Context, id string) (cocoonbox.Snapshot, error) {
-	return cocoonbox.Snapshot{}, cocoonbox.Errorf(cocoonbox.ENotFound, "snapshot %s", id)
+	return cocoonbox.Snapshot{ID: id, BoxID: "bx_0123456789abcdef", State: cocoonbox.SnapshotUploading}, nil
 }
 
 // TestSnapshotActivitiesWithoutDiskExport: against an engine with no disk export (upstream
-// sandboxd, here the fake), a snapshot fails at once with a reason, while a box with no snapshot
+// sandboxd, here the fake) and no agent link to take the snapshot through the box's agent
+// instead, a snapshot fails at once with a reason, while a box with no snapshot
 // to restore gets NotFound, which sends the workflow to claim from the template instead.
 func TestSnapshotActivitiesWithoutDiskExport(t *testing.T) {
 	f := sandboxtest.New(t, sandboxtest.Options{RootToken: "root"})

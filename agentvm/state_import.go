@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"google.golang.org/grpc"
@@ -96,13 +97,20 @@ func (s *stateService) Import(stream grpc.ClientStreamingServer[agentvmv1.Import
 	return stream.SendAndClose(&agentvmv1.ImportResponse{Bytes: x.bytes, Files: x.files})
 }
 
-// swap puts the tree extracted at tmp in root's place, and removes the old tree.
+// swap puts the tree extracted at tmp in root's place, and removes the old tree. A root that is
+// a directory of the box's image (an overlay lower directory, which the kernel will not rename:
+// EXDEV) keeps its place and has its contents replaced instead, which is not atomic: a failure
+// part way leaves a tree of both, as a restore's fresh box, discarded on failure, can afford.
 func swap(root, tmp string) error {
 	old := tmp + ".old"
 	if _, err := os.Lstat(root); errors.Is(err, fs.ErrNotExist) {
 		return os.Rename(tmp, root)
 	}
-	if err := os.Rename(root, old); err != nil {
+	err := os.Rename(root, old)
+	if errors.Is(err, syscall.EXDEV) {
+		return replaceContents(root, tmp)
+	}
+	if err != nil {
 		return err
 	}
 	if err := os.Rename(tmp, root); err != nil {
@@ -112,6 +120,42 @@ func swap(root, tmp string) error {
 		return err
 	}
 	return os.RemoveAll(old)
+}
+
+// replaceContents empties root, moves tmp's entries into it (tmp is new, so they move within one
+// layer) and gives root tmp's owner, mode and mtime.
+func replaceContents(root, tmp string) error {
+	olds, err := os.ReadDir(root)
+	if err != nil {
+		return err
+	}
+	for _, e := range olds {
+		if err := os.RemoveAll(filepath.Join(root, e.Name())); err != nil {
+			return err
+		}
+	}
+	news, err := os.ReadDir(tmp)
+	if err != nil {
+		return err
+	}
+	for _, e := range news {
+		if err := os.Rename(filepath.Join(tmp, e.Name()), filepath.Join(root, e.Name())); err != nil {
+			return err
+		}
+	}
+	fi, err := os.Stat(tmp)
+	if err != nil {
+		return err
+	}
+	if uid, gid, ok := owner(fi); ok && os.Geteuid() == 0 {
+		if err := os.Chown(root, uid, gid); err != nil {
+			return err
+		}
+	}
+	if err := os.Chmod(root, fi.Mode()&(fs.ModePerm|fs.ModeSetgid|fs.ModeSticky)); err != nil {
+		return err
+	}
+	return os.Chtimes(root, fi.ModTime(), fi.ModTime())
 }
 
 // extractor writes a tar's entries under root, refusing any that would land outside it.

@@ -30,14 +30,17 @@ func BoxWorkflow(ctx workflow.Context, in BoxWorkflowInput) error {
 
 // box is one run of the entity workflow.
 type box struct {
-	in      BoxWorkflowInput
-	st      BoxCarriedState
-	mu      workflow.Mutex
-	ops     int    // operations served by this run, for continue-as-new
-	busy    int    // operations accepted and not finished: idle never counts while one is pending
-	gen     uint64 // bumped by every message, so the main loop re-plans its timers
-	wakes   int    // times the box came back to running in this run, so a seal knows it slept throughout
-	deleted bool
+	in    BoxWorkflowInput
+	st    BoxCarriedState
+	mu    workflow.Mutex
+	ops   int    // operations served by this run, for continue-as-new
+	busy  int    // operations accepted and not finished: idle never counts while one is pending
+	gen   uint64 // bumped by every message, so the main loop re-plans its timers
+	wakes int    // times the box came back to running in this run, so a seal knows it slept throughout
+	// rehibernating: a seal through the box's agent woke its sandbox, which is being put back to
+	// sleep; the seal is not over until it is.
+	rehibernating bool
+	deleted       bool
 	// explains is whether this run says why the box sleeps and wakes (idle_warning, reasons):
 	// not in histories recorded before it (versionExplains).
 	explains bool

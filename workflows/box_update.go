@@ -216,7 +216,8 @@ func (w *box) hibernateLocked(ctx workflow.Context, why hibernateReason) error {
 		return nil
 	}
 	durable := w.in.Policy.DurableHibernate && w.st.SandboxID != ""
-	background := durable && workflow.GetVersion(ctx, versionBackgroundSeal, workflow.DefaultVersion, 1) >= 1
+	background := durable && workflow.GetVersion(ctx, versionBackgroundSeal, workflow.DefaultVersion, 1) >= 1 &&
+		!w.st.Seal.Awake
 	if durable && !background {
 		// The memory image stays on the engine's node; the snapshot is what survives its loss.
 		if _, err := w.snapshotLocked(ctx); err != nil {

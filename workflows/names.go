@@ -167,6 +167,9 @@ type SealState struct {
 	// when it comes back.
 	Failures int
 	RetryAt  time.Time
+	// Awake: the box's snapshots go through its agent (an engine without disk export), which
+	// needs the box running, so a durable hibernate seals before the box sleeps, not after.
+	Awake bool
 }
 
 // The backoff of a failed seal's retries.

@@ -114,6 +114,7 @@ func (w *box) snapshotLocked(ctx workflow.Context) (SnapshotWorkflowResult, erro
 	}
 	w.st.LastError = ""
 	w.st.LastSnapshot = out.Snapshot.ID
+	w.st.Seal.Awake = out.Snapshot.Kind == cocoonbox.SnapshotKindState
 	w.setState(ctx, before)
 	w.event(ctx, "snapshot", out.Snapshot.ID)
 	return out, nil
@@ -302,7 +303,7 @@ func (w *box) startSeal(ctx workflow.Context) {
 		return
 	}
 	asleep, wakes := w.st.State == cocoonbox.BoxStateHibernated, w.wakes
-	w.st.Seal = SealState{Running: id, Last: workflow.Now(ctx), Failures: w.st.Seal.Failures}
+	w.st.Seal = SealState{Running: id, Last: workflow.Now(ctx), Failures: w.st.Seal.Failures, Awake: w.st.Seal.Awake}
 	w.gen++
 	f := w.startSnapshot(ctx, id)
 	workflow.Go(ctx, func(ctx workflow.Context) {
@@ -320,6 +321,13 @@ func (w *box) startSeal(ctx workflow.Context) {
 		} else {
 			w.st.Seal.Failures, w.st.Seal.RetryAt = 0, time.Time{}
 			w.st.LastSnapshot = out.Snapshot.ID
+			w.st.Seal.Awake = out.Snapshot.Kind == cocoonbox.SnapshotKindState
+			if w.st.Seal.Awake && asleep {
+				w.rehibernating = true    // still sealing to whoever asks
+				w.rehibernate(ctx, wakes) // reaching its agent woke the sandbox
+				w.rehibernating = false
+				w.gen++
+			}
 			w.st.Seal.Sealed = asleep && w.wakes == wakes && w.st.State == cocoonbox.BoxStateHibernated
 			if strings.HasPrefix(w.st.LastError, sealErrorPrefix) {
 				w.st.LastError = "" // a failed seal's error, which this one repairs
@@ -331,6 +339,24 @@ func (w *box) startSeal(ctx workflow.Context) {
 			w.startSeal(ctx)
 		}
 	})
+}
+
+// rehibernate puts back to sleep the sandbox of a box that is still hibernated and has not woken
+// since wakes, after a seal through its agent woke it. It holds the operations' lock, so no wake
+// runs under it.
+func (w *box) rehibernate(ctx workflow.Context, wakes int) {
+	if err := w.mu.Lock(ctx); err != nil {
+		return
+	}
+	defer w.mu.Unlock()
+	if w.wakes != wakes || w.st.State != cocoonbox.BoxStateHibernated || w.st.SandboxID == "" {
+		return
+	}
+	err := workflow.ExecuteActivity(sandboxOptions(ctx, time.Minute), sandboxActs.Hibernate,
+		activities.SandboxInput{BoxID: w.in.BoxID, SandboxID: w.st.SandboxID}).Get(ctx, nil)
+	if err != nil && errorType(err) != activities.ErrTypeSandboxGone {
+		workflow.GetLogger(ctx).Warn("hibernate the sandbox a seal woke", "error", err)
+	}
 }
 
 // sealErrorPrefix starts the last error a failed seal leaves, which the next good seal clears
@@ -377,7 +403,7 @@ func (w *box) sealDue() time.Time {
 // sealWord is Status.Seal.
 func (w *box) sealWord() string {
 	switch {
-	case w.st.Seal.Running != "":
+	case w.st.Seal.Running != "" || w.rehibernating:
 		return SealSealing
 	case w.st.Seal.Sealed && w.st.State == cocoonbox.BoxStateHibernated:
 		return SealSealed

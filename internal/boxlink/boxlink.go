@@ -160,6 +160,14 @@ func (l *Link) Session(ctx context.Context, b Box, call func(context.Context, ag
 	}))
 }
 
+// State makes call on the box's State service (its trees in and out as tar, the snapshot path
+// of an engine without disk export); errors are domain errors (see Error).
+func (l *Link) State(ctx context.Context, b Box, call func(context.Context, agentvmv1.StateClient) error) error {
+	return Error(ctx, l.call(ctx, b, func(ctx context.Context, conn *grpc.ClientConn) error {
+		return call(ctx, agentvmv1.NewStateClient(conn))
+	}))
+}
+
 // CheckVersion refuses a sandbox whose agent is older than MinAgentVersion (EConflict), asking
 // it once per sandbox: a sandbox's agent binary never changes, a box gets a new one only with a
 // new sandbox.

@@ -148,6 +148,9 @@ type Dev struct {
 	EngineInsecureNoIsolation bool `yaml:"engine_insecure_no_isolation" env:"COCOONBOX_ENGINE_INSECURE_NO_ISOLATION"`
 	// EngineBoxDiskMB is the local engine's disk quota per box; 0 means each size's own.
 	EngineBoxDiskMB int `yaml:"engine_box_disk_mb" env:"COCOONBOX_ENGINE_BOX_DISK_MB"`
+	// EngineNoDiskExport runs the local engine without disk export, as upstream sandboxd has
+	// none: snapshots then go through the in-box agent's State service.
+	EngineNoDiskExport bool `yaml:"engine_no_disk_export" env:"COCOONBOX_ENGINE_NO_DISK_EXPORT"`
 	// EngineNetwork gives the local engine's boxes on the egress lane a NIC.
 	EngineNetwork Network `yaml:"engine_network"`
 	// ImageCache is where built box images are found; empty means ~/.cache/cocoonbox/images.

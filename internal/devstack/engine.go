@@ -70,6 +70,7 @@ func (d *Dev) startEngine(ctx context.Context, ln net.Listener) error {
 	eng, err := engine.New(engine.Options{
 		Dir: dir, Runtime: rt, Images: images.Resolver(d.cfg.ImageCache), RootToken: token,
 		Logger: log, OwnerAddr: ln.Addr().String(), BoxDiskMB: d.cfg.EngineBoxDiskMB,
+		NoDiskExport: d.cfg.EngineNoDiskExport,
 	})
 	if err != nil {
 		return fmt.Errorf("engine: %w", err)

@@ -59,6 +59,10 @@ type Options struct {
 	// TickInterval is how often Run reaps expired leases, idle-hibernates and checks the pools;
 	// one second when zero.
 	TickInterval time.Duration
+	// NoDiskExport turns the disk export and import endpoints off, as upstream sandboxd has
+	// none, so that cocoonbox's other snapshot path (the in-box agent's State service) can be
+	// run against this engine.
+	NoDiskExport bool
 }
 
 // Engine serves the sandboxd API over a runtime. Create it with New, serve Handler, run Run for
@@ -76,6 +80,7 @@ type Engine struct {
 	maxBoxes  int
 	diskMB    int
 	tick      time.Duration
+	noExport  bool
 
 	journal *journal
 	metrics *metrics
@@ -125,7 +130,7 @@ func New(opts Options) (*Engine, error) {
 	e := &Engine{
 		dir: dir, rt: opts.Runtime, images: opts.Images, rootToken: opts.RootToken, tenants: tenants,
 		now: opts.Now, log: opts.Logger, ownerAddr: opts.OwnerAddr, maxBoxes: opts.MaxSandboxes,
-		diskMB: opts.BoxDiskMB, tick: opts.TickInterval, fillCh: make(chan struct{}, 1), metrics: newMetrics(),
+		diskMB: opts.BoxDiskMB, tick: opts.TickInterval, noExport: opts.NoDiskExport, fillCh: make(chan struct{}, 1), metrics: newMetrics(),
 		boxes: map[string]*box{}, pools: map[sandbox.PoolKey]*pool{}, doomed: map[string]*box{},
 	}
 	if e.now == nil {
@@ -201,10 +206,12 @@ func (e *Engine) Handler() http.Handler {
 	mux.Handle("POST /v1/sandboxes/{id}/checkpoint", e.node(e.handleCheckpoint))
 	mux.Handle("POST /v1/checkpoints/{id}/claim", e.node(e.handleClaimCheckpoint))
 	mux.Handle("GET /v1/checkpoints", e.node(e.handleListCheckpoints))
-	mux.Handle("GET /v1/checkpoints/{id}/disk", e.node(e.handleExportCheckpoint))
-	mux.Handle("POST /v1/checkpoints/{id}/disk", e.node(e.handleExportCheckpoint))
-	mux.Handle("GET /v1/checkpoints/{id}/disk/index", e.node(e.handleCheckpointIndex))
-	mux.Handle("POST /v1/checkpoints/import", e.node(e.handleImportCheckpoint))
+	if !e.noExport {
+		mux.Handle("GET /v1/checkpoints/{id}/disk", e.node(e.handleExportCheckpoint))
+		mux.Handle("POST /v1/checkpoints/{id}/disk", e.node(e.handleExportCheckpoint))
+		mux.Handle("GET /v1/checkpoints/{id}/disk/index", e.node(e.handleCheckpointIndex))
+		mux.Handle("POST /v1/checkpoints/import", e.node(e.handleImportCheckpoint))
+	}
 	mux.Handle("DELETE /v1/checkpoints/{id}", e.node(e.handleDeleteCheckpoint))
 	mux.Handle("PUT /v1/pools", e.operator(e.handlePutPools))
 	mux.Handle("GET /v1/info", e.operator(e.handleInfo))

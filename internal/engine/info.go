@@ -29,8 +29,8 @@ func (e *Engine) info() sandbox.Info {
 			AgentRelay:       false, // /agent answers 501; cocoonbox reaches its agent through the ports relay
 			Lanes:            e.lanes(),
 			Isolation:        caps.Isolation,
-			DiskExport:       true, // GET /v1/checkpoints/{id}/disk
-			IncrementalDisk:  true, // POST /v1/checkpoints/{id}/disk with a base index
+			DiskExport:       !e.noExport, // GET /v1/checkpoints/{id}/disk
+			IncrementalDisk:  !e.noExport, // POST /v1/checkpoints/{id}/disk with a base index
 		},
 	}
 	for _, b := range e.claimed() {

@@ -26,11 +26,11 @@ type NewSnapshot struct {
 // carries. Figures are NULL until complete and read as zero.
 const snapshotColumns = `id, box_id, coalesce(parent_id, ''), state, object_key, coalesce(bytes, 0),
 	coalesce(encode(sha256, 'hex'), ''), coalesce(file_count, 0), pinned, created_at,
-	coalesce(base_id, ''), depth, coalesce(index_key, '')`
+	coalesce(base_id, ''), depth, coalesce(index_key, ''), kind`
 
 func scanSnapshot(row interface{ Scan(...any) error }, s *cocoonbox.Snapshot) error {
 	return row.Scan(&s.ID, &s.BoxID, &s.ParentID, &s.State, &s.ObjectKey, &s.Bytes,
-		&s.SHA256, &s.Files, &s.Pinned, &s.CreatedAt, &s.BaseID, &s.Depth, &s.IndexKey)
+		&s.SHA256, &s.Files, &s.Pinned, &s.CreatedAt, &s.BaseID, &s.Depth, &s.IndexKey, &s.Kind)
 }
 
 // BeginSnapshot adds a snapshot in state uploading. It is idempotent, because the activity that
@@ -55,9 +55,9 @@ func (q *Queries) BeginSnapshot(ctx context.Context, ns NewSnapshot) (cocoonbox.
 		`INSERT INTO snapshots (id, box_id, parent_id, state, object_key, base_id, depth, index_key)
 		 SELECT $1, $2, NULLIF($3, ''), 'uploading', $4, NULLIF($5, ''),
 		        coalesce((SELECT depth + 1 FROM snapshots
-		                  WHERE id = $5 AND box_id = $2 AND state = 'complete'), 0),
+		                  WHERE id = $5 AND box_id = $2 AND state = 'complete' AND kind = 'disk'), 0),
 		        NULLIF($6, '')
-		 WHERE $5 = '' OR EXISTS (SELECT 1 FROM snapshots WHERE id = $5 AND box_id = $2 AND state = 'complete')
+		 WHERE $5 = '' OR EXISTS (SELECT 1 FROM snapshots WHERE id = $5 AND box_id = $2 AND state = 'complete' AND kind = 'disk')
 		 ON CONFLICT (id) DO NOTHING RETURNING `+snapshotColumns,
 		ns.ID, ns.BoxID, ns.ParentID, ns.ObjectKey, ns.BaseID, ns.IndexKey,
 	), &s)
@@ -240,6 +240,19 @@ func (q *Queries) MakeSnapshotFull(ctx context.Context, id string) error {
 		`UPDATE snapshots SET base_id = NULL, depth = 0 WHERE id = $1 AND state = 'uploading' RETURNING id`, id).Scan(&got)
 	if err != nil {
 		return fmt.Errorf("make snapshot %s full: %w", id, mapErr(err))
+	}
+	return nil
+}
+
+// MakeSnapshotState records that snapshot id, while it uploads, is taken through the box's agent
+// (kind state): full, with no index.
+func (q *Queries) MakeSnapshotState(ctx context.Context, id string) error {
+	var got string
+	err := q.db.QueryRow(ctx,
+		`UPDATE snapshots SET kind = 'state', base_id = NULL, depth = 0, index_key = NULL
+		 WHERE id = $1 AND state = 'uploading' RETURNING id`, id).Scan(&got)
+	if err != nil {
+		return fmt.Errorf("make snapshot %s a state snapshot: %w", id, mapErr(err))
 	}
 	return nil
 }

@@ -68,9 +68,10 @@ func New(opts Options) worker.Worker {
 	tok := store.SandboxTokens{Store: opts.Store, Keys: opts.Keys}
 	w.RegisterActivity(&activities.Store{Boxes: boxes{opts.Store}})
 	creds := boxlink.Credentials(opts.Keys)
+	link := &boxlink.Link{Sandbox: opts.Sandbox, Tokens: tok, Credentials: creds}
 	w.RegisterActivity(&activities.Snapshots{
 		Client: opts.Sandbox, Tokens: tok, Blobs: opts.Blobs, Store: snapshots{opts.Store},
-		Template: opts.Template, UploadRate: opts.UploadRate, Credentials: creds,
+		Template: opts.Template, UploadRate: opts.UploadRate, Credentials: creds, Link: link,
 	})
 	// The credential is written at claim (WaitReady) and checked again before each agent step.
 	w.RegisterActivity(&activities.Sandbox{Client: opts.Sandbox, Tokens: tok, Template: opts.Template, Credentials: creds})
@@ -79,7 +80,7 @@ func New(opts Options) worker.Worker {
 		vlt = opts.Vault
 	}
 	w.RegisterActivity(&activities.Agent{
-		Link: &boxlink.Link{Sandbox: opts.Sandbox, Tokens: tok, Credentials: creds},
+		Link: link,
 		Runs: opts.Store, Vault: vlt, Gateway: opts.Gateway, Wake: wakeBox(opts.Temporal),
 	})
 	return w
