@@ -165,7 +165,9 @@ func startXvfb(t *testing.T, width, height int) (display, fb string) {
 	}
 	defer r.Close()
 	cmd := exec.Command("Xvfb", "-displayfd", "3", "-screen", "0", fmt.Sprintf("%dx%dx24", width, height),
-		"-fbdir", dir, "-nolisten", "tcp", "-br")
+		// -noreset: by default the server resets when its last client leaves, and a viewer
+		// connecting in that moment is told "Can't open display" (seen after the first viewer stops).
+		"-fbdir", dir, "-nolisten", "tcp", "-br", "-noreset")
 	cmd.ExtraFiles = []*os.File{w}
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
