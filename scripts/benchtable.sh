@@ -23,7 +23,7 @@ HEAD
 echo "$raw" | awk '
 BEGIN {
 	title["internal/devstack"] = "Dev stack (`cocoonbox dev`)"
-	note["internal/devstack"] = "Start figures are measured in one process; a fresh `cocoonbox dev` process adds about 0.5 s of Temporal server initialisation. Box figures go through the box workflow on the dev stack (Temporal update, in-process worker, activities, engine); their raw figures call the same dev engine with the sandbox client directly, in the same run, so the ratio is the orchestration overhead."
+	note["internal/devstack"] = "Start figures are measured in one process; a fresh `cocoonbox dev` process adds about 0.5 s of Temporal server initialisation. Box figures go through the box workflow on the dev stack (Temporal update, in-process worker, activities, engine); their raw figures call the same dev engine with the sandbox client directly, in the same run, so the ratio is the orchestration overhead. Snapshot1GiB/BoxAfter10MiB stores a 10 MiB object (its object-MiB in the raw output) where the full snapshot before it stored 512 MiB; most of its second is the engine checkpoint, which copies the whole 1.1 GiB disk before the incremental export reads what changed, and its p95 is the compaction retention runs about once per keep (5) snapshots."
 	title["internal/engine"] = "Local engine (gVisor runtime, base image, small boxes)"
 	note["internal/engine"] = "Engine figures go through the HTTP API with the sandbox client; raw figures call the runtime directly, in the same run."
 
