@@ -225,6 +225,54 @@ func TestDurableHibernate(t *testing.T) {
 		require.Empty(t, woken.Seal, "a box that woke is no longer sealed")
 		require.Equal(t, sealed.LastSnapshot, woken.LastSnapshot)
 	})
+	t.Run("through the agent: the sandbox it woke sleeps again, the next hibernate seals first", func(t *testing.T) {
+		env := newEnv(t)
+		claimOK(env, 1, "sb-1")
+		var calls []string
+		env.OnActivity(snap.BeginSnapshot, mock.Anything, mock.Anything).Return(
+			func(_ context.Context, in activities.BeginSnapshotInput) (cocoonbox.Snapshot, error) {
+				calls = append(calls, "begin")
+				return cocoonbox.Snapshot{ID: in.SnapshotID, BoxID: in.BoxID, State: cocoonbox.SnapshotUploading}, nil
+			})
+		env.OnActivity(snap.UploadSnapshot, mock.Anything, mock.Anything).Return(activities.UploadSnapshotResult{Bytes: 10, SHA256: "ab", Files: 2}, nil)
+		env.OnActivity(snap.CompleteSnapshot, mock.Anything, mock.Anything).Return(
+			func(_ context.Context, in activities.CompleteSnapshotInput) (cocoonbox.Snapshot, error) {
+				// An engine without disk export: the snapshot went through the box's agent.
+				return cocoonbox.Snapshot{ID: in.SnapshotID, BoxID: testBox, State: cocoonbox.SnapshotComplete,
+					Kind: cocoonbox.SnapshotKindState}, nil
+			})
+		env.OnActivity(snap.PruneSnapshots, mock.Anything, mock.Anything).Return(activities.PruneSnapshotsResult{}, nil)
+		env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(func(context.Context, activities.SandboxInput) error {
+			calls = append(calls, "hibernate")
+			return nil
+		})
+		env.OnActivity(sb.Wake, mock.Anything, mock.Anything).Return(func(context.Context, activities.SandboxInput) error {
+			calls = append(calls, "wake")
+			return nil
+		})
+		env.OnActivity(sb.WaitReady, mock.Anything, mock.Anything).Return(nil)
+		in := input()
+		in.Policy.DurableHibernate = true
+		var sealed Status
+		update(env, 0, UpdateCreate, CreateInput{})
+		first := update(env, time.Second, UpdateHibernate, HibernateInput{})
+		env.RegisterDelayedCallback(func() { sealed = query(t, env) }, 30*time.Second)
+		update(env, 40*time.Second, UpdateWake, WakeInput{})
+		second := update(env, 50*time.Second, UpdateHibernate, HibernateInput{})
+		deleteAt(env, 2*time.Minute)
+		env.ExecuteWorkflow(BoxWorkflow, in)
+		require.NoError(t, env.GetWorkflowError())
+		require.NoError(t, first.err)
+		require.NoError(t, second.err)
+		require.Equal(t, SealSealed, sealed.Seal)
+		require.Equal(t, cocoonbox.BoxStateHibernated, second.status.State)
+		require.Empty(t, second.status.Seal, "sealed before it slept: nothing uploads after")
+		require.Equal(t, []string{
+			"hibernate", "begin", "hibernate", // the seal after the first sleep, and the sandbox put back to sleep
+			"wake",
+			"begin", "hibernate", // the second hibernate seals first
+		}, calls)
+	})
 	t.Run("a failed seal leaves the box asleep and says so", func(t *testing.T) {
 		env := newEnv(t)
 		claimOK(env, 1, "sb-1")
