@@ -60,10 +60,7 @@ func (a *Snapshots) RestoreSnapshot(ctx context.Context, in RestoreSnapshotInput
 	if err != nil {
 		return RestoreSnapshotResult{}, err
 	}
-	size := in.Size
-	if size == "" {
-		size = cocoonbox.DefaultSize
-	}
+	size := orDefaultSize(in.Size)
 	name := snap.ID + "." + strconv.Itoa(in.Attempt)
 
 	// A retry first looks for what its lost try made: the imported checkpoint, and a sandbox

@@ -366,34 +366,43 @@ func (a *Snapshots) readIndex(ctx context.Context, id string) ([]byte, error) {
 // upload pipes the engine's export of checkpoint ckID (incremental against baseIndex when set)
 // into the object at key.
 func (a *Snapshots) upload(ctx context.Context, porter sandbox.DiskPorter, ckID string, baseIndex []byte, key string, progress *atomic.Int64) (sandbox.DiskExport, error) {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	pr, pw := io.Pipe()
-	type exported struct {
-		sum sandbox.DiskExport
-		err error
-	}
-	done := make(chan exported, 1)
-	go func() {
+	return a.pipeUpload(ctx, key, "export checkpoint "+ckID, progress, func(ctx context.Context, w io.Writer) (sandbox.DiskExport, error) {
 		var base io.Reader
 		if baseIndex != nil {
 			base = bytes.NewReader(baseIndex)
 		}
-		sum, err := porter.ExportCheckpointDisk(ctx, ckID, base, pw)
 		// The export checks the stream against the engine's trailers only at its end, so a bad
 		// stream fails the upload's last read and the upload is aborted, never completed.
+		return porter.ExportCheckpointDisk(ctx, ckID, base, w)
+	})
+}
+
+// pipeUpload streams what produce writes into the object at key and returns produce's figures,
+// checked against what was stored; what names produce's step in its errors.
+func (a *Snapshots) pipeUpload(ctx context.Context, key, what string, progress *atomic.Int64,
+	produce func(context.Context, io.Writer) (sandbox.DiskExport, error)) (sandbox.DiskExport, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pr, pw := io.Pipe()
+	type produced struct {
+		sum sandbox.DiskExport
+		err error
+	}
+	done := make(chan produced, 1)
+	go func() {
+		sum, err := produce(ctx, pw)
 		_ = pw.CloseWithError(err)
-		done <- exported{sum, err}
+		done <- produced{sum, err}
 	}()
 	res, upErr := a.Blobs.Upload(ctx, key, throttle(ctx, pr, a.UploadRate), objstore.UploadOptions{
 		OnProgress: progress.Store,
 	})
-	_ = pr.CloseWithError(errors.New("upload ended")) // unblocks the export if the upload failed
+	_ = pr.CloseWithError(errors.New("upload ended")) // unblocks produce if the upload failed
 	cancel()
 	ex := <-done
 	switch {
 	case ex.err != nil:
-		return sandbox.DiskExport{}, classify(fmt.Errorf("export checkpoint %s: %w", ckID, ex.err))
+		return sandbox.DiskExport{}, classify(fmt.Errorf("%s: %w", what, ex.err))
 	case upErr != nil:
 		return sandbox.DiskExport{}, classify(fmt.Errorf("upload snapshot: %w", upErr))
 	case res.Size != ex.sum.Bytes:

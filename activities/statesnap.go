@@ -67,45 +67,24 @@ func (a *Snapshots) uploadState(ctx context.Context, row cocoonbox.Snapshot, ref
 	setPhase("upload")
 	details := func() any { return uploadProgress{Phase: *phase.Load(), Bytes: progress.Load()} }
 	return withHeartbeats(ctx, details, func(ctx context.Context) (UploadSnapshotResult, error) {
-		ctx, cancel := context.WithCancel(ctx)
-		defer cancel()
 		created := time.Now().UTC()
-		pr, pw := io.Pipe()
-		type written struct {
-			ex  sandbox.DiskExport
-			err error
-		}
-		done := make(chan written, 1)
-		go func() {
-			ex, err := a.writeState(ctx, b, pw)
-			_ = pw.CloseWithError(err)
-			done <- written{ex, err}
-		}()
-		res, upErr := a.Blobs.Upload(ctx, key, throttle(ctx, pr, a.UploadRate), objstore.UploadOptions{OnProgress: progress.Store})
-		_ = pr.CloseWithError(errors.New("upload ended"))
-		cancel()
-		w := <-done
-		switch {
-		case w.err != nil:
-			return UploadSnapshotResult{}, classify(fmt.Errorf("read the box's trees through its agent: %w", w.err))
-		case upErr != nil:
-			return UploadSnapshotResult{}, classify(fmt.Errorf("upload snapshot: %w", upErr))
-		case res.Size != w.ex.Bytes:
-			return UploadSnapshotResult{}, classify(fmt.Errorf("upload snapshot %s: stored %d bytes of %d", key, res.Size, w.ex.Bytes))
+		ex, err := a.pipeUpload(ctx, key, "read the box's trees through its agent", &progress,
+			func(ctx context.Context, w io.Writer) (sandbox.DiskExport, error) { return a.writeState(ctx, b, w) })
+		if err != nil {
+			return UploadSnapshotResult{}, err
 		}
 		setPhase("verify")
 		progress.Store(0)
-		vctx := context.WithoutCancel(ctx) // the upload's ctx is cancelled above
-		if err := a.verify(vctx, key, w.ex, &progress); err != nil {
+		if err := a.verify(ctx, key, ex, &progress); err != nil {
 			return UploadSnapshotResult{}, err
 		}
 		m := snapshot.Manifest{Version: snapshot.FormatVersion, SnapshotID: row.ID, BoxID: string(row.BoxID),
-			ParentID: row.ParentID, Created: created, Bytes: w.ex.Bytes, SHA256: w.ex.SHA256, Files: w.ex.Files}
-		if err := a.putManifest(vctx, m); err != nil {
+			ParentID: row.ParentID, Created: created, Bytes: ex.Bytes, SHA256: ex.SHA256, Files: ex.Files}
+		if err := a.putManifest(ctx, m); err != nil {
 			return UploadSnapshotResult{}, err
 		}
-		logger(ctx).Info("snapshot uploaded through the agent", "snapshot", row.ID, "bytes", w.ex.Bytes, "files", w.ex.Files)
-		return UploadSnapshotResult{Bytes: w.ex.Bytes, SHA256: w.ex.SHA256, Files: w.ex.Files}, nil
+		logger(ctx).Info("snapshot uploaded through the agent", "snapshot", row.ID, "bytes", ex.Bytes, "files", ex.Files)
+		return UploadSnapshotResult{Bytes: ex.Bytes, SHA256: ex.SHA256, Files: ex.Files}, nil
 	})
 }
 
@@ -364,7 +343,7 @@ func (a *Snapshots) restoreState(ctx context.Context, in RestoreSnapshotInput, s
 	if a.Link == nil {
 		return RestoreSnapshotResult{}, newError(ErrTypeInvalidArgument, errors.New("snapshot "+snap.ID+" was taken through the box's agent and this worker has no agent link"))
 	}
-	size := cmpSize(in.Size)
+	size := orDefaultSize(in.Size)
 	got, err := whileHeartbeating(ctx, func(ctx context.Context) (sandbox.Claimed, error) {
 		return a.Client.Claim(ctx, sandbox.ClaimRequest{Template: a.template(), Net: lane(in.Network),
 			Egress: egressPolicy(in.Network), Size: string(size), TTLSeconds: int(in.TTL / time.Second),
@@ -429,7 +408,8 @@ func (a *Snapshots) restoreState(ctx context.Context, in RestoreSnapshotInput, s
 	return RestoreSnapshotResult{SnapshotID: snap.ID, TakenAt: snap.CreatedAt, SandboxID: got.ID, Deadline: got.Deadline}, nil
 }
 
-func cmpSize(s cocoonbox.Size) cocoonbox.Size {
+// orDefaultSize is s, or the default size when s is unset.
+func orDefaultSize(s cocoonbox.Size) cocoonbox.Size {
 	if s == "" {
 		return cocoonbox.DefaultSize
 	}

@@ -131,20 +131,7 @@ func BenchmarkSnapshot1GiB(b *testing.B) {
 	b.Run("RawS3Upload", func(b *testing.B) {
 		// An object of the snapshot's size, from memory, as the upload sends it: the S3 part of
 		// the snapshot's path alone. Its rate is over the state's size, like the others.
-		data := make([]byte, objectBytes)
-		if _, err := rand.Read(data); err != nil {
-			b.Fatal(err)
-		}
-		var samples []time.Duration
-		for b.Loop() {
-			start := time.Now()
-			if _, err := e.d.Blobs.Upload(ctx, "bench/raw-upload", bytes.NewReader(data), objstore.UploadOptions{}); err != nil {
-				b.Fatal(err)
-			}
-			samples = append(samples, time.Since(start))
-		}
-		_ = e.d.Blobs.Delete(ctx, "bench/raw-upload")
-		benchreport.Throughput(b, size, samples)
+		benchreport.Throughput(b, size, rawUploads(ctx, b, e.d.Blobs, objectBytes))
 	})
 	b.Run("RawTarZstd", func(b *testing.B) {
 		dir := disk()
@@ -198,21 +185,27 @@ func BenchmarkSnapshot1GiB(b *testing.B) {
 		b.ReportMetric(objects[len(objects)/2], "object-MiB")
 	})
 	b.Run("RawS3Upload10MiB", func(b *testing.B) {
-		data := make([]byte, 10<<20)
-		if _, err := rand.Read(data); err != nil {
+		benchreport.Latency(b, rawUploads(ctx, b, e.d.Blobs, 10<<20))
+	})
+}
+
+// rawUploads times b.N multipart uploads of n random bytes from memory to the bucket.
+func rawUploads(ctx context.Context, b *testing.B, blobs objstore.Store, n int64) []time.Duration {
+	b.Helper()
+	data := make([]byte, n)
+	if _, err := rand.Read(data); err != nil {
+		b.Fatal(err)
+	}
+	var samples []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		if _, err := blobs.Upload(ctx, "bench/raw-upload", bytes.NewReader(data), objstore.UploadOptions{}); err != nil {
 			b.Fatal(err)
 		}
-		var samples []time.Duration
-		for b.Loop() {
-			start := time.Now()
-			if _, err := e.d.Blobs.Upload(ctx, "bench/raw-upload-10m", bytes.NewReader(data), objstore.UploadOptions{}); err != nil {
-				b.Fatal(err)
-			}
-			samples = append(samples, time.Since(start))
-		}
-		_ = e.d.Blobs.Delete(ctx, "bench/raw-upload-10m")
-		benchreport.Latency(b, samples)
-	})
+		samples = append(samples, time.Since(start))
+	}
+	_ = blobs.Delete(ctx, "bench/raw-upload")
+	return samples
 }
 
 // dropSnapshots removes every snapshot of box id, objects then rows, newest first (what is built

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -337,14 +338,11 @@ func dataExtents(p string, size int64) ([]extent, error) {
 
 // readXattrs copies a file's extended attributes into PAX records.
 func readXattrs(p string, hdr *tar.Header) error {
-	names, err := listXattrs(p)
+	names, err := boxXattrs(p)
 	if err != nil {
 		return err
 	}
 	for _, name := range names {
-		if name == "security.selinux" {
-			continue
-		}
 		val, err := getXattr(p, name)
 		if errors.Is(err, unix.ENODATA) {
 			continue // removed between list and get
@@ -358,6 +356,13 @@ func readXattrs(p string, hdr *tar.Header) error {
 		hdr.PAXRecords[paxXattr+name] = string(val)
 	}
 	return nil
+}
+
+// boxXattrs lists the extended attributes of p that are the box's: all but security.selinux,
+// whose labels belong to the host's policy.
+func boxXattrs(p string) ([]string, error) {
+	names, err := listXattrs(p)
+	return slices.DeleteFunc(names, func(n string) bool { return n == "security.selinux" }), err
 }
 
 func listXattrs(p string) ([]string, error) {

@@ -589,14 +589,11 @@ func fileMode(m int64) os.FileMode {
 // clearXattrs removes p's extended attributes (but security.selinux, which a
 // snapshot never holds), before a layer sets the ones it records.
 func clearXattrs(p string) error {
-	names, err := listXattrs(p)
+	names, err := boxXattrs(p)
 	if err != nil {
 		return err
 	}
 	for _, name := range names {
-		if name == "security.selinux" {
-			continue
-		}
 		if err := unix.Lremovexattr(p, name); err != nil && !errors.Is(err, unix.ENODATA) {
 			return fmt.Errorf("remove xattr %s: %w", name, err)
 		}
