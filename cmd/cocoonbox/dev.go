@@ -90,7 +90,7 @@ func runDev(c *cli.Context) error {
 		fmt.Fprintln(out, "cocoonbox dev: stopping")
 	case <-d.Done():
 		_ = d.Close()
-		return fmt.Errorf("api server stopped: %w", d.Err())
+		return d.Err()
 	}
 	if err := d.Close(); err != nil {
 		return err

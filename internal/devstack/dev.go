@@ -58,6 +58,13 @@ type Dev struct {
 	apiAddr  string
 	apiDone  chan struct{} // closed when the API server has returned, apiErr then set
 	apiErr   error
+	// done is closed when the stack stops on its own (the API server returned, or a child was
+	// given up), err then set; stopOnce guards both.
+	done     chan struct{}
+	err      error
+	stopOnce sync.Once
+	// sups watch the managed children (PostgreSQL, the S3 server) and start them again.
+	sups     map[string]*supervisor
 	cancel   context.CancelFunc
 	boot     Bootstrap
 	s3Config objstore.Config
@@ -95,7 +102,8 @@ func Start(ctx context.Context, cfg config.Dev, log *slog.Logger) (_ *Dev, retEr
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	d := &Dev{cfg: cfg, log: log, httpClient: &http.Client{Timeout: 10 * time.Second}}
+	d := &Dev{cfg: cfg, log: log, httpClient: &http.Client{Timeout: 10 * time.Second},
+		done: make(chan struct{}), sups: map[string]*supervisor{}}
 	defer func() {
 		if retErr != nil {
 			_ = d.Close()
@@ -175,8 +183,9 @@ func Start(ctx context.Context, cfg config.Dev, log *slog.Logger) (_ *Dev, retEr
 	}
 
 	d.api = app.API(d.parts, d.Boxes, app.APIOptions{Checks: map[string]api.Check{
-		"s3":     func(ctx context.Context) error { return d.Blobs.Check(ctx) },
-		"engine": d.checkEngine,
+		"postgres": d.supervised("postgres", func(ctx context.Context) error { return d.Store.Ping(ctx) }),
+		"s3":       d.supervised("s3", func(ctx context.Context) error { return d.Blobs.Check(ctx) }),
+		"engine":   d.checkEngine,
 	}, PreviewDomain: devPreviewDomain(cfg.PreviewDomain, d.apiAddr)})
 	serveCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.cancel = cancel
@@ -184,8 +193,46 @@ func Start(ctx context.Context, cfg config.Dev, log *slog.Logger) (_ *Dev, retEr
 	go func() {
 		d.apiErr = d.api.Serve(serveCtx, apiLn)
 		close(d.apiDone)
+		d.stopped(fmt.Errorf("api server stopped: %w", d.apiErr))
 	}()
 	return d, nil
+}
+
+// watch starts supervising a managed child: it is started again when it dies, and the stack
+// stops (Done) when it cannot be.
+func (d *Dev) watch(name string, child restartable) {
+	d.sups[name] = newSupervisor(name, child, d.log, d.stopped)
+}
+
+// supervised is the /healthz check of a managed child: its supervisor's state while it is not
+// running, else check. A dependency configured outside the stack has no supervisor.
+func (d *Dev) supervised(name string, check api.Check) api.Check {
+	sup := d.sups[name]
+	return func(ctx context.Context) error {
+		if sup != nil {
+			if err := sup.Check(); err != nil {
+				return err
+			}
+		}
+		return check(ctx)
+	}
+}
+
+// Children reports each managed child's supervision state, by name.
+func (d *Dev) Children() map[string]ChildState {
+	out := make(map[string]ChildState, len(d.sups))
+	for name, s := range d.sups {
+		out[name] = s.State()
+	}
+	return out
+}
+
+// stopped records why the stack stops on its own; the first reason wins.
+func (d *Dev) stopped(err error) {
+	d.stopOnce.Do(func() {
+		d.err = err
+		close(d.done)
+	})
 }
 
 // URLs returns where the running system answers.
@@ -228,11 +275,12 @@ func (d *Dev) S3() config.S3 {
 // Bootstrap reports what the first start created.
 func (d *Dev) Bootstrap() Bootstrap { return d.boot }
 
-// Done is closed when the API server stops on its own (or by Close); Err then says why.
-func (d *Dev) Done() <-chan struct{} { return d.apiDone }
+// Done is closed when the stack stops on its own (the API server returned, or a managed child
+// died and could not be started again) or by Close; Err then says why.
+func (d *Dev) Done() <-chan struct{} { return d.done }
 
-// Err is why the API server stopped, once Done is closed.
-func (d *Dev) Err() error { return d.apiErr }
+// Err is why the stack stopped, once Done is closed.
+func (d *Dev) Err() error { return d.err }
 
 // Close stops everything Start started, in reverse order, and is safe to call more than once.
 func (d *Dev) Close() error {
@@ -244,6 +292,9 @@ func (d *Dev) Close() error {
 			errs = append(errs, fmt.Errorf("stop api: %w", err))
 		}
 		d.cancel = nil
+	}
+	for _, s := range d.sups {
+		s.Close() // before the children stop, which is then not a death to recover from
 	}
 	if d.stopHooks != nil {
 		d.stopHooks()
@@ -316,6 +367,7 @@ func (d *Dev) startPostgres(ctx context.Context) error {
 		return fmt.Errorf("postgres: %w", err)
 	}
 	d.pg = pg
+	d.watch("postgres", pg)
 	return nil
 }
 
@@ -340,6 +392,7 @@ func (d *Dev) startS3(ctx context.Context) error {
 		return err
 	}
 	d.s3 = srv
+	d.watch("s3", srv)
 	d.s3Config.Endpoint, d.s3Config.AccessKey, d.s3Config.SecretKey, d.s3Config.PathStyle = srv.Endpoint(), access, secret, true
 	return nil
 }

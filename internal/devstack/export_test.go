@@ -20,3 +20,14 @@ func SetAgent(d *Dev, a config.Agent) {
 // Keyring is the stack's master keyring, for the secret scan to unseal and derive what the
 // stack's activities did.
 func Keyring(d *Dev) *secrets.Keyring { return d.keys }
+
+// ChildPid is the pid of a managed child ("postgres", "s3"), for tests that kill it.
+func ChildPid(d *Dev, name string) int {
+	switch name {
+	case "postgres":
+		return d.pg.Pid()
+	case "s3":
+		return d.s3.Pid()
+	}
+	return 0
+}

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -82,10 +83,9 @@ type Cluster struct {
 	run      runner
 	lock     *os.File
 
-	// child and exited are set in DieWithParent mode; waitErr is valid once exited is closed.
-	child   *os.Process
-	exited  chan struct{}
-	waitErr error
+	opts Options // what Start was given, for Restart
+	// proc is the server process in DieWithParent mode (nil otherwise), replaced by Restart.
+	proc atomic.Pointer[serverProc]
 
 	adminMu sync.Mutex
 	admin   *pgx.Conn
@@ -127,7 +127,7 @@ func Start(ctx context.Context, opts Options) (*Cluster, error) {
 	if err := initCluster(ctx, bins, r, dir); err != nil {
 		return nil, err
 	}
-	c := &Cluster{dir: dir, port: defaultPort, bins: bins, run: r.forDir(dir)}
+	c := &Cluster{dir: dir, port: defaultPort, bins: bins, run: r.forDir(dir), opts: opts}
 	if opts.Port > 0 {
 		c.port = opts.Port
 	}
@@ -256,7 +256,7 @@ func waitBackendsGone(ctx context.Context, dir string) error {
 
 // removeOldSocketDir removes a short socket directory an earlier run made under os.TempDir().
 func (c *Cluster) removeOldSocketDir(dir string) {
-	if dir != "" && filepath.Dir(dir) == filepath.Clean(os.TempDir()) && strings.HasPrefix(filepath.Base(dir), tmpSockPrefix) {
+	if dir != "" && dir != c.sockDir && filepath.Dir(dir) == filepath.Clean(os.TempDir()) && strings.HasPrefix(filepath.Base(dir), tmpSockPrefix) {
 		os.RemoveAll(dir)
 	}
 }
@@ -264,6 +264,9 @@ func (c *Cluster) removeOldSocketDir(dir string) {
 const tmpSockPrefix = "cocoonbox-pgsock-"
 
 func (c *Cluster) prepareSocketDir() error {
+	if c.tmpSock {
+		return nil // a restart keeps the directory, and with it the URL clients hold
+	}
 	suffix := len("/.s.PGSQL.") + len(strconv.Itoa(c.port))
 	dir := filepath.Join(c.dir, sockName)
 	if len(dir)+suffix <= maxSocketPath {
@@ -373,10 +376,10 @@ func (c *Cluster) LogFile() string { return filepath.Join(c.dir, logName) }
 
 // Check reports whether the server is up and answering queries.
 func (c *Cluster) Check(ctx context.Context) error {
-	if c.exited != nil {
+	if p := c.proc.Load(); p != nil {
 		select {
-		case <-c.exited:
-			return fmt.Errorf("check postgresql: server exited: %v", c.waitErr)
+		case <-p.exited:
+			return fmt.Errorf("check postgresql: server exited: %v", p.err)
 		default:
 		}
 	}
@@ -398,8 +401,8 @@ func (c *Cluster) Stop() error {
 
 func (c *Cluster) shutdown() error {
 	c.closeAdmin()
-	if c.child != nil {
-		return c.stopChild()
+	if p := c.proc.Load(); p != nil {
+		return p.stop()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()

@@ -449,3 +449,56 @@ func TestBinariesNotFound(t *testing.T) {
 		t.Errorf("installed binaries: %v", err)
 	}
 }
+
+// TestRestartAfterCrash is what a supervisor does when the server dies under it: Done closes with
+// the exit, Restart brings the server back with the data, on the same URL (also when the socket
+// lives in a temporary directory because the cluster's path is long), and a connection opened
+// again on that URL works.
+func TestRestartAfterCrash(t *testing.T) {
+	ctx := context.Background()
+	for name, dir := range map[string]string{
+		"short": newDir(t),
+		"deep":  copyTemplate(t, filepath.Join(sharedDir, strings.Repeat("r", 100))),
+	} {
+		t.Run(name, func(t *testing.T) {
+			// Not NoSync: with synchronous_commit off a commit just made may not be in the WAL yet.
+			c := start(t, Options{Dir: dir, Database: "app", DieWithParent: true})
+			url := c.URL("app")
+			if _, err := connect(t, url).Exec(ctx, "CREATE TABLE kept (v text); INSERT INTO kept VALUES ('hello')"); err != nil {
+				t.Fatal(err)
+			}
+			if err := c.Restart(ctx); err == nil {
+				t.Fatal("Restart of a running server succeeded")
+			}
+			if err := syscall.Kill(c.proc.Load().p.Pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-c.Done():
+			case <-time.After(testutil.WaitShort):
+				t.Fatal("Done did not close after the server was killed")
+			}
+			if err := c.ExitError(); err == nil || !strings.Contains(err.Error(), "killed") {
+				t.Errorf("ExitError = %v, want the kill", err)
+			}
+			if err := c.Check(ctx); err == nil {
+				t.Error("Check of a dead server succeeded")
+			}
+			if err := c.Restart(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if c.URL("app") != url {
+				t.Errorf("URL changed across a restart: %s, then %s", url, c.URL("app"))
+			}
+			var v string
+			if err := connect(t, url).QueryRow(ctx, "SELECT v FROM kept").Scan(&v); err != nil || v != "hello" {
+				t.Fatalf("after restart: %q, %v", v, err)
+			}
+			select {
+			case <-c.Done():
+				t.Fatal("Done of the restarted server is closed")
+			default:
+			}
+		})
+	}
+}

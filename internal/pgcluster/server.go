@@ -83,6 +83,13 @@ func waitReaped(ctx context.Context, pid int) error {
 	return nil
 }
 
+// serverProc is one run of the server as our child (DieWithParent mode).
+type serverProc struct {
+	p      *os.Process
+	exited chan struct{} // closed when the process has exited; err is set before
+	err    error
+}
+
 // startChild runs postgres as our child. The kernel's parent-death signal is tied to the thread
 // that forked, not the process, and Go may retire idle threads; so the child is started from a
 // goroutine that locks its thread and keeps it, waiting for the child, until the child is gone.
@@ -93,31 +100,33 @@ func (c *Cluster) startChild(ctx context.Context, logf *os.File) error {
 	dieWithParent(cmd.SysProcAttr)
 
 	started := make(chan error, 1)
-	c.exited = make(chan struct{})
+	p := &serverProc{exited: make(chan struct{})}
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread must die only after the child.
 		if err := cmd.Start(); err != nil {
+			p.err = err
 			started <- err
-			close(c.exited)
+			close(p.exited)
 			return
 		}
 		started <- nil
-		c.waitErr = cmd.Wait()
-		close(c.exited)
+		p.err = cmd.Wait()
+		close(p.exited)
 	}()
 	if err := <-started; err != nil {
 		return fmt.Errorf("run postgres: %w", err)
 	}
-	c.child = cmd.Process
-	if err := c.waitReady(ctx); err != nil {
-		c.stopChild()
+	p.p = cmd.Process
+	c.proc.Store(p)
+	if err := c.waitReady(ctx, p); err != nil {
+		p.stop()
 		return err
 	}
 	return nil
 }
 
 // waitReady polls postmaster.pid, as pg_ctl --wait does, until our child reports it is ready.
-func (c *Cluster) waitReady(ctx context.Context) error {
+func (c *Cluster) waitReady(ctx context.Context, p *serverProc) error {
 	tick := time.NewTicker(10 * time.Millisecond)
 	defer tick.Stop()
 	for {
@@ -125,12 +134,12 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		if ok && pf.pid == c.child.Pid && pf.status == pmReady {
+		if ok && pf.pid == p.p.Pid && pf.status == pmReady {
 			return nil
 		}
 		select {
-		case <-c.exited:
-			return fmt.Errorf("postgres exited during startup: %v\n%s", c.waitErr, c.logTail())
+		case <-p.exited:
+			return fmt.Errorf("postgres exited during startup: %v\n%s", p.err, c.logTail())
 		case <-ctx.Done():
 			return fmt.Errorf("wait for postgres: %w\n%s", ctx.Err(), c.logTail())
 		case <-tick.C:
@@ -138,24 +147,80 @@ func (c *Cluster) waitReady(ctx context.Context) error {
 	}
 }
 
-// stopChild asks for a fast shutdown (SIGINT) and escalates to immediate (SIGQUIT), then SIGKILL,
+// stop asks for a fast shutdown (SIGINT) and escalates to immediate (SIGQUIT), then SIGKILL,
 // if the server does not exit in time.
-func (c *Cluster) stopChild() error {
+func (p *serverProc) stop() error {
 	steps := []struct {
 		sig  syscall.Signal
 		wait time.Duration
 	}{{syscall.SIGINT, 30 * time.Second}, {syscall.SIGQUIT, 10 * time.Second}, {syscall.SIGKILL, 10 * time.Second}}
 	for _, s := range steps {
-		if err := c.child.Signal(s.sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		if err := p.p.Signal(s.sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
 			return fmt.Errorf("stop postgres: %w", err)
 		}
 		select {
-		case <-c.exited:
+		case <-p.exited:
 			return nil
 		case <-time.After(s.wait):
 		}
 	}
-	return fmt.Errorf("stop postgres: pid %d did not exit", c.child.Pid)
+	return fmt.Errorf("stop postgres: pid %d did not exit", p.p.Pid)
+}
+
+// Done is closed when the server process started last has exited, on its own or by Stop; a
+// supervisor selects on it to notice a server that died. Only a DieWithParent cluster has a
+// process of its own to watch: for a daemon it is nil, and a receive from it blocks forever.
+func (c *Cluster) Done() <-chan struct{} {
+	if p := c.proc.Load(); p != nil {
+		return p.exited
+	}
+	return nil
+}
+
+// Pid is the server's pid in DieWithParent mode (0 otherwise), for a test that kills it.
+func (c *Cluster) Pid() int {
+	if p := c.proc.Load(); p != nil {
+		return p.p.Pid
+	}
+	return 0
+}
+
+// ExitError says how the server process started last ended, once Done is closed.
+func (c *Cluster) ExitError() error {
+	p := c.proc.Load()
+	if p == nil {
+		return nil
+	}
+	select {
+	case <-p.exited:
+		if p.err == nil {
+			return errors.New("exited with status 0")
+		}
+		return p.err
+	default:
+		return nil
+	}
+}
+
+// Restart starts the server again after its process exited on its own (a crash, the OOM killer),
+// with the options Start had, the same socket and the same lock, so the URLs handed out before
+// stay valid and pooled clients reconnect to it. Crash recovery (WAL replay) is the server's own.
+// Only a DieWithParent cluster can be restarted.
+func (c *Cluster) Restart(ctx context.Context) error {
+	p := c.proc.Load()
+	if p == nil {
+		return errors.New("restart postgresql: only a server started with DieWithParent is watched and restarted")
+	}
+	select {
+	case <-p.exited:
+	default:
+		return fmt.Errorf("restart postgresql: pid %d is still running", p.p.Pid)
+	}
+	c.closeAdmin()
+	if err := c.start(ctx, c.opts); err != nil {
+		return fmt.Errorf("restart postgresql: %w", err)
+	}
+	return nil
 }
 
 // processExists reports whether any process has pid; EPERM still means it exists.

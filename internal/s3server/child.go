@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -46,14 +47,20 @@ type childReply struct {
 // Server is a running embedded S3 server (a child process of this one).
 type Server struct {
 	endpoint string
-	cmd      *exec.Cmd
-	stdin    io.WriteCloser
+	opts     Options // what the child runs with; Addr is the address it got, for Restart
 	log      *slog.Logger
-	done     chan struct{}
-	waitErr  error // set before done is closed
+	child    atomic.Pointer[child] // the process started last
 
 	stopOnce sync.Once
 	stopErr  error
+}
+
+// child is one run of the server process.
+type child struct {
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	done    chan struct{}
+	waitErr error // set before done is closed
 }
 
 // Start starts the server in a child process and returns once it accepts
@@ -83,39 +90,60 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 			return nil, fmt.Errorf("s3: resolve meta dir: %w", err)
 		}
 	}
+	s := &Server{opts: opts, log: log}
+	if err := s.spawn(ctx); err != nil {
+		return nil, err
+	}
+	// A restart listens where the clients already point.
+	s.opts.Addr = strings.TrimPrefix(s.endpoint, "http://")
+	return s, nil
+}
+
+// Restart starts the server process again after it exited on its own (a crash, the OOM killer),
+// on the same address and directory, so clients holding the endpoint carry on.
+func (s *Server) Restart(ctx context.Context) error {
+	select {
+	case <-s.Done():
+	default:
+		return errors.New("s3: restart: the server is still running")
+	}
+	return s.spawn(ctx)
+}
+
+// spawn starts a child with s.opts and waits until it listens.
+func (s *Server) spawn(ctx context.Context) error {
 	exe, err := os.Executable()
 	if err != nil {
-		return nil, fmt.Errorf("s3: find executable: %w", err)
+		return fmt.Errorf("s3: find executable: %w", err)
 	}
-
 	cmd := exec.Command(exe, childArg)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // Ctrl-C reaches the parent, which stops us in order
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
-		return nil, fmt.Errorf("s3: %w", err)
+		return fmt.Errorf("s3: %w", err)
 	}
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
-		return nil, fmt.Errorf("s3: %w", err)
+		return fmt.Errorf("s3: %w", err)
 	}
 	stderr, err := cmd.StderrPipe()
 	if err != nil {
-		return nil, fmt.Errorf("s3: %w", err)
+		return fmt.Errorf("s3: %w", err)
 	}
 	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("s3: start child: %w", err)
+		return fmt.Errorf("s3: start child: %w", err)
 	}
-	s := &Server{cmd: cmd, stdin: stdin, log: log, done: make(chan struct{})}
-	go relayLog(stderr, log)
+	c := &child{cmd: cmd, stdin: stdin, done: make(chan struct{})}
+	go relayLog(stderr, s.log)
 	go func() {
-		s.waitErr = cmd.Wait()
-		close(s.done)
+		c.waitErr = cmd.Wait()
+		close(c.done)
 	}()
 	// The options (with the secret) go over stdin, never argv or the environment,
 	// which other local users can read in /proc.
-	if err := json.NewEncoder(stdin).Encode(opts); err != nil {
-		_ = s.kill()
-		return nil, fmt.Errorf("s3: configure child: %w", err)
+	if err := json.NewEncoder(stdin).Encode(s.opts); err != nil {
+		c.kill()
+		return fmt.Errorf("s3: configure child: %w", err)
 	}
 
 	replies := make(chan childReply, 1)
@@ -130,56 +158,72 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	select {
 	case r := <-replies:
 		if r.Error != "" {
-			_ = s.kill()
+			c.kill()
 			if r.Errno != 0 {
-				return nil, listenError(r.Addr, syscall.Errno(r.Errno))
+				return listenError(r.Addr, syscall.Errno(r.Errno))
 			}
-			return nil, fmt.Errorf("s3: %s", r.Error)
+			return fmt.Errorf("s3: %s", r.Error)
 		}
 		s.endpoint = r.Endpoint
-		log.Info("s3 server ready", "endpoint", r.Endpoint, "dir", dir, "metadata", r.Metadata, "pid", cmd.Process.Pid)
-		return s, nil
+		s.child.Store(c)
+		s.log.Info("s3 server ready", "endpoint", r.Endpoint, "dir", s.opts.Dir, "metadata", r.Metadata, "pid", cmd.Process.Pid)
+		return nil
 	case <-ctx.Done():
-		_ = s.kill()
-		return nil, ctx.Err()
+		c.kill()
+		return ctx.Err()
 	}
 }
 
 // Endpoint returns the server's base URL, "http://127.0.0.1:port".
 func (s *Server) Endpoint() string { return s.endpoint }
 
-// Done is closed when the server has exited, after Stop or on its own; a
-// supervisor selects on it to notice a server that died.
-func (s *Server) Done() <-chan struct{} { return s.done }
+// Done is closed when the server process started last has exited, after Stop
+// or on its own; a supervisor selects on it to notice a server that died.
+func (s *Server) Done() <-chan struct{} { return s.child.Load().done }
+
+// ExitError says how the server process started last ended, once Done is closed.
+func (s *Server) ExitError() error {
+	c := s.child.Load()
+	select {
+	case <-c.done:
+		if c.waitErr == nil {
+			return errors.New("exited with status 0")
+		}
+		return c.waitErr
+	default:
+		return nil
+	}
+}
+
+// Pid is the server process's pid, for a test that kills it.
+func (s *Server) Pid() int { return s.child.Load().cmd.Process.Pid }
 
 // Stop shuts the server down gracefully and waits for it; calling it again
 // returns the first result.
 func (s *Server) Stop() error {
 	s.stopOnce.Do(func() {
-		_ = s.stdin.Close() // the child's signal to stop
+		c := s.child.Load()
+		_ = c.stdin.Close() // the child's signal to stop
 		select {
-		case <-s.done:
+		case <-c.done:
 		case <-time.After(stopTimeout):
-			_ = s.cmd.Process.Kill()
-			<-s.done
+			_ = c.cmd.Process.Kill()
+			<-c.done
 			s.stopErr = errors.New("s3: stop: child did not exit in time and was killed")
 			return
 		}
-		if s.waitErr != nil {
-			s.stopErr = fmt.Errorf("s3: stop: %w", s.waitErr)
+		if c.waitErr != nil {
+			s.stopErr = fmt.Errorf("s3: stop: %w", c.waitErr)
 		}
 		s.log.Debug("s3 server stopped", "endpoint", s.endpoint)
 	})
 	return s.stopErr
 }
 
-func (s *Server) kill() error {
-	s.stopOnce.Do(func() {
-		_ = s.stdin.Close()
-		_ = s.cmd.Process.Kill()
-		<-s.done
-	})
-	return nil
+func (c *child) kill() {
+	_ = c.stdin.Close()
+	_ = c.cmd.Process.Kill()
+	<-c.done
 }
 
 // relayLog passes the child's stderr lines to the parent's logger.

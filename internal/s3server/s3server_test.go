@@ -178,11 +178,55 @@ func TestSeveralServersKeepTheWorkingDirectory(t *testing.T) {
 // killed cocoonbox dev leaves no S3 server behind.
 func TestChildStopsWhenStdinCloses(t *testing.T) {
 	srv := start(t, testOptions(t.TempDir()))
-	_ = srv.stdin.Close() // what the kernel does for us when the parent dies
+	_ = srv.child.Load().stdin.Close() // what the kernel does for us when the parent dies
 	select {
 	case <-srv.Done():
 	case <-time.After(10 * time.Second):
 		t.Fatal("child still running 10s after its stdin closed")
+	}
+}
+
+// TestRestartAfterCrash: a server process SIGKILLed under its clients is started again on the
+// same endpoint by Restart, and what was stored before is still there for the same client.
+func TestRestartAfterCrash(t *testing.T) {
+	ctx := testCtx(t)
+	srv := start(t, testOptions(t.TempDir()))
+	st := newStore(t, srv.Endpoint())
+	if err := st.EnsureBucket(ctx); err != nil {
+		t.Fatal(err)
+	}
+	data := []byte("kept across a crash")
+	if err := st.Put(ctx, "k", bytes.NewReader(data), int64(len(data))); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Restart(ctx); err == nil {
+		t.Fatal("Restart of a running server succeeded")
+	}
+	endpoint := srv.Endpoint()
+	if err := syscall.Kill(srv.Pid(), syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-srv.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("Done did not close after the server was killed")
+	}
+	if err := srv.ExitError(); err == nil || !strings.Contains(err.Error(), "killed") {
+		t.Errorf("ExitError = %v, want the kill", err)
+	}
+	if err := srv.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if srv.Endpoint() != endpoint {
+		t.Errorf("endpoint moved across a restart: %s, then %s", endpoint, srv.Endpoint())
+	}
+	rc, err := st.Get(ctx, "k")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	if got, err := io.ReadAll(rc); err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("after restart: %q, %v", got, err)
 	}
 }
 

@@ -1,0 +1,86 @@
+package devstack_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/loomhand/cocoonbox/internal/api"
+	"github.com/loomhand/cocoonbox/internal/config"
+	"github.com/loomhand/cocoonbox/internal/devstack"
+	"github.com/loomhand/cocoonbox/internal/testutil"
+)
+
+// TestKilledChildrenComeBack is the acceptance check for supervision: PostgreSQL and then the S3
+// server are SIGKILLed under a running stack, as the OOM killer would; within 10 s /healthz is
+// ok again and calls that need them work, without restarting the stack, and /healthz said what
+// was going on meanwhile.
+func TestKilledChildrenComeBack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	d := startDev(t, testConfig(t, shortTemp(t)))
+	cli, err := config.LoadCLI(d.Bootstrap().CLIConfig, config.MapEnv(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	works := map[string]func(context.Context) error{
+		"postgres": func(context.Context) error { _, err := whoamiErr(cli.Endpoint, cli.Token); return err },
+		"s3":       func(ctx context.Context) error { return d.Blobs.Check(ctx) },
+	}
+	for _, name := range []string{"postgres", "s3"} {
+		t.Run(name, func(t *testing.T) {
+			pid := devstack.ChildPid(d, name)
+			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			killed := time.Now()
+			var seen string
+			testutil.Eventually(t, 10*time.Second, "healthz ok and "+name+" working again", func() bool {
+				ok, body := health(d.URLs().API, cli.Token)
+				seen = body
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				defer cancel()
+				return ok && works[name](ctx) == nil
+			}, &seen)
+			t.Logf("%s back after %s", name, time.Since(killed).Round(time.Millisecond))
+			st := d.Children()[name]
+			if st.State != "running" || st.Restarts != 1 || st.LastExit != "signal: killed" {
+				t.Errorf("supervision state %+v, want running after 1 restart from signal: killed", st)
+			}
+			if got := devstack.ChildPid(d, name); got == pid {
+				t.Errorf("pid %d unchanged: not restarted", got)
+			}
+		})
+	}
+	select {
+	case <-d.Done():
+		t.Fatalf("the stack stopped: %v", d.Err())
+	default:
+	}
+}
+
+// health reads /healthz as an operator: whether it is ok, and its body.
+func health(base, token string) (bool, string) {
+	req, err := http.NewRequest(http.MethodGet, base+"/healthz", nil)
+	if err != nil {
+		return false, err.Error()
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return false, err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	var rep api.HealthReport
+	if err := json.Unmarshal(body, &rep); err != nil {
+		return false, fmt.Sprintf("%d %q", resp.StatusCode, body)
+	}
+	return resp.StatusCode == http.StatusOK && rep.Status == "ok", string(body)
+}
