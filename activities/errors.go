@@ -94,5 +94,11 @@ func newError(typ string, err error) error {
 	if d := sandbox.RetryAfter(err); d > 0 {
 		opts.NextRetryDelay = d // the engine said when to come back
 	}
-	return temporal.NewApplicationErrorWithOptions(err.Error(), typ, opts)
+	msg := err.Error()
+	if typ == ErrTypeUnavailable {
+		// The dependency's own sentence ("snapshot store (S3 at …) is not answering"), which is
+		// what a box's last error and the API show; the chain of retries stays in the cause.
+		msg = cocoonbox.ErrorMessage(err)
+	}
+	return temporal.NewApplicationErrorWithOptions(msg, typ, opts)
 }

@@ -55,6 +55,9 @@ func TestClassify(t *testing.T) {
 		{"code forbidden", cocoonbox.Errorf(cocoonbox.EForbidden, "x"), ErrTypeInvalidArgument, false, 0},
 		{"code unimplemented", cocoonbox.Errorf(cocoonbox.EUnimplemented, "x"), ErrTypeInvalidArgument, false, 0},
 		{"code unavailable", cocoonbox.Errorf(cocoonbox.EUnavailable, "db down"), ErrTypeUnavailable, true, 0},
+		{"code unavailable deep", fmt.Errorf("upload snapshot sn_1: put: operation error S3: exceeded 3 attempts: %w",
+			&cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "snapshot store (S3 at 127.0.0.1:8421) is not answering",
+				Err: errors.New("dial tcp 127.0.0.1:8421: connect: connection refused")}), ErrTypeUnavailable, true, 0},
 		{"code no capacity", cocoonbox.Errorf(cocoonbox.ENoCapacity, "x"), ErrTypeNoCapacity, true, 0},
 		{"code internal", cocoonbox.Errorf(cocoonbox.EInternal, "x"), ErrTypeInternal, true, 0},
 		{"code quota", cocoonbox.QuotaReached("boxes per user", 3), ErrTypeResourceExhausted, false, 0},
@@ -78,8 +81,13 @@ func TestClassify(t *testing.T) {
 			if app.NextRetryDelay() != tc.retryDelay {
 				t.Errorf("next retry delay = %v, want %v", app.NextRetryDelay(), tc.retryDelay)
 			}
-			if app.Message() != tc.err.Error() {
-				t.Errorf("message = %q, want %q", app.Message(), tc.err.Error())
+			// An unavailable dependency reads as its own sentence; the chain stays in the cause.
+			want := tc.err.Error()
+			if tc.typ == ErrTypeUnavailable {
+				want = cocoonbox.ErrorMessage(tc.err)
+			}
+			if app.Message() != want {
+				t.Errorf("message = %q, want %q", app.Message(), want)
 			}
 			if !errors.Is(got, tc.err) {
 				t.Error("the cause is not kept")

@@ -12,6 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.temporal.io/sdk/activity"
+
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxlink"
 	"github.com/loomhand/cocoonbox/internal/objstore"
@@ -441,8 +443,8 @@ func (a *Snapshots) CompleteSnapshot(ctx context.Context, in CompleteSnapshotInp
 	return s, nil
 }
 
-// FailSnapshot gives up an unfinished snapshot: its incomplete uploads are aborted, whatever it
-// stored is deleted and its row marked failed. A snapshot that completed is left alone, so a
+// FailSnapshot gives up an unfinished snapshot: its row is marked failed, its incomplete uploads
+// are aborted and whatever it stored is deleted (left for retention when the store is down). A snapshot that completed is left alone, so a
 // late failure report can never destroy a good snapshot.
 func (a *Snapshots) FailSnapshot(ctx context.Context, in SnapshotRef) error {
 	if err := validateSnapshotRef(in.BoxID, in.SnapshotID); err != nil {
@@ -457,14 +459,21 @@ func (a *Snapshots) FailSnapshot(ctx context.Context, in SnapshotRef) error {
 	case s.State == cocoonbox.SnapshotComplete:
 		return nil
 	}
-	if err := a.deleteObjects(ctx, in.BoxID, in.SnapshotID); err != nil {
-		return err
+	// The row first: it must not stay uploading because the store that failed the upload cannot
+	// take the clean-up either. A failed row's objects are retention's to remove (they are
+	// deleted below when the store answers, and by the next prune when it does not).
+	if err := a.Store.FailSnapshot(ctx, in.SnapshotID); err != nil {
+		return classify(fmt.Errorf("fail snapshot %s: %w", in.SnapshotID, err))
 	}
 	if err := a.deleteCheckpoints(ctx, in.SnapshotID); err != nil {
 		return err
 	}
-	if err := a.Store.FailSnapshot(ctx, in.SnapshotID); err != nil {
-		return classify(fmt.Errorf("fail snapshot %s: %w", in.SnapshotID, err))
+	if err := a.deleteObjects(ctx, in.BoxID, in.SnapshotID); err != nil {
+		if cocoonbox.ErrorCode(err) == cocoonbox.EUnavailable {
+			activity.GetLogger(ctx).Warn("failed snapshot's objects left for retention", "snapshot", in.SnapshotID, "error", err)
+			return nil
+		}
+		return err
 	}
 	return nil
 }

@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/objstore"
 	"github.com/loomhand/cocoonbox/internal/sandbox/sandboxtest"
 )
 
@@ -84,4 +85,44 @@ func errorType(err error) string {
 		return app.Type()
 	}
 	return ""
+}
+
+// uploadingSnapshot is a SnapshotStore holding one uploading snapshot, recording its failure.
+type uploadingSnapshot struct {
+	noSnapshots
+	failed bool
+}
+
+func (s *uploadingSnapshot) FailSnapshot(context.Context, string) error {
+	s.failed = true
+	return nil
+}
+
+// downBlobs is a snapshot store that does not answer.
+type downBlobs struct{ objstore.Store }
+
+var errStoreDown = &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "snapshot store (S3 at 127.0.0.1:1) is not answering"}
+
+func (downBlobs) AbortIncomplete(context.Context, string, time.Duration) (int, error) {
+	return 0, errStoreDown
+}
+func (downBlobs) Delete(context.Context, string) error { return errStoreDown }
+
+// TestFailSnapshotWithStoreDown: a snapshot given up because the store is down is marked failed
+// although its clean-up cannot reach the store either (retention removes its objects later), so
+// the row is never left uploading.
+func TestFailSnapshotWithStoreDown(t *testing.T) {
+	f := sandboxtest.New(t, sandboxtest.Options{RootToken: "root"})
+	rows := &uploadingSnapshot{}
+	a := &Snapshots{Client: f.Client("root"), Tokens: &memTokens{}, Store: rows, Blobs: downBlobs{}}
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(a)
+	_, err := env.ExecuteActivity(a.FailSnapshot, SnapshotRef{BoxID: "bx_0123456789abcdef", SnapshotID: "sn_0123456789abcdef"})
+	if err != nil {
+		t.Fatalf("fail snapshot with the store down: %v", err)
+	}
+	if !rows.failed {
+		t.Error("the row was not marked failed")
+	}
 }

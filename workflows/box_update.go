@@ -173,7 +173,7 @@ func (w *box) wake(ctx workflow.Context, in WakeInput) (Status, error) {
 		}
 		if err != nil {
 			// A failed wake leaves the box as it was, so the user can retry.
-			w.st.LastError = err.Error()
+			w.st.LastError = reason(err)
 			if before == cocoonbox.BoxStateFailed || w.st.SandboxID == "" {
 				before = cocoonbox.BoxStateFailed
 			}
@@ -235,7 +235,7 @@ func (w *box) hibernateLocked(ctx workflow.Context, why hibernateReason) error {
 	case errorType(err) == activities.ErrTypeSandboxGone:
 		w.st.SandboxID = "" // nothing left to hibernate; wake claims a new one
 	case err != nil:
-		w.st.LastError = err.Error()
+		w.st.LastError = reason(err)
 		w.setState(ctx, cocoonbox.BoxStateRunning)
 		return err
 	}
@@ -264,7 +264,7 @@ func (w *box) delete(ctx workflow.Context, in DeleteInput) (Status, error) {
 		if in.PurgeSnapshots {
 			// Before the release, so a failed purge leaves the box whole and the delete retryable.
 			if err := w.purgeSnapshots(ctx); err != nil {
-				w.st.LastError = err.Error()
+				w.st.LastError = reason(err)
 				w.setState(ctx, before)
 				return err
 			}
@@ -273,7 +273,7 @@ func (w *box) delete(ctx workflow.Context, in DeleteInput) (Status, error) {
 			activities.SandboxInput{BoxID: w.in.BoxID, SandboxID: w.st.SandboxID}).Get(ctx, nil)
 		if err != nil {
 			// A failed delete can be retried; the box keeps the state it had.
-			w.st.LastError = err.Error()
+			w.st.LastError = reason(err)
 			w.setState(ctx, before)
 			return err
 		}
@@ -397,14 +397,14 @@ func (w *box) renewLocked(ctx workflow.Context) error {
 		w.event(ctx, "sandbox-lost", w.st.SandboxID)
 		w.st.SandboxID, w.st.NextRenew = "", time.Time{}
 		if w.st.State == cocoonbox.BoxStateRunning {
-			w.st.LastError = "sandbox lost: " + err.Error()
+			w.st.LastError = "sandbox lost: " + reason(err)
 			w.setState(ctx, cocoonbox.BoxStateFailed)
 		}
 	case errorType(err) == activities.ErrTypeConflict:
 		w.st.NextRenew = time.Time{} // the engine will not renew it in this state; wake renews
 	default:
 		// Try again at a third of what is left, so a flaky engine gets several chances.
-		w.st.LastError = err.Error()
+		w.st.LastError = reason(err)
 		w.st.NextRenew = now.Add(max(w.st.Deadline.Sub(now)/3, 10*time.Second))
 	}
 	return err
@@ -422,7 +422,7 @@ func (w *box) leased(now, deadline time.Time) {
 
 // fail moves the box to failed with the error as its reason.
 func (w *box) fail(ctx workflow.Context, err error) {
-	w.st.LastError = err.Error()
+	w.st.LastError = reason(err)
 	w.setState(ctx, cocoonbox.BoxStateFailed)
 }
 

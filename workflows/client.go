@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/serviceerror"
+	workflowpb "go.temporal.io/api/workflow/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/temporal"
 
@@ -112,22 +114,77 @@ func signalRun(ctx context.Context, c client.Client, runID, name string, arg any
 }
 
 // Update sends the update name with arg to the box's workflow, waits for it to complete and
-// returns its result.
+// returns its result. When ctx's deadline comes first, the update goes on in the workflow and
+// Update returns in time with why it has not finished: EUnavailable with the failure its
+// activity is being retried after ("snapshot store (S3 at …) is not answering; the snapshot
+// goes on and is retried"), or, with none, that it is still under way.
 func Update[T any](ctx context.Context, c client.Client, id cocoonbox.BoxID, name string, arg any) (T, error) {
 	var out T
-	h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+	wctx, cancel := withAnswerMargin(ctx)
+	defer cancel()
+	h, err := c.UpdateWorkflow(wctx, client.UpdateWorkflowOptions{
 		WorkflowID:   BoxWorkflowID(id),
 		UpdateName:   name,
 		Args:         []any{arg},
 		WaitForStage: client.WorkflowUpdateStageCompleted,
 	})
+	if err == nil {
+		err = h.Get(wctx, &out)
+	}
+	if err != nil && wctx.Err() != nil && ctx.Err() == nil {
+		return out, pendingError(ctx, c, id, name)
+	}
 	if err != nil {
 		return out, DomainError(fmt.Errorf("%s box %s: %w", name, id, err))
 	}
-	if err := h.Get(ctx, &out); err != nil {
-		return out, DomainError(fmt.Errorf("%s box %s: %w", name, id, err))
-	}
 	return out, nil
+}
+
+// withAnswerMargin is ctx with its deadline brought forward, so that a call whose wait runs out
+// still has time to find out why and say so before the caller stops listening.
+func withAnswerMargin(ctx context.Context) (context.Context, context.CancelFunc) {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return context.WithCancel(ctx)
+	}
+	margin := min(time.Until(dl)/4, time.Second)
+	return context.WithDeadline(ctx, dl.Add(-margin))
+}
+
+// pendingError explains an update that had not finished by the caller's deadline, from the
+// failures Temporal keeps for the activities the box (and its child workflows, such as a
+// snapshot's) are retrying.
+func pendingError(ctx context.Context, c client.Client, id cocoonbox.BoxID, name string) error {
+	still := &cocoonbox.Error{Code: cocoonbox.EUnavailable,
+		Message: fmt.Sprintf("the %s of box %s has not finished in the time given; it goes on (box show says when it is done)", name, id)}
+	desc, err := c.DescribeWorkflowExecution(ctx, BoxWorkflowID(id), "")
+	if err != nil {
+		return still
+	}
+	failure := lastFailure(desc.GetPendingActivities())
+	for _, ch := range desc.GetPendingChildren() {
+		if failure != "" {
+			break
+		}
+		if cd, err := c.DescribeWorkflowExecution(ctx, ch.GetWorkflowId(), ch.GetRunId()); err == nil {
+			failure = lastFailure(cd.GetPendingActivities())
+		}
+	}
+	if failure == "" {
+		return still
+	}
+	return &cocoonbox.Error{Code: cocoonbox.EUnavailable,
+		Message: fmt.Sprintf("%s; the %s goes on and is retried", failure, name)}
+}
+
+// lastFailure is the message of the first failure a pending activity is being retried after.
+func lastFailure(pending []*workflowpb.PendingActivityInfo) string {
+	for _, pa := range pending {
+		if f := pa.GetLastFailure(); f != nil && f.GetMessage() != "" {
+			return reason(errors.New(f.GetMessage()))
+		}
+	}
+	return ""
 }
 
 // GetStatus returns the box's status from its workflow's query, which writes no history.

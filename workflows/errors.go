@@ -2,6 +2,8 @@ package workflows
 
 import (
 	"errors"
+	"strings"
+	"unicode/utf8"
 
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/temporal"
@@ -31,4 +33,26 @@ func DomainError(err error) error {
 		return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "workflow service unavailable; try again", Err: err}
 	}
 	return err
+}
+
+// maxReason bounds a box's last error: one line a person reads in `box show`.
+const maxReason = 240
+
+// reason is how err reads as a box's last error: the message of the failure at its root cause's
+// typed layer (an activity's "snapshot store (S3 at …) is not answering", not Temporal's chain
+// of activity, retry and cause wrappers, which the worker's log keeps), on one line, bounded.
+func reason(err error) string {
+	msg := err.Error()
+	if app, ok := errors.AsType[*temporal.ApplicationError](err); ok && app.Message() != "" {
+		msg = app.Message()
+	}
+	msg = strings.Join(strings.Fields(msg), " ")
+	if len(msg) > maxReason {
+		cut := maxReason
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		msg = msg[:cut] + "…"
+	}
+	return msg
 }

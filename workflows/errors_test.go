@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -37,5 +38,27 @@ func TestDomainError(t *testing.T) {
 	other := errors.New("boom")
 	if DomainError(other) != other {
 		t.Error("an unknown error was changed")
+	}
+}
+
+// TestReason: a box's last error is the typed failure's own sentence on one line, however deep
+// Temporal wraps it, and bounded.
+func TestReason(t *testing.T) {
+	s3 := temporal.NewApplicationErrorWithCause("snapshot store (S3 at 127.0.0.1:8421) is not answering",
+		activities.ErrTypeUnavailable, errors.New("operation error S3: PutObject, exceeded maximum number of attempts, 3,\nhttps response error: dial tcp: connection refused"))
+	for name, tc := range map[string]struct {
+		err  error
+		want string
+	}{
+		"typed": {fmt.Errorf("activity error (type: UploadSnapshot, scheduledEventID: 11): %w", s3), "snapshot store (S3 at 127.0.0.1:8421) is not answering"},
+		"plain": {errors.New("line one\n  line two"), "line one line two"},
+		"long":  {errors.New(strings.Repeat("é", 300)), strings.Repeat("é", maxReason/2) + "…"},
+	} {
+		if got := reason(tc.err); got != tc.want {
+			t.Errorf("%s: reason = %q, want %q", name, got, tc.want)
+		}
+		if strings.Contains(reason(tc.err), "\n") || len(reason(tc.err)) > maxReason+len("…") {
+			t.Errorf("%s: reason %q is not one bounded line", name, reason(tc.err))
+		}
 	}
 }

@@ -108,7 +108,7 @@ func (w *box) snapshotLocked(ctx workflow.Context) (SnapshotWorkflowResult, erro
 		}
 	}
 	if err != nil {
-		w.st.LastError = "snapshot: " + err.Error()
+		w.st.LastError = "snapshot: " + reason(err)
 		w.setState(ctx, before)
 		return out, err
 	}
@@ -135,7 +135,7 @@ func (w *box) restore(ctx workflow.Context, in RestoreInput) (Status, error) {
 		w.setState(ctx, cocoonbox.BoxStateRestoring)
 		var res activities.RestoreSnapshotResult
 		if err := w.restoreFrom(ctx, in.SnapshotID, &res); err != nil {
-			w.st.LastError = "restore: " + err.Error()
+			w.st.LastError = "restore: " + reason(err)
 			w.setState(ctx, before)
 			return err
 		}
@@ -234,7 +234,7 @@ func (w *box) recreate(ctx workflow.Context, in RecreateInput) (Status, error) {
 		}
 		w.setState(ctx, cocoonbox.BoxStateWaking)
 		if err := w.recreateSandbox(ctx); err != nil {
-			w.st.LastError = "recreate: " + err.Error()
+			w.st.LastError = "recreate: " + reason(err)
 			w.setState(ctx, cocoonbox.BoxStateFailed)
 			return err
 		}
@@ -316,8 +316,8 @@ func (w *box) startSeal(ctx workflow.Context) {
 			w.st.Seal.Failures++
 			wait := min(SealRetryFirst<<min(w.st.Seal.Failures-1, 6), SealRetryMax)
 			w.st.Seal.RetryAt = workflow.Now(ctx).Add(wait)
-			w.st.LastError = sealErrorPrefix + err.Error()
-			w.event(ctx, "seal_failed", fmt.Sprintf("%s: %v; trying again in %s", id, err, wait))
+			w.st.LastError = sealErrorPrefix + reason(err)
+			w.event(ctx, "seal_failed", fmt.Sprintf("%s: %s; trying again in %s", id, reason(err), wait))
 		} else {
 			w.st.Seal.Failures, w.st.Seal.RetryAt = 0, time.Time{}
 			w.st.LastSnapshot = out.Snapshot.ID

@@ -18,6 +18,9 @@ func apiFlags(own ...cli.Flag) []cli.Flag {
 		if slices.Contains(f.Names(), "output") {
 			f = outputFlag(false)
 		}
+		if slices.ContainsFunc(own, func(o cli.Flag) bool { return slices.Equal(o.Names(), f.Names()) }) {
+			continue // the command's own flag of that name (box exec's --timeout) wins
+		}
 		flags = append(flags, f)
 	}
 	return append(flags, own...)

@@ -452,3 +452,21 @@ func TestHelpDocumentsExitCodes(t *testing.T) {
 		}
 	}
 }
+
+// TestCallTimeout: --timeout bounds a call that does not return, and the command says so and
+// fails; box exec keeps its own --timeout (how long the command may run).
+func TestCallTimeout(t *testing.T) {
+	withFake(t)
+	start := time.Now()
+	_, stderr, code := runCLI(t, "", "box", "snapshot", "stuck", "--timeout", "300ms")
+	if took := time.Since(start); code == 0 || took > 10*time.Second {
+		t.Fatalf("box snapshot of a stuck box: exit %d after %s, stderr %q", code, took, stderr)
+	}
+	t.Logf("stderr: %s", stderr)
+	if !strings.Contains(stderr, "no answer within --timeout 300ms") {
+		t.Errorf("stderr %q does not say the time ran out", stderr)
+	}
+	if out, _ := run(t, "box", "exec", "--help"); !strings.Contains(out, "kill the command after this long") {
+		t.Errorf("box exec lost its own --timeout:\n%s", out)
+	}
+}

@@ -6,11 +6,14 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"time"
 
 	"github.com/urfave/cli/v2"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
 	"github.com/loomhand/cocoonbox/internal/config"
 )
@@ -21,6 +24,46 @@ func clientFlags() []cli.Flag {
 		&cli.StringFlag{Name: "endpoint", Usage: "API endpoint (default from the CLI config written by cocoonbox dev)"},
 		&cli.StringFlag{Name: "token", Usage: "API token (default from the CLI config; or COCOONBOX_TOKEN)"},
 		&cli.StringFlag{Name: "output", Aliases: []string{"o"}, Value: "text", Usage: "text or json"},
+		&cli.DurationFlag{Name: "timeout", Value: defaultCallTimeout, Usage: callTimeoutUsage},
+	}
+}
+
+// defaultCallTimeout bounds each call that is not a stream: long enough for a cold desktop or a
+// large snapshot, short enough that a dependency that is down is reported rather than waited on.
+const defaultCallTimeout = 5 * time.Minute
+
+// callTimeoutUsage also tells the client's --timeout from a command's own (box exec's).
+const callTimeoutUsage = "give up waiting on the API after this long, saying why (0: wait as long as it takes)"
+
+// callTimeout is the command's --timeout for calls, 0 for none; a command with a --timeout of
+// its own (box exec: how long the command may run) bounds its call itself.
+func callTimeout(c *cli.Context) time.Duration {
+	if c.Command == nil {
+		return 0
+	}
+	for _, f := range c.Command.Flags {
+		if df, ok := f.(*cli.DurationFlag); ok && df.Name == "timeout" && df.Usage == callTimeoutUsage {
+			return c.Duration("timeout")
+		}
+	}
+	return 0
+}
+
+// boundCalls puts the --timeout deadline on every unary call without one; streams (exec output,
+// the desktop, watch) run as long as they are used.
+func boundCalls(d time.Duration) grpc.UnaryClientInterceptor {
+	return func(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if _, ok := ctx.Deadline(); ok || d <= 0 {
+			return invoker(ctx, method, req, reply, cc, opts...)
+		}
+		ctx, cancel := context.WithTimeout(ctx, d)
+		defer cancel()
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && status.Code(err) != codes.Unavailable {
+			// The server had no reason to give in time (it gives one when it has: unavailable).
+			return status.Errorf(codes.DeadlineExceeded, "no answer within --timeout %s; what was asked may still finish on the server", d)
+		}
+		return err
 	}
 }
 
@@ -30,7 +73,7 @@ func dial(c *cli.Context) (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return dialTarget(u, token)
+	return dialTarget(u, token, grpc.WithUnaryInterceptor(boundCalls(callTimeout(c))))
 }
 
 // target is the API endpoint and token the command uses: flags, else the environment, else the
@@ -60,15 +103,15 @@ func target(c *cli.Context) (*url.URL, string, error) {
 	return u, cfg.Token, nil
 }
 
-func dialTarget(u *url.URL, token string) (*grpc.ClientConn, error) {
+func dialTarget(u *url.URL, token string, opts ...grpc.DialOption) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
 	if u.Scheme == "https" {
 		creds = credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS12})
 	}
-	return grpc.NewClient(u.Host,
+	return grpc.NewClient(u.Host, append([]grpc.DialOption{
 		grpc.WithTransportCredentials(creds),
 		grpc.WithPerRPCCredentials(bearerToken{token: token, secure: u.Scheme == "https"}),
-	)
+	}, opts...)...)
 }
 
 // bearerToken sends the API token on every call.

@@ -207,7 +207,11 @@ func (f *fakeAPI) HibernateBox(_ context.Context, r *cbv1.HibernateBoxRequest) (
 	return b, nil
 }
 
-func (f *fakeAPI) SnapshotBox(_ context.Context, r *cbv1.SnapshotBoxRequest) (*cbv1.Snapshot, error) {
+func (f *fakeAPI) SnapshotBox(ctx context.Context, r *cbv1.SnapshotBoxRequest) (*cbv1.Snapshot, error) {
+	if r.GetBox() == "stuck" { // a snapshot that never ends: the caller's deadline must
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
 	if _, err := f.find(r.GetBox()); err != nil {
 		return nil, err
 	}

@@ -46,7 +46,7 @@ func (s *Server) authorize(ctx context.Context, token, route string) (Principal,
 		return Principal{}, cocoonbox.Errorf(cocoonbox.EUnauthorized, "unknown, expired or revoked token")
 	}
 	if err != nil {
-		return Principal{}, &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "cannot check the token now; try again", Err: err}
+		return Principal{}, &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "cannot check the token now: the database (PostgreSQL) is not answering; try again", Err: err}
 	}
 	if err := allowScope(t.Scope, route); err != nil {
 		return Principal{}, err

@@ -26,7 +26,7 @@ var errTokenGone = cocoonbox.Errorf(cocoonbox.EUnauthorized, "the token was revo
 func (s *Server) checkToken(ctx context.Context, id string) error {
 	ok, err := s.store.TokenUsable(ctx, id)
 	if err != nil {
-		return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "cannot check the token now", Err: err}
+		return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "cannot check the token now: the database (PostgreSQL) is not answering", Err: err}
 	}
 	if !ok {
 		return errTokenGone

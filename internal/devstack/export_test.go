@@ -1,6 +1,8 @@
 package devstack
 
 import (
+	"context"
+
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/secrets"
 )
@@ -30,4 +32,20 @@ func ChildPid(d *Dev, name string) int {
 		return d.s3.Pid()
 	}
 	return 0
+}
+
+// StopS3 stops the S3 server and its supervision, as an outage that lasts would; StartS3
+// brings it back, in place, and watches it again.
+func StopS3(d *Dev) error {
+	d.sups["s3"].Close()
+	return d.s3.Stop()
+}
+
+// StartS3 starts the S3 server StopS3 stopped.
+func StartS3(ctx context.Context, d *Dev) error {
+	if err := d.s3.Restart(ctx); err != nil {
+		return err
+	}
+	d.watch("s3", d.s3)
+	return nil
 }

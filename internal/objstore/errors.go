@@ -4,10 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http"
 	"strings"
 
+	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
 	"github.com/aws/smithy-go"
+
+	"github.com/loomhand/cocoonbox"
 )
 
 // ErrNotFound means the object does not exist. Get reports a missing bucket
@@ -24,6 +28,22 @@ var ErrCorrupt = errors.New("object fails its stored checksum")
 // ErrInvalidConfig marks a Config that cannot work, so callers can report it
 // as the user's mistake rather than an outage.
 var ErrInvalidConfig = errors.New("invalid objstore config")
+
+// unavailableClient names the store in every failure to reach it, in one sentence a user can act
+// on, with the domain code EUnavailable (so activities retry it and the API says unavailable);
+// the transport's own error stays in the chain, where the SDK's retryer still recognizes it.
+type unavailableClient struct {
+	inner s3.HTTPClient
+}
+
+func (c unavailableClient) Do(req *http.Request) (*http.Response, error) {
+	resp, err := c.inner.Do(req)
+	if err != nil && req.Context().Err() == nil {
+		err = &cocoonbox.Error{Code: cocoonbox.EUnavailable,
+			Message: fmt.Sprintf("snapshot store (S3 at %s) is not answering", req.URL.Host), Err: err}
+	}
+	return resp, err
+}
 
 // errNoBucket lets EnsureBucket tell "create it" from "cannot reach it".
 var errNoBucket = errors.New("bucket does not exist")

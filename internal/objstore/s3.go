@@ -71,6 +71,10 @@ func NewS3(ctx context.Context, cfg Config, httpClient *http.Client) (*S3, error
 		if httpClient != nil {
 			o.HTTPClient = httpClient
 		}
+		if o.HTTPClient == nil {
+			o.HTTPClient = newHTTPClient()
+		}
+		o.HTTPClient = unavailableClient{inner: o.HTTPClient}
 		if cfg.Endpoint != "" {
 			o.BaseEndpoint = aws.String(cfg.Endpoint)
 		}

@@ -14,6 +14,7 @@ import (
 	"testing/iotest"
 	"time"
 
+	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/objstore"
 	"github.com/loomhand/cocoonbox/internal/s3server"
 )
@@ -238,6 +239,38 @@ func TestS3SurvivesServerRestart(t *testing.T) {
 	}
 	if after.ETag != before.ETag || after.Size != before.Size {
 		t.Errorf("stat after restart: got %+v, want %+v", after, before)
+	}
+}
+
+// TestS3DownIsUnavailable: every call to a store that does not answer fails as EUnavailable with
+// one sentence naming the store, quickly, so callers can say so and retry.
+func TestS3DownIsUnavailable(t *testing.T) {
+	srv := startServer(t, t.TempDir())
+	st := newStore(t, srv.Endpoint())
+	ctx := testCtx(t)
+	if err := st.EnsureBucket(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	host := strings.TrimPrefix(srv.Endpoint(), "http://")
+	for name, call := range map[string]func() error{
+		"check":  func() error { return st.Check(ctx) },
+		"put":    func() error { return st.Put(ctx, "k", strings.NewReader("x"), 1) },
+		"get":    func() error { _, err := st.Get(ctx, "k"); return err },
+		"delete": func() error { return st.Delete(ctx, "k") },
+	} {
+		start := time.Now()
+		err := call()
+		if cocoonbox.ErrorCode(err) != cocoonbox.EUnavailable {
+			t.Errorf("%s: %v, want unavailable", name, err)
+			continue
+		}
+		if want := "snapshot store (S3 at " + host + ") is not answering"; cocoonbox.ErrorMessage(err) != want {
+			t.Errorf("%s: message %q, want %q", name, cocoonbox.ErrorMessage(err), want)
+		}
+		t.Logf("%s failed after %s", name, time.Since(start).Round(time.Millisecond))
 	}
 }
 

@@ -50,9 +50,7 @@ type Server struct {
 	opts     Options // what the child runs with; Addr is the address it got, for Restart
 	log      *slog.Logger
 	child    atomic.Pointer[child] // the process started last
-
-	stopOnce sync.Once
-	stopErr  error
+	stopMu   sync.Mutex            // serializes Stop
 }
 
 // child is one run of the server process.
@@ -61,6 +59,9 @@ type child struct {
 	stdin   io.WriteCloser
 	done    chan struct{}
 	waitErr error // set before done is closed
+
+	stopped bool // Stop has run on it (under Server.stopMu), with stopErr
+	stopErr error
 }
 
 // Start starts the server in a child process and returns once it accepts
@@ -198,26 +199,32 @@ func (s *Server) ExitError() error {
 // Pid is the server process's pid, for a test that kills it.
 func (s *Server) Pid() int { return s.child.Load().cmd.Process.Pid }
 
-// Stop shuts the server down gracefully and waits for it; calling it again
-// returns the first result.
+// Stop shuts the server down gracefully and waits for it; calling it again returns the first
+// result, until a Restart starts a new process for the next Stop to stop.
 func (s *Server) Stop() error {
-	s.stopOnce.Do(func() {
-		c := s.child.Load()
-		_ = c.stdin.Close() // the child's signal to stop
-		select {
-		case <-c.done:
-		case <-time.After(stopTimeout):
-			_ = c.cmd.Process.Kill()
-			<-c.done
-			s.stopErr = errors.New("s3: stop: child did not exit in time and was killed")
-			return
-		}
-		if c.waitErr != nil {
-			s.stopErr = fmt.Errorf("s3: stop: %w", c.waitErr)
-		}
+	s.stopMu.Lock()
+	defer s.stopMu.Unlock()
+	c := s.child.Load()
+	if !c.stopped {
+		c.stopped, c.stopErr = true, c.stop()
 		s.log.Debug("s3 server stopped", "endpoint", s.endpoint)
-	})
-	return s.stopErr
+	}
+	return c.stopErr
+}
+
+func (c *child) stop() error {
+	_ = c.stdin.Close() // the child's signal to stop
+	select {
+	case <-c.done:
+	case <-time.After(stopTimeout):
+		_ = c.cmd.Process.Kill()
+		<-c.done
+		return errors.New("s3: stop: child did not exit in time and was killed")
+	}
+	if c.waitErr != nil {
+		return fmt.Errorf("s3: stop: %w", c.waitErr)
+	}
+	return nil
 }
 
 func (c *child) kill() {

@@ -1,0 +1,98 @@
+package devstack_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/boxsvc"
+	"github.com/loomhand/cocoonbox/internal/config"
+	"github.com/loomhand/cocoonbox/internal/devstack"
+	"github.com/loomhand/cocoonbox/internal/testutil"
+	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
+)
+
+// TestSnapshotWithS3Down is the acceptance check for an outage of the snapshot store: with the
+// S3 server stopped (and not restarted), a snapshot call with a 15 s deadline returns within it,
+// as unavailable, naming S3; the snapshot goes on in its workflow, and once S3 is back its row
+// ends complete or failed, never left uploading, with no multipart upload left behind and the
+// box's last error one line.
+func TestSnapshotWithS3Down(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	d, ctx, owner, _ := newBoxEnv(t, boxConfig(t), 6*time.Minute)
+	id := cocoonbox.NewBoxID()
+	if st, err := d.Boxes.Create(ctx, owner.ID, boxsvc.CreateRequest{ID: id, Name: "outage", Size: cocoonbox.SizeSmall}); err != nil || st.State != cocoonbox.BoxStateRunning {
+		t.Fatalf("create: %+v, %v", st, err)
+	}
+	cli, err := config.LoadCLI(d.Bootstrap().CLIConfig, config.MapEnv(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(strings.TrimPrefix(d.URLs().API, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	boxes := cbv1.NewBoxServiceClient(conn)
+
+	if err := devstack.StopS3(d); err != nil {
+		t.Fatal(err)
+	}
+	const deadline = 15 * time.Second
+	callCtx, cancel := context.WithTimeout(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+cli.Token), deadline)
+	start := time.Now()
+	_, err = boxes.SnapshotBox(callCtx, &cbv1.SnapshotBoxRequest{Box: string(id)})
+	cancel()
+	took := time.Since(start)
+	t.Logf("snapshot with S3 down answered after %s: %v", took.Round(time.Millisecond), err)
+	s3Host := strings.TrimPrefix(d.URLs().S3, "http://")
+	if status.Code(err) != codes.Unavailable || !strings.Contains(status.Convert(err).Message(), "snapshot store (S3 at "+s3Host+") is not answering") {
+		t.Fatalf("snapshot with S3 down: %v; want unavailable naming S3 at %s", err, s3Host)
+	}
+	if took > deadline {
+		t.Errorf("answered after %s, past the call's %s deadline", took, deadline)
+	}
+
+	if err := devstack.StartS3(ctx, d); err != nil {
+		t.Fatal(err)
+	}
+	var ended, seen string
+	testutil.Eventually(t, 4*time.Minute, "the snapshot to end complete or failed", func() bool {
+		rows, err := d.Store.ListSnapshots(ctx, id)
+		if err != nil || len(rows) != 1 {
+			seen = fmt.Sprintf("rows %v, %v", rows, err)
+			return false
+		}
+		ended = string(rows[0].State)
+		seen = ended
+		return rows[0].State != cocoonbox.SnapshotUploading
+	}, &seen)
+	testutil.Eventually(t, time.Minute, "the box to be running again", func() bool {
+		st, err := d.Boxes.Get(ctx, owner.ID, id)
+		seen = string(st.State)
+		return err == nil && st.State == cocoonbox.BoxStateRunning
+	}, &seen)
+	st, err := d.Boxes.Get(ctx, owner.ID, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(st.LastError, "\n") || len(st.LastError) > 300 {
+		t.Errorf("last error is not one line: %q", st.LastError)
+	}
+	left, err := d.Blobs.ListIncomplete(ctx, "boxes/")
+	if err != nil || len(left) != 0 {
+		t.Errorf("multipart uploads left: %v, %v", left, err)
+	}
+	t.Logf("snapshot ended %s; last error %q", ended, st.LastError)
+}
