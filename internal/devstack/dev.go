@@ -73,7 +73,7 @@ type Dev struct {
 	// Boxes creates and drives boxes through their workflows (the API's service layer).
 	Boxes  *boxsvc.Service
 	worker sdkworker.Worker
-	// stopHooks stops the webhook dispatcher and waits for it.
+	// stopHooks stops the webhook dispatcher and the reconciler and waits for them.
 	stopHooks func()
 	// agentMu guards cfg.Agent, which the worker reads at each agent step.
 	agentMu sync.Mutex

@@ -3,6 +3,7 @@ package devstack_test
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -14,10 +15,13 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/activities"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/devstack"
+	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/internal/testutil"
+	"github.com/loomhand/cocoonbox/internal/worker"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
 
@@ -95,4 +99,42 @@ func TestSnapshotWithS3Down(t *testing.T) {
 		t.Errorf("multipart uploads left: %v, %v", left, err)
 	}
 	t.Logf("snapshot ended %s; last error %q", ended, st.LastError)
+}
+
+// TestReconcileStaleUploads: a snapshot row left uploading with no workflow working on it (as a
+// stack killed between the row's write and the workflow's start leaves it) is marked failed by
+// the reconciler, once it is older than the grace period and not before; a complete snapshot of
+// the same box is untouched.
+func TestReconcileStaleUploads(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	d, ctx, owner, _ := newBoxEnv(t, boxConfig(t), 3*time.Minute)
+	id := cocoonbox.NewBoxID()
+	if _, err := d.Boxes.Create(ctx, owner.ID, boxsvc.CreateRequest{ID: id, Name: "stale", Size: cocoonbox.SizeSmall}); err != nil {
+		t.Fatal(err)
+	}
+	good, err := d.Boxes.Snapshot(ctx, owner.ID, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	orphan, err := d.Store.BeginSnapshot(ctx, store.NewSnapshot{ID: "sn_00000000000000aa", BoxID: id,
+		ObjectKey: activities.SnapshotObjectKey(id, "sn_00000000000000aa")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := &worker.Reconciler{Temporal: d.Temporal, Store: d.Store, Logger: slog.New(slog.DiscardHandler)}
+	if n, err := rec.Once(ctx); err != nil || n != 0 {
+		t.Fatalf("reconcile within the grace period: %d, %v; want nothing settled", n, err)
+	}
+	rec.Now = func() time.Time { return time.Now().Add(time.Hour) }
+	if n, err := rec.Once(ctx); err != nil || n != 1 {
+		t.Fatalf("reconcile: %d, %v; want the orphan settled", n, err)
+	}
+	for want, sid := range map[cocoonbox.SnapshotState]string{cocoonbox.SnapshotFailed: orphan.ID, cocoonbox.SnapshotComplete: good.Snapshot.ID} {
+		s, err := d.Store.SnapshotByID(ctx, sid)
+		if err != nil || s.State != want {
+			t.Errorf("snapshot %s: %s, %v; want %s", sid, s.State, err, want)
+		}
+	}
 }

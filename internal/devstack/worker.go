@@ -40,8 +40,11 @@ func (d *Dev) startWorker() error {
 		return fmt.Errorf("worker: %w", err)
 	}
 	d.worker = w
-	d.stopHooks = worker.StartDispatcher(&worker.Dispatcher{Temporal: d.Temporal, Store: d.Store,
+	hooks := worker.StartDispatcher(&worker.Dispatcher{Temporal: d.Temporal, Store: d.Store,
 		RetryFirst: d.cfg.Webhooks.RetryFirst, Logger: d.log.With("component", "webhooks")})
+	rec := worker.StartReconciler(&worker.Reconciler{Temporal: d.Temporal, Store: d.Store,
+		Logger: d.log.With("component", "reconciler")})
+	d.stopHooks = func() { rec(); hooks() }
 	return nil
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/loomhand/cocoonbox"
 )
@@ -162,6 +163,18 @@ func (q *Queries) ListSnapshots(ctx context.Context, boxID cocoonbox.BoxID) ([]c
 		`SELECT `+snapshotColumns+` FROM snapshots WHERE box_id = $1 ORDER BY created_at DESC, id DESC`, boxID)
 	if err != nil {
 		return nil, fmt.Errorf("list snapshots of box %s: %w", boxID, err)
+	}
+	return snaps, nil
+}
+
+// StaleUploads returns the snapshots still uploading that began before before, oldest first, at
+// most limit: the ones a reconciler checks for a workflow still working on them.
+func (q *Queries) StaleUploads(ctx context.Context, before time.Time, limit int) ([]cocoonbox.Snapshot, error) {
+	snaps, err := q.listSnapshots(ctx,
+		`SELECT `+snapshotColumns+` FROM snapshots WHERE state = 'uploading' AND created_at < $1
+		 ORDER BY created_at, id LIMIT $2`, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list stale uploads: %w", err)
 	}
 	return snaps, nil
 }

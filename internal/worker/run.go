@@ -19,7 +19,7 @@ import (
 // Running is a worker started from a config.Worker with the connections it opened.
 type Running struct {
 	w     sdkworker.Worker
-	hooks func() // stops the webhook dispatcher
+	hooks func() // stops the webhook dispatcher and the reconciler
 	st    *store.Store
 	tc    client.Client
 }
@@ -67,7 +67,8 @@ func Start(ctx context.Context, cfg config.Worker, logger *slog.Logger) (_ *Runn
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	hooks := StartDispatcher(&Dispatcher{Temporal: tc, Store: st, RetryFirst: cfg.Webhooks.RetryFirst, Logger: logger.With("component", "webhooks")})
-	return &Running{w: w, hooks: hooks, st: st, tc: tc}, nil
+	rec := StartReconciler(&Reconciler{Temporal: tc, Store: st, Logger: logger.With("component", "reconciler")})
+	return &Running{w: w, hooks: func() { rec(); hooks() }, st: st, tc: tc}, nil
 }
 
 // Stop stops polling, waits for running activities to return (a killed worker's are retried

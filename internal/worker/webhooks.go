@@ -33,13 +33,7 @@ type Dispatcher struct {
 
 // StartDispatcher runs d until the returned func, which waits for it to stop.
 func StartDispatcher(d *Dispatcher) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		d.Run(ctx)
-	}()
-	return func() { cancel(); <-done }
+	return runLoop(d.Run)
 }
 
 // Run dispatches until ctx ends.
