@@ -57,6 +57,10 @@ bench: deps image ## run the benchmarks (dev stack, local engine on gVisor) and 
 	./scripts/benchtable.sh < bench.out > docs/benchmarks.md
 	@echo "wrote docs/benchmarks.md"
 
+chaos: deps image ## kill each managed part inside each box operation (TestChaos) and write docs/reliability.md
+	cd internal/devstack && $(GO) test -count=1 -run '^TestChaos$$' -timeout 20m . -args -chaos-report=$(CURDIR)/docs/reliability.md
+	@echo "wrote docs/reliability.md"
+
 fuzz: ## run every fuzz target (func FuzzXxx) for FUZZTIME (60s) each, one at a time; fails on a crash
 	GO='$(GO)' FUZZTIME='$(FUZZTIME)' ./scripts/fuzz.sh
 
