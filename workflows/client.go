@@ -152,39 +152,44 @@ func withAnswerMargin(ctx context.Context) (context.Context, context.CancelFunc)
 }
 
 // pendingError explains an update that had not finished by the caller's deadline, from the
-// failures Temporal keeps for the activities the box (and its child workflows, such as a
-// snapshot's) are retrying.
+// failure the box's workflow (or a child of it, such as a snapshot's) is retrying.
 func pendingError(ctx context.Context, c client.Client, id cocoonbox.BoxID, name string) error {
-	still := &cocoonbox.Error{Code: cocoonbox.EUnavailable,
-		Message: fmt.Sprintf("the %s of box %s has not finished in the time given; it goes on (box show says when it is done)", name, id)}
-	desc, err := c.DescribeWorkflowExecution(ctx, BoxWorkflowID(id), "")
-	if err != nil {
-		return still
-	}
-	failure := lastFailure(desc.GetPendingActivities())
-	for _, ch := range desc.GetPendingChildren() {
-		if failure != "" {
-			break
-		}
-		if cd, err := c.DescribeWorkflowExecution(ctx, ch.GetWorkflowId(), ch.GetRunId()); err == nil {
-			failure = lastFailure(cd.GetPendingActivities())
-		}
-	}
+	failure, _ := Retrying(ctx, c, id)
 	if failure == "" {
-		return still
+		return &cocoonbox.Error{Code: cocoonbox.EUnavailable,
+			Message: fmt.Sprintf("the %s of box %s has not finished in the time given; it goes on (box show says when it is done)", name, id)}
 	}
 	return &cocoonbox.Error{Code: cocoonbox.EUnavailable,
 		Message: fmt.Sprintf("%s; the %s goes on and is retried", failure, name)}
 }
 
-// lastFailure is the message of the first failure a pending activity is being retried after.
-func lastFailure(pending []*workflowpb.PendingActivityInfo) string {
-	for _, pa := range pending {
-		if f := pa.GetLastFailure(); f != nil && f.GetMessage() != "" {
-			return reason(errors.New(f.GetMessage()))
+// PendingActivities returns the activities the box's workflow and its running child workflows
+// (a snapshot's) have scheduled or started, as Temporal describes them; nil when Temporal
+// cannot say now.
+func PendingActivities(ctx context.Context, c client.Client, id cocoonbox.BoxID) []*workflowpb.PendingActivityInfo {
+	desc, err := c.DescribeWorkflowExecution(ctx, BoxWorkflowID(id), "")
+	if err != nil {
+		return nil
+	}
+	pending := desc.GetPendingActivities()
+	for _, ch := range desc.GetPendingChildren() {
+		if cd, err := c.DescribeWorkflowExecution(ctx, ch.GetWorkflowId(), ch.GetRunId()); err == nil {
+			pending = append(pending, cd.GetPendingActivities()...)
 		}
 	}
-	return ""
+	return pending
+}
+
+// Retrying is what the box's workflow is trying again: the last failure, in one line, of the
+// first pending activity past its first try, and that try's number. "" when nothing is retried
+// (or Temporal cannot say now).
+func Retrying(ctx context.Context, c client.Client, id cocoonbox.BoxID) (string, int32) {
+	for _, pa := range PendingActivities(ctx, c, id) {
+		if f := pa.GetLastFailure(); f != nil && f.GetMessage() != "" && pa.GetAttempt() > 1 {
+			return reason(errors.New(f.GetMessage())), pa.GetAttempt()
+		}
+	}
+	return "", 0
 }
 
 // GetStatus returns the box's status from its workflow's query, which writes no history.

@@ -162,20 +162,14 @@ func (s *Service) Get(ctx context.Context, caller string, id cocoonbox.BoxID) (V
 	return v, nil
 }
 
-// waiting is what the box's workflow is trying again, from Temporal's view of its pending
-// activities: the last failure of one past its first try. "" when nothing is retried (or
-// Temporal cannot say now).
+// waiting is what the box's workflow is trying again, with the try it is on; "" when nothing
+// is retried (or Temporal cannot say now).
 func (s *Service) waiting(ctx context.Context, id cocoonbox.BoxID) string {
-	d, err := s.Temporal.DescribeWorkflowExecution(ctx, workflows.BoxWorkflowID(id), "")
-	if err != nil {
+	failure, attempt := workflows.Retrying(ctx, s.Temporal, id)
+	if failure == "" {
 		return ""
 	}
-	for _, a := range d.GetPendingActivities() {
-		if f := a.GetLastFailure(); f != nil && a.GetAttempt() > 1 {
-			return fmt.Sprintf("%s (try %d)", f.GetMessage(), a.GetAttempt())
-		}
-	}
-	return ""
+	return fmt.Sprintf("%s (try %d)", failure, attempt)
 }
 
 // List returns the caller's boxes and those shared with the caller, newest first, from their

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
+	"go.temporal.io/sdk/client"
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
@@ -188,7 +189,7 @@ func (c *chaosBox) runCell(ctx context.Context, t *testing.T, cell chaosCell) {
 			t.Fatal("the kill point never came")
 		case <-time.After(20 * time.Millisecond):
 		}
-		if c.activityStarted(ctx, target, cell.activity) {
+		if activityStarted(ctx, c.d.Temporal, target, cell.activity) {
 			c.kill(t, cell.part)
 			killed = true
 		}
@@ -283,18 +284,8 @@ func (c *chaosBox) complete(ctx context.Context, t *testing.T) int {
 
 // activityStarted reports whether an activity named name has started for the box: on its
 // workflow or on a child of it (a snapshot's).
-func (c *chaosBox) activityStarted(ctx context.Context, box cocoonbox.BoxID, name string) bool {
-	desc, err := c.d.Temporal.DescribeWorkflowExecution(ctx, workflows.BoxWorkflowID(box), "")
-	if err != nil {
-		return false
-	}
-	pending := desc.GetPendingActivities()
-	for _, ch := range desc.GetPendingChildren() {
-		if cd, err := c.d.Temporal.DescribeWorkflowExecution(ctx, ch.GetWorkflowId(), ch.GetRunId()); err == nil {
-			pending = append(pending, cd.GetPendingActivities()...)
-		}
-	}
-	for _, pa := range pending {
+func activityStarted(ctx context.Context, tc client.Client, box cocoonbox.BoxID, name string) bool {
+	for _, pa := range workflows.PendingActivities(ctx, tc, box) {
 		if pa.GetActivityType().GetName() == name && pa.GetState() == enumspb.PENDING_ACTIVITY_STATE_STARTED {
 			return true
 		}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -258,27 +259,37 @@ func getHealth(t *testing.T, d *devstack.Dev) api.HealthReport {
 
 func readHealth(t *testing.T, base, token string) api.HealthReport {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, base+"/healthz", nil)
+	rep, ok, body, err := fetchHealth(base, token)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if !ok {
+		t.Fatalf("healthz: %s", body)
+	}
+	return rep
+}
+
+// fetchHealth reads /healthz, as an operator when token is set: its report, whether it says ok,
+// and the raw body.
+func fetchHealth(base, token string) (api.HealthReport, bool, string, error) {
+	var rep api.HealthReport
+	req, err := http.NewRequest(http.MethodGet, base+"/healthz", nil)
+	if err != nil {
+		return rep, false, "", err
 	}
 	if token != "" {
 		req.Header.Set("Authorization", "Bearer "+token)
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		t.Fatal(err)
+		return rep, false, "", err
 	}
 	defer resp.Body.Close()
-	var rep api.HealthReport
 	body, _ := io.ReadAll(resp.Body)
 	if err := json.NewDecoder(bytes.NewReader(body)).Decode(&rep); err != nil {
-		t.Fatalf("healthz body %q: %v", body, err)
+		return rep, false, "", fmt.Errorf("healthz %d body %q: %v", resp.StatusCode, body, err)
 	}
-	if resp.StatusCode != http.StatusOK || rep.Status != "ok" {
-		t.Fatalf("healthz %d: %s", resp.StatusCode, body)
-	}
-	return rep
+	return rep, resp.StatusCode == http.StatusOK && rep.Status == "ok", fmt.Sprintf("%d %s", resp.StatusCode, body), nil
 }
 
 func whoami(t *testing.T, cli config.CLI) string {

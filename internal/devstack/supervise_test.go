@@ -2,15 +2,10 @@ package devstack_test
 
 import (
 	"context"
-	"encoding/json"
-	"fmt"
-	"io"
-	"net/http"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/loomhand/cocoonbox/internal/api"
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/devstack"
 	"github.com/loomhand/cocoonbox/internal/testutil"
@@ -42,7 +37,10 @@ func TestKilledChildrenComeBack(t *testing.T) {
 			killed := time.Now()
 			var seen string
 			testutil.Eventually(t, 10*time.Second, "healthz ok and "+name+" working again", func() bool {
-				ok, body := health(d.URLs().API, cli.Token)
+				_, ok, body, err := fetchHealth(d.URLs().API, cli.Token)
+				if err != nil {
+					body = err.Error()
+				}
 				seen = body
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				defer cancel()
@@ -63,24 +61,4 @@ func TestKilledChildrenComeBack(t *testing.T) {
 		t.Fatalf("the stack stopped: %v", d.Err())
 	default:
 	}
-}
-
-// health reads /healthz as an operator: whether it is ok, and its body.
-func health(base, token string) (bool, string) {
-	req, err := http.NewRequest(http.MethodGet, base+"/healthz", nil)
-	if err != nil {
-		return false, err.Error()
-	}
-	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return false, err.Error()
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	var rep api.HealthReport
-	if err := json.Unmarshal(body, &rep); err != nil {
-		return false, fmt.Sprintf("%d %q", resp.StatusCode, body)
-	}
-	return resp.StatusCode == http.StatusOK && rep.Status == "ok", string(body)
 }

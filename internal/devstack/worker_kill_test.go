@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
-
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/agentvm/model/modeltest"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
@@ -18,7 +16,6 @@ import (
 	"github.com/loomhand/cocoonbox/internal/devstack"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/testutil"
-	"github.com/loomhand/cocoonbox/workflows"
 )
 
 // TestWakeSurvivesKilledWorker is the acceptance check for a worker lost mid-operation: the
@@ -71,15 +68,7 @@ func TestWakeSurvivesKilledWorker(t *testing.T) {
 			t.Fatal("the Wake activity never started")
 		case <-time.After(10 * time.Millisecond):
 		}
-		desc, err := d.Temporal.DescribeWorkflowExecution(ctx, workflows.BoxWorkflowID(id), "")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, pa := range desc.GetPendingActivities() {
-			if pa.GetActivityType().GetName() == "Wake" && pa.GetState() == enumspb.PENDING_ACTIVITY_STATE_STARTED {
-				started = true
-			}
-		}
+		started = activityStarted(ctx, d.Temporal, id, "Wake")
 	}
 	first.kill()
 	t.Logf("killed the worker with the Wake activity started")
