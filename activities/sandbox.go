@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
+	"strings"
 	"time"
 
 	"go.temporal.io/sdk/activity"
@@ -76,6 +78,19 @@ type RenewResult struct {
 // ClaimRef is the claim_ref of a box's attempt-th claim.
 func ClaimRef(boxID cocoonbox.BoxID, attempt int) string {
 	return fmt.Sprintf("%s/%d", boxID, attempt)
+}
+
+// ClaimRefBox is the box a claim_ref made by ClaimRef names; false for any other reference (a
+// claim another control plane made on a shared engine, or none).
+func ClaimRefBox(ref string) (cocoonbox.BoxID, bool) {
+	box, attempt, ok := strings.Cut(ref, "/")
+	if !ok || cocoonbox.BoxID(box).Validate() != nil {
+		return "", false
+	}
+	if n, err := strconv.Atoi(attempt); err != nil || n < 1 {
+		return "", false
+	}
+	return cocoonbox.BoxID(box), true
 }
 
 // Claim gets a sandbox for the box, adopting the one an earlier try of the same attempt made, and

@@ -136,3 +136,17 @@ func TestWaitReadyWritesCredential(t *testing.T) {
 		t.Fatalf("without credentials: %v, execs %+v; want one more, the probe", err, execs)
 	}
 }
+
+// TestClaimRefBox: only a claim_ref ClaimRef makes names a box, so the reconciler never judges
+// a sandbox someone else claimed.
+func TestClaimRefBox(t *testing.T) {
+	box := cocoonbox.NewBoxID()
+	if got, ok := ClaimRefBox(ClaimRef(box, 3)); !ok || got != box {
+		t.Errorf("ClaimRefBox(ClaimRef(%s, 3)) = %q, %v", box, got, ok)
+	}
+	for _, ref := range []string{"", string(box), string(box) + "/0", string(box) + "/x", "other/1", string(box) + "/1/2"} {
+		if got, ok := ClaimRefBox(ref); ok {
+			t.Errorf("ClaimRefBox(%q) = %q, want not ours", ref, got)
+		}
+	}
+}

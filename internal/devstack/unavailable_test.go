@@ -19,6 +19,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/devstack"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/internal/testutil"
 	"github.com/loomhand/cocoonbox/internal/worker"
@@ -124,17 +125,73 @@ func TestReconcileStaleUploads(t *testing.T) {
 		t.Fatal(err)
 	}
 	rec := &worker.Reconciler{Temporal: d.Temporal, Store: d.Store, Logger: slog.New(slog.DiscardHandler)}
-	if n, err := rec.Once(ctx); err != nil || n != 0 {
-		t.Fatalf("reconcile within the grace period: %d, %v; want nothing settled", n, err)
+	if n, err := rec.Once(ctx); err != nil || n.Snapshots != 0 {
+		t.Fatalf("reconcile within the grace period: %+v, %v; want nothing settled", n, err)
 	}
 	rec.Now = func() time.Time { return time.Now().Add(time.Hour) }
-	if n, err := rec.Once(ctx); err != nil || n != 1 {
-		t.Fatalf("reconcile: %d, %v; want the orphan settled", n, err)
+	if n, err := rec.Once(ctx); err != nil || n.Snapshots != 1 {
+		t.Fatalf("reconcile: %+v, %v; want the orphan settled", n, err)
 	}
 	for want, sid := range map[cocoonbox.SnapshotState]string{cocoonbox.SnapshotFailed: orphan.ID, cocoonbox.SnapshotComplete: good.Snapshot.ID} {
 		s, err := d.Store.SnapshotByID(ctx, sid)
 		if err != nil || s.State != want {
 			t.Errorf("snapshot %s: %s, %v; want %s", sid, s.State, err, want)
 		}
+	}
+}
+
+// TestReconcileOrphanSandboxes: sandboxes claimed for our boxes that no box holds (one under an
+// earlier attempt of a live box, as a claim whose answer was lost leaves it; one for a box that
+// does not exist, as a delete killed before its release leaves it) are released by the
+// reconciler once past the grace period and not before; the box's own sandbox and a sandbox
+// claimed under someone else's reference are untouched, and the box still runs commands.
+func TestReconcileOrphanSandboxes(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	d, ctx, owner, eng := newBoxEnv(t, boxConfig(t), 3*time.Minute)
+	id := cocoonbox.NewBoxID()
+	if _, err := d.Boxes.Create(ctx, owner.ID, boxsvc.CreateRequest{ID: id, Name: "orphans", Size: cocoonbox.SizeSmall}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := d.Boxes.Get(ctx, owner.ID, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	claim := func(ref string) string {
+		c, err := eng.Claim(ctx, sandbox.ClaimRequest{Template: "base", Size: sandbox.SizeSmall, ClaimRef: ref})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = eng.Release(context.Background(), sandbox.SandboxRef{ID: c.ID}) })
+		return c.ID
+	}
+	lost := claim(string(id) + "/99")
+	gone := claim(string(cocoonbox.NewBoxID()) + "/1")
+	foreign := claim("another-control-plane/1")
+
+	rec := &worker.Reconciler{Temporal: d.Temporal, Store: d.Store, Engine: eng, Logger: slog.New(slog.DiscardHandler)}
+	if n, err := rec.Once(ctx); err != nil || n.Sandboxes != 0 {
+		t.Fatalf("reconcile within the grace period: %+v, %v; want nothing released", n, err)
+	}
+	rec.Now = func() time.Time { return time.Now().Add(time.Hour) }
+	if n, err := rec.Once(ctx); err != nil || n.Sandboxes != 2 {
+		t.Fatalf("reconcile: %+v, %v; want the two orphans released", n, err)
+	}
+	rows, err := eng.List(ctx, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := map[string]bool{}
+	for _, r := range rows {
+		left[r.ID] = true
+	}
+	for sid, want := range map[string]bool{st.SandboxID: true, foreign: true, lost: false, gone: false} {
+		if left[sid] != want {
+			t.Errorf("sandbox %s still on the engine: %v, want %v", sid, left[sid], want)
+		}
+	}
+	if out := mustExec(ctx, t, eng, sandboxRef(ctx, t, eng, st.SandboxID), "echo alive"); strings.TrimSpace(out) != "alive" {
+		t.Errorf("the box after reconcile: %q", out)
 	}
 }

@@ -3,6 +3,7 @@ package worker
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -10,25 +11,36 @@ import (
 	"go.temporal.io/api/serviceerror"
 	"go.temporal.io/sdk/client"
 
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/activities"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/workflows"
 )
 
-// Reconciler finds rows a crash left in a transient state and settles them from Temporal, the
-// record of what is still under way: a snapshot row still uploading whose snapshot workflow is
-// no longer running (a worker or the whole stack killed at the wrong moment, a workflow
-// terminated by an operator) is marked failed, and retention then removes what it wrote, its
-// multipart uploads included. It runs at start and then every Every.
+// Reconciler finds what a crash left half done and settles it from Temporal, the record of what
+// is still under way. A snapshot row still uploading whose snapshot workflow is no longer running
+// (a worker or the whole stack killed at the wrong moment, a workflow terminated by an operator)
+// is marked failed, and retention then removes what it wrote, its multipart uploads included. A
+// sandbox claimed for one of our boxes that neither the box's row nor its workflow holds (a claim
+// whose answer was lost and a later attempt claimed again, a delete killed after the row and
+// before the release) is released, rather than left running until its lease ends. It runs at
+// start and then every Every.
 type Reconciler struct {
 	Temporal client.Client
 	Store    *store.Store
+	// Engine is the sandbox engine whose sandboxes are checked; nil checks none.
+	Engine sandbox.Client
 	// Every is how often it looks; 0 is five minutes.
 	Every time.Duration
 	// Grace is how old an upload must be before it is looked at; 0 is two minutes, so a snapshot
 	// just begun, whose workflow Temporal is starting, is never settled under it.
-	Grace  time.Duration
-	Logger *slog.Logger
-	Now    func() time.Time
+	Grace time.Duration
+	// SandboxGrace is how long ago a sandbox must have been claimed before it is looked at; 0 is
+	// ten minutes, longer than a claim takes to reach the box's row.
+	SandboxGrace time.Duration
+	Logger       *slog.Logger
+	Now          func() time.Time
 }
 
 // reconcileBatch bounds the rows one pass reads.
@@ -61,8 +73,8 @@ func (r *Reconciler) Run(ctx context.Context) {
 	for {
 		if n, err := r.Once(ctx); err != nil && ctx.Err() == nil {
 			r.Logger.Warn("reconcile", "error", err)
-		} else if n > 0 {
-			r.Logger.Info("reconciled rows left in a transient state", "snapshots", n)
+		} else if n != (Settled{}) {
+			r.Logger.Info("reconciled what a crash left half done", "snapshots", n.Snapshots, "sandboxes", n.Sandboxes)
 		}
 		select {
 		case <-ctx.Done():
@@ -72,16 +84,38 @@ func (r *Reconciler) Run(ctx context.Context) {
 	}
 }
 
-// Once settles the stale uploads of one pass and returns how many it marked failed.
-func (r *Reconciler) Once(ctx context.Context) (int, error) {
-	now, grace := time.Now, r.Grace
-	if r.Now != nil {
-		now = r.Now
+// Settled counts what one pass settled.
+type Settled struct {
+	Snapshots int // rows marked failed
+	Sandboxes int // sandboxes released
+}
+
+// Once makes one pass and returns what it settled. An error stops the pass: what it did not
+// reach is left for the next.
+func (r *Reconciler) Once(ctx context.Context) (Settled, error) {
+	var n Settled
+	var err error
+	if n.Snapshots, err = r.uploads(ctx); err != nil {
+		return n, err
 	}
+	n.Sandboxes, err = r.sandboxes(ctx)
+	return n, err
+}
+
+func (r *Reconciler) now() time.Time {
+	if r.Now != nil {
+		return r.Now()
+	}
+	return time.Now()
+}
+
+// uploads marks failed the stale uploads no workflow works on and returns how many.
+func (r *Reconciler) uploads(ctx context.Context) (int, error) {
+	grace := r.Grace
 	if grace <= 0 {
 		grace = 2 * time.Minute
 	}
-	rows, err := r.Store.StaleUploads(ctx, now().Add(-grace), reconcileBatch)
+	rows, err := r.Store.StaleUploads(ctx, r.now().Add(-grace), reconcileBatch)
 	if err != nil {
 		return 0, err
 	}
@@ -102,6 +136,77 @@ func (r *Reconciler) Once(ctx context.Context) (int, error) {
 			"snapshot", s.ID, "box", s.BoxID, "began", s.CreatedAt)
 	}
 	return failed, nil
+}
+
+// sandboxes releases the engine's sandboxes claimed for one of our boxes that the box no longer
+// holds and returns how many. A sandbox is kept while the box's row names it, while the box's
+// workflow holds it (its row not yet written) or is in the middle of an operation (a claim whose
+// answer it has not yet seen), and while it is younger than the grace period. Sandboxes claimed
+// under another reference are not ours to judge and are left to their lease.
+func (r *Reconciler) sandboxes(ctx context.Context) (int, error) {
+	if r.Engine == nil {
+		return 0, nil
+	}
+	grace := r.SandboxGrace
+	if grace <= 0 {
+		grace = 10 * time.Minute
+	}
+	rows, err := r.Engine.List(ctx, "")
+	if err != nil {
+		return 0, fmt.Errorf("list the engine's sandboxes: %w", err)
+	}
+	released := 0
+	for _, sb := range rows {
+		box, ours := activities.ClaimRefBox(sb.ClaimRef)
+		if !ours || sb.ClaimedAt.IsZero() || r.now().Sub(sb.ClaimedAt) < grace {
+			continue
+		}
+		held, err := r.holds(ctx, box, sb.ID)
+		if err != nil {
+			return released, err
+		}
+		if held {
+			continue
+		}
+		if err := r.Engine.Release(ctx, sandbox.SandboxRef{ID: sb.ID}); err != nil {
+			return released, fmt.Errorf("release sandbox %s: %w", sb.ID, err)
+		}
+		released++
+		r.Logger.Warn("sandbox claimed for a box that does not hold it: released",
+			"sandbox", sb.ID, "box", box, "claim_ref", sb.ClaimRef, "claimed", sb.ClaimedAt)
+	}
+	return released, nil
+}
+
+// holds reports whether box has, or may be about to have, the sandbox id: its row names it, or
+// its workflow runs and either names it or has work under way.
+func (r *Reconciler) holds(ctx context.Context, box cocoonbox.BoxID, id string) (bool, error) {
+	row, err := r.Store.BoxByID(ctx, box)
+	switch {
+	case errors.Is(err, store.ErrNotFound):
+	case err != nil:
+		return false, err
+	case row.DeletedAt == nil && row.SandboxID == id:
+		return true, nil
+	}
+	desc, err := r.Temporal.DescribeWorkflowExecution(ctx, workflows.BoxWorkflowID(box), "")
+	if _, ok := errors.AsType[*serviceerror.NotFound](err); ok {
+		return false, nil
+	}
+	if err != nil {
+		return false, err // Temporal cannot say: keep it for the next pass
+	}
+	if desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
+		return false, nil
+	}
+	if len(desc.GetPendingActivities()) > 0 || len(desc.GetPendingChildren()) > 0 {
+		return true, nil
+	}
+	st, err := workflows.GetStatus(ctx, r.Temporal, box)
+	if err != nil {
+		return false, err
+	}
+	return st.SandboxID == id, nil
 }
 
 // running reports whether the workflow id has a run that is still going.

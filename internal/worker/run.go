@@ -56,8 +56,9 @@ func Start(ctx context.Context, cfg config.Worker, logger *slog.Logger) (_ *Runn
 		tc.Close()
 		return nil, fmt.Errorf("s3: %w", err)
 	}
+	engine := sandbox.NewHTTP(cfg.Sandbox.URL, cfg.Sandbox.Token, nil)
 	w := New(Options{
-		Temporal: tc, Store: st, Sandbox: sandbox.NewHTTP(cfg.Sandbox.URL, cfg.Sandbox.Token, nil),
+		Temporal: tc, Store: st, Sandbox: engine,
 		Keys: keys, Template: cfg.Template, Blobs: blobs,
 		UploadRate: int64(cfg.SnapshotUploadMiBps) << 20, Gateway: StaticGateway(cfg.Agent),
 		Logger: logger.With("component", "worker"), WebhooksAllowPrivate: cfg.Webhooks.AllowPrivate,
@@ -67,7 +68,7 @@ func Start(ctx context.Context, cfg config.Worker, logger *slog.Logger) (_ *Runn
 		return nil, fmt.Errorf("worker: %w", err)
 	}
 	hooks := StartDispatcher(&Dispatcher{Temporal: tc, Store: st, RetryFirst: cfg.Webhooks.RetryFirst, Logger: logger.With("component", "webhooks")})
-	rec := StartReconciler(&Reconciler{Temporal: tc, Store: st, Logger: logger.With("component", "reconciler")})
+	rec := StartReconciler(&Reconciler{Temporal: tc, Store: st, Engine: engine, Logger: logger.With("component", "reconciler")})
 	return &Running{w: w, hooks: func() { rec(); hooks() }, st: st, tc: tc}, nil
 }
 
