@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -24,6 +25,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/testutil"
 	"github.com/loomhand/cocoonbox/internal/worker"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
+	"github.com/loomhand/cocoonbox/workflows"
 )
 
 // TestSnapshotWithS3Down is the acceptance check for an outage of the snapshot store: with the
@@ -193,5 +195,71 @@ func TestReconcileOrphanSandboxes(t *testing.T) {
 	}
 	if out := mustExec(ctx, t, eng, sandboxRef(ctx, t, eng, st.SandboxID), "echo alive"); strings.TrimSpace(out) != "alive" {
 		t.Errorf("the box after reconcile: %q", out)
+	}
+}
+
+// TestReconcileBoxRows: a box row left in a transient state its workflow is not in is set from
+// the workflow once past the grace period and not before: an idle workflow's state is written
+// back; a box whose workflow was terminated is failed, naming why, or deleted when it was being
+// deleted.
+func TestReconcileBoxRows(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	d, ctx, owner, eng := newBoxEnv(t, boxConfig(t), 3*time.Minute)
+	create := func(name string, row cocoonbox.BoxState, terminate bool) cocoonbox.BoxID {
+		id := cocoonbox.NewBoxID()
+		if _, err := d.Boxes.Create(ctx, owner.ID, boxsvc.CreateRequest{ID: id, Name: name, Size: cocoonbox.SizeSmall}); err != nil {
+			t.Fatal(err)
+		}
+		if terminate {
+			if err := d.Temporal.TerminateWorkflow(ctx, workflows.BoxWorkflowID(id), "", "test: an operator ended it"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := d.Store.SetBoxState(ctx, id, row, "", ""); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	idle := create("idle", cocoonbox.BoxStateWaking, false)
+	ended := create("ended", cocoonbox.BoxStateHibernating, true)
+	deleting := create("deleting", cocoonbox.BoxStateDeleting, true)
+	before, err := d.Store.BoxByID(ctx, idle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deleted, err := d.Store.BoxByID(ctx, deleting)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	rec := &worker.Reconciler{Temporal: d.Temporal, Store: d.Store, Engine: eng, Logger: slog.New(slog.DiscardHandler)}
+	if n, err := rec.Once(ctx); err != nil || n.Boxes != 0 {
+		t.Fatalf("reconcile within the grace period: %+v, %v; want nothing settled", n, err)
+	}
+	rec.Now = func() time.Time { return time.Now().Add(time.Hour) }
+	if n, err := rec.Once(ctx); err != nil || n.Boxes != 3 || n.Sandboxes != 1 {
+		t.Fatalf("reconcile: %+v, %v; want the three rows settled and the deleted box's sandbox released", n, err)
+	}
+	if rows, err := eng.List(ctx, ""); err != nil || slices.ContainsFunc(rows, func(s sandbox.Sandbox) bool { return s.ID == deleted.SandboxID }) {
+		t.Errorf("the deleted box's sandbox %s is still on the engine: %v", deleted.SandboxID, err)
+	}
+	want := map[cocoonbox.BoxID]struct {
+		state  cocoonbox.BoxState
+		reason string
+	}{
+		idle:     {cocoonbox.BoxStateRunning, ""},
+		ended:    {cocoonbox.BoxStateFailed, "the box's workflow ended (terminated) while the box was hibernating"},
+		deleting: {cocoonbox.BoxStateDeleted, ""},
+	}
+	for id, w := range want {
+		b, err := d.Store.BoxByID(ctx, id)
+		if err != nil || b.State != w.state || b.Reason != w.reason {
+			t.Errorf("box %s: %s %q, %v; want %s %q", id, b.State, b.Reason, err, w.state, w.reason)
+		}
+	}
+	if b, _ := d.Store.BoxByID(ctx, idle); b.SandboxID != before.SandboxID {
+		t.Errorf("the idle box's sandbox changed from %s to %s", before.SandboxID, b.SandboxID)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/loomhand/cocoonbox"
 )
 
@@ -111,6 +113,32 @@ func (q *Queries) listBoxes(ctx context.Context, owner string, withDeleted bool)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("list boxes of %s: %w", owner, mapErr(err))
+	}
+	return boxes, nil
+}
+
+// StaleTransientBoxes returns the live boxes in a state an operation passes through (creating,
+// waking, …) that have not changed since before, oldest first, at most limit: the ones a
+// reconciler checks against their workflow.
+func (q *Queries) StaleTransientBoxes(ctx context.Context, before time.Time, limit int) ([]Box, error) {
+	var transient []string
+	for _, st := range cocoonbox.BoxStates {
+		if st.Transient() {
+			transient = append(transient, string(st))
+		}
+	}
+	rows, err := q.db.Query(ctx,
+		`SELECT `+boxColumns+` FROM boxes WHERE deleted_at IS NULL AND state = ANY($1) AND updated_at < $2
+		 ORDER BY updated_at, id LIMIT $3`, transient, before, limit)
+	if err != nil {
+		return nil, fmt.Errorf("list stale transient boxes: %w", mapErr(err))
+	}
+	boxes, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Box, error) {
+		var b Box
+		return b, scanBox(r, &b)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list stale transient boxes: %w", mapErr(err))
 	}
 	return boxes, nil
 }

@@ -5,7 +5,9 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -276,5 +278,39 @@ func TestSandboxTokens(t *testing.T) {
 	}
 	if err := tokens.PutSandboxToken(ctx, string(other.ID), "sb-2", ""); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("empty token: %v, want ErrInvalid", err)
+	}
+}
+
+// TestStaleTransientBoxes: only live boxes in a state an operation passes through, unchanged
+// since the cut-off, are listed for the reconciler, oldest first.
+func TestStaleTransientBoxes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.New(t)
+	owner := newUser(t, st, "alice")
+	states := []cocoonbox.BoxState{cocoonbox.BoxStateWaking, cocoonbox.BoxStateRunning, cocoonbox.BoxStateDeleting,
+		cocoonbox.BoxStateHibernated, cocoonbox.BoxStateDeleted, cocoonbox.BoxStateFailed}
+	ids := map[cocoonbox.BoxState]cocoonbox.BoxID{}
+	for i, state := range states {
+		b, err := st.CreateBox(ctx, store.NewBox{ID: cocoonbox.NewBoxID(), Owner: owner, Name: fmt.Sprintf("b%d", i), Size: cocoonbox.SizeSmall})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if state != cocoonbox.BoxStateCreating {
+			if err := st.SetBoxState(ctx, b.ID, state, "", ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ids[state] = b.ID
+	}
+	if got, err := st.StaleTransientBoxes(ctx, time.Now().Add(-time.Hour), 10); err != nil || len(got) != 0 {
+		t.Fatalf("before an hour ago: %v, %v; want none", got, err)
+	}
+	got, err := st.StaleTransientBoxes(ctx, time.Now().Add(time.Minute), 10)
+	if err != nil || len(got) != 2 || got[0].ID != ids[cocoonbox.BoxStateWaking] || got[1].ID != ids[cocoonbox.BoxStateDeleting] {
+		t.Fatalf("stale transient boxes: %+v, %v; want the waking then the deleting box", got, err)
+	}
+	if got, err := st.StaleTransientBoxes(ctx, time.Now().Add(time.Minute), 1); err != nil || len(got) != 1 {
+		t.Fatalf("limit 1: %d rows, %v", len(got), err)
 	}
 }

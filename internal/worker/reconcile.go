@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -36,11 +37,12 @@ type Reconciler struct {
 	// Grace is how old an upload must be before it is looked at; 0 is two minutes, so a snapshot
 	// just begun, whose workflow Temporal is starting, is never settled under it.
 	Grace time.Duration
-	// SandboxGrace is how long ago a sandbox must have been claimed before it is looked at; 0 is
-	// ten minutes, longer than a claim takes to reach the box's row.
-	SandboxGrace time.Duration
-	Logger       *slog.Logger
-	Now          func() time.Time
+	// BoxGrace is how long a box row must have kept a transient state, or how long ago a sandbox
+	// must have been claimed, before it is looked at; 0 is ten minutes, longer than a claim takes
+	// to reach the box's row.
+	BoxGrace time.Duration
+	Logger   *slog.Logger
+	Now      func() time.Time
 }
 
 // reconcileBatch bounds the rows one pass reads.
@@ -74,7 +76,7 @@ func (r *Reconciler) Run(ctx context.Context) {
 		if n, err := r.Once(ctx); err != nil && ctx.Err() == nil {
 			r.Logger.Warn("reconcile", "error", err)
 		} else if n != (Settled{}) {
-			r.Logger.Info("reconciled what a crash left half done", "snapshots", n.Snapshots, "sandboxes", n.Sandboxes)
+			r.Logger.Info("reconciled what a crash left half done", "snapshots", n.Snapshots, "boxes", n.Boxes, "sandboxes", n.Sandboxes)
 		}
 		select {
 		case <-ctx.Done():
@@ -87,6 +89,7 @@ func (r *Reconciler) Run(ctx context.Context) {
 // Settled counts what one pass settled.
 type Settled struct {
 	Snapshots int // rows marked failed
+	Boxes     int // rows set from their workflow
 	Sandboxes int // sandboxes released
 }
 
@@ -96,6 +99,9 @@ func (r *Reconciler) Once(ctx context.Context) (Settled, error) {
 	var n Settled
 	var err error
 	if n.Snapshots, err = r.uploads(ctx); err != nil {
+		return n, err
+	}
+	if n.Boxes, err = r.boxes(ctx); err != nil {
 		return n, err
 	}
 	n.Sandboxes, err = r.sandboxes(ctx)
@@ -138,6 +144,74 @@ func (r *Reconciler) uploads(ctx context.Context) (int, error) {
 	return failed, nil
 }
 
+func (r *Reconciler) boxGrace() time.Duration {
+	if r.BoxGrace > 0 {
+		return r.BoxGrace
+	}
+	return 10 * time.Minute
+}
+
+// boxes settles the box rows left in a transient state past the grace period whose workflow
+// disagrees: a workflow no longer running leaves its box deleted when it was deleting and failed
+// otherwise; an idle workflow in a settled state has its state written to the row. A workflow
+// with an activity or child under way is left alone: it writes the row itself when it is done.
+func (r *Reconciler) boxes(ctx context.Context) (int, error) {
+	rows, err := r.Store.StaleTransientBoxes(ctx, r.now().Add(-r.boxGrace()), reconcileBatch)
+	if err != nil {
+		return 0, err
+	}
+	settled := 0
+	for _, b := range rows {
+		state, sandboxID, reason, err := r.boxTruth(ctx, b)
+		if err != nil {
+			return settled, err
+		}
+		if state == "" || state == b.State {
+			continue
+		}
+		if err := r.Store.SetBoxState(ctx, b.ID, state, sandboxID, reason); err != nil {
+			return settled, err
+		}
+		settled++
+		r.Logger.Warn("box row left in a transient state its workflow is not in: set from the workflow",
+			"box", b.ID, "row", b.State, "now", state, "reason", reason, "since", b.UpdatedAt)
+	}
+	return settled, nil
+}
+
+// boxTruth is the state box b's row should have from its workflow; "" when the workflow is
+// under way or Temporal's answer leaves the row as it is.
+func (r *Reconciler) boxTruth(ctx context.Context, b store.Box) (cocoonbox.BoxState, string, string, error) {
+	desc, err := r.Temporal.DescribeWorkflowExecution(ctx, workflows.BoxWorkflowID(b.ID), "")
+	_, gone := errors.AsType[*serviceerror.NotFound](err)
+	if err != nil && !gone {
+		return "", "", "", err // Temporal cannot say: leave the row for the next pass
+	}
+	status := desc.GetWorkflowExecutionInfo().GetStatus()
+	switch {
+	case gone || status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+		if b.State == cocoonbox.BoxStateDeleting {
+			return cocoonbox.BoxStateDeleted, "", "", nil
+		}
+		ended := "is gone"
+		if !gone {
+			ended = "ended (" + strings.ToLower(status.String()) + ")"
+		}
+		return cocoonbox.BoxStateFailed, "", fmt.Sprintf("the box's workflow %s while the box was %s", ended, b.State), nil
+	case len(desc.GetPendingActivities()) > 0 || len(desc.GetPendingChildren()) > 0:
+		return "", "", "", nil
+	}
+	st, err := workflows.GetStatus(ctx, r.Temporal, b.ID)
+	if err != nil || st.State.Transient() {
+		return "", "", "", err
+	}
+	reason := ""
+	if st.State == cocoonbox.BoxStateFailed {
+		reason = st.LastError
+	}
+	return st.State, st.SandboxID, reason, nil
+}
+
 // sandboxes releases the engine's sandboxes claimed for one of our boxes that the box no longer
 // holds and returns how many. A sandbox is kept while the box's row names it, while the box's
 // workflow holds it (its row not yet written) or is in the middle of an operation (a claim whose
@@ -147,10 +221,6 @@ func (r *Reconciler) sandboxes(ctx context.Context) (int, error) {
 	if r.Engine == nil {
 		return 0, nil
 	}
-	grace := r.SandboxGrace
-	if grace <= 0 {
-		grace = 10 * time.Minute
-	}
 	rows, err := r.Engine.List(ctx, "")
 	if err != nil {
 		return 0, fmt.Errorf("list the engine's sandboxes: %w", err)
@@ -158,7 +228,7 @@ func (r *Reconciler) sandboxes(ctx context.Context) (int, error) {
 	released := 0
 	for _, sb := range rows {
 		box, ours := activities.ClaimRefBox(sb.ClaimRef)
-		if !ours || sb.ClaimedAt.IsZero() || r.now().Sub(sb.ClaimedAt) < grace {
+		if !ours || sb.ClaimedAt.IsZero() || r.now().Sub(sb.ClaimedAt) < r.boxGrace() {
 			continue
 		}
 		held, err := r.holds(ctx, box, sb.ID)
