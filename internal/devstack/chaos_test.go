@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"syscall"
@@ -19,6 +20,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/devstack"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/testutil"
+	"github.com/loomhand/cocoonbox/internal/worker"
 	"github.com/loomhand/cocoonbox/workflows"
 )
 
@@ -162,7 +164,8 @@ operation on a real box of a running dev stack, with the named part SIGKILLed wh
 operation's activity started on the worker. "held" means the operation completed exactly once
 (a snapshot adds one complete snapshot, a hibernate one seal, a restore none) after the supervisor restarted
 the part, the box's 16 MiB file kept its sha256, no snapshot row was left uploading and no
-multipart upload was left behind. The worker runs as a process of its own (as serve worker
+multipart upload was left behind, and a reconciler pass an hour on found nothing to settle (no
+orphaned sandbox, no box row left transient, no upload without a workflow). The worker runs as a process of its own (as serve worker
 does) and is started again after its kill. The engine and Temporal run inside the dev process
 and are not in this matrix yet; nor is an agent step (a worker killed mid agent step:
 TestAgentRunSurvivesHibernateAndKilledWorker). A create must leave exactly one new sandbox on the
@@ -234,6 +237,13 @@ func (c *chaosBox) runCell(ctx context.Context, t *testing.T, cell chaosCell) {
 	}
 	if left, err := c.d.Blobs.ListIncomplete(ctx, "boxes/"); err != nil || len(left) != 0 {
 		t.Errorf("multipart uploads left: %v, %v", left, err)
+	}
+	// Nothing for the reconciler to settle, even an hour on: no orphaned sandbox, no row left
+	// transient, no upload without a workflow.
+	rec := &worker.Reconciler{Temporal: c.d.Temporal, Store: c.d.Store, Engine: c.eng,
+		Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return time.Now().Add(time.Hour) }}
+	if n, err := rec.Once(ctx); err != nil || n != (worker.Settled{}) {
+		t.Errorf("left for the reconciler: %+v, %v", n, err)
 	}
 	if cell.part != "worker" {
 		testutil.Eventually(t, testutil.WaitShort, cell.part+" running again", func() bool {
