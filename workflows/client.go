@@ -131,13 +131,21 @@ func Update[T any](ctx context.Context, c client.Client, id cocoonbox.BoxID, nam
 	if err == nil {
 		err = h.Get(wctx, &out)
 	}
-	if err != nil && wctx.Err() != nil && ctx.Err() == nil {
+	if err != nil && ctx.Err() == nil && marginReached(wctx) {
 		return out, pendingError(ctx, c, id, name)
 	}
 	if err != nil {
 		return out, DomainError(fmt.Errorf("%s box %s: %w", name, id, err))
 	}
 	return out, nil
+}
+
+// marginReached reports whether ctx, from withAnswerMargin, has run out. Its deadline is checked
+// as well as its Err: the SDK's calls under it set timers of their own for the same deadline,
+// which may fire, and fail the call, a moment before ctx's own.
+func marginReached(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ctx.Err() != nil || ok && !time.Now().Before(dl)
 }
 
 // withAnswerMargin is ctx with its deadline brought forward, so that a call whose wait runs out

@@ -60,8 +60,8 @@ type Service struct {
 // caller's role on it.
 type View struct {
 	workflows.Status
-	// Waiting says what an operation in flight (a create, a wake, a restore) is waiting for when
-	// its engine call has failed and is being tried again: "the engine: template … not built".
+	// Waiting says what an operation in flight (a create, a wake, a restore, a snapshot, …) is
+	// waiting for when its last try failed and it is tried again: "the engine: template … not built".
 	Waiting string
 	// Events, in a Watch to a driver, are the box's events since the previous view sent.
 	Events    []store.Event
@@ -155,8 +155,7 @@ func (s *Service) Get(ctx context.Context, caller string, id cocoonbox.BoxID) (V
 		return View{}, err
 	}
 	v := view(a, st)
-	switch st.State {
-	case cocoonbox.BoxStateCreating, cocoonbox.BoxStateWaking, cocoonbox.BoxStateRestoring:
+	if st.State.Transient() {
 		v.Waiting = s.waiting(ctx, id)
 	}
 	return v, nil

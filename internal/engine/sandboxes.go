@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/loomhand/cocoonbox"
@@ -149,7 +150,18 @@ func (e *Engine) runtimeError(ctx context.Context, b *box, op string, err error)
 		e.reconcile(ctx, b)
 		return &apiError{kind: kindUnavailable, msg: "the sandbox was not running; retry to wake it", err: err}
 	}
+	if diskFull(err) {
+		e.log.Error("the engine's disk is full", "op", op, "err", err)
+		return &apiError{kind: kindUnavailable, msg: op + " failed: the engine host's disk is full (no space left on device)", err: err}
+	}
 	return &apiError{kind: kindUnavailable, msg: op + " failed; retry later", err: err}
+}
+
+// diskFull reports whether err comes from a write the engine's disk had no room for, as an errno
+// or in a runtime command's output (runsc reports it in words).
+func diskFull(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT) ||
+		strings.Contains(err.Error(), "no space left on device") || strings.Contains(err.Error(), "disk quota exceeded")
 }
 
 // reconcile sets a box's hibernated and stopped flags from what the runtime reports, so the

@@ -1640,9 +1640,9 @@ type Box struct {
 	// start is how the box's sandbox was claimed at create (or recreate): warm (a box of a warm
 	// pool, ready at once) or cold (booted for it); empty when the engine did not say.
 	Start string `protobuf:"bytes,19,opt,name=start,proto3" json:"start,omitempty"`
-	// waiting says what a create, wake or restore in flight is waiting for while the engine's
-	// answer is a failure it tries again after (a template not built, no capacity); empty
-	// otherwise.
+	// waiting says what an operation in flight (a create, wake, restore, snapshot, hibernate or
+	// delete) is waiting for while its last try failed and it tries again (a template not built,
+	// no capacity, the engine's disk full, the snapshot store down); empty otherwise.
 	Waiting string `protobuf:"bytes,20,opt,name=waiting,proto3" json:"waiting,omitempty"`
 	// events, in a WatchBox stream to a driver, are the box's events since the stream's previous
 	// message (the first message carries none); empty elsewhere.
