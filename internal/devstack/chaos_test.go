@@ -161,7 +161,7 @@ func TestChaos(t *testing.T) {
 const chaosBeside = `
 Beside the matrix, ` + "`TestSnapshotWithDiskFull`" + ` fills the engine's checkpoint disk (a 64 MiB
 loop-mounted ext4 under its data dir): the snapshot answers ` + "`unavailable`" + ` naming the full disk
-within its 20 s deadline (19.0 s), ` + "`box show`" + ` says what it waits for, the box keeps running with
+within its 20 s deadline, ` + "`box show`" + ` says what it waits for, the box keeps running with
 its file intact, no partial checkpoint is left, and once space is freed the retried snapshot
 completes exactly once.
 `

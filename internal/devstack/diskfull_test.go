@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/loomhand/cocoonbox"
-	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	"github.com/loomhand/cocoonbox/internal/testutil"
 	"github.com/loomhand/cocoonbox/internal/worker"
 )
@@ -66,21 +65,13 @@ func TestSnapshotWithDiskFull(t *testing.T) {
 		t.Fatalf("fallocate: %v: %s", err, out)
 	}
 	d, ctx, owner, eng := newBoxEnv(t, cfg, 4*time.Minute)
-	id := cocoonbox.NewBoxID()
-	if _, err := d.Boxes.Create(ctx, owner.ID, boxsvc.CreateRequest{ID: id, Name: "full", Size: cocoonbox.SizeSmall}); err != nil {
-		t.Fatal(err)
-	}
-	st, err := d.Boxes.Get(ctx, owner.ID, id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ref := sandboxRef(ctx, t, eng, st.SandboxID)
+	id, ref := createBox(ctx, t, d, owner.ID, eng)
 	sum := mustExec(ctx, t, eng, ref, "head -c 8388608 /dev/urandom > /root/data && sha256sum /root/data")
 
 	const deadline = 20 * time.Second
 	callCtx, cancel := context.WithTimeout(ctx, deadline)
 	t0 := time.Now()
-	_, err = d.Boxes.Snapshot(callCtx, owner.ID, id)
+	_, err := d.Boxes.Snapshot(callCtx, owner.ID, id)
 	cancel()
 	t.Logf("snapshot with the disk full answered after %s: %v", time.Since(t0).Round(time.Millisecond), err)
 	const full = "the engine host's disk is full"

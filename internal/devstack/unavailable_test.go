@@ -152,14 +152,7 @@ func TestReconcileOrphanSandboxes(t *testing.T) {
 		t.Skip("integration test")
 	}
 	d, ctx, owner, eng := newBoxEnv(t, boxConfig(t), 3*time.Minute)
-	id := cocoonbox.NewBoxID()
-	if _, err := d.Boxes.Create(ctx, owner.ID, boxsvc.CreateRequest{ID: id, Name: "orphans", Size: cocoonbox.SizeSmall}); err != nil {
-		t.Fatal(err)
-	}
-	st, err := d.Boxes.Get(ctx, owner.ID, id)
-	if err != nil {
-		t.Fatal(err)
-	}
+	id, own := createBox(ctx, t, d, owner.ID, eng)
 	claim := func(ref string) string {
 		c, err := eng.Claim(ctx, sandbox.ClaimRequest{Template: "base", Size: sandbox.SizeSmall, ClaimRef: ref})
 		if err != nil {
@@ -188,12 +181,12 @@ func TestReconcileOrphanSandboxes(t *testing.T) {
 	for _, r := range rows {
 		left[r.ID] = true
 	}
-	for sid, want := range map[string]bool{st.SandboxID: true, foreign: true, lost: false, gone: false} {
+	for sid, want := range map[string]bool{own.ID: true, foreign: true, lost: false, gone: false} {
 		if left[sid] != want {
 			t.Errorf("sandbox %s still on the engine: %v, want %v", sid, left[sid], want)
 		}
 	}
-	if out := mustExec(ctx, t, eng, sandboxRef(ctx, t, eng, st.SandboxID), "echo alive"); strings.TrimSpace(out) != "alive" {
+	if out := mustExec(ctx, t, eng, own, "echo alive"); strings.TrimSpace(out) != "alive" {
 		t.Errorf("the box after reconcile: %q", out)
 	}
 }

@@ -127,11 +127,11 @@ func (r *Reconciler) uploads(ctx context.Context) (int, error) {
 	}
 	failed := 0
 	for _, s := range rows {
-		live, err := r.running(ctx, workflows.SnapshotWorkflowID(s.ID))
+		run, err := r.describe(ctx, workflows.SnapshotWorkflowID(s.ID))
 		if err != nil {
 			return failed, err // Temporal cannot say: leave the row for the next pass
 		}
-		if live {
+		if run.running() {
 			continue
 		}
 		if err := r.Store.FailSnapshot(ctx, s.ID); err != nil {
@@ -182,23 +182,20 @@ func (r *Reconciler) boxes(ctx context.Context) (int, error) {
 // boxTruth is the state box b's row should have from its workflow; "" when the workflow is
 // under way or Temporal's answer leaves the row as it is.
 func (r *Reconciler) boxTruth(ctx context.Context, b store.Box) (cocoonbox.BoxState, string, string, error) {
-	desc, err := r.Temporal.DescribeWorkflowExecution(ctx, workflows.BoxWorkflowID(b.ID), "")
-	_, gone := errors.AsType[*serviceerror.NotFound](err)
-	if err != nil && !gone {
-		return "", "", "", err // Temporal cannot say: leave the row for the next pass
-	}
-	status := desc.GetWorkflowExecutionInfo().GetStatus()
+	run, err := r.describe(ctx, workflows.BoxWorkflowID(b.ID))
 	switch {
-	case gone || status != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING:
+	case err != nil:
+		return "", "", "", err // Temporal cannot say: leave the row for the next pass
+	case !run.running():
 		if b.State == cocoonbox.BoxStateDeleting {
 			return cocoonbox.BoxStateDeleted, "", "", nil
 		}
 		ended := "is gone"
-		if !gone {
-			ended = "ended (" + strings.ToLower(status.String()) + ")"
+		if run.status != enumspb.WORKFLOW_EXECUTION_STATUS_UNSPECIFIED {
+			ended = "ended (" + strings.ToLower(run.status.String()) + ")"
 		}
 		return cocoonbox.BoxStateFailed, "", fmt.Sprintf("the box's workflow %s while the box was %s", ended, b.State), nil
-	case len(desc.GetPendingActivities()) > 0 || len(desc.GetPendingChildren()) > 0:
+	case run.busy:
 		return "", "", "", nil
 	}
 	st, err := workflows.GetStatus(ctx, r.Temporal, b.ID)
@@ -259,17 +256,11 @@ func (r *Reconciler) holds(ctx context.Context, box cocoonbox.BoxID, id string) 
 	case row.DeletedAt == nil && row.SandboxID == id:
 		return true, nil
 	}
-	desc, err := r.Temporal.DescribeWorkflowExecution(ctx, workflows.BoxWorkflowID(box), "")
-	if _, ok := errors.AsType[*serviceerror.NotFound](err); ok {
-		return false, nil
+	run, err := r.describe(ctx, workflows.BoxWorkflowID(box))
+	if err != nil || !run.running() {
+		return false, err // on an error, Temporal cannot say: keep it for the next pass
 	}
-	if err != nil {
-		return false, err // Temporal cannot say: keep it for the next pass
-	}
-	if desc.GetWorkflowExecutionInfo().GetStatus() != enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING {
-		return false, nil
-	}
-	if len(desc.GetPendingActivities()) > 0 || len(desc.GetPendingChildren()) > 0 {
+	if run.busy {
 		return true, nil
 	}
 	st, err := workflows.GetStatus(ctx, r.Temporal, box)
@@ -279,14 +270,25 @@ func (r *Reconciler) holds(ctx context.Context, box cocoonbox.BoxID, id string) 
 	return st.SandboxID == id, nil
 }
 
-// running reports whether the workflow id has a run that is still going.
-func (r *Reconciler) running(ctx context.Context, id string) (bool, error) {
+// workflowRun is what Temporal says of a workflow's latest run.
+type workflowRun struct {
+	status enumspb.WorkflowExecutionStatus // unspecified: Temporal has no such workflow
+	busy   bool                            // an activity or a child workflow is under way
+}
+
+func (w workflowRun) running() bool { return w.status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING }
+
+// describe asks Temporal about the workflow id; a workflow it does not know is no error.
+func (r *Reconciler) describe(ctx context.Context, id string) (workflowRun, error) {
 	desc, err := r.Temporal.DescribeWorkflowExecution(ctx, id, "")
 	if _, ok := errors.AsType[*serviceerror.NotFound](err); ok {
-		return false, nil
+		return workflowRun{}, nil
 	}
 	if err != nil {
-		return false, err
+		return workflowRun{}, err
 	}
-	return desc.GetWorkflowExecutionInfo().GetStatus() == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING, nil
+	return workflowRun{
+		status: desc.GetWorkflowExecutionInfo().GetStatus(),
+		busy:   len(desc.GetPendingActivities()) > 0 || len(desc.GetPendingChildren()) > 0,
+	}, nil
 }
