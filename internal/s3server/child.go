@@ -9,7 +9,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strings"
@@ -17,6 +16,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/loomhand/cocoonbox/internal/subproc"
 )
 
 // childArg, as the first argument, turns any executable that links this
@@ -29,11 +30,7 @@ const childArg = "__cocoonbox-s3server-child"
 // having taken a 40 MiB multipart upload, its exit was seen to take over 10 s.
 const stopTimeout = 30 * time.Second
 
-func init() {
-	if len(os.Args) > 1 && os.Args[1] == childArg {
-		os.Exit(runChild(os.Stdin, os.Stdout, os.Stderr))
-	}
-}
+func init() { subproc.Main(childArg, runChild) }
 
 // childReply is the child's one line on stdout once it listens or has failed.
 type childReply struct {
@@ -55,11 +52,7 @@ type Server struct {
 
 // child is one run of the server process.
 type child struct {
-	cmd     *exec.Cmd
-	stdin   io.WriteCloser
-	done    chan struct{}
-	waitErr error // set before done is closed
-
+	*subproc.Process
 	stopped bool // Stop has run on it (under Server.stopMu), with stopErr
 	stopErr error
 }
@@ -113,66 +106,23 @@ func (s *Server) Restart(ctx context.Context) error {
 
 // spawn starts a child with s.opts and waits until it listens.
 func (s *Server) spawn(ctx context.Context) error {
-	exe, err := os.Executable()
+	var r childReply
+	p, err := subproc.Start(ctx, subproc.Spec{Name: "s3", Arg: childArg, Config: s.opts,
+		Log: s.log.With("child", "s3 server"), Grace: stopTimeout}, &r)
 	if err != nil {
-		return fmt.Errorf("s3: find executable: %w", err)
+		return err
 	}
-	cmd := exec.Command(exe, childArg)
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // Ctrl-C reaches the parent, which stops us in order
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		return fmt.Errorf("s3: %w", err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return fmt.Errorf("s3: %w", err)
-	}
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return fmt.Errorf("s3: %w", err)
-	}
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("s3: start child: %w", err)
-	}
-	c := &child{cmd: cmd, stdin: stdin, done: make(chan struct{})}
-	go relayLog(stderr, s.log)
-	go func() {
-		c.waitErr = cmd.Wait()
-		close(c.done)
-	}()
-	// The options (with the secret) go over stdin, never argv or the environment,
-	// which other local users can read in /proc.
-	if err := json.NewEncoder(stdin).Encode(s.opts); err != nil {
-		c.kill()
-		return fmt.Errorf("s3: configure child: %w", err)
-	}
-
-	replies := make(chan childReply, 1)
-	go func() {
-		var r childReply
-		if err := json.NewDecoder(bufio.NewReader(stdout)).Decode(&r); err != nil {
-			r.Error = "child exited before it was ready"
+	if r.Error != "" {
+		p.Kill()
+		if r.Errno != 0 {
+			return listenError(r.Addr, syscall.Errno(r.Errno))
 		}
-		replies <- r
-		_, _ = io.Copy(io.Discard, stdout)
-	}()
-	select {
-	case r := <-replies:
-		if r.Error != "" {
-			c.kill()
-			if r.Errno != 0 {
-				return listenError(r.Addr, syscall.Errno(r.Errno))
-			}
-			return fmt.Errorf("s3: %s", r.Error)
-		}
-		s.endpoint = r.Endpoint
-		s.child.Store(c)
-		s.log.Info("s3 server ready", "endpoint", r.Endpoint, "dir", s.opts.Dir, "metadata", r.Metadata, "pid", cmd.Process.Pid)
-		return nil
-	case <-ctx.Done():
-		c.kill()
-		return ctx.Err()
+		return fmt.Errorf("s3: %s", r.Error)
 	}
+	s.endpoint = r.Endpoint
+	s.child.Store(&child{Process: p})
+	s.log.Info("s3 server ready", "endpoint", r.Endpoint, "dir", s.opts.Dir, "metadata", r.Metadata, "pid", p.Pid())
+	return nil
 }
 
 // Endpoint returns the server's base URL, "http://127.0.0.1:port".
@@ -180,24 +130,13 @@ func (s *Server) Endpoint() string { return s.endpoint }
 
 // Done is closed when the server process started last has exited, after Stop
 // or on its own; a supervisor selects on it to notice a server that died.
-func (s *Server) Done() <-chan struct{} { return s.child.Load().done }
+func (s *Server) Done() <-chan struct{} { return s.child.Load().Done() }
 
 // ExitError says how the server process started last ended, once Done is closed.
-func (s *Server) ExitError() error {
-	c := s.child.Load()
-	select {
-	case <-c.done:
-		if c.waitErr == nil {
-			return errors.New("exited with status 0")
-		}
-		return c.waitErr
-	default:
-		return nil
-	}
-}
+func (s *Server) ExitError() error { return s.child.Load().ExitError() }
 
 // Pid is the server process's pid, for a test that kills it.
-func (s *Server) Pid() int { return s.child.Load().cmd.Process.Pid }
+func (s *Server) Pid() int { return s.child.Load().Pid() }
 
 // Stop shuts the server down gracefully and waits for it; calling it again returns the first
 // result, until a Restart starts a new process for the next Stop to stop.
@@ -206,47 +145,16 @@ func (s *Server) Stop() error {
 	defer s.stopMu.Unlock()
 	c := s.child.Load()
 	if !c.stopped {
-		c.stopped, c.stopErr = true, c.stop()
+		c.stopped, c.stopErr = true, c.Stop()
 		s.log.Debug("s3 server stopped", "endpoint", s.endpoint)
 	}
 	return c.stopErr
 }
 
-func (c *child) stop() error {
-	_ = c.stdin.Close() // the child's signal to stop
-	select {
-	case <-c.done:
-	case <-time.After(stopTimeout):
-		_ = c.cmd.Process.Kill()
-		<-c.done
-		return errors.New("s3: stop: child did not exit in time and was killed")
-	}
-	if c.waitErr != nil {
-		return fmt.Errorf("s3: stop: %w", c.waitErr)
-	}
-	return nil
-}
-
-func (c *child) kill() {
-	_ = c.stdin.Close()
-	_ = c.cmd.Process.Kill()
-	<-c.done
-}
-
-// relayLog passes the child's stderr lines to the parent's logger.
-func relayLog(r io.Reader, log *slog.Logger) {
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		if line := strings.TrimSpace(sc.Text()); line != "" {
-			log.Warn("s3 server", "output", line)
-		}
-	}
-}
-
 // runChild is the child process: read the options, run the gateway, report
 // readiness on stdout, and stop when stdin closes (the parent stopped us or
 // died) or on SIGTERM.
-func runChild(in io.Reader, out, errOut io.Writer) int {
+func runChild(in io.Reader, out, errOut io.Writer, _ []*os.File) int {
 	signal.Ignore(os.Interrupt) // the parent owns Ctrl-C and stops us in order
 	var opts Options
 	br := bufio.NewReader(in)
@@ -254,7 +162,7 @@ func runChild(in io.Reader, out, errOut io.Writer) int {
 		fmt.Fprintln(errOut, "s3 child: read options:", err)
 		return 2
 	}
-	opts.Logger = slog.New(slog.NewTextHandler(errOut, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	opts.Logger = subproc.Logger(errOut, slog.LevelWarn)
 	enc := json.NewEncoder(out)
 	g, err := startGateway(context.Background(), opts)
 	if err != nil {

@@ -178,7 +178,7 @@ func TestSeveralServersKeepTheWorkingDirectory(t *testing.T) {
 // killed cocoonbox dev leaves no S3 server behind.
 func TestChildStopsWhenStdinCloses(t *testing.T) {
 	srv := start(t, testOptions(t.TempDir()))
-	_ = srv.child.Load().stdin.Close() // what the kernel does for us when the parent dies
+	srv.child.Load().CloseStdin() // what the kernel does for us when the parent dies
 	select {
 	case <-srv.Done():
 	case <-time.After(10 * time.Second):
