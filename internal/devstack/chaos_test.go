@@ -118,20 +118,13 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	spare := func(c *chaosBox) cocoonbox.BoxID { return c.spare }
-	cells := []chaosCell{
-		{"snapshot", "s3", "UploadSnapshot started", "UploadSnapshot", 1, snapshot, nil, nil},
-		{"snapshot", "postgres", "UploadSnapshot started", "UploadSnapshot", 1, snapshot, nil, nil},
-		// A hibernate seals the sleeping box: one snapshot, in the background.
-		{"hibernate+wake", "postgres", "Hibernate started", "Hibernate", 1, hibernateWake, nil, nil},
-		{"hibernate+wake", "s3", "Hibernate started", "Hibernate", 1, hibernateWake, nil, nil},
-		{"restore", "s3", "RestoreSnapshot started", "RestoreSnapshot", 0, restore, nil, nil},
-		{"restore", "postgres", "RestoreSnapshot started", "RestoreSnapshot", 0, restore, nil, nil},
-		{"snapshot", "worker", "UploadSnapshot started", "UploadSnapshot", 1, snapshot, nil, nil},
-		{"hibernate+wake", "worker", "Hibernate started", "Hibernate", 1, hibernateWake, nil, nil},
-		{"restore", "worker", "RestoreSnapshot started", "RestoreSnapshot", 0, restore, nil, nil},
-	}
-	for _, part := range []string{"postgres", "s3", "worker"} {
+	var cells []chaosCell
+	for _, part := range []string{"postgres", "s3", "worker", "engine"} {
 		cells = append(cells,
+			chaosCell{"snapshot", part, "UploadSnapshot started", "UploadSnapshot", 1, snapshot, nil, nil},
+			// A hibernate seals the sleeping box: one snapshot, in the background.
+			chaosCell{"hibernate+wake", part, "Hibernate started", "Hibernate", 1, hibernateWake, nil, nil},
+			chaosCell{"restore", part, "RestoreSnapshot started", "RestoreSnapshot", 0, restore, nil, nil},
 			chaosCell{"create", part, "Claim started", "Claim", 0, create, spare, created},
 			chaosCell{"delete", part, "Release started", "Release", 0, del, spare, deleted})
 	}
@@ -175,10 +168,10 @@ operation's activity started on the worker. "held" means the operation completed
 the part, the box's 16 MiB file kept its sha256, no snapshot row was left uploading and no
 multipart upload was left behind, and a reconciler pass an hour on found nothing to settle (no
 orphaned sandbox, no box row left transient, no upload without a workflow). The worker runs as a process of its own (as serve worker
-does) and is started again after its kill. The engine and Temporal run inside the dev process
-and are not in this matrix yet; nor is an agent step (a worker killed mid agent step:
-TestAgentRunSurvivesHibernateAndKilledWorker). A create must leave exactly one new sandbox on the
-engine and a delete none.
+does) and is started again after its kill; PostgreSQL, the S3 server and the engine are the dev
+stack's supervised children. Temporal runs inside the dev process and is not in this matrix yet;
+nor is an agent step (a worker killed mid agent step: TestAgentRunSurvivesHibernateAndKilledWorker).
+A create must leave exactly one new sandbox on the engine and a delete none.
 
 `
 

@@ -63,7 +63,7 @@ type Dev struct {
 	done     chan struct{}
 	err      error
 	stopOnce sync.Once
-	// sups watch the managed children (PostgreSQL, the S3 server) and start them again.
+	// sups watch the managed children (PostgreSQL, the S3 server, the engine) and start them again.
 	sups     map[string]*supervisor
 	cancel   context.CancelFunc
 	boot     Bootstrap
@@ -185,7 +185,7 @@ func Start(ctx context.Context, cfg config.Dev, log *slog.Logger) (_ *Dev, retEr
 	d.api = app.API(d.parts, d.Boxes, app.APIOptions{Checks: map[string]api.Check{
 		"postgres": d.supervised("postgres", func(ctx context.Context) error { return d.Store.Ping(ctx) }),
 		"s3":       d.supervised("s3", func(ctx context.Context) error { return d.Blobs.Check(ctx) }),
-		"engine":   d.checkEngine,
+		"engine":   d.supervised("engine", d.checkEngine),
 	}, PreviewDomain: devPreviewDomain(cfg.PreviewDomain, d.apiAddr)})
 	serveCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.cancel = cancel

@@ -1,18 +1,24 @@
 package devstack
 
 import (
+	"bufio"
 	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/loomhand/cocoonbox"
@@ -21,21 +27,49 @@ import (
 	"github.com/loomhand/cocoonbox/internal/engine/images"
 	"github.com/loomhand/cocoonbox/internal/engine/runtime"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
+	"github.com/loomhand/cocoonbox/internal/subproc"
 )
 
 // suspendTimeout bounds hibernating every box when the dev stack stops; an XFCE box
 // checkpoints in well under a second, so this allows for many.
 const suspendTimeout = 2 * time.Minute
 
-// localEngine is the sandbox engine `cocoonbox dev` runs in-process when no external sandboxd
-// is configured.
+// engineChildArg, as the first argument, runs the executable as the dev stack's engine child.
+const engineChildArg = "__cocoonbox-engine-child"
+
+func init() { subproc.Main(engineChildArg, runEngineChild) }
+
+// localEngine is the sandbox engine `cocoonbox dev` runs as a child process when no external
+// sandboxd is configured: a process of its own, as `serve engine` is, so its death is one the
+// supervisor recovers from (a restart re-adopts every box) and never the whole stack's.
 type localEngine struct {
-	eng    *engine.Engine
-	rt     runtime.Runtime
-	url    string
-	token  string
-	cancel context.CancelFunc
-	done   chan error
+	cfg   engineChildConfig
+	ln    *os.File // the listening socket, handed to every run: the address never changes
+	log   *slog.Logger
+	url   string
+	token string
+	caps  engineReply // what the first run said of its isolation
+	proc  atomic.Pointer[subproc.Process]
+}
+
+// engineChildConfig is what the engine child runs with; it travels over stdin, root token and all.
+type engineChildConfig struct {
+	Dir                 string                `json:"dir"`
+	Runtime             string                `json:"runtime"` // "" picks gVisor
+	InsecureNoIsolation bool                  `json:"insecure_no_isolation"`
+	Network             runtime.NetworkConfig `json:"network"`
+	ImageCache          string                `json:"image_cache"`
+	RootToken           string                `json:"root_token"`
+	BoxDiskMB           int                   `json:"box_disk_mb"`
+	NoDiskExport        bool                  `json:"no_disk_export"`
+	LogLevel            slog.Level            `json:"log_level"`
+}
+
+// engineReply is the child's line once it serves, or why it could not.
+type engineReply struct {
+	Isolation string `json:"isolation,omitempty"`
+	Sandboxed bool   `json:"sandboxed,omitempty"`
+	Error     string `json:"error,omitempty"`
 }
 
 // startEngine starts the local engine on ln, or records the external sandboxd's address.
@@ -56,31 +90,166 @@ func (d *Dev) startEngine(ctx context.Context, ln net.Listener) error {
 	if kind == "auto" {
 		kind = ""
 	}
-	log := d.log.With("component", "engine")
 	nc := d.cfg.EngineNetwork
-	network, err := runtime.ParseNetwork(runtime.NetworkConfig{Uplink: nc.Uplink, UplinkNetns: nc.UplinkNetns, Pool: nc.Pool, DNS: nc.DNS})
+	f, err := ln.(*net.TCPListener).File()
 	if err != nil {
 		return fmt.Errorf("engine: %w", err)
 	}
-	rt, err := runtime.New(kind, runtime.Options{DataDir: filepath.Join(dir, "runtime"), Logger: log,
-		InsecureNoIsolation: d.cfg.EngineInsecureNoIsolation, Network: network})
-	if err != nil {
-		return fmt.Errorf("engine: %w", err)
+	_ = ln.Close() // f holds the socket now
+	le := &localEngine{
+		cfg: engineChildConfig{Dir: dir, Runtime: kind, InsecureNoIsolation: d.cfg.EngineInsecureNoIsolation,
+			Network:    runtime.NetworkConfig{Uplink: nc.Uplink, UplinkNetns: nc.UplinkNetns, Pool: nc.Pool, DNS: nc.DNS},
+			ImageCache: d.cfg.ImageCache, RootToken: token, BoxDiskMB: d.cfg.EngineBoxDiskMB,
+			NoDiskExport: d.cfg.EngineNoDiskExport, LogLevel: lowestLevel(d.log)},
+		ln: f, log: d.log.With("component", "engine"), url: "http://" + ln.Addr().String(), token: token,
 	}
-	eng, err := engine.New(engine.Options{
-		Dir: dir, Runtime: rt, Images: images.Resolver(d.cfg.ImageCache), RootToken: token,
-		Logger: log, OwnerAddr: ln.Addr().String(), BoxDiskMB: d.cfg.EngineBoxDiskMB,
-		NoDiskExport: d.cfg.EngineNoDiskExport,
-	})
-	if err != nil {
-		return fmt.Errorf("engine: %w", err)
+	if err := le.spawn(ctx); err != nil {
+		_ = f.Close()
+		return err
 	}
-	serveCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	le := &localEngine{eng: eng, rt: rt, url: "http://" + ln.Addr().String(), token: token, cancel: cancel, done: make(chan error, 1)}
-	go func() { le.done <- eng.Serve(serveCtx, ln) }()
 	d.engine = le
 	d.sandboxURL, d.sandboxToken = le.url, token
+	d.watch("engine", le)
 	return nil
+}
+
+// spawn starts an engine child on the socket and waits until it serves.
+func (le *localEngine) spawn(ctx context.Context) error {
+	var r engineReply
+	p, err := subproc.Start(ctx, subproc.Spec{Name: "engine", Arg: engineChildArg, Config: le.cfg,
+		Files: []*os.File{le.ln}, Log: le.log, Stop: syscall.SIGTERM, Grace: suspendTimeout + 30*time.Second}, &r)
+	if err != nil {
+		return err
+	}
+	if r.Error != "" {
+		p.Kill()
+		return fmt.Errorf("engine: %s", r.Error)
+	}
+	if le.proc.Load() == nil {
+		le.caps = r
+	}
+	le.proc.Store(p)
+	le.log.Info("engine ready", "url", le.url, "isolation", r.Isolation, "pid", p.Pid())
+	return nil
+}
+
+// Done, ExitError and Restart make the engine a supervised child.
+func (le *localEngine) Done() <-chan struct{} { return le.proc.Load().Done() }
+func (le *localEngine) ExitError() error      { return le.proc.Load().ExitError() }
+
+// Restart starts the engine again after it died, on the same socket and data dir; it re-adopts
+// every box its records hold.
+func (le *localEngine) Restart(ctx context.Context) error {
+	select {
+	case <-le.Done():
+	default:
+		return errors.New("engine: restart: the engine is still running")
+	}
+	return le.spawn(ctx)
+}
+
+// stop asks the engine to stop, which hibernates every box so nothing keeps running after
+// `cocoonbox dev` exits (the next start wakes them on use), and waits for it.
+func (le *localEngine) stop() error {
+	defer le.ln.Close()
+	p := le.proc.Load()
+	select {
+	case <-p.Done():
+		return nil // died, and the supervisor has stopped bringing it back
+	default:
+	}
+	return p.Stop()
+}
+
+// runEngineChild is the engine child: read the configuration, serve the sandboxd API on the
+// socket it was handed, and on SIGTERM stop serving and hibernate every box. When its stdin
+// closes (the dev stack died) it exits at once, as the stack's death would have ended an engine
+// inside it: the boxes keep running and the next start adopts them.
+func runEngineChild(in io.Reader, out, errOut io.Writer, files []*os.File) int {
+	signal.Ignore(os.Interrupt) // the parent owns Ctrl-C and stops us in order
+	term := make(chan os.Signal, 1)
+	signal.Notify(term, syscall.SIGTERM)
+	enc := json.NewEncoder(out)
+	br := bufio.NewReader(in)
+	var cfg engineChildConfig
+	if err := json.NewDecoder(br).Decode(&cfg); err != nil {
+		_ = enc.Encode(engineReply{Error: "read configuration: " + err.Error()})
+		return 2
+	}
+	if len(files) != 1 {
+		_ = enc.Encode(engineReply{Error: fmt.Sprintf("want the listening socket as fd 3, got %d files", len(files))})
+		return 2
+	}
+	log := subproc.Logger(errOut, cfg.LogLevel)
+	ln, err := net.FileListener(files[0])
+	_ = files[0].Close()
+	if err != nil {
+		_ = enc.Encode(engineReply{Error: "listen: " + err.Error()})
+		return 1
+	}
+	network, err := runtime.ParseNetwork(cfg.Network)
+	if err != nil {
+		_ = enc.Encode(engineReply{Error: err.Error()})
+		return 1
+	}
+	rt, err := runtime.New(cfg.Runtime, runtime.Options{DataDir: filepath.Join(cfg.Dir, "runtime"), Logger: log,
+		InsecureNoIsolation: cfg.InsecureNoIsolation, Network: network})
+	if err != nil {
+		_ = enc.Encode(engineReply{Error: err.Error()})
+		return 1
+	}
+	eng, err := engine.New(engine.Options{
+		Dir: cfg.Dir, Runtime: rt, Images: images.Resolver(cfg.ImageCache), RootToken: cfg.RootToken,
+		Logger: log, OwnerAddr: ln.Addr().String(), BoxDiskMB: cfg.BoxDiskMB, NoDiskExport: cfg.NoDiskExport,
+	})
+	if err != nil {
+		_ = enc.Encode(engineReply{Error: err.Error()})
+		return 1
+	}
+	caps := rt.Capabilities()
+	serveCtx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- eng.Serve(serveCtx, ln) }()
+	_ = enc.Encode(engineReply{Isolation: caps.Isolation, Sandboxed: caps.Sandboxed})
+
+	eof := make(chan struct{})
+	go func() { _, _ = io.Copy(io.Discard, br); close(eof) }()
+	select {
+	case <-eof:
+		log.Warn("the dev stack is gone; the engine stops, leaving its boxes to the next start")
+		return 1
+	case err := <-served:
+		log.Error("engine stopped serving", "error", err)
+		return 1
+	case <-term:
+	}
+	cancel()
+	err = <-served
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	ctx, cancelSuspend := context.WithTimeout(context.Background(), suspendTimeout)
+	defer cancelSuspend()
+	err = errors.Join(err, eng.Suspend(ctx), eng.Close())
+	if c, ok := rt.(io.Closer); ok { // runsc leaves a namespace mount under its state dir
+		err = errors.Join(err, c.Close())
+	}
+	if err != nil {
+		log.Error("engine stop", "error", err)
+		return 1
+	}
+	return 0
+}
+
+// lowestLevel is the most verbose level log writes, for a child to log no more than is kept.
+func lowestLevel(log *slog.Logger) slog.Level {
+	for _, l := range []slog.Level{slog.LevelDebug, slog.LevelInfo, slog.LevelWarn} {
+		if log.Enabled(context.Background(), l) {
+			return l
+		}
+	}
+	return slog.LevelError
 }
 
 // poolSpecs are the engine's warm pools cfg asks for: each on the network lane of the boxes
@@ -117,31 +286,13 @@ func (d *Dev) applyPools(ctx context.Context) {
 	}
 }
 
-// stop stops serving, hibernates every box so nothing keeps running after `cocoonbox dev`
-// exits (the next start wakes them on use), and closes the engine.
-func (le *localEngine) stop() error {
-	le.cancel()
-	err := <-le.done
-	if errors.Is(err, http.ErrServerClosed) {
-		err = nil
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), suspendTimeout)
-	defer cancel()
-	err = errors.Join(err, le.eng.Suspend(ctx), le.eng.Close())
-	if c, ok := le.rt.(io.Closer); ok { // runsc leaves a namespace mount under its state dir
-		err = errors.Join(err, c.Close())
-	}
-	return err
-}
-
 // EngineIsolation says what isolates the local engine's boxes (runtime.IsolationGVisor or
 // runtime.IsolationNone), and whether it is a sandbox; "" for an external sandboxd.
 func (d *Dev) EngineIsolation() (level string, sandboxed bool) {
 	if d.engine == nil {
 		return "", false
 	}
-	caps := d.engine.rt.Capabilities()
-	return caps.Isolation, caps.Sandboxed
+	return d.engine.caps.Isolation, d.engine.caps.Sandboxed
 }
 
 // check reports the engine healthy when its HTTP API answers.

@@ -8,13 +8,14 @@ import (
 
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/devstack"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
-// TestKilledChildrenComeBack is the acceptance check for supervision: PostgreSQL and then the S3
-// server are SIGKILLed under a running stack, as the OOM killer would; within 10 s /healthz is
-// ok again and calls that need them work, without restarting the stack, and /healthz said what
-// was going on meanwhile.
+// TestKilledChildrenComeBack is the acceptance check for supervision: PostgreSQL, the S3 server
+// and the engine are SIGKILLed in turn under a running stack, as the OOM killer would; within
+// 10 s /healthz is ok again and calls that need them work, without restarting the stack, and
+// /healthz said what was going on meanwhile.
 func TestKilledChildrenComeBack(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
@@ -27,8 +28,13 @@ func TestKilledChildrenComeBack(t *testing.T) {
 	works := map[string]func(context.Context) error{
 		"postgres": func(context.Context) error { _, err := whoamiErr(cli.Endpoint, cli.Token); return err },
 		"s3":       func(ctx context.Context) error { return d.Blobs.Check(ctx) },
+		"engine": func(ctx context.Context) error {
+			url, token := d.Sandbox()
+			_, err := sandbox.NewHTTP(url, token, nil).List(ctx, "")
+			return err
+		},
 	}
-	for _, name := range []string{"postgres", "s3"} {
+	for _, name := range []string{"postgres", "s3", "engine"} {
 		t.Run(name, func(t *testing.T) {
 			pid := devstack.ChildPid(d, name)
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
