@@ -119,7 +119,7 @@ func TestChaos(t *testing.T) {
 	}
 	spare := func(c *chaosBox) cocoonbox.BoxID { return c.spare }
 	var cells []chaosCell
-	for _, part := range []string{"postgres", "s3", "worker", "engine"} {
+	for _, part := range []string{"postgres", "s3", "worker", "engine", "temporal"} {
 		cells = append(cells,
 			chaosCell{"snapshot", part, "UploadSnapshot started", "UploadSnapshot", 1, snapshot, nil, nil},
 			// A hibernate seals the sleeping box: one snapshot, in the background.
@@ -168,9 +168,9 @@ operation's activity started on the worker. "held" means the operation completed
 the part, the box's 16 MiB file kept its sha256, no snapshot row was left uploading and no
 multipart upload was left behind, and a reconciler pass an hour on found nothing to settle (no
 orphaned sandbox, no box row left transient, no upload without a workflow). The worker runs as a process of its own (as serve worker
-does) and is started again after its kill; PostgreSQL, the S3 server and the engine are the dev
-stack's supervised children. Temporal runs inside the dev process and is not in this matrix yet;
-nor is an agent step (a worker killed mid agent step: TestAgentRunSurvivesHibernateAndKilledWorker).
+does) and is started again after its kill; PostgreSQL, the S3 server, the engine and Temporal are
+the dev stack's supervised children. An agent step is not in this matrix yet (a worker killed
+mid agent step: TestAgentRunSurvivesHibernateAndKilledWorker), nor is the API.
 A create must leave exactly one new sandbox on the engine and a delete none.
 
 `
@@ -219,15 +219,6 @@ func (c *chaosBox) runCell(ctx context.Context, t *testing.T, cell chaosCell) {
 	if err != nil || !strings.HasPrefix(out, c.sum) {
 		t.Fatalf("file after: %q, %v; want sha256 %s", out, err, c.sum)
 	}
-	snaps, err := c.d.Store.ListSnapshots(ctx, c.id)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range snaps {
-		if s.State == cocoonbox.SnapshotUploading {
-			t.Errorf("snapshot %s left uploading", s.ID)
-		}
-	}
 	var seen string
 	testutil.Eventually(t, testutil.WaitLong, fmt.Sprintf("%d more complete snapshots", cell.snapshots), func() bool {
 		got := c.complete(ctx, t)
@@ -236,6 +227,17 @@ func (c *chaosBox) runCell(ctx context.Context, t *testing.T, cell chaosCell) {
 	}, &seen)
 	if got := c.complete(ctx, t); got != before+cell.snapshots {
 		t.Errorf("complete snapshots %d → %d, want exactly %d more", before, got, cell.snapshots)
+	}
+	// Once the snapshots the operation adds are complete (a hibernate's seal runs on after the
+	// wake), none is left uploading.
+	snaps, err := c.d.Store.ListSnapshots(ctx, c.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range snaps {
+		if s.State == cocoonbox.SnapshotUploading {
+			t.Errorf("snapshot %s left uploading", s.ID)
+		}
 	}
 	if left, err := c.d.Blobs.ListIncomplete(ctx, "boxes/"); err != nil || len(left) != 0 {
 		t.Errorf("multipart uploads left: %v, %v", left, err)

@@ -45,7 +45,7 @@ type Dev struct {
 	log *slog.Logger
 
 	lock     *os.File
-	temporal *Temporal          // nil when Temporal is external
+	temporal *temporalChild     // nil when Temporal is external
 	pg       *pgcluster.Cluster // nil when PostgreSQL is external
 	s3       *s3server.Server   // nil when S3 is external
 
@@ -63,7 +63,8 @@ type Dev struct {
 	done     chan struct{}
 	err      error
 	stopOnce sync.Once
-	// sups watch the managed children (PostgreSQL, the S3 server, the engine) and start them again.
+	// sups watch the managed children (PostgreSQL, the S3 server, Temporal, the engine) and start
+	// them again.
 	sups     map[string]*supervisor
 	cancel   context.CancelFunc
 	boot     Bootstrap
@@ -186,6 +187,10 @@ func Start(ctx context.Context, cfg config.Dev, log *slog.Logger) (_ *Dev, retEr
 		"postgres": d.supervised("postgres", func(ctx context.Context) error { return d.Store.Ping(ctx) }),
 		"s3":       d.supervised("s3", func(ctx context.Context) error { return d.Blobs.Check(ctx) }),
 		"engine":   d.supervised("engine", d.checkEngine),
+		"temporal": d.supervised("temporal", func(ctx context.Context) error {
+			_, err := d.Temporal.CheckHealth(ctx, &client.CheckHealthRequest{})
+			return err
+		}),
 	}, PreviewDomain: devPreviewDomain(cfg.PreviewDomain, d.apiAddr)})
 	serveCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.cancel = cancel
@@ -404,16 +409,17 @@ func (d *Dev) startTemporal(ctx context.Context) error {
 	}
 	host, port := splitHostPort(d.cfg.TemporalListen)
 	_, uiPort := splitHostPort(d.cfg.TemporalUIListen)
-	t, err := StartTemporal(ctx, TemporalOptions{
+	t, err := startTemporalChild(ctx, TemporalOptions{
 		DataDir: d.cfg.DataDir("temporal"), Host: host, Port: port, UIPort: uiPort,
 		Namespace: d.cfg.Temporal.Namespace, SearchAttributes: SearchAttributes,
-		Logger: d.log.With("component", "temporal"), Insecure: d.cfg.TemporalInsecure,
-	})
+		Insecure: d.cfg.TemporalInsecure,
+	}, d.log.With("component", "temporal"))
 	if err != nil {
 		return err
 	}
 	d.temporal = t
 	d.tcfg = t.ClientConfig()
+	d.watch("temporal", t)
 	return nil
 }
 

@@ -17,7 +17,6 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -41,15 +40,14 @@ func init() { subproc.Main(engineChildArg, runEngineChild) }
 
 // localEngine is the sandbox engine `cocoonbox dev` runs as a child process when no external
 // sandboxd is configured: a process of its own, as `serve engine` is, so its death is one the
-// supervisor recovers from (a restart re-adopts every box) and never the whole stack's.
+// supervisor recovers from (a restart re-adopts every box, on the same socket) and never the
+// whole stack's.
 type localEngine struct {
-	cfg   engineChildConfig
+	subproc.Child[engineReply]
 	ln    *os.File // the listening socket, handed to every run: the address never changes
-	log   *slog.Logger
 	url   string
 	token string
 	caps  engineReply // what the first run said of its isolation
-	proc  atomic.Pointer[subproc.Process]
 }
 
 // engineChildConfig is what the engine child runs with; it travels over stdin, root token and all.
@@ -96,14 +94,22 @@ func (d *Dev) startEngine(ctx context.Context, ln net.Listener) error {
 		return fmt.Errorf("engine: %w", err)
 	}
 	_ = ln.Close() // f holds the socket now
-	le := &localEngine{
-		cfg: engineChildConfig{Dir: dir, Runtime: kind, InsecureNoIsolation: d.cfg.EngineInsecureNoIsolation,
-			Network:    runtime.NetworkConfig{Uplink: nc.Uplink, UplinkNetns: nc.UplinkNetns, Pool: nc.Pool, DNS: nc.DNS},
-			ImageCache: d.cfg.ImageCache, RootToken: token, BoxDiskMB: d.cfg.EngineBoxDiskMB,
-			NoDiskExport: d.cfg.EngineNoDiskExport, LogLevel: lowestLevel(d.log)},
-		ln: f, log: d.log.With("component", "engine"), url: "http://" + ln.Addr().String(), token: token,
+	cfg := engineChildConfig{Dir: dir, Runtime: kind, InsecureNoIsolation: d.cfg.EngineInsecureNoIsolation,
+		Network:    runtime.NetworkConfig{Uplink: nc.Uplink, UplinkNetns: nc.UplinkNetns, Pool: nc.Pool, DNS: nc.DNS},
+		ImageCache: d.cfg.ImageCache, RootToken: token, BoxDiskMB: d.cfg.EngineBoxDiskMB,
+		NoDiskExport: d.cfg.EngineNoDiskExport, LogLevel: lowestLevel(d.log)}
+	le := &localEngine{ln: f, url: "http://" + ln.Addr().String(), token: token}
+	log := d.log.With("component", "engine")
+	le.Spec = subproc.Spec{Name: "engine", Arg: engineChildArg, Config: cfg, Files: []*os.File{f}, Log: log,
+		Stop: syscall.SIGTERM, Grace: suspendTimeout + 30*time.Second}
+	le.Ready = func(r engineReply) error {
+		if r.Error != "" {
+			return fmt.Errorf("engine: %s", r.Error)
+		}
+		log.Info("engine ready", "url", le.url, "isolation", r.Isolation)
+		return nil
 	}
-	if err := le.spawn(ctx); err != nil {
+	if le.caps, err = le.Start(ctx); err != nil {
 		_ = f.Close()
 		return err
 	}
@@ -113,52 +119,11 @@ func (d *Dev) startEngine(ctx context.Context, ln net.Listener) error {
 	return nil
 }
 
-// spawn starts an engine child on the socket and waits until it serves.
-func (le *localEngine) spawn(ctx context.Context) error {
-	var r engineReply
-	p, err := subproc.Start(ctx, subproc.Spec{Name: "engine", Arg: engineChildArg, Config: le.cfg,
-		Files: []*os.File{le.ln}, Log: le.log, Stop: syscall.SIGTERM, Grace: suspendTimeout + 30*time.Second}, &r)
-	if err != nil {
-		return err
-	}
-	if r.Error != "" {
-		p.Kill()
-		return fmt.Errorf("engine: %s", r.Error)
-	}
-	if le.proc.Load() == nil {
-		le.caps = r
-	}
-	le.proc.Store(p)
-	le.log.Info("engine ready", "url", le.url, "isolation", r.Isolation, "pid", p.Pid())
-	return nil
-}
-
-// Done, ExitError and Restart make the engine a supervised child.
-func (le *localEngine) Done() <-chan struct{} { return le.proc.Load().Done() }
-func (le *localEngine) ExitError() error      { return le.proc.Load().ExitError() }
-
-// Restart starts the engine again after it died, on the same socket and data dir; it re-adopts
-// every box its records hold.
-func (le *localEngine) Restart(ctx context.Context) error {
-	select {
-	case <-le.Done():
-	default:
-		return errors.New("engine: restart: the engine is still running")
-	}
-	return le.spawn(ctx)
-}
-
 // stop asks the engine to stop, which hibernates every box so nothing keeps running after
 // `cocoonbox dev` exits (the next start wakes them on use), and waits for it.
 func (le *localEngine) stop() error {
 	defer le.ln.Close()
-	p := le.proc.Load()
-	select {
-	case <-p.Done():
-		return nil // died, and the supervisor has stopped bringing it back
-	default:
-	}
-	return p.Stop()
+	return le.Stop()
 }
 
 // runEngineChild is the engine child: read the configuration, serve the sandboxd API on the

@@ -23,7 +23,7 @@ func SetAgent(d *Dev, a config.Agent) {
 // stack's activities did.
 func Keyring(d *Dev) *secrets.Keyring { return d.keys }
 
-// ChildPid is the pid of a managed child ("postgres", "s3", "engine"), for tests that kill it.
+// ChildPid is the pid of a managed child ("postgres", "s3", "temporal", "engine"), for tests that kill it.
 func ChildPid(d *Dev, name string) int {
 	switch name {
 	case "postgres":
@@ -31,7 +31,9 @@ func ChildPid(d *Dev, name string) int {
 	case "s3":
 		return d.s3.Pid()
 	case "engine":
-		return d.engine.proc.Load().Pid()
+		return d.engine.Process().Pid()
+	case "temporal":
+		return d.temporal.Process().Pid()
 	}
 	return 0
 }

@@ -6,14 +6,16 @@ import (
 	"testing"
 	"time"
 
+	"go.temporal.io/sdk/client"
+
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/devstack"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
-// TestKilledChildrenComeBack is the acceptance check for supervision: PostgreSQL, the S3 server
-// and the engine are SIGKILLed in turn under a running stack, as the OOM killer would; within
+// TestKilledChildrenComeBack is the acceptance check for supervision: PostgreSQL, the S3 server,
+// Temporal and the engine are SIGKILLed in turn under a running stack, as the OOM killer would; within
 // 10 s /healthz is ok again and calls that need them work, without restarting the stack, and
 // /healthz said what was going on meanwhile.
 func TestKilledChildrenComeBack(t *testing.T) {
@@ -28,13 +30,17 @@ func TestKilledChildrenComeBack(t *testing.T) {
 	works := map[string]func(context.Context) error{
 		"postgres": func(context.Context) error { _, err := whoamiErr(cli.Endpoint, cli.Token); return err },
 		"s3":       func(ctx context.Context) error { return d.Blobs.Check(ctx) },
+		"temporal": func(ctx context.Context) error {
+			_, err := d.Temporal.CheckHealth(ctx, &client.CheckHealthRequest{})
+			return err
+		},
 		"engine": func(ctx context.Context) error {
 			url, token := d.Sandbox()
 			_, err := sandbox.NewHTTP(url, token, nil).List(ctx, "")
 			return err
 		},
 	}
-	for _, name := range []string{"postgres", "s3", "engine"} {
+	for _, name := range []string{"postgres", "s3", "temporal", "engine"} {
 		t.Run(name, func(t *testing.T) {
 			pid := devstack.ChildPid(d, name)
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
@@ -50,7 +56,8 @@ func TestKilledChildrenComeBack(t *testing.T) {
 				seen = body
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				defer cancel()
-				return ok && works[name](ctx) == nil
+				// Running too: a server may answer before its child has said it is ready.
+				return ok && works[name](ctx) == nil && d.Children()[name].State == "running"
 			}, &seen)
 			t.Logf("%s back after %s", name, time.Since(killed).Round(time.Millisecond))
 			st := d.Children()[name]

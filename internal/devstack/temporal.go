@@ -65,7 +65,7 @@ type TemporalOptions struct {
 	SearchAttributes map[string]enumspb.IndexedValueType
 	// Logger receives the server's warnings and errors, untagged (callers add their own
 	// component attribute). Nil writes them as JSON to DataDir/temporal.log.
-	Logger *slog.Logger
+	Logger *slog.Logger `json:"-"`
 	// Insecure serves the frontend and the internal services as plain gRPC and the UI without
 	// login. Only for a loopback Host: anyone who reaches an insecure frontend can start any
 	// workflow and read every history. By default every listener takes only callers with a

@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -218,4 +219,60 @@ func relayLog(r io.Reader, log *slog.Logger) {
 // Logger is the child's logger: JSON on stderr, which the parent's relay re-logs.
 func Logger(stderr io.Writer, level slog.Level) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// Child is a child that is started again in place after it dies, each run a Process; R is its
+// ready line. Ready, when set, checks a run's line: an error kills that run and is Start's.
+type Child[R any] struct {
+	Spec  Spec
+	Ready func(R) error
+	proc  atomic.Pointer[Process]
+}
+
+// Start starts a run and returns its ready line.
+func (c *Child[R]) Start(ctx context.Context) (R, error) {
+	var r R
+	p, err := Start(ctx, c.Spec, &r)
+	if err != nil {
+		return r, err
+	}
+	if c.Ready != nil {
+		if err := c.Ready(r); err != nil {
+			p.Kill()
+			return r, err
+		}
+	}
+	c.proc.Store(p)
+	return r, nil
+}
+
+// Restart starts a run again after the last one exited (a crash, the OOM killer).
+func (c *Child[R]) Restart(ctx context.Context) error {
+	select {
+	case <-c.Done():
+	default:
+		return fmt.Errorf("%s: restart: it is still running", c.Spec.Name)
+	}
+	_, err := c.Start(ctx)
+	return err
+}
+
+// Process is the run started last; nil before the first.
+func (c *Child[R]) Process() *Process { return c.proc.Load() }
+
+// Done is closed when the run started last has exited.
+func (c *Child[R]) Done() <-chan struct{} { return c.proc.Load().Done() }
+
+// ExitError says how the run started last ended, once Done is closed.
+func (c *Child[R]) ExitError() error { return c.proc.Load().ExitError() }
+
+// Stop stops the run started last, unless it has already exited.
+func (c *Child[R]) Stop() error {
+	p := c.proc.Load()
+	select {
+	case <-p.Done():
+		return nil // it died, and nothing is bringing it back
+	default:
+	}
+	return p.Stop()
 }
