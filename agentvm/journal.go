@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 
 	"google.golang.org/protobuf/proto"
@@ -27,6 +28,11 @@ const maxRunIDLen = 128
 // the control plane retries (its activity timed out, the worker restarted) is answered from the
 // record instead of running its tool calls a second time. It is append-only: a recorded step is
 // never rewritten. Layout: <dir>/<base64url(run ID)>/<step>.pb, each a StepResponse.
+//
+// A step under way also has <step>.started, written durably before it runs and removed when it
+// fails. A step found started, not recorded and not running in this process was cut off by the
+// agent's death (a crash, the OOM killer, a kill): its tool calls may have run in part, so it is
+// not run again, and its retry answers ErrInterrupted.
 type Journal struct {
 	dir string
 
@@ -39,6 +45,10 @@ type keyLock struct {
 	refs int
 }
 
+// ErrInterrupted is the answer for a step the agent was running when it died: its tool calls may
+// have run in part, and running them again could do twice what the user asked for once.
+var ErrInterrupted = errors.New("the box's agent restarted while the step ran, so its tool calls may have run in part; it is not run again (start a new run to go on)")
+
 // OpenJournal opens (creating) the journal in dir.
 func OpenJournal(dir string) (*Journal, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -49,6 +59,10 @@ func OpenJournal(dir string) (*Journal, error) {
 
 func (j *Journal) path(runID string, step int32) string {
 	return filepath.Join(j.dir, base64.RawURLEncoding.EncodeToString([]byte(runID)), strconv.Itoa(int(step))+".pb")
+}
+
+func (j *Journal) startedPath(runID string, step int32) string {
+	return strings.TrimSuffix(j.path(runID, step), ".pb") + ".started"
 }
 
 func checkKey(runID string, step int32) error {
@@ -127,13 +141,31 @@ func (j *Journal) Do(ctx context.Context, runID string, step int32, run func(con
 		}
 		return resp, err
 	}
+	// The lock is held: a step started and neither recorded nor failed is not this process's.
+	started := j.startedPath(runID, step)
+	if _, err := os.Stat(started); err == nil {
+		return nil, fmt.Errorf("step %d: %w", step, ErrInterrupted)
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("read journal: %w", err)
+	}
+	if err := os.MkdirAll(filepath.Dir(started), 0o700); err != nil {
+		return nil, fmt.Errorf("write journal: %w", err)
+	}
+	if err := tools.WriteFileAtomic(started, nil, 0o600); err != nil {
+		return nil, fmt.Errorf("write journal: %w", err)
+	}
 	resp, err := run(ctx)
 	if err != nil {
+		// Failed before it did anything lasting, or said so: it may be tried again.
+		if rmErr := os.Remove(started); rmErr != nil {
+			return nil, errors.Join(err, fmt.Errorf("write journal: %w", rmErr))
+		}
 		return nil, err
 	}
 	if err := j.Record(runID, step, resp); err != nil {
 		return nil, err
 	}
+	_ = os.Remove(started) // the record answers from now on; a marker left beside it is harmless
 	return resp, nil
 }
 

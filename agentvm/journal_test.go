@@ -3,10 +3,12 @@ package agentvm_test
 import (
 	"context"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"google.golang.org/protobuf/proto"
@@ -110,4 +112,61 @@ func TestJournalRecordsNothingOnFailureAndChecksKeys(t *testing.T) {
 	resp, err = j.Lookup("r", 2)
 	require.NoError(t, err)
 	require.Equal(t, "first", resp.Text)
+}
+
+// TestJournalDoesNotRunAnInterruptedStepAgain kills, with SIGKILL, an agent process in the middle
+// of a step's tool call. The restarted agent's journal answers the step's retry with
+// ErrInterrupted instead of running its tool calls a second time; a step that failed is run again.
+func TestJournalDoesNotRunAnInterruptedStepAgain(t *testing.T) {
+	dir := t.TempDir()
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(os.Environ(), "JOURNAL_HELPER_DIR="+dir)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	require.Eventually(t, func() bool { _, err := os.Stat(filepath.Join(dir, "tool-running")); return err == nil },
+		30*time.Second, 10*time.Millisecond, "the helper's step never started")
+	require.NoError(t, cmd.Process.Kill())
+	_ = cmd.Wait()
+
+	j, err := agentvm.OpenJournal(filepath.Join(dir, "journal"))
+	require.NoError(t, err)
+	ran := false
+	_, err = j.Do(t.Context(), "run-1", 2, func(context.Context) (*agentvmv1.StepResponse, error) {
+		ran = true
+		return &agentvmv1.StepResponse{}, nil
+	})
+	require.ErrorIs(t, err, agentvm.ErrInterrupted)
+	require.Contains(t, err.Error(), "step 2: the box's agent restarted while the step ran")
+	require.False(t, ran, "the interrupted step ran again")
+
+	// A step whose run failed (said so, did nothing lasting) is tried again.
+	_, err = j.Do(t.Context(), "run-1", 3, func(context.Context) (*agentvmv1.StepResponse, error) {
+		return nil, context.DeadlineExceeded
+	})
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	resp, err := j.Do(t.Context(), "run-1", 3, func(context.Context) (*agentvmv1.StepResponse, error) {
+		return &agentvmv1.StepResponse{Text: "second try"}, nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, "second try", resp.Text)
+}
+
+// The agent TestJournalDoesNotRunAnInterruptedStepAgain kills: this test binary, started with
+// JOURNAL_HELPER_DIR set, starts step 2 of run-1, whose tool call never ends.
+func init() {
+	dir := os.Getenv("JOURNAL_HELPER_DIR")
+	if dir == "" {
+		return
+	}
+	j, err := agentvm.OpenJournal(filepath.Join(dir, "journal"))
+	if err != nil {
+		os.Exit(2)
+	}
+	_, _ = j.Do(context.Background(), "run-1", 2, func(ctx context.Context) (*agentvmv1.StepResponse, error) {
+		if err := os.WriteFile(filepath.Join(dir, "tool-running"), nil, 0o600); err != nil {
+			return nil, err
+		}
+		select {} // killed here
+	})
+	os.Exit(3)
 }

@@ -258,6 +258,10 @@ func (s *Server) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvm
 			return resp, nil
 		})
 		if err != nil {
+			if errors.Is(err, ErrInterrupted) {
+				log.Warn("step interrupted by the agent's restart; not run again")
+				err = status.Error(codes.FailedPrecondition, err.Error())
+			}
 			if _, ok := status.FromError(err); !ok {
 				err = status.Error(codes.Internal, err.Error())
 			}
