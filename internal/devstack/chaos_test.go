@@ -15,6 +15,7 @@ import (
 	"go.temporal.io/sdk/client"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/agentvm/model/modeltest"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/devstack"
@@ -128,7 +129,6 @@ func TestChaos(t *testing.T) {
 			chaosCell{"create", part, "Claim started", "Claim", 0, create, spare, created},
 			chaosCell{"delete", part, "Release started", "Release", 0, del, spare, deleted})
 	}
-	var rows []string
 	for _, cell := range cells {
 		if cell.op == "create" {
 			c.spare = cocoonbox.NewBoxID()
@@ -139,15 +139,105 @@ func TestChaos(t *testing.T) {
 		if !held {
 			verdict = "FAILED"
 		}
-		rows = append(rows, fmt.Sprintf("| %s | %s | %s | %s |", cell.op, cell.part, cell.point, verdict))
+		chaosRows = append(chaosRows, fmt.Sprintf("| %s | %s | %s | %s |", cell.op, cell.part, cell.point, verdict))
 	}
-	matrix := "| operation | part killed | point | result |\n|---|---|---|---|\n" + strings.Join(rows, "\n") + "\n"
+	writeChaosReport(t)
+}
+
+// chaosRows are the matrix's rows so far: TestChaos's, then TestChaosAgentStep's.
+var chaosRows []string
+
+// writeChaosReport writes the matrix so far; the suite's last test writes it whole.
+func writeChaosReport(t *testing.T) {
+	matrix := "| operation | part killed | point | result |\n|---|---|---|---|\n" + strings.Join(chaosRows, "\n") + "\n"
 	t.Logf("chaos matrix:\n%s", matrix)
 	if *chaosReport != "" {
 		if err := os.WriteFile(*chaosReport, []byte(chaosDoc+matrix+chaosBeside), 0o644); err != nil {
 			t.Error(err)
 		}
 	}
+}
+
+// TestChaosAgentStep kills each part while an agent run's second step has its shell command
+// running in a desktop box. With any part of the stack killed the run must finish with every
+// command run exactly once (an interrupted call is answered from the agent's journal). With the
+// in-box agent itself killed, the step cannot be answered: the run must fail naming the
+// interruption, nothing after it may run, no command twice, and a new run on the box must work.
+func TestChaosAgentStep(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	models := modeltest.NewServer(t, gatewayKey)
+	cfg := agentConfig(t, models)
+	cfg.NoWorker = true
+	var w *childWorker
+	var wcfg config.Worker
+	e := newDesktopEnvWith(t, cfg, 15*time.Minute, func(d *devstack.Dev) {
+		wcfg = workerConfig(d)
+		wcfg.Template = "desktop"
+		wcfg.Agent = cfg.Agent // the worker's own gateway: runs carry none
+		w = startChildWorker(t, wcfg)
+	})
+	a := newAgentEnv(t, cfg, models, e)
+	suite := t // a worker started again outlives the cell
+	for _, part := range []string{"worker", "postgres", "s3", "temporal", "engine", "agent"} {
+		held := t.Run(part, func(t *testing.T) {
+			proof := "/home/user/proof-" + part
+			running := "/tmp/step2-running-" + part
+			turns := []modeltest.Turn{
+				modeltest.Calls(modeltest.Call("shell", `{"command":"echo one >> `+proof+`"}`)),
+				modeltest.Calls(modeltest.Call("shell", `{"command":"echo two >> `+proof+`; touch `+running+`; sleep 3; echo two-done >> `+proof+`"}`)),
+			}
+			if part != "agent" { // a killed agent's run ends at step 2
+				turns = append(turns, modeltest.Calls(modeltest.Call("shell", `{"command":"echo three >> `+proof+`"}`)),
+					modeltest.Reply("All three done."))
+			}
+			models.Script(turns...)
+			run := a.start(t, "Write three lines.")
+			if err := testutil.Poll(a.ctx, 2*time.Minute, func() error { _, err := a.run("test -e " + running); return err }); err != nil {
+				t.Fatal(err)
+			}
+			switch part {
+			case "worker":
+				w.kill()
+				w = startChildWorker(suite, wcfg)
+			case "agent":
+				a.mustRun(t, `for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = cocoonbox-agent ] && kill -9 ${p#/proc/}; done; true`)
+			default:
+				if err := syscall.Kill(devstack.ChildPid(a.d, part), syscall.SIGKILL); err != nil {
+					t.Fatal(err)
+				}
+			}
+			run = a.waitRun(t, run.GetId(), 3*time.Minute, string(cocoonbox.AgentRunSucceeded), string(cocoonbox.AgentRunFailed))
+			if part != "agent" {
+				if run.GetState() != string(cocoonbox.AgentRunSucceeded) || run.GetResult() != "All three done." {
+					t.Fatalf("run with %s killed in step 2: %s %q", part, run.GetState(), run.GetError())
+				}
+				if got := a.mustRun(t, "cat "+proof); got != "one\ntwo\ntwo-done\nthree\n" {
+					t.Fatalf("the steps' commands ran %q, want each once", got)
+				}
+				return
+			}
+			if run.GetState() != string(cocoonbox.AgentRunFailed) || !strings.Contains(run.GetError(), "the box's agent restarted while the step ran") {
+				t.Fatalf("run with the agent killed in step 2: %s %q; want failed naming the interruption", run.GetState(), run.GetError())
+			}
+			if got := a.mustRun(t, "cat "+proof); got != "one\ntwo\n" && got != "one\ntwo\ntwo-done\n" {
+				t.Fatalf("the steps' commands ran %q, want step 1's and step 2's once and nothing after", got)
+			}
+			// Retryable: the restarted agent takes a new run.
+			models.Script(modeltest.Calls(modeltest.Call("shell", `{"command":"echo again >> `+proof+`"}`)), modeltest.Reply("Done again."))
+			again := a.waitRun(t, a.start(t, "Once more.").GetId(), 3*time.Minute, string(cocoonbox.AgentRunSucceeded), string(cocoonbox.AgentRunFailed))
+			if again.GetState() != string(cocoonbox.AgentRunSucceeded) {
+				t.Fatalf("a new run after the agent's restart: %s %q", again.GetState(), again.GetError())
+			}
+		})
+		verdict := "held"
+		if !held {
+			verdict = "FAILED"
+		}
+		chaosRows = append(chaosRows, fmt.Sprintf("| agent step | %s | step 2's command running | %s |", part, verdict))
+	}
+	writeChaosReport(t)
 }
 
 // chaosBeside follows the matrix: what other tests of the suite prove.
@@ -169,8 +259,11 @@ the part, the box's 16 MiB file kept its sha256, no snapshot row was left upload
 multipart upload was left behind, and a reconciler pass an hour on found nothing to settle (no
 orphaned sandbox, no box row left transient, no upload without a workflow). The worker runs as a process of its own (as serve worker
 does) and is started again after its kill; PostgreSQL, the S3 server, the engine and Temporal are
-the dev stack's supervised children. An agent step is not in this matrix yet (a worker killed
-mid agent step: TestAgentRunSurvivesHibernateAndKilledWorker), nor is the API.
+the dev stack's supervised children. The agent step rows (TestChaosAgentStep) kill each part
+while a run's second step has its shell command running in a desktop box: "held" means the run
+finished with every command run exactly once; for the in-box agent itself, which the box's boot
+script starts again, that the run failed naming the interruption, no command ran twice or after
+it, and a new run on the box succeeded. The API is not in this matrix yet.
 A create must leave exactly one new sandbox on the engine and a delete none.
 
 `
