@@ -130,7 +130,13 @@ func (e *testEnv) start(t *testing.T, spec Spec) Spec {
 // sh runs a shell command in the box and returns its stdout; a failure fails the test.
 func (e *testEnv) sh(t *testing.T, id, script string) string {
 	t.Helper()
-	out, errOut, code, err := e.exec(id, "sh", "-c", script)
+	return e.shWithin(t, testutil.WaitShort, id, script)
+}
+
+// shWithin is sh for a command that does real work (reading a whole filesystem), given within.
+func (e *testEnv) shWithin(t *testing.T, within time.Duration, id, script string) string {
+	t.Helper()
+	out, errOut, code, err := e.execWithin(within, id, "sh", "-c", script)
 	if err != nil || code != 0 {
 		t.Fatalf("sh -c %q: code %d, err %v, stderr %q", script, code, err, errOut)
 	}
@@ -138,7 +144,11 @@ func (e *testEnv) sh(t *testing.T, id, script string) string {
 }
 
 func (e *testEnv) exec(id string, argv ...string) (stdout, stderr string, code int, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitShort)
+	return e.execWithin(testutil.WaitShort, id, argv...)
+}
+
+func (e *testEnv) execWithin(within time.Duration, id string, argv ...string) (stdout, stderr string, code int, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	var o, eb bytes.Buffer
 	code, err = e.rt.Exec(ctx, id, ExecRequest{Argv: argv, Stdout: &o, Stderr: &eb})
