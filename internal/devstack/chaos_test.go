@@ -167,18 +167,7 @@ func TestChaosAgentStep(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
 	}
-	models := modeltest.NewServer(t, gatewayKey)
-	cfg := agentConfig(t, models)
-	cfg.NoWorker = true
-	var w *childWorker
-	var wcfg config.Worker
-	e := newDesktopEnvWith(t, cfg, 15*time.Minute, func(d *devstack.Dev) {
-		wcfg = workerConfig(d)
-		wcfg.Template = "desktop"
-		wcfg.Agent = cfg.Agent // the worker's own gateway: runs carry none
-		w = startChildWorker(t, wcfg)
-	})
-	a := newAgentEnv(t, cfg, models, e)
+	a, models, w, wcfg := newAgentEnvWithChildWorker(t, 15*time.Minute)
 	suite := t // a worker started again outlives the cell
 	for _, part := range []string{"worker", "postgres", "s3", "temporal", "engine", "agent"} {
 		held := t.Run(part, func(t *testing.T) {

@@ -98,6 +98,22 @@ func TestWakeSurvivesKilledWorker(t *testing.T) {
 	}
 }
 
+// newAgentEnvWithChildWorker is a desktop box with a scripted model whose worker is a process of
+// its own, as serve worker is, to be killed; wcfg starts another.
+func newAgentEnvWithChildWorker(t *testing.T, timeout time.Duration) (a *agentEnv, models *modeltest.Server, w *childWorker, wcfg config.Worker) {
+	t.Helper()
+	models = modeltest.NewServer(t, gatewayKey)
+	cfg := agentConfig(t, models)
+	cfg.NoWorker = true
+	e := newDesktopEnvWith(t, cfg, timeout, func(d *devstack.Dev) {
+		wcfg = workerConfig(d)
+		wcfg.Template = "desktop"
+		wcfg.Agent = cfg.Agent // the worker's own gateway: runs carry none
+		w = startChildWorker(t, wcfg)
+	})
+	return newAgentEnv(t, cfg, models, e), models, w, wcfg
+}
+
 // TestAgentRunSurvivesHibernateAndKilledWorker kills the worker while a step's command runs in
 // the box, hibernates the box between steps with a new worker, and checks the run resumes after
 // the wake and finishes, with every step executed in the box exactly once: the interrupted step's
@@ -106,18 +122,7 @@ func TestAgentRunSurvivesHibernateAndKilledWorker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
 	}
-	models := modeltest.NewServer(t, gatewayKey)
-	cfg := agentConfig(t, models)
-	cfg.NoWorker = true
-	var first *childWorker
-	var wcfg config.Worker
-	e := newDesktopEnvWith(t, cfg, 10*time.Minute, func(d *devstack.Dev) {
-		wcfg = workerConfig(d)
-		wcfg.Template = "desktop"
-		wcfg.Agent = cfg.Agent // the worker's own gateway: runs carry none
-		first = startChildWorker(t, wcfg)
-	})
-	a := newAgentEnv(t, cfg, models, e)
+	a, models, first, wcfg := newAgentEnvWithChildWorker(t, 10*time.Minute)
 
 	models.Script(
 		modeltest.Calls(modeltest.Call("shell", `{"command":"echo one >> /home/user/proof"}`)),
