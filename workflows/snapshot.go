@@ -283,6 +283,11 @@ func cleanupOptions(ctx workflow.Context) workflow.Context {
 // hibernate waited for its upload.
 const versionBackgroundSeal = "background-seal"
 
+// versionFailedSealSleeps marks the box workflow's putting a sleeping box's sandbox back to sleep
+// after a failed seal too. Before it, only a good seal did, and an engine that woke the sandbox
+// for a seal that then failed left it awake under a hibernated box.
+const versionFailedSealSleeps = "failed-seal-sleeps"
+
 // seal asks for a background snapshot of the box's sandbox (a seal): it starts now, or when the
 // one running ends, whose snapshot may predate what changed since.
 func (w *box) seal(ctx workflow.Context) {
@@ -312,7 +317,12 @@ func (w *box) startSeal(ctx workflow.Context) {
 		w.st.Seal.Running = ""
 		w.gen++
 		if err != nil {
-			// The box keeps its last good snapshot and tries again later, backing off.
+			// The box keeps its last good snapshot and tries again later, backing off. A seal
+			// through the agent may have woken the sandbox before it failed, and its retry is
+			// minutes away: the sandbox of a sleeping box goes back to sleep now.
+			if asleep && workflow.GetVersion(ctx, versionFailedSealSleeps, workflow.DefaultVersion, 1) >= 1 {
+				w.rehibernate(ctx, wakes)
+			}
 			w.st.Seal.Failures++
 			wait := min(SealRetryFirst<<min(w.st.Seal.Failures-1, 6), SealRetryMax)
 			w.st.Seal.RetryAt = workflow.Now(ctx).Add(wait)
@@ -323,10 +333,7 @@ func (w *box) startSeal(ctx workflow.Context) {
 			w.st.LastSnapshot = out.Snapshot.ID
 			w.st.Seal.Awake = out.Snapshot.Kind == cocoonbox.SnapshotKindState
 			if w.st.Seal.Awake && asleep {
-				w.rehibernating = true    // still sealing to whoever asks
 				w.rehibernate(ctx, wakes) // reaching its agent woke the sandbox
-				w.rehibernating = false
-				w.gen++
 			}
 			w.st.Seal.Sealed = asleep && w.wakes == wakes && w.st.State == cocoonbox.BoxStateHibernated
 			if strings.HasPrefix(w.st.LastError, sealErrorPrefix) {
@@ -343,8 +350,10 @@ func (w *box) startSeal(ctx workflow.Context) {
 
 // rehibernate puts back to sleep the sandbox of a box that is still hibernated and has not woken
 // since wakes, after a seal through its agent woke it. It holds the operations' lock, so no wake
-// runs under it.
+// runs under it, and the box says it is still sealing meanwhile.
 func (w *box) rehibernate(ctx workflow.Context, wakes int) {
+	w.rehibernating = true
+	defer func() { w.rehibernating = false; w.gen++ }()
 	if err := w.mu.Lock(ctx); err != nil {
 		return
 	}

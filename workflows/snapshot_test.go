@@ -293,6 +293,9 @@ func TestDurableHibernate(t *testing.T) {
 		require.Empty(t, after.Seal)
 		require.Contains(t, after.LastError, "s3 refused")
 		env.AssertActivityNumberOfCalls(t, "FailSnapshot", 1)
+		// The hibernate, then again after the failed seal: through the agent (an engine
+		// without disk export) the seal woke the sandbox, and its retry is minutes away.
+		env.AssertActivityNumberOfCalls(t, "Hibernate", 2)
 	})
 }
 

@@ -161,11 +161,23 @@ func TestViewerCannotWake(t *testing.T) {
 	if _, err := svc.Share(ctx, owner.ID, id, viewer.Name, cocoonbox.RoleViewer, nil); err != nil {
 		t.Fatal(err)
 	}
+	// Without a seal: through the agent (this engine cannot export a disk) it would wake the
+	// sandbox itself, for minutes while it retries against the fake's box, which has no agent.
+	// What is checked here is that the viewer's looks do not wake it.
+	v, err := svc.Get(ctx, owner.ID, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := v.Policy
+	p.DurableHibernate = false
+	if _, err := svc.SetPolicy(ctx, owner.ID, id, p); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := svc.Hibernate(ctx, owner.ID, id); err != nil {
 		t.Fatal(err)
 	}
 	want := "box " + string(id) + " is hibernated; a driver can wake it"
-	_, err := svc.Screenshot(ctx, viewer.ID, id, 0)
+	_, err = svc.Screenshot(ctx, viewer.ID, id, 0)
 	if cocoonbox.ErrorCode(err) != cocoonbox.EConflict || cocoonbox.ErrorMessage(err) != want {
 		t.Errorf("viewer's screenshot: %v; want conflict %q", err, want)
 	}
@@ -176,7 +188,7 @@ func TestViewerCannotWake(t *testing.T) {
 	if cocoonbox.ErrorCode(err) != cocoonbox.EConflict || cocoonbox.ErrorMessage(err) != want {
 		t.Errorf("viewer's desktop: %v; want conflict %q", err, want)
 	}
-	v, err := svc.Get(ctx, viewer.ID, id)
+	v, err = svc.Get(ctx, viewer.ID, id)
 	if err != nil || v.State != cocoonbox.BoxStateHibernated {
 		t.Fatalf("after the viewer's looks: %+v, %v; want hibernated", v, err)
 	}
