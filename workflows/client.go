@@ -123,6 +123,7 @@ func Update[T any](ctx context.Context, c client.Client, id cocoonbox.BoxID, nam
 	wctx, cancel := withAnswerMargin(ctx)
 	defer cancel()
 	h, err := c.UpdateWorkflow(wctx, client.UpdateWorkflowOptions{
+		UpdateID:     updateID(ctx),
 		WorkflowID:   BoxWorkflowID(id),
 		UpdateName:   name,
 		Args:         []any{arg},
@@ -138,6 +139,21 @@ func Update[T any](ctx context.Context, c client.Client, id cocoonbox.BoxID, nam
 		return out, DomainError(fmt.Errorf("%s box %s: %w", name, id, err))
 	}
 	return out, nil
+}
+
+// WithUpdateID makes the update Update sends under ctx the update id: sent again with the same
+// id (a retried request), it is the same update, done once, and answers its result. Without one
+// each call is an update of its own.
+func WithUpdateID(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, updateIDKey{}, id)
+}
+
+type updateIDKey struct{}
+
+// updateID is ctx's update ID (WithUpdateID); "" lets the SDK pick a new one.
+func updateID(ctx context.Context) string {
+	id, _ := ctx.Value(updateIDKey{}).(string)
+	return id
 }
 
 // marginReached reports whether ctx, from withAnswerMargin, has run out. Its deadline is checked

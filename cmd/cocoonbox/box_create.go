@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"time"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/loomhand/cocoonbox"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
 
@@ -18,7 +20,7 @@ func boxCreateCommand() *cli.Command {
 		Flags: apiFlags(
 			&cli.StringFlag{Name: "name", Usage: "box name, unique among your boxes (or give it as the argument)"},
 			&cli.StringFlag{Name: "size", Value: "small", Usage: "small, medium, large, xlarge or 2xlarge"},
-			&cli.StringFlag{Name: "request-id", Usage: "box ID to create (bx_ and 16 hex digits): a retried create returns the same box"},
+			&cli.StringFlag{Name: "request-id", Usage: "box ID to create (bx_ and 16 hex digits): a retried create returns the same box (default: a new one, which a resend after a lost answer keeps)"},
 			&cli.StringFlag{Name: "network", Usage: "egress policy for the box's life: none, internet (all but the host, other boxes, private and link-local ranges) or allow (only --allow); default: the server's"},
 			&cli.StringSliceFlag{Name: "allow", Usage: "with --network allow, a destination the box may reach: IPv4 CIDR or CIDR:port (repeatable)"},
 		),
@@ -49,7 +51,7 @@ func boxCreateCommand() *cli.Command {
 			stop := s.out.progress("creating box " + name)
 			began := time.Now()
 			quiet := sayWaiting(c.Context, s.out, boxes, name)
-			b, err := boxes.CreateBox(c.Context, &cbv1.CreateBoxRequest{Name: name, Size: c.String("size"), RequestId: c.String("request-id"),
+			b, err := boxes.CreateBox(c.Context, &cbv1.CreateBoxRequest{Name: name, Size: c.String("size"), RequestId: cmp.Or(c.String("request-id"), string(cocoonbox.NewBoxID())),
 				Network: network, NetworkAllow: allow})
 			quiet()
 			stop()

@@ -11,6 +11,6 @@ import (
 func boxHibernateCommand() *cli.Command {
 	return boxStateCommand("hibernate", "free a box's CPU and memory, keeping its state", "hibernating",
 		func(ctx context.Context, boxes cbv1.BoxServiceClient, box string) (*cbv1.Box, error) {
-			return boxes.HibernateBox(ctx, &cbv1.HibernateBoxRequest{Box: box})
+			return boxes.HibernateBox(ctx, &cbv1.HibernateBoxRequest{Box: box, RequestId: requestID()})
 		})
 }

@@ -48,7 +48,7 @@ func boxRmCommand() *cli.Command {
 				return err
 			}
 			defer s.Close()
-			b, err := boxes.DeleteBox(c.Context, &cbv1.DeleteBoxRequest{Box: args[0], PurgeSnapshots: c.Bool("purge-snapshots")})
+			b, err := boxes.DeleteBox(c.Context, &cbv1.DeleteBoxRequest{Box: args[0], PurgeSnapshots: c.Bool("purge-snapshots"), RequestId: requestID()})
 			if err != nil {
 				return apiError(err)
 			}

@@ -28,7 +28,7 @@ func boxSnapshotCommand() *cli.Command {
 			}
 			defer s.Close()
 			stop := s.out.progress("snapshotting " + args[0])
-			snap, err := boxes.SnapshotBox(c.Context, &cbv1.SnapshotBoxRequest{Box: args[0]})
+			snap, err := boxes.SnapshotBox(c.Context, &cbv1.SnapshotBoxRequest{Box: args[0], RequestId: requestID()})
 			stop()
 			if err != nil {
 				return apiError(err)
@@ -91,7 +91,7 @@ func boxRestoreCommand() *cli.Command {
 			}
 			defer s.Close()
 			stop := s.out.progress("restoring " + args[0])
-			b, err := boxes.RestoreBox(c.Context, &cbv1.RestoreBoxRequest{Box: args[0], SnapshotId: c.String("snapshot")})
+			b, err := boxes.RestoreBox(c.Context, &cbv1.RestoreBoxRequest{Box: args[0], SnapshotId: c.String("snapshot"), RequestId: requestID()})
 			stop()
 			if err != nil {
 				return apiError(err)

@@ -12,7 +12,7 @@ import (
 func boxWakeCommand() *cli.Command {
 	return boxStateCommand("wake", "bring a hibernated box back (a running box stays as it is)", "waking",
 		func(ctx context.Context, boxes cbv1.BoxServiceClient, box string) (*cbv1.Box, error) {
-			return boxes.WakeBox(ctx, &cbv1.WakeBoxRequest{Box: box})
+			return boxes.WakeBox(ctx, &cbv1.WakeBoxRequest{Box: box, RequestId: requestID()})
 		})
 }
 

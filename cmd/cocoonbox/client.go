@@ -2,19 +2,23 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/tls"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/loomhand/cocoonbox/internal/api"
 	"github.com/loomhand/cocoonbox/internal/config"
 )
 
@@ -73,7 +77,56 @@ func dial(c *cli.Context) (*grpc.ClientConn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return dialTarget(u, token, grpc.WithUnaryInterceptor(boundCalls(callTimeout(c))))
+	return dialTarget(u, token, grpc.WithChainUnaryInterceptor(boundCalls(callTimeout(c)), resendUnanswered))
+}
+
+// requestID is a new request ID for a call that changes a box: sent again, the server makes it
+// the same operation (see resendUnanswered).
+func requestID() string {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	return "cli-" + hex.EncodeToString(b[:])
+}
+
+// resendUnanswered sends a call with a request ID again while the API itself does not answer
+// (it restarts, the connection dropped mid-call), backing off, until the call's deadline: the
+// server makes every send of one request ID one operation, so none is done twice. An
+// unavailable answer from the API (a dependency behind it is down) is returned as it is.
+func resendUnanswered(ctx context.Context, method string, req, reply any, cc *grpc.ClientConn, invoker grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+	r, ok := req.(interface{ GetRequestId() string })
+	if !ok || r.GetRequestId() == "" {
+		return invoker(ctx, method, req, reply, cc, opts...)
+	}
+	wait := resendFirst
+	for {
+		err := invoker(ctx, method, req, reply, cc, opts...)
+		if status.Code(err) != codes.Unavailable || answered(err) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return status.Errorf(codes.Unavailable, "the API is not answering (%s); what was asked may still finish there", status.Convert(err).Message())
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, resendMax)
+	}
+}
+
+// resendFirst and resendMax bound the wait between sends of an unanswered call.
+const (
+	resendFirst = 100 * time.Millisecond
+	resendMax   = 2 * time.Second
+)
+
+// answered reports whether an unavailable error is the API's answer (a dependency of it is
+// down), not the API failing to answer.
+func answered(err error) bool {
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok && info.GetDomain() == api.ErrorDomain {
+			return true
+		}
+	}
+	return false
 }
 
 // target is the API endpoint and token the command uses: flags, else the environment, else the

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/loomhand/cocoonbox/internal/api"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
 
@@ -39,6 +41,9 @@ type fakeAPI struct {
 	files map[string]*cbv1.WriteFileRequest // box/path → last write
 	reqs  map[string]proto.Message          // method name → last request
 	pools []*cbv1.WarmPool                  // the engine's, as SetPools left them
+	// flaky is the request ID of every send of a snapshot of box "flaky", whose first two sends
+	// fail as a call does when the API dies under it.
+	flaky []string
 }
 
 // startFake serves a fakeAPI on 127.0.0.1:0 and returns it with its endpoint URL.
@@ -165,7 +170,7 @@ func (f *fakeAPI) WakeBox(_ context.Context, r *cbv1.WakeBoxRequest) (*cbv1.Box,
 		return nil, err
 	}
 	if b.GetState() == "hibernated" {
-		return nil, status.Error(codes.Unavailable, "no capacity: try again later")
+		return nil, dependencyDown("no capacity: try again later")
 	}
 	return b, nil
 }
@@ -211,6 +216,16 @@ func (f *fakeAPI) SnapshotBox(ctx context.Context, r *cbv1.SnapshotBoxRequest) (
 	if r.GetBox() == "stuck" { // a snapshot that never ends: the caller's deadline must
 		<-ctx.Done()
 		return nil, ctx.Err()
+	}
+	if r.GetBox() == "flaky" {
+		f.mu.Lock()
+		f.flaky = append(f.flaky, r.GetRequestId())
+		n := len(f.flaky)
+		f.mu.Unlock()
+		if n <= 2 {
+			return nil, status.Error(codes.Unavailable, "error reading from server: EOF")
+		}
+		return sampleSnapshots()[0], nil
 	}
 	if _, err := f.find(r.GetBox()); err != nil {
 		return nil, err
@@ -439,4 +454,14 @@ func (f *fakeAPI) ListEvents(_ context.Context, r *cbv1.ListEventsRequest) (*cbv
 		}
 	}
 	return &cbv1.ListEventsResponse{Events: out}, nil
+}
+
+// dependencyDown is the API's unavailable answer: what it depends on is down (the detail says
+// so, as internal/api's toStatus does), which the CLI does not send again.
+func dependencyDown(msg string) error {
+	st, err := status.New(codes.Unavailable, msg).WithDetails(&errdetails.ErrorInfo{Reason: api.ReasonDependencyUnavailable, Domain: api.ErrorDomain})
+	if err != nil {
+		panic(err)
+	}
+	return st.Err()
 }

@@ -44,6 +44,18 @@ func (s *Server) resolveBox(ctx context.Context, ref string) (*boxsvc.Service, s
 	return svc, caller, id, nil
 }
 
+// withRequest is ctx carrying the request's request_id, once checked, which makes a retried
+// request the same operation (boxsvc.WithRequestID).
+func withRequest(ctx context.Context, id string) (context.Context, error) {
+	if id == "" {
+		return ctx, nil
+	}
+	if err := boxsvc.ValidateRequestID("request_id", id); err != nil {
+		return nil, err
+	}
+	return boxsvc.WithRequestID(ctx, id), nil
+}
+
 // CreateBox creates a box for the caller.
 func (b *boxService) CreateBox(ctx context.Context, req *cbv1.CreateBoxRequest) (*cbv1.Box, error) {
 	svc, caller, err := b.s.boxCaller(ctx)
@@ -93,6 +105,10 @@ func (b *boxService) ListBoxes(ctx context.Context, _ *cbv1.ListBoxesRequest) (*
 
 // DeleteBox ends the box (admin).
 func (b *boxService) DeleteBox(ctx context.Context, req *cbv1.DeleteBoxRequest) (*cbv1.Box, error) {
+	ctx, err := withRequest(ctx, req.GetRequestId())
+	if err != nil {
+		return nil, err
+	}
 	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
 	if err != nil {
 		return nil, err
@@ -106,6 +122,10 @@ func (b *boxService) DeleteBox(ctx context.Context, req *cbv1.DeleteBoxRequest) 
 
 // WakeBox brings a hibernated box back (driver).
 func (b *boxService) WakeBox(ctx context.Context, req *cbv1.WakeBoxRequest) (*cbv1.Box, error) {
+	ctx, err := withRequest(ctx, req.GetRequestId())
+	if err != nil {
+		return nil, err
+	}
 	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
 	if err != nil {
 		return nil, err
@@ -119,6 +139,10 @@ func (b *boxService) WakeBox(ctx context.Context, req *cbv1.WakeBoxRequest) (*cb
 
 // HibernateBox puts the box to sleep (driver).
 func (b *boxService) HibernateBox(ctx context.Context, req *cbv1.HibernateBoxRequest) (*cbv1.Box, error) {
+	ctx, err := withRequest(ctx, req.GetRequestId())
+	if err != nil {
+		return nil, err
+	}
 	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
 	if err != nil {
 		return nil, err
@@ -132,6 +156,10 @@ func (b *boxService) HibernateBox(ctx context.Context, req *cbv1.HibernateBoxReq
 
 // SnapshotBox snapshots the box's disk (driver).
 func (b *boxService) SnapshotBox(ctx context.Context, req *cbv1.SnapshotBoxRequest) (*cbv1.Snapshot, error) {
+	ctx, err := withRequest(ctx, req.GetRequestId())
+	if err != nil {
+		return nil, err
+	}
 	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
 	if err != nil {
 		return nil, err
@@ -158,6 +186,10 @@ func (b *boxService) ListSnapshots(ctx context.Context, req *cbv1.ListSnapshotsR
 
 // RestoreBox replaces the box's state with a snapshot.
 func (b *boxService) RestoreBox(ctx context.Context, req *cbv1.RestoreBoxRequest) (*cbv1.Box, error) {
+	ctx, err := withRequest(ctx, req.GetRequestId())
+	if err != nil {
+		return nil, err
+	}
 	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
 	if err != nil {
 		return nil, err

@@ -28,6 +28,13 @@ var grpcCodes = map[string]codes.Code{
 	cocoonbox.EResourceExhausted: codes.ResourceExhausted,
 }
 
+// ErrorDomain and ReasonDependencyUnavailable are the ErrorInfo detail of an unavailable
+// answer from the API: a dependency behind it (PostgreSQL, S3, Temporal, the engine) is down.
+const (
+	ErrorDomain                 = "cocoonbox"
+	ReasonDependencyUnavailable = "DEPENDENCY_UNAVAILABLE"
+)
+
 // toStatus turns any error from the service layer into the gRPC status a client sees. Internal
 // errors are logged in full and reach the client as "internal error".
 func toStatus(ctx context.Context, log *slog.Logger, method string, err error) error {
@@ -51,6 +58,13 @@ func toStatus(ctx context.Context, log *slog.Logger, method string, err error) e
 		if d, derr := st.WithDetails(&errdetails.BadRequest{FieldViolations: []*errdetails.BadRequest_FieldViolation{
 			{Field: field, Description: st.Message()},
 		}}); derr == nil {
+			st = d
+		}
+	}
+	if code == cocoonbox.EUnavailable {
+		// The detail says the API answered and what it depends on did not, which a client
+		// tells apart from the API itself not answering (a transport error, worth sending again).
+		if d, derr := st.WithDetails(&errdetails.ErrorInfo{Reason: ReasonDependencyUnavailable, Domain: ErrorDomain}); derr == nil {
 			st = d
 		}
 	}

@@ -62,7 +62,7 @@ func (s *Service) Snapshot(ctx context.Context, caller string, id cocoonbox.BoxI
 	if err != nil {
 		return workflows.SnapshotResult{}, err
 	}
-	res, err := workflows.Update[workflows.SnapshotResult](ctx, s.Temporal, id, workflows.UpdateSnapshot, workflows.SnapshotInput{})
+	res, err := workflows.Update[workflows.SnapshotResult](once(ctx, caller, workflows.UpdateSnapshot), s.Temporal, id, workflows.UpdateSnapshot, workflows.SnapshotInput{})
 	if err == nil {
 		s.audit(ctx, caller, id, workflows.UpdateSnapshot, map[string]any{"snapshot": res.Snapshot.ID, "role": a.role})
 	}
@@ -123,7 +123,7 @@ func (s *Service) update(ctx context.Context, caller string, id cocoonbox.BoxID,
 	if err != nil {
 		return View{}, err
 	}
-	st, err := workflows.Update[workflows.Status](ctx, s.Temporal, id, name, arg)
+	st, err := workflows.Update[workflows.Status](once(ctx, caller, name), s.Temporal, id, name, arg)
 	if err != nil {
 		return View{}, err
 	}
@@ -152,4 +152,41 @@ func (s *Service) ListEvents(ctx context.Context, caller string, id cocoonbox.Bo
 		return nil, err
 	}
 	return s.Store.BoxEvents(ctx, string(id), afterID, limit)
+}
+
+// MaxRequestID bounds a request ID (WithRequestID).
+const MaxRequestID = 64
+
+// ValidateRequestID checks a client's request ID, named field: up to MaxRequestID letters,
+// digits, '-', '_' or '.'.
+func ValidateRequestID(field, id string) error {
+	if len(id) > MaxRequestID {
+		return cocoonbox.Invalid(field, fmt.Sprintf("must be at most %d characters, got %d", MaxRequestID, len(id)))
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.') {
+			return cocoonbox.Invalid(field, fmt.Sprintf("may hold only letters, digits, '-', '_' and '.', got %q", r))
+		}
+	}
+	return nil
+}
+
+// WithRequestID marks the box operations under ctx as the client's request id (checked with
+// ValidateRequestID): the same caller sending the same operation with the same id again, say
+// after the API it asked restarted, gets the first one's result instead of a second operation.
+func WithRequestID(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, requestIDKey{}, id)
+}
+
+type requestIDKey struct{}
+
+// once is ctx with the box workflow update ID of the caller's operation name for ctx's request
+// ID, if it has one. The caller is part of it: another user's request with the same ID is an
+// operation of its own.
+func once(ctx context.Context, caller, name string) context.Context {
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	if id == "" {
+		return ctx
+	}
+	return workflows.WithUpdateID(ctx, name+"/"+caller+"/"+id)
 }

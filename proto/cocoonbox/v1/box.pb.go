@@ -2105,8 +2105,13 @@ type DeleteBoxRequest struct {
 	Box   string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
 	// purge_snapshots deletes the box's snapshots too.
 	PurgeSnapshots bool `protobuf:"varint,2,opt,name=purge_snapshots,json=purgeSnapshots,proto3" json:"purge_snapshots,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// request_id, when set, makes this one operation however often it is sent: a retry with the
+	// same request_id (after a lost answer, a restarted API) waits for the first and answers its
+	// result, so nothing is done twice. Scoped to the caller and the call; up to 64 letters,
+	// digits, '-', '_' or '.'. The CLI sends a new one per command.
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *DeleteBoxRequest) Reset() {
@@ -2153,9 +2158,18 @@ func (x *DeleteBoxRequest) GetPurgeSnapshots() bool {
 	return false
 }
 
+func (x *DeleteBoxRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 type WakeBoxRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Box           string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Box   string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
+	// request_id: as DeleteBoxRequest's.
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2197,9 +2211,18 @@ func (x *WakeBoxRequest) GetBox() string {
 	return ""
 }
 
+func (x *WakeBoxRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
+}
+
 type HibernateBoxRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Box           string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Box   string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
+	// request_id: as DeleteBoxRequest's.
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2237,6 +2260,13 @@ func (*HibernateBoxRequest) Descriptor() ([]byte, []int) {
 func (x *HibernateBoxRequest) GetBox() string {
 	if x != nil {
 		return x.Box
+	}
+	return ""
+}
+
+func (x *HibernateBoxRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -2376,8 +2406,10 @@ func (x *Snapshot) GetDepth() int32 {
 }
 
 type SnapshotBoxRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Box           string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Box   string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
+	// request_id: as DeleteBoxRequest's.
+	RequestId     string `protobuf:"bytes,2,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2415,6 +2447,13 @@ func (*SnapshotBoxRequest) Descriptor() ([]byte, []int) {
 func (x *SnapshotBoxRequest) GetBox() string {
 	if x != nil {
 		return x.Box
+	}
+	return ""
+}
+
+func (x *SnapshotBoxRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -2511,7 +2550,9 @@ type RestoreBoxRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Box   string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
 	// snapshot_id is the snapshot to restore; empty means the newest complete one.
-	SnapshotId    string `protobuf:"bytes,2,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	SnapshotId string `protobuf:"bytes,2,opt,name=snapshot_id,json=snapshotId,proto3" json:"snapshot_id,omitempty"`
+	// request_id: as DeleteBoxRequest's.
+	RequestId     string `protobuf:"bytes,3,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2556,6 +2597,13 @@ func (x *RestoreBoxRequest) GetBox() string {
 func (x *RestoreBoxRequest) GetSnapshotId() string {
 	if x != nil {
 		return x.SnapshotId
+	}
+	return ""
+}
+
+func (x *RestoreBoxRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -3967,14 +4015,20 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x03box\x18\x01 \x01(\tR\x03box\"\x12\n" +
 	"\x10ListBoxesRequest\"<\n" +
 	"\x11ListBoxesResponse\x12'\n" +
-	"\x05boxes\x18\x01 \x03(\v2\x11.cocoonbox.v1.BoxR\x05boxes\"M\n" +
+	"\x05boxes\x18\x01 \x03(\v2\x11.cocoonbox.v1.BoxR\x05boxes\"l\n" +
 	"\x10DeleteBoxRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\x12'\n" +
-	"\x0fpurge_snapshots\x18\x02 \x01(\bR\x0epurgeSnapshots\"\"\n" +
+	"\x0fpurge_snapshots\x18\x02 \x01(\bR\x0epurgeSnapshots\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"A\n" +
 	"\x0eWakeBoxRequest\x12\x10\n" +
-	"\x03box\x18\x01 \x01(\tR\x03box\"'\n" +
+	"\x03box\x18\x01 \x01(\tR\x03box\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"F\n" +
 	"\x13HibernateBoxRequest\x12\x10\n" +
-	"\x03box\x18\x01 \x01(\tR\x03box\"\xaa\x02\n" +
+	"\x03box\x18\x01 \x01(\tR\x03box\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"\xaa\x02\n" +
 	"\bSnapshot\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06box_id\x18\x02 \x01(\tR\x05boxId\x12\x1b\n" +
@@ -3988,17 +4042,21 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"created_at\x18\t \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12\x17\n" +
 	"\abase_id\x18\n" +
 	" \x01(\tR\x06baseId\x12\x14\n" +
-	"\x05depth\x18\v \x01(\x05R\x05depth\"&\n" +
+	"\x05depth\x18\v \x01(\x05R\x05depth\"E\n" +
 	"\x12SnapshotBoxRequest\x12\x10\n" +
-	"\x03box\x18\x01 \x01(\tR\x03box\"(\n" +
+	"\x03box\x18\x01 \x01(\tR\x03box\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x02 \x01(\tR\trequestId\"(\n" +
 	"\x14ListSnapshotsRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\"M\n" +
 	"\x15ListSnapshotsResponse\x124\n" +
-	"\tsnapshots\x18\x01 \x03(\v2\x16.cocoonbox.v1.SnapshotR\tsnapshots\"F\n" +
+	"\tsnapshots\x18\x01 \x03(\v2\x16.cocoonbox.v1.SnapshotR\tsnapshots\"e\n" +
 	"\x11RestoreBoxRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\x12\x1f\n" +
 	"\vsnapshot_id\x18\x02 \x01(\tR\n" +
-	"snapshotId\"\x96\x01\n" +
+	"snapshotId\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x03 \x01(\tR\trequestId\"\x96\x01\n" +
 	"\bWarmPool\x12\x1a\n" +
 	"\btemplate\x18\x01 \x01(\tR\btemplate\x12\x12\n" +
 	"\x04size\x18\x02 \x01(\tR\x04size\x12\x10\n" +
