@@ -15,6 +15,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/loomhand/cocoonbox/internal/api"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
 
@@ -64,12 +65,17 @@ func boxCpCommand() *cli.Command {
 				}
 				mode = uint32(v)
 			}
+			u, token, err := target(c)
+			if err != nil {
+				return err
+			}
 			s, boxes, err := boxClient(c)
 			if err != nil {
 				return err
 			}
 			defer s.Close()
-			cp := &copier{c: c, s: s, boxes: boxes, recursive: c.Bool("recursive"), mode: mode}
+			cp := &copier{c: c, s: s, boxes: boxes, fileRoute: &api.FileClient{Base: u, Token: token},
+				recursive: c.Bool("recursive"), mode: mode}
 			if c.Bool("progress") && !s.out.json {
 				if f, ok := s.out.errw.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
 					cp.progress = f

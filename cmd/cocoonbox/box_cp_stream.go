@@ -15,6 +15,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/api"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
 
@@ -29,6 +31,8 @@ type copier struct {
 	c         *cli.Context
 	s         *session
 	boxes     cbv1.BoxServiceClient
+	fileRoute *api.FileClient // uploads
+	ids       map[string]cocoonbox.BoxID
 	recursive bool
 	mode      uint32
 	progress  *os.File // a terminal to draw progress on; nil: none
@@ -147,14 +151,50 @@ func (cp *copier) uploadPath(src, box, dst string, fi fs.FileInfo) error {
 	return cp.uploadFile(f, src, fi.Size(), box, dst, mode)
 }
 
-// uploadFile streams r (size bytes, -1 when unknown) to box:dst.
+// uploadFile streams r (size bytes, -1 when unknown) to box:dst: over the API's files route,
+// or over the UploadFile stream when the route is not served (a proxy that passes only gRPC).
 func (cp *copier) uploadFile(r io.Reader, name string, size int64, box, dst string, mode uint32) error {
+	bar := cp.bar(name, size)
+	defer bar.end()
+	id, err := cp.boxID(box)
+	if err != nil {
+		return err
+	}
+	counted := &countingReader{r: r, add: bar.add}
+	info, err := cp.fileRoute.Upload(cp.c.Context, id, dst, mode, size, counted)
+	if errors.Is(err, api.ErrNoFileRoute) {
+		return cp.uploadStream(counted, size, box, dst, mode)
+	}
+	if err != nil {
+		return apiError(err)
+	}
+	cp.files++
+	cp.bytes += info.Size
+	return nil
+}
+
+// boxID is the ID of the box a name or ID names, which the files route takes.
+func (cp *copier) boxID(box string) (cocoonbox.BoxID, error) {
+	if id, ok := cp.ids[box]; ok {
+		return id, nil
+	}
+	b, err := cp.boxes.GetBox(cp.c.Context, &cbv1.GetBoxRequest{Box: box})
+	if err != nil {
+		return "", apiError(err)
+	}
+	if cp.ids == nil {
+		cp.ids = map[string]cocoonbox.BoxID{}
+	}
+	cp.ids[box] = cocoonbox.BoxID(b.GetId())
+	return cp.ids[box], nil
+}
+
+// uploadStream streams r to box:dst over UploadFile.
+func (cp *copier) uploadStream(r io.Reader, size int64, box, dst string, mode uint32) error {
 	stream, err := cp.boxes.UploadFile(cp.c.Context)
 	if err != nil {
 		return apiError(err)
 	}
-	bar := cp.bar(name, size)
-	defer bar.end()
 	if err := stream.Send(&cbv1.UploadFileRequest{Box: box, Path: dst, Mode: mode, Size: size}); err != nil && !errors.Is(err, io.EOF) {
 		return apiError(err)
 	}
@@ -165,13 +205,12 @@ func (cp *copier) uploadFile(r io.Reader, name string, size int64, box, dst stri
 			if err := stream.Send(&cbv1.UploadFileRequest{Data: buf[:n]}); err != nil {
 				break // the server refused: CloseAndRecv says why
 			}
-			bar.add(n)
 		}
 		if errors.Is(rerr, io.EOF) || errors.Is(rerr, io.ErrUnexpectedEOF) {
 			break
 		}
 		if rerr != nil {
-			return fmt.Errorf("box cp: read %s: %w", name, rerr) // the stream is dropped: the box's file is unchanged
+			return fmt.Errorf("box cp: read %s: %w", dst, rerr) // the stream is dropped: the box's file is unchanged
 		}
 	}
 	info, err := stream.CloseAndRecv()
@@ -184,6 +223,18 @@ func (cp *copier) uploadFile(r io.Reader, name string, size int64, box, dst stri
 	cp.files++
 	cp.bytes += info.GetSize()
 	return nil
+}
+
+// countingReader passes each read's length to add (a progress bar).
+type countingReader struct {
+	r   io.Reader
+	add func(int)
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.add(n)
+	return n, err
 }
 
 // download copies box:src (a file, or a directory with -r) to dst (a local path, or - for

@@ -332,6 +332,29 @@ func TestCpRoundTrip(t *testing.T) {
 	}
 }
 
+// TestCpWithoutFilesRoute: against a server that streams files over gRPC but serves no files
+// route (a proxy that passes only gRPC), box cp sends the whole file over UploadFile, stdin
+// included: the route's refusal came before any byte was read.
+func TestCpWithoutFilesRoute(t *testing.T) {
+	f := withFake(t)
+	f.streams = true
+	dir := t.TempDir()
+	src := filepath.Join(dir, "big.bin")
+	content := bytes.Repeat([]byte("0123456789abcdef"), 200_000) // 3.2 MB: several messages
+	if err := os.WriteFile(src, content, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	runOK(t, "", "box", "cp", src, "web:/home/user/")
+	w := f.last("UploadFile").(*cbv1.WriteFileRequest)
+	if w.GetPath() != "/home/user/big.bin" || w.GetMode() != 0o640 || !bytes.Equal(w.GetContent(), content) {
+		t.Fatalf("upload of %s: mode %o, %d bytes", w.GetPath(), w.GetMode(), len(w.GetContent()))
+	}
+	runOK(t, "from stdin", "box", "cp", "-", "web:/tmp/in.txt")
+	if w := f.last("UploadFile").(*cbv1.WriteFileRequest); string(w.GetContent()) != "from stdin" {
+		t.Fatalf("upload from stdin: %q", w.GetContent())
+	}
+}
+
 func TestShareSendsRoleAndExpiry(t *testing.T) {
 	f := withFake(t)
 	before := time.Now()

@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net"
 	"strings"
 	"sync"
@@ -41,6 +43,9 @@ type fakeAPI struct {
 	files map[string]*cbv1.WriteFileRequest // box/path → last write
 	reqs  map[string]proto.Message          // method name → last request
 	pools []*cbv1.WarmPool                  // the engine's, as SetPools left them
+	// streams turns on StatFile and UploadFile (a server with streamed files but, being gRPC
+	// only, no files route).
+	streams bool
 	// flaky is the request ID of every send of a snapshot of box "flaky", whose first two sends
 	// fail as a call does when the API dies under it.
 	flaky []string
@@ -293,6 +298,56 @@ func (f *fakeAPI) WriteFile(_ context.Context, r *cbv1.WriteFileRequest) (*cbv1.
 	f.files[b.GetId()+r.GetPath()] = r
 	f.mu.Unlock()
 	return &cbv1.WriteFileResponse{Bytes: int64(len(r.GetContent()))}, nil
+}
+
+func (f *fakeAPI) StatFile(_ context.Context, r *cbv1.StatFileRequest) (*cbv1.FileInfo, error) {
+	if !f.streams {
+		return nil, status.Error(codes.Unimplemented, "method StatFile not implemented")
+	}
+	b, err := f.find(r.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	f.mu.Lock()
+	w, ok := f.files[b.GetId()+r.GetPath()]
+	f.mu.Unlock()
+	if !ok {
+		return nil, status.Errorf(codes.NotFound, "path: %s: no such file or directory", r.GetPath())
+	}
+	return &cbv1.FileInfo{Path: r.GetPath(), Type: "file", Size: int64(len(w.GetContent())), Mode: w.GetMode()}, nil
+}
+
+// UploadFile keeps the streamed file as a WriteFile of its whole content.
+func (f *fakeAPI) UploadFile(stream cbv1.BoxService_UploadFileServer) error {
+	if !f.streams {
+		return status.Error(codes.Unimplemented, "method UploadFile not implemented")
+	}
+	first, err := stream.Recv()
+	if err != nil {
+		return err
+	}
+	b, err := f.find(first.GetBox())
+	if err != nil {
+		return err
+	}
+	w := &cbv1.WriteFileRequest{Box: first.GetBox(), Path: first.GetPath(), Mode: first.GetMode(), Content: first.GetData()}
+	for {
+		msg, err := stream.Recv()
+		if errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return err
+		}
+		w.Content = append(w.Content, msg.GetData()...)
+	}
+	if first.GetSize() >= 0 && int64(len(w.Content)) != first.GetSize() {
+		return status.Errorf(codes.InvalidArgument, "size: the stream carried %d of %d bytes", len(w.Content), first.GetSize())
+	}
+	f.mu.Lock()
+	f.files[b.GetId()+w.GetPath()] = w
+	f.reqs["UploadFile"] = w
+	f.mu.Unlock()
+	return stream.SendAndClose(&cbv1.FileInfo{Path: w.GetPath(), Type: "file", Size: int64(len(w.Content)), Mode: w.GetMode()})
 }
 
 func (f *fakeAPI) ReadFile(_ context.Context, r *cbv1.ReadFileRequest) (*cbv1.ReadFileResponse, error) {

@@ -6,13 +6,15 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
+	"net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"google.golang.org/grpc/metadata"
 
+	"github.com/loomhand/cocoonbox/internal/api"
 	"github.com/loomhand/cocoonbox/internal/benchreport"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
@@ -39,7 +41,7 @@ serve(8004, sub { my $c = shift; my $b; open(my $f, ">", "/home/user/raw.bin") o
 // copyBenchMiB is the size of each file copy the benchmarks time; copyBenchRuns how many of them.
 const (
 	copyBenchMiB  = 1024
-	copyBenchRuns = 3
+	copyBenchRuns = 4
 )
 
 func BenchmarkBoxSession(b *testing.B) {
@@ -121,87 +123,23 @@ func BenchmarkBoxSession(b *testing.B) {
 	chunk := make([]byte, 1<<20)
 	_, _ = rand.Read(chunk)
 	const size = copyBenchMiB << 20
-	copies := func(b *testing.B, one func() error) {
-		var samples []time.Duration
-		for range min(b.N, copyBenchRuns) {
-			start := time.Now()
-			if err := one(); err != nil {
-				b.Fatal(err)
-			}
-			samples = append(samples, time.Since(start))
-		}
-		benchreport.Throughput(b, size, samples)
+	base, err := url.Parse(e.d.URLs().API)
+	if err != nil {
+		b.Fatal(err)
 	}
-	b.Run("Upload1GiB", func(b *testing.B) {
-		copies(b, func() error {
-			up, err := e.api.UploadFile(actx)
-			if err != nil {
-				return err
-			}
-			if err := up.Send(&cbv1.UploadFileRequest{Box: string(e.id), Path: "/home/user/bench.bin", Size: size}); err != nil {
-				return err
-			}
+	files := &api.FileClient{Base: base, Token: e.token}
+	stream := func() io.ReadCloser { // size bytes of chunk, as a local file would give them
+		pr, pw := io.Pipe()
+		go func() {
 			for sent := 0; sent < size; sent += len(chunk) {
-				if up.Send(&cbv1.UploadFileRequest{Data: chunk}) != nil {
-					break
+				if _, err := pw.Write(chunk); err != nil {
+					return
 				}
 			}
-			_, err = up.CloseAndRecv()
-			return err
-		})
-	})
-	b.Run("UploadHTTP1GiB", func(b *testing.B) {
-		httpBase := "http" + strings.TrimPrefix(e.wsBase, "ws")
-		copies(b, func() error {
-			pr, pw := io.Pipe()
-			go func() {
-				for sent := 0; sent < size; sent += len(chunk) {
-					if _, err := pw.Write(chunk); err != nil {
-						return
-					}
-				}
-				_ = pw.Close()
-			}()
-			req, err := http.NewRequestWithContext(ctx, http.MethodPut, httpBase+"/v1/boxes/"+string(e.id)+"/files/home/user/bench.bin", pr)
-			if err != nil {
-				return err
-			}
-			req.ContentLength = size
-			req.Header.Set("Authorization", "Bearer "+e.token)
-			resp, err := http.DefaultClient.Do(req)
-			if err != nil {
-				return err
-			}
-			defer resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				body, _ := io.ReadAll(resp.Body)
-				return fmt.Errorf("PUT: %s: %s", resp.Status, body)
-			}
-			return nil
-		})
-	})
-	b.Run("Download1GiB", func(b *testing.B) {
-		copies(b, func() error {
-			down, err := e.api.DownloadFile(actx, &cbv1.DownloadFileRequest{Box: string(e.id), Path: "/home/user/bench.bin"})
-			if err != nil {
-				return err
-			}
-			var n int
-			for {
-				msg, err := down.Recv()
-				if errors.Is(err, io.EOF) {
-					break
-				} else if err != nil {
-					return err
-				}
-				n += len(msg.GetData())
-			}
-			if n != size {
-				return fmt.Errorf("downloaded %d bytes", n)
-			}
-			return nil
-		})
-	})
+			_ = pw.Close()
+		}()
+		return pr
+	}
 	relayUpload := func(port int) func() error {
 		return func() error {
 			c, err := e.eng.DialPort(ctx, ref, port)
@@ -224,10 +162,57 @@ func BenchmarkBoxSession(b *testing.B) {
 			return nil
 		}
 	}
-	b.Run("RawRelayUpload1GiB", func(b *testing.B) { copies(b, relayUpload(8002)) })
-	b.Run("RawRelayUploadToDisk1GiB", func(b *testing.B) { copies(b, relayUpload(8004)) })
-	b.Run("RawRelayDownload1GiB", func(b *testing.B) {
-		copies(b, func() error {
+	copyRounds(b, size, []copyJob{
+		{"Upload1GiB", func() error { // as box cp sends a file: the files route
+			body := stream()
+			defer body.Close()
+			fi, err := files.Upload(ctx, e.id, "/home/user/bench.bin", 0, size, body)
+			if err == nil && fi.Size != size {
+				err = fmt.Errorf("uploaded %d bytes", fi.Size)
+			}
+			return err
+		}},
+		{"UploadGRPC1GiB", func() error {
+			up, err := e.api.UploadFile(actx)
+			if err != nil {
+				return err
+			}
+			if err := up.Send(&cbv1.UploadFileRequest{Box: string(e.id), Path: "/home/user/bench.bin", Size: size}); err != nil {
+				return err
+			}
+			for sent := 0; sent < size; sent += len(chunk) {
+				if up.Send(&cbv1.UploadFileRequest{Data: chunk}) != nil {
+					break
+				}
+			}
+			_, err = up.CloseAndRecv()
+			return err
+		}},
+		{"RawRelayUpload1GiB", relayUpload(8002)},
+		{"RawRelayUploadToDisk1GiB", relayUpload(8004)},
+	})
+	copyRounds(b, size, []copyJob{
+		{"Download1GiB", func() error {
+			down, err := e.api.DownloadFile(actx, &cbv1.DownloadFileRequest{Box: string(e.id), Path: "/home/user/bench.bin"})
+			if err != nil {
+				return err
+			}
+			var n int
+			for {
+				msg, err := down.Recv()
+				if errors.Is(err, io.EOF) {
+					break
+				} else if err != nil {
+					return err
+				}
+				n += len(msg.GetData())
+			}
+			if n != size {
+				return fmt.Errorf("downloaded %d bytes", n)
+			}
+			return nil
+		}},
+		{"RawRelayDownload1GiB", func() error {
 			c, err := e.eng.DialPort(ctx, ref, 8003)
 			if err != nil {
 				return err
@@ -238,6 +223,41 @@ func BenchmarkBoxSession(b *testing.B) {
 				err = fmt.Errorf("the source sent %d bytes", n)
 			}
 			return err
-		})
+		}},
 	})
+}
+
+// copyJob is one file copy a benchmark times.
+type copyJob struct {
+	name string
+	run  func() error
+}
+
+// copyRounds times copyBenchRuns rounds in which each job runs once, in turn, and reports each
+// job's rates as a sub-benchmark of its name. Taking turns, ours and the raw copies share
+// whatever else this 2-core machine is doing (a seal, a warm box booting), so their ratio is
+// the path's and not the moment's: run one after the other, the raw relay alone swung from 260
+// to 540 MB/s between runs. The rounds run once, for the first of the jobs -bench selects.
+func copyRounds(b *testing.B, size int64, jobs []copyJob) {
+	samples := make([][]time.Duration, len(jobs))
+	rounds := sync.OnceValue(func() error {
+		for range copyBenchRuns {
+			for i, j := range jobs {
+				start := time.Now()
+				if err := j.run(); err != nil {
+					return fmt.Errorf("%s: %w", j.name, err)
+				}
+				samples[i] = append(samples[i], time.Since(start))
+			}
+		}
+		return nil
+	})
+	for i, j := range jobs {
+		b.Run(j.name, func(b *testing.B) {
+			if err := rounds(); err != nil {
+				b.Fatal(err)
+			}
+			benchreport.Throughput(b, size, samples[i])
+		})
+	}
 }
