@@ -48,7 +48,17 @@ func boxRmCommand() *cli.Command {
 				return err
 			}
 			defer s.Close()
-			b, err := boxes.DeleteBox(c.Context, &cbv1.DeleteBoxRequest{Box: args[0], PurgeSnapshots: c.Bool("purge-snapshots"), RequestId: requestID()})
+			box := args[0]
+			if !strings.HasPrefix(box, "bx_") {
+				// By its ID: once deleted, a box's name names nothing, so a resend of this
+				// delete after a lost answer must not go by name.
+				found, err := boxes.GetBox(c.Context, &cbv1.GetBoxRequest{Box: box})
+				if err != nil {
+					return apiError(err)
+				}
+				box = found.GetId()
+			}
+			b, err := boxes.DeleteBox(c.Context, &cbv1.DeleteBoxRequest{Box: box, PurgeSnapshots: c.Bool("purge-snapshots"), RequestId: requestID()})
 			if err != nil {
 				return apiError(err)
 			}

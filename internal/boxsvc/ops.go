@@ -38,7 +38,17 @@ func (s *Service) Delete(ctx context.Context, caller string, id cocoonbox.BoxID)
 
 // DeleteWith is Delete with options, such as purging the box's snapshots.
 func (s *Service) DeleteWith(ctx context.Context, caller string, id cocoonbox.BoxID, in workflows.DeleteInput) (View, error) {
-	return s.update(ctx, caller, id, cocoonbox.RoleAdmin, workflows.UpdateDelete, in)
+	v, err := s.update(ctx, caller, id, cocoonbox.RoleAdmin, workflows.UpdateDelete, in)
+	if cocoonbox.ErrorCode(err) == cocoonbox.ENotFound && ctx.Value(requestIDKey{}) != nil {
+		// A delete sent again (the API restarted before it answered) may find its first send
+		// done and the box gone: to the owner that is the delete's answer, not "not found".
+		// Only a request with an ID is a resend; a plain second delete still learns the box is
+		// gone.
+		if b, berr := s.Store.BoxByID(ctx, id); berr == nil && b.DeletedAt != nil && b.Owner == caller {
+			return view(access{box: b, role: cocoonbox.RoleOwner}, workflows.Status{BoxID: id, State: cocoonbox.BoxStateDeleted}), nil
+		}
+	}
+	return v, err
 }
 
 // SetPolicy replaces the box's policy: idle hibernate, lease, durable hibernate, retention

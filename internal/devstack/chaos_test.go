@@ -252,7 +252,11 @@ the dev stack's supervised children. The agent step rows (TestChaosAgentStep) ki
 while a run's second step has its shell command running in a desktop box: "held" means the run
 finished with every command run exactly once; for the in-box agent itself, which the box's boot
 script starts again, that the run failed naming the interruption, no command ran twice or after
-it, and a new run on the box succeeded. The API is not in this matrix yet.
+it, and a new run on the box succeeded. The API rows (TestChaosAPI) run the real CLI against
+` + "`cocoonbox serve api`" + ` in a process of its own, SIGKILLed when the command's activity started
+and started again on the same address: "held" means the command succeeded on its resends (one
+request ID) and did its work once (one snapshot, one box and one sandbox for a create, the box
+gone and its sandbox released for an rm).
 A create must leave exactly one new sandbox on the engine and a delete none.
 
 `

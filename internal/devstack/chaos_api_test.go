@@ -1,0 +1,273 @@
+package devstack_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"gopkg.in/yaml.v3"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/boxsvc"
+	"github.com/loomhand/cocoonbox/internal/config"
+	"github.com/loomhand/cocoonbox/internal/devstack"
+	"github.com/loomhand/cocoonbox/internal/testutil"
+)
+
+// TestChaosAPI kills the API under a CLI command, as a crash or the OOM killer would kill
+// `cocoonbox serve api` while a service manager starts it again: the real CLI runs `box
+// snapshot` and `box create` against an API process of its own, which is SIGKILLed once the
+// operation's activity has started and started again on the same address. The CLI sends the
+// call again with its request ID until the API answers, and the API makes that the operation it
+// had started: one snapshot, one box, and the command succeeds.
+func TestChaosAPI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	d, ctx, owner, eng := newBoxEnv(t, boxConfig(t), 10*time.Minute)
+	bin := buildCLI(t)
+	api := startChildAPI(t, bin, d)
+	cliCfg, err := config.LoadCLI(d.Bootstrap().CLIConfig, config.MapEnv(nil))
+	if err != nil || cliCfg.Token == "" {
+		t.Fatalf("cli config: %+v, %v", cliCfg, err)
+	}
+	id := cocoonbox.NewBoxID()
+	if _, err := d.Boxes.Create(ctx, owner.ID, boxsvc.CreateRequest{ID: id, Name: "chaos-api", Size: cocoonbox.SizeSmall}); err != nil {
+		t.Fatal(err)
+	}
+	// run starts the CLI against the API process, kills and restarts that process once
+	// activity has started for box, and returns what the CLI printed once it exits.
+	run := func(t *testing.T, box cocoonbox.BoxID, activity string, args ...string) string {
+		t.Helper()
+		cmd := exec.CommandContext(ctx, bin, append(args, "--endpoint", api.url(), "--token", cliCfg.Token)...)
+		cmd.Env = []string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		// Polled without backoff: a wake's or a hibernate's activity lasts a fraction of a
+		// second, and the kill must land inside it.
+		for !activityStarted(ctx, d.Temporal, box, activity) {
+			select {
+			case err := <-done:
+				t.Fatalf("the CLI ended before %s started: %v\n%s%s", activity, err, stdout.String(), stderr.String())
+			case <-ctx.Done():
+				t.Fatalf("%s never started", activity)
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		api.kill(t)
+		api.start(t)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("cocoonbox %s with the API killed: %v\nstdout: %s\nstderr: %s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+			}
+		case <-ctx.Done():
+			t.Fatal("the CLI did not end after the API came back")
+		}
+		return stdout.String()
+	}
+
+	sandboxes := func(t *testing.T) int {
+		t.Helper()
+		rows, err := eng.List(ctx, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(rows)
+	}
+	state := func(t *testing.T, box cocoonbox.BoxID, want cocoonbox.BoxState) {
+		t.Helper()
+		v, err := d.Boxes.Get(ctx, owner.ID, box)
+		if err != nil || v.State != want {
+			t.Fatalf("box %s: %+v, %v; want %s", box, v.State, err, want)
+		}
+	}
+	spare := cocoonbox.NewBoxID()
+	cells := []struct {
+		command, activity string
+		run               func(t *testing.T)
+	}{
+		{"box snapshot", "UploadSnapshot", func(t *testing.T) {
+			out := run(t, id, "UploadSnapshot", "box", "snapshot", "chaos-api")
+			snaps, err := d.Store.ListSnapshots(ctx, id)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(snaps) != 1 || snaps[0].State != cocoonbox.SnapshotComplete || !strings.Contains(out, string(snaps[0].ID)) {
+				t.Fatalf("snapshots %+v after one box snapshot that printed %q; want exactly that one, complete", snaps, out)
+			}
+		}},
+		{"box create", "Claim", func(t *testing.T) {
+			before := sandboxes(t)
+			run(t, spare, "Claim", "box", "create", "chaos-spare", "--request-id", string(spare))
+			views, err := d.Boxes.List(ctx, owner.ID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			named := 0
+			for _, v := range views {
+				if v.Name == "chaos-spare" {
+					named++
+				}
+			}
+			state(t, spare, cocoonbox.BoxStateRunning)
+			if after := sandboxes(t); named != 1 || after != before+1 {
+				t.Errorf("%d boxes named chaos-spare and %d → %d sandboxes; want one new box with one sandbox", named, before, after)
+			}
+		}},
+		{"box restore", "RestoreSnapshot", func(t *testing.T) {
+			before := sandboxes(t)
+			run(t, id, "RestoreSnapshot", "box", "restore", "chaos-api")
+			state(t, id, cocoonbox.BoxStateRunning)
+			if after := sandboxes(t); after != before {
+				t.Errorf("%d → %d sandboxes; a restore replaces the box's sandbox", before, after)
+			}
+		}},
+		{"box hibernate", "Hibernate", func(t *testing.T) {
+			run(t, spare, "Hibernate", "box", "hibernate", "chaos-spare")
+			state(t, spare, cocoonbox.BoxStateHibernated)
+		}},
+		{"box wake", "Wake", func(t *testing.T) {
+			run(t, spare, "Wake", "box", "wake", "chaos-spare")
+			state(t, spare, cocoonbox.BoxStateRunning)
+		}},
+		{"box rm", "Release", func(t *testing.T) {
+			before := sandboxes(t)
+			run(t, spare, "Release", "box", "rm", "--yes", "chaos-spare")
+			if v, err := d.Boxes.Get(ctx, owner.ID, spare); err == nil && v.State != cocoonbox.BoxStateDeleted {
+				t.Fatalf("removed box: %+v", v.State)
+			}
+			if after := sandboxes(t); after != before-1 {
+				t.Errorf("%d → %d sandboxes; want the removed box's released", before, after)
+			}
+			// Sent again once it is done, a delete with a request ID is answered as done; a
+			// plain second delete learns that the box is gone.
+			if v, err := d.Boxes.Delete(boxsvc.WithRequestID(ctx, "cli-late"), owner.ID, spare); err != nil || v.State != cocoonbox.BoxStateDeleted {
+				t.Errorf("a resent delete of a deleted box: %+v, %v; want it deleted", v.State, err)
+			}
+			if _, err := d.Boxes.Delete(ctx, owner.ID, spare); cocoonbox.ErrorCode(err) != cocoonbox.ENotFound {
+				t.Errorf("a plain delete of a deleted box: %v; want not found", err)
+			}
+		}},
+	}
+	for _, c := range cells {
+		verdict := "held"
+		if !t.Run(strings.ReplaceAll(c.command, " ", "_"), c.run) {
+			verdict = "FAILED"
+		}
+		chaosRows = append(chaosRows, fmt.Sprintf("| %s (the CLI) | api | %s started | %s |", c.command, c.activity, verdict))
+	}
+	writeChaosReport(t)
+}
+
+// childAPI is `cocoonbox serve api` run from the built CLI against a dev stack's PostgreSQL,
+// Temporal and engine, on an address of its own that it keeps across restarts.
+type childAPI struct {
+	bin, config, addr string
+	cmd               *exec.Cmd
+	log               *os.File
+}
+
+func startChildAPI(t *testing.T, bin string, d *devstack.Dev) *childAPI {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	_ = ln.Close()
+	cfg := config.DefaultAPI(config.MapEnv(nil))
+	cfg.Home = d.Home()
+	cfg.Listen = addr
+	cfg.Temporal = d.TemporalClient()
+	cfg.Postgres.URL = devstack.DatabaseURL(d)
+	cfg.Sandbox.URL, cfg.Sandbox.Token = d.Sandbox()
+	cfg.Keyring = filepath.Join(d.Home(), "keys", "master.key")
+	b, err := yaml.Marshal(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	a := &childAPI{bin: bin, config: filepath.Join(dir, "api.yaml"), addr: addr}
+	if err := os.WriteFile(a.config, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if a.log, err = os.Create(filepath.Join(dir, "api.log")); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if a.cmd != nil && a.cmd.ProcessState == nil {
+			_ = a.cmd.Process.Kill()
+			_ = a.cmd.Wait()
+		}
+		if t.Failed() {
+			_, _ = a.log.Seek(0, io.SeekStart)
+			out, _ := io.ReadAll(io.LimitReader(a.log, 64<<10))
+			t.Logf("serve api's log:\n%s", out)
+		}
+		_ = a.log.Close()
+	})
+	a.start(t)
+	return a
+}
+
+func (a *childAPI) url() string { return "http://" + a.addr }
+
+// start runs the API process and returns once it serves.
+func (a *childAPI) start(t *testing.T) {
+	t.Helper()
+	cmd := exec.Command(a.bin, "--config", a.config, "serve", "api")
+	cmd.Env = []string{"HOME=" + filepath.Dir(a.config), "PATH=" + os.Getenv("PATH")}
+	cmd.Stderr = a.log
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	a.cmd = cmd
+	ready := make(chan error, 1)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if strings.Contains(sc.Text(), "serving on") {
+				ready <- nil
+				_, _ = io.Copy(io.Discard, out)
+				return
+			}
+		}
+		ready <- fmt.Errorf("serve api exited before it served: %v", sc.Err())
+	}()
+	select {
+	case err := <-ready:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(testutil.WaitLong):
+		t.Fatal("serve api did not serve in time")
+	}
+}
+
+// kill SIGKILLs the API process and reaps it.
+func (a *childAPI) kill(t *testing.T) {
+	t.Helper()
+	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = a.cmd.Wait()
+}
