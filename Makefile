@@ -58,7 +58,7 @@ bench: deps image ## run the benchmarks (dev stack, local engine on gVisor) and 
 	@echo "wrote docs/benchmarks.md"
 
 chaos: deps image ## kill each part inside each box operation, CLI command and agent step (TestChaos, TestChaosAPI, TestChaosAgentStep) and write docs/reliability.md
-	cd internal/devstack && $(GO) test -count=1 -run '^TestChaos(API|AgentStep)?$$' -timeout 20m . -args -chaos-report=$(CURDIR)/docs/reliability.md
+	cd internal/devstack && $(GO) test -count=1 -run '^TestChaos(API|AgentStep)?$$' -timeout 30m . -args -chaos-full -chaos-report=$(CURDIR)/docs/reliability.md
 	@echo "wrote docs/reliability.md"
 
 fuzz: ## run every fuzz target (func FuzzXxx) for FUZZTIME (60s) each, one at a time; fails on a crash

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -28,6 +29,10 @@ import (
 // chaosReport, when set, is where TestChaos writes its matrix (make chaos: docs/reliability.md).
 var chaosReport = flag.String("chaos-report", "", "write TestChaos's matrix to this markdown file")
 
+// chaosFull adds the second kill point of every operation, after its engine call (make chaos);
+// make test runs the first, as the activity starts.
+var chaosFull = flag.Bool("chaos-full", false, "kill each part after each operation's engine call too")
+
 // chaosCell is one kill: an operation on a box, the part SIGKILLed, and the point inside the
 // operation where it dies (the moment an activity of the operation has started on the worker).
 type chaosCell struct {
@@ -39,6 +44,9 @@ type chaosCell struct {
 	// must hold of it after; the chaos box's checks still run.
 	other func(c *chaosBox) cocoonbox.BoxID
 	check func(ctx context.Context, t *testing.T, c *chaosBox)
+	// held kills once the activity's work is done and before its result reaches Temporal
+	// (holdInterceptor), instead of as it starts.
+	held bool
 }
 
 // chaosBox is the box a cell operates on, with a file whose hash must survive every kill.
@@ -46,6 +54,7 @@ type chaosBox struct {
 	t      *testing.T // the suite's: a worker started again outlives the cell
 	worker *childWorker
 	wcfg   config.Worker
+	hooks  childHooks
 	d      *devstack.Dev
 	owner  string
 	id     cocoonbox.BoxID
@@ -67,8 +76,14 @@ func TestChaos(t *testing.T) {
 	cfg := boxConfig(t)
 	cfg.NoWorker = true // the worker runs as a process of its own, as serve worker does, to be killed
 	d, ctx, owner, eng := newBoxEnv(t, cfg, 10*time.Minute)
-	c := &chaosBox{t: t, d: d, owner: owner.ID, id: cocoonbox.NewBoxID(), eng: eng, wcfg: workerConfig(d)}
-	c.worker = startChildWorker(t, c.wcfg)
+	c := &chaosBox{t: t, d: d, owner: owner.ID, id: cocoonbox.NewBoxID(), eng: eng, wcfg: workerConfig(d),
+		hooks: childHooks{HoldDir: t.TempDir()}}
+	c.worker = startChildWorkerWith(t, c.wcfg, c.hooks)
+	// Retention keeps every snapshot, so that each cell's count of them is exact.
+	keep := boxsvc.MaxKeepSnapshots
+	if _, err := d.Boxes.SetPolicyDefaults(ctx, owner.ID, boxsvc.PolicyChange{KeepSnapshots: &keep}); err != nil {
+		t.Fatal(err)
+	}
 	if st, err := d.Boxes.Create(ctx, owner.ID, boxsvc.CreateRequest{ID: c.id, Name: "chaos", Size: cocoonbox.SizeSmall}); err != nil || st.State != cocoonbox.BoxStateRunning {
 		t.Fatalf("create: %+v, %v", st, err)
 	}
@@ -118,22 +133,57 @@ func TestChaos(t *testing.T) {
 			t.Errorf("engine holds %d sandboxes, want 1 (the chaos box)", sbs)
 		}
 	}
+	restored := func(ctx context.Context, t *testing.T, c *chaosBox) {
+		if sbs := c.sandboxes(ctx, t); sbs != 1 {
+			t.Errorf("engine holds %d sandboxes after the restore, want 1 (the restored one; the replaced one released, none left by a retried try)", sbs)
+		}
+	}
 	spare := func(c *chaosBox) cocoonbox.BoxID { return c.spare }
+	wake := func(ctx context.Context, c *chaosBox) error {
+		if _, err := c.d.Boxes.Hibernate(ctx, c.owner, c.id); err != nil {
+			return fmt.Errorf("hibernate: %w", err)
+		}
+		_, err := c.d.Boxes.Wake(ctx, c.owner, c.id)
+		return err
+	}
+	// Groups of operations: a create and the delete of what it created go together.
+	groups := [][]chaosCell{
+		{{op: "snapshot", activity: "UploadSnapshot", snapshots: 1, run: snapshot}},
+		// A hibernate seals the sleeping box: one snapshot, in the background.
+		{{op: "hibernate+wake", activity: "Hibernate", snapshots: 1, run: hibernateWake}},
+		{{op: "wake", activity: "Wake", snapshots: 1, run: wake}},
+		{{op: "restore", activity: "RestoreSnapshot", run: restore, check: restored}},
+		{{op: "create", activity: "Claim", run: create, other: spare, check: created},
+			{op: "delete", activity: "Release", run: del, other: spare, check: deleted}},
+	}
+	points := []bool{false} // as the activity starts
+	if *chaosFull {
+		points = append(points, true) // once its work is done, before Temporal records it
+	}
+	// Each part's kills are spread over the run (parts inside operations), as a part killed now
+	// and then from outside would be, not one crash loop.
 	var cells []chaosCell
-	for _, part := range []string{"postgres", "s3", "worker", "engine", "temporal"} {
-		cells = append(cells,
-			chaosCell{"snapshot", part, "UploadSnapshot started", "UploadSnapshot", 1, snapshot, nil, nil},
-			// A hibernate seals the sleeping box: one snapshot, in the background.
-			chaosCell{"hibernate+wake", part, "Hibernate started", "Hibernate", 1, hibernateWake, nil, nil},
-			chaosCell{"restore", part, "RestoreSnapshot started", "RestoreSnapshot", 0, restore, nil, nil},
-			chaosCell{"create", part, "Claim started", "Claim", 0, create, spare, created},
-			chaosCell{"delete", part, "Release started", "Release", 0, del, spare, deleted})
+	for _, held := range points {
+		for _, group := range groups {
+			for _, part := range []string{"postgres", "s3", "worker", "engine", "temporal"} {
+				for _, cell := range group {
+					cell.part, cell.held, cell.point = part, held, cell.activity+" started"
+					if held {
+						cell.point = cell.activity + " done, not yet recorded"
+					}
+					cells = append(cells, cell)
+				}
+			}
+		}
 	}
 	for _, cell := range cells {
 		if cell.op == "create" {
 			c.spare = cocoonbox.NewBoxID()
 		}
 		name := cell.op + "/" + cell.part
+		if cell.held {
+			name += "/after"
+		}
 		held := t.Run(name, func(t *testing.T) { c.runCell(ctx, t, cell) })
 		verdict := "held"
 		if !held {
@@ -241,8 +291,11 @@ completes exactly once.
 const chaosDoc = `# Reliability
 
 What ` + "`make chaos`" + ` (TestChaos in internal/devstack/chaos_test.go) proved on the last run: each
-operation on a real box of a running dev stack, with the named part SIGKILLed when the
-operation's activity started on the worker. "held" means the operation completed exactly once
+operation on a real box of a running dev stack, with the named part SIGKILLed at two points: as
+the operation's activity started on the worker (during the engine call), and once the
+activity's work was done but before its result reached Temporal (the worker holds it there
+for 3 s; a worker killed then leaves an activity that runs again and must not do its work
+twice). ` + "`make test`" + ` runs the first point of every cell. "held" means the operation completed exactly once
 (a snapshot adds one complete snapshot, a hibernate one seal, a restore none) after the supervisor restarted
 the part, the box's 16 MiB file kept its sha256, no snapshot row was left uploading and no
 multipart upload was left behind, and a reconciler pass an hour on found nothing to settle (no
@@ -269,6 +322,15 @@ func (c *chaosBox) runCell(ctx context.Context, t *testing.T, cell chaosCell) {
 	if cell.other != nil {
 		target = cell.other(c)
 	}
+	held := filepath.Join(c.hooks.HoldDir, "held-"+cell.activity)
+	if cell.held {
+		arm := filepath.Join(c.hooks.HoldDir, "arm-"+cell.activity)
+		_ = os.Remove(held)
+		if err := os.WriteFile(arm, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		defer func() { _ = os.Remove(arm) }() // unsprung (the cell failed first): not for the next cell
+	}
 	done := make(chan error, 1)
 	go func() { done <- cell.run(ctx, c) }()
 	killed := false
@@ -280,7 +342,7 @@ func (c *chaosBox) runCell(ctx context.Context, t *testing.T, cell chaosCell) {
 			t.Fatal("the kill point never came")
 		case <-time.After(20 * time.Millisecond):
 		}
-		if activityStarted(ctx, c.d.Temporal, target, cell.activity) {
+		if cell.held && exists(held) || !cell.held && activityStarted(ctx, c.d.Temporal, target, cell.activity) {
 			c.kill(t, cell.part)
 			killed = true
 		}
@@ -348,12 +410,17 @@ func (c *chaosBox) runCell(ctx context.Context, t *testing.T, cell chaosCell) {
 func (c *chaosBox) kill(t *testing.T, part string) {
 	if part == "worker" {
 		c.worker.kill()
-		c.worker = startChildWorker(c.t, c.wcfg)
+		c.worker = startChildWorkerWith(c.t, c.wcfg, c.hooks)
 		return
 	}
 	if err := syscall.Kill(devstack.ChildPid(c.d, part), syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // sandboxes counts the engine's sandboxes: none orphaned, none missing.

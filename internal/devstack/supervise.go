@@ -18,13 +18,16 @@ type restartable interface {
 
 // Supervision limits: a child is started again at once, then with a doubling pause up to
 // maxBackoff; one that dies more than maxDeaths times within deathWindow, or cannot be started
-// maxRestarts times in a row, is given up, and the stack stops saying why.
+// maxRestarts times in a row, is given up, and the stack stops saying why. The window catches
+// a crash loop (a child dying as soon as it is up: six deaths in a few seconds, backoff
+// included) and not a part killed now and then from outside (the OOM killer, an operator, the
+// chaos suite), which is restarted however often that happens.
 const (
 	firstBackoff = 100 * time.Millisecond
 	maxBackoff   = 5 * time.Second
 	maxRestarts  = 5
 	maxDeaths    = 5
-	deathWindow  = 2 * time.Minute
+	deathWindow  = 30 * time.Second
 	restartLimit = time.Minute // one attempt to start it again
 )
 

@@ -12,6 +12,10 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
+
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/interceptor"
 
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/devstack"
@@ -40,13 +44,22 @@ func TestMain(m *testing.M) {
 // process is killed.
 func runChildWorker(in io.Reader) error {
 	br := bufio.NewReader(in)
+	dec := json.NewDecoder(br)
 	var cfg config.Worker
-	if err := json.NewDecoder(br).Decode(&cfg); err != nil {
+	var hooks childHooks
+	if err := dec.Decode(&cfg); err != nil {
+		return err
+	}
+	if err := dec.Decode(&hooks); err != nil {
 		return err
 	}
 	// Stdout carries only "ready"; the SDK's own logger would write there.
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	w, err := worker.Start(context.Background(), cfg, logger)
+	var icpt []interceptor.WorkerInterceptor
+	if hooks.HoldDir != "" {
+		icpt = append(icpt, &holdInterceptor{dir: hooks.HoldDir})
+	}
+	w, err := worker.Start(context.Background(), cfg, logger, icpt...)
 	if err != nil {
 		return err
 	}
@@ -54,6 +67,46 @@ func runChildWorker(in io.Reader) error {
 	_, _ = io.Copy(io.Discard, br)
 	w.Stop()
 	return nil
+}
+
+// childHooks are the fault points of a child worker, sent after its config.
+type childHooks struct {
+	// HoldDir, when set, is where the test arms a hold (see holdInterceptor).
+	HoldDir string
+}
+
+// holdFor is how long a held activity waits, done, before it returns.
+const holdFor = 3 * time.Second
+
+// holdInterceptor holds an activity whose work is done but whose result is not yet reported to
+// Temporal, once the test arms it with a file arm-<activity type> in dir: the worker removes
+// that file, writes held-<activity type> and waits holdFor before it returns. A part killed in
+// that gap meets the point after the engine call: done by the engine, not recorded, so the
+// activity may run again and must not do its work twice.
+type holdInterceptor struct {
+	interceptor.WorkerInterceptorBase
+	dir string
+}
+
+func (h *holdInterceptor) InterceptActivity(_ context.Context, next interceptor.ActivityInboundInterceptor) interceptor.ActivityInboundInterceptor {
+	a := &holdActivity{dir: h.dir}
+	a.Next = next
+	return a
+}
+
+type holdActivity struct {
+	interceptor.ActivityInboundInterceptorBase
+	dir string
+}
+
+func (h *holdActivity) ExecuteActivity(ctx context.Context, in *interceptor.ExecuteActivityInput) (any, error) {
+	res, err := h.Next.ExecuteActivity(ctx, in)
+	name := activity.GetInfo(ctx).ActivityType.Name
+	if err == nil && os.Remove(filepath.Join(h.dir, "arm-"+name)) == nil {
+		_ = os.WriteFile(filepath.Join(h.dir, "held-"+name), nil, 0o644)
+		time.Sleep(holdFor)
+	}
+	return res, err
 }
 
 // workerConfig is the configuration of a worker serving d, which must run without its own.
@@ -76,6 +129,12 @@ type childWorker struct{ cmd *exec.Cmd }
 // kills it if the test has not.
 func startChildWorker(t *testing.T, cfg config.Worker) *childWorker {
 	t.Helper()
+	return startChildWorkerWith(t, cfg, childHooks{})
+}
+
+// startChildWorkerWith is startChildWorker with fault points.
+func startChildWorkerWith(t *testing.T, cfg config.Worker, hooks childHooks) *childWorker {
+	t.Helper()
 	cmd := exec.Command(os.Args[0], workerArg)
 	cmd.Stderr = io.MultiWriter(os.Stderr, workerLog(t, cfg.Home))
 	stdin, err := cmd.StdinPipe()
@@ -91,7 +150,11 @@ func startChildWorker(t *testing.T, cfg config.Worker) *childWorker {
 	}
 	c := &childWorker{cmd: cmd}
 	t.Cleanup(c.kill)
-	if err := json.NewEncoder(stdin).Encode(cfg); err != nil {
+	enc := json.NewEncoder(stdin)
+	if err := enc.Encode(cfg); err != nil {
+		t.Fatal(err)
+	}
+	if err := enc.Encode(hooks); err != nil {
 		t.Fatal(err)
 	}
 	line, _ := bufio.NewReader(out).ReadString('\n')

@@ -6,6 +6,7 @@ import (
 	"log/slog"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/loomhand/cocoonbox/internal/config"
@@ -26,8 +27,8 @@ type Running struct {
 
 // Start validates cfg, connects to everything it names (keyring, PostgreSQL, Temporal, S3, the
 // sandbox engine) and starts polling. `cocoonbox serve worker` and the tests that run a worker
-// in its own process both start it here.
-func Start(ctx context.Context, cfg config.Worker, logger *slog.Logger) (_ *Running, retErr error) {
+// in its own process both start it here; interceptors wrap what it runs (see Options).
+func Start(ctx context.Context, cfg config.Worker, logger *slog.Logger, interceptors ...interceptor.WorkerInterceptor) (_ *Running, retErr error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -62,6 +63,7 @@ func Start(ctx context.Context, cfg config.Worker, logger *slog.Logger) (_ *Runn
 		Keys: keys, Template: cfg.Template, Blobs: blobs,
 		UploadRate: int64(cfg.SnapshotUploadMiBps) << 20, Gateway: StaticGateway(cfg.Agent),
 		Logger: logger.With("component", "worker"), WebhooksAllowPrivate: cfg.Webhooks.AllowPrivate,
+		Interceptors: interceptors,
 	})
 	if err := w.Start(); err != nil {
 		tc.Close()

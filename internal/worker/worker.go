@@ -11,6 +11,7 @@ import (
 	"strings"
 
 	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/interceptor"
 	"go.temporal.io/sdk/worker"
 
 	"github.com/loomhand/cocoonbox"
@@ -44,6 +45,9 @@ type Options struct {
 	// a receiver on the deployment's own network); off, they are refused.
 	WebhooksAllowPrivate bool
 	Logger               *slog.Logger
+	// Interceptors wrap every workflow and activity the worker runs (tracing, or a test's
+	// fault points).
+	Interceptors []interceptor.WorkerInterceptor
 }
 
 // GatewayOf is the activities' view of an agent configuration.
@@ -59,7 +63,7 @@ func StaticGateway(a config.Agent) func() activities.Gateway {
 
 // New returns a worker with every workflow and activity registered; the caller starts and stops it.
 func New(opts Options) worker.Worker {
-	w := worker.New(opts.Temporal, workflows.TaskQueue, worker.Options{})
+	w := worker.New(opts.Temporal, workflows.TaskQueue, worker.Options{Interceptors: opts.Interceptors})
 	w.RegisterWorkflow(workflows.BoxWorkflow)
 	w.RegisterWorkflow(workflows.SnapshotWorkflow)
 	w.RegisterWorkflow(workflows.AgentRunWorkflow)
