@@ -62,12 +62,24 @@ func (a *Snapshots) RestoreSnapshot(ctx context.Context, in RestoreSnapshotInput
 	}
 	size := orDefaultSize(in.Size)
 	name := snap.ID + "." + strconv.Itoa(in.Attempt)
+	ref := ClaimRef(in.BoxID, in.Attempt)
 
 	// A retry first looks for what its lost try made: the imported checkpoint, and a sandbox
-	// already claimed from it.
+	// already claimed from it; or, once that try finished and dropped its checkpoint, the
+	// sandbox by its claim_ref (an engine that ignores claim_ref on a checkpoint claim makes
+	// this find nothing, as before).
 	ck, found, err := a.checkpointNamed(ctx, name)
 	if err != nil {
 		return RestoreSnapshotResult{}, err
+	}
+	if !found {
+		got, ok, err := a.adoptByRef(ctx, ref)
+		if err != nil {
+			return RestoreSnapshotResult{}, err
+		}
+		if ok {
+			return a.settle(ctx, in.BoxID, snap, "", got)
+		}
 	}
 	if found {
 		got, ok, err := a.adoptFrom(ctx, ck.ID)
@@ -84,7 +96,7 @@ func (a *Snapshots) RestoreSnapshot(ctx context.Context, in RestoreSnapshotInput
 		}
 	}
 	got, err := whileHeartbeating(ctx, func(ctx context.Context) (sandbox.Claimed, error) {
-		return a.Client.ClaimFromCheckpoint(ctx, ck.ID, in.TTL)
+		return a.Client.ClaimFromCheckpoint(ctx, ck.ID, in.TTL, ref)
 	})
 	if err != nil {
 		return RestoreSnapshotResult{}, classify(fmt.Errorf("claim from snapshot %s: %w", snap.ID, err))
@@ -116,7 +128,9 @@ func (a *Snapshots) settle(ctx context.Context, boxID cocoonbox.BoxID, snap coco
 	if err := a.Tokens.PutSandboxToken(ctx, string(boxID), got.ID, got.Token); err != nil {
 		return RestoreSnapshotResult{}, classify(fmt.Errorf("store sandbox token: %w", err))
 	}
-	a.dropCheckpoint(ctx, ckID) // the sandbox has its own copy of the disk
+	if ckID != "" {
+		a.dropCheckpoint(ctx, ckID) // the sandbox has its own copy of the disk
+	}
 	return RestoreSnapshotResult{SnapshotID: snapID, TakenAt: snap.CreatedAt, SandboxID: got.ID, Deadline: got.Deadline}, nil
 }
 
@@ -287,6 +301,26 @@ func (a *Snapshots) adoptFrom(ctx context.Context, ckID string) (sandbox.Claimed
 	}
 	for _, r := range rows {
 		if r.FromCheckpoint != ckID {
+			continue
+		}
+		full, err := a.Client.Get(ctx, r.ID)
+		if err != nil {
+			return sandbox.Claimed{}, false, classify(fmt.Errorf("adopt sandbox %s: %w", r.ID, err))
+		}
+		return sandbox.Claimed{SandboxRef: sandbox.SandboxRef{ID: full.ID, Token: full.Token},
+			Deadline: full.Deadline, Adopted: true}, true, nil
+	}
+	return sandbox.Claimed{}, false, nil
+}
+
+// adoptByRef finds the sandbox claimed under ref (a restore's try whose answer was lost).
+func (a *Snapshots) adoptByRef(ctx context.Context, ref string) (sandbox.Claimed, bool, error) {
+	rows, err := a.Client.List(ctx, ref)
+	if err != nil {
+		return sandbox.Claimed{}, false, classify(fmt.Errorf("list sandboxes: %w", err))
+	}
+	for _, r := range rows {
+		if r.ClaimRef != ref { // an engine that does not filter by claim_ref lists them all
 			continue
 		}
 		full, err := a.Client.Get(ctx, r.ID)

@@ -147,11 +147,14 @@ func (e *Engine) handleClaimCheckpoint(w http.ResponseWriter, r *http.Request, c
 	if err != nil {
 		return err
 	}
+	if len(req.ClaimRef) > maxClaimRef {
+		return invalid("claim_ref: longer than %d bytes", maxClaimRef)
+	}
 	ck, err := e.checkpointFor(r.PathValue("id"), c)
 	if err != nil {
 		return err
 	}
-	b, err := e.claimFromCheckpoint(r.Context(), c, ck, ttl)
+	b, err := e.claimFromCheckpoint(r.Context(), c, ck, ttl, req.ClaimRef)
 	if err != nil {
 		return err
 	}
@@ -159,7 +162,7 @@ func (e *Engine) handleClaimCheckpoint(w http.ResponseWriter, r *http.Request, c
 	return nil
 }
 
-func (e *Engine) claimFromCheckpoint(ctx context.Context, c caller, ck *checkpoint, ttl time.Duration) (*box, error) {
+func (e *Engine) claimFromCheckpoint(ctx context.Context, c caller, ck *checkpoint, ttl time.Duration, claimRef string) (*box, error) {
 	start := time.Now()
 	ck.mu.RLock()
 	defer ck.mu.RUnlock()
@@ -186,7 +189,7 @@ func (e *Engine) claimFromCheckpoint(ctx context.Context, c caller, ck *checkpoi
 	if err := e.start(ctx, b, rootfs); err != nil {
 		return nil, err
 	}
-	if err := e.finishClaim(b, c, ttl, "", ck.rec.ID); err != nil {
+	if err := e.finishClaim(b, c, ttl, claimRef, ck.rec.ID); err != nil {
 		e.discard(ctx, b)
 		return nil, err
 	}

@@ -64,7 +64,7 @@ func TestExportCheckpointDisk(t *testing.T) {
 	if imported.Key != key || imported.Name != "restored" || imported.SandboxID != "" {
 		t.Fatalf("imported checkpoint %+v", imported)
 	}
-	branch, err := client.ClaimFromCheckpoint(ctx, imported.ID, 0)
+	branch, err := client.ClaimFromCheckpoint(ctx, imported.ID, 0, "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +135,7 @@ func TestIncrementalCheckpointDisk(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	branch, err := client.ClaimFromCheckpoint(ctx, imported.ID, 0)
+	branch, err := client.ClaimFromCheckpoint(ctx, imported.ID, 0, "")
 	if err != nil {
 		t.Fatal(err)
 	}

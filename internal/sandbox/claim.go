@@ -80,7 +80,7 @@ func (c *HTTP) claimAt(ctx context.Context, req ClaimRequest) (Claimed, error) {
 }
 
 // ClaimFromCheckpoint implements Client.
-func (c *HTTP) ClaimFromCheckpoint(ctx context.Context, checkpointID string, ttl time.Duration) (Claimed, error) {
+func (c *HTTP) ClaimFromCheckpoint(ctx context.Context, checkpointID string, ttl time.Duration, claimRef string) (Claimed, error) {
 	op := "claim from checkpoint " + checkpointID
 	path := "/v1/checkpoints/" + url.PathEscape(checkpointID) + "/claim"
 	post := func(addr string, r CheckpointClaimRequest) (ClaimResponse, error) {
@@ -88,7 +88,7 @@ func (c *HTTP) ClaimFromCheckpoint(ctx context.Context, checkpointID string, ttl
 		err := c.do(ctx, call{op: op, method: http.MethodPost, addr: addr, path: path, token: c.token, body: r, out: &out})
 		return out, err
 	}
-	req := CheckpointClaimRequest{TTLSeconds: ttlSeconds(ttl)}
+	req := CheckpointClaimRequest{TTLSeconds: ttlSeconds(ttl), ClaimRef: claimRef}
 	resp, err := post("", req)
 	if err != nil {
 		return Claimed{}, err

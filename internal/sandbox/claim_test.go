@@ -233,7 +233,7 @@ func TestClaimFromCheckpointRedirect(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.FailNext(sandboxtest.VerbCheckpointClaim, sandboxtest.Fault{Redirect: []string{deadAddr(t)}})
-	got, err := c.ClaimFromCheckpoint(t.Context(), ck.ID, time.Minute)
+	got, err := c.ClaimFromCheckpoint(t.Context(), ck.ID, time.Minute, "")
 	if err != nil || got.ID == sb.ID || f.Calls(sandboxtest.VerbCheckpointClaim) != 2 {
 		t.Fatalf("claim from checkpoint: %+v, %v after %d calls", got, err, f.Calls(sandboxtest.VerbCheckpointClaim))
 	}

@@ -44,7 +44,7 @@ type Client interface {
 	Checkpoint(ctx context.Context, sb SandboxRef, name string) (Checkpoint, error)
 	// ClaimFromCheckpoint claims a new sandbox branched from a checkpoint (ttl 0: default). It
 	// cannot be adopted after a lost answer (the API has no claim_ref here), so it is not retried.
-	ClaimFromCheckpoint(ctx context.Context, checkpointID string, ttl time.Duration) (Claimed, error)
+	ClaimFromCheckpoint(ctx context.Context, checkpointID string, ttl time.Duration, claimRef string) (Claimed, error)
 	// ListCheckpoints returns the checkpoints the token may see, newest first.
 	ListCheckpoints(ctx context.Context) ([]Checkpoint, error)
 	// DeleteCheckpoint removes a checkpoint; ErrNotFound when it is gone.

@@ -197,8 +197,11 @@ type CheckpointList struct {
 // CheckpointClaimRequest is the body of POST /v1/checkpoints/{id}/claim. It has no claim_ref
 // upstream, so a claim from a checkpoint cannot be adopted after a lost response.
 type CheckpointClaimRequest struct {
-	TTLSeconds int  `json:"ttl_seconds,omitempty"`
-	NoRedirect bool `json:"no_redirect,omitempty"`
+	TTLSeconds int `json:"ttl_seconds,omitempty"`
+	// ClaimRef tags the new sandbox as ClaimRequest.ClaimRef does, so a client whose answer was
+	// lost finds it by listing (an engine that predates it ignores it).
+	ClaimRef   string `json:"claim_ref,omitempty"`
+	NoRedirect bool   `json:"no_redirect,omitempty"`
 }
 
 // Stats is the body of GET /v1/sandboxes/{id}/stats.

@@ -87,7 +87,7 @@ func (s *suite) lifecycle(t *testing.T) {
 	if !s.checkpointListed(t, ck.ID) {
 		t.Fatalf("checkpoint %s is not listed", ck.ID)
 	}
-	clone, err := c.ClaimFromCheckpoint(s.ctx(t), ck.ID, 0)
+	clone, err := c.ClaimFromCheckpoint(s.ctx(t), ck.ID, 0, "")
 	if err != nil {
 		t.Fatalf("claim from checkpoint: %v", err)
 	}

@@ -192,7 +192,7 @@ func testDiskExport(t *testing.T, c *sandbox.HTTP) {
 		t.Fatal(err)
 	}
 	defer func() { _ = c.DeleteCheckpoint(ctx, imported.ID) }()
-	box, err := c.ClaimFromCheckpoint(ctx, imported.ID, 0)
+	box, err := c.ClaimFromCheckpoint(ctx, imported.ID, 0, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,7 +68,7 @@ func (f *Fake) claimCheckpoint(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "checkpoint not found")
 		return
 	}
-	s, err := f.create(ck.rec.Key, ttl, c.tenant, "", ck.dir, ck.rec.ID)
+	s, err := f.create(ck.rec.Key, ttl, c.tenant, req.ClaimRef, ck.dir, ck.rec.ID)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, "provisioning failed: "+err.Error())
 		return
