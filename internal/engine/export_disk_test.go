@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/loomhand/cocoonbox/internal/sandbox"
@@ -64,9 +65,16 @@ func TestExportCheckpointDisk(t *testing.T) {
 	if imported.Key != key || imported.Name != "restored" || imported.SandboxID != "" {
 		t.Fatalf("imported checkpoint %+v", imported)
 	}
-	branch, err := client.ClaimFromCheckpoint(ctx, imported.ID, 0, "")
+	if _, err := client.ClaimFromCheckpoint(ctx, imported.ID, 0, strings.Repeat("r", 257)); sandbox.StatusCode(err) != 400 {
+		t.Fatalf("a claim_ref over 256 bytes: %v, want 400", err)
+	}
+	branch, err := client.ClaimFromCheckpoint(ctx, imported.ID, 0, "bx_0123456789abcdef/7")
 	if err != nil {
 		t.Fatal(err)
+	}
+	// A client whose answer was lost finds the sandbox by its claim_ref, as after a Claim.
+	if rows, err := client.List(ctx, "bx_0123456789abcdef/7"); err != nil || len(rows) != 1 || rows[0].ID != branch.ID {
+		t.Fatalf("sandboxes under the checkpoint claim's claim_ref: %+v, %v; want %s", rows, err, branch.ID)
 	}
 	res, err := client.Exec(ctx, branch.SandboxRef, sandbox.ExecRequest{Argv: []string{"cat", "/root/notes"}})
 	if err != nil || res.Stdout != "exported" {
