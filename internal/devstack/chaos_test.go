@@ -285,7 +285,10 @@ Beside the matrix, ` + "`TestSnapshotWithDiskFull`" + ` fills the engine's check
 loop-mounted ext4 under its data dir): the snapshot answers ` + "`unavailable`" + ` naming the full disk
 within its 20 s deadline, ` + "`box show`" + ` says what it waits for, the box keeps running with
 its file intact, no partial checkpoint is left, and once space is freed the retried snapshot
-completes exactly once.
+completes exactly once. A clock jump is the engine's ` + "`TestClockJumpKeepsBoxes`" + ` (its injected
+clock, since the host's is shared): three hours ahead, past every lease, while the engine is
+down, reaps no box at once; a box its owner renews keeps its files, one nobody renews is reaped
+after a 10-minute grace.
 `
 
 const chaosDoc = `# Reliability

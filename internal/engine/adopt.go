@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/loomhand/cocoonbox/internal/engine/runtime"
 )
@@ -64,9 +65,11 @@ func (e *Engine) checkRuntime() error {
 //   - a half-started box (pending) or one whose destroy failed (released) is destroyed.
 //
 // Warm pool boxes return to their pool if it still wants them and are destroyed otherwise.
-// Leases keep their deadlines: a lease that ran out while the engine was down is reaped by
-// the first reaper pass, and callers see it as gone at once. Box directories without a record
-// are removed.
+// Leases keep their deadlines, except one that ran out while the engine was down, which gets
+// adoptGrace more: the engine cannot tell a long downtime from a wall clock that jumped ahead
+// (an NTP step, a host resumed from suspend), and a jump must not reap every box at once
+// before its owner, whose timers the jump fires too, renews it. An owner that is gone lets the
+// grace run out, and the box is reaped then. Box directories without a record are removed.
 func (e *Engine) adopt(ctx context.Context) error {
 	recs, err := e.loadRecords()
 	if err != nil {
@@ -110,8 +113,15 @@ func (e *Engine) adopt(ctx context.Context) error {
 			e.log.Warn("box was stopped while the engine was down; it restarts on its disk at the next wake", "id", r.ID)
 		}
 		e.boxes[r.ID] = b
-		if hibernated != r.Hibernated {
-			b.rec.Hibernated = hibernated
+		changed := hibernated != r.Hibernated
+		b.rec.Hibernated = hibernated
+		if !now.Before(r.Deadline) {
+			e.log.Warn("the box's lease ran out while the engine was down, or the clock jumped ahead; kept for its owner to renew",
+				"id", r.ID, "deadline", r.Deadline, "grace", adoptGrace)
+			b.rec.Deadline = now.Add(adoptGrace)
+			changed = true
+		}
+		if changed {
 			if err := e.save(b); err != nil {
 				e.log.Error("save adopted record", "id", r.ID, "err", err)
 			}
@@ -121,6 +131,9 @@ func (e *Engine) adopt(ctx context.Context) error {
 	e.removeOrphanDirs(ctx, known)
 	return nil
 }
+
+// adoptGrace is how long an adopted box whose lease ran out is kept for its owner to renew.
+const adoptGrace = 10 * time.Minute
 
 // adoptWarm puts a running warm box back in its pool, or destroys it.
 func (e *Engine) adoptWarm(ctx context.Context, b *box, st runtime.State) {

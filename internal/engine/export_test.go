@@ -15,3 +15,6 @@ func (e *Engine) Tick(ctx context.Context) {
 		e.fillOne(ctx, p, b)
 	}
 }
+
+// AdoptGrace is adoptGrace, for tests.
+const AdoptGrace = adoptGrace

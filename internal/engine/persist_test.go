@@ -126,6 +126,39 @@ func TestCrashRestart(t *testing.T) {
 	}
 }
 
+// TestClockJumpKeepsBoxes: the wall clock jumps three hours ahead, past every lease, while the
+// engine is down (or a restart comes long after the last renewal): no box is reaped at once.
+// Each is kept for engine.AdoptGrace, so the owner, whose timers the jump fires too, renews it and it
+// keeps its files; a box nobody renews is reaped when the grace runs out.
+func TestClockJumpKeepsBoxes(t *testing.T) {
+	h := newHarness(t)
+	kept := h.claim(tenantA, sandbox.ClaimRequest{TTLSeconds: 3600})
+	abandoned := h.claim(tenantA, sandbox.ClaimRequest{TTLSeconds: 3600})
+	h.exec(kept, "write", "/root/f", "work")
+
+	h.clock.Advance(3 * time.Hour) // no reaper pass in between: the engine is down
+	h.crash()
+	h.tick()
+	for _, sb := range []sandbox.ClaimResponse{kept, abandoned} {
+		if !slices.Contains(h.rt.Boxes(), sb.ID) {
+			t.Fatalf("box %s was reaped by the first pass after the jump", sb.ID)
+		}
+	}
+	if d := h.row(kept.ID).Deadline; !d.After(h.clock.Now()) {
+		t.Fatalf("the adopted box's deadline %v is not after now, %v", d, h.clock.Now())
+	}
+	h.must(200, "POST", "/v1/sandboxes/"+kept.ID+"/renew", kept.Token, sandbox.RenewRequest{TTLSeconds: 3600})
+
+	h.clock.Advance(engine.AdoptGrace + time.Second)
+	h.tick()
+	if slices.Contains(h.rt.Boxes(), abandoned.ID) {
+		t.Fatal("a box nobody renewed outlived the grace")
+	}
+	if got := h.exec(kept, "cat", "/root/f"); got.Stdout != "work" {
+		t.Fatalf("the renewed box after the jump: %+v", got)
+	}
+}
+
 // TestRecordsSurviveCorruption: an unreadable record is skipped and kept (it may hold the only
 // copy of a token); a temporary file left by a cut-short write is removed.
 func TestRecordsSurviveCorruption(t *testing.T) {
