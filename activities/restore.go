@@ -295,32 +295,24 @@ func (a *Snapshots) checkpointNamed(ctx context.Context, name string) (sandbox.C
 // adoptFrom finds a sandbox already claimed from checkpoint ckID (by a try whose answer was
 // lost) and fetches its token, which takes the engine's root token.
 func (a *Snapshots) adoptFrom(ctx context.Context, ckID string) (sandbox.Claimed, bool, error) {
-	rows, err := a.Client.List(ctx, "")
-	if err != nil {
-		return sandbox.Claimed{}, false, classify(fmt.Errorf("list sandboxes: %w", err))
-	}
-	for _, r := range rows {
-		if r.FromCheckpoint != ckID {
-			continue
-		}
-		full, err := a.Client.Get(ctx, r.ID)
-		if err != nil {
-			return sandbox.Claimed{}, false, classify(fmt.Errorf("adopt sandbox %s: %w", r.ID, err))
-		}
-		return sandbox.Claimed{SandboxRef: sandbox.SandboxRef{ID: full.ID, Token: full.Token},
-			Deadline: full.Deadline, Adopted: true}, true, nil
-	}
-	return sandbox.Claimed{}, false, nil
+	return a.adoptWhere(ctx, "", func(r sandbox.Sandbox) bool { return r.FromCheckpoint == ckID })
 }
 
 // adoptByRef finds the sandbox claimed under ref (a restore's try whose answer was lost).
 func (a *Snapshots) adoptByRef(ctx context.Context, ref string) (sandbox.Claimed, bool, error) {
+	// An engine that does not filter by claim_ref lists them all.
+	return a.adoptWhere(ctx, ref, func(r sandbox.Sandbox) bool { return r.ClaimRef == ref })
+}
+
+// adoptWhere returns the first sandbox listed under ref ("": all) that mine says a lost try of
+// this restore made, with its token.
+func (a *Snapshots) adoptWhere(ctx context.Context, ref string, mine func(sandbox.Sandbox) bool) (sandbox.Claimed, bool, error) {
 	rows, err := a.Client.List(ctx, ref)
 	if err != nil {
 		return sandbox.Claimed{}, false, classify(fmt.Errorf("list sandboxes: %w", err))
 	}
 	for _, r := range rows {
-		if r.ClaimRef != ref { // an engine that does not filter by claim_ref lists them all
+		if !mine(r) {
 			continue
 		}
 		full, err := a.Client.Get(ctx, r.ID)
