@@ -1,8 +1,12 @@
 package main
 
 import (
+	"context"
+	"strings"
+
 	"github.com/urfave/cli/v2"
 
+	"github.com/loomhand/cocoonbox"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
 
@@ -48,6 +52,19 @@ func boxClient(c *cli.Context) (*session, cbv1.BoxServiceClient, error) {
 		return nil, nil, err
 	}
 	return s, cbv1.NewBoxServiceClient(s.conn), nil
+}
+
+// boxIDOf is the ID of the box ref names: ref itself when it is an ID, else the ID of the
+// caller's box of that name, asked of the API.
+func boxIDOf(ctx context.Context, boxes cbv1.BoxServiceClient, ref string) (cocoonbox.BoxID, error) {
+	if strings.HasPrefix(ref, "bx_") {
+		return cocoonbox.BoxID(ref), nil
+	}
+	b, err := boxes.GetBox(ctx, &cbv1.GetBoxRequest{Box: ref})
+	if err != nil {
+		return "", apiError(err)
+	}
+	return cocoonbox.BoxID(b.GetId()), nil
 }
 
 // accountClient is boxClient for the account service (tokens, webhooks).

@@ -178,15 +178,15 @@ func (cp *copier) boxID(box string) (cocoonbox.BoxID, error) {
 	if id, ok := cp.ids[box]; ok {
 		return id, nil
 	}
-	b, err := cp.boxes.GetBox(cp.c.Context, &cbv1.GetBoxRequest{Box: box})
+	id, err := boxIDOf(cp.c.Context, cp.boxes, box)
 	if err != nil {
-		return "", apiError(err)
+		return "", err
 	}
 	if cp.ids == nil {
 		cp.ids = map[string]cocoonbox.BoxID{}
 	}
-	cp.ids[box] = cocoonbox.BoxID(b.GetId())
-	return cp.ids[box], nil
+	cp.ids[box] = id
+	return id, nil
 }
 
 // uploadStream streams r to box:dst over UploadFile.

@@ -48,17 +48,13 @@ func boxRmCommand() *cli.Command {
 				return err
 			}
 			defer s.Close()
-			box := args[0]
-			if !strings.HasPrefix(box, "bx_") {
-				// By its ID: once deleted, a box's name names nothing, so a resend of this
-				// delete after a lost answer must not go by name.
-				found, err := boxes.GetBox(c.Context, &cbv1.GetBoxRequest{Box: box})
-				if err != nil {
-					return apiError(err)
-				}
-				box = found.GetId()
+			// By its ID: once deleted, a box's name names nothing, so a resend of this delete
+			// after a lost answer must not go by name.
+			id, err := boxIDOf(c.Context, boxes, args[0])
+			if err != nil {
+				return err
 			}
-			b, err := boxes.DeleteBox(c.Context, &cbv1.DeleteBoxRequest{Box: box, PurgeSnapshots: c.Bool("purge-snapshots"), RequestId: requestID()})
+			b, err := boxes.DeleteBox(c.Context, &cbv1.DeleteBoxRequest{Box: string(id), PurgeSnapshots: c.Bool("purge-snapshots"), RequestId: requestID()})
 			if err != nil {
 				return apiError(err)
 			}
