@@ -18,10 +18,10 @@ import (
 )
 
 // FileClient uploads files to boxes over the files route (serveFile), as `box cp` does: a
-// plain HTTP body carries a file's bytes with far less work per byte than the UploadFile
-// stream, whose gRPC framing (16 KiB HTTP/2 frames, a message copied three times) cost a copy
-// into a box about a third of its speed (make bench: BoxSession/Upload1GiB beside
-// UploadGRPC1GiB).
+// plain HTTP body carries a file's bytes with fewer syscalls and copies than the UploadFile
+// stream's gRPC framing (16 KiB HTTP/2 frames), and a refused upload sends nothing (see
+// continueWait). On one machine the box's side bounds a copy, so the two run alike there
+// (make bench: BoxSession/Upload1GiB beside UploadGRPC1GiB).
 type FileClient struct {
 	Base  *url.URL // the API endpoint: http://host:port or https://host
 	Token string
