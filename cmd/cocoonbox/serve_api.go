@@ -10,6 +10,7 @@ import (
 
 	"github.com/loomhand/cocoonbox/internal/app"
 	"github.com/loomhand/cocoonbox/internal/config"
+	"github.com/loomhand/cocoonbox/internal/health"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/secrets"
 	"github.com/loomhand/cocoonbox/internal/store"
@@ -23,7 +24,8 @@ func serveAPICommand() *cli.Command {
 		Description: "Needs Temporal (TEMPORAL_ADDRESS), PostgreSQL (COCOONBOX_DATABASE_URL), the sandbox\n" +
 			"engine for exec and files (COCOONBOX_SANDBOXD_URL, COCOONBOX_SANDBOXD_TOKEN) and the same\n" +
 			"keyring as the workers (COCOONBOX_KEYRING). Box state changes go to the workers through\n" +
-			"Temporal; run `cocoonbox serve worker` beside it. Binds loopback unless --listen says otherwise.",
+			"Temporal; run `cocoonbox serve worker` beside it. Binds loopback unless --listen says otherwise.\n" +
+			"Listens at once and waits for PostgreSQL and Temporal, answering \"starting\" meanwhile.",
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "home", Usage: "data dir (default ~/.local/share/cocoonbox)"},
 			&cli.StringFlag{Name: "listen", Usage: "host:port (default " + config.DefaultAPIListen + ")"},
@@ -58,19 +60,20 @@ func runServeAPI(c *cli.Context) error {
 	})
 }
 
-// serveAPI connects to what cfg names and serves the API until ctx ends; ready gets the bound
-// address.
+// serveAPI serves the API until ctx ends; ready gets the bound address once it serves. It
+// listens at once and waits for PostgreSQL and Temporal meanwhile, answering "starting" instead
+// of exiting, so a role started beside its dependencies (or before them) needs no restart.
 func serveAPI(ctx context.Context, cfg config.API, logger *slog.Logger, ready func(addr string)) error {
 	keys, err := secrets.LoadOrCreateKeyring(cfg.KeyringPath())
 	if err != nil {
 		return err
 	}
-	st, err := store.Open(ctx, cfg.Postgres.URL)
+	st, err := store.Connect(ctx, cfg.Postgres.URL)
 	if err != nil {
 		return fmt.Errorf("postgres: %w", err)
 	}
 	defer st.Close()
-	tc, err := tclient.Dial(ctx, cfg.Temporal, logger.With("component", "temporal-client"))
+	tc, err := tclient.Lazy(cfg.Temporal, logger.With("component", "temporal-client"))
 	if err != nil {
 		return err
 	}
@@ -83,9 +86,22 @@ func serveAPI(ctx context.Context, cfg config.API, logger *slog.Logger, ready fu
 		Temporal: tc, Store: st, Keys: keys, Logger: logger,
 		Sandbox: sandbox.NewHTTP(cfg.Sandbox.URL, cfg.Sandbox.Token, nil),
 	}
+	var start health.Startup
 	boxes := app.Boxes(parts, cfg.Agent, cfg.Quota, cfg.BoxNetwork, cfg.BoxPolicy)
 	boxes.CreateWait = cfg.CreateWait
-	srv := app.API(parts, boxes, app.APIOptions{MaxDesktopConns: cfg.MaxDesktopConnections, PreviewDomain: cfg.PreviewDomain})
+	srv := app.API(parts, boxes, app.APIOptions{
+		MaxDesktopConns: cfg.MaxDesktopConnections, PreviewDomain: cfg.PreviewDomain, Starting: start.Err,
+	})
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	// PostgreSQL first: its schema must be current before anything queries it.
+	if err := start.Wait(ctx, logger, "PostgreSQL", st.Migrate); err != nil {
+		return <-served // ctx ended while waiting: Serve returns once it has shut down
+	}
+	if err := start.Wait(ctx, logger, "Temporal", tclient.Ping(tc)); err != nil {
+		return <-served
+	}
+	start.Done()
 	ready(ln.Addr().String())
-	return srv.Serve(ctx, ln)
+	return <-served
 }

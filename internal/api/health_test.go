@@ -3,16 +3,22 @@ package api_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
+	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/status"
 
 	"github.com/loomhand/cocoonbox/internal/api"
+	"github.com/loomhand/cocoonbox/internal/health"
 )
 
 // testClock is a clock a test moves by hand.
@@ -99,5 +105,56 @@ func TestHealthzCachedAndBare(t *testing.T) {
 	}
 	if code, body := f.get(t, "/metrics", admin); code != http.StatusOK {
 		t.Errorf("/metrics for an operator: %d %s, want 200", code, body)
+	}
+}
+
+// TestStartingRefusesWithTheDependency: while the API waits for a dependency at start, it
+// listens already; health says "starting" (and gRPC health NOT_SERVING), and every other request
+// is refused as unavailable in its own protocol, naming what the API waits for but not the
+// dependency's error (the caller is not authenticated yet). Once it serves, the same calls work.
+func TestStartingRefusesWithTheDependency(t *testing.T) {
+	var start health.Startup
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	tried := make(chan struct{})
+	var once sync.Once
+	go func() {
+		_ = start.Wait(ctx, slog.New(slog.DiscardHandler), "PostgreSQL", func(context.Context) error {
+			once.Do(func() { close(tried) })
+			return errors.New("dial tcp 10.0.0.7:5432: connection refused")
+		})
+	}()
+	<-tried
+	f := serveOpts(t, api.Options{Starting: start.Err, Checks: map[string]api.Check{
+		"postgres": func(context.Context) error { return nil },
+	}})
+	_, _, raw := f.mint(t, "ann", true)
+
+	code, body := f.get(t, "/healthz", "")
+	if code != http.StatusServiceUnavailable || body != "{\"status\":\"starting\"}\n" {
+		t.Errorf("/healthz while starting: %d %q, want 503 starting", code, body)
+	}
+	hc := healthpb.NewHealthClient(f.conn(t))
+	if r, err := hc.Check(as(t, ""), &healthpb.HealthCheckRequest{}); err != nil || r.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("gRPC health while starting = %v, %v; want NOT_SERVING", r, err)
+	}
+	_, err := f.whoami(t, raw)
+	if msg := status.Convert(err).Message(); status.Code(err) != codes.Unavailable ||
+		msg != "the API is starting: waiting for PostgreSQL; try again shortly" {
+		t.Errorf("gRPC call while starting: %v; want unavailable naming PostgreSQL", err)
+	}
+	code, body = f.get(t, "/v1/boxes/x/files/etc/hostname", raw)
+	if code != http.StatusServiceUnavailable || !strings.Contains(body, `{"error":{"code":"unavailable"`) ||
+		!strings.Contains(body, "waiting for PostgreSQL") || strings.Contains(body, "10.0.0.7") {
+		t.Errorf("HTTP route while starting: %d %s; want 503 naming PostgreSQL and not its address", code, body)
+	}
+
+	start.Done()
+	if _, err := f.whoami(t, raw); err != nil {
+		t.Errorf("gRPC call once serving: %v", err)
+	}
+	code, body = f.get(t, "/healthz", "")
+	if code != http.StatusOK {
+		t.Errorf("/healthz once serving: %d %q", code, body)
 	}
 }

@@ -101,6 +101,11 @@ func (s *Server) writeHTTPError(w http.ResponseWriter, r *http.Request, err erro
 	if code == cocoonbox.EInternal || code == cocoonbox.EUnavailable {
 		s.log.ErrorContext(r.Context(), "http request failed", "path", r.URL.Path, "code", code, "err", err)
 	}
+	writeError(w, code, cocoonbox.ErrorMessage(err))
+}
+
+// writeError writes an error body {"error": {"code", "message"}} with the code's HTTP status.
+func writeError(w http.ResponseWriter, code, msg string) {
 	st, ok := httpStatus[code]
 	if !ok {
 		st = http.StatusInternalServerError
@@ -109,7 +114,7 @@ func (s *Server) writeHTTPError(w http.ResponseWriter, r *http.Request, err erro
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(st)
 	_ = json.NewEncoder(w).Encode(map[string]any{
-		"error": map[string]string{"code": code, "message": cocoonbox.ErrorMessage(err)},
+		"error": map[string]string{"code": code, "message": msg},
 	})
 }
 

@@ -11,6 +11,8 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/status"
+
+	"github.com/loomhand/cocoonbox/internal/health"
 )
 
 // publicMethods need no token: load balancers probe health, and reflection describes only the
@@ -89,9 +91,18 @@ func (m *metrics) observe(method string, start time.Time, err *error) {
 	}
 }
 
-// ServeHTTP writes the metrics in the Prometheus text exposition format.
-func (m *metrics) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
+// serveMetrics writes the RPC metrics and the health gauges in the Prometheus text format.
+func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 	var b strings.Builder
+	s.metrics.write(&b)
+	health.WriteMetrics(&b, s.health.Report(r.Context()))
+	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	_, _ = w.Write([]byte(b.String()))
+}
+
+// write writes the RPC counters and histograms.
+func (m *metrics) write(b *strings.Builder) {
 	m.mu.Lock()
 	keys := make([][2]string, 0, len(m.calls))
 	for k := range m.calls {
@@ -101,7 +112,7 @@ func (m *metrics) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	b.WriteString("# HELP cocoonbox_api_requests_total RPCs handled, by method and gRPC status code.\n")
 	b.WriteString("# TYPE cocoonbox_api_requests_total counter\n")
 	for _, k := range keys {
-		fmt.Fprintf(&b, "cocoonbox_api_requests_total{method=%q,code=%q} %d\n", k[0], k[1], m.calls[k])
+		fmt.Fprintf(b, "cocoonbox_api_requests_total{method=%q,code=%q} %d\n", k[0], k[1], m.calls[k])
 	}
 	methods := make([]string, 0, len(m.hist))
 	for k := range m.hist {
@@ -115,14 +126,11 @@ func (m *metrics) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 		var cum uint64
 		for i, le := range latencyBuckets {
 			cum += h.buckets[i]
-			fmt.Fprintf(&b, "cocoonbox_api_request_duration_seconds_bucket{method=%q,le=\"%g\"} %d\n", method, le, cum)
+			fmt.Fprintf(b, "cocoonbox_api_request_duration_seconds_bucket{method=%q,le=\"%g\"} %d\n", method, le, cum)
 		}
-		fmt.Fprintf(&b, "cocoonbox_api_request_duration_seconds_bucket{method=%q,le=\"+Inf\"} %d\n", method, h.count)
-		fmt.Fprintf(&b, "cocoonbox_api_request_duration_seconds_sum{method=%q} %g\n", method, h.sum)
-		fmt.Fprintf(&b, "cocoonbox_api_request_duration_seconds_count{method=%q} %d\n", method, h.count)
+		fmt.Fprintf(b, "cocoonbox_api_request_duration_seconds_bucket{method=%q,le=\"+Inf\"} %d\n", method, h.count)
+		fmt.Fprintf(b, "cocoonbox_api_request_duration_seconds_sum{method=%q} %g\n", method, h.sum)
+		fmt.Fprintf(b, "cocoonbox_api_request_duration_seconds_count{method=%q} %d\n", method, h.count)
 	}
 	m.mu.Unlock()
-	w.Header().Set("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-	w.Header().Set("Cache-Control", "no-store")
-	_, _ = w.Write([]byte(b.String()))
 }

@@ -10,11 +10,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
-	"google.golang.org/grpc/health"
+	grpchealth "google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/reflection"
 
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
+	"github.com/loomhand/cocoonbox/internal/health"
 	"github.com/loomhand/cocoonbox/internal/secrets"
 	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/internal/vault"
@@ -33,6 +34,10 @@ type Options struct {
 	// tickets; nil means a random key per process (tickets open only where they were issued).
 	Keys   *secrets.Keyring
 	Checks map[string]Check // components reported by /healthz
+	// Starting returns nil once the API may serve, or what it still waits for (a
+	// *health.WaitError); until then every request but health is refused as unavailable, naming
+	// the dependency. Nil serves from the start.
+	Starting func() error
 	// Recheck is how often an open stream or desktop connection checks that its token still
 	// authenticates, so revoking it ends them; 0 is 15 s.
 	Recheck time.Duration
@@ -68,10 +73,9 @@ type Server struct {
 	desktop desktopEdge      // the open desktop connections
 	// maxDesktopConns caps one box's desktop connections.
 	maxDesktopConns int
-	checks          map[string]Check
-	now             func() time.Time
-	healthCache     healthCache   // the last /healthz result
-	recheck         time.Duration // how often open streams and desktops check their token again
+	health          *health.Checker // /healthz, gRPC health and the component gauges
+	starting        func() error    // see Options.Starting; never nil
+	recheck         time.Duration   // how often open streams and desktops check their token again
 	version         string
 	log             *slog.Logger
 	grpc            *grpc.Server
@@ -93,12 +97,19 @@ func New(opts Options) *Server {
 		log = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{
-		store: opts.Store, boxes: opts.Boxes, vault: opts.Vault, checks: opts.Checks,
+		store: opts.Store, boxes: opts.Boxes, vault: opts.Vault,
 		version: opts.Version, log: log, mux: http.NewServeMux(), metrics: newMetrics(), keys: opts.Keys,
 		previewDomain: strings.ToLower(opts.PreviewDomain),
 	}
-	if s.now = opts.Now; s.now == nil {
-		s.now = time.Now
+	if s.starting = opts.Starting; s.starting == nil {
+		s.starting = func() error { return nil }
+	}
+	s.health = &health.Checker{
+		Checks: opts.Checks, Version: opts.Version, Now: opts.Now, Starting: opts.Starting,
+		OnPanic: func(ctx context.Context, name string, v any) string {
+			_ = s.panicError(ctx, "health check "+name, v)
+			return "internal error"
+		},
 	}
 	if s.recheck = opts.Recheck; s.recheck <= 0 {
 		s.recheck = defaultRecheck
@@ -129,7 +140,7 @@ func New(opts Options) *Server {
 	s.connect = s.newConnectHandler()
 
 	s.mux.HandleFunc("GET /healthz", s.serveHealth)
-	s.mux.Handle("GET /metrics", s.operatorOnly(s.metrics))
+	s.mux.Handle("GET /metrics", s.operatorOnly(http.HandlerFunc(s.serveMetrics)))
 	s.mux.Handle("/mcp", s.mcpHandler())
 	s.mux.HandleFunc("GET /v1/boxes/{id}/desktop", s.serveDesktop)
 	s.mux.HandleFunc("GET /v1/boxes/{id}/terminal", s.serveTerminal)
@@ -151,6 +162,10 @@ func New(opts Options) *Server {
 // their bodies are read; everything else to the HTTP routes.
 func (s *Server) Handler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := s.starting(); err != nil && !servesWhileStarting(r) {
+			refuseStarting(w, r, err)
+			return
+		}
 		ct := r.Header.Get("Content-Type")
 		if _, _, ok := s.previewTarget(r.Host); ok {
 			s.previews.ServeHTTP(w, r) // a box port's own origin: nothing else is served there
@@ -221,12 +236,12 @@ const healthRefresh = 15 * time.Second
 // Check and List answer from the same cached result as /healthz (at most healthEvery old), since
 // they need no token; Watch streams see the periodic refresh.
 type healthServer struct {
-	*health.Server
+	*grpchealth.Server
 	s *Server
 }
 
 func newHealthServer(s *Server) *healthServer {
-	h := &healthServer{Server: health.NewServer(), s: s}
+	h := &healthServer{Server: grpchealth.NewServer(), s: s}
 	for _, name := range h.services() {
 		h.SetServingStatus(name, healthpb.HealthCheckResponse_SERVING)
 	}
@@ -241,7 +256,7 @@ func (h *healthServer) services() []string {
 
 func (h *healthServer) update(ctx context.Context) {
 	st := healthpb.HealthCheckResponse_SERVING
-	if h.s.cachedHealth(ctx).Status != "ok" {
+	if h.s.health.Report(ctx).Status != health.StatusOK {
 		st = healthpb.HealthCheckResponse_NOT_SERVING
 	}
 	for _, name := range h.services() {

@@ -76,6 +76,8 @@ type APIOptions struct {
 	Checks map[string]api.Check
 	// PreviewDomain serves box ports' previews on hosts of their own (api.Options).
 	PreviewDomain string
+	// Starting holds requests back while the API waits for a dependency (api.Options).
+	Starting func() error
 }
 
 // API builds the API server over boxes, reporting Temporal and PostgreSQL in /healthz beside
@@ -95,5 +97,6 @@ func API(p Parts, boxes *boxsvc.Service, opts APIOptions) *api.Server {
 		Store: p.Store, Boxes: boxes, Vault: &vault.Vault{Store: p.Store, Keys: p.Keys}, Keys: p.Keys,
 		Version: buildinfo.String(), Logger: p.Logger.With("component", "api"),
 		MaxDesktopConns: opts.MaxDesktopConns, Checks: checks, PreviewDomain: opts.PreviewDomain,
+		Starting: opts.Starting,
 	})
 }

@@ -42,10 +42,13 @@ const (
 	DefaultTemporalListen   = "127.0.0.1:7233"
 	DefaultTemporalUIListen = "127.0.0.1:8233"
 	DefaultEngineListen     = "127.0.0.1:7777"
-	DefaultBoxTemplate      = "desktop" // the image boxes are claimed from: XFCE, Xvnc, chromium
-	DefaultNamespace        = "default"
-	DefaultBucket           = "cocoonbox"
-	DefaultRegion           = "us-east-1"
+	// DefaultWorkerHealthListen serves a worker's /healthz and /metrics, loopback only: they
+	// need no token (see config Worker.HealthListen).
+	DefaultWorkerHealthListen = "127.0.0.1:8422"
+	DefaultBoxTemplate        = "desktop" // the image boxes are claimed from: XFCE, Xvnc, chromium
+	DefaultNamespace          = "default"
+	DefaultBucket             = "cocoonbox"
+	DefaultRegion             = "us-east-1"
 )
 
 // Temporal says how to reach a Temporal cluster. The environment variable names are the Temporal
@@ -336,7 +339,13 @@ type Worker struct {
 	// Agent is the model gateway of agent runs: the worker sends every run's model calls there,
 	// with the key from the section's vault secret, whatever a workflow's input says.
 	Agent Agent `yaml:"agent"`
+	// HealthListen serves /healthz (each dependency's state) and /metrics without a token;
+	// keep it on loopback or a network only monitoring reaches. "off" serves neither.
+	HealthListen string `yaml:"health_listen" env:"COCOONBOX_WORKER_HEALTH_LISTEN"`
 }
+
+// HealthOff is the HealthListen that serves no health endpoint.
+const HealthOff = "off"
 
 // Engine is the configuration of `cocoonbox serve engine`.
 type Engine struct {
@@ -473,7 +482,8 @@ func DefaultAPI(env Lookup) API {
 func DefaultWorker(env Lookup) Worker {
 	return Worker{Home: defaultHome(env), LogLevel: "info",
 		Temporal: Temporal{Address: DefaultTemporalListen, Namespace: DefaultNamespace},
-		S3:       S3{Region: DefaultRegion, Bucket: DefaultBucket, PathStyle: true}, Template: DefaultBoxTemplate}
+		S3:       S3{Region: DefaultRegion, Bucket: DefaultBucket, PathStyle: true}, Template: DefaultBoxTemplate,
+		HealthListen: DefaultWorkerHealthListen}
 }
 
 // KeyringPath returns the keyring file: Keyring, or <home>/keys/master.key when it is empty,
@@ -501,6 +511,11 @@ func (c *Worker) Validate() error {
 	}
 	if c.SnapshotUploadMiBps < 0 {
 		return fmt.Errorf("config snapshot_upload_mibps: must not be negative, got %d", c.SnapshotUploadMiBps)
+	}
+	if c.HealthListen != HealthOff {
+		if err := validateListen("health_listen", c.HealthListen); err != nil {
+			return err
+		}
 	}
 	return c.Agent.Validate()
 }

@@ -244,7 +244,7 @@ func TestOtherRoleDefaults(t *testing.T) {
 	if a := config.DefaultAPI(env); a.Listen != config.DefaultAPIListen || a.Temporal.Address == "" {
 		t.Errorf("api: %+v", a)
 	}
-	if w := config.DefaultWorker(env); w.S3.Bucket == "" || w.Temporal.Namespace == "" || w.Template != "desktop" ||
+	if w := config.DefaultWorker(env); w.S3.Bucket == "" || w.Temporal.Namespace == "" || w.Template != "desktop" || w.HealthListen != "127.0.0.1:8422" ||
 		w.KeyringPath() != "/root/.local/share/cocoonbox/keys/master.key" {
 		t.Errorf("worker: %+v", w)
 	}
@@ -361,6 +361,7 @@ func TestWorkerConfig(t *testing.T) {
 		{"no temporal", func(c *config.Worker) { c.Temporal.Address = "" }, "config temporal.address: is required"},
 		{"relative keyring", func(c *config.Worker) { c.Keyring = "master.key" }, "config keyring: must be an absolute path"},
 		{"no template", func(c *config.Worker) { c.Template = "" }, "config template: is required"},
+		{"health port", func(c *config.Worker) { c.HealthListen = "8422" }, "config health_listen: want host:port"},
 		{"log level", func(c *config.Worker) { c.LogLevel = "loud" }, "config log_level"},
 	}
 	for _, tc := range cases {

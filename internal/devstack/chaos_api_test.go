@@ -174,15 +174,23 @@ func TestChaosAPI(t *testing.T) {
 	writeChaosReport(t)
 }
 
-// childAPI is `cocoonbox serve api` run from the built CLI against a dev stack's PostgreSQL,
-// Temporal and engine, on an address of its own that it keeps across restarts.
-type childAPI struct {
-	bin, config, addr string
+// childRole is a `cocoonbox serve` role (api or worker) run from the built CLI against a dev
+// stack's parts, with a config file of its own that it keeps across restarts.
+type childRole struct {
+	bin, role, config string
 	cmd               *exec.Cmd
 	log               *os.File
+	ready             chan error // the current process printed its ready line, or exited first
 }
 
-func startChildAPI(t *testing.T, bin string, d *devstack.Dev) *childAPI {
+// childAPI is `cocoonbox serve api` on an address of its own.
+type childAPI struct {
+	*childRole
+	addr string
+}
+
+// apiConfig is the configuration of a `serve api` for d on a free loopback address.
+func apiConfig(t *testing.T, d *devstack.Dev) config.API {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -197,42 +205,59 @@ func startChildAPI(t *testing.T, bin string, d *devstack.Dev) *childAPI {
 	cfg.Postgres.URL = devstack.DatabaseURL(d)
 	cfg.Sandbox.URL, cfg.Sandbox.Token = d.Sandbox()
 	cfg.Keyring = filepath.Join(d.Home(), "keys", "master.key")
+	return cfg
+}
+
+func startChildAPI(t *testing.T, bin string, d *devstack.Dev) *childAPI {
+	t.Helper()
+	cfg := apiConfig(t, d)
+	a := &childAPI{childRole: newChildRole(t, bin, "api", cfg), addr: cfg.Listen}
+	a.start(t)
+	return a
+}
+
+// newChildRole writes cfg for role and returns the role, not yet started; the test's cleanup
+// kills it and, when the test failed, logs what it wrote.
+func newChildRole(t *testing.T, bin, role string, cfg any) *childRole {
+	t.Helper()
 	b, err := yaml.Marshal(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	a := &childAPI{bin: bin, config: filepath.Join(dir, "api.yaml"), addr: addr}
-	if err := os.WriteFile(a.config, b, 0o600); err != nil {
+	r := &childRole{bin: bin, role: role, config: filepath.Join(dir, role+".yaml")}
+	if err := os.WriteFile(r.config, b, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if a.log, err = os.Create(filepath.Join(dir, "api.log")); err != nil {
+	if r.log, err = os.Create(filepath.Join(dir, role+".log")); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if a.cmd != nil && a.cmd.ProcessState == nil {
-			_ = a.cmd.Process.Kill()
-			_ = a.cmd.Wait()
+		if r.cmd != nil && r.cmd.ProcessState == nil {
+			_ = r.cmd.Process.Kill()
+			_ = r.cmd.Wait()
 		}
 		if t.Failed() {
-			_, _ = a.log.Seek(0, io.SeekStart)
-			out, _ := io.ReadAll(io.LimitReader(a.log, 64<<10))
-			t.Logf("serve api's log:\n%s", out)
+			_, _ = r.log.Seek(0, io.SeekStart)
+			out, _ := io.ReadAll(io.LimitReader(r.log, 64<<10))
+			t.Logf("serve %s's log:\n%s", role, out)
 		}
-		_ = a.log.Close()
+		_ = r.log.Close()
 	})
-	a.start(t)
-	return a
+	return r
 }
 
 func (a *childAPI) url() string { return "http://" + a.addr }
 
-// start runs the API process and returns once it serves.
-func (a *childAPI) start(t *testing.T) {
+// readyLine is what each role prints once it serves.
+var readyLine = map[string]string{"api": "serving on", "worker": "polling task queue"}
+
+// launch runs the role's process without waiting for it to serve; ready reports when it does.
+func (r *childRole) launch(t *testing.T) {
 	t.Helper()
-	cmd := exec.Command(a.bin, "--config", a.config, "serve", "api")
-	cmd.Env = []string{"HOME=" + filepath.Dir(a.config), "PATH=" + os.Getenv("PATH")}
-	cmd.Stderr = a.log
+	cmd := exec.Command(r.bin, "--config", r.config, "serve", r.role)
+	cmd.Env = []string{"HOME=" + filepath.Dir(r.config), "PATH=" + os.Getenv("PATH")}
+	cmd.Stderr = r.log
 	out, err := cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -240,34 +265,41 @@ func (a *childAPI) start(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	a.cmd = cmd
+	r.cmd = cmd
 	ready := make(chan error, 1)
+	r.ready = ready
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
-			if strings.Contains(sc.Text(), "serving on") {
+			if strings.Contains(sc.Text(), readyLine[r.role]) {
 				ready <- nil
 				_, _ = io.Copy(io.Discard, out)
 				return
 			}
 		}
-		ready <- fmt.Errorf("serve api exited before it served: %v", sc.Err())
+		ready <- fmt.Errorf("serve %s exited before it served: %v", r.role, sc.Err())
 	}()
+}
+
+// start runs the role's process and returns once it serves.
+func (r *childRole) start(t *testing.T) {
+	t.Helper()
+	r.launch(t)
 	select {
-	case err := <-ready:
+	case err := <-r.ready:
 		if err != nil {
 			t.Fatal(err)
 		}
 	case <-time.After(testutil.WaitLong):
-		t.Fatal("serve api did not serve in time")
+		t.Fatalf("serve %s did not serve in time", r.role)
 	}
 }
 
-// kill SIGKILLs the API process and reaps it.
-func (a *childAPI) kill(t *testing.T) {
+// kill SIGKILLs the role's process and reaps it.
+func (r *childRole) kill(t *testing.T) {
 	t.Helper()
-	if err := a.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := r.cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	_ = a.cmd.Wait()
+	_ = r.cmd.Wait()
 }

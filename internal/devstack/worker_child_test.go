@@ -119,6 +119,7 @@ func workerConfig(d *devstack.Dev) config.Worker {
 	cfg.S3 = d.S3()
 	cfg.Template = "base"                                       // as testConfig's in-process worker
 	cfg.Keyring = filepath.Join(d.Home(), "keys", "master.key") // the dev stack's own key
+	cfg.HealthListen = "127.0.0.1:0"                            // tests run several workers at once
 	return cfg
 }
 

@@ -35,6 +35,21 @@ type dbtx interface {
 // up to date. Several processes may open the same database at once: migrations are serialized
 // with an advisory lock, and a database already up to date is left untouched.
 func Open(ctx context.Context, url string) (*Store, error) {
+	s, err := Connect(ctx, url)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Migrate(ctx); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// Connect returns a store for the database at url without reaching it: the pool connects on
+// first use and again after the database comes back, so a role can start while PostgreSQL is
+// down. Call Migrate before the first query.
+func Connect(ctx context.Context, url string) (*Store, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
@@ -43,11 +58,15 @@ func Open(ctx context.Context, url string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	if err := migrate(ctx, pool); err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("open store: %w", err)
-	}
 	return &Store{Queries: &Queries{db: pool}, pool: pool}, nil
+}
+
+// Migrate brings the schema up to date (see Open).
+func (s *Store) Migrate(ctx context.Context) error {
+	if err := migrate(ctx, s.pool); err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	return nil
 }
 
 // Close waits for queries in flight and closes every connection.

@@ -56,6 +56,28 @@ func Dial(ctx context.Context, cfg config.Temporal, logger *slog.Logger) (client
 	return c, nil
 }
 
+// Lazy returns a client that connects on first use and again after the frontend comes back, so a
+// role can start while Temporal is down; its calls fail as unavailable meanwhile.
+func Lazy(cfg config.Temporal, logger *slog.Logger) (client.Client, error) {
+	opts, err := Options(cfg, logger)
+	if err != nil {
+		return nil, err
+	}
+	c, err := client.NewLazyClient(opts)
+	if err != nil {
+		return nil, fmt.Errorf("temporal %s: %w", cfg.Address, err)
+	}
+	return c, nil
+}
+
+// Ping returns a check that the frontend answers, for health reports and startup waits.
+func Ping(c client.Client) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := c.CheckHealth(ctx, &client.CheckHealthRequest{})
+		return err
+	}
+}
+
 func tlsConfig(cfg config.Temporal) (*tls.Config, error) {
 	tc := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: cfg.TLSServerName}
 	if cfg.TLSCertPath != "" || cfg.TLSKeyPath != "" {
