@@ -47,6 +47,10 @@ type chaosCell struct {
 	// held kills once the activity's work is done and before its result reaches Temporal
 	// (holdInterceptor), instead of as it starts.
 	held bool
+	// midUpload kills once UploadSnapshot reports bytes sent and before the upload ends: the
+	// box first gets midUploadBytes of fresh data, and the worker a cap of midUploadMiBps, so
+	// the upload lasts seconds.
+	midUpload bool
 }
 
 // chaosBox is the box a cell operates on, with a file whose hash must survive every kill.
@@ -153,12 +157,13 @@ func TestChaos(t *testing.T) {
 	if *chaosFull {
 		points = append(points, true) // once its work is done, before Temporal records it
 	}
+	parts := []string{"postgres", "s3", "worker", "engine", "temporal"}
 	// Each part's kills are spread over the run (parts inside operations), as a part killed now
 	// and then from outside would be, not one crash loop.
 	var cells []chaosCell
 	for _, held := range points {
 		for _, group := range groups {
-			for _, part := range []string{"postgres", "s3", "worker", "engine", "temporal"} {
+			for _, part := range parts {
 				for _, cell := range group {
 					cell.part, cell.held, cell.point = part, held, cell.activity+" started"
 					if held {
@@ -169,13 +174,22 @@ func TestChaos(t *testing.T) {
 			}
 		}
 	}
+	if *chaosFull {
+		for _, part := range parts {
+			cells = append(cells, chaosCell{op: "snapshot", part: part, point: "UploadSnapshot mid-upload",
+				activity: "UploadSnapshot", snapshots: 1, run: snapshot, midUpload: true})
+		}
+	}
 	for _, cell := range cells {
 		if cell.op == "create" {
 			c.spare = cocoonbox.NewBoxID()
 		}
 		name := cell.op + "/" + cell.part
-		if cell.held {
+		switch {
+		case cell.held:
 			name += "/after"
+		case cell.midUpload:
+			name += "/mid-upload"
 		}
 		held := t.Run(name, func(t *testing.T) { c.runCell(ctx, t, cell) })
 		verdict := "held"
@@ -291,7 +305,9 @@ operation on a real box of a running dev stack, with the named part SIGKILLed at
 the operation's activity started on the worker (during the engine call), and once the
 activity's work was done but before its result reached Temporal (the worker holds it there
 for 3 s; a worker killed then leaves an activity that runs again and must not do its work
-twice). ` + "`make test`" + ` runs the first point of every cell. "held" means the operation completed exactly once
+twice). Snapshots have a third point, mid-upload: the box gets 48 MiB of fresh random data and
+the worker a 4 MiB/s upload cap, and the part dies while the snapshot's multipart upload is open
+in the bucket, parts sent and more to come. ` + "`make test`" + ` runs the first point of every cell. "held" means the operation completed exactly once
 (a snapshot adds one complete snapshot, a hibernate one seal, a restore none) after the supervisor restarted
 the part, the box's 16 MiB file kept its sha256, no snapshot row was left uploading and no
 multipart upload was left behind, and a reconciler pass an hour on found nothing to settle (no
@@ -327,6 +343,13 @@ func (c *chaosBox) runCell(ctx context.Context, t *testing.T, cell chaosCell) {
 		}
 		defer func() { _ = os.Remove(arm) }() // unsprung (the cell failed first): not for the next cell
 	}
+	c.capUploads(t, cell.midUpload)
+	if cell.midUpload {
+		// Fresh data each time, replacing the last cell's, so the snapshot has it to upload.
+		if _, err := c.exec(ctx, fmt.Sprintf("head -c %d /dev/urandom > /root/scratch", midUploadBytes)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	done := make(chan error, 1)
 	go func() { done <- cell.run(ctx, c) }()
 	killed := false
@@ -338,7 +361,16 @@ func (c *chaosBox) runCell(ctx context.Context, t *testing.T, cell chaosCell) {
 			t.Fatal("the kill point never came")
 		case <-time.After(20 * time.Millisecond):
 		}
-		if cell.held && exists(held) || !cell.held && activityStarted(ctx, c.d.Temporal, target, cell.activity) {
+		var now bool
+		switch {
+		case cell.held:
+			now = exists(held)
+		case cell.midUpload:
+			now = c.uploading(ctx)
+		default:
+			now = activityStarted(ctx, c.d.Temporal, target, cell.activity)
+		}
+		if now {
 			c.kill(t, cell.part)
 			killed = true
 		}
