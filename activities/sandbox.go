@@ -142,39 +142,40 @@ func (a *Sandbox) WaitReady(ctx context.Context, in SandboxInput) error {
 
 // readyWithCredential waits until the sandbox answers, then writes the box's agent credential
 // into it when creds is set: every sandbox that becomes a box's (a claim, a rebuild, a restore)
-// passes here, so the control plane's calls to the agent find it.
+// passes here, so the control plane's calls to the agent find it. With creds, the credential's
+// exec is the probe: one exec where a probe and a write took two, on every create and wake.
 func readyWithCredential(ctx context.Context, client sandbox.Client, ref sandbox.SandboxRef, every time.Duration,
 	boxID cocoonbox.BoxID, creds func(cocoonbox.BoxID) (string, error)) error {
-	if err := waitReady(ctx, client, ref, every); err != nil || creds == nil {
-		return err
+	if creds == nil {
+		return waitReady(ctx, client, ref, every, sandbox.ExecRequest{Argv: []string{"true"}, TimeoutSeconds: 10}, nil)
 	}
 	cred, err := creds(boxID)
 	if err != nil {
 		return classify(fmt.Errorf("derive agent credential: %w", err))
 	}
-	err = boxlink.WriteCredential(ctx, client, ref, cred)
-	if errors.Is(err, sandbox.ErrNotFound) {
-		return gone(fmt.Errorf("sandbox %s: %w", ref.ID, err))
-	}
-	return classify(err)
+	return waitReady(ctx, client, ref, every, boxlink.CredentialExec(cred), boxlink.CredentialResult)
 }
 
-// waitReady probes sandbox ref with `true` every interval (0: half a second) until it answers.
-func waitReady(ctx context.Context, client sandbox.Client, ref sandbox.SandboxRef, every time.Duration) error {
+// waitReady runs probe in sandbox ref every interval (0: half a second) until the engine runs it.
+// A run that exits non-zero is tried again, unless check turns it into an error.
+func waitReady(ctx context.Context, client sandbox.Client, ref sandbox.SandboxRef, every time.Duration,
+	probe sandbox.ExecRequest, check func(sandbox.ExecResult) error) error {
 	if every <= 0 {
 		every = 500 * time.Millisecond
 	}
-	for probe := 1; ; probe++ {
-		res, err := client.Exec(ctx, ref, sandbox.ExecRequest{Argv: []string{"true"}, TimeoutSeconds: 10})
+	for n := 1; ; n++ {
+		res, err := client.Exec(ctx, ref, probe)
 		switch {
 		case err == nil && res.ExitCode == 0:
 			return nil
+		case err == nil && check != nil:
+			return classify(check(res))
 		case errors.Is(err, sandbox.ErrNotFound):
 			return gone(fmt.Errorf("wait for sandbox %s: %w", ref.ID, err))
 		case err != nil && !transient(err):
 			return classify(fmt.Errorf("wait for sandbox %s: %w", ref.ID, err))
 		}
-		activity.RecordHeartbeat(ctx, probe)
+		activity.RecordHeartbeat(ctx, n)
 		select {
 		case <-ctx.Done():
 			return ctx.Err()

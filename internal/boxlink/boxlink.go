@@ -212,15 +212,37 @@ func (l *Link) EnsureCredential(ctx context.Context, b Box) error {
 // commands do not show it. Engine errors are wrapped as they are; a failed write is a cocoonbox
 // EUnavailable error.
 func WriteCredential(ctx context.Context, sb sandbox.Client, ref sandbox.SandboxRef, cred string) error {
-	const script = `f=` + wire.CredentialPath + `
-[ "$(cat "$f" 2>/dev/null)" = "$COCOONBOX_CRED" ] && exit 0
-mkdir -p "$(dirname "$f")" && umask 077 && printf %s "$COCOONBOX_CRED" > "$f.tmp" && mv -f "$f.tmp" "$f"`
-	res, err := sb.Exec(ctx, ref, sandbox.ExecRequest{
-		Argv: []string{"sh", "-c", script}, Env: map[string]string{"COCOONBOX_CRED": cred}, TimeoutSeconds: 30,
-	})
+	res, err := sb.Exec(ctx, ref, CredentialExec(cred))
 	if err != nil {
 		return fmt.Errorf("write agent credential: %w", err)
 	}
+	return CredentialResult(res)
+}
+
+// credentialScript writes $COCOONBOX_CRED to wire.CredentialPath unless the file holds it. It
+// runs on every create and wake, and each process a box starts costs milliseconds under gVisor,
+// so a current file costs the shell alone (read and [ are builtins), and a new one adds only
+// mkdir, when the directory is missing, and mv, which keeps the agent from reading half a file.
+const credentialScript = `f=` + wire.CredentialPath + `
+cur=
+read -r cur 2>/dev/null <"$f"
+[ "$cur" = "$COCOONBOX_CRED" ] && exit 0
+d=${f%/*}
+[ -d "$d" ] || mkdir -p "$d" || exit 1
+umask 077
+printf %s "$COCOONBOX_CRED" >"$f.tmp" && mv -f "$f.tmp" "$f"`
+
+// CredentialExec is the exec that writes cred (see WriteCredential); its success also proves the
+// sandbox answers, so a readiness probe can be this exec instead of one more.
+func CredentialExec(cred string) sandbox.ExecRequest {
+	return sandbox.ExecRequest{
+		Argv: []string{"sh", "-c", credentialScript}, Env: map[string]string{"COCOONBOX_CRED": cred}, TimeoutSeconds: 30,
+	}
+}
+
+// CredentialResult is the outcome of CredentialExec's run: nil, or an EUnavailable error with the
+// shell's words.
+func CredentialResult(res sandbox.ExecResult) error {
 	if res.ExitCode != 0 {
 		return cocoonbox.Errorf(cocoonbox.EUnavailable, "write agent credential: exit %d: %s", res.ExitCode, Text(res.Stderr))
 	}

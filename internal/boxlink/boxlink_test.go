@@ -3,7 +3,11 @@ package boxlink
 import (
 	"context"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	grpccodes "google.golang.org/grpc/codes"
@@ -11,6 +15,7 @@ import (
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/agentvm"
+	"github.com/loomhand/cocoonbox/agentvm/wire"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 )
 
@@ -87,5 +92,53 @@ func TestCredential(t *testing.T) {
 func TestTheBuiltAgentIsCurrent(t *testing.T) {
 	if !versionAtLeast(agentvm.Version, MinAgentVersion) {
 		t.Fatalf("agentvm.Version %s is older than MinAgentVersion %s", agentvm.Version, MinAgentVersion)
+	}
+}
+
+// TestCredentialScript runs the credential's shell script with the host's sh, on a path of the
+// test's: a missing directory and file are made (the file 0600), a file that holds the credential
+// is left as it is, and another credential replaces it whole.
+func TestCredentialScript(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "run", "cocoonbox", "agent-credential")
+	run := func(cred string) {
+		t.Helper()
+		req := CredentialExec(cred)
+		script := strings.ReplaceAll(req.Argv[2], wire.CredentialPath, path)
+		cmd := exec.Command(req.Argv[0], req.Argv[1], script)
+		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "COCOONBOX_CRED=" + cred}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("script for %q: %v: %s", cred, err, out)
+		}
+	}
+	content := func() string {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(b)
+	}
+	run("c1")
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 || content() != "c1" {
+		t.Fatalf("first write: %v, %v, %q", fi, err, content())
+	}
+	// Current: nothing is written (mv would give the file a new inode).
+	ino := func() uint64 {
+		fi, err := os.Stat(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Sys().(*syscall.Stat_t).Ino
+	}
+	before := ino()
+	run("c1")
+	if ino() != before {
+		t.Error("a current credential was written again")
+	}
+	run("c2")
+	if content() != "c2" {
+		t.Errorf("after a new credential: %q", content())
+	}
+	if _, err := os.Stat(path + ".tmp"); !os.IsNotExist(err) {
+		t.Errorf("the temporary file is left: %v", err)
 	}
 }
