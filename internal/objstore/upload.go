@@ -60,6 +60,11 @@ type UploadResult struct {
 	// UploadID identifies the multipart upload; empty when the stream fit
 	// in one part and went as a single PutObject.
 	UploadID string
+	// Checked is true when the server reported the stored object's CRC32
+	// and it equals the one computed here over the bytes sent: the server
+	// holds exactly what was read from the stream. False when the server
+	// reports none; a mismatch fails the upload with ErrCorrupt instead.
+	Checked bool
 }
 
 // resolve fills defaults and rejects options S3 would refuse part-way
@@ -98,8 +103,10 @@ func (o UploadOptions) resolve() (UploadOptions, error) {
 // close the pipe's reader side.
 //
 // The object becomes visible only when complete; it replaces any object at
-// key. Integrity of the content rests on the caller's own checksum (the
-// snapshot manifest's sha256), not on the ETag.
+// key. Its integrity rests on checksums, never the ETag: the CRC32 the
+// server reports for what it stored is compared with the one computed here
+// over the bytes read (UploadResult.Checked), and a mismatch fails the
+// upload with ErrCorrupt.
 func (s *S3) Upload(ctx context.Context, key string, r io.Reader, opts UploadOptions) (UploadResult, error) {
 	if err := checkKey(key); err != nil {
 		return UploadResult{}, fmt.Errorf("upload object: %w", err)
@@ -110,7 +117,7 @@ func (s *S3) Upload(ctx context.Context, key string, r io.Reader, opts UploadOpt
 	}
 	// countingReader also hides any io.Seeker r may have, so the transfer
 	// manager always streams instead of sizing the body up front.
-	body := &countingReader{r: r}
+	body := &countingReader{r: r, sum: newPartCRC(opts.PartSize)}
 	progress := &progressListener{fn: opts.OnProgress}
 	out, err := s.transfer.UploadObject(ctx, &transfermanager.UploadObjectInput{
 		Bucket: aws.String(s.bucket),
@@ -140,11 +147,16 @@ func (s *S3) Upload(ctx context.Context, key string, r io.Reader, opts UploadOpt
 		}
 		return UploadResult{}, objectError("upload", key, err)
 	}
+	checked, err := body.sum.matches(aws.ToString(out.ChecksumCRC32), string(out.ChecksumType))
+	if err != nil {
+		return UploadResult{}, fmt.Errorf("upload object %q: %w: %v", key, ErrCorrupt, err)
+	}
 	return UploadResult{
 		Key:      key,
 		Size:     body.n,
 		ETag:     trimETag(aws.ToString(out.ETag)),
 		UploadID: aws.ToString(out.UploadID),
+		Checked:  checked,
 	}, nil
 }
 
@@ -238,13 +250,15 @@ func (s *S3) abortUpload(ctx context.Context, key, uploadID string) error {
 // countingReader counts the bytes the transfer manager reads, which on
 // success are exactly the bytes stored. Only one goroutine reads the body.
 type countingReader struct {
-	r io.Reader
-	n int64
+	r   io.Reader
+	n   int64
+	sum *partCRC
 }
 
 func (c *countingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)
+	c.sum.write(p[:n])
 	return n, err
 }
 

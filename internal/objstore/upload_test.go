@@ -85,6 +85,9 @@ func TestUploadStreamOfUnknownLength(t *testing.T) {
 	if res.Key != key || res.Size != size || res.UploadID == "" || res.ETag == "" || strings.Contains(res.ETag, `"`) {
 		t.Errorf("upload result: got %+v, want key, size %d, upload id and unquoted etag", res, size)
 	}
+	if !res.Checked {
+		t.Error("the server's composite CRC32 of the parts was not checked against the bytes sent")
+	}
 	if len(progress) < 2 || progress[len(progress)-1] != size || !slices.IsSorted(progress) {
 		t.Errorf("progress: got %v, want increasing per-part totals ending at %d", progress, size)
 	}
@@ -116,7 +119,7 @@ func TestUploadShortStreamIsSinglePut(t *testing.T) {
 			t.Fatalf("upload %d bytes: %v", size, err)
 		}
 		want := <-sum
-		if res.Size != size || res.UploadID != "" || last != size {
+		if res.Size != size || res.UploadID != "" || last != size || !res.Checked {
 			t.Errorf("upload %d bytes: got %+v and progress %d, want a single put", size, res, last)
 		}
 		if got := sha256.Sum256(readAll(t, st, "small")); got != want {
