@@ -12,7 +12,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -21,7 +20,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -55,6 +53,7 @@ type Link struct {
 
 	written sync.Map // sandbox ID → credential known to be in that sandbox
 	current sync.Map // sandbox ID → true once its agent is known to be MinAgentVersion or newer
+	conns   conns    // kept connections to agents (see conns.go)
 }
 
 // Credential is the per-box agent credential: hex HMAC-SHA256 of the box ID under key.
@@ -97,43 +96,27 @@ func (l *Link) At(boxID cocoonbox.BoxID, ref sandbox.SandboxRef) (Box, error) {
 	return Box{ID: boxID, Ref: ref, Cred: cred}, nil
 }
 
-// call makes one authenticated call to the box's agent through the engine's ports relay. When
+// call makes one authenticated call to the box's agent through the engine's ports relay, on the
+// sandbox's kept connection (see conns.go). When
 // the relay could not reach the agent, the error wraps the relay's refusal (a sandbox sentinel)
 // rather than gRPC's UNAVAILABLE; every other failure is the agent's gRPC status, and Error
 // turns either into a domain error. An agent that refuses the credential makes the link forget
 // it wrote it: the file may be gone (a restored box), so the next EnsureCredential writes it
 // again.
 func (l *Link) call(ctx context.Context, b Box, call func(context.Context, *grpc.ClientConn) error) error {
-	var (
-		mu      sync.Mutex
-		dialErr error // the relay's last refusal, which says more than gRPC's UNAVAILABLE
-	)
-	conn, err := grpc.NewClient("passthrough:///agent",
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
-		grpc.WithInitialWindowSize(wire.StreamWindow), grpc.WithInitialConnWindowSize(wire.ConnWindow),
-		grpc.WithReadBufferSize(wire.SocketBuffer), grpc.WithWriteBufferSize(wire.SocketBuffer),
-		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
-			c, err := l.Sandbox.DialPort(ctx, b.Ref, wire.AgentPort)
-			if err != nil {
-				mu.Lock()
-				dialErr = err
-				mu.Unlock()
-				return nil, err
-			}
-			return c, nil
-		}))
+	c, err := l.conns.get(l.Sandbox, b.Ref)
 	if err != nil {
-		return fmt.Errorf("agent client: %w", err)
+		return err
 	}
-	defer conn.Close()
-	err = call(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+b.Cred), conn)
-	if status.Code(err) == codes.Unauthenticated {
+	err = call(metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+b.Cred), c.conn)
+	switch status.Code(err) {
+	case codes.Unauthenticated:
 		l.written.Delete(b.Ref.ID)
-	}
-	mu.Lock()
-	defer mu.Unlock()
-	if err != nil && dialErr != nil && status.Code(err) == codes.Unavailable {
-		return fmt.Errorf("dial agent: %w", dialErr)
+	case codes.Unavailable:
+		l.conns.drop(b.Ref, c)
+		if dialErr := c.lastDialErr(); dialErr != nil {
+			return fmt.Errorf("dial agent: %w", dialErr)
+		}
 	}
 	return err
 }

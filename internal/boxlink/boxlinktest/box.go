@@ -27,6 +27,7 @@ type Box struct {
 
 	mu    sync.Mutex
 	execs []sandbox.ExecRequest
+	dials int
 }
 
 // New returns a box on ref whose agent is agent.
@@ -50,6 +51,9 @@ func (b *Box) DialPort(ctx context.Context, ref sandbox.SandboxRef, port int) (s
 	if port != wire.AgentPort {
 		return nil, &sandbox.Error{Op: "relay", Status: 502, Message: fmt.Sprintf("guest unreachable on port %d", port), Kind: sandbox.ErrUnavailable}
 	}
+	b.mu.Lock()
+	b.dials++
+	b.mu.Unlock()
 	c, err := b.Agent.Dial(ctx)
 	if err != nil {
 		return nil, &sandbox.Error{Op: "relay", Status: 502, Message: err.Error(), Kind: sandbox.ErrUnavailable}
@@ -77,6 +81,13 @@ func (b *Box) Execs() []sandbox.ExecRequest {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return append([]sandbox.ExecRequest(nil), b.execs...)
+}
+
+// Dials returns how many connections to the agent were dialed.
+func (b *Box) Dials() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.dials
 }
 
 // halfCloser is an in-memory connection as a relay connection. Its CloseWrite closes it whole:
