@@ -369,6 +369,16 @@ func (a *Snapshots) restoreState(ctx context.Context, in RestoreSnapshotInput, s
 		release()
 		return RestoreSnapshotResult{}, classify(err)
 	}
+	// The sandbox answers an exec before its agent listens: the boot starts it.
+	readyCtx, cancel = context.WithTimeout(ctx, restoreReadyTimeout)
+	_, err = whileHeartbeating(readyCtx, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, waitAgent(ctx, a.Link, b)
+	})
+	cancel()
+	if err != nil {
+		release()
+		return RestoreSnapshotResult{}, classify(fmt.Errorf("restore snapshot %s: the new sandbox's agent did not answer: %w", snap.ID, err))
+	}
 	rc, err := a.Blobs.Get(ctx, snap.ObjectKey)
 	if err != nil {
 		release()
@@ -406,6 +416,25 @@ func (a *Snapshots) restoreState(ctx context.Context, in RestoreSnapshotInput, s
 		return RestoreSnapshotResult{}, classify(fmt.Errorf("store sandbox token: %w", err))
 	}
 	return RestoreSnapshotResult{SnapshotID: snap.ID, TakenAt: snap.CreatedAt, SandboxID: got.ID, Deadline: got.Deadline}, nil
+}
+
+// agentPoll is how often waitAgent asks an agent that is not listening yet.
+const agentPoll = 100 * time.Millisecond
+
+// waitAgent returns once the box's agent answers (its version checked), asking again while it is
+// unavailable: not listening yet, or its credential not taken yet.
+func waitAgent(ctx context.Context, link *boxlink.Link, b boxlink.Box) error {
+	for {
+		err := link.CheckVersion(ctx, b)
+		if cocoonbox.ErrorCode(err) != cocoonbox.EUnavailable {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(agentPoll):
+		}
+	}
 }
 
 // orDefaultSize is s, or the default size when s is unset.
