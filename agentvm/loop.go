@@ -36,6 +36,9 @@ type Loop struct {
 	Links *Links
 	// ModelOptions configure the provider adapters (retries).
 	ModelOptions []model.Option
+	// KeepImages is how many of the conversation's newest images (screenshots) it keeps; older
+	// ones become a line of text saying one was there. 0 means DefaultKeepImages.
+	KeepImages int
 
 	// lease is the one state kept between steps: whether a person holds the desktop's control
 	// lease, as of the highest lease sequence the loop was told. Each step's request and
@@ -119,6 +122,7 @@ func (l *Loop) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1
 		conv = append(conv, look)
 	}
 
+	pruneImages(conv, orDefaultInt(l.KeepImages, DefaultKeepImages))
 	mreq := model.Request{
 		Model:     req.GetModel(),
 		System:    req.GetSystem(),
@@ -162,10 +166,49 @@ func (l *Loop) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1
 			Images:    int32(len(res.Images)),
 		})
 	}
+	pruneImages(conv, orDefaultInt(l.KeepImages, DefaultKeepImages))
 	if resp.Messages, err = encodeConversation(conv); err != nil {
 		return nil, status.Errorf(codes.Internal, "encode conversation: %v", err)
 	}
 	return resp, nil
+}
+
+// DefaultKeepImages is how many images a conversation keeps when Loop.KeepImages is zero. A
+// computer-use loop takes a screenshot a step; carried whole, a run's 40th step would send the
+// model, the journal and the control plane 40 of them, and each step would cost more than the
+// last. The newest few are what the model acts on, as the providers' own computer-use loops
+// keep them.
+const DefaultKeepImages = 3
+
+// OmittedImage is the text an older image leaves in the conversation.
+const OmittedImage = "[an earlier screenshot, omitted to keep the conversation small]"
+
+// pruneImages keeps the keep newest images of conv, newest last, and replaces each older one
+// with a line of text (OmittedImage) in its message.
+func pruneImages(conv []model.Message, keep int) {
+	for i := len(conv) - 1; i >= 0; i-- {
+		m := &conv[i]
+		if len(m.Images) == 0 {
+			continue
+		}
+		if keep >= len(m.Images) {
+			keep -= len(m.Images)
+			continue
+		}
+		drop := len(m.Images) - keep
+		m.Images = m.Images[drop:]
+		keep = 0
+		for range drop {
+			m.Text = strings.TrimLeft(m.Text+"\n"+OmittedImage, "\n")
+		}
+	}
+}
+
+func orDefaultInt(v, def int) int {
+	if v <= 0 {
+		return def
+	}
+	return v
 }
 
 // HandedBack opens the user message that carries the fresh screenshot after a person hands the

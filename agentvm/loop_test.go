@@ -306,3 +306,50 @@ func TestStepDoesNotUndoANewerLease(t *testing.T) {
 	require.Equal(t, "clicked", resp.ToolCalls[0].Result)
 	require.EqualValues(t, 1, clicks.Load())
 }
+
+// TestStepKeepsTheNewestImages: a run that takes a screenshot every step sends the model, and
+// keeps in its conversation, only the newest DefaultKeepImages of them; each older one leaves a
+// line saying it was there. Without this a step's cost grows with every screenshot before it.
+func TestStepKeepsTheNewestImages(t *testing.T) {
+	const steps = 5
+	turns := make([]modeltest.Turn, 0, steps+1)
+	for range steps {
+		turns = append(turns, modeltest.Calls(modeltest.Call("desktop_screenshot", `{}`)))
+	}
+	srv := modeltest.NewServer(t, testKey, append(turns, modeltest.Reply("done"))...)
+	var n atomic.Int32
+	loop := newLoop(t.TempDir(), &n)
+	// Each step's screenshot differs, so which ones were kept can be told apart.
+	shot := 0
+	loop.Tools = append(loop.Tools, screenshotN{&shot})
+	var conv []byte
+	for step := int32(1); step <= steps+1; step++ {
+		resp, err := loop.Step(t.Context(), stepRequest(srv, agentvm.ProviderOpenAI, step, conv))
+		require.NoError(t, err)
+		conv = resp.Messages
+	}
+	last := string(srv.Requests()[steps].Body)
+	for i := 1; i <= steps; i++ {
+		img := base64.StdEncoding.EncodeToString(screenshotPNG(i))
+		if i > steps-agentvm.DefaultKeepImages {
+			require.Contains(t, last, img, "screenshot %d is among the newest", i)
+		} else {
+			require.NotContains(t, last, img, "screenshot %d is older than the newest %d", i, agentvm.DefaultKeepImages)
+		}
+	}
+	require.Equal(t, steps-agentvm.DefaultKeepImages, strings.Count(last, agentvm.OmittedImage))
+	require.NotContains(t, string(conv), base64.StdEncoding.EncodeToString(screenshotPNG(1)), "the kept conversation drops it too")
+}
+
+// screenshotN is a screenshot tool whose n-th image is screenshotPNG(n).
+type screenshotN struct{ n *int }
+
+func (screenshotN) Name() string            { return "desktop_screenshot" }
+func (screenshotN) Description() string     { return "screenshot" }
+func (screenshotN) Schema() json.RawMessage { return json.RawMessage(`{"type":"object"}`) }
+func (s screenshotN) Call(context.Context, json.RawMessage) (tools.Result, error) {
+	*s.n++
+	return tools.Result{Text: "the desktop", Images: [][]byte{screenshotPNG(*s.n)}}, nil
+}
+
+func screenshotPNG(n int) []byte { return append(append([]byte(nil), fakePNG...), byte('0'+n)) }

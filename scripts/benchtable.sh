@@ -87,6 +87,9 @@ BEGIN {
 	what["AgentScreenshotToModel"] = "screenshot to model: from the model call asking for a desktop screenshot to the model call carrying it (capture, downscale, PNG, a step boundary, the image through the model link)"
 	what["RawAgentInfo"] = "raw: dial the in-box agent through the engine ports relay and make one authenticated gRPC call (Info)"
 	pair["AgentStep"] = "RawAgentInfo"
+	what["AgentLongRun/Step1"] = "a 40-step run whose every step takes a desktop screenshot (the conversation grows by an image a step): the gap between its first two model calls"
+	what["AgentLongRun/Step40"] = "the same runs: the gap after the 40th model call, to compare with Step1"
+	pair["AgentLongRun/Step40"] = "AgentLongRun/Step1"
 	pair["AgentScreenshotToModel"] = "RawAgentInfo"
 
 	what["EngineClaimCold"] = "cold claim with the sandbox client (list by claim_ref, POST /v1/claim), no warm pool"

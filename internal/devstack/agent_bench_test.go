@@ -2,6 +2,7 @@ package devstack_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"path/filepath"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"github.com/loomhand/cocoonbox/agentvm/wire"
 	"github.com/loomhand/cocoonbox/internal/benchreport"
 	agentvmv1 "github.com/loomhand/cocoonbox/proto/agentvm/v1"
+	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 	"github.com/loomhand/cocoonbox/workflows"
 )
 
@@ -41,6 +43,34 @@ func BenchmarkAgentStep(b *testing.B) {
 		samples = append(samples, a.runGaps(b, append(turns, modeltest.Reply("done"))...)...)
 	}
 	benchreport.Latency(b, samples)
+}
+
+// agentLongRunSteps is the length of BenchmarkAgentLongRun's run: about what a desktop task takes.
+const agentLongRunSteps = 40
+
+// BenchmarkAgentLongRun: one run of agentLongRunSteps steps, each taking a desktop screenshot, as a
+// computer-use loop does, so the conversation grows by an image a step. Step1 is the gap between
+// the run's first two model calls, Step40 the gap after the 40th: a step's overhead must not grow
+// with the run. Both come from the same runs, made in Step1's loop; Step40 reports them.
+func BenchmarkAgentLongRun(b *testing.B) {
+	a := newAgentBench(b)
+	var at1, atLast []time.Duration
+	b.Run("Step1", func(b *testing.B) {
+		for b.Loop() {
+			turns := make([]modeltest.Turn, 0, agentLongRunSteps+1)
+			for range agentLongRunSteps {
+				turns = append(turns, modeltest.Calls(modeltest.Call("desktop_screenshot", `{}`)))
+			}
+			gaps := a.runGaps(b, append(turns, modeltest.Reply("done"))...)
+			at1, atLast = append(at1, gaps[0]), append(atLast, gaps[agentLongRunSteps-1])
+		}
+		benchreport.Latency(b, at1)
+	})
+	b.Run(fmt.Sprintf("Step%d", agentLongRunSteps), func(b *testing.B) {
+		for b.Loop() {
+		}
+		benchreport.Latency(b, atLast)
+	})
 }
 
 // BenchmarkAgentScreenshotToModel: from the model call that asks for a desktop screenshot to the
@@ -108,7 +138,11 @@ func (a *agentEnv) runGaps(b testing.TB, turns ...modeltest.Turn) []time.Duratio
 	b.Helper()
 	before := len(a.models.Requests())
 	a.models.Script(turns...)
-	run := a.start(b, "benchmark")
+	// One step a turn: the default step bound must not end a long run first.
+	run, err := a.agents.StartRun(a.auth, &cbv1.StartRunRequest{Box: string(a.id), Task: "benchmark", MaxSteps: int32(len(turns))})
+	if err != nil {
+		b.Fatalf("start run: %v", err)
+	}
 	var res workflows.AgentRunResult
 	if err := a.d.Temporal.GetWorkflow(a.ctx, workflows.AgentRunWorkflowID(run.GetId()), "").Get(a.ctx, &res); err != nil {
 		b.Fatalf("run: %v", err)
