@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/temporal"
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxlink"
@@ -106,18 +107,19 @@ func (a *Sandbox) Claim(ctx context.Context, in ClaimInput) (ClaimResult, error)
 	if size == "" {
 		size = cocoonbox.DefaultSize
 	}
+	req := sandbox.ClaimRequest{
+		Template:   a.Template,
+		Net:        lane(in.Network),
+		Egress:     egressPolicy(in.Network),
+		Size:       string(size),
+		TTLSeconds: int(in.TTL / time.Second),
+		ClaimRef:   ClaimRef(in.BoxID, in.Attempt),
+	}
 	got, err := whileHeartbeating(ctx, func(ctx context.Context) (sandbox.Claimed, error) {
-		return a.Client.Claim(ctx, sandbox.ClaimRequest{
-			Template:   a.Template,
-			Net:        lane(in.Network),
-			Egress:     egressPolicy(in.Network),
-			Size:       string(size),
-			TTLSeconds: int(in.TTL / time.Second),
-			ClaimRef:   ClaimRef(in.BoxID, in.Attempt),
-		})
+		return claimPatiently(ctx, a.Client, req)
 	})
 	if err != nil {
-		return ClaimResult{}, classify(fmt.Errorf("claim sandbox: %w", err))
+		return ClaimResult{}, err
 	}
 	// Stored before answering: a sandbox the workflow learns of must have a token to act with. A
 	// failure here retries the activity, which adopts the same sandbox by its claim_ref.
@@ -125,6 +127,41 @@ func (a *Sandbox) Claim(ctx context.Context, in ClaimInput) (ClaimResult, error)
 		return ClaimResult{}, classify(fmt.Errorf("store sandbox token: %w", err))
 	}
 	return ClaimResult{SandboxID: got.ID, Deadline: got.Deadline, Adopted: got.Adopted, Start: got.Start}, nil
+}
+
+// claimRetryFirst and claimRetryMax pace claimPatiently's tries.
+const (
+	claimRetryFirst = 250 * time.Millisecond
+	claimRetryMax   = 2 * time.Second
+)
+
+// claimPatiently claims until the engine hands out a sandbox, refuses for good, or the
+// activity's deadline is too near for another try; then the last refusal is final, so the
+// workflow learns why ("no capacity: a small box needs 512 MiB ..."). Left to the server, an
+// activity that runs out of its ScheduleToClose time between retries fails with only "not enough
+// time to schedule next retry", whatever the engine said.
+func claimPatiently(ctx context.Context, client sandbox.Client, req sandbox.ClaimRequest) (sandbox.Claimed, error) {
+	wait := claimRetryFirst
+	for {
+		got, err := client.Claim(ctx, req)
+		if err == nil {
+			return got, nil
+		}
+		err = classify(fmt.Errorf("claim sandbox: %w", err))
+		app, ok := errors.AsType[*temporal.ApplicationError](err)
+		if !ok || app.NonRetryable() || !activity.IsActivity(ctx) {
+			return sandbox.Claimed{}, err
+		}
+		if time.Until(activity.GetInfo(ctx).Deadline) < wait+time.Second {
+			return sandbox.Claimed{}, temporal.NewNonRetryableApplicationError(app.Message(), app.Type(), errors.Unwrap(app))
+		}
+		select {
+		case <-ctx.Done():
+			return sandbox.Claimed{}, err
+		case <-time.After(wait):
+		}
+		wait = min(2*wait, claimRetryMax)
+	}
 }
 
 // WaitReady probes the sandbox with `true` until it answers, heartbeating between probes so a

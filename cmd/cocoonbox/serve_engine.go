@@ -86,7 +86,7 @@ func runServeEngine(c *cli.Context) error {
 	}
 	e, err := engine.New(engine.Options{
 		Dir: dir, Runtime: rt, Images: images.Resolver(cfg.ImageCache), RootToken: cfg.RootToken,
-		Logger: logger, OwnerAddr: ln.Addr().String(), MaxSandboxes: cfg.MaxSandboxes,
+		Logger: logger, OwnerAddr: ln.Addr().String(), MaxSandboxes: cfg.MaxSandboxes, MemoryOvercommit: cfg.MemoryOvercommit,
 		BoxDiskMB: cfg.BoxDiskMB,
 	})
 	if err != nil {

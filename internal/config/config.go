@@ -151,6 +151,8 @@ type Dev struct {
 	EngineInsecureNoIsolation bool `yaml:"engine_insecure_no_isolation" env:"COCOONBOX_ENGINE_INSECURE_NO_ISOLATION"`
 	// EngineBoxDiskMB is the local engine's disk quota per box; 0 means each size's own.
 	EngineBoxDiskMB int `yaml:"engine_box_disk_mb" env:"COCOONBOX_ENGINE_BOX_DISK_MB"`
+	// EngineMemoryOvercommit is the local engine's memory_overcommit (Engine.MemoryOvercommit).
+	EngineMemoryOvercommit float64 `yaml:"engine_memory_overcommit" env:"COCOONBOX_ENGINE_MEMORY_OVERCOMMIT"`
 	// EngineNoDiskExport runs the local engine without disk export, as upstream sandboxd has
 	// none: snapshots then go through the in-box agent's State service.
 	EngineNoDiskExport bool `yaml:"engine_no_disk_export" env:"COCOONBOX_ENGINE_NO_DISK_EXPORT"`
@@ -364,6 +366,9 @@ type Engine struct {
 	// MaxSandboxes caps the boxes the engine runs; 0 derives it from host memory (one per 512
 	// MiB beyond 1 GiB).
 	MaxSandboxes int `yaml:"max_sandboxes" env:"COCOONBOX_ENGINE_MAX_SANDBOXES"`
+	// MemoryOvercommit is how many times the host's memory (less 1 GiB) the boxes' sizes may
+	// add up to; 0 means 1, no overcommit.
+	MemoryOvercommit float64 `yaml:"memory_overcommit" env:"COCOONBOX_ENGINE_MEMORY_OVERCOMMIT"`
 	// BoxDiskMB is the disk quota of each box the engine starts; 0 means each size's own (10
 	// GiB for small, doubling with each size).
 	BoxDiskMB int `yaml:"box_disk_mb" env:"COCOONBOX_ENGINE_BOX_DISK_MB"`
@@ -455,6 +460,9 @@ func (c *Dev) Validate() error {
 		return err
 	}
 	if err := validatePreviewDomain(c.PreviewDomain, true); err != nil {
+		return err
+	}
+	if err := validateOvercommit("engine_memory_overcommit", c.EngineMemoryOvercommit); err != nil {
 		return err
 	}
 	if err := validateBoxDisk("engine_box_disk_mb", c.EngineBoxDiskMB); err != nil {
@@ -553,6 +561,9 @@ func (c *Engine) Validate() error {
 	}
 	if c.MaxSandboxes < 0 {
 		return fmt.Errorf("config max_sandboxes: must not be negative (0 derives it from host memory), got %d", c.MaxSandboxes)
+	}
+	if err := validateOvercommit("memory_overcommit", c.MemoryOvercommit); err != nil {
+		return err
 	}
 	if err := c.Network.Validate("network"); err != nil {
 		return err
@@ -811,8 +822,22 @@ func setField(v reflect.Value, raw string) error {
 			return fmt.Errorf("not an integer: %q", raw)
 		}
 		v.SetInt(int64(n))
+	case v.Kind() == reflect.Float64:
+		f, err := strconv.ParseFloat(raw, 64)
+		if err != nil {
+			return fmt.Errorf("not a number: %q", raw)
+		}
+		v.SetFloat(f)
 	default:
 		return fmt.Errorf("unsupported field type %s", v.Type())
+	}
+	return nil
+}
+
+// validateOvercommit checks a memory overcommit ratio: 0 (none) up to 100.
+func validateOvercommit(field string, v float64) error {
+	if v < 0 || v > 100 {
+		return fmt.Errorf("config %s: must be between 0 and 100 (0 means 1, no overcommit), got %g", field, v)
 	}
 	return nil
 }

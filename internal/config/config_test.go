@@ -302,6 +302,7 @@ func TestEngineInsecureOptions(t *testing.T) {
 		{"the opt-in without process", func(c *config.Engine) { c.RootToken = "x"; c.InsecureNoIsolation = true },
 			`config insecure_no_isolation: applies only to runtime process, got "auto"`},
 		{"negative max sandboxes", func(c *config.Engine) { c.RootToken = "x"; c.MaxSandboxes = -1 }, "config max_sandboxes: must not be negative"},
+		{"negative overcommit", func(c *config.Engine) { c.RootToken = "x"; c.MemoryOvercommit = -1 }, "config memory_overcommit: must be between 0 and 100"},
 		{"a box disk too small for a filesystem", func(c *config.Engine) { c.RootToken = "x"; c.BoxDiskMB = 8 }, "config box_disk_mb: a box's disk must be at least 16 MiB"},
 		{"a box disk of its own size", func(c *config.Engine) { c.RootToken = "x"; c.BoxDiskMB = 4096 }, ""},
 	}

@@ -152,16 +152,16 @@ func (e *Engine) claim(ctx context.Context, c caller, key sandbox.PoolKey, ttl t
 }
 
 // reserve creates the record of a box about to start (pending, so a crash before the start
-// finishes is cleaned up by the next engine) and counts it against MaxSandboxes.
+// finishes is cleaned up by the next engine) and counts it against the engine's limits (admitLocked).
 func (e *Engine) reserve(key sandbox.PoolKey) (*box, error) {
 	e.mu.Lock()
 	if e.closed {
 		e.mu.Unlock()
 		return nil, errClosed
 	}
-	if len(e.boxes) >= e.maxBoxes {
+	if err := e.admitLocked(key); err != nil {
 		e.mu.Unlock()
-		return nil, noCapacity(e.maxBoxes)
+		return nil, err
 	}
 	b := e.newBoxLocked(key)
 	e.mu.Unlock()

@@ -50,9 +50,18 @@ type Options struct {
 	// OwnerAddr is this engine's address as clients reach it, returned as a claim's owner_addr.
 	OwnerAddr string
 	// MaxSandboxes caps the boxes (claimed and warm) this engine runs; 0 means
-	// DefaultMaxSandboxes of the host's memory. Beyond it a claim answers 503 with Retry-After,
+	// DefaultMaxSandboxes of the host's memory. Beyond it a claim answers 429 with Retry-After,
 	// naming the limit, and pools stop refilling.
 	MaxSandboxes int
+	// MemoryOvercommit is how many times the memory left for boxes (the host's, less 1 GiB
+	// kept for the host) their sizes' memory may add up to; 0 means 1, no overcommit. Every box
+	// counts, warm, claimed or hibernated (a hibernated box must find its memory when it wakes).
+	// An idle box uses a fraction of its size, so a host of idle desktops may take more (see the
+	// density figures in docs/benchmarks.md). Beyond it a claim answers 429 naming the setting,
+	// and pools stop refilling.
+	MemoryOvercommit float64
+	// HostMemoryBytes is the host's memory; 0 reads it from /proc/meminfo.
+	HostMemoryBytes int64
 	// BoxDiskMB is the disk quota of every box this engine starts from now on; 0 means each
 	// size's own (cocoonbox.SizeSpec.DiskMB). A box keeps the disk it was made with.
 	BoxDiskMB int
@@ -78,6 +87,7 @@ type Engine struct {
 	log       *slog.Logger
 	ownerAddr string
 	maxBoxes  int
+	memory    memoryBudget
 	diskMB    int
 	tick      time.Duration
 	noExport  bool
@@ -116,12 +126,18 @@ func New(opts Options) (*Engine, error) {
 	if opts.BoxDiskMB < 0 {
 		return nil, fmt.Errorf("new engine: box disk must not be negative, got %d MiB", opts.BoxDiskMB)
 	}
-	if opts.MaxSandboxes == 0 {
-		mem, err := hostMemory()
+	if opts.MemoryOvercommit < 0 {
+		return nil, fmt.Errorf("new engine: memory overcommit must not be negative, got %g", opts.MemoryOvercommit)
+	}
+	if opts.HostMemoryBytes == 0 {
+		mem, err := HostMemory()
 		if err != nil {
-			return nil, fmt.Errorf("new engine: default max sandboxes: %w", err)
+			return nil, fmt.Errorf("new engine: %w", err)
 		}
-		opts.MaxSandboxes = DefaultMaxSandboxes(mem)
+		opts.HostMemoryBytes = mem
+	}
+	if opts.MaxSandboxes == 0 {
+		opts.MaxSandboxes = DefaultMaxSandboxes(opts.HostMemoryBytes)
 	}
 	dir, err := filepath.Abs(opts.Dir)
 	if err != nil {
@@ -130,6 +146,7 @@ func New(opts Options) (*Engine, error) {
 	e := &Engine{
 		dir: dir, rt: opts.Runtime, images: opts.Images, rootToken: opts.RootToken, tenants: tenants,
 		now: opts.Now, log: opts.Logger, ownerAddr: opts.OwnerAddr, maxBoxes: opts.MaxSandboxes,
+		memory: newMemoryBudget(opts.HostMemoryBytes, opts.MemoryOvercommit),
 		diskMB: opts.BoxDiskMB, tick: opts.TickInterval, noExport: opts.NoDiskExport, fillCh: make(chan struct{}, 1), metrics: newMetrics(),
 		boxes: map[string]*box{}, pools: map[sandbox.PoolKey]*pool{}, doomed: map[string]*box{},
 	}

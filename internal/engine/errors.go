@@ -27,7 +27,8 @@ const (
 	kindUpgradeRequired                 // a relay without the Upgrade header
 	kindNotImplemented                  // an optional upstream endpoint this engine lacks
 	kindBadGateway                      // the box answered nothing on the asked port
-	kindUnavailable                     // out of capacity or a start failed; retry later
+	kindUnavailable                     // a start failed, or the engine is closing; retry later
+	kindNoCapacity                      // at a limit (boxes, memory): retry later, or elsewhere
 	kindTimeout                         // exec ran past its timeout
 )
 
@@ -42,6 +43,7 @@ var statusOf = map[kind]int{
 	kindNotImplemented:  http.StatusNotImplemented,
 	kindBadGateway:      http.StatusBadGateway,
 	kindUnavailable:     http.StatusServiceUnavailable,
+	kindNoCapacity:      http.StatusTooManyRequests,
 	kindTimeout:         http.StatusGatewayTimeout,
 }
 
@@ -81,7 +83,7 @@ var (
 	errClosed            = &apiError{kind: kindUnavailable, msg: "engine is shutting down"}
 )
 
-// writeError answers err with its status from statusOf. A 503 carries Retry-After.
+// writeError answers err with its status from statusOf. A 503 and a 429 carry Retry-After.
 func (e *Engine) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	var ae *apiError
 	if !errors.As(err, &ae) {
@@ -94,7 +96,7 @@ func (e *Engine) writeError(w http.ResponseWriter, r *http.Request, err error) {
 		e.log.WarnContext(r.Context(), "request failed", "method", r.Method, "path", r.URL.Path, "status", code, "err", ae.err)
 	}
 	switch ae.kind {
-	case kindUnavailable:
+	case kindUnavailable, kindNoCapacity:
 		w.Header().Set("Retry-After", retryAfterSeconds)
 	case kindUpgradeRequired:
 		w.Header().Set("Upgrade", "tcp")

@@ -2,10 +2,10 @@ package engine
 
 import (
 	"cmp"
-	"fmt"
 	"net/http"
 	"slices"
 
+	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 )
 
@@ -41,9 +41,9 @@ func (e *Engine) info() sandbox.Info {
 		}
 	}
 	e.mu.Lock()
-	if n := len(e.boxes); n >= e.maxBoxes {
+	if err := e.admitLocked(sandbox.PoolKey{Size: string(cocoonbox.SizeSmall)}); err != nil {
 		out.AtCapacity = true
-		out.AtCapacityReason = fmt.Sprintf("max_sandboxes: %d of %d", n, e.maxBoxes)
+		out.AtCapacityReason = err.Error()
 	}
 	e.mu.Unlock()
 	return out

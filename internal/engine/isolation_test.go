@@ -43,13 +43,13 @@ func TestHealthzStatesIsolation(t *testing.T) {
 	}
 }
 
-// TestMaxSandboxesNamesTheLimit: a claim beyond MaxSandboxes answers the contract's 503 with
+// TestMaxSandboxesNamesTheLimit: a claim beyond MaxSandboxes answers 429 (no capacity) with
 // Retry-After, and the message names the limit and its value.
 func TestMaxSandboxesNamesTheLimit(t *testing.T) {
 	h := newHarness(t, func(o *engine.Options) { o.MaxSandboxes = 1 })
 	h.claim(rootToken, sandbox.ClaimRequest{})
 	code, data, hdr := h.call("POST", "/v1/claim", rootToken, sandbox.ClaimRequest{Template: "base"})
-	if code != 503 || hdr.Get("Retry-After") == "" {
+	if code != 429 || hdr.Get("Retry-After") == "" {
 		t.Fatalf("claim over the limit: %d, Retry-After %q", code, hdr.Get("Retry-After"))
 	}
 	if msg := errorOf(t, data); !strings.Contains(msg, "max_sandboxes") || !strings.Contains(msg, "1") {
@@ -57,6 +57,40 @@ func TestMaxSandboxesNamesTheLimit(t *testing.T) {
 	}
 	if info := h.info(); !info.AtCapacity || !strings.Contains(info.AtCapacityReason, "max_sandboxes") {
 		t.Fatalf("info at the limit: at_capacity %v, reason %q", info.AtCapacity, info.AtCapacityReason)
+	}
+}
+
+// TestMemoryAdmission: the boxes' sizes may add up to the host's memory less 1 GiB, times
+// memory_overcommit; a claim beyond it answers no capacity naming the setting and the
+// figures (429, no capacity, with Retry-After), info says the engine is at capacity, and a release makes room again. Hibernated boxes
+// count: their memory must be there when they wake.
+func TestMemoryAdmission(t *testing.T) {
+	const host = 3 << 30 // 2 GiB for boxes
+	for _, c := range []struct {
+		overcommit float64
+		fit        int // small boxes (512 MiB) beside one medium (1 GiB)
+	}{{0, 2}, {1, 2}, {2, 6}} {
+		h := newHarness(t, func(o *engine.Options) {
+			o.HostMemoryBytes, o.MemoryOvercommit, o.MaxSandboxes = host, c.overcommit, 50
+		})
+		h.claim(rootToken, sandbox.ClaimRequest{Size: "medium"})
+		var last sandbox.ClaimResponse
+		for range c.fit {
+			last = h.claim(rootToken, sandbox.ClaimRequest{Size: "small"})
+		}
+		h.must(204, "POST", "/v1/sandboxes/"+last.ID+"/hibernate", last.Token, nil)
+		code, data, hdr := h.call("POST", "/v1/claim", rootToken, sandbox.ClaimRequest{Template: "base", Size: "small"})
+		if code != 429 || hdr.Get("Retry-After") == "" {
+			t.Fatalf("overcommit %g: claim %d: %d, Retry-After %q; want 429", c.overcommit, c.fit+2, code, hdr.Get("Retry-After"))
+		}
+		if msg := errorOf(t, data); !strings.Contains(msg, "memory_overcommit") || !strings.Contains(msg, "needs 512 MiB") {
+			t.Fatalf("overcommit %g: %q; want it to name memory_overcommit and what the box needs", c.overcommit, msg)
+		}
+		if info := h.info(); !info.AtCapacity || !strings.Contains(info.AtCapacityReason, "memory_overcommit") {
+			t.Fatalf("overcommit %g: info at_capacity %v, reason %q", c.overcommit, info.AtCapacity, info.AtCapacityReason)
+		}
+		h.must(204, "POST", "/v1/sandboxes/"+last.ID+"/release", last.Token, nil)
+		h.claim(rootToken, sandbox.ClaimRequest{Size: "small"})
 	}
 }
 

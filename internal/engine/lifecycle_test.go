@@ -211,7 +211,8 @@ func TestConcurrentUse(t *testing.T) {
 }
 
 // TestClaimFailures: a failed start answers 503 with Retry-After and leaves nothing behind; so
-// do a template whose image is not built and a claim beyond MaxSandboxes.
+// does a template whose image is not built, and a claim beyond MaxSandboxes answers 429 (no
+// capacity) with Retry-After.
 func TestClaimFailures(t *testing.T) {
 	h := newHarness(t, func(o *engine.Options) { o.MaxSandboxes = 1 })
 	h.rt.FailNext(enginetest.OpStart, errors.New("runsc: out of cheese"))
@@ -228,7 +229,7 @@ func TestClaimFailures(t *testing.T) {
 	h.unchanged(before, "a claim of an unbuilt image")
 	h.claim(rootToken, sandbox.ClaimRequest{})
 	code, data, hdr = h.call("POST", "/v1/claim", rootToken, sandbox.ClaimRequest{Template: "base"})
-	if code != 503 || hdr.Get("Retry-After") == "" {
+	if code != 429 || hdr.Get("Retry-After") == "" {
 		t.Fatalf("over capacity: %d %s", code, data)
 	}
 }

@@ -220,7 +220,7 @@ func (e *Engine) nextFill() (*pool, *box) {
 	now := time.Now() // backoff is operational time, not the leases' injected clock
 	for _, k := range keys {
 		p := e.pools[k]
-		if len(p.ready)+p.refilling >= p.spec.Warm || now.Before(p.retryAt) {
+		if len(p.ready)+p.refilling >= p.spec.Warm || now.Before(p.retryAt) || e.admitLocked(k) != nil {
 			continue
 		}
 		p.refilling++
