@@ -2,14 +2,18 @@ package devstack_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"net/http"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/benchreport"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
+	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/devstack"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 )
@@ -41,10 +45,18 @@ type boxBench struct {
 // which b.TempDir's long names do not leave room for.
 func newBoxBench(b *testing.B) *boxBench {
 	b.Helper()
+	return newBoxBenchWith(b, func(*config.Dev) {})
+}
+
+// newBoxBenchWith is newBoxBench with the stack's configuration changed by set.
+func newBoxBenchWith(b *testing.B, set func(*config.Dev)) *boxBench {
+	b.Helper()
 	dir := shortTemp(b)
 	ctx, cancel := context.WithTimeout(context.Background(), boxBenchWait)
 	defer cancel()
-	d, err := devstack.Start(ctx, benchConfig(b, filepath.Join(dir, "h")), nil)
+	cfg := benchConfig(b, filepath.Join(dir, "h"))
+	set(&cfg)
+	d, err := devstack.Start(ctx, cfg, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -64,7 +76,13 @@ func newBoxBench(b *testing.B) *boxBench {
 // shutdown races no refill.
 func (e *boxBench) warmPool(b *testing.B) (waitFull func()) {
 	b.Helper()
-	spec := sandbox.PoolSpec{Template: "base", Size: sandbox.SizeSmall, Warm: 1}
+	return e.warmPoolOf(b, 1)
+}
+
+// warmPoolOf is warmPool with n boxes.
+func (e *boxBench) warmPoolOf(b *testing.B, n int) (waitFull func()) {
+	b.Helper()
+	spec := sandbox.PoolSpec{Template: "base", Size: sandbox.SizeSmall, Warm: n}
 	if _, err := e.eng.SetPools(e.ctx, []sandbox.PoolSpec{spec}); err != nil {
 		b.Fatal(err)
 	}
@@ -76,7 +94,7 @@ func (e *boxBench) warmPool(b *testing.B) (waitFull func()) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			return len(info.Pools) == 1 && info.Pools[0].Warm == 1
+			return len(info.Pools) == 1 && info.Pools[0].Warm == n
 		})
 	}
 }
@@ -153,6 +171,86 @@ func BenchmarkBoxCreateWarm(b *testing.B) {
 		e.boxOp(b, "delete", e.d.Boxes.Delete, id, cocoonbox.BoxStateDeleted)
 	}
 	benchreport.Latency(b, samples)
+}
+
+// burstSize is how many creates a burst starts at once, from a warm pool as large.
+const burstSize = 20
+
+// BenchmarkBoxCreateBurst: burstSize creates through the workflow started at once from a full
+// warm pool of burstSize, each timed until its box answers (Update-with-Start, row, claim, ready
+// probe), as a class of students opening their desktops together would; the deletes and the
+// refill between bursts are untimed.
+func BenchmarkBoxCreateBurst(b *testing.B) {
+	e := newBoxBenchWith(b, func(c *config.Dev) { c.Quota.Boxes = burstSize })
+	waitFull := e.warmPoolOf(b, burstSize)
+	var samples []time.Duration
+	for b.Loop() {
+		waitFull()
+		ids, took := e.burst(b, func(i int) (cocoonbox.BoxID, error) {
+			id := cocoonbox.NewBoxID()
+			st, err := e.d.Boxes.Create(e.ctx, e.owner, boxsvc.CreateRequest{ID: id, Name: fmt.Sprintf("burst-%d", i), Size: cocoonbox.SizeSmall})
+			if err == nil && st.State != cocoonbox.BoxStateRunning {
+				err = fmt.Errorf("box %s is %s", id, st.State)
+			}
+			return id, err
+		})
+		samples = append(samples, took...)
+		e.burst(b, func(i int) (cocoonbox.BoxID, error) {
+			_, err := e.d.Boxes.Delete(e.ctx, e.owner, ids[i])
+			return ids[i], err
+		})
+	}
+	benchreport.Latency(b, samples)
+}
+
+// BenchmarkRawEngineClaimBurst: what a burst asks of the engine, with the sandbox client directly:
+// burstSize warm claims started at once from a full pool of burstSize, each then probed with exec
+// of true.
+func BenchmarkRawEngineClaimBurst(b *testing.B) {
+	e := newBoxBench(b)
+	waitFull := e.warmPoolOf(b, burstSize)
+	var samples []time.Duration
+	for b.Loop() {
+		waitFull()
+		refs := make([]sandbox.SandboxRef, burstSize)
+		_, took := e.burst(b, func(i int) (cocoonbox.BoxID, error) {
+			c, err := e.eng.Claim(e.ctx, sandbox.ClaimRequest{Template: "base", Size: sandbox.SizeSmall, ClaimRef: string(cocoonbox.NewBoxID()) + "/1"})
+			if err != nil {
+				return "", err
+			}
+			refs[i] = c.SandboxRef
+			res, err := e.eng.Exec(e.ctx, c.SandboxRef, sandbox.ExecRequest{Argv: []string{"true"}, TimeoutSeconds: 10})
+			if err == nil && res.ExitCode != 0 {
+				err = fmt.Errorf("exec true: exit %d", res.ExitCode)
+			}
+			return "", err
+		})
+		samples = append(samples, took...)
+		e.burst(b, func(i int) (cocoonbox.BoxID, error) { return "", e.eng.Release(e.ctx, refs[i]) })
+	}
+	benchreport.Latency(b, samples)
+}
+
+// burst runs op for 0..burstSize-1 at once and returns what each returned and how long each took
+// from the common start; any error fails b once all have ended.
+func (e *boxBench) burst(b *testing.B, op func(i int) (cocoonbox.BoxID, error)) ([]cocoonbox.BoxID, []time.Duration) {
+	b.Helper()
+	ids := make([]cocoonbox.BoxID, burstSize)
+	took := make([]time.Duration, burstSize)
+	errs := make([]error, burstSize)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range burstSize {
+		wg.Go(func() {
+			ids[i], errs[i] = op(i)
+			took[i] = time.Since(start)
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		b.Fatal(err)
+	}
+	return ids, took
 }
 
 // BenchmarkBoxCreateCold: the same create with no warm pool, so the engine boots the box for it:
