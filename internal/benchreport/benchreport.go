@@ -35,6 +35,13 @@ func MiB(b *testing.B, samples []float64) {
 	report(b, quantile(samples, 0.50), quantile(samples, 0.95), "MiB")
 }
 
+// Count reports p50/p95 of samples that are counts of unit ("boxes").
+func Count(b *testing.B, samples []float64, unit string) {
+	b.Helper()
+	slices.Sort(samples)
+	report(b, quantile(samples, 0.50), quantile(samples, 0.95), unit)
+}
+
 func report(b *testing.B, p50, p95 float64, unit string) {
 	b.ReportMetric(p50, "p50-"+unit)
 	b.ReportMetric(p95, "p95-"+unit)
