@@ -42,6 +42,7 @@ BEGIN {
 	what["Density/Hibernated"] = "resident memory of every host process of that box once hibernated (target: none)"
 	what["Density/FitByIdle"] = "boxes of that idle size the host memory less 1 GiB holds"
 	what["Density/Admitted"] = "medium boxes the engine admits without overcommit (max_sandboxes and memory); FitByIdle over it is the memory_overcommit idle desktops allow"
+	what["BoxCycleHistory"] = "events one hibernate and one wake add to the box workflow history"
 	what["BoxCreateBurst"] = "20 creates through the workflow started at once from a full warm pool of 20: each until its box answers"
 	what["RawEngineClaimBurst"] = "raw: 20 warm claims started at once from a full pool of 20, each then probed with exec of true, with the sandbox client"
 	pair["BoxCreateBurst"] = "RawEngineClaimBurst"

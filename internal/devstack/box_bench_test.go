@@ -16,6 +16,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/devstack"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
+	"github.com/loomhand/cocoonbox/workflows"
 )
 
 // Box benchmarks: create (warm pool), wake and hibernate end to end through the box workflow
@@ -171,6 +172,29 @@ func BenchmarkBoxCreateWarm(b *testing.B) {
 		e.boxOp(b, "delete", e.d.Boxes.Delete, id, cocoonbox.BoxStateDeleted)
 	}
 	benchreport.Latency(b, samples)
+}
+
+// BenchmarkBoxCycleHistory: the events a hibernate and a wake add to the box workflow's history,
+// which bounds how many cycles a box lives before continue-as-new and what each costs Temporal's
+// store.
+func BenchmarkBoxCycleHistory(b *testing.B) {
+	e := newBoxBench(b)
+	id := e.create(b)
+	length := func() int64 {
+		desc, err := e.d.Temporal.DescribeWorkflowExecution(e.ctx, workflows.BoxWorkflowID(id), "")
+		if err != nil {
+			b.Fatal(err)
+		}
+		return desc.GetWorkflowExecutionInfo().GetHistoryLength()
+	}
+	var events []float64
+	for b.Loop() {
+		before := length()
+		e.boxOp(b, "hibernate", e.d.Boxes.Hibernate, id, cocoonbox.BoxStateHibernated)
+		e.boxOp(b, "wake", e.d.Boxes.Wake, id, cocoonbox.BoxStateRunning)
+		events = append(events, float64(length()-before))
+	}
+	benchreport.Count(b, events, "events")
 }
 
 // burstSize is how many creates a burst starts at once, from a warm pool as large.
