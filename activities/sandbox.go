@@ -116,10 +116,10 @@ func (a *Sandbox) Claim(ctx context.Context, in ClaimInput) (ClaimResult, error)
 		ClaimRef:   ClaimRef(in.BoxID, in.Attempt),
 	}
 	got, err := whileHeartbeating(ctx, func(ctx context.Context) (sandbox.Claimed, error) {
-		return claimPatiently(ctx, a.Client, req)
+		return a.Client.Claim(ctx, req)
 	})
 	if err != nil {
-		return ClaimResult{}, err
+		return ClaimResult{}, finalClaim(ctx, classify(fmt.Errorf("claim sandbox: %w", err)))
 	}
 	// Stored before answering: a sandbox the workflow learns of must have a token to act with. A
 	// failure here retries the activity, which adopts the same sandbox by its claim_ref.
@@ -129,46 +129,36 @@ func (a *Sandbox) Claim(ctx context.Context, in ClaimInput) (ClaimResult, error)
 	return ClaimResult{SandboxID: got.ID, Deadline: got.Deadline, Adopted: got.Adopted, Start: got.Start}, nil
 }
 
-// claimRetryFirst and claimRetryMax pace claimPatiently's tries.
-const (
-	claimRetryFirst = 250 * time.Millisecond
-	claimRetryMax   = 2 * time.Second
-)
-
-// claimPatiently claims until the engine hands out a sandbox, refuses for good, or the
-// activity's deadline is too near for another try; then the last refusal is final, so the
-// workflow learns why ("no capacity: a small box needs 512 MiB ..."). Left to the server, an
-// activity that runs out of its ScheduleToClose time between retries fails with only "not enough
-// time to schedule next retry", whatever the engine said.
-func claimPatiently(ctx context.Context, client sandbox.Client, req sandbox.ClaimRequest) (sandbox.Claimed, error) {
-	wait := claimRetryFirst
-	for {
-		got, err := client.Claim(ctx, req)
-		if err == nil {
-			return got, nil
-		}
-		err = classify(fmt.Errorf("claim sandbox: %w", err))
-		app, ok := errors.AsType[*temporal.ApplicationError](err)
-		if !ok || app.NonRetryable() || !activity.IsActivity(ctx) {
-			return sandbox.Claimed{}, err
-		}
-		if time.Until(activity.GetInfo(ctx).Deadline) < wait+time.Second {
-			return sandbox.Claimed{}, temporal.NewNonRetryableApplicationError(app.Message(), app.Type(), errors.Unwrap(app))
-		}
-		select {
-		case <-ctx.Done():
-			return sandbox.Claimed{}, err
-		case <-time.After(wait):
-		}
-		wait = min(2*wait, claimRetryMax)
+// finalClaim makes a claim's refusal final when the server could not fit another try in the
+// activity's ScheduleToClose time (a create's create_wait), so the workflow learns why ("no
+// capacity: a small box needs 512 MiB ..."): left to the server, an activity that runs out of
+// that time between tries fails with only "not enough time to schedule next retry". Each try
+// still fails on its own, so the box says what it waits for meanwhile.
+func finalClaim(ctx context.Context, err error) error {
+	app, ok := errors.AsType[*temporal.ApplicationError](err)
+	if !ok || app.NonRetryable() || !activity.IsActivity(ctx) || !lastTry(activity.GetInfo(ctx), time.Now()) {
+		return err
 	}
+	return temporal.NewNonRetryableApplicationError(app.Message(), app.Type(), errors.Unwrap(app))
 }
 
-// WaitReady probes the sandbox with `true` until it answers, heartbeating between probes so a
-// dead worker is noticed by the HeartbeatTimeout rather than the whole StartToCloseTimeout. Then
-// it writes the box's agent credential into it (with Credentials set): a fresh claim, a restore
-// and a new sandbox after a lost one all pass here. The write needs only the engine's exec, so a
-// box whose image has no agent is ready all the same.
+// lastTry reports whether the next try of the activity would start after its ScheduleToClose
+// deadline. The wait before it is the workflows' retry policy's (workflows.retryPolicy): 1 s
+// after the first try, doubling, at most 30 s.
+func lastTry(info activity.Info, now time.Time) bool {
+	if info.ScheduleToCloseTimeout <= 0 {
+		return false
+	}
+	next := min(time.Second<<min(max(info.Attempt-1, 0), 5), 30*time.Second)
+	return now.Add(next).After(info.ScheduledTime.Add(info.ScheduleToCloseTimeout))
+}
+
+// WaitReady probes the sandbox until it answers, heartbeating between probes so a dead worker is
+// noticed by the HeartbeatTimeout rather than the whole StartToCloseTimeout. With Credentials
+// set, the probe is the exec that writes the box's agent credential into it: a fresh claim, a
+// restore and a new sandbox after a lost one all pass here. The write needs only the engine's
+// exec, so a box whose image has no agent is ready all the same; without Credentials the probe
+// is `true`.
 func (a *Sandbox) WaitReady(ctx context.Context, in SandboxInput) error {
 	ref, err := a.ref(ctx, in.BoxID, in.SandboxID)
 	if err != nil {

@@ -6,7 +6,9 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
@@ -147,6 +149,32 @@ func TestClaimRefBox(t *testing.T) {
 	for _, ref := range []string{"", string(box), string(box) + "/0", string(box) + "/x", "other/1", string(box) + "/1/2"} {
 		if got, ok := ClaimRefBox(ref); ok {
 			t.Errorf("ClaimRefBox(%q) = %q, want not ours", ref, got)
+		}
+	}
+}
+
+// TestLastTry: a claim's refusal is final once the retry policy's next wait (1 s, doubling, at
+// most 30 s) would start the next try after the ScheduleToClose deadline; without one, never.
+func TestLastTry(t *testing.T) {
+	at := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+	info := func(attempt int32, stc time.Duration) activity.Info {
+		return activity.Info{Attempt: attempt, ScheduledTime: at, ScheduleToCloseTimeout: stc}
+	}
+	for _, c := range []struct {
+		info activity.Info
+		now  time.Duration // after the first schedule
+		want bool
+	}{
+		{info(1, 3*time.Second), 1500 * time.Millisecond, false}, // the second try at 2.5 s fits
+		{info(1, 3*time.Second), 2100 * time.Millisecond, true},
+		{info(3, 40*time.Second), 30 * time.Second, false}, // 4 s to the fourth try: 34 s
+		{info(3, 40*time.Second), 37 * time.Second, true},
+		{info(20, time.Hour), 59*time.Minute + 45*time.Second, true}, // the wait is capped at 30 s
+		{info(20, time.Hour), 58 * time.Minute, false},
+		{info(5, 0), 24 * time.Hour, false},
+	} {
+		if got := lastTry(c.info, at.Add(c.now)); got != c.want {
+			t.Errorf("attempt %d, schedule-to-close %v, at %v: %v, want %v", c.info.Attempt, c.info.ScheduleToCloseTimeout, c.now, got, c.want)
 		}
 	}
 }
