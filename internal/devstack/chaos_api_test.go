@@ -5,7 +5,6 @@ import (
 	"bytes"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -192,15 +191,9 @@ type childAPI struct {
 // apiConfig is the configuration of a `serve api` for d on a free loopback address.
 func apiConfig(t *testing.T, d *devstack.Dev) config.API {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	_ = ln.Close()
 	cfg := config.DefaultAPI(config.MapEnv(nil))
 	cfg.Home = d.Home()
-	cfg.Listen = addr
+	cfg.Listen = freeLoopbackAddr(t)
 	cfg.Temporal = d.TemporalClient()
 	cfg.Postgres.URL = devstack.DatabaseURL(d)
 	cfg.Sandbox.URL, cfg.Sandbox.Token = d.Sandbox()

@@ -54,13 +54,13 @@ func TestServeRolesRideOutOutages(t *testing.T) {
 	pg := newNetGate(t, "unix", filepath.Join(gateDir, sock), filepath.Join(q.Get("host"), sock))
 	q.Set("host", gateDir)
 	pgURL.RawQuery = q.Encode()
-	temporal := newNetGate(t, "tcp", freeAddr(t), d.TemporalClient().Address)
+	temporal := newNetGate(t, "tcp", freeLoopbackAddr(t), d.TemporalClient().Address)
 
 	apiCfg := apiConfig(t, d)
 	apiCfg.Postgres.URL, apiCfg.Temporal.Address = pgURL.String(), temporal.addr
 	api := &childAPI{childRole: newChildRole(t, bin, "api", apiCfg), addr: apiCfg.Listen}
 	wcfg := workerConfig(d)
-	wcfg.Postgres.URL, wcfg.Temporal.Address, wcfg.HealthListen = pgURL.String(), temporal.addr, freeAddr(t)
+	wcfg.Postgres.URL, wcfg.Temporal.Address, wcfg.HealthListen = pgURL.String(), temporal.addr, freeLoopbackAddr(t)
 	wrk := newChildRole(t, bin, "worker", wcfg)
 	api.launch(t)
 	wrk.launch(t)
@@ -171,17 +171,6 @@ func getText(t *testing.T, u string) string {
 		t.Fatal(err)
 	}
 	return string(b)
-}
-
-// freeAddr returns a loopback address nothing listens on now.
-func freeAddr(t *testing.T) string {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
 }
 
 // netGate forwards connections made to addr on to target while it is open. Shut, it refuses new
