@@ -51,7 +51,7 @@ BEGIN {
 	what["RawEngineWake"] = "raw: POST .../wake, then the first exec of true, with the sandbox client"
 	what["BoxHibernate"] = "hibernate a running box through its workflow (boxsvc update: engine hibernate, row, event)"
 	what["RawEngineHibernate"] = "raw: POST .../hibernate with the sandbox client"
-	what["Snapshot1GiB/Box"] = "snapshot of a box with 1 GiB of state through its workflow (checkpoint, disk export piped into an S3 multipart upload, read-back sha256 check, manifest, rows); MB/s of state"
+	what["Snapshot1GiB/Box"] = "snapshot of a box with 1 GiB of state through its workflow (checkpoint, disk export piped into an S3 multipart upload checked by its CRC32, manifest, rows); MB/s of state"
 	what["Snapshot1GiB/BoxRestore"] = "restore of that snapshot through the workflow (object streamed into the engine with its checksum checked, claim, ready probe, swap); MB/s of state"
 	what["Snapshot1GiB/RawEngineExport"] = "raw: engine checkpoint and its disk export into nothing, with the sandbox client"
 	what["Snapshot1GiB/RawS3Upload"] = "raw: S3 multipart upload of an object of the snapshot size from memory (rate over the state size)"
