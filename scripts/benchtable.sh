@@ -39,7 +39,7 @@ BEGIN {
 	what["BoxCreateWarm"] = "create a box through its workflow (boxsvc: Update-with-Start, row, claim from a full warm pool, ready probe)"
 	what["BoxCreateCold"] = "the same create with no warm pool: the engine boots the box for it"
 	what["Density/IdleDesktop"] = "memory of a running medium desktop box once XFCE is up and idle, as the engine measures it"
-	what["Density/Hibernated"] = "resident memory of every host process of that box once hibernated (target: none)"
+	what["Density/Hibernated"] = "resident memory of the runsc sandbox and gofer processes of that box once hibernated and given a few seconds to exit (target: none)"
 	what["Density/FitByIdle"] = "boxes of that idle size the host memory less 1 GiB holds"
 	what["Density/Admitted"] = "medium boxes the engine admits without overcommit (max_sandboxes and memory); FitByIdle over it is the memory_overcommit idle desktops allow"
 	what["BoxCycleHistory"] = "events one hibernate and one wake add to the box workflow history"

@@ -3,6 +3,7 @@ package devstack_test
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,12 +14,13 @@ import (
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/benchreport"
 	"github.com/loomhand/cocoonbox/internal/engine"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
 // BenchmarkDensity: what an idle desktop box holds, and so how many fit on this machine. Its
 // figures: IdleDesktop, the memory the engine measures for a running medium desktop box once
 // XFCE is up and idle; Hibernated, the resident memory of every host process of that box once
-// it is hibernated (the target is none); FitByIdle, the boxes of that idle size the host's
+// it is hibernated and they have had a few seconds to exit (the target is none); FitByIdle, the boxes of that idle size the host's
 // memory less 1 GiB holds; Admitted, the medium boxes the engine admits without overcommit (its
 // count and memory limits): the ratio of the two is the memory_overcommit an operator of idle
 // desktops could set.
@@ -49,6 +51,15 @@ func BenchmarkDensity(b *testing.B) {
 	if v, err := e.d.Boxes.Hibernate(e.ctx, e.owner.ID, e.id); err != nil || v.State != cocoonbox.BoxStateHibernated {
 		b.Fatalf("hibernate: %+v, %v", v.State, err)
 	}
+	// The hibernate returns once runsc has checkpointed the box; its processes may take a moment
+	// more to exit. What a hibernated box holds is what stays once they have: a process still
+	// there after this wait is measured.
+	_ = testutil.Poll(e.ctx, testutil.WaitShort, func() error {
+		if processRSS(b, ref.ID) > 0 {
+			return errors.New("the box's runsc processes are still exiting")
+		}
+		return nil
+	})
 	b.Run("Hibernated", func(b *testing.B) {
 		var held []float64
 		for b.Loop() {
@@ -80,8 +91,9 @@ func median(samples []float64) float64 {
 	return s[len(s)/2]
 }
 
-// processRSS sums the resident memory of the host processes whose command line names sandbox id:
-// the box's runsc sandbox, gofer and their helpers.
+// processRSS sums the resident memory of the host processes that hold the box of sandbox id: its
+// runsc sandbox (the box's kernel and processes) and gofer. The engine's own short-lived work on
+// the box (runsc state, the disk copy of a seal) names it too, but holds nothing once done.
 func processRSS(b *testing.B, id string) int64 {
 	b.Helper()
 	dirs, err := filepath.Glob("/proc/[0-9]*")
@@ -91,7 +103,8 @@ func processRSS(b *testing.B, id string) int64 {
 	var total int64
 	for _, dir := range dirs {
 		cmd, err := os.ReadFile(filepath.Join(dir, "cmdline"))
-		if err != nil || !bytes.Contains(cmd, []byte(id)) {
+		if err != nil || !bytes.Contains(cmd, []byte(id)) ||
+			!bytes.HasPrefix(cmd, []byte("runsc-sandbox")) && !bytes.HasPrefix(cmd, []byte("runsc-gofer")) {
 			continue
 		}
 		status, err := os.ReadFile(filepath.Join(dir, "status"))
