@@ -79,7 +79,11 @@ func TestChaos(t *testing.T) {
 	}
 	cfg := boxConfig(t)
 	cfg.NoWorker = true // the worker runs as a process of its own, as serve worker does, to be killed
-	d, ctx, owner, eng := newBoxEnv(t, cfg, 10*time.Minute)
+	within := 10 * time.Minute
+	if *chaosFull {
+		within = 25 * time.Minute // two kill points, mid-upload cells and the S3 outage's retry window
+	}
+	d, ctx, owner, eng := newBoxEnv(t, cfg, within)
 	c := &chaosBox{t: t, d: d, owner: owner.ID, id: cocoonbox.NewBoxID(), eng: eng, wcfg: workerConfig(d),
 		hooks: childHooks{HoldDir: t.TempDir()}}
 	c.worker = startChildWorkerWith(t, c.wcfg, c.hooks)
@@ -197,6 +201,12 @@ func TestChaos(t *testing.T) {
 			verdict = "FAILED"
 		}
 		chaosRows = append(chaosRows, fmt.Sprintf("| %s | %s | %s | %s |", cell.op, cell.part, cell.point, verdict))
+	}
+	if *chaosFull {
+		var took time.Duration
+		held := t.Run("snapshot/s3-down-through-every-retry", func(t *testing.T) { took = c.s3Outage(ctx, t) })
+		chaosRows = append(chaosRows, fmt.Sprintf("| snapshot | s3, down through every retry | the whole operation | %s |",
+			outageVerdict(held, took)))
 	}
 	writeChaosReport(t)
 }
