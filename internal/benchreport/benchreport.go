@@ -13,6 +13,7 @@ import (
 // Latency reports p50/p95 of samples in milliseconds ("p50-ms", "p95-ms").
 func Latency(b *testing.B, samples []time.Duration) {
 	b.Helper()
+	needSamples(b, len(samples))
 	slices.Sort(samples)
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	report(b, ms(quantile(samples, 0.50)), ms(quantile(samples, 0.95)), "ms")
@@ -23,6 +24,7 @@ func Latency(b *testing.B, samples []time.Duration) {
 // reached.
 func Throughput(b *testing.B, size int64, samples []time.Duration) {
 	b.Helper()
+	needSamples(b, len(samples))
 	slices.Sort(samples)
 	mbps := func(d time.Duration) float64 { return float64(size) / 1e6 / d.Seconds() }
 	report(b, mbps(quantile(samples, 0.50)), mbps(quantile(samples, 0.95)), "MB/s")
@@ -31,6 +33,7 @@ func Throughput(b *testing.B, size int64, samples []time.Duration) {
 // MiB reports p50/p95 of samples given in MiB.
 func MiB(b *testing.B, samples []float64) {
 	b.Helper()
+	needSamples(b, len(samples))
 	slices.Sort(samples)
 	report(b, quantile(samples, 0.50), quantile(samples, 0.95), "MiB")
 }
@@ -38,8 +41,19 @@ func MiB(b *testing.B, samples []float64) {
 // Count reports p50/p95 of samples that are counts of unit ("boxes").
 func Count(b *testing.B, samples []float64, unit string) {
 	b.Helper()
+	needSamples(b, len(samples))
 	slices.Sort(samples)
 	report(b, quantile(samples, 0.50), quantile(samples, 0.95), unit)
+}
+
+// needSamples fails b when it has nothing to report (a run that failed before it measured),
+// rather than letting quantile panic: a panic ends the process without the benchmark's
+// cleanups, and the boxes it started outlive it.
+func needSamples(b *testing.B, n int) {
+	b.Helper()
+	if n == 0 {
+		b.Fatal("no samples to report")
+	}
 }
 
 func report(b *testing.B, p50, p95 float64, unit string) {

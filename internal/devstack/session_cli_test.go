@@ -63,7 +63,8 @@ func newTmuxPane(t *testing.T, dir string, env []string, cols, rows int) *tmuxPa
 		t.Fatal("tmux is not installed: run make deps")
 	}
 	p := &tmuxPane{t: t, sock: filepath.Join(dir, "tmux.sock")}
-	shell := "env -i " + strings.Join(env, " ") + " bash --norc --noprofile"
+	// No history file: bash writes it as the cleanup kills tmux, into the directory being removed.
+	shell := "env -i " + strings.Join(env, " ") + " HISTFILE= bash --norc --noprofile"
 	p.tmux("-f", "/dev/null", "new-session", "-d", "-s", "t", "-x", fmt.Sprint(cols), "-y", fmt.Sprint(rows), shell)
 	t.Cleanup(func() { _ = exec.Command("tmux", "-S", p.sock, "kill-server").Run() })
 	p.tmux("set-option", "-g", "status", "off")
