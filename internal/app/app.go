@@ -5,7 +5,6 @@
 package app
 
 import (
-	"context"
 	"log/slog"
 
 	"go.temporal.io/sdk/client"
@@ -19,6 +18,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/secrets"
 	"github.com/loomhand/cocoonbox/internal/store"
+	"github.com/loomhand/cocoonbox/internal/tclient"
 	"github.com/loomhand/cocoonbox/internal/vault"
 )
 
@@ -84,11 +84,8 @@ type APIOptions struct {
 // opts.Checks.
 func API(p Parts, boxes *boxsvc.Service, opts APIOptions) *api.Server {
 	checks := map[string]api.Check{
-		"temporal": func(ctx context.Context) error {
-			_, err := p.Temporal.CheckHealth(ctx, &client.CheckHealthRequest{})
-			return err
-		},
-		"postgres": func(ctx context.Context) error { return p.Store.Ping(ctx) },
+		"temporal": tclient.Ping(p.Temporal),
+		"postgres": p.Store.Ping,
 	}
 	for name, c := range opts.Checks {
 		checks[name] = c

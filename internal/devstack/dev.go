@@ -187,10 +187,7 @@ func Start(ctx context.Context, cfg config.Dev, log *slog.Logger) (_ *Dev, retEr
 		"postgres": d.supervised("postgres", func(ctx context.Context) error { return d.Store.Ping(ctx) }),
 		"s3":       d.supervised("s3", func(ctx context.Context) error { return d.Blobs.Check(ctx) }),
 		"engine":   d.supervised("engine", d.checkEngine),
-		"temporal": d.supervised("temporal", func(ctx context.Context) error {
-			_, err := d.Temporal.CheckHealth(ctx, &client.CheckHealthRequest{})
-			return err
-		}),
+		"temporal": d.supervised("temporal", tclient.Ping(d.Temporal)),
 	}, PreviewDomain: devPreviewDomain(cfg.PreviewDomain, d.apiAddr)})
 	serveCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	d.cancel = cancel
