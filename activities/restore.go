@@ -72,15 +72,6 @@ func (a *Snapshots) RestoreSnapshot(ctx context.Context, in RestoreSnapshotInput
 	if err != nil {
 		return RestoreSnapshotResult{}, err
 	}
-	if !found {
-		got, ok, err := a.adoptByRef(ctx, ref)
-		if err != nil {
-			return RestoreSnapshotResult{}, err
-		}
-		if ok {
-			return a.settle(ctx, in.BoxID, snap, "", got)
-		}
-	}
 	if found {
 		got, ok, err := a.adoptFrom(ctx, ck.ID)
 		if err != nil {
@@ -90,6 +81,13 @@ func (a *Snapshots) RestoreSnapshot(ctx context.Context, in RestoreSnapshotInput
 			return a.settle(ctx, in.BoxID, snap, ck.ID, got)
 		}
 	} else {
+		got, ok, err := a.adoptByRef(ctx, ref)
+		if err != nil {
+			return RestoreSnapshotResult{}, err
+		}
+		if ok {
+			return a.settle(ctx, in.BoxID, snap, "", got)
+		}
 		ck, err = a.importSnapshot(ctx, porter, snap, sandbox.PoolKey{Template: a.template(), Net: lane(in.Network), Size: string(size)}, name)
 		if err != nil {
 			return RestoreSnapshotResult{}, err
