@@ -299,9 +299,10 @@ func (s *Server) handshake(links *Links, c net.Conn) {
 	}
 }
 
-func orDefault(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
+// orDefault is v, or def when v is not above zero (an unset option).
+func orDefault[T int | time.Duration](v, def T) T {
+	if v > 0 {
+		return v
 	}
 	return def
 }

@@ -122,7 +122,7 @@ func (l *Loop) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1
 		conv = append(conv, look)
 	}
 
-	pruneImages(conv, orDefaultInt(l.KeepImages, DefaultKeepImages))
+	pruneImages(conv, orDefault(l.KeepImages, DefaultKeepImages))
 	mreq := model.Request{
 		Model:     req.GetModel(),
 		System:    req.GetSystem(),
@@ -166,7 +166,7 @@ func (l *Loop) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1
 			Images:    int32(len(res.Images)),
 		})
 	}
-	pruneImages(conv, orDefaultInt(l.KeepImages, DefaultKeepImages))
+	pruneImages(conv, orDefault(l.KeepImages, DefaultKeepImages))
 	if resp.Messages, err = encodeConversation(conv); err != nil {
 		return nil, status.Errorf(codes.Internal, "encode conversation: %v", err)
 	}
@@ -198,17 +198,8 @@ func pruneImages(conv []model.Message, keep int) {
 		drop := len(m.Images) - keep
 		m.Images = m.Images[drop:]
 		keep = 0
-		for range drop {
-			m.Text = strings.TrimLeft(m.Text+"\n"+OmittedImage, "\n")
-		}
+		m.Text = strings.TrimLeft(m.Text+strings.Repeat("\n"+OmittedImage, drop), "\n")
 	}
-}
-
-func orDefaultInt(v, def int) int {
-	if v <= 0 {
-		return def
-	}
-	return v
 }
 
 // HandedBack opens the user message that carries the fresh screenshot after a person hands the
