@@ -221,6 +221,9 @@ if [[ -f $tmp/cocoonbox-agent ]]; then
 	install -D -m 0755 "$tmp/cocoonbox-agent" "$tmp/rootfs/usr/local/bin/cocoonbox-agent"
 	rm "$tmp/cocoonbox-agent"
 fi
+# The directory of the agent's credential is made here, so the exec that writes a new box's
+# credential (internal/boxlink) starts no mkdir: each process a box starts costs about 30 ms.
+install -d -m 0700 "$tmp/rootfs/run/cocoonbox"
 if [[ -x $here/$name/customize.sh ]]; then
 	"$here/$name/customize.sh" "$tmp/rootfs"
 fi

@@ -102,13 +102,7 @@ func TestCredentialScript(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "run", "cocoonbox", "agent-credential")
 	run := func(cred string) {
 		t.Helper()
-		req := CredentialExec(cred)
-		script := strings.ReplaceAll(req.Argv[2], wire.CredentialPath, path)
-		cmd := exec.Command(req.Argv[0], req.Argv[1], script)
-		cmd.Env = []string{"PATH=" + os.Getenv("PATH"), "COCOONBOX_CRED=" + cred}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("script for %q: %v: %s", cred, err, out)
-		}
+		runCredentialScript(t, path, os.Getenv("PATH"), cred)
 	}
 	content := func() string {
 		b, err := os.ReadFile(path)
@@ -135,10 +129,42 @@ func TestCredentialScript(t *testing.T) {
 		t.Error("a current credential was written again")
 	}
 	run("c2")
-	if content() != "c2" {
-		t.Errorf("after a new credential: %q", content())
+	if content() != "c2" || ino() == before {
+		t.Errorf("after a new credential: %q, inode kept: %v (not replaced whole)", content(), ino() == before)
 	}
 	if _, err := os.Stat(path + ".tmp"); !os.IsNotExist(err) {
 		t.Errorf("the temporary file is left: %v", err)
+	}
+}
+
+// TestCredentialScriptFirstWriteStartsNothing: in a box whose image has the credential's
+// directory, a first credential is written by the shell alone, with a PATH that finds no
+// program, since each process a box starts costs about 30 ms under gVisor.
+func TestCredentialScriptFirstWriteStartsNothing(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "run", "cocoonbox")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "agent-credential")
+	runCredentialScript(t, path, t.TempDir(), "c1")
+	if b, err := os.ReadFile(path); err != nil || string(b) != "c1" {
+		t.Fatalf("first write: %q, %v", b, err)
+	}
+}
+
+// runCredentialScript runs CredentialExec(cred)'s script with the host's sh, writing path
+// instead of wire.CredentialPath, with PATH set to pathEnv.
+func runCredentialScript(t *testing.T, path, pathEnv, cred string) {
+	t.Helper()
+	req := CredentialExec(cred)
+	script := strings.ReplaceAll(req.Argv[2], wire.CredentialPath, path)
+	sh, err := exec.LookPath(req.Argv[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(sh, req.Argv[1], script)
+	cmd.Env = []string{"PATH=" + pathEnv, "COCOONBOX_CRED=" + cred}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("script for %q: %v: %s", cred, err, out)
 	}
 }
