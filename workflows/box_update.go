@@ -2,7 +2,6 @@ package workflows
 
 import (
 	"cmp"
-	"errors"
 	"fmt"
 	"time"
 
@@ -123,9 +122,9 @@ func (w *box) create(ctx workflow.Context, _ CreateInput) (Status, error) {
 		if w.st.State != cocoonbox.BoxStateCreating {
 			return nil
 		}
-		err := workflow.ExecuteActivity(storeOptions(ctx), storeActs.RecordBox, activities.RecordBoxInput{
+		err := w.quickly(storeOptions(ctx), storeActs.RecordBox, activities.RecordBoxInput{
 			BoxID: w.in.BoxID, Owner: w.in.Owner, Name: w.in.Name, Size: w.in.Size,
-		}).Get(ctx, nil)
+		}, nil)
 		if err == nil {
 			err = w.claimNewWithin(ctx, cmp.Or(w.in.CreateWait, DefaultCreateWait))
 		}
@@ -158,8 +157,8 @@ func (w *box) wake(ctx workflow.Context, in WakeInput) (Status, error) {
 		if w.st.SandboxID == "" {
 			err = w.replaceSandbox(ctx)
 		} else {
-			err = workflow.ExecuteActivity(sandboxOptions(ctx, time.Minute), sandboxActs.Wake,
-				activities.SandboxInput{BoxID: w.in.BoxID, SandboxID: w.st.SandboxID}).Get(ctx, nil)
+			err = w.quickly(sandboxOptions(ctx, time.Minute), sandboxActs.Wake,
+				activities.SandboxInput{BoxID: w.in.BoxID, SandboxID: w.st.SandboxID}, nil)
 			switch {
 			case errorType(err) == activities.ErrTypeSandboxGone:
 				// The lease was reaped or the node lost it: the box comes back on a new sandbox,
@@ -229,8 +228,8 @@ func (w *box) hibernateLocked(ctx workflow.Context, why hibernateReason) error {
 		}
 	}
 	w.setState(ctx, cocoonbox.BoxStateHibernating)
-	err := workflow.ExecuteActivity(sandboxOptions(ctx, time.Minute), sandboxActs.Hibernate,
-		activities.SandboxInput{BoxID: w.in.BoxID, SandboxID: w.st.SandboxID}).Get(ctx, nil)
+	err := w.quickly(sandboxOptions(ctx, time.Minute), sandboxActs.Hibernate,
+		activities.SandboxInput{BoxID: w.in.BoxID, SandboxID: w.st.SandboxID}, nil)
 	switch {
 	case errorType(err) == activities.ErrTypeSandboxGone:
 		w.st.SandboxID = "" // nothing left to hibernate; wake claims a new one
@@ -354,9 +353,9 @@ func (w *box) claimNewWithin(ctx workflow.Context, wait time.Duration) error {
 func (w *box) claim(ctx workflow.Context) error {
 	attempt := w.st.Attempt + 1
 	var res activities.ClaimResult
-	err := workflow.ExecuteActivity(ctx, sandboxActs.Claim, activities.ClaimInput{
+	err := w.quickly(ctx, sandboxActs.Claim, activities.ClaimInput{
 		BoxID: w.in.BoxID, Size: w.in.Size, Attempt: attempt, TTL: w.in.Policy.LeaseTTL, Network: w.in.Policy.Network,
-	}).Get(ctx, &res)
+	}, &res)
 	if err != nil {
 		return err
 	}
@@ -375,8 +374,8 @@ func (w *box) waitReady(ctx workflow.Context) error {
 		HeartbeatTimeout:    30 * time.Second, // WaitReady heartbeats every probe
 		RetryPolicy:         retryPolicy(),
 	}
-	return workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), sandboxActs.WaitReady,
-		activities.SandboxInput{BoxID: w.in.BoxID, SandboxID: w.st.SandboxID}).Get(ctx, nil)
+	return w.quickly(workflow.WithActivityOptions(ctx, opts), sandboxActs.WaitReady,
+		activities.SandboxInput{BoxID: w.in.BoxID, SandboxID: w.st.SandboxID}, nil)
 }
 
 // renewLocked extends the lease. A lost sandbox fails a running box (wake replaces it) and leaves
@@ -457,67 +456,4 @@ func (w *box) event(ctx workflow.Context, kind, detail string) {
 	if err != nil {
 		workflow.GetLogger(ctx).Warn("record box event", "kind", kind, "error", err)
 	}
-}
-
-// versionLocalStoreWrites marks the box workflow's writing its status row and audit events as
-// local activities: one marker event each in history, where an activity took three and a
-// workflow task of its own.
-const versionLocalStoreWrites = "local-store-writes"
-
-// write runs one of the store's row writes (SetState, Event): a local activity, since it is a
-// short database call on the worker that runs the workflow, unless the history predates that.
-func (w *box) write(ctx workflow.Context, act, in any) error {
-	if workflow.GetVersion(ctx, versionLocalStoreWrites, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
-		return workflow.ExecuteActivity(storeOptions(ctx), act, in).Get(ctx, nil)
-	}
-	return workflow.ExecuteLocalActivity(localStoreOptions(ctx), act, in).Get(ctx, nil)
-}
-
-func retryPolicy() *temporal.RetryPolicy {
-	return &temporal.RetryPolicy{
-		InitialInterval:        time.Second,
-		BackoffCoefficient:     2,
-		MaximumInterval:        30 * time.Second,
-		MaximumAttempts:        10,
-		NonRetryableErrorTypes: activities.NonRetryableErrorTypes(),
-	}
-}
-
-// sandboxHeartbeatTimeout: the sandbox activities heartbeat every 2 s while the engine works, so
-// a killed worker's call is retried after this rather than after its whole timeout.
-const sandboxHeartbeatTimeout = 10 * time.Second
-
-func sandboxOptions(ctx workflow.Context, timeout time.Duration) workflow.Context {
-	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: timeout,
-		HeartbeatTimeout:    sandboxHeartbeatTimeout,
-		RetryPolicy:         retryPolicy(),
-	})
-}
-
-func storeOptions(ctx workflow.Context) workflow.Context {
-	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: 10 * time.Second,
-		RetryPolicy:         retryPolicy(),
-	})
-}
-
-// localStoreOptions bounds a local row write: it retries within the workflow task, then on timers
-// the SDK schedules, and gives up after a minute (the write is best effort; the row catches up at
-// the next transition).
-func localStoreOptions(ctx workflow.Context) workflow.Context {
-	return workflow.WithLocalActivityOptions(ctx, workflow.LocalActivityOptions{
-		StartToCloseTimeout:    10 * time.Second,
-		ScheduleToCloseTimeout: time.Minute,
-		RetryPolicy:            retryPolicy(),
-	})
-}
-
-// errorType is the ApplicationError type behind an activity failure, or "".
-func errorType(err error) string {
-	var app *temporal.ApplicationError
-	if errors.As(err, &app) {
-		return app.Type()
-	}
-	return ""
 }

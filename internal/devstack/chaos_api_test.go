@@ -32,7 +32,11 @@ func TestChaosAPI(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
 	}
-	d, ctx, owner, eng := newBoxEnv(t, boxConfig(t), 10*time.Minute)
+	cfg := boxConfig(t)
+	cfg.NoWorker = true // a worker of its own, whose hooks say when an activity starts
+	d, ctx, owner, eng := newBoxEnv(t, cfg, 10*time.Minute)
+	hooks := childHooks{HoldDir: t.TempDir()}
+	startChildWorkerWith(t, workerConfig(d), hooks)
 	bin := buildCLI(t)
 	api := startChildAPI(t, bin, d)
 	cliCfg, err := config.LoadCLI(d.Bootstrap().CLIConfig, config.MapEnv(nil))
@@ -44,9 +48,11 @@ func TestChaosAPI(t *testing.T) {
 		t.Fatal(err)
 	}
 	// run starts the CLI against the API process, kills and restarts that process once
-	// activity has started for box, and returns what the CLI printed once it exits.
-	run := func(t *testing.T, box cocoonbox.BoxID, activity string, args ...string) string {
+	// activity has started, and returns what the CLI printed once it exits.
+	run := func(t *testing.T, activity string, args ...string) string {
 		t.Helper()
+		started := startedFile(hooks.HoldDir, activity)
+		_ = os.Remove(started) // an earlier command's
 		cmd := exec.CommandContext(ctx, bin, append(args, "--endpoint", api.url(), "--token", cliCfg.Token)...)
 		cmd.Env = []string{"HOME=" + t.TempDir(), "PATH=" + os.Getenv("PATH")}
 		var stdout, stderr bytes.Buffer
@@ -58,7 +64,7 @@ func TestChaosAPI(t *testing.T) {
 		go func() { done <- cmd.Wait() }()
 		// Polled without backoff: a wake's or a hibernate's activity lasts a fraction of a
 		// second, and the kill must land inside it.
-		for !activityStarted(ctx, d.Temporal, box, activity) {
+		for !exists(started) {
 			select {
 			case err := <-done:
 				t.Fatalf("the CLI ended before %s started: %v\n%s%s", activity, err, stdout.String(), stderr.String())
@@ -101,7 +107,7 @@ func TestChaosAPI(t *testing.T) {
 		run               func(t *testing.T)
 	}{
 		{"box snapshot", "UploadSnapshot", func(t *testing.T) {
-			out := run(t, id, "UploadSnapshot", "box", "snapshot", "chaos-api")
+			out := run(t, "UploadSnapshot", "box", "snapshot", "chaos-api")
 			snaps, err := d.Store.ListSnapshots(ctx, id)
 			if err != nil {
 				t.Fatal(err)
@@ -112,7 +118,7 @@ func TestChaosAPI(t *testing.T) {
 		}},
 		{"box create", "Claim", func(t *testing.T) {
 			before := sandboxes(t)
-			run(t, spare, "Claim", "box", "create", "chaos-spare", "--request-id", string(spare))
+			run(t, "Claim", "box", "create", "chaos-spare", "--request-id", string(spare))
 			views, err := d.Boxes.List(ctx, owner.ID)
 			if err != nil {
 				t.Fatal(err)
@@ -130,23 +136,23 @@ func TestChaosAPI(t *testing.T) {
 		}},
 		{"box restore", "RestoreSnapshot", func(t *testing.T) {
 			before := sandboxes(t)
-			run(t, id, "RestoreSnapshot", "box", "restore", "chaos-api")
+			run(t, "RestoreSnapshot", "box", "restore", "chaos-api")
 			state(t, id, cocoonbox.BoxStateRunning)
 			if after := sandboxes(t); after != before {
 				t.Errorf("%d → %d sandboxes; a restore replaces the box's sandbox", before, after)
 			}
 		}},
 		{"box hibernate", "Hibernate", func(t *testing.T) {
-			run(t, spare, "Hibernate", "box", "hibernate", "chaos-spare")
+			run(t, "Hibernate", "box", "hibernate", "chaos-spare")
 			state(t, spare, cocoonbox.BoxStateHibernated)
 		}},
 		{"box wake", "Wake", func(t *testing.T) {
-			run(t, spare, "Wake", "box", "wake", "chaos-spare")
+			run(t, "Wake", "box", "wake", "chaos-spare")
 			state(t, spare, cocoonbox.BoxStateRunning)
 		}},
 		{"box rm", "Release", func(t *testing.T) {
 			before := sandboxes(t)
-			run(t, spare, "Release", "box", "rm", "--yes", "chaos-spare")
+			run(t, "Release", "box", "rm", "--yes", "chaos-spare")
 			if v, err := d.Boxes.Get(ctx, owner.ID, spare); err == nil && v.State != cocoonbox.BoxStateDeleted {
 				t.Fatalf("removed box: %+v", v.State)
 			}

@@ -12,9 +12,6 @@ import (
 	"testing"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
-	"go.temporal.io/sdk/client"
-
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/agentvm/model/modeltest"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
@@ -23,7 +20,6 @@ import (
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/testutil"
 	"github.com/loomhand/cocoonbox/internal/worker"
-	"github.com/loomhand/cocoonbox/workflows"
 )
 
 // chaosReport, when set, is where TestChaos writes its matrix (make chaos: docs/reliability.md).
@@ -40,9 +36,8 @@ type chaosCell struct {
 	activity        string // the activity whose start is the kill point
 	snapshots       int    // complete snapshots of the chaos box the operation adds: exactly once
 	run             func(ctx context.Context, c *chaosBox) error
-	// other, when set, is the box the operation is on instead of the chaos box, and check what
-	// must hold of it after; the chaos box's checks still run.
-	other func(c *chaosBox) cocoonbox.BoxID
+	// check, when set, is what must hold after the operation besides the chaos box's checks (of
+	// the spare box, for the create and delete cells).
 	check func(ctx context.Context, t *testing.T, c *chaosBox)
 	// held kills once the activity's work is done and before its result reaches Temporal
 	// (holdInterceptor), instead of as it starts.
@@ -146,7 +141,6 @@ func TestChaos(t *testing.T) {
 			t.Errorf("engine holds %d sandboxes after the restore, want 1 (the restored one; the replaced one released, none left by a retried try)", sbs)
 		}
 	}
-	spare := func(c *chaosBox) cocoonbox.BoxID { return c.spare }
 	// Groups of operations: a create and the delete of what it created go together.
 	groups := [][]chaosCell{
 		{{op: "snapshot", activity: "UploadSnapshot", snapshots: 1, run: snapshot}},
@@ -154,8 +148,8 @@ func TestChaos(t *testing.T) {
 		{{op: "hibernate+wake", activity: "Hibernate", snapshots: 1, run: hibernateWake}},
 		{{op: "wake", activity: "Wake", snapshots: 1, run: hibernateWake}}, // killed in the wake
 		{{op: "restore", activity: "RestoreSnapshot", run: restore, check: restored}},
-		{{op: "create", activity: "Claim", run: create, other: spare, check: created},
-			{op: "delete", activity: "Release", run: del, other: spare, check: deleted}},
+		{{op: "create", activity: "Claim", run: create, check: created},
+			{op: "delete", activity: "Release", run: del, check: deleted}},
 	}
 	points := []bool{false} // as the activity starts
 	if *chaosFull {
@@ -340,10 +334,6 @@ A create must leave exactly one new sandbox on the engine and a delete none.
 // the operation completed and the box is whole.
 func (c *chaosBox) runCell(ctx context.Context, t *testing.T, cell chaosCell) {
 	before := c.complete(ctx, t)
-	target := c.id
-	if cell.other != nil {
-		target = cell.other(c)
-	}
 	held := filepath.Join(c.hooks.HoldDir, "held-"+cell.activity)
 	if cell.held {
 		arm := filepath.Join(c.hooks.HoldDir, "arm-"+cell.activity)
@@ -353,6 +343,8 @@ func (c *chaosBox) runCell(ctx context.Context, t *testing.T, cell chaosCell) {
 		}
 		defer func() { _ = os.Remove(arm) }() // unsprung (the cell failed first): not for the next cell
 	}
+	started := startedFile(c.hooks.HoldDir, cell.activity)
+	_ = os.Remove(started) // an earlier cell's
 	c.capUploads(t, cell.midUpload)
 	if cell.midUpload {
 		// Fresh data each time, replacing the last cell's, so the snapshot has it to upload.
@@ -378,7 +370,7 @@ func (c *chaosBox) runCell(ctx context.Context, t *testing.T, cell chaosCell) {
 		case cell.midUpload:
 			now = c.uploading(ctx)
 		default:
-			now = activityStarted(ctx, c.d.Temporal, target, cell.activity)
+			now = exists(started)
 		}
 		if now {
 			c.kill(t, cell.part)
@@ -485,17 +477,6 @@ func (c *chaosBox) complete(ctx context.Context, t *testing.T) int {
 		}
 	}
 	return n
-}
-
-// activityStarted reports whether an activity named name has started for the box: on its
-// workflow or on a child of it (a snapshot's).
-func activityStarted(ctx context.Context, tc client.Client, box cocoonbox.BoxID, name string) bool {
-	for _, pa := range workflows.PendingActivities(ctx, tc, box) {
-		if pa.GetActivityType().GetName() == name && pa.GetState() == enumspb.PENDING_ACTIVITY_STATE_STARTED {
-			return true
-		}
-	}
-	return false
 }
 
 // exec runs a shell command in the box's current sandbox and returns its stdout.

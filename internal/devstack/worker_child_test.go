@@ -71,9 +71,15 @@ func runChildWorker(in io.Reader) error {
 
 // childHooks are the fault points of a child worker, sent after its config.
 type childHooks struct {
-	// HoldDir, when set, is where the test arms a hold (see holdInterceptor).
+	// HoldDir, when set, is where the test arms a hold (see holdInterceptor) and finds which
+	// activities started (startedFile).
 	HoldDir string
 }
+
+// startedFile is the file a child worker with hooks writes in dir when an activity named name
+// starts, local or not: a local activity, which the workflow runs inside its task, is in no
+// list of pending activities that Temporal could show.
+func startedFile(dir, name string) string { return filepath.Join(dir, "started-"+name) }
 
 // holdFor is how long a held activity waits, done, before it returns.
 const holdFor = 3 * time.Second
@@ -100,8 +106,9 @@ type holdActivity struct {
 }
 
 func (h *holdActivity) ExecuteActivity(ctx context.Context, in *interceptor.ExecuteActivityInput) (any, error) {
-	res, err := h.Next.ExecuteActivity(ctx, in)
 	name := activity.GetInfo(ctx).ActivityType.Name
+	_ = os.WriteFile(startedFile(h.dir, name), nil, 0o644)
+	res, err := h.Next.ExecuteActivity(ctx, in)
 	if err == nil && os.Remove(filepath.Join(h.dir, "arm-"+name)) == nil {
 		_ = os.WriteFile(filepath.Join(h.dir, "held-"+name), nil, 0o644)
 		time.Sleep(holdFor)

@@ -30,7 +30,8 @@ func TestWakeSurvivesKilledWorker(t *testing.T) {
 	cfg.NoWorker = true
 	d, ctx, owner, eng := newBoxEnv(t, cfg, 4*time.Minute)
 	wcfg := workerConfig(d)
-	first := startChildWorker(t, wcfg)
+	hooks := childHooks{HoldDir: t.TempDir()}
+	first := startChildWorkerWith(t, wcfg, hooks)
 
 	id := cocoonbox.NewBoxID()
 	st, err := d.Boxes.Create(ctx, owner.ID, boxsvc.CreateRequest{ID: id, Name: "work", Size: cocoonbox.SizeSmall})
@@ -58,7 +59,8 @@ func TestWakeSurvivesKilledWorker(t *testing.T) {
 		st, err := d.Boxes.Wake(ctx, owner.ID, id)
 		woke <- result{st, err}
 	}()
-	// Kill the worker the moment the server reports the Wake activity started on it.
+	// Kill the worker the moment the Wake activity starts on it.
+	wakeStarted := startedFile(hooks.HoldDir, "Wake")
 	started := false
 	for !started {
 		select {
@@ -68,7 +70,7 @@ func TestWakeSurvivesKilledWorker(t *testing.T) {
 			t.Fatal("the Wake activity never started")
 		case <-time.After(10 * time.Millisecond):
 		}
-		started = activityStarted(ctx, d.Temporal, id, "Wake")
+		started = exists(wakeStarted)
 	}
 	first.kill()
 	t.Logf("killed the worker with the Wake activity started")

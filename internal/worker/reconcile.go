@@ -273,7 +273,10 @@ func (r *Reconciler) holds(ctx context.Context, box cocoonbox.BoxID, id string) 
 // workflowRun is what Temporal says of a workflow's latest run.
 type workflowRun struct {
 	status enumspb.WorkflowExecutionStatus // unspecified: Temporal has no such workflow
-	busy   bool                            // an activity or a child workflow is under way
+	// busy: an activity, a child workflow or a workflow task is under way. A started workflow
+	// task may be running local activities (the box workflow's quick engine calls), which
+	// Temporal lists nowhere else.
+	busy bool
 }
 
 func (w workflowRun) running() bool { return w.status == enumspb.WORKFLOW_EXECUTION_STATUS_RUNNING }
@@ -289,6 +292,7 @@ func (r *Reconciler) describe(ctx context.Context, id string) (workflowRun, erro
 	}
 	return workflowRun{
 		status: desc.GetWorkflowExecutionInfo().GetStatus(),
-		busy:   len(desc.GetPendingActivities()) > 0 || len(desc.GetPendingChildren()) > 0,
+		busy: len(desc.GetPendingActivities()) > 0 || len(desc.GetPendingChildren()) > 0 ||
+			desc.GetPendingWorkflowTask().GetState() == enumspb.PENDING_WORKFLOW_TASK_STATE_STARTED,
 	}, nil
 }

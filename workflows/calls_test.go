@@ -1,0 +1,68 @@
+package workflows
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
+	"go.temporal.io/sdk/temporal"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/activities"
+)
+
+// TestQuickCalls: a create runs its row, claim and ready probe as local activities; a try that fails
+// with an error worth retrying goes on as an activity (which the server retries and operators
+// see), and one that cannot succeed on another try fails the create without one.
+func TestQuickCalls(t *testing.T) {
+	run := func(t *testing.T, firstErr error) (ran []string, create *outcome) {
+		env := newEnv(t)
+		env.SetOnLocalActivityStartedListener(func(info *activity.Info, _ context.Context, _ []any) {
+			ran = append(ran, "local "+info.ActivityType.Name)
+		})
+		env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+			ran = append(ran, "activity "+info.ActivityType.Name)
+		})
+		tries := 0
+		env.OnActivity(sb.Claim, mock.Anything, mock.Anything).Return(
+			func(context.Context, activities.ClaimInput) (activities.ClaimResult, error) {
+				if tries++; tries == 1 {
+					return activities.ClaimResult{}, firstErr
+				}
+				return activities.ClaimResult{SandboxID: "sb-1", Deadline: env.Now().Add(time.Hour)}, nil
+			})
+		create = update(env, 0, UpdateCreate, CreateInput{})
+		deleteAt(env, time.Minute)
+		env.ExecuteWorkflow(BoxWorkflow, input())
+		require.True(t, env.IsWorkflowCompleted())
+		return ran, create
+	}
+	t.Run("retryable", func(t *testing.T) {
+		ran, create := run(t, temporal.NewApplicationError("the engine is busy", activities.ErrTypeUnavailable))
+		require.NoError(t, create.err)
+		require.Equal(t, cocoonbox.BoxStateRunning, create.status.State)
+		require.Equal(t, []string{"local RecordBox", "local Claim", "activity Claim", "local WaitReady"}, calls(ran))
+	})
+	t.Run("final", func(t *testing.T) {
+		ran, create := run(t, temporal.NewNonRetryableApplicationError("bad size", activities.ErrTypeInvalidArgument, nil))
+		require.ErrorContains(t, create.err, "bad size")
+		require.Equal(t, []string{"local RecordBox", "local Claim"}, calls(ran))
+	})
+}
+
+// calls is ran without the row writes (SetState, Event) and the delete's release.
+func calls(ran []string) []string {
+	var out []string
+	for _, r := range ran {
+		switch r {
+		case "local SetState", "local Event", "local Release", "activity Release":
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
