@@ -113,20 +113,15 @@ func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (
 	if err := policy.Network.Validate(); err != nil {
 		return View{}, err
 	}
-	if existing, err := s.Store.BoxByID(ctx, req.ID); err == nil && existing.Owner != owner {
-		return View{}, cocoonbox.Errorf(cocoonbox.EConflict, "box ID %s is taken", req.ID)
-	}
-	if existing, err := s.Store.BoxByOwnerName(ctx, owner, req.Name); err == nil && existing.ID != req.ID {
-		return View{}, cocoonbox.Errorf(cocoonbox.EConflict, "name: you already have a box called %q", req.Name)
-	}
 	// The row is written here, inside the owner's quota, before the workflow starts: the quota
 	// counts rows, and two creates racing must not both pass. The workflow's own create of the
 	// row then finds it.
 	quota := store.BoxQuota{Boxes: s.Quota.Boxes, VCPUs: s.Quota.VCPUs, MemoryMB: s.Quota.MemoryMB}
-	if _, err := s.Store.CreateBoxWithin(ctx, store.NewBox{ID: req.ID, Owner: owner, Name: req.Name, Size: req.Size}, quota); err != nil {
-		if errors.Is(err, store.ErrConflict) {
-			return View{}, &cocoonbox.Error{Code: cocoonbox.EConflict, Message: fmt.Sprintf("box ID %s or name %q is taken", req.ID, req.Name), Err: err}
-		}
+	row, err := s.Store.CreateBoxWithin(ctx, store.NewBox{ID: req.ID, Owner: owner, Name: req.Name, Size: req.Size}, quota)
+	if errors.Is(err, store.ErrConflict) {
+		return View{}, s.taken(ctx, owner, req, err)
+	}
+	if err != nil {
 		return View{}, err
 	}
 	st, err := workflows.Create(ctx, s.Temporal, workflows.BoxWorkflowInput{
@@ -137,11 +132,19 @@ func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (
 		return View{}, err
 	}
 	s.audit(ctx, owner, req.ID, "create", map[string]any{"name": req.Name, "size": req.Size})
-	v := View{Status: st, Name: req.Name, Owner: owner, Size: req.Size, Role: cocoonbox.RoleOwner}
-	if row, err := s.Store.BoxByID(ctx, req.ID); err == nil {
-		v.CreatedAt = row.CreatedAt
+	return View{Status: st, Name: req.Name, Owner: owner, Size: req.Size, Role: cocoonbox.RoleOwner, CreatedAt: row.CreatedAt}, nil
+}
+
+// taken says which of a new box's ID and name another box holds. It looks only once the insert
+// met one (err), so a create that takes neither costs no lookups.
+func (s *Service) taken(ctx context.Context, owner string, req CreateRequest, err error) error {
+	if existing, e := s.Store.BoxByID(ctx, req.ID); e == nil && existing.Owner != owner {
+		return cocoonbox.Errorf(cocoonbox.EConflict, "box ID %s is taken", req.ID)
 	}
-	return v, nil
+	if existing, e := s.Store.BoxByOwnerName(ctx, owner, req.Name); e == nil && existing.ID != req.ID {
+		return cocoonbox.Errorf(cocoonbox.EConflict, "name: you already have a box called %q", req.Name)
+	}
+	return &cocoonbox.Error{Code: cocoonbox.EConflict, Message: fmt.Sprintf("box ID %s or name %q is taken", req.ID, req.Name), Err: err}
 }
 
 // Get returns the box's status from its workflow (viewer).

@@ -96,3 +96,31 @@ func TestStreamsQuota(t *testing.T) {
 		t.Fatalf("watch after the first ended: %v; want it served", err)
 	}
 }
+
+// TestCreateNamesWhatIsTaken: a create whose ID another user's box holds, or whose name one of
+// the caller's own boxes has, is a conflict that says which, and writes no row.
+func TestCreateNamesWhatIsTaken(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t) // ann owns e.box, called dev
+	ctx := context.Background()
+	// No Temporal client: a create that got past the row would panic here.
+	svc := &boxsvc.Service{Store: e.st}
+	for _, c := range []struct {
+		caller string
+		req    boxsvc.CreateRequest
+		want   string
+	}{
+		{e.vic, boxsvc.CreateRequest{ID: e.box, Name: "mine", Size: cocoonbox.SizeSmall}, "box ID " + string(e.box) + " is taken"},
+		{e.ann, boxsvc.CreateRequest{Name: "dev", Size: cocoonbox.SizeSmall}, `name: you already have a box called "dev"`},
+	} {
+		_, err := svc.Create(ctx, c.caller, c.req)
+		if cocoonbox.ErrorCode(err) != cocoonbox.EConflict || cocoonbox.ErrorMessage(err) != c.want {
+			t.Errorf("create %+v as %s: %v; want conflict %q", c.req, c.caller, err, c.want)
+		}
+	}
+	for _, u := range []string{e.ann, e.vic} {
+		if boxes, err := e.st.ListBoxes(ctx, u); err != nil || len(boxes) != map[string]int{e.ann: 1, e.vic: 0}[u] {
+			t.Errorf("boxes of %s after the refused creates: %d, %v", u, len(boxes), err)
+		}
+	}
+}
