@@ -53,6 +53,8 @@ type Agent struct {
 	// DialGateway dials the model gateway for the box's model calls (the box has no network);
 	// nil means a net.Dialer with a 10 s timeout. Only the Gateway's host is dialed.
 	DialGateway func(ctx context.Context, network, addr string) (net.Conn, error)
+
+	prelinks prelinks // model links opened for the next steps of runs
 }
 
 // BoxLease is the box's desktop control lease as its workflow knows it: who holds it ("" for
@@ -189,6 +191,10 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 	})
 	if err != nil {
 		return StepResult{}, agentError(ctx, err)
+	}
+	if !resp.GetDone() && ctx.Err() == nil {
+		// The run's next step will want a link for its model call first thing.
+		a.prelinks.open(a, box, in.RunID, in.Step+1)
 	}
 	if err := a.Runs.AppendAgentStep(ctx, stepRow(in, resp)); err != nil {
 		return StepResult{}, classify(fmt.Errorf("record step: %w", err))

@@ -47,6 +47,9 @@ type modelLinks struct {
 	route    route  // holds the key: never logged
 	client   *http.Client
 	log      log.Logger
+	// pre holds the links opened for this step as the one before it ended (prelinks), each
+	// keeper's first; nil when there are none.
+	pre chan sandbox.Conn
 
 	// slots holds one token per idle link or pipe, so at most maxGatewayPipes of them are
 	// live; a token is taken before dialing a link and given back when the link or its pipe
@@ -69,6 +72,7 @@ func (a *Agent) keepLinks(ctx context.Context, box boxlink.Box, runID string, st
 		a: a, ref: box.Ref, route: rt, client: client, log: logger(ctx), open: map[net.Conn]struct{}{},
 		slots:    make(chan struct{}, maxGatewayPipes),
 		preamble: fmt.Sprintf("%s %s %s %d\n", wire.LinkProtocol, box.Cred, runID, step),
+		pre:      a.prelinks.take(box.Ref.ID, runID, step),
 	}
 	for range idleLinks {
 		m.wg.Go(func() { m.keep(ctx) })
@@ -109,12 +113,24 @@ func (m *modelLinks) close(c net.Conn) {
 // keep holds one idle link open: when the agent starts using it, its request is served and
 // another link takes its place.
 func (m *modelLinks) keep(ctx context.Context) {
+	pre := m.pre
 	backoff := linkBackoff
 	for ctx.Err() == nil {
 		if !m.acquire(ctx) {
+			if pre != nil {
+				go closeOne(pre)
+			}
 			return
 		}
-		link, br, err := m.idle(ctx)
+		link, br, err := m.idle(ctx, pre)
+		if pre != nil {
+			pre = nil
+			if errors.Is(err, errLinkUnused) {
+				err = nil // opened ahead, it may have outlived the box's wait for it: dial at once
+				m.release()
+				continue
+			}
+		}
 		if err != nil {
 			m.release()
 			if ctx.Err() != nil {
@@ -168,18 +184,34 @@ func (m *modelLinks) release() { <-m.slots }
 // errLinkUnused is an idle link the agent closed: its step ended, or it waited too long.
 var errLinkUnused = errors.New("agent closed an unused link")
 
-// idle opens a link and waits until the agent sends its first byte.
-func (m *modelLinks) idle(ctx context.Context) (sandbox.Conn, *bufio.Reader, error) {
-	link, err := m.a.Link.Sandbox.DialPort(ctx, m.ref, wire.LinkPort)
-	if err != nil {
-		return nil, nil, fmt.Errorf("dial agent link: %w", err)
+// idle opens a link, or takes the next one opened ahead on pre when that is not nil, and waits
+// until the agent sends its first byte.
+func (m *modelLinks) idle(ctx context.Context, pre chan sandbox.Conn) (sandbox.Conn, *bufio.Reader, error) {
+	var link sandbox.Conn
+	if pre != nil {
+		select {
+		case link = <-pre:
+		case <-ctx.Done():
+			go closeOne(pre)
+			return nil, nil, ctx.Err()
+		}
 	}
-	if !m.track(link) {
-		return nil, nil, ctx.Err()
-	}
-	if err := m.handshake(link); err != nil {
-		m.close(link)
-		return nil, nil, err
+	if link != nil {
+		if !m.track(link) {
+			return nil, nil, ctx.Err()
+		}
+	} else {
+		var err error
+		if link, err = m.a.Link.Sandbox.DialPort(ctx, m.ref, wire.LinkPort); err != nil {
+			return nil, nil, fmt.Errorf("dial agent link: %w", err)
+		}
+		if !m.track(link) {
+			return nil, nil, ctx.Err()
+		}
+		if err := m.handshake(link); err != nil {
+			m.close(link)
+			return nil, nil, err
+		}
 	}
 	br := bufio.NewReaderSize(link, 4<<10)
 	if _, err := br.Peek(1); err != nil {

@@ -25,6 +25,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/boxlink"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/store"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
 const linkModelKey = "sk-link-model-key"
@@ -80,6 +81,9 @@ type linkBox struct {
 	open  map[int]int // box port → connections not yet closed
 	dials map[int]int
 	sent  map[int]*bytes.Buffer // box port → every byte the control plane sent to it
+	// held, while not nil, holds every new dial of a link until it is closed (or the dial's
+	// context ends).
+	held chan struct{}
 }
 
 // trackedConn is a relay connection that tells its box when it closes, and what it wrote.
@@ -111,6 +115,16 @@ func (b *linkBox) DialPort(ctx context.Context, sb sandbox.SandboxRef, port int)
 	addr, ok := b.ports[port]
 	if sb.ID != "sb_1" || sb.Token != "tok" || !ok {
 		return nil, sandbox.ErrNotFound
+	}
+	b.mu.Lock()
+	held := b.held
+	b.mu.Unlock()
+	if held != nil && port == wire.LinkPort {
+		select {
+		case <-held:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "tcp", addr)
@@ -313,11 +327,20 @@ func TestAgentStepOverModelLinks(t *testing.T) {
 			if got, err := os.ReadFile(filepath.Join(f.dir, "out.txt")); err != nil || string(got) != "hello\n" {
 				t.Fatalf("out.txt = %q, %v", got, err)
 			}
-			f.assertLinksClosed(t)
-
+			// Step 2's links were opened as step 1 ended, and its model call needs no dial.
+			testutil.Eventually(t, testutil.WaitShort, "the next step's links open", func() bool {
+				open, _ := f.box.counts(wire.LinkPort)
+				return open == idleLinks
+			})
+			held := make(chan struct{})
+			f.box.mu.Lock()
+			f.box.held = held
+			f.box.mu.Unlock()
 			in.Step = 2
-			if res, err = f.step(t, in); err != nil || !res.Done || res.Text != "Wrote it." {
-				t.Fatalf("step 2 = %+v, %v", res, err)
+			res, err = f.step(t, in)
+			close(held)
+			if err != nil || !res.Done || res.Text != "Wrote it." {
+				t.Fatalf("step 2 with no new link dialed = %+v, %v", res, err)
 			}
 			f.assertLinksClosed(t)
 			if n := len(srv.Requests()); n != 2 {
