@@ -21,9 +21,14 @@ import (
 )
 
 const (
-	// idleLinks is how many unused links wait in the box during a step: one for the model call,
-	// one spare for a retry or a second connection.
-	idleLinks = 2
+	// idleLinks is how many unused links wait in the box during a step: one, for its model
+	// call. Each link is a ports-relay dial, a runsc exec that costs tens of milliseconds of
+	// CPU, which a spare would spend on every step while the box runs its tools.
+	idleLinks = 1
+	// relinkAfter is how long the keeper waits after the agent took a link before it opens the
+	// next: a step's one model call needs no second link, while a retry (which backs off longer
+	// than this anyway) or a second connection waits for this and one dial.
+	relinkAfter = 250 * time.Millisecond
 	// linkHandshakeTimeout bounds the agent's answer to a link's first line.
 	linkHandshakeTimeout = 10 * time.Second
 	// linkBackoff and maxLinkBackoff pace the reopening of links that failed.
@@ -155,6 +160,11 @@ func (m *modelLinks) keep(ctx context.Context) {
 			defer m.release()
 			m.serve(ctx, link, br)
 		})
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(relinkAfter):
+		}
 	}
 }
 
