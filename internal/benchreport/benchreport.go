@@ -24,10 +24,17 @@ func Latency(b *testing.B, samples []time.Duration) {
 // reached.
 func Throughput(b *testing.B, size int64, samples []time.Duration) {
 	b.Helper()
+	Rate(b, float64(size)/1e6, "MB/s", samples)
+}
+
+// Rate reports n things per second (unit, such as "starts/s") for batches of n that took
+// samples; as with Throughput, p95 is the slow tail.
+func Rate(b *testing.B, n float64, unit string, samples []time.Duration) {
+	b.Helper()
 	needSamples(b, len(samples))
 	slices.Sort(samples)
-	mbps := func(d time.Duration) float64 { return float64(size) / 1e6 / d.Seconds() }
-	report(b, mbps(quantile(samples, 0.50)), mbps(quantile(samples, 0.95)), "MB/s")
+	per := func(d time.Duration) float64 { return n / d.Seconds() }
+	report(b, per(quantile(samples, 0.50)), per(quantile(samples, 0.95)), unit)
 }
 
 // MiB reports p50/p95 of samples given in MiB.

@@ -1,0 +1,104 @@
+package devstack_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"go.temporal.io/sdk/client"
+	"go.temporal.io/sdk/worker"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/benchreport"
+	"github.com/loomhand/cocoonbox/workflows"
+)
+
+// startsBatch is how many workflows a starts benchmark starts at once.
+const startsBatch = 40
+
+// BenchmarkBoxWorkflowStarts: how many box workflows a second the embedded Temporal and the dev
+// stack's worker start, each until it has run its first workflow task (its status query
+// answers, which waits for that task): the Temporal share of a burst of creates, without the
+// engine's claims (the workflows wait for their create and are terminated, untimed).
+func BenchmarkBoxWorkflowStarts(b *testing.B) {
+	d := benchDev(b)
+	owner, err := d.Store.UserByName(context.Background(), "admin")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), boxBenchRun)
+	defer cancel()
+	var samples []time.Duration
+	for b.Loop() {
+		ids := make([]cocoonbox.BoxID, startsBatch)
+		took := startAll(b, func(i int) error {
+			ids[i] = cocoonbox.NewBoxID()
+			in := workflows.BoxWorkflowInput{BoxID: ids[i], Owner: owner.ID, Name: fmt.Sprintf("starts-%d", i), Size: cocoonbox.SizeSmall}
+			if _, err := d.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+				ID: workflows.BoxWorkflowID(ids[i]), TaskQueue: workflows.TaskQueue,
+			}, workflows.BoxWorkflow, in); err != nil {
+				return err
+			}
+			_, err := workflows.GetStatus(ctx, d.Temporal, ids[i])
+			return err
+		})
+		samples = append(samples, took)
+		for _, id := range ids {
+			if err := d.Temporal.TerminateWorkflow(ctx, workflows.BoxWorkflowID(id), "", "benchmark"); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	benchreport.Rate(b, startsBatch, "starts/s", samples)
+}
+
+// BenchmarkRawWorkflowStarts: the same number of trivial workflows started at once, each until
+// it has run (its result is read), on a worker of their own.
+func BenchmarkRawWorkflowStarts(b *testing.B) {
+	d := benchDev(b)
+	w := worker.New(d.Temporal, "bench-starts", worker.Options{})
+	w.RegisterWorkflow(noopWorkflow)
+	if err := w.Start(); err != nil {
+		b.Fatal(err)
+	}
+	defer w.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), boxBenchRun)
+	defer cancel()
+	var samples []time.Duration
+	batch := 0
+	for b.Loop() {
+		batch++
+		samples = append(samples, startAll(b, func(i int) error {
+			run, err := d.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+				ID: fmt.Sprintf("starts-%d-%d", batch, i), TaskQueue: "bench-starts",
+			}, noopWorkflow)
+			if err != nil {
+				return err
+			}
+			return run.Get(ctx, nil)
+		}))
+	}
+	benchreport.Rate(b, startsBatch, "starts/s", samples)
+}
+
+// startAll runs start for 0..startsBatch-1 at once and returns how long all took; any error
+// fails b.
+func startAll(b *testing.B, start func(i int) error) time.Duration {
+	b.Helper()
+	errs := make([]error, startsBatch)
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for i := range startsBatch {
+		wg.Go(func() { errs[i] = start(i) })
+	}
+	wg.Wait()
+	took := time.Since(t0)
+	for i, err := range errs {
+		if err != nil {
+			b.Fatalf("start %d: %v", i, err)
+		}
+	}
+	return took
+}
