@@ -54,6 +54,7 @@ type Service struct {
 	Quota config.Quota
 
 	execs, streams inflight // this process's share of Quota.Execs and Quota.Streams
+	touches        touches  // the touches held back (see touchEvery)
 }
 
 // View is a box as a caller sees it: the workflow's status with the box's record and the

@@ -271,7 +271,7 @@ func (s *Service) keepAwake(ctx context.Context, id cocoonbox.BoxID) (done func(
 		for {
 			select {
 			case <-t.C:
-				s.touch(ctx, id)
+				s.sendTouch(ctx, id) // paced already, and far slower than touchEvery
 			case <-stop:
 				return
 			case <-ctx.Done():
@@ -280,21 +280,6 @@ func (s *Service) keepAwake(ctx context.Context, id cocoonbox.BoxID) (done func(
 		}
 	}()
 	return func() { close(stop) }
-}
-
-// touch tells the box's workflow it is in use, so it is not idle-hibernated; best effort, and
-// sent beside the answer rather than before it: the caller need not wait for the signal.
-func (s *Service) touch(ctx context.Context, id cocoonbox.BoxID) {
-	if s.Temporal == nil {
-		return // a service that reaches no workflows (some tests) has no idle clock to restart
-	}
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	go func() {
-		defer cancel()
-		if err := workflows.Touch(ctx, s.Temporal, id); err != nil && s.Logger != nil {
-			s.Logger.Warn("touch box", "box", id, "err", err)
-		}
-	}()
 }
 
 // maxPath is Linux's PATH_MAX: no file in the box has a longer path.

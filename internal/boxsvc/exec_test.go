@@ -107,6 +107,31 @@ func TestExecKeepsTheBoxAwake(t *testing.T) {
 	}
 }
 
+// TestTouchesHeldBack: execs back to back touch their box once at once and once more at the
+// end of the touch interval, not once each: a touch is a workflow task the next exec's status
+// query would wait for. The last use still reaches the workflow.
+func TestTouchesHeldBack(t *testing.T) {
+	t.Parallel()
+	e := newBoxEnv(t)
+	touches := func() int {
+		e.temporal.mu.Lock()
+		defer e.temporal.mu.Unlock()
+		return e.temporal.signals[workflows.SignalTouch]
+	}
+	before := touches()
+	start := time.Now()
+	for range 20 {
+		e.exec(t, "true")
+	}
+	// One touch at once, one per interval the execs lasted, and the held-back one after them.
+	most := 2 + int(time.Since(start)/time.Second)
+	testutil.Eventually(t, testutil.WaitShort, "the held-back touch after the last exec", func() bool { return touches()-before >= 2 })
+	time.Sleep(300 * time.Millisecond)
+	if n := touches() - before; n > most {
+		t.Errorf("20 execs in a row sent %d touches, want at most %d", n, most)
+	}
+}
+
 // TestExecStdin: a command reads the standard input it is given; more than the limit is refused
 // naming the field, before anything runs.
 func TestExecStdin(t *testing.T) {
