@@ -263,11 +263,7 @@ func (w *box) keep() int {
 // but they heartbeat their progress every few seconds, so a killed worker's stream is retried
 // (from scratch) within seconds.
 func streamOptions(ctx workflow.Context) workflow.Context {
-	return workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: 2 * time.Hour,
-		HeartbeatTimeout:    sandboxHeartbeatTimeout,
-		RetryPolicy:         retryPolicy(),
-	})
+	return sandboxOptions(ctx, 2*time.Hour)
 }
 
 // cleanupOptions are for activities that delete objects: longer than a row write.

@@ -82,16 +82,22 @@ func BenchmarkRawTemporalStart(b *testing.B) {
 
 func noopWorkflow(workflow.Context) error { return nil }
 
-// BenchmarkWorkflowRoundTrip: start a trivial workflow and wait for its result, through the dev
-// stack's Temporal client.
-func BenchmarkWorkflowRoundTrip(b *testing.B) {
-	d := benchDev(b)
-	w := worker.New(d.Temporal, "bench", worker.Options{})
+// noopWorker runs noopWorkflow on d's Temporal, polling queue, until b ends.
+func noopWorker(b *testing.B, d *devstack.Dev, queue string) {
+	b.Helper()
+	w := worker.New(d.Temporal, queue, worker.Options{})
 	w.RegisterWorkflow(noopWorkflow)
 	if err := w.Start(); err != nil {
 		b.Fatal(err)
 	}
-	defer w.Stop()
+	b.Cleanup(w.Stop)
+}
+
+// BenchmarkWorkflowRoundTrip: start a trivial workflow and wait for its result, through the dev
+// stack's Temporal client.
+func BenchmarkWorkflowRoundTrip(b *testing.B) {
+	d := benchDev(b)
+	noopWorker(b, d, "bench")
 	ctx := context.Background()
 	var samples []time.Duration
 	for i := range b.N {

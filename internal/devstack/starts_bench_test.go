@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
-	"go.temporal.io/sdk/worker"
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/benchreport"
@@ -58,12 +57,7 @@ func BenchmarkBoxWorkflowStarts(b *testing.B) {
 // it has run (its result is read), on a worker of their own.
 func BenchmarkRawWorkflowStarts(b *testing.B) {
 	d := benchDev(b)
-	w := worker.New(d.Temporal, "bench-starts", worker.Options{})
-	w.RegisterWorkflow(noopWorkflow)
-	if err := w.Start(); err != nil {
-		b.Fatal(err)
-	}
-	defer w.Stop()
+	noopWorker(b, d, "bench-starts")
 	ctx, cancel := context.WithTimeout(context.Background(), boxBenchRun)
 	defer cancel()
 	var samples []time.Duration
