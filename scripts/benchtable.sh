@@ -15,15 +15,16 @@ cat <<HEAD
 # Benchmarks
 
 Written by \`make bench\` on $(date -u +%Y-%m-%d) ($(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB, $(go env GOVERSION)).
-Each figure is the p50 and p95 over n repeated runs: latencies in ms, throughput in MB/s
-(10^6 bytes/s; its p95 is the slow tail, the rate 95% of runs reached), memory in MiB. Numbers
-vary with machine load; compare ratios within one run, not absolute figures across runs.
+Each figure is the p50, p95 and p99 over n repeated runs (with n under 100 the p99 is the
+slowest run): latencies in ms, throughput in MB/s (10^6 bytes/s; its p95 and p99 are the slow
+tail, the rate 95% and 99% of runs reached), memory in MiB. Numbers vary with machine load;
+compare ratios within one run, not absolute figures across runs.
 
 HEAD
 echo "$raw" | awk '
 BEGIN {
 	title["internal/devstack"] = "Dev stack (`cocoonbox dev`)"
-	note["internal/devstack"] = "Start figures are measured in one process; a fresh `cocoonbox dev` process adds about 0.5 s of Temporal server initialisation. Box figures go through the box workflow on the dev stack (Temporal update, in-process worker, activities, engine); their raw figures call the same dev engine with the sandbox client directly, in the same run, so the ratio is the orchestration overhead. Snapshot1GiB/BoxAfter10MiB stores a 10 MiB object (its object-MiB in the raw output) where the full snapshot before it stored 512 MiB; most of its second is the engine checkpoint, which copies the whole 1.1 GiB disk before the incremental export reads what changed, and its p95 is the compaction retention runs about once per keep (5) snapshots. Where the time went (profiled on 2026-12-04 and 2026-12-05 from workflow history timestamps, timers around each phase of the agent step and of the desktop open, and timings in a box): every process a box starts costs about 30 ms under gVisor, and every engine ports-relay connection is a runsc exec costing about 40 ms of CPU; most of what was removed is one or the other. A warm create spent 97 of its 146 ms in its ready exec, whose credential script started mkdir and mv: every image now has the directory, and a first credential is written by the shell alone. The four workflow tasks and three activities of a create are one workflow task, and a wake and a hibernate one each: their short calls (row, claim, ready probe, wake, hibernate) run first as local activities, as activities only when a try fails. An agent step dialed two model links as it started and one more after its model call, and on two cores their runsc execs competed with the box running the step tools (148 ms a step before, 95 after in a focused run): a step keeps one link, and the link of the next step is opened as the step before it ends. Every call to the agent of a box dialed the relay and HTTP/2 anew; calls share one connection per sandbox. A run carried every screenshot of its conversation each step; the agent keeps the newest three. A snapshot read its object back from S3 to verify it; the CRC32 the store reports is compared instead. Still ours: the quota transaction of a create before its workflow starts and the trips of its update to the worker and back (about 20 ms over the raw claim and exec, the embedded server on SQLite), and the desktop ticket call and the checks of the edge as it connects (token, role, status query; about 30 ms more than the raw RFB client over the relay, whose dial both pay). Still the engine: each ports-relay connection is a runsc exec (the first frame of a desktop, a preview, the first call to an agent and each model link pay about 40 ms; one long-lived relay per box carrying many connections would remove it); a snapshot checkpoint copies the whole 1.1 GiB disk before its export reads it, and the S3 server takes an upload from memory at about half the rate of tar | zstd on this disk (RawS3Upload), which puts the 80 % target out of reach of any pipeline into it: a snapshot through the workflow reaches about 80 % of RawS3Upload, and a restore reads the object back through the same server."
+	note["internal/devstack"] = "Start figures are measured in one process; a fresh `cocoonbox dev` process adds about 0.5 s of Temporal server initialisation. Box figures go through the box workflow on the dev stack (Temporal update, in-process worker, activities, engine); their raw figures call the same dev engine with the sandbox client directly, in the same run, so the ratio is the orchestration overhead. Snapshot1GiB/BoxAfter10MiB stores a 10 MiB object (its object-MiB in the raw output) where the full snapshot before it stored 512 MiB; most of its second is the engine checkpoint, which copies the whole 1.1 GiB disk before the incremental export reads what changed, and its p95 is the compaction retention runs about once per keep (5) snapshots. Where the time went (profiled on 2026-12-04 and 2026-12-05 from workflow history timestamps, timers around each phase of the agent step and of the desktop open, and timings in a box): every process a box starts costs about 30 ms under gVisor, and every engine ports-relay connection is a runsc exec costing about 40 ms of CPU; most of what was removed is one or the other. A warm create spent 97 of its 146 ms in its ready exec, whose credential script started mkdir and mv: every image now has the directory, and a first credential is written by the shell alone. The four workflow tasks and three activities of a create are one workflow task, and a wake and a hibernate one each: their short calls (row, claim, ready probe, wake, hibernate) run first as local activities, as activities only when a try fails. An agent step dialed two model links as it started and one more after its model call, and on two cores their runsc execs competed with the box running the step tools (148 ms a step before, 95 after in a focused run): a step keeps one link, and the link of the next step is opened as the step before it ends. A status query waits for any workflow task of the box under way, and back-to-back execs each waited about 5 ms for the task of the touch the one before sent; an API process touches a box at most once a second, and a view ticket asks no status. Every call to the agent of a box dialed the relay and HTTP/2 anew; calls share one connection per sandbox. A run carried every screenshot of its conversation each step; the agent keeps the newest three. A snapshot read its object back from S3 to verify it; the CRC32 the store reports is compared instead. Still ours: the quota transaction of a create before its workflow starts and the trips of its update to the worker and back (about 20 ms over the raw claim and exec, the embedded server on SQLite), and the desktop ticket call and the checks of the edge as it connects (token, role, status query; about 30 ms more than the raw RFB client over the relay, whose dial both pay). Still the engine: each ports-relay connection is a runsc exec (the first frame of a desktop, a preview, the first call to an agent and each model link pay about 40 ms; one long-lived relay per box carrying many connections would remove it); a snapshot checkpoint copies the whole 1.1 GiB disk before its export reads it, and the S3 server takes an upload from memory at about half the rate of tar | zstd on this disk (RawS3Upload), which puts the 80 % target out of reach of any pipeline into it: a snapshot through the workflow reaches about 80 % of RawS3Upload, and a restore reads the object back through the same server."
 	title["internal/engine"] = "Local engine (gVisor runtime, base image, small boxes)"
 	note["internal/engine"] = "Engine figures go through the HTTP API with the sandbox client; raw figures call the runtime directly, in the same run."
 
@@ -136,20 +137,21 @@ BEGIN {
 	print "## " (pkg in title ? title[pkg] : pkg)
 	print ""
 	if (pkg in note) { print note[pkg]; print "" }
-	print "| benchmark | what | n | p50 | p95 | unit |"
-	print "|---|---|---:|---:|---:|---|"
+	print "| benchmark | what | n | p50 | p95 | p99 | unit |"
+	print "|---|---|---:|---:|---:|---:|---|"
 	next
 }
 /^Benchmark/ {
 	name = $1; sub(/^Benchmark/, "", name); sub(/-[0-9]+$/, "", name)
-	n = $2; p50 = ""; p95 = ""; unit = ""
+	n = $2; p50 = ""; p95 = ""; p99 = ""; unit = ""
 	for (i = 3; i < NF; i++) {
 		m = $(i+1)
 		if (m ~ /^p50-/) { p50 = $i; unit = substr(m, 5) }
 		if (m ~ /^p95-/) p95 = $i
+		if (m ~ /^p99-/) p99 = $i
 	}
 	order[++count] = name; P50[name] = p50; U[name] = unit
-	printf "| %s | %s | %s | %s | %s | %s |\n", name, what[name], n, p50, p95, unit
+	printf "| %s | %s | %s | %s | %s | %s | %s |\n", name, what[name], n, p50, p95, p99, unit
 }
 /^(ok|FAIL)[ \t]/ { print "" }
 END {
