@@ -144,9 +144,11 @@ func finalClaim(ctx context.Context, err error) error {
 
 // lastTry reports whether the next try of the activity would start after its ScheduleToClose
 // deadline. The wait before it is the workflows' retry policy's (workflows.retryPolicy): 1 s
-// after the first try, doubling, at most 30 s.
+// after the first try, doubling, at most 30 s. A local activity's try is never the last: it is
+// the box workflow's quick try (workflows.quickly), whose ScheduleToClose is its own few
+// seconds, and the activity that follows it owns the create's wait.
 func lastTry(info activity.Info, now time.Time) bool {
-	if info.ScheduleToCloseTimeout <= 0 {
+	if info.ScheduleToCloseTimeout <= 0 || info.IsLocalActivity {
 		return false
 	}
 	next := min(time.Second<<min(max(info.Attempt-1, 0), 5), 30*time.Second)

@@ -154,7 +154,8 @@ func TestClaimRefBox(t *testing.T) {
 }
 
 // TestLastTry: a claim's refusal is final once the retry policy's next wait (1 s, doubling, at
-// most 30 s) would start the next try after the ScheduleToClose deadline; without one, never.
+// most 30 s) would start the next try after the ScheduleToClose deadline; without one, or in a
+// local activity, never.
 func TestLastTry(t *testing.T) {
 	at := time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
 	info := func(attempt int32, stc time.Duration) activity.Info {
@@ -172,6 +173,9 @@ func TestLastTry(t *testing.T) {
 		{info(20, time.Hour), 59*time.Minute + 45*time.Second, true}, // the wait is capped at 30 s
 		{info(20, time.Hour), 58 * time.Minute, false},
 		{info(5, 0), 24 * time.Hour, false},
+		// The box workflow's quick try, a local activity whose ScheduleToClose is its 5 s: the
+		// activity after it waits for capacity.
+		{activity.Info{Attempt: 1, ScheduledTime: at, ScheduleToCloseTimeout: 5 * time.Second, IsLocalActivity: true}, 4500 * time.Millisecond, false},
 	} {
 		if got := lastTry(c.info, at.Add(c.now)); got != c.want {
 			t.Errorf("attempt %d, schedule-to-close %v, at %v: %v, want %v", c.info.Attempt, c.info.ScheduleToCloseTimeout, c.now, got, c.want)
