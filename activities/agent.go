@@ -129,20 +129,6 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 	if err != nil {
 		return StepResult{}, err
 	}
-	// The conversation so far is read while the box is woken and found: it is the step's
-	// largest read (up to three screenshots) and needs neither.
-	type loaded struct {
-		conv []byte
-		err  error
-	}
-	convc := make(chan loaded, 1)
-	go func() {
-		var l loaded
-		if in.Step > 1 {
-			l.conv, l.err = a.Runs.AgentConversation(ctx, in.RunID, in.Step-1)
-		}
-		convc <- l
-	}()
 	var lease BoxLease
 	if a.Wake != nil {
 		// A hibernated box restores for as long as it takes; heartbeats keep the step alive.
@@ -159,11 +145,12 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 		}
 		return StepResult{}, classify(err)
 	}
-	prior := <-convc
-	if prior.err != nil {
-		return StepResult{}, classify(fmt.Errorf("load conversation: %w", prior.err))
+	var conv []byte
+	if in.Step > 1 {
+		if conv, err = a.Runs.AgentConversation(ctx, in.RunID, in.Step-1); err != nil {
+			return StepResult{}, classify(fmt.Errorf("load conversation: %w", err))
+		}
 	}
-	conv := prior.conv
 	var key string
 	if gw.KeySecret != "" {
 		if key, err = a.Vault.Open(ctx, run.Owner, gw.KeySecret); err != nil {
