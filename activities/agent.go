@@ -194,7 +194,7 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 	}
 	if !resp.GetDone() && ctx.Err() == nil {
 		// The run's next step will want a link for its model call first thing.
-		a.prelinks.open(a, box, in.RunID, in.Step+1)
+		a.prelinks.open(a.Link.Sandbox, box, in.RunID, in.Step+1)
 	}
 	if err := a.Runs.AppendAgentStep(ctx, stepRow(in, resp)); err != nil {
 		return StepResult{}, classify(fmt.Errorf("record step: %w", err))

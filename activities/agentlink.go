@@ -76,7 +76,7 @@ func (a *Agent) keepLinks(ctx context.Context, box boxlink.Box, runID string, st
 	m := &modelLinks{
 		a: a, ref: box.Ref, route: rt, client: client, log: logger(ctx), open: map[net.Conn]struct{}{},
 		slots:    make(chan struct{}, maxGatewayPipes),
-		preamble: fmt.Sprintf("%s %s %s %d\n", wire.LinkProtocol, box.Cred, runID, step),
+		preamble: linkPreamble(box, runID, step),
 		pre:      a.prelinks.take(box.Ref.ID, runID, step),
 	}
 	for range idleLinks {
@@ -218,7 +218,7 @@ func (m *modelLinks) idle(ctx context.Context, pre chan sandbox.Conn) (sandbox.C
 		if !m.track(link) {
 			return nil, nil, ctx.Err()
 		}
-		if err := m.handshake(link); err != nil {
+		if err := handshake(link, m.preamble); err != nil {
 			m.close(link)
 			return nil, nil, err
 		}
@@ -234,10 +234,16 @@ func (m *modelLinks) idle(ctx context.Context, pre chan sandbox.Conn) (sandbox.C
 	return link, br, nil
 }
 
-// handshake sends the link's first line and reads the agent's answer.
-func (m *modelLinks) handshake(link net.Conn) error {
+// linkPreamble is the first line of a model link for step of run in box. It holds the box's
+// credential: never log it.
+func linkPreamble(box boxlink.Box, run string, step int) string {
+	return fmt.Sprintf("%s %s %s %d\n", wire.LinkProtocol, box.Cred, run, step)
+}
+
+// handshake sends a link's first line, preamble, and reads the agent's answer.
+func handshake(link net.Conn, preamble string) error {
 	_ = link.SetDeadline(time.Now().Add(linkHandshakeTimeout))
-	if _, err := io.WriteString(link, m.preamble); err != nil {
+	if _, err := io.WriteString(link, preamble); err != nil {
 		return fmt.Errorf("send link preamble: %w", err)
 	}
 	// One byte at a time: nothing after the answer may be consumed here.

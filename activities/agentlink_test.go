@@ -438,12 +438,11 @@ func TestAgentLinkRefusesAWrongCredential(t *testing.T) {
 		boxlink.Credential([]byte("key"), agentBox):   nil,
 		boxlink.Credential([]byte("other"), agentBox): errors.New("agent refused link: invalid credential"),
 	} {
-		m := &modelLinks{a: f.a, ref: ref, preamble: wire.LinkProtocol + " " + cred + " run_1 1\n"}
 		link, err := f.box.DialPort(t.Context(), ref, wire.LinkPort)
 		if err != nil {
 			t.Fatal(err)
 		}
-		err = m.handshake(link)
+		err = handshake(link, linkPreamble(boxlink.Box{Ref: ref, Cred: cred}, "run_1", 1))
 		link.Close()
 		if (err == nil) != (want == nil) || (err != nil && err.Error() != want.Error()) {
 			t.Errorf("handshake: %v, want %v", err, want)

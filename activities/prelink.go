@@ -2,7 +2,6 @@ package activities
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"time"
 
@@ -33,9 +32,9 @@ type prelinkKey struct {
 	step         int
 }
 
-// open starts dialing idleLinks links for step of run in box. Each dial sends its link, or nil
-// when it failed, on the channel the step takes with take.
-func (p *prelinks) open(a *Agent, box boxlink.Box, run string, step int) {
+// open starts dialing idleLinks links for step of run in box through sb. Each dial sends its
+// link, or nil when it failed, on the channel the step takes with take.
+func (p *prelinks) open(sb sandbox.Client, box boxlink.Box, run string, step int) {
 	k := prelinkKey{box.Ref.ID, run, step}
 	ch := make(chan sandbox.Conn, idleLinks)
 	p.mu.Lock()
@@ -48,14 +47,14 @@ func (p *prelinks) open(a *Agent, box boxlink.Box, run string, step int) {
 	}
 	p.byStep[k] = ch
 	p.mu.Unlock()
-	m := &modelLinks{a: a, ref: box.Ref, preamble: fmt.Sprintf("%s %s %s %d\n", wire.LinkProtocol, box.Cred, run, step)}
+	preamble := linkPreamble(box, run, step)
 	ctx, cancel := context.WithTimeout(context.Background(), linkHandshakeTimeout)
 	var wg sync.WaitGroup
 	for range idleLinks {
 		wg.Go(func() {
-			link, err := a.Link.Sandbox.DialPort(ctx, m.ref, wire.LinkPort)
+			link, err := sb.DialPort(ctx, box.Ref, wire.LinkPort)
 			if err == nil {
-				if err = m.handshake(link); err != nil {
+				if err = handshake(link, preamble); err != nil {
 					_ = link.Close()
 				}
 			}
