@@ -15,8 +15,8 @@ import (
 	"github.com/loomhand/cocoonbox/activities"
 )
 
-// TestQuickCalls: a create runs its row, claim and ready probe as local activities; a try that fails
-// with an error worth retrying goes on as an activity (which the server retries and operators
+// TestQuickCalls: a create runs its row, claim and ready probe as local activities; a try that
+// fails with an error worth retrying goes on as an activity (which the server retries and operators
 // see), and one that cannot succeed on another try fails the create without one.
 func TestQuickCalls(t *testing.T) {
 	run := func(t *testing.T, firstErr error) (ran []string, create *outcome) {

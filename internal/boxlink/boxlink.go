@@ -98,10 +98,10 @@ func (l *Link) At(boxID cocoonbox.BoxID, ref sandbox.SandboxRef) (Box, error) {
 
 // call makes one authenticated call to the box's agent through the engine's ports relay, on the
 // sandbox's kept connection (see conns.go). When the relay could not reach the agent, the error
-// wraps the relay's refusal (a sandbox sentinel) rather than gRPC's UNAVAILABLE; every other failure is the agent's gRPC status, and Error
-// turns either into a domain error. An agent that refuses the credential makes the link forget
-// it wrote it: the file may be gone (a restored box), so the next EnsureCredential writes it
-// again.
+// wraps the relay's refusal (a sandbox sentinel) rather than gRPC's UNAVAILABLE; every other
+// failure is the agent's gRPC status, and Error turns either into a domain error. An agent that
+// refuses the credential makes the link forget it wrote it: the file may be gone (a restored box),
+// so the next EnsureCredential writes it again.
 func (l *Link) call(ctx context.Context, b Box, call func(context.Context, *grpc.ClientConn) error) error {
 	c, err := l.conns.get(l.Sandbox, b.Ref)
 	if err != nil {

@@ -11,8 +11,9 @@ import (
 )
 
 // TestCreateNamesTheMemoryLimit: when the engine's memory is committed, a create waits its
-// create_wait for room and then fails no_capacity saying so, naming memory_overcommit, and the box that fit
-// keeps running. The overcommit is set so that this host's boxes may hold 768 MiB: one small box.
+// create_wait for room and then fails no_capacity saying so, naming memory_overcommit, and the box
+// that fit keeps running. The overcommit is set so that this host's boxes may hold 768 MiB: one
+// small box.
 func TestCreateNamesTheMemoryLimit(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")

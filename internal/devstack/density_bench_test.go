@@ -18,12 +18,12 @@ import (
 )
 
 // BenchmarkDensity: what an idle desktop box holds, and so how many fit on this machine. Its
-// figures: IdleDesktop, the memory the engine measures for a running medium desktop box once
-// XFCE is up and idle; Hibernated, the resident memory of every host process of that box once
-// it is hibernated and they have had a few seconds to exit (the target is none); FitByIdle, the boxes of that idle size the host's
-// memory less 1 GiB holds; Admitted, the medium boxes the engine admits without overcommit (its
-// count and memory limits): the ratio of the two is the memory_overcommit an operator of idle
-// desktops could set.
+// figures: IdleDesktop, the memory the engine measures for a running medium desktop box once XFCE
+// is up and idle; Hibernated, the resident memory of every host process of that box once it is
+// hibernated and they have had a few seconds to exit (the target is none); FitByIdle, the boxes of
+// that idle size the host's memory less 1 GiB holds; Admitted, the medium boxes the engine admits
+// without overcommit (its count and memory limits): the ratio of the two is the memory_overcommit
+// an operator of idle desktops could set.
 func BenchmarkDensity(b *testing.B) {
 	e := newDesktopBench(b)
 	host, err := engine.HostMemory()

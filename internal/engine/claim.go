@@ -151,8 +151,8 @@ func (e *Engine) claim(ctx context.Context, c caller, key sandbox.PoolKey, ttl t
 	return b, sandbox.StartCold, nil
 }
 
-// reserve creates the record of a box about to start (pending, so a crash before the start
-// finishes is cleaned up by the next engine) and counts it against the engine's limits (admitLocked).
+// reserve creates the record of a box about to start (pending, so a crash before the start finishes
+// is cleaned up by the next engine) and counts it against the engine's limits (admitLocked).
 func (e *Engine) reserve(key sandbox.PoolKey) (*box, error) {
 	e.mu.Lock()
 	if e.closed {

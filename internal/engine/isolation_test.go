@@ -61,9 +61,9 @@ func TestMaxSandboxesNamesTheLimit(t *testing.T) {
 }
 
 // TestMemoryAdmission: the boxes' sizes may add up to the host's memory less 1 GiB, times
-// memory_overcommit; a claim beyond it answers no capacity naming the setting and the
-// figures (429, no capacity, with Retry-After), info says the engine is at capacity, and a release makes room again. Hibernated boxes
-// count: their memory must be there when they wake.
+// memory_overcommit; a claim beyond it answers no capacity naming the setting and the figures (429,
+// no capacity, with Retry-After), info says the engine is at capacity, and a release makes room
+// again. Hibernated boxes count: their memory must be there when they wake.
 func TestMemoryAdmission(t *testing.T) {
 	const host = 3 << 30 // 2 GiB for boxes
 	for _, c := range []struct {
