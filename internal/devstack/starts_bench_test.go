@@ -3,7 +3,7 @@ package devstack_test
 import (
 	"context"
 	"fmt"
-	"sync"
+	"slices"
 	"testing"
 	"time"
 
@@ -32,7 +32,7 @@ func BenchmarkBoxWorkflowStarts(b *testing.B) {
 	var samples []time.Duration
 	for b.Loop() {
 		ids := make([]cocoonbox.BoxID, startsBatch)
-		took := startAll(b, func(i int) error {
+		took := slices.Max(atOnce(b, startsBatch, func(i int) error {
 			ids[i] = cocoonbox.NewBoxID()
 			in := workflows.BoxWorkflowInput{BoxID: ids[i], Owner: owner.ID, Name: fmt.Sprintf("starts-%d", i), Size: cocoonbox.SizeSmall}
 			if _, err := d.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
@@ -42,7 +42,7 @@ func BenchmarkBoxWorkflowStarts(b *testing.B) {
 			}
 			_, err := workflows.GetStatus(ctx, d.Temporal, ids[i])
 			return err
-		})
+		}))
 		samples = append(samples, took)
 		for _, id := range ids {
 			if err := d.Temporal.TerminateWorkflow(ctx, workflows.BoxWorkflowID(id), "", "benchmark"); err != nil {
@@ -64,7 +64,7 @@ func BenchmarkRawWorkflowStarts(b *testing.B) {
 	batch := 0
 	for b.Loop() {
 		batch++
-		samples = append(samples, startAll(b, func(i int) error {
+		samples = append(samples, slices.Max(atOnce(b, startsBatch, func(i int) error {
 			run, err := d.Temporal.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 				ID: fmt.Sprintf("starts-%d-%d", batch, i), TaskQueue: "bench-starts",
 			}, noopWorkflow)
@@ -72,27 +72,7 @@ func BenchmarkRawWorkflowStarts(b *testing.B) {
 				return err
 			}
 			return run.Get(ctx, nil)
-		}))
+		})))
 	}
 	benchreport.Rate(b, startsBatch, "starts/s", samples)
-}
-
-// startAll runs start for 0..startsBatch-1 at once and returns how long all took; any error
-// fails b.
-func startAll(b *testing.B, start func(i int) error) time.Duration {
-	b.Helper()
-	errs := make([]error, startsBatch)
-	var wg sync.WaitGroup
-	t0 := time.Now()
-	for i := range startsBatch {
-		wg.Go(func() { errs[i] = start(i) })
-	}
-	wg.Wait()
-	took := time.Since(t0)
-	for i, err := range errs {
-		if err != nil {
-			b.Fatalf("start %d: %v", i, err)
-		}
-	}
-	return took
 }
