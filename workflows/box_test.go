@@ -2,6 +2,7 @@ package workflows
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"testing"
@@ -46,6 +47,13 @@ func newEnvStates(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]cocoonbo
 // newEnvRecorded is newEnvStates that also records the box's events, as "kind: detail".
 func newEnvRecorded(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]cocoonbox.BoxState, *[]string) {
 	t.Helper()
+	return newEnvRowFails(t, "")
+}
+
+// newEnvRowFails is newEnvRecorded whose every write of the box row in state fails, as when
+// PostgreSQL is not answering; the failed writes are not recorded.
+func newEnvRowFails(t *testing.T, state cocoonbox.BoxState) (*testsuite.TestWorkflowEnvironment, *[]cocoonbox.BoxState, *[]string) {
+	t.Helper()
 	var s testsuite.WorkflowTestSuite
 	s.SetLogger(testLogger(t))
 	env := s.NewTestWorkflowEnvironment()
@@ -58,6 +66,9 @@ func newEnvRecorded(t *testing.T) (*testsuite.TestWorkflowEnvironment, *[]cocoon
 	env.OnActivity(st.RecordBox, mock.Anything, mock.Anything).Return(nil).Maybe()
 	env.OnActivity(st.SetState, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.SetStateInput) error {
+			if in.State == state {
+				return errors.New("write box row: the database is not answering")
+			}
 			states = append(states, in.State)
 			return nil
 		}).Maybe()
@@ -167,6 +178,31 @@ func TestLifecycle(t *testing.T) {
 	require.Equal(t, []cocoonbox.BoxState{cocoonbox.BoxStateRunning, cocoonbox.BoxStateHibernated, cocoonbox.BoxStateRunning}, states)
 	env.AssertExpectations(t)
 	env.AssertActivityNumberOfCalls(t, "Claim", 1)
+}
+
+// TestHibernateNeedsItsRow: the API reaches the sandbox of a box whose row says it runs without
+// asking the workflow, and an engine call wakes a sleeping sandbox; so a box whose row cannot be
+// moved to hibernating stays running, its sandbox untouched, and the hibernate fails saying why.
+func TestHibernateNeedsItsRow(t *testing.T) {
+	env, states, _ := newEnvRowFails(t, cocoonbox.BoxStateHibernating)
+	claimOK(env, 1, "sb-1")
+	slept := 0
+	env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(
+		func(context.Context, activities.SandboxInput) error { slept++; return nil }).Maybe()
+	update(env, 0, UpdateCreate, CreateInput{})
+	hib := update(env, time.Second, UpdateHibernate, HibernateInput{})
+	var after Status
+	env.RegisterDelayedCallback(func() { after = query(t, env) }, 5*time.Minute)
+	deleteAt(env, 6*time.Minute)
+
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.NoError(t, env.GetWorkflowError())
+	require.True(t, hib.done)
+	require.ErrorContains(t, hib.err, "database is not answering")
+	require.Equal(t, 0, slept, "the sandbox was put to sleep while its row said running")
+	require.Equal(t, cocoonbox.BoxStateRunning, after.State)
+	require.Contains(t, after.LastError, "hibernate: record the box's state")
+	require.NotContains(t, *states, cocoonbox.BoxStateHibernated)
 }
 
 func TestInvalidTransitionsRejected(t *testing.T) {

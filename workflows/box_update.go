@@ -227,7 +227,15 @@ func (w *box) hibernateLocked(ctx workflow.Context, why hibernateReason) error {
 			w.event(ctx, "snapshot-before-hibernate-failed", err.Error())
 		}
 	}
-	w.setState(ctx, cocoonbox.BoxStateHibernating)
+	if err := w.moveTo(ctx, cocoonbox.BoxStateHibernating); err != nil &&
+		workflow.GetVersion(ctx, versionRecordedSleep, workflow.DefaultVersion, 1) >= 1 {
+		// The API reaches the sandbox of a box whose row says it runs without asking this
+		// workflow, and an engine call wakes a sleeping sandbox: the box sleeps only once its
+		// row says so (the row write has had its minute of retries).
+		w.st.LastError = "hibernate: record the box's state: " + reason(err)
+		w.setState(ctx, cocoonbox.BoxStateRunning)
+		return err
+	}
 	err := w.quickly(sandboxOptions(ctx, time.Minute), sandboxActs.Hibernate,
 		activities.SandboxInput{BoxID: w.in.BoxID, SandboxID: w.st.SandboxID}, nil)
 	switch {
@@ -425,8 +433,21 @@ func (w *box) fail(ctx workflow.Context, err error) {
 	w.setState(ctx, cocoonbox.BoxStateFailed)
 }
 
+// versionRecordedSleep marks a hibernate that stops when the box row cannot be moved to
+// hibernating. Before it, the hibernate went on and the row kept saying running.
+const versionRecordedSleep = "recorded-sleep"
+
 // setState moves the box to s, keeps the BoxState search attribute and the box row current.
 func (w *box) setState(ctx workflow.Context, s cocoonbox.BoxState) {
+	// The workflow is the source of truth; a row that could not be written is logged, not fatal.
+	if err := w.moveTo(ctx, s); err != nil {
+		workflow.GetLogger(ctx).Warn("record box state", "state", s, "error", err)
+	}
+}
+
+// moveTo is setState returning the failure to write the box row, for the one transition that
+// must not happen unrecorded (hibernating).
+func (w *box) moveTo(ctx workflow.Context, s cocoonbox.BoxState) error {
 	w.st.State = s
 	w.gen++
 	switch s {
@@ -441,13 +462,9 @@ func (w *box) setState(ctx workflow.Context, s cocoonbox.BoxState) {
 	if s == cocoonbox.BoxStateFailed {
 		reason = w.st.LastError
 	}
-	// The workflow is the source of truth; a row that could not be written is logged, not fatal.
-	err := w.write(ctx, storeActs.SetState, activities.SetStateInput{
+	return w.write(ctx, storeActs.SetState, activities.SetStateInput{
 		BoxID: w.in.BoxID, State: s, SandboxID: w.st.SandboxID, Reason: reason,
 	})
-	if err != nil {
-		workflow.GetLogger(ctx).Warn("record box state", "state", s, "error", err)
-	}
 }
 
 // event appends an audit event, best effort.

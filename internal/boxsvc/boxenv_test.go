@@ -32,6 +32,7 @@ type statusTemporal struct {
 	mu      sync.Mutex
 	status  map[string]workflows.Status // by workflow ID
 	signals map[string]int              // by signal name
+	queries int
 }
 
 func (f *statusTemporal) set(st workflows.Status) {
@@ -43,6 +44,7 @@ func (f *statusTemporal) set(st workflows.Status) {
 func (f *statusTemporal) QueryWorkflow(_ context.Context, workflowID, _, queryType string, _ ...any) (converter.EncodedValue, error) {
 	f.mu.Lock()
 	st, ok := f.status[workflowID]
+	f.queries++
 	f.mu.Unlock()
 	if !ok || queryType != workflows.QueryStatus {
 		return nil, serviceerror.NewNotFound(fmt.Sprintf("workflow %s not found", workflowID))
@@ -52,6 +54,12 @@ func (f *statusTemporal) QueryWorkflow(_ context.Context, workflowID, _, queryTy
 		return nil, err
 	}
 	return client.NewValue(p), nil
+}
+
+func (f *statusTemporal) queried() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.queries
 }
 
 func (f *statusTemporal) SignalWorkflow(_ context.Context, _, _, signalName string, _ any) error {

@@ -58,6 +58,46 @@ func TestExecRuns(t *testing.T) {
 	}
 }
 
+// TestExecReadsTheRow: a call that needs only the role reaches a box whose row says it runs on
+// the row alone, without a status query (which costs more than the rest of the checks and waits
+// for any workflow task of the box), and asks the workflow whenever the row says anything else
+// or names a sandbox other than the one its token opens.
+func TestExecReadsTheRow(t *testing.T) {
+	t.Parallel()
+	e := newBoxEnv(t)
+	ctx := context.Background()
+	e.temporal.mu.Lock()
+	delete(e.temporal.status, workflows.BoxWorkflowID(e.box)) // the workflow answers no query
+	e.temporal.mu.Unlock()
+	for _, tc := range []struct {
+		state     cocoonbox.BoxState
+		sandbox   string
+		wantQuery bool
+	}{
+		{cocoonbox.BoxStateRunning, e.ref.ID, false},
+		{cocoonbox.BoxStateSnapshotting, e.ref.ID, false},
+		{cocoonbox.BoxStateRunning, "sb_00000000000000ff", true}, // a restore swapped its sandbox
+		{cocoonbox.BoxStateHibernating, e.ref.ID, true},
+		{cocoonbox.BoxStateHibernated, e.ref.ID, true},
+		{cocoonbox.BoxStateCreating, "", true},
+	} {
+		if err := e.st.SetBoxState(ctx, e.box, tc.state, tc.sandbox, ""); err != nil {
+			t.Fatal(err)
+		}
+		before := e.temporal.queried()
+		_, err := e.svc.Exec(ctx, e.users[cocoonbox.RoleDriver], e.box, boxsvc.ExecRequest{Argv: []string{"true"}})
+		asked := e.temporal.queried() > before
+		switch {
+		case asked != tc.wantQuery:
+			t.Errorf("row %s on %q: asked the workflow %v, want %v", tc.state, tc.sandbox, asked, tc.wantQuery)
+		case !tc.wantQuery && err != nil:
+			t.Errorf("row %s on %q: %v", tc.state, tc.sandbox, err)
+		case tc.wantQuery && err == nil:
+			t.Errorf("row %s on %q: ran with no workflow to ask", tc.state, tc.sandbox)
+		}
+	}
+}
+
 // TestExecEngineErrors: what the engine answers a failed exec reaches the caller with a code and
 // a message saying what to do: output too large, a timeout naming the field and its value, a
 // busy engine, a sandbox the engine lost, a command the box refused.
