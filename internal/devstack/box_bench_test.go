@@ -119,6 +119,20 @@ func (e *boxBench) boxOp(b *testing.B, what string, op func(context.Context, str
 	}
 }
 
+// sandboxOf is box id's current sandbox, its token read with the engine's root token.
+func (e *boxBench) sandboxOf(b *testing.B, id cocoonbox.BoxID) sandbox.SandboxRef {
+	b.Helper()
+	v, err := e.d.Boxes.Get(e.ctx, e.owner, id)
+	if err != nil {
+		b.Fatal(err)
+	}
+	row, err := e.eng.Get(e.ctx, v.SandboxID)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return sandbox.SandboxRef{ID: v.SandboxID, Token: row.Token}
+}
+
 // claim claims a small base box with the sandbox client, as the Claim activity does.
 func (e *boxBench) claim(b *testing.B) sandbox.SandboxRef {
 	b.Helper()
