@@ -65,51 +65,51 @@ func timeCalls(b *testing.B, call func() error) {
 }
 
 // BenchmarkAPI: calls on one running box through the public API (gRPC, MCP) beside the engine
-// exec they make, called with the sandbox client directly on the same box's sandbox. The four
-// share one stack and one box, with the raw figure measured between the two it is compared
-// with: calls of tens of milliseconds in boxes of separate stacks differed by more than the few
-// milliseconds the API adds.
+// exec they make, called with the sandbox client directly on the same box's sandbox, in turn
+// (interleaved).
 func BenchmarkAPI(b *testing.B) {
 	e := newAPIBench(b)
 	boxes := cbv1.NewBoxServiceClient(e.conn)
-	// GetBox: token check, ownership check, workflow status query.
-	b.Run("GetBox", func(b *testing.B) {
-		timeCalls(b, func() error {
-			_, err := boxes.GetBox(e.authed(), &cbv1.GetBoxRequest{Box: e.box})
-			return err
-		})
-	})
-	// Exec of `true`: token, role, the box row, engine exec, touch signal.
-	b.Run("Exec", func(b *testing.B) {
-		timeCalls(b, func() error {
-			_, err := boxes.Exec(e.authed(), &cbv1.ExecRequest{Box: e.box, Argv: []string{"true"}})
-			return err
-		})
-	})
-	// RawEngineExecTrue: what Exec asks of the engine, POST /v1/sandboxes/{id}/exec of `true`.
-	b.Run("RawEngineExecTrue", func(b *testing.B) {
-		sb := e.sandboxOf(b, cocoonbox.BoxID(e.box))
-		timeCalls(b, func() error {
-			_, err := e.eng.Exec(e.ctx, sb, sandbox.ExecRequest{Argv: []string{"true"}, TimeoutSeconds: 10})
-			return err
-		})
-	})
-	// MCPExec: an MCP tools/call of box_exec `true` on a connected client (Streamable HTTP POST,
-	// bearer auth, the same service layer as Exec).
-	b.Run("MCPExec", func(b *testing.B) {
-		c, err := mcpConnect(e.ctx, b, e.d.URLs().API+"/mcp", e.token)
-		if err != nil {
-			b.Fatal(err)
-		}
-		var req mcp.CallToolRequest
-		req.Params.Name = "box_exec"
-		req.Params.Arguments = map[string]any{"box": e.box, "argv": []string{"true"}}
-		timeCalls(b, func() error {
-			res, err := c.CallTool(e.ctx, req)
-			if err == nil && res.IsError {
-				err = fmt.Errorf("box_exec: %v", res.Content)
-			}
-			return err
-		})
-	})
+	sb := e.sandboxOf(b, cocoonbox.BoxID(e.box))
+	c, err := mcpConnect(e.ctx, b, e.d.URLs().API+"/mcp", e.token)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var mcpExec mcp.CallToolRequest
+	mcpExec.Params.Name = "box_exec"
+	mcpExec.Params.Arguments = map[string]any{"box": e.box, "argv": []string{"true"}}
+	interleaved(b,
+		// GetBox: token check, ownership check, workflow status query.
+		timed{"GetBox", func(b *testing.B) time.Duration {
+			return since(b, func() error {
+				_, err := boxes.GetBox(e.authed(), &cbv1.GetBoxRequest{Box: e.box})
+				return err
+			})
+		}},
+		// Exec of `true`: token, role, the box row, engine exec, touch signal.
+		timed{"Exec", func(b *testing.B) time.Duration {
+			return since(b, func() error {
+				_, err := boxes.Exec(e.authed(), &cbv1.ExecRequest{Box: e.box, Argv: []string{"true"}})
+				return err
+			})
+		}},
+		// RawEngineExecTrue: what Exec asks of the engine, POST /v1/sandboxes/{id}/exec.
+		timed{"RawEngineExecTrue", func(b *testing.B) time.Duration {
+			return since(b, func() error {
+				_, err := e.eng.Exec(e.ctx, sb, sandbox.ExecRequest{Argv: []string{"true"}, TimeoutSeconds: 10})
+				return err
+			})
+		}},
+		// MCPExec: an MCP tools/call of box_exec `true` on a connected client (Streamable HTTP
+		// POST, bearer auth, the same service layer as Exec).
+		timed{"MCPExec", func(b *testing.B) time.Duration {
+			return since(b, func() error {
+				res, err := c.CallTool(e.ctx, mcpExec)
+				if err == nil && res.IsError {
+					err = fmt.Errorf("box_exec: %v", res.Content)
+				}
+				return err
+			})
+		}},
+	)
 }

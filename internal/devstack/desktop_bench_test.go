@@ -20,7 +20,6 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/loomhand/cocoonbox"
-	"github.com/loomhand/cocoonbox/internal/benchreport"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/devstack"
@@ -35,78 +34,66 @@ import (
 // relay), beside the same RFB client over the engine's ports relay alone. The ratio is what the
 // edge adds. The desktop environment and the RFB client here serve the desktop tests as well.
 
-// BenchmarkDesktopFirstFrame: a view ticket from the API, the WebSocket, the RFB handshake and
-// the first full frame of a running box.
-func BenchmarkDesktopFirstFrame(b *testing.B) {
-	e := newDesktopBench(b)
-	var samples []time.Duration
-	for b.Loop() {
-		start := time.Now()
-		c, err := e.open(e.ctx, false)
-		if err == nil {
-			_, err = c.frame()
-		}
-		samples = append(samples, time.Since(start))
-		if err != nil {
-			b.Fatalf("first frame: %v", err)
-		}
-		_ = c.Close()
-	}
-	benchreport.Latency(b, samples)
-}
-
-// BenchmarkDesktopFirstFrameHibernated: the same on a hibernated box, so the time includes the
-// wake the edge asks for. The hibernate before each sample is untimed.
-func BenchmarkDesktopFirstFrameHibernated(b *testing.B) {
-	e := newDesktopBench(b)
-	var samples []time.Duration
-	for b.Loop() {
-		e.waitViewers(b, 0)
-		if v, err := e.d.Boxes.Hibernate(e.ctx, e.owner.ID, e.id); err != nil || v.State != cocoonbox.BoxStateHibernated {
-			b.Fatalf("hibernate: %+v, %v", v.State, err)
-		}
-		time.Sleep(boxBenchPause)
-		start := time.Now()
-		c, err := e.open(e.ctx, false)
-		if err == nil {
-			_, err = c.frame()
-		}
-		samples = append(samples, time.Since(start))
-		if err != nil {
-			b.Fatalf("first frame after hibernate: %v", err)
-		}
-		_ = c.Close()
-		time.Sleep(boxBenchPause)
-	}
-	benchreport.Latency(b, samples)
-}
-
-// BenchmarkRawDesktopFirstFrame: the same RFB client over the engine's ports relay to the box's
-// port 5900, with the sandbox client directly: no ticket, WebSocket or filter.
-func BenchmarkRawDesktopFirstFrame(b *testing.B) {
+// BenchmarkDesktop: the first full frame of one desktop box through the edge, running and
+// hibernated, and the raw client's on the same box, in turn (interleaved). Each sample starts on
+// a settled box, as a person opening a desktop finds it: the connection before it closed, its
+// end reported to the box's workflow, and the relay's runsc process gone.
+func BenchmarkDesktop(b *testing.B) {
 	e := newDesktopBench(b)
 	ref, err := e.sandbox()
 	if err != nil {
 		b.Fatal(err)
 	}
-	var samples []time.Duration
-	for b.Loop() {
-		start := time.Now()
-		conn, err := e.eng.DialPort(e.ctx, ref, 5900)
-		if err != nil {
-			b.Fatalf("dial port 5900: %v", err)
-		}
-		c, err := rfbHandshake(conn)
-		if err == nil {
-			_, err = c.frame()
-		}
-		samples = append(samples, time.Since(start))
-		_ = conn.Close()
-		if err != nil {
-			b.Fatalf("first frame: %v", err)
-		}
+	settle := func(b *testing.B) {
+		e.waitViewers(b, 0)
+		time.Sleep(boxBenchPause)
 	}
-	benchreport.Latency(b, samples)
+	// The edge: a view ticket from the API, the WebSocket, the RFB handshake and the first
+	// full frame.
+	edgeFrame := func(b *testing.B) time.Duration {
+		return since(b, func() error {
+			c, err := e.open(e.ctx, false)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = c.Close() }()
+			_, err = c.frame()
+			return err
+		})
+	}
+	interleaved(b,
+		timed{"FirstFrame", func(b *testing.B) time.Duration {
+			settle(b)
+			return edgeFrame(b)
+		}},
+		// The same RFB client over the engine's ports relay to the box's port 5900, with the
+		// sandbox client directly: no ticket, WebSocket or filter.
+		timed{"RawFirstFrame", func(b *testing.B) time.Duration {
+			settle(b)
+			return since(b, func() error {
+				conn, err := e.eng.DialPort(e.ctx, ref, 5900)
+				if err != nil {
+					return fmt.Errorf("dial port 5900: %w", err)
+				}
+				defer func() { _ = conn.Close() }()
+				c, err := rfbHandshake(conn)
+				if err == nil {
+					_, err = c.frame()
+				}
+				return err
+			})
+		}},
+		// FirstFrameHibernated: the edge on the box hibernated, so the time includes the wake
+		// the edge asks for; the hibernate is untimed.
+		timed{"FirstFrameHibernated", func(b *testing.B) time.Duration {
+			settle(b)
+			if v, err := e.d.Boxes.Hibernate(e.ctx, e.owner.ID, e.id); err != nil || v.State != cocoonbox.BoxStateHibernated {
+				b.Fatalf("hibernate: %+v, %v", v.State, err)
+			}
+			time.Sleep(boxBenchPause)
+			return edgeFrame(b)
+		}},
+	)
 }
 
 // newDesktopBench starts a desktop dev stack with a running desktop box under a short data dir
