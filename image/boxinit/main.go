@@ -12,6 +12,7 @@
 //	cocoonbox-init              serve as the box's init (PID 1)
 //	cocoonbox-init relay init   pipe stdio to the init's socket (the engine's exec channel)
 //	cocoonbox-init relay tcp N  pipe stdio to 127.0.0.1:N inside the box (the ports relay)
+//	cocoonbox-init relay mux    serve many relays over stdio, one yamux stream each (see relayMux)
 //
 // A relay reports boxproto.RelayOK or RelayFailed as its first output byte, then passes bytes
 // both ways and passes EOF each way with shutdown(2), so half-close works through it.
@@ -32,8 +33,10 @@ func main() {
 		err = relayInit()
 	case len(args) == 3 && args[0] == "relay" && args[1] == "tcp":
 		err = relayTCP(args[2])
+	case len(args) == 2 && args[0] == "relay" && args[1] == "mux":
+		err = relayMux()
 	default:
-		err = fmt.Errorf("usage: cocoonbox-init [init | relay init | relay tcp PORT]")
+		err = fmt.Errorf("usage: cocoonbox-init [init | relay init | relay tcp PORT | relay mux]")
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cocoonbox-init:", err)

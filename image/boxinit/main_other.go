@@ -10,3 +10,4 @@ var errLinuxOnly = errors.New("cocoonbox-init runs only on Linux")
 func serveInit() error           { return errLinuxOnly }
 func relayInit() error           { return errLinuxOnly }
 func relayTCP(port string) error { return errLinuxOnly }
+func relayMux() error            { return errLinuxOnly }

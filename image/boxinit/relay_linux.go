@@ -21,14 +21,23 @@ const initDialTimeout = 10 * time.Second
 
 // relayInit pipes stdio to the init's socket: the engine's exec channel.
 func relayInit() error {
+	c, err := dialInit()
+	if err != nil {
+		return relayFailed(err)
+	}
+	return pipe(c)
+}
+
+// dialInit connects to the init's socket, waiting for an init that has not bound it yet.
+func dialInit() (net.Conn, error) {
 	deadline := time.Now().Add(initDialTimeout)
 	for {
 		c, err := net.Dial("unix", boxproto.SocketName)
 		if err == nil {
-			return pipe(c)
+			return c, nil
 		}
 		if time.Now().After(deadline) {
-			return relayFailed(fmt.Errorf("dial init: %w", err))
+			return nil, fmt.Errorf("dial init: %w", err)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -36,15 +45,24 @@ func relayInit() error {
 
 // relayTCP pipes stdio to 127.0.0.1:port: the ports relay.
 func relayTCP(port string) error {
+	c, err := dialTCP(port)
+	if err != nil {
+		return relayFailed(err)
+	}
+	return pipe(c)
+}
+
+// dialTCP connects to 127.0.0.1:port inside the box.
+func dialTCP(port string) (net.Conn, error) {
 	n, err := strconv.Atoi(port)
 	if err != nil || n <= 0 || n > 65535 {
-		return relayFailed(fmt.Errorf("bad port %q", port))
+		return nil, fmt.Errorf("bad port %q", port)
 	}
 	c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", port))
 	if err != nil {
-		return relayFailed(fmt.Errorf("dial 127.0.0.1:%d: %w", n, err))
+		return nil, fmt.Errorf("dial 127.0.0.1:%d: %w", n, err)
 	}
-	return pipe(c)
+	return c, nil
 }
 
 func relayFailed(err error) error {

@@ -18,6 +18,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
+
+	"github.com/hashicorp/yamux"
 )
 
 // Version is bumped on every change of the protocol or of the init's behaviour. The engine sends
@@ -38,6 +41,23 @@ const (
 	RelayOK     byte = 0
 	RelayFailed byte = 1 // followed by a short message, then EOF
 )
+
+// MaxMuxTarget bounds the first line of a mux stream, which names its target ("init" or
+// "tcp PORT", then a newline).
+const MaxMuxTarget = 64
+
+// MuxConfig is the yamux configuration of both ends of a relay mux (`cocoonbox-init relay mux`).
+// Its stream window is large because the relay's round trip crosses the sentry twice, and a
+// stream that may hold 256 KiB in flight moved files at a fraction of what one relay does.
+func MuxConfig() *yamux.Config {
+	c := yamux.DefaultConfig()
+	c.MaxStreamWindowSize = 4 << 20
+	c.EnableKeepAlive = false // the session is one socket pair; either process ending closes it
+	c.ConnectionWriteTimeout = 30 * time.Second
+	c.StreamCloseTimeout = 5 * time.Second
+	c.LogOutput = io.Discard
+	return c
+}
 
 // Frame types.
 const (

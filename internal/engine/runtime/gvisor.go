@@ -45,7 +45,11 @@ type gbox struct {
 	spec Spec
 
 	mu     sync.Mutex
-	relays map[*relayConn]bool // connections to the box whose runsc exec has not exited yet
+	relays map[relayed]bool // open connections, and closed ones whose runsc exec has not exited
+
+	muxMu sync.Mutex // held while the relay mux starts or stops
+	mux   *boxMux    // the running relay mux; nil before the first connection and after a stop
+	noMux bool       // the box's init has no relay mux (an image older than it)
 }
 
 func newGVisor(opts Options) (*gvisor, error) {
@@ -200,7 +204,7 @@ func (g *gvisor) box(id string) (*gbox, error) {
 		return nil, fmt.Errorf("%w: %v", ErrNotFound, err)
 	}
 	spec.Dir = dir
-	b := &gbox{spec: spec, relays: map[*relayConn]bool{}}
+	b := &gbox{spec: spec, relays: map[relayed]bool{}}
 	g.boxes[id] = b
 	return b, nil
 }
@@ -246,7 +250,7 @@ func (g *gvisor) Start(ctx context.Context, spec Spec) error {
 		return fmt.Errorf("start box %s: %w", spec.ID, err)
 	}
 	g.mu.Lock()
-	g.boxes[spec.ID] = &gbox{spec: spec, relays: map[*relayConn]bool{}}
+	g.boxes[spec.ID] = &gbox{spec: spec, relays: map[relayed]bool{}}
 	g.mu.Unlock()
 	if err := mountOverlay(spec); err != nil {
 		return fmt.Errorf("start box %s: %w", spec.ID, err)
@@ -446,6 +450,7 @@ func (g *gvisor) Destroy(ctx context.Context, id string) error {
 	if b, err := g.box(id); err == nil {
 		dir = b.spec.Dir
 		b.closeRelays()
+		b.stopMux(nil)
 	}
 	if dir == "" {
 		if st, ok, err := g.state(ctx, id); err == nil && ok {

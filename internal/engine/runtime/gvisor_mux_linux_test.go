@@ -1,0 +1,98 @@
+package runtime
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/loomhand/cocoonbox/internal/testutil"
+)
+
+// relayProcs counts the relay processes in box id by kind ("mux", "init", "tcp"), from an exec.
+func (e *testEnv) relayProcs(t *testing.T, id string) map[string]int {
+	t.Helper()
+	out := e.sh(t, id, "ps -eo args")
+	n := map[string]int{}
+	for _, line := range strings.Split(out, "\n") {
+		if rest, ok := strings.CutPrefix(line, "/usr/local/sbin/cocoonbox-init relay "); ok {
+			n[strings.Fields(rest)[0]]++
+		}
+	}
+	return n
+}
+
+// runningMux is the relay mux the engine holds for box id, nil when none runs.
+func runningMux(t *testing.T, rt Runtime, id string) *boxMux {
+	t.Helper()
+	b, err := rt.(*gvisor).box(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.muxMu.Lock()
+	defer b.muxMu.Unlock()
+	if b.mux == nil || b.mux.sess.IsClosed() {
+		return nil
+	}
+	return b.mux
+}
+
+// TestGVisorRelayMux: the execs of a running box share one relay process in it (the mux) instead
+// of a runsc exec each; a mux that dies is replaced by the next exec, a hibernate stops it (it
+// holds a host socket) and the exec after the wake starts another, and a mux left idle stops.
+func TestGVisorRelayMux(t *testing.T) {
+	defer func(d time.Duration) { muxIdle = d }(muxIdle)
+	muxIdle = 600 * time.Millisecond
+	e := newTestEnv(t, NameGVisor)
+	b := e.start(t, e.spec())
+	for range 10 {
+		e.sh(t, b.ID, "true")
+	}
+	if n := e.relayProcs(t, b.ID); n["mux"] != 1 || n["init"] != 0 {
+		t.Fatalf("relay processes after 11 execs: %v, want one mux and no other", n)
+	}
+
+	// The exec that kills the mux dies with it; the next one starts another.
+	first := runningMux(t, e.rt, b.ID)
+	_, _, _, _ = e.exec(b.ID, "sh", "-c", "kill -9 $(pgrep -f '^/usr/local/sbin/cocoonbox-init relay mux$')")
+	if n := e.relayProcs(t, b.ID); n["mux"] != 1 {
+		t.Fatalf("relay processes after the mux was killed: %v, want a new mux", n)
+	}
+	if m := runningMux(t, e.rt, b.ID); m == nil || m == first {
+		t.Fatal("the exec after the mux was killed did not start another")
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitLong)
+	defer cancel()
+	if err := e.rt.Hibernate(ctx, b.ID); err != nil {
+		t.Fatalf("hibernate with the mux running: %v", err)
+	}
+	if runningMux(t, e.rt, b.ID) != nil {
+		t.Fatal("the mux outlived the hibernate")
+	}
+	if err := e.rt.Wake(ctx, b.ID); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.relayProcs(t, b.ID); n["mux"] != 1 {
+		t.Fatalf("relay processes after the wake: %v, want one mux", n)
+	}
+	testutil.Eventually(t, testutil.WaitShort, "the idle mux to stop", func() bool { return runningMux(t, e.rt, b.ID) == nil })
+}
+
+// TestGVisorRelayWithoutMux: a box whose init has no relay mux (an image older than it) is
+// reached through a relay process per exec, as before the mux.
+func TestGVisorRelayWithoutMux(t *testing.T) {
+	defer func(m string) { muxMode = m }(muxMode)
+	muxMode = "no-such-mode" // the init answers with its usage, as an older init answers "mux"
+	e := newTestEnv(t, NameGVisor)
+	b := e.start(t, e.spec())
+	if out := e.sh(t, b.ID, "echo hi"); out != "hi\n" {
+		t.Fatalf("exec without the mux: %q", out)
+	}
+	if n := e.relayProcs(t, b.ID); n["mux"] != 0 || n["init"] != 1 {
+		t.Fatalf("relay processes during an exec without the mux: %v, want its own relay only", n)
+	}
+	if runningMux(t, e.rt, b.ID) != nil {
+		t.Fatal("a mux runs in a box whose init has none")
+	}
+}
