@@ -37,7 +37,7 @@ BEGIN {
 	what["APIWhoAmI"] = "authenticated gRPC call (WhoAmI: token lookup in PostgreSQL)"
 	pair["DevStartRestart"] = "RawTemporalStart"
 	pair["WorkflowRoundTrip"] = "RawTemporalRPC"
-	what["BoxCreateWarm"] = "create a box through its workflow (boxsvc: Update-with-Start, row, claim from a full warm pool, ready probe); the pool box was readied seconds before, so its relay mux still runs (one idle over 30 s starts it again: a runsc exec, about 20 ms more)"
+	what["BoxCreateWarm"] = "create a box through its workflow (boxsvc: Update-with-Start, row, claim from a full warm pool, ready probe); a warm box keeps its relay mux while it waits, so the ready exec starts no process"
 	what["BoxCreateCold"] = "the same create with no warm pool: the engine boots the box for it"
 	what["Density/IdleDesktop"] = "memory of a running medium desktop box once XFCE is up and idle, as the engine measures it"
 	what["Density/Hibernated"] = "resident memory of the runsc sandbox and gofer processes of that box once hibernated and given a few seconds to exit (target: none)"

@@ -125,6 +125,7 @@ func (e *Engine) claim(ctx context.Context, c caller, key sandbox.PoolKey, ttl t
 	start := time.Now()
 	if b := e.popWarm(key); b != nil {
 		e.kickFill()
+		e.keepReady(b.rec.ID, false) // a claimed box's mux stops when idle, as any box's
 		if err := e.finishClaim(b, c, ttl, claimRef, ""); err != nil {
 			e.discard(ctx, b)
 			return nil, "", err

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/loomhand/cocoonbox/internal/engine/runtime"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 )
 
@@ -265,5 +266,14 @@ func (e *Engine) fillOne(ctx context.Context, p *pool, b *box) {
 	}
 	if err := e.save(b); err != nil {
 		e.log.Error("save warm record", "id", b.rec.ID, "err", err)
+	}
+	e.keepReady(b.rec.ID, true)
+}
+
+// keepReady keeps a warm box's way in ready while it waits for its claim, where the runtime can
+// (runtime.ReadyKeeper), so the claim's first exec pays no process start.
+func (e *Engine) keepReady(id string, keep bool) {
+	if k, ok := e.rt.(runtime.ReadyKeeper); ok {
+		k.KeepReady(id, keep)
 	}
 }

@@ -27,11 +27,19 @@ func TestWarmPools(t *testing.T) {
 	if rows := h.list(rootToken, ""); len(rows) != 0 {
 		t.Fatalf("warm boxes are listed as claimed: %+v", rows)
 	}
+	for _, id := range h.rt.Boxes() {
+		if !h.rt.KeptReady(id) {
+			t.Fatalf("warm box %s is not kept ready for its claim's first exec", id)
+		}
+	}
 
 	starts := h.rt.Calls(enginetest.OpStart)
 	sb := h.claim(tenantA, sandbox.ClaimRequest{Template: "base"})
 	if h.rt.Calls(enginetest.OpStart) != starts || !slices.Contains(h.rt.Boxes(), sb.ID) || sb.Start != sandbox.StartWarm {
 		t.Fatalf("the claim started a box instead of taking a warm one (start %q)", sb.Start)
+	}
+	if h.rt.KeptReady(sb.ID) {
+		t.Fatal("a claimed box is still kept ready: its mux would never stop when idle")
 	}
 	if got := h.exec(sb, "echo", "warm"); got.Stdout != "warm\n" {
 		t.Fatalf("warm sandbox exec: %+v", got)

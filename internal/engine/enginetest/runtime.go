@@ -60,6 +60,7 @@ type box struct {
 	mem   int               // the "process memory": a counter the incr command bumps
 	conns map[net.Conn]bool // relay connections handed out by Dial and not yet closed
 	execs int               // commands running in this box
+	ready bool              // kept ready (runtime.ReadyKeeper), as a warm box is
 }
 
 // New returns a fake named "fake" that, like gvisor, keeps memory across hibernate and counts
@@ -80,6 +81,25 @@ func NewWith(name string, caps runtime.Capabilities) *Runtime {
 
 // Name implements runtime.Runtime.
 func (f *Runtime) Name() string { return f.name }
+
+var _ runtime.ReadyKeeper = (*Runtime)(nil)
+
+// KeepReady implements runtime.ReadyKeeper; KeptReady reports what it was told.
+func (f *Runtime) KeepReady(id string, keep bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if b := f.boxes[id]; b != nil {
+		b.ready = keep
+	}
+}
+
+// KeptReady reports whether box id is kept ready (KeepReady).
+func (f *Runtime) KeptReady(id string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	b := f.boxes[id]
+	return b != nil && b.ready
+}
 
 // Capabilities implements runtime.Runtime.
 func (f *Runtime) Capabilities() runtime.Capabilities { return f.caps }

@@ -50,6 +50,7 @@ type gbox struct {
 	muxMu sync.Mutex // held while the relay mux starts or stops
 	mux   *boxMux    // the running relay mux; nil before the first connection and after a stop
 	noMux bool       // the box's init has no relay mux (an image older than it)
+	keep  bool       // the mux is kept however idle (KeepReady: the box waits in a warm pool)
 }
 
 func newGVisor(opts Options) (*gvisor, error) {

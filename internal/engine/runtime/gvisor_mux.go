@@ -146,6 +146,32 @@ func (g *gvisor) session(ctx context.Context, b *gbox) (*yamux.Session, error) {
 	return sess, nil
 }
 
+var _ ReadyKeeper = (*gvisor)(nil)
+
+// KeepReady implements ReadyKeeper: a kept box's relay mux does not stop when idle, and one is
+// started now if none runs.
+func (g *gvisor) KeepReady(id string, keep bool) {
+	b, err := g.box(id)
+	if err != nil {
+		return
+	}
+	b.muxMu.Lock()
+	b.keep = keep
+	b.muxMu.Unlock()
+	if keep {
+		ctx, cancel := context.WithTimeout(context.Background(), relaySetupTimeout)
+		defer cancel()
+		_, _ = g.session(ctx, b)
+	}
+}
+
+// kept reports whether the box's mux is to be kept however idle.
+func (b *gbox) kept() bool {
+	b.muxMu.Lock()
+	defer b.muxMu.Unlock()
+	return b.keep
+}
+
 // stopIdleMux stops m once it has had no stream for idle, and returns when m has ended.
 func (b *gbox) stopIdleMux(m *boxMux, idle time.Duration) {
 	t := time.NewTicker(idle / 3)
@@ -157,7 +183,7 @@ func (b *gbox) stopIdleMux(m *boxMux, idle time.Duration) {
 			return
 		case <-t.C:
 		}
-		if m.sess.NumStreams() > 0 {
+		if m.sess.NumStreams() > 0 || b.kept() {
 			quiet = 0
 			continue
 		}

@@ -77,6 +77,19 @@ func TestGVisorRelayMux(t *testing.T) {
 		t.Fatalf("relay processes after the wake: %v, want one mux", n)
 	}
 	testutil.Eventually(t, testutil.WaitShort, "the idle mux to stop", func() bool { return runningMux(t, e.rt, b.ID) == nil })
+
+	// A box kept ready (a warm one) gets a mux now, and keeps it however idle until let go.
+	e.rt.(ReadyKeeper).KeepReady(b.ID, true)
+	kept := runningMux(t, e.rt, b.ID)
+	if kept == nil {
+		t.Fatal("KeepReady started no mux")
+	}
+	time.Sleep(3 * muxIdle)
+	if runningMux(t, e.rt, b.ID) != kept {
+		t.Fatal("the mux of a box kept ready stopped when idle")
+	}
+	e.rt.(ReadyKeeper).KeepReady(b.ID, false)
+	testutil.Eventually(t, testutil.WaitShort, "the mux let go to stop", func() bool { return runningMux(t, e.rt, b.ID) == nil })
 }
 
 // TestGVisorRelayWithoutMux: a box whose init has no relay mux (an image older than it) is

@@ -106,6 +106,15 @@ type Networker interface {
 	SetEgress(ctx context.Context, id string, e Egress) error
 }
 
+// ReadyKeeper is a runtime that can keep a box's way in ready while the box waits in a warm
+// pool (gvisor's relay mux, which otherwise stops when idle), so a claim's first exec pays no
+// process start.
+type ReadyKeeper interface {
+	// KeepReady keeps box id's way in ready (starting it when needed) until called with false;
+	// an unknown box is ignored.
+	KeepReady(id string, keep bool)
+}
+
 // ExecRequest is one command run in a box.
 type ExecRequest struct {
 	Argv   []string
