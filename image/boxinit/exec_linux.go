@@ -55,6 +55,21 @@ func fail(c *conn, kind, format string, args ...any) {
 	c.finish(boxproto.TypeFailure, boxproto.Failure{Kind: kind, Message: fmt.Sprintf(format, args...)})
 }
 
+// runCredential runs `cocoonbox-init credential PATH` in the init itself: exit 0, or exit 1 with
+// the reason on stderr, as the command run as a process answers.
+func runCredential(c *conn, req boxproto.Request) {
+	cred, err := credentialFrom(mergeEnv(nil, req.Env))
+	if err == nil {
+		err = writeCredential(req.Argv[2], cred)
+	}
+	if err != nil {
+		c.frame(boxproto.TypeStderr, []byte("cocoonbox-init: "+err.Error()+"\n"))
+		c.finish(boxproto.TypeExit, boxproto.Exit{Code: 1})
+		return
+	}
+	c.finish(boxproto.TypeExit, boxproto.Exit{Code: 0})
+}
+
 // serveConn runs one command for one engine connection.
 func serveConn(nc net.Conn, r *reaper) {
 	defer func() { _ = nc.Close() }()
@@ -74,6 +89,10 @@ func serveConn(nc net.Conn, r *reaper) {
 	}
 	if len(req.Argv) == 0 || req.Argv[0] == "" {
 		fail(c, boxproto.FailBadRequest, "empty argv")
+		return
+	}
+	if isCredential(req.Argv) {
+		runCredential(c, req)
 		return
 	}
 	cwd := req.Cwd

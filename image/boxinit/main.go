@@ -13,6 +13,7 @@
 //	cocoonbox-init relay init   pipe stdio to the init's socket (the engine's exec channel)
 //	cocoonbox-init relay tcp N  pipe stdio to 127.0.0.1:N inside the box (the ports relay)
 //	cocoonbox-init relay mux    serve many relays over stdio, one yamux stream each (see relayMux)
+//	cocoonbox-init credential PATH  write $COCOONBOX_CRED to PATH (the init runs it itself)
 //
 // A relay reports boxproto.RelayOK or RelayFailed as its first output byte, then passes bytes
 // both ways and passes EOF each way with shutdown(2), so half-close works through it.
@@ -35,8 +36,10 @@ func main() {
 		err = relayTCP(args[2])
 	case len(args) == 2 && args[0] == "relay" && args[1] == "mux":
 		err = relayMux()
+	case len(args) == 2 && args[0] == "credential":
+		err = credentialCommand(args[1])
 	default:
-		err = fmt.Errorf("usage: cocoonbox-init [init | relay init | relay tcp PORT | relay mux]")
+		err = fmt.Errorf("usage: cocoonbox-init [init | relay init | relay tcp PORT | relay mux | credential PATH]")
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cocoonbox-init:", err)

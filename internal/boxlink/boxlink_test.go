@@ -152,11 +152,11 @@ func TestCredentialScriptFirstWriteStartsNothing(t *testing.T) {
 	}
 }
 
-// runCredentialScript runs CredentialExec(cred)'s script with the host's sh, writing path
+// runCredentialScript runs CredentialScriptExec(cred)'s script with the host's sh, writing path
 // instead of wire.CredentialPath, with PATH set to pathEnv.
 func runCredentialScript(t *testing.T, path, pathEnv, cred string) {
 	t.Helper()
-	req := CredentialExec(cred)
+	req := CredentialScriptExec(cred)
 	script := strings.ReplaceAll(req.Argv[2], wire.CredentialPath, path)
 	sh, err := exec.LookPath(req.Argv[0])
 	if err != nil {

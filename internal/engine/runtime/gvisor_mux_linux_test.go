@@ -109,3 +109,26 @@ func TestGVisorRelayWithoutMux(t *testing.T) {
 		t.Fatal("a mux runs in a box whose init has none")
 	}
 }
+
+// TestGVisorCredentialByInit: `cocoonbox-init credential PATH`, every sandbox's readiness probe,
+// is run by the box's init itself (a process costs most of an exec under gVisor): it writes the
+// file 0600 and replaces it whole, and answers even with a cwd that does not exist, which a
+// spawned command is refused.
+func TestGVisorCredentialByInit(t *testing.T) {
+	e := newTestEnv(t, NameGVisor)
+	b := e.start(t, e.spec())
+	ctx, cancel := context.WithTimeout(context.Background(), testutil.WaitShort)
+	defer cancel()
+	for _, cred := range []string{"first", "second"} {
+		code, err := e.rt.Exec(ctx, b.ID, ExecRequest{
+			Argv: []string{"/usr/local/sbin/cocoonbox-init", "credential", "/run/cocoonbox/test-credential"},
+			Env:  []string{"COCOONBOX_CRED=" + cred}, Cwd: "/nonexistent",
+		})
+		if err != nil || code != 0 {
+			t.Fatalf("credential %s: exit %d, %v", cred, code, err)
+		}
+		if got := e.sh(t, b.ID, "stat -c %a /run/cocoonbox/test-credential; cat /run/cocoonbox/test-credential"); got != "600\n"+cred {
+			t.Fatalf("after credential %s: %q", cred, got)
+		}
+	}
+}
