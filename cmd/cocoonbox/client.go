@@ -63,12 +63,30 @@ func boundCalls(d time.Duration) grpc.UnaryClientInterceptor {
 		ctx, cancel := context.WithTimeout(ctx, d)
 		defer cancel()
 		err := invoker(ctx, method, req, reply, cc, opts...)
-		if err != nil && errors.Is(ctx.Err(), context.DeadlineExceeded) && status.Code(err) != codes.Unavailable {
+		if err != nil && timedOut(ctx, err) {
 			// The server had no reason to give in time (it gives one when it has: unavailable).
 			return status.Errorf(codes.DeadlineExceeded, "no answer within --timeout %s; what was asked may still finish on the server", d)
 		}
 		return err
 	}
+}
+
+// timeoutSlack is how close to its deadline a call's cancellation counts as the deadline's.
+const timeoutSlack = 50 * time.Millisecond
+
+// timedOut reports whether a call on ctx failed for running out of its deadline: ctx's own
+// timer fired, or the server gave up first on the deadline the call carried to it (sent rounded
+// down, so it may expire a moment before ctx's), which the client reads as a cancelled stream.
+func timedOut(ctx context.Context, err error) bool {
+	code := status.Code(err)
+	if code == codes.Unavailable {
+		return false
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		return true
+	}
+	dl, ok := ctx.Deadline()
+	return ok && (code == codes.Canceled || code == codes.DeadlineExceeded) && time.Until(dl) < timeoutSlack
 }
 
 // dial connects to the API with the caller's token from flags, environment or the CLI config.
