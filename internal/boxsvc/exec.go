@@ -227,16 +227,20 @@ func (s *Service) checked(ctx context.Context, caller string, id cocoonbox.BoxID
 	if err != nil {
 		return access{}, workflows.Status{}, err
 	}
-	st, err := s.status(ctx, id)
+	st, err := s.checkedStatus(ctx, id, check)
 	if err != nil {
 		return access{}, workflows.Status{}, err
 	}
-	if check != nil {
-		if err := check(st); err != nil {
-			return access{}, workflows.Status{}, err
-		}
-	}
 	return a, st, nil
+}
+
+// checkedStatus is the box's status from its workflow, checked against check (nil for none).
+func (s *Service) checkedStatus(ctx context.Context, id cocoonbox.BoxID, check func(workflows.Status) error) (workflows.Status, error) {
+	st, err := s.status(ctx, id)
+	if err == nil && check != nil {
+		err = check(st)
+	}
+	return st, err
 }
 
 // reach makes the checks of checked and returns a ref to the box's sandbox, waking the box
@@ -247,21 +251,16 @@ func (s *Service) reach(ctx context.Context, caller string, id cocoonbox.BoxID, 
 	if s.Link == nil {
 		return sandbox.SandboxRef{}, &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "boxes cannot be reached from this server", Err: errUnavailable}
 	}
+	a, err := s.authorize(ctx, caller, id, need)
+	if err != nil {
+		return sandbox.SandboxRef{}, err
+	}
 	if check == nil {
-		a, err := s.authorize(ctx, caller, id, need)
-		if err != nil {
-			return sandbox.SandboxRef{}, err
-		}
 		if ref, ok := s.running(ctx, a.box); ok {
 			return ref, nil
 		}
-		st, err := s.status(ctx, id)
-		if err != nil {
-			return sandbox.SandboxRef{}, err
-		}
-		return s.awake(ctx, caller, id, st, a.role)
 	}
-	a, st, err := s.checked(ctx, caller, id, need, check)
+	st, err := s.checkedStatus(ctx, id, check)
 	if err != nil {
 		return sandbox.SandboxRef{}, err
 	}
