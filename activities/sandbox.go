@@ -182,22 +182,13 @@ func readyWithCredential(ctx context.Context, client sandbox.Client, ref sandbox
 	if err != nil {
 		return classify(fmt.Errorf("derive agent credential: %w", err))
 	}
-	olderInit := func(res sandbox.ExecResult) error {
-		if boxlink.OlderInit(res, nil) {
-			return errOlderInit
-		}
-		return boxlink.CredentialResult(res)
-	}
-	err = waitReady(ctx, client, ref, every, boxlink.CredentialExec(cred), olderInit)
-	if errors.Is(err, errOlderInit) || boxlink.OlderInit(sandbox.ExecResult{}, err) {
+	err = waitReady(ctx, client, ref, every, boxlink.CredentialExec(cred), boxlink.CredentialResult)
+	if boxlink.OlderInit(err) {
 		// An image older than the init's credential command: the shell writes it.
 		err = waitReady(ctx, client, ref, every, boxlink.CredentialScriptExec(cred), boxlink.CredentialResult)
 	}
 	return err
 }
-
-// errOlderInit marks a credential probe answered by an init older than its credential command.
-var errOlderInit = errors.New("the box's init has no credential command")
 
 // waitReady runs probe in sandbox ref every interval (0: half a second) until the engine runs it.
 // A run that exits non-zero is tried again, unless check turns it into an error.

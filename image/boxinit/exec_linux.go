@@ -58,7 +58,7 @@ func fail(c *conn, kind, format string, args ...any) {
 // runCredential runs `cocoonbox-init credential PATH` in the init itself: exit 0, or exit 1 with
 // the reason on stderr, as the command run as a process answers.
 func runCredential(c *conn, req boxproto.Request) {
-	cred, err := credentialFrom(mergeEnv(nil, req.Env))
+	cred, err := credentialFrom(req.Env)
 	if err == nil {
 		err = writeCredential(req.Argv[2], cred)
 	}

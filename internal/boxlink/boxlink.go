@@ -195,14 +195,18 @@ func (l *Link) EnsureCredential(ctx context.Context, b Box) error {
 // commands do not show it. Engine errors are wrapped as they are; a failed write is a cocoonbox
 // EUnavailable error.
 func WriteCredential(ctx context.Context, sb sandbox.Client, ref sandbox.SandboxRef, cred string) error {
-	res, err := sb.Exec(ctx, ref, CredentialExec(cred))
-	if OlderInit(res, err) {
-		res, err = sb.Exec(ctx, ref, CredentialScriptExec(cred))
+	write := func(req sandbox.ExecRequest) error {
+		res, err := sb.Exec(ctx, ref, req)
+		if err != nil {
+			return fmt.Errorf("write agent credential: %w", err)
+		}
+		return CredentialResult(res)
 	}
-	if err != nil {
-		return fmt.Errorf("write agent credential: %w", err)
+	err := write(CredentialExec(cred))
+	if OlderInit(err) {
+		err = write(CredentialScriptExec(cred))
 	}
-	return CredentialResult(res)
+	return err
 }
 
 // CredentialExec is the exec that writes cred (see WriteCredential): the box's init writes it
@@ -217,14 +221,15 @@ func CredentialExec(cred string) sandbox.ExecRequest {
 	}
 }
 
-// OlderInit reports whether CredentialExec's answer comes from a box whose init has no credential
-// command (its usage), or whose image has no init at that path (the engine refuses the command).
-func OlderInit(res sandbox.ExecResult, err error) bool {
-	if err != nil {
-		return errors.Is(err, sandbox.ErrInvalid)
-	}
-	return res.ExitCode != 0 && strings.Contains(res.Stderr, "usage: cocoonbox-init")
+// OlderInit reports whether err, from CredentialExec's run (the engine's, or CredentialResult
+// of its answer), comes from a box whose init has no credential command (it prints its usage),
+// or whose image has no init at that path (the engine refuses the command).
+func OlderInit(err error) bool {
+	return errors.Is(err, errOlderInit) || errors.Is(err, sandbox.ErrInvalid)
 }
+
+// errOlderInit marks CredentialExec answered by an init older than its credential command.
+var errOlderInit = errors.New("the box's init has no credential command")
 
 // credentialScript writes $COCOONBOX_CRED to wire.CredentialPath unless the file holds it. It
 // runs on every create and wake, and each process a box starts costs about 30 ms under gVisor,
@@ -251,13 +256,18 @@ func CredentialScriptExec(cred string) sandbox.ExecRequest {
 	}
 }
 
-// CredentialResult is the outcome of CredentialExec's run: nil, or an EUnavailable error with the
-// shell's words.
+// CredentialResult is the outcome of a CredentialExec or CredentialScriptExec run: nil, or an
+// EUnavailable error with the command's words, which OlderInit recognizes when they are an older
+// init's usage.
 func CredentialResult(res sandbox.ExecResult) error {
-	if res.ExitCode != 0 {
-		return cocoonbox.Errorf(cocoonbox.EUnavailable, "write agent credential: exit %d: %s", res.ExitCode, Text(res.Stderr))
+	if res.ExitCode == 0 {
+		return nil
 	}
-	return nil
+	e := cocoonbox.Errorf(cocoonbox.EUnavailable, "write agent credential: exit %d: %s", res.ExitCode, Text(res.Stderr))
+	if strings.Contains(res.Stderr, "usage: cocoonbox-init") {
+		e.Err = errOlderInit
+	}
+	return e
 }
 
 // Error is the table from what a call on a box's agent returned to domain errors: the agent's

@@ -168,3 +168,29 @@ func runCredentialScript(t *testing.T, path, pathEnv, cred string) {
 		t.Fatalf("script for %q: %v: %s", cred, err, out)
 	}
 }
+
+// TestOlderInit: an init older than its credential command (it answers with its usage, as
+// image/boxinit's main prints it) and an image without the init at its path (the engine refuses
+// the command) are told apart from a credential write that failed, so only they fall back to
+// the shell script.
+func TestOlderInit(t *testing.T) {
+	usage := sandbox.ExecResult{ExitCode: 1, Stderr: "cocoonbox-init: usage: cocoonbox-init [init | relay init | relay tcp PORT]\n"}
+	failed := sandbox.ExecResult{ExitCode: 1, Stderr: "cocoonbox-init: credential: read-only file system\n"}
+	for name, tc := range map[string]struct {
+		err  error
+		want bool
+	}{
+		"usage":      {CredentialResult(usage), true},
+		"no init":    {fmt.Errorf("exec: %w", sandbox.ErrInvalid), true},
+		"failed":     {CredentialResult(failed), false},
+		"written":    {CredentialResult(sandbox.ExecResult{}), false},
+		"engine off": {fmt.Errorf("exec: %w", sandbox.ErrUnavailable), false},
+	} {
+		if got := OlderInit(tc.err); got != tc.want {
+			t.Errorf("%s: OlderInit(%v) = %v", name, tc.err, got)
+		}
+	}
+	if cocoonbox.ErrorCode(CredentialResult(usage)) != cocoonbox.EUnavailable {
+		t.Errorf("an older init's answer is not unavailable: %v", CredentialResult(usage))
+	}
+}
