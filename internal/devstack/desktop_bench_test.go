@@ -37,7 +37,7 @@ import (
 // BenchmarkDesktop: the first full frame of one desktop box through the edge, running and
 // hibernated, and the raw client's on the same box, in turn (interleaved). Each sample starts on
 // a settled box, as a person opening a desktop finds it: the connection before it closed, its
-// end reported to the box's workflow, and the relay's runsc process gone.
+// end reported to the box's workflow (waitViewers), and a pause for the relay to wind down.
 func BenchmarkDesktop(b *testing.B) {
 	e := newDesktopBench(b)
 	ref, err := e.sandbox()

@@ -47,8 +47,7 @@ const (
 const MaxMuxTarget = 64
 
 // MuxConfig is the yamux configuration of both ends of a relay mux (`cocoonbox-init relay mux`).
-// Its stream window is large because the relay's round trip crosses the sentry twice, and a
-// stream that may hold 256 KiB in flight moved files at a fraction of what one relay does.
+// A stream may have 4 MiB in flight (yamux's default is 256 KiB), half an exec's largest output.
 func MuxConfig() *yamux.Config {
 	c := yamux.DefaultConfig()
 	c.MaxStreamWindowSize = 4 << 20

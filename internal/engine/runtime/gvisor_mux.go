@@ -15,13 +15,13 @@ import (
 	"github.com/loomhand/cocoonbox/image/boxinit/boxproto"
 )
 
-// The relay mux: one `runsc exec` of `cocoonbox-init relay mux` per running box carries every
-// connection to the box (execs, ports, the desktop) as a yamux stream. A relay process of its own
-// per connection cost a runsc exec each, about 40 ms of CPU, paid by every exec, desktop open,
-// preview and agent link. The mux holds the engine's host socket in the box, so it is stopped
-// before a checkpoint (Hibernate), and started again by the next connection; it also stops after
-// muxIdle without streams, since its runsc process costs host memory. A box whose init has no
-// mux (an image older than it) gets a relay process per connection, as before.
+// The relay mux: one `runsc exec` of `cocoonbox-init relay mux` per running box carries the box's
+// execs, each a yamux stream to the init (relay says why ports keep a process each). A relay
+// process of its own per exec cost a runsc exec each, about 40 ms of CPU. The mux holds the
+// engine's host socket in the box, so it is stopped before a checkpoint (Hibernate) and started
+// again by the next exec; it also stops after muxIdle without streams, unless the box is kept
+// ready (KeepReady), since its runsc process costs host memory. A box whose init has no mux (an
+// image older than it) gets a relay process per exec, as before.
 
 // muxIdle is how long a relay mux with no stream is kept (a variable for the tests).
 var muxIdle = 30 * time.Second
@@ -82,7 +82,7 @@ func (g *gvisor) muxRelay(ctx context.Context, b *gbox, target []string) (c rela
 	b.mu.Lock()
 	b.relays[mc] = true
 	b.mu.Unlock()
-	line := fmt.Sprintln(joinTarget(target))
+	line := strings.Join(target, " ") + "\n"
 	_ = st.SetDeadline(time.Now().Add(relaySetupTimeout))
 	stop := context.AfterFunc(ctx, func() { _ = st.SetDeadline(time.Now()) })
 	var status [1]byte
@@ -206,13 +206,4 @@ func (b *gbox) stopMux(sess *yamux.Session) {
 	b.mux = nil
 	_ = m.sess.Close()
 	_ = m.proc.shut(true)
-}
-
-// joinTarget is a relay's arguments as the mux reads them: words separated by spaces.
-func joinTarget(target []string) string {
-	s := target[0]
-	for _, w := range target[1:] {
-		s += " " + w
-	}
-	return s
 }
