@@ -17,6 +17,8 @@ type BoxStore interface {
 	SetBoxState(ctx context.Context, boxID cocoonbox.BoxID, state cocoonbox.BoxState, sandboxID, reason string) error
 	// AppendEvent adds a line to the box's audit trail.
 	AppendEvent(ctx context.Context, boxID cocoonbox.BoxID, kind, detail string) error
+	// SetBoxStateWithEvent is SetBoxState and AppendEvent in one transaction.
+	SetBoxStateWithEvent(ctx context.Context, boxID cocoonbox.BoxID, state cocoonbox.BoxState, sandboxID, reason, kind, detail string) error
 }
 
 // Store holds the store activities of the box workflow.
@@ -38,6 +40,9 @@ type SetStateInput struct {
 	State     cocoonbox.BoxState
 	SandboxID string
 	Reason    string
+	// Event, when set, is appended to the box's events in the same transaction: the state a
+	// hibernate or a wake ends in and the line that says so land together.
+	Event *EventInput `json:",omitempty"`
 }
 
 // EventInput is one audit event.
@@ -64,7 +69,13 @@ func (a *Store) SetState(ctx context.Context, in SetStateInput) error {
 	if err := in.State.Validate(); err != nil {
 		return classify(err)
 	}
-	if err := a.Boxes.SetBoxState(ctx, in.BoxID, in.State, in.SandboxID, in.Reason); err != nil {
+	var err error
+	if in.Event != nil {
+		err = a.Boxes.SetBoxStateWithEvent(ctx, in.BoxID, in.State, in.SandboxID, in.Reason, in.Event.Kind, in.Event.Detail)
+	} else {
+		err = a.Boxes.SetBoxState(ctx, in.BoxID, in.State, in.SandboxID, in.Reason)
+	}
+	if err != nil {
 		return classify(fmt.Errorf("set box %s state: %w", in.BoxID, err))
 	}
 	return nil

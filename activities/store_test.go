@@ -74,6 +74,13 @@ func (m *memBoxes) AppendEvent(_ context.Context, id cocoonbox.BoxID, kind, deta
 	return nil
 }
 
+func (m *memBoxes) SetBoxStateWithEvent(ctx context.Context, id cocoonbox.BoxID, state cocoonbox.BoxState, sandboxID, reason, kind, detail string) error {
+	if err := m.SetBoxState(ctx, id, state, sandboxID, reason); err != nil {
+		return err
+	}
+	return m.AppendEvent(ctx, id, kind, detail)
+}
+
 func (m *memBoxes) box(id cocoonbox.BoxID) (cocoonbox.Box, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()

@@ -44,11 +44,15 @@ type box struct {
 	// explains is whether this run says why the box sleeps and wakes (idle_warning, reasons):
 	// not in histories recorded before it (versionExplains).
 	explains bool
+	// settles is whether this run writes the state a hibernate or a wake ends in and its event
+	// in one local activity (settle): version 2 of versionExplains.
+	settles bool
 }
 
 // versionExplains marks the box workflow's explaining itself: an idle_warning event before an
-// idle hibernate, and the reason of every wake and requested hibernate in its events. Asked once
-// when a run starts, so it costs a wake no history.
+// idle hibernate, and the reason of every wake and requested hibernate in its events; its
+// version 2 also settles (box.settles). Asked once when a run starts, so it costs a wake no
+// history.
 const versionExplains = "explains"
 
 func newBox(ctx workflow.Context, in BoxWorkflowInput) *box {
@@ -75,7 +79,8 @@ func newBox(ctx workflow.Context, in BoxWorkflowInput) *box {
 
 // setup registers the query, the updates with their validators and the signals.
 func (w *box) setup(ctx workflow.Context) error {
-	w.explains = workflow.GetVersion(ctx, versionExplains, workflow.DefaultVersion, 1) >= 1
+	v := workflow.GetVersion(ctx, versionExplains, workflow.DefaultVersion, 2)
+	w.explains, w.settles = v >= 1, v >= 2
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) {
 		return w.status(), nil
 	}); err != nil {

@@ -63,6 +63,7 @@ func newEnvRowFails(t *testing.T, state cocoonbox.BoxState) (*testsuite.TestWork
 	env.RegisterActivity(st)
 	env.RegisterActivity(snap)
 	var states []cocoonbox.BoxState
+	var events []string
 	env.OnActivity(st.RecordBox, mock.Anything, mock.Anything).Return(nil).Maybe()
 	env.OnActivity(st.SetState, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.SetStateInput) error {
@@ -70,9 +71,11 @@ func newEnvRowFails(t *testing.T, state cocoonbox.BoxState) (*testsuite.TestWork
 				return errors.New("write box row: the database is not answering")
 			}
 			states = append(states, in.State)
+			if in.Event != nil { // written with the row, in its transaction
+				events = append(events, in.Event.Kind+": "+in.Event.Detail)
+			}
 			return nil
 		}).Maybe()
-	var events []string
 	env.OnActivity(st.Event, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.EventInput) error {
 			events = append(events, in.Kind+": "+in.Detail)

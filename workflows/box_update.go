@@ -180,9 +180,10 @@ func (w *box) wake(ctx workflow.Context, in WakeInput) (Status, error) {
 			return err
 		}
 		w.st.LastError = ""
-		w.setState(ctx, cocoonbox.BoxStateRunning)
 		if w.explains {
-			w.event(ctx, "woke", cmp.Or(in.Reason, "requested"))
+			w.settle(ctx, cocoonbox.BoxStateRunning, "woke", cmp.Or(in.Reason, "requested"))
+		} else {
+			w.setState(ctx, cocoonbox.BoxStateRunning)
 		}
 		return nil
 	})
@@ -247,8 +248,7 @@ func (w *box) hibernateLocked(ctx workflow.Context, why hibernateReason) error {
 		return err
 	}
 	w.st.LastError = ""
-	w.setState(ctx, cocoonbox.BoxStateHibernated)
-	w.event(ctx, "hibernated", string(why))
+	w.settle(ctx, cocoonbox.BoxStateHibernated, "hibernated", string(why))
 	if background && w.st.SandboxID != "" {
 		// The memory image stays on the engine's node; the seal, uploading while the box sleeps,
 		// is what survives the node's loss.
@@ -445,9 +445,28 @@ func (w *box) setState(ctx workflow.Context, s cocoonbox.BoxState) {
 	}
 }
 
+// settle is setState then event, in one local activity when the run settles (one row write
+// and one hop through the worker fewer on every hibernate and wake, about 1.5 ms of each).
+func (w *box) settle(ctx workflow.Context, s cocoonbox.BoxState, kind, detail string) {
+	if !w.settles {
+		w.setState(ctx, s)
+		w.event(ctx, kind, detail)
+		return
+	}
+	if err := w.record(ctx, s, &activities.EventInput{BoxID: w.in.BoxID, Kind: kind, Detail: detail}); err != nil {
+		workflow.GetLogger(ctx).Warn("record box state and event", "state", s, "kind", kind, "error", err)
+	}
+}
+
 // moveTo is setState returning the failure to write the box row, for the one transition that
 // must not happen unrecorded (hibernating).
 func (w *box) moveTo(ctx workflow.Context, s cocoonbox.BoxState) error {
+	return w.record(ctx, s, nil)
+}
+
+// record moves the box to s, keeps the BoxState search attribute current and writes the box
+// row, with ev appended to the box's events in the same write when it is not nil.
+func (w *box) record(ctx workflow.Context, s cocoonbox.BoxState, ev *activities.EventInput) error {
 	w.st.State = s
 	w.gen++
 	switch s {
@@ -463,7 +482,7 @@ func (w *box) moveTo(ctx workflow.Context, s cocoonbox.BoxState) error {
 		reason = w.st.LastError
 	}
 	return w.write(ctx, storeActs.SetState, activities.SetStateInput{
-		BoxID: w.in.BoxID, State: s, SandboxID: w.st.SandboxID, Reason: reason,
+		BoxID: w.in.BoxID, State: s, SandboxID: w.st.SandboxID, Reason: reason, Event: ev,
 	})
 }
 

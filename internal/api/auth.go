@@ -9,6 +9,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	"github.com/loomhand/cocoonbox/internal/store"
 )
 
@@ -27,7 +28,7 @@ func PrincipalFrom(ctx context.Context) (Principal, bool) {
 }
 
 func withPrincipal(ctx context.Context, p Principal) context.Context {
-	return context.WithValue(ctx, principalKey{}, p)
+	return boxsvc.WithCallerName(context.WithValue(ctx, principalKey{}, p), p.User.ID, p.User.Name)
 }
 
 // authorize is the one authorization path every surface shares (gRPC, Connect, MCP, the desktop

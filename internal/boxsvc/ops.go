@@ -20,8 +20,12 @@ func (s *Service) Hibernate(ctx context.Context, caller string, id cocoonbox.Box
 	return s.update(ctx, caller, id, cocoonbox.RoleDriver, workflows.UpdateHibernate, workflows.HibernateInput{By: s.who(ctx, caller)})
 }
 
-// who names a user in a box's events: their name, or their ID when it cannot be read.
+// who names a user in a box's events: their name, or their ID when it cannot be read. The
+// front door has read the caller's row with their token already (WithCallerName).
 func (s *Service) who(ctx context.Context, userID string) string {
+	if c, ok := ctx.Value(callerNameKey{}).(callerName); ok && c.id == userID && c.name != "" {
+		return c.name
+	}
 	if s.Store == nil {
 		return userID
 	}
@@ -30,6 +34,17 @@ func (s *Service) who(ctx context.Context, userID string) string {
 	}
 	return userID
 }
+
+// WithCallerName tells the box operations under ctx the name of user id, read by the front door
+// with the token the request carried, so the box's events name the caller without reading
+// their row a second time.
+func WithCallerName(ctx context.Context, id, name string) context.Context {
+	return context.WithValue(ctx, callerNameKey{}, callerName{id: id, name: name})
+}
+
+type callerNameKey struct{}
+
+type callerName struct{ id, name string }
 
 // Delete releases the box's sandbox and ends its workflow, keeping its snapshots (admin).
 func (s *Service) Delete(ctx context.Context, caller string, id cocoonbox.BoxID) (View, error) {

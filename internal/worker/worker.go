@@ -114,14 +114,36 @@ func (b boxes) CreateBox(ctx context.Context, box cocoonbox.Box) error {
 }
 
 func (b boxes) AppendEvent(ctx context.Context, id cocoonbox.BoxID, kind, detail string) error {
-	d, err := json.Marshal(map[string]string{"detail": detail})
+	e, err := boxEvent(id, kind, detail)
 	if err != nil {
 		return err
+	}
+	return b.Store.AppendEvent(ctx, e)
+}
+
+func (b boxes) SetBoxStateWithEvent(ctx context.Context, id cocoonbox.BoxID, state cocoonbox.BoxState, sandboxID, reason, kind, detail string) error {
+	e, err := boxEvent(id, kind, detail)
+	if err != nil {
+		return err
+	}
+	return b.Store.InTx(ctx, func(q *store.Queries) error {
+		if err := q.SetBoxState(ctx, id, state, sandboxID, reason); err != nil {
+			return err
+		}
+		return q.AppendEvent(ctx, e)
+	})
+}
+
+// boxEvent is the workflow's event kind of box id as a line of the audit trail, by the worker.
+func boxEvent(id cocoonbox.BoxID, kind, detail string) (store.Event, error) {
+	d, err := json.Marshal(map[string]string{"detail": detail})
+	if err != nil {
+		return store.Event{}, err
 	}
 	// The workflow names some kinds with hyphens (sandbox-replaced); an action is dotted words of
 	// lowercase letters, digits and underscores, and the table refuses anything else.
 	action := "box." + strings.ReplaceAll(kind, "-", "_")
-	return b.Store.AppendEvent(ctx, store.Event{Actor: "worker", BoxID: string(id), Action: action, Detail: d})
+	return store.Event{Actor: "worker", BoxID: string(id), Action: action, Detail: d}, nil
 }
 
 // snapshots is the store as activities.SnapshotStore, with BeginSnapshot in the activities' shape.
