@@ -78,7 +78,7 @@ func BenchmarkAPI(b *testing.B) {
 	var mcpExec mcp.CallToolRequest
 	mcpExec.Params.Name = "box_exec"
 	mcpExec.Params.Arguments = map[string]any{"box": e.box, "argv": []string{"true"}}
-	interleaved(b,
+	interleaved(b, 50,
 		// GetBox: token check, ownership check, workflow status query.
 		timed{"GetBox", func(b *testing.B) time.Duration {
 			return since(b, func() error {

@@ -373,7 +373,7 @@ func BenchmarkHibernate(b *testing.B) {
 	e := newBoxBench(b)
 	id := e.create(b)
 	sb := e.claimLikeBox(b)
-	interleaved(b,
+	interleaved(b, 30,
 		timed{"Box", func(b *testing.B) time.Duration {
 			time.Sleep(boxBenchPause)
 			took := since(b, func() error { return e.boxErr("hibernate", e.d.Boxes.Hibernate, id, cocoonbox.BoxStateHibernated) })
@@ -401,7 +401,7 @@ func BenchmarkWake(b *testing.B) {
 	e := newBoxBench(b)
 	id := e.create(b)
 	sb := e.claimLikeBox(b)
-	interleaved(b,
+	interleaved(b, 30,
 		timed{"Box", func(b *testing.B) time.Duration {
 			e.boxOp(b, "hibernate", e.d.Boxes.Hibernate, id, cocoonbox.BoxStateHibernated)
 			time.Sleep(boxBenchPause)

@@ -61,7 +61,7 @@ func BenchmarkDesktop(b *testing.B) {
 			return err
 		})
 	}
-	interleaved(b,
+	interleaved(b, 30,
 		timed{"FirstFrame", func(b *testing.B) time.Duration {
 			settle(b)
 			return edgeFrame(b)

@@ -21,10 +21,12 @@ type timed struct {
 // and reports each as a sub-benchmark of its name. Figures run one after another drift with
 // what the machine and the box are doing (a desktop just up keeps the CPU busy for a while), by
 // more than the few milliseconds between ours and the raw figure under it; calls in turn share
-// every moment, so their ratio is the cost of our layer. The rounds are the -benchtime count.
-func interleaved(b *testing.B, calls ...timed) {
+// every moment, so their ratio is the cost of our layer. The rounds are the -benchtime count,
+// and at least atLeast: where ours and the raw figure differ by a few milliseconds, ten samples
+// of each leave their medians that far apart by chance.
+func interleaved(b *testing.B, atLeast int, calls ...timed) {
 	b.Helper()
-	rounds := benchRounds()
+	rounds := max(benchRounds(), atLeast)
 	samples := make([][]time.Duration, len(calls))
 	for r := range rounds {
 		for i := range calls {
