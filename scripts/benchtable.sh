@@ -15,8 +15,8 @@ cat <<HEAD
 # Benchmarks
 
 Written by \`make bench\` on $(date -u +%Y-%m-%d) ($(nproc) cores, $(free -g | awk '/Mem:/ {print $2}') GiB, $(go env GOVERSION)).
-Each figure is the p50, p95 and p99 over n repeated runs (with n under 100 the p99 is the
-slowest run): latencies in ms, throughput in MB/s (10^6 bytes/s; its p95 and p99 are the slow
+Each figure is the p50, p95 and p99 over n samples (with n under 100 the p99 is the
+slowest): latencies in ms, throughput in MB/s (10^6 bytes/s; its p95 and p99 are the slow
 tail, the rate 95% and 99% of runs reached), memory in MiB. Numbers vary with machine load;
 compare ratios within one run, not absolute figures across runs.
 
@@ -149,6 +149,7 @@ BEGIN {
 		if (m ~ /^p50-/) { p50 = $i; unit = substr(m, 5) }
 		if (m ~ /^p95-/) p95 = $i
 		if (m ~ /^p99-/) p99 = $i
+		if (m == "samples") n = $i + 0
 	}
 	order[++count] = name; P50[name] = p50; U[name] = unit
 	printf "| %s | %s | %s | %s | %s | %s | %s |\n", name, what[name], n, p50, p95, p99, unit

@@ -15,7 +15,7 @@ func Latency(b *testing.B, samples []time.Duration) {
 	b.Helper()
 	needSamples(b, len(samples))
 	slices.Sort(samples)
-	report(b, "ms", func(q float64) float64 { return float64(quantile(samples, q).Microseconds()) / 1000 })
+	report(b, len(samples), "ms", func(q float64) float64 { return float64(quantile(samples, q).Microseconds()) / 1000 })
 }
 
 // Throughput reports MB/s (10^6 bytes per second) for transfers of size bytes that took samples.
@@ -32,7 +32,7 @@ func Rate(b *testing.B, n float64, unit string, samples []time.Duration) {
 	b.Helper()
 	needSamples(b, len(samples))
 	slices.Sort(samples)
-	report(b, unit, func(q float64) float64 { return n / quantile(samples, q).Seconds() })
+	report(b, len(samples), unit, func(q float64) float64 { return n / quantile(samples, q).Seconds() })
 }
 
 // MiB reports p50/p95/p99 of samples given in MiB.
@@ -40,7 +40,7 @@ func MiB(b *testing.B, samples []float64) {
 	b.Helper()
 	needSamples(b, len(samples))
 	slices.Sort(samples)
-	report(b, "MiB", func(q float64) float64 { return quantile(samples, q) })
+	report(b, len(samples), "MiB", func(q float64) float64 { return quantile(samples, q) })
 }
 
 // Count reports p50/p95/p99 of samples that are counts of unit ("boxes").
@@ -48,7 +48,7 @@ func Count(b *testing.B, samples []float64, unit string) {
 	b.Helper()
 	needSamples(b, len(samples))
 	slices.Sort(samples)
-	report(b, unit, func(q float64) float64 { return quantile(samples, q) })
+	report(b, len(samples), unit, func(q float64) float64 { return quantile(samples, q) })
 }
 
 // needSamples fails b when it has nothing to report (a run that failed before it measured),
@@ -61,8 +61,11 @@ func needSamples(b *testing.B, n int) {
 	}
 }
 
-// report reports the p50, p95 and p99 of the samples in unit, at(q) being quantile q.
-func report(b *testing.B, unit string, at func(q float64) float64) {
+// report reports the p50, p95 and p99 of the n samples in unit, at(q) being quantile q, and n:
+// a benchmark's iterations are not its samples when one iteration takes several (a burst) or
+// the samples are taken before its loop (taken in turn with another).
+func report(b *testing.B, n int, unit string, at func(q float64) float64) {
+	b.ReportMetric(float64(n), "samples")
 	b.ReportMetric(at(0.50), "p50-"+unit)
 	b.ReportMetric(at(0.95), "p95-"+unit)
 	b.ReportMetric(at(0.99), "p99-"+unit)
