@@ -216,26 +216,29 @@ func (s *Server) serveDesktop(w http.ResponseWriter, r *http.Request) {
 	}
 	defer release()
 	control := mode == modeControl
+	// The ticket is spent while the box is dialled, which is most of a connection's start; a
+	// refusal, a box that could not be reached or a busy control slot gives it back, so it
+	// stays usable.
+	spent := s.spendDuring(ctx, ticket)
 	box, err := s.boxes.DialDesktop(ctx, caller, id, control)
+	giveBack, spendErr := spent()
+	if err == nil && spendErr != nil {
+		_ = box.Close()
+		err = spendErr
+	}
 	if err != nil {
+		giveBack()
 		s.writeHTTPError(w, r, err)
 		return
 	}
 	defer func() { _ = box.Close() }()
 	if control {
 		if !s.desktop.claimControl(id) {
+			giveBack()
 			s.writeHTTPError(w, r, cocoonbox.Errorf(cocoonbox.EConflict, "the desktop already has a controller connection"))
 			return
 		}
 		defer s.desktop.releaseControl(id)
-	}
-	// Spent only now: a refusal, a box that could not be reached or a busy control slot leaves
-	// the ticket usable.
-	if ticket != nil {
-		if err := s.spendTicket(ctx, *ticket); err != nil {
-			s.writeHTTPError(w, r, err)
-			return
-		}
 	}
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{"binary"}})
 	if err != nil {

@@ -114,6 +114,30 @@ func (s *Server) spendTicket(ctx context.Context, t desktopTicket) error {
 	return nil
 }
 
+// spendDuring spends ticket (none when nil) while the caller does something else, and returns
+// the wait for it: its error, and giveBack, which makes a ticket spent here usable again for
+// when what the caller did failed (a no-op otherwise, and best effort: a ticket it cannot give
+// back is refused the next time, and the client asks for another).
+func (s *Server) spendDuring(ctx context.Context, ticket *desktopTicket) (wait func() (giveBack func(), err error)) {
+	if ticket == nil {
+		return func() (func(), error) { return func() {}, nil }
+	}
+	done := make(chan error, 1)
+	go func() { done <- s.spendTicket(ctx, *ticket) }()
+	return func() (func(), error) {
+		if err := <-done; err != nil {
+			return func() {}, err
+		}
+		return func() {
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+			defer cancel()
+			if err := s.store.UnspendTicket(ctx, ticket.ID); err != nil {
+				s.log.WarnContext(ctx, "give back a desktop ticket", "err", err)
+			}
+		}, nil
+	}
+}
+
 // validMode checks a desktop mode's name.
 func validMode(m string) error {
 	if m != modeView && m != modeControl {

@@ -224,5 +224,15 @@ func (s *Service) audit(ctx context.Context, actor string, id cocoonbox.BoxID, a
 	}
 }
 
+// later runs write beside the rest of the request, which does not wait for it: under ctx
+// without its cancellation, bounded by a timeout instead.
+func later(ctx context.Context, write func(context.Context)) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	go func() {
+		defer cancel()
+		write(ctx)
+	}()
+}
+
 // errUnavailable is the answer when the service was built without a sandbox client.
 var errUnavailable = errors.New("this server cannot reach boxes' sandboxes")

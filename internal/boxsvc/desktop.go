@@ -48,7 +48,9 @@ func (s *Service) DialDesktop(ctx context.Context, caller string, id cocoonbox.B
 	if control {
 		mode = "control"
 	}
-	s.audit(ctx, caller, id, "desktop", map[string]any{"mode": mode})
+	// Recorded beside the connection's start rather than before it: the row is best effort
+	// either way (audit), and its write was a millisecond or two of every desktop's first frame.
+	later(ctx, func(ctx context.Context) { s.audit(ctx, caller, id, "desktop", map[string]any{"mode": mode}) })
 	s.touch(ctx, id)
 	return conn, nil
 }

@@ -199,6 +199,20 @@ func TestDesktopEdge(t *testing.T) {
 	handshake(ctx, t, view)
 	sendAll(ctx, t, view, pointerEvent, keyEvent, fbRequest)
 	waitBoxIn(append([]byte{1}, fbRequest...))
+	// Each connection is in the box's audit trail, with its mode (written beside the start).
+	testutil.Eventually(t, testutil.WaitShort, "the view's box.desktop event", func() bool {
+		evs, err := d.Store.EventsForBox(ctx, string(id), 100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		views := 0
+		for _, ev := range evs {
+			if ev.Action == "box.desktop" && ev.Actor == owner.ID && strings.Contains(string(ev.Detail), `"view"`) {
+				views++
+			}
+		}
+		return views >= 1
+	})
 	// A ticket opens one connection: replayed (leaked from a log, say) it opens nothing.
 	if resp := expectHTTP(ctx, t, viewURL, nil, http.StatusUnauthorized); !strings.Contains(resp, "already used") {
 		t.Fatalf("a spent ticket: %s", resp)

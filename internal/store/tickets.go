@@ -21,3 +21,12 @@ func (q *Queries) SpendTicket(ctx context.Context, id string, expires time.Time)
 	}
 	return tag.RowsAffected() == 1, nil
 }
+
+// UnspendTicket makes ticket id usable again, for a use that SpendTicket recorded and that
+// then failed before it opened anything.
+func (q *Queries) UnspendTicket(ctx context.Context, id string) error {
+	if _, err := q.db.Exec(ctx, `DELETE FROM spent_tickets WHERE id = $1`, id); err != nil {
+		return fmt.Errorf("unspend ticket: %w", mapErr(err))
+	}
+	return nil
+}

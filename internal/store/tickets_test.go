@@ -40,6 +40,16 @@ func TestSpendTicket(t *testing.T) {
 	if ok, err := st.SpendTicket(ctx, "tk_b", exp); err != nil || !ok {
 		t.Fatalf("another ticket: %v, %v", ok, err)
 	}
+	// Given back (its connection failed before it opened), a ticket is spent anew once.
+	if err := st.UnspendTicket(ctx, "tk_b"); err != nil {
+		t.Fatal(err)
+	}
+	if ok, err := st.SpendTicket(ctx, "tk_b", exp); err != nil || !ok {
+		t.Fatalf("tk_b given back: %v, %v; want its first use again", ok, err)
+	}
+	if ok, err := st.SpendTicket(ctx, "tk_b", exp); err != nil || ok {
+		t.Fatalf("tk_b spent again: %v, %v; want spent", ok, err)
+	}
 
 	if ok, err := st.SpendTicket(ctx, "tk_old", time.Now().Add(-6*time.Minute)); err != nil || !ok {
 		t.Fatalf("spend tk_old: %v, %v", ok, err)
