@@ -14,8 +14,8 @@ import (
 func adminCommand() *cli.Command {
 	return &cli.Command{
 		Name:        "admin",
-		Usage:       "operate the deployment (an admin user's token)",
-		Subcommands: []*cli.Command{adminPoolsCommand()},
+		Usage:       "operate the deployment: warm pools (an admin user's token), the keyring (on a host)",
+		Subcommands: []*cli.Command{adminPoolsCommand(), adminKeyringCommand()},
 	}
 }
 

@@ -31,6 +31,7 @@ func TestStartupErrorsAreOneLine(t *testing.T) {
 	if err := os.WriteFile(file, nil, 0o600); err != nil {
 		t.Fatal(err)
 	}
+	nokey := filepath.Join(home, "keys", "master.key")
 	cases := []struct {
 		name string
 		args []string
@@ -41,6 +42,11 @@ func TestStartupErrorsAreOneLine(t *testing.T) {
 		{"data dir under a file", []string{"dev", "--home", filepath.Join(file, "home")}, "data dir " + filepath.Join(file, "home") + ": "},
 		{"bad listen flag", []string{"dev", "--listen", "nonsense"}, "config listen: want host:port"},
 		{"whoami without a config", []string{"whoami"}, "no API endpoint"},
+		// Outside dev no role makes a key of its own: it would open nothing sealed before.
+		{"worker without the keyring", []string{"serve", "worker", "--database-url", "postgres://127.0.0.1:1/x",
+			"--sandbox-url", "http://127.0.0.1:1", "--keyring", nokey}, "load keyring " + nokey + ": no such file"},
+		{"api without the keyring", []string{"serve", "api", "--listen", "127.0.0.1:0", "--database-url",
+			"postgres://127.0.0.1:1/x", "--sandbox-url", "http://127.0.0.1:1", "--keyring", nokey}, "load keyring " + nokey + ": no such file"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -59,5 +65,26 @@ func TestVersion(t *testing.T) {
 	out, err := run(t, "version")
 	if err != nil || !strings.HasPrefix(out, "cocoonbox ") {
 		t.Fatalf("version: %q %v", out, err)
+	}
+}
+
+// TestAdminKeyringInit: the deployment's key is made once, 0600, where --keyring says, and a
+// second init refuses to replace it.
+func TestAdminKeyringInit(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys", "master.key")
+	out, err := run(t, "admin", "keyring", "init", "--keyring", path)
+	if err != nil || !strings.Contains(out, "created keyring "+path) {
+		t.Fatalf("init: %q, %v", out, err)
+	}
+	fi, err := os.Stat(path)
+	if err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("key file: %v, %v; want mode 0600", fi, err)
+	}
+	key, _ := os.ReadFile(path)
+	if _, err := run(t, "admin", "keyring", "init", "--keyring", path); err == nil || !strings.Contains(err.Error(), "exists") {
+		t.Fatalf("second init: %v, want a refusal", err)
+	}
+	if again, _ := os.ReadFile(path); !bytes.Equal(key, again) {
+		t.Fatal("the second init replaced the key")
 	}
 }

@@ -64,7 +64,7 @@ func runServeAPI(c *cli.Context) error {
 // listens at once and waits for PostgreSQL and Temporal meanwhile, answering "starting" instead
 // of exiting, so a role started beside its dependencies (or before them) needs no restart.
 func serveAPI(ctx context.Context, cfg config.API, logger *slog.Logger, ready func(addr string)) error {
-	keys, err := secrets.LoadOrCreateKeyring(cfg.KeyringPath())
+	keys, err := secrets.LoadKeyring(cfg.KeyringPath())
 	if err != nil {
 		return err
 	}

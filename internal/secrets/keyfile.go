@@ -18,7 +18,39 @@ func LoadOrCreateKeyring(path string) (*Keyring, error) {
 	key, err := readKeyFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		key, err = createKeyFile(path)
+		if errors.Is(err, os.ErrExist) {
+			// Another process created it first; use that key.
+			key, err = readKeyFile(path)
+		}
 	}
+	return keyring(path, key, err)
+}
+
+// LoadKeyring returns the keyring whose master key is in the file at path, checked as
+// LoadOrCreateKeyring checks it. A missing file is an error naming it and how to make one, never
+// a new key: a role of a deployment that made its own key would seal with it and open nothing
+// sealed before (every stored sandbox token and vault secret).
+func LoadKeyring(path string) (*Keyring, error) {
+	key, err := readKeyFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		err = fmt.Errorf("load keyring %s: no such file: copy the deployment's key file there, or create the first one with `cocoonbox admin keyring init --keyring %s`", path, path)
+	}
+	return keyring(path, key, err)
+}
+
+// CreateKeyring writes a new random master key to path, which must not exist: an existing key
+// file is refused with an error naming it, since replacing a key would make every stored secret
+// unreadable.
+func CreateKeyring(path string) (*Keyring, error) {
+	key, err := createKeyFile(path)
+	if errors.Is(err, os.ErrExist) {
+		err = fmt.Errorf("create keyring %s: the file exists; a deployment keeps its key (remove the file first only if nothing was ever sealed with it)", path)
+	}
+	return keyring(path, key, err)
+}
+
+// keyring is the keyring of key read from path, or err.
+func keyring(path string, key []byte, err error) (*Keyring, error) {
 	if err != nil {
 		return nil, err
 	}
@@ -63,7 +95,7 @@ func readKeyFile(path string) ([]byte, error) {
 
 // createKeyFile writes a new key to path. The key is written and synced to a temporary file that
 // is then hard-linked into place, so a reader never sees a partial key and, when two processes
-// start together, the first link wins and both use its key.
+// start together, the first link wins; the other gets an error wrapping os.ErrExist.
 func createKeyFile(path string) ([]byte, error) {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -84,10 +116,6 @@ func createKeyFile(path string) ([]byte, error) {
 		return nil, fmt.Errorf("create keyring %s: %w", path, err)
 	}
 	if err := os.Link(tmp.Name(), path); err != nil {
-		if errors.Is(err, os.ErrExist) {
-			// Another process created it first; use that key.
-			return readKeyFile(path)
-		}
 		return nil, fmt.Errorf("create keyring %s: %w", path, err)
 	}
 	// Secrets sealed with this key will soon be in the database; the key must survive a crash.

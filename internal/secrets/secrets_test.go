@@ -162,6 +162,36 @@ func TestLoadKeyringRefuses(t *testing.T) {
 	}
 }
 
+// TestLoadKeyringNeverCreates: the roles of a deployment load its key and never make one; a
+// missing file is one line naming it and the command that creates it, and CreateKeyring makes
+// the first and refuses to replace it.
+func TestLoadKeyringNeverCreates(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "keys", "master.key")
+	_, err := secrets.LoadKeyring(path)
+	if err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "cocoonbox admin keyring init") ||
+		strings.Contains(err.Error(), "\n") {
+		t.Fatalf("missing keyring: %v; want one line naming %s and the init command", err, path)
+	}
+	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("LoadKeyring left a file: %v", err)
+	}
+	k1, err := secrets.CreateKeyring(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := os.ReadFile(path)
+	if _, err := secrets.CreateKeyring(path); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "exists") {
+		t.Fatalf("second CreateKeyring: %v; want a refusal naming the file", err)
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+		t.Fatal("the second CreateKeyring changed the key")
+	}
+	k2, err := secrets.LoadKeyring(path)
+	if err != nil || k2.KeyID() != k1.KeyID() {
+		t.Fatalf("LoadKeyring after CreateKeyring: %v, %v; want key %s", k2, err, k1.KeyID())
+	}
+}
+
 func TestDerive(t *testing.T) {
 	key := make([]byte, secrets.KeySize)
 	rand.Read(key)

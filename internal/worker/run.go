@@ -43,7 +43,7 @@ func Start(ctx context.Context, cfg config.Worker, logger *slog.Logger, intercep
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	keys, err := secrets.LoadOrCreateKeyring(cfg.KeyringPath())
+	keys, err := secrets.LoadKeyring(cfg.KeyringPath())
 	if err != nil {
 		return nil, err
 	}

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/loomhand/cocoonbox/internal/config"
+	"github.com/loomhand/cocoonbox/internal/secrets"
+)
+
+// adminKeyringCommand is `cocoonbox admin keyring`: the deployment's master key file, which only
+// this command creates outside `cocoonbox dev` (serve api and serve worker refuse to start
+// without it rather than make a key of their own).
+func adminKeyringCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "keyring",
+		Usage: "the master key file that seals sandbox tokens and vault secrets",
+		Subcommands: []*cli.Command{{
+			Name:  "init",
+			Usage: "create the deployment's master key file, once, on its first host",
+			Description: "Writes a new random key, mode 0600, to --keyring (default <home>/keys/master.key,\n" +
+				"where serve api and serve worker read it) and refuses a file that exists. Copy the file\n" +
+				"to every API and worker host of the deployment and back it up: without it no stored\n" +
+				"sandbox token or secret can be opened. `cocoonbox dev` makes its own.",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "home", Usage: "data dir (default ~/.local/share/cocoonbox)"},
+				&cli.StringFlag{Name: "keyring", Usage: "master key file (default <home>/keys/master.key)"},
+			},
+			Action: runAdminKeyringInit,
+		}},
+	}
+}
+
+func runAdminKeyringInit(c *cli.Context) error {
+	if _, err := positional(c, "", 0, 0); err != nil {
+		return err
+	}
+	// The file serve worker reads: its config file and environment, then the flags.
+	cfg, err := config.Load(c.String("config"), config.Env(), config.DefaultWorker(config.Env()))
+	if err != nil {
+		return err
+	}
+	if c.IsSet("home") {
+		cfg.Home = c.String("home")
+	}
+	if c.IsSet("keyring") {
+		cfg.Keyring = c.String("keyring")
+	}
+	path, err := filepath.Abs(cfg.KeyringPath())
+	if err != nil {
+		return err
+	}
+	k, err := secrets.CreateKeyring(path)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.Writer, "created keyring %s (key %s, mode 0600): copy it to every API and worker host and back it up\n", path, k.KeyID())
+	return nil
+}
