@@ -77,9 +77,9 @@ func echoStep(_ context.Context, req *agentvmv1.StepRequest) (*agentvmv1.StepRes
 
 type fakeTokens struct{}
 
-func (fakeTokens) PutSandboxToken(context.Context, string, string, string) error { return nil }
-func (fakeTokens) SandboxToken(context.Context, string) (string, string, error) {
-	return "sb_1", "tok", nil
+func (fakeTokens) PutSandboxToken(context.Context, string, sandbox.SandboxRef) error { return nil }
+func (fakeTokens) SandboxToken(context.Context, string) (sandbox.SandboxRef, error) {
+	return sandbox.SandboxRef{ID: "sb_1", Token: "tok"}, nil
 }
 
 // fakeRuns is a database in which every run is usr_a's with model m on agentBox, which usr_a

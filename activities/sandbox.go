@@ -18,12 +18,15 @@ import (
 
 // TokenStore keeps each box's sandbox token (encrypted at rest by its implementation) so that the
 // token never enters a workflow payload: activities put it after a claim and read it back by box.
+// The node that holds the sandbox (a redirected claim's, SandboxRef.Addr) is kept with it, so
+// every later call on the sandbox goes there.
 type TokenStore interface {
-	// PutSandboxToken records the token of the sandbox that now serves the box, replacing any other.
-	PutSandboxToken(ctx context.Context, boxID, sandboxID, token string) error
-	// SandboxToken returns the box's current sandbox and its token; a cocoonbox ENotFound error
-	// when the box has none.
-	SandboxToken(ctx context.Context, boxID string) (sandboxID, token string, err error)
+	// PutSandboxToken records the sandbox that now serves the box, with its token and node,
+	// replacing any other.
+	PutSandboxToken(ctx context.Context, boxID string, ref sandbox.SandboxRef) error
+	// SandboxToken returns the box's current sandbox, with its token and node; a cocoonbox
+	// ENotFound error when the box has none.
+	SandboxToken(ctx context.Context, boxID string) (sandbox.SandboxRef, error)
 }
 
 // Sandbox holds the sandbox-engine activities of the box workflow.
@@ -123,7 +126,7 @@ func (a *Sandbox) Claim(ctx context.Context, in ClaimInput) (ClaimResult, error)
 	}
 	// Stored before answering: a sandbox the workflow learns of must have a token to act with. A
 	// failure here retries the activity, which adopts the same sandbox by its claim_ref.
-	if err := a.Tokens.PutSandboxToken(ctx, string(in.BoxID), got.ID, got.Token); err != nil {
+	if err := a.Tokens.PutSandboxToken(ctx, string(in.BoxID), got.SandboxRef); err != nil {
 		return ClaimResult{}, classify(fmt.Errorf("store sandbox token: %w", err))
 	}
 	return ClaimResult{SandboxID: got.ID, Deadline: got.Deadline, Adopted: got.Adopted, Start: got.Start}, nil
@@ -296,14 +299,14 @@ func sandboxRef(ctx context.Context, tokens TokenStore, boxID cocoonbox.BoxID, s
 	if sandboxID == "" {
 		return sandbox.SandboxRef{}, classify(cocoonbox.Invalid("sandbox_id", "is required"))
 	}
-	id, token, err := tokens.SandboxToken(ctx, string(boxID))
+	ref, err := tokens.SandboxToken(ctx, string(boxID))
 	switch {
 	case cocoonbox.ErrorCode(err) == cocoonbox.ENotFound:
 		return sandbox.SandboxRef{ID: sandboxID}, nil
 	case err != nil:
 		return sandbox.SandboxRef{}, classify(fmt.Errorf("read sandbox token: %w", err))
-	case id != sandboxID:
+	case ref.ID != sandboxID:
 		return sandbox.SandboxRef{ID: sandboxID}, nil
 	}
-	return sandbox.SandboxRef{ID: sandboxID, Token: token}, nil
+	return ref, nil
 }

@@ -16,33 +16,34 @@ import (
 	"github.com/loomhand/cocoonbox/agentvm/wire"
 	"github.com/loomhand/cocoonbox/internal/boxlink"
 	"github.com/loomhand/cocoonbox/internal/boxlink/boxlinktest"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/sandbox/sandboxtest"
 )
 
 // memTokens is an in-memory TokenStore.
 type memTokens struct {
 	mu sync.Mutex
-	m  map[string][2]string
+	m  map[string]sandbox.SandboxRef
 }
 
-func (t *memTokens) PutSandboxToken(_ context.Context, boxID, sandboxID, token string) error {
+func (t *memTokens) PutSandboxToken(_ context.Context, boxID string, ref sandbox.SandboxRef) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.m == nil {
-		t.m = map[string][2]string{}
+		t.m = map[string]sandbox.SandboxRef{}
 	}
-	t.m[boxID] = [2]string{sandboxID, token}
+	t.m[boxID] = ref
 	return nil
 }
 
-func (t *memTokens) SandboxToken(_ context.Context, boxID string) (string, string, error) {
+func (t *memTokens) SandboxToken(_ context.Context, boxID string) (sandbox.SandboxRef, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	v, ok := t.m[boxID]
+	ref, ok := t.m[boxID]
 	if !ok {
-		return "", "", cocoonbox.Errorf(cocoonbox.ENotFound, "no token")
+		return sandbox.SandboxRef{}, cocoonbox.Errorf(cocoonbox.ENotFound, "no token")
 	}
-	return v[0], v[1], nil
+	return ref, nil
 }
 
 func TestSandboxActivities(t *testing.T) {
@@ -63,8 +64,8 @@ func TestSandboxActivities(t *testing.T) {
 	if err := v.Get(&claimed); err != nil {
 		t.Fatal(err)
 	}
-	if id, tok, _ := tokens.SandboxToken(context.Background(), string(box)); id != claimed.SandboxID || tok == "" {
-		t.Fatalf("token store has %q/%q, want %s and a token", id, tok, claimed.SandboxID)
+	if ref, _ := tokens.SandboxToken(context.Background(), string(box)); ref.ID != claimed.SandboxID || ref.Token == "" || ref.Addr != "" {
+		t.Fatalf("token store has %+v, want %s and a token", ref, claimed.SandboxID)
 	}
 	if got := f.LastClaim().ClaimRef; got != "bx_0123456789abcdef/1" {
 		t.Fatalf("claim_ref = %q", got)
@@ -111,6 +112,46 @@ func requireType(t *testing.T, err error, typ string) {
 
 // TestWaitReadyWritesCredential: once the sandbox answers, WaitReady writes the box's agent
 // credential into it through the engine's exec, the credential in the environment, not argv.
+// TestRedirectedSandboxStaysAddressed: a sandbox a sandboxd cluster's claim redirected to
+// another node is addressed there by every later activity (ready probe, hibernate, wake,
+// release) through the node kept with its token. The node used to be dropped, and the calls
+// went to the configured engine, which does not have the sandbox.
+func TestRedirectedSandboxStaysAddressed(t *testing.T) {
+	const root = "root-token"
+	origin := sandboxtest.New(t, sandboxtest.Options{RootToken: root})
+	peer := sandboxtest.New(t, sandboxtest.Options{RootToken: root})
+	origin.FailNext(sandboxtest.VerbClaim, sandboxtest.Fault{Redirect: []string{peer.Addr()}})
+	tokens := &memTokens{}
+	a := &Sandbox{Client: origin.Client(root), Tokens: tokens, Template: "base", PollInterval: 10 * time.Millisecond}
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(a)
+	box := cocoonbox.BoxID("bx_00000000000000d1")
+	v, err := env.ExecuteActivity(a.Claim, ClaimInput{BoxID: box, Size: cocoonbox.SizeSmall, Attempt: 1})
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	var claimed ClaimResult
+	if err := v.Get(&claimed); err != nil {
+		t.Fatal(err)
+	}
+	if len(peer.Sandboxes()) != 1 || len(origin.Sandboxes()) != 0 {
+		t.Fatalf("claimed on the peer %v and the origin %v, want the peer alone", peer.Sandboxes(), origin.Sandboxes())
+	}
+	in := SandboxInput{BoxID: box, SandboxID: claimed.SandboxID}
+	for _, step := range []struct {
+		name string
+		act  any
+	}{{"ready", a.WaitReady}, {"hibernate", a.Hibernate}, {"wake", a.Wake}, {"release", a.Release}} {
+		if _, err := env.ExecuteActivity(step.act, in); err != nil {
+			t.Fatalf("%s of the redirected sandbox: %v", step.name, err)
+		}
+	}
+	if n := len(peer.Sandboxes()); n != 0 {
+		t.Fatalf("the peer still has %d sandboxes after the release", n)
+	}
+}
+
 func TestWaitReadyWritesCredential(t *testing.T) {
 	box := boxlinktest.New(nil, sbRef)
 	a := &Sandbox{Client: box, Tokens: fakeTokens{},

@@ -38,9 +38,9 @@ import (
 // the reason rather than run by an agent that would ignore what it does not know.
 const MinAgentVersion = "0.8.0"
 
-// TokenStore finds the box's current sandbox and its token.
+// TokenStore finds the box's current sandbox, with its token and the node that holds it.
 type TokenStore interface {
-	SandboxToken(ctx context.Context, boxID string) (sandboxID, token string, err error)
+	SandboxToken(ctx context.Context, boxID string) (sandbox.SandboxRef, error)
 }
 
 // Link reaches boxes' agents. Its zero value is not usable: set Sandbox, Tokens and
@@ -81,11 +81,11 @@ type Box struct {
 
 // Find returns the box's current sandbox and credential. A box without a sandbox is ENotFound.
 func (l *Link) Find(ctx context.Context, boxID cocoonbox.BoxID) (Box, error) {
-	sid, token, err := l.Tokens.SandboxToken(ctx, string(boxID))
+	ref, err := l.Tokens.SandboxToken(ctx, string(boxID))
 	if err != nil {
 		return Box{}, fmt.Errorf("read sandbox token: %w", err)
 	}
-	return l.At(boxID, sandbox.SandboxRef{ID: sid, Token: token})
+	return l.At(boxID, ref)
 }
 
 // At returns the box on the sandbox ref, with its credential.

@@ -72,12 +72,12 @@ func (f *statusTemporal) SignalWorkflow(_ context.Context, _, _, signalName stri
 // sandboxTokens is the box's current sandbox, as the store would return it.
 type sandboxTokens map[string]sandbox.SandboxRef
 
-func (m sandboxTokens) SandboxToken(_ context.Context, boxID string) (string, string, error) {
+func (m sandboxTokens) SandboxToken(_ context.Context, boxID string) (sandbox.SandboxRef, error) {
 	ref, ok := m[boxID]
 	if !ok {
-		return "", "", store.ErrNotFound
+		return sandbox.SandboxRef{}, store.ErrNotFound
 	}
-	return ref.ID, ref.Token, nil
+	return ref, nil
 }
 
 // boxEnv is a running box owned by ann and shared with ada (admin), dan (driver) and vic

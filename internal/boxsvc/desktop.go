@@ -109,9 +109,9 @@ func (s *Service) awake(ctx context.Context, caller string, id cocoonbox.BoxID, 
 	default:
 		return sandbox.SandboxRef{}, cocoonbox.Errorf(cocoonbox.EConflict, "box %s is %s", id, st.State)
 	}
-	sid, token, err := s.Link.Tokens.SandboxToken(ctx, string(id))
-	if err != nil || sid != st.SandboxID {
+	ref, err := s.Link.Tokens.SandboxToken(ctx, string(id))
+	if err != nil || ref.ID != st.SandboxID {
 		return sandbox.SandboxRef{}, cocoonbox.Errorf(cocoonbox.EUnavailable, "box %s is changing sandboxes; try again", id)
 	}
-	return sandbox.SandboxRef{ID: sid, Token: token}, nil
+	return ref, nil
 }

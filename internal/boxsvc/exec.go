@@ -278,11 +278,11 @@ func (s *Service) running(ctx context.Context, b store.Box) (sandbox.SandboxRef,
 	if !workflows.Up(b.State) || b.SandboxID == "" {
 		return sandbox.SandboxRef{}, false
 	}
-	sid, token, err := s.Link.Tokens.SandboxToken(ctx, string(b.ID))
-	if err != nil || sid != b.SandboxID {
+	ref, err := s.Link.Tokens.SandboxToken(ctx, string(b.ID))
+	if err != nil || ref.ID != b.SandboxID {
 		return sandbox.SandboxRef{}, false
 	}
-	return sandbox.SandboxRef{ID: sid, Token: token}, true
+	return ref, true
 }
 
 // DefaultKeepAwakeEvery is Service.KeepAwakeEvery when zero: well inside the shortest idle period

@@ -173,11 +173,11 @@ func (s *Service) DialPublicPort(ctx context.Context, id cocoonbox.BoxID, port i
 	if !workflows.Up(st.State) {
 		return nil, cocoonbox.Errorf(cocoonbox.EUnavailable, "box %s is not running; its owner can wake it", id)
 	}
-	sid, token, err := s.Link.Tokens.SandboxToken(ctx, string(id))
-	if err != nil || sid != st.SandboxID {
+	ref, err := s.Link.Tokens.SandboxToken(ctx, string(id))
+	if err != nil || ref.ID != st.SandboxID {
 		return nil, cocoonbox.Errorf(cocoonbox.EUnavailable, "box %s is changing sandboxes; try again", id)
 	}
-	conn, err := s.Link.Sandbox.DialPort(ctx, sandbox.SandboxRef{ID: sid, Token: token}, port)
+	conn, err := s.Link.Sandbox.DialPort(ctx, ref, port)
 	if err != nil {
 		return nil, boxlink.DialError(err, fmt.Sprintf("port %d", port))
 	}

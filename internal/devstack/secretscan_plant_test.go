@@ -16,6 +16,7 @@ import (
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxlink"
 	"github.com/loomhand/cocoonbox/internal/devstack"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/internal/testutil"
 	"github.com/loomhand/cocoonbox/internal/vault"
@@ -87,7 +88,8 @@ func TestSecretScanFindsPlantedSecrets(t *testing.T) {
 		t.Fatal(err)
 	}
 	tokens := store.SandboxTokens{Store: d.Store, Keys: devstack.Keyring(d)}
-	if err := tokens.PutSandboxToken(ctx, string(box.ID), "sb_00000000000000aa", "5e5a7e1d0c0ffee0d15ea5e0ba5eba11"); err != nil {
+	planted := sandbox.SandboxRef{ID: "sb_00000000000000aa", Token: "5e5a7e1d0c0ffee0d15ea5e0ba5eba11"}
+	if err := tokens.PutSandboxToken(ctx, string(box.ID), planted); err != nil {
 		t.Fatal(err)
 	}
 	cred := boxlink.Credential(devstack.Keyring(d).Derive("agent-credential"), box.ID)
@@ -99,10 +101,11 @@ func TestSecretScanFindsPlantedSecrets(t *testing.T) {
 	}
 	// A closed one whose inputs are the token as bytes (a binary payload) and base64-encoded
 	// one byte in.
-	_, token, err := tokens.SandboxToken(ctx, string(box.ID))
+	ref, err := tokens.SandboxToken(ctx, string(box.ID))
 	if err != nil {
 		t.Fatal(err)
 	}
+	token := ref.Token
 	opts.ID = "secretscan-plant-closed"
 	run, err := d.Temporal.ExecuteWorkflow(ctx, opts, "Planted", []byte("<"+token+">"),
 		base64.StdEncoding.EncodeToString([]byte("<"+token+">")))

@@ -222,14 +222,14 @@ func stackSecrets(ctx context.Context, d *devstack.Dev) ([]secret, error) {
 		if !b.hasToken {
 			continue
 		}
-		_, tok, err := tokens.SandboxToken(ctx, b.id)
+		ref, err := tokens.SandboxToken(ctx, b.id)
 		if errors.Is(err, store.ErrNotFound) { // deleted since the listing
 			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("sandbox token of %s: %w", b.id, err)
 		}
-		out = append(out, secret{"sandbox token", tok})
+		out = append(out, secret{"sandbox token", ref.Token})
 	}
 
 	url, root := d.Sandbox()

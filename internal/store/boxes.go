@@ -155,6 +155,10 @@ UPDATE boxes SET
     sandbox_token_ciphertext = CASE
         WHEN $2 = 'deleted' THEN NULL
         WHEN $3 = '' OR $3 = sandbox_id THEN sandbox_token_ciphertext END,
+    sandbox_addr = CASE
+        WHEN $2 = 'deleted' THEN ''
+        WHEN $3 = '' OR $3 = sandbox_id THEN sandbox_addr
+        ELSE '' END,
     sandbox_id = coalesce(NULLIF($3, ''), sandbox_id),
     deleted_at = CASE WHEN $2 = 'deleted' THEN now() END,
     updated_at = now()
@@ -189,15 +193,16 @@ func (q *Queries) MarkBoxDeleted(ctx context.Context, id cocoonbox.BoxID) error 
 }
 
 // SetSandboxToken stores the engine credential for box id's sandbox, sealed by the caller (see
-// SandboxTokens), together with the sandbox it opens, so the two cannot disagree. An unknown box
-// is ErrNotFound, a deleted one ErrConflict.
-func (q *Queries) SetSandboxToken(ctx context.Context, id cocoonbox.BoxID, sandboxID string, ciphertext []byte) error {
+// SandboxTokens), together with the sandbox it opens and the node that holds it (addr, empty for
+// the configured engine), so the three cannot disagree. An unknown box is ErrNotFound, a deleted
+// one ErrConflict.
+func (q *Queries) SetSandboxToken(ctx context.Context, id cocoonbox.BoxID, sandboxID, addr string, ciphertext []byte) error {
 	if sandboxID == "" || len(ciphertext) == 0 {
 		return fmt.Errorf("set sandbox token of box %s: %w: sandbox ID and ciphertext are required", id, ErrInvalid)
 	}
 	tag, err := q.db.Exec(ctx,
-		`UPDATE boxes SET sandbox_id = $2, sandbox_token_ciphertext = $3, updated_at = now()
-		 WHERE id = $1 AND deleted_at IS NULL`, id, sandboxID, ciphertext)
+		`UPDATE boxes SET sandbox_id = $2, sandbox_addr = $3, sandbox_token_ciphertext = $4, updated_at = now()
+		 WHERE id = $1 AND deleted_at IS NULL`, id, sandboxID, addr, ciphertext)
 	if err != nil {
 		return fmt.Errorf("set sandbox token of box %s: %w", id, mapErr(err))
 	}
@@ -207,17 +212,18 @@ func (q *Queries) SetSandboxToken(ctx context.Context, id cocoonbox.BoxID, sandb
 	return nil
 }
 
-// SandboxToken returns box id's sandbox and its sealed token. A box that is unknown, deleted, or
-// has no token yet is ErrNotFound: in every case there is no sandbox to talk to.
-func (q *Queries) SandboxToken(ctx context.Context, id cocoonbox.BoxID) (sandboxID string, ciphertext []byte, err error) {
+// SandboxToken returns box id's sandbox, the node that holds it (empty: the configured engine)
+// and its sealed token. A box that is unknown, deleted, or has no token yet is ErrNotFound: in
+// every case there is no sandbox to talk to.
+func (q *Queries) SandboxToken(ctx context.Context, id cocoonbox.BoxID) (sandboxID, addr string, ciphertext []byte, err error) {
 	err = q.db.QueryRow(ctx,
-		`SELECT sandbox_id, sandbox_token_ciphertext FROM boxes
+		`SELECT sandbox_id, sandbox_addr, sandbox_token_ciphertext FROM boxes
 		 WHERE id = $1 AND deleted_at IS NULL AND sandbox_token_ciphertext IS NOT NULL`, id,
-	).Scan(&sandboxID, &ciphertext)
+	).Scan(&sandboxID, &addr, &ciphertext)
 	if err != nil {
-		return "", nil, fmt.Errorf("sandbox token of box %s: %w", id, mapErr(err))
+		return "", "", nil, fmt.Errorf("sandbox token of box %s: %w", id, mapErr(err))
 	}
-	return sandboxID, ciphertext, nil
+	return sandboxID, addr, ciphertext, nil
 }
 
 // whyUnchanged explains an update of a live box that touched no row: the box does not exist

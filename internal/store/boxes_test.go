@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/secrets"
 	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/internal/store/storetest"
@@ -208,15 +209,17 @@ func TestSandboxTokens(t *testing.T) {
 	alice := newUser(t, st, "alice")
 	b, other := newBox(t, st, alice, "dev"), newBox(t, st, alice, "other")
 
-	if _, _, err := tokens.SandboxToken(ctx, string(b.ID)); !errors.Is(err, store.ErrNotFound) {
+	if _, err := tokens.SandboxToken(ctx, string(b.ID)); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("before any token: %v, want ErrNotFound", err)
 	}
 	const token = "sbx-token-0123456789"
-	if err := tokens.PutSandboxToken(ctx, string(b.ID), "sb-1", token); err != nil {
+	// The node a redirected claim named comes back with the sandbox, so calls go there.
+	sb1 := sandbox.SandboxRef{ID: "sb-1", Token: token, Addr: "node-b:7777"}
+	if err := tokens.PutSandboxToken(ctx, string(b.ID), sb1); err != nil {
 		t.Fatal(err)
 	}
-	if sb, tok, err := tokens.SandboxToken(ctx, string(b.ID)); err != nil || sb != "sb-1" || tok != token {
-		t.Errorf("SandboxToken = %q, %q, %v", sb, tok, err)
+	if got, err := tokens.SandboxToken(ctx, string(b.ID)); err != nil || got != sb1 {
+		t.Errorf("SandboxToken = %+v, %v; want %+v", got, err, sb1)
 	}
 	if got, _ := st.BoxByID(ctx, b.ID); got.SandboxID != "sb-1" {
 		t.Errorf("box sandbox = %q, want sb-1", got.SandboxID)
@@ -235,10 +238,10 @@ func TestSandboxTokens(t *testing.T) {
 	if len(stored) == 0 || bytes.Contains(stored, []byte(token)) {
 		t.Errorf("stored ciphertext %x holds the token", stored)
 	}
-	if err := st.SetSandboxToken(ctx, other.ID, "sb-2", stored); err != nil {
+	if err := st.SetSandboxToken(ctx, other.ID, "sb-2", "", stored); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := tokens.SandboxToken(ctx, string(other.ID)); !errors.Is(err, secrets.ErrAuth) {
+	if _, err := tokens.SandboxToken(ctx, string(other.ID)); !errors.Is(err, secrets.ErrAuth) {
 		t.Errorf("a token copied to another box: %v, want secrets.ErrAuth", err)
 	}
 
@@ -246,37 +249,45 @@ func TestSandboxTokens(t *testing.T) {
 	if err := st.SetBoxState(ctx, b.ID, cocoonbox.BoxStateRunning, "sb-1", ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := tokens.SandboxToken(ctx, string(b.ID)); err != nil {
-		t.Errorf("same sandbox kept: %v", err)
+	if got, err := tokens.SandboxToken(ctx, string(b.ID)); err != nil || got != sb1 {
+		t.Errorf("same sandbox kept: %+v, %v; want %+v", got, err, sb1)
 	}
 	if err := st.SetBoxState(ctx, b.ID, cocoonbox.BoxStateRunning, "sb-3", ""); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := tokens.SandboxToken(ctx, string(b.ID)); !errors.Is(err, store.ErrNotFound) {
+	if _, err := tokens.SandboxToken(ctx, string(b.ID)); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("after a new sandbox: %v, want ErrNotFound", err)
 	}
-	if err := tokens.PutSandboxToken(ctx, string(b.ID), "sb-3", "t3"); err != nil {
+	var addr string
+	if err := conn.QueryRow(ctx, `SELECT sandbox_addr FROM boxes WHERE id = $1`, string(b.ID)).Scan(&addr); err != nil || addr != "" {
+		t.Errorf("after a new sandbox, the old one's node = %q, %v; want none", addr, err)
+	}
+	if err := tokens.PutSandboxToken(ctx, string(b.ID), sandbox.SandboxRef{ID: "sb-3", Token: "t3"}); err != nil {
 		t.Fatal(err)
+	}
+	// The new sandbox is on the configured engine: the old one's node is not carried over.
+	if got, err := tokens.SandboxToken(ctx, string(b.ID)); err != nil || got.Addr != "" {
+		t.Errorf("new sandbox: %+v, %v; want no node address", got, err)
 	}
 	if err := st.MarkBoxDeleted(ctx, b.ID); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := tokens.SandboxToken(ctx, string(b.ID)); !errors.Is(err, store.ErrNotFound) {
+	if _, err := tokens.SandboxToken(ctx, string(b.ID)); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("after delete: %v, want ErrNotFound", err)
 	}
 	if err := conn.QueryRow(ctx, `SELECT sandbox_token_ciphertext FROM boxes WHERE id = $1`, string(b.ID)).Scan(&stored); err != nil || stored != nil {
 		t.Errorf("deleted box's ciphertext = %x, %v; want NULL", stored, err)
 	}
-	if err := tokens.PutSandboxToken(ctx, string(b.ID), "sb-4", "t4"); !errors.Is(err, store.ErrConflict) {
+	if err := tokens.PutSandboxToken(ctx, string(b.ID), sandbox.SandboxRef{ID: "sb-4", Token: "t4"}); !errors.Is(err, store.ErrConflict) {
 		t.Errorf("token for a deleted box: %v, want ErrConflict", err)
 	}
-	if err := tokens.PutSandboxToken(ctx, string(cocoonbox.NewBoxID()), "sb-5", "t5"); !errors.Is(err, store.ErrNotFound) {
+	if err := tokens.PutSandboxToken(ctx, string(cocoonbox.NewBoxID()), sandbox.SandboxRef{ID: "sb-5", Token: "t5"}); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("token for an unknown box: %v, want ErrNotFound", err)
 	}
-	if _, _, err := tokens.SandboxToken(ctx, string(cocoonbox.NewBoxID())); !errors.Is(err, store.ErrNotFound) {
+	if _, err := tokens.SandboxToken(ctx, string(cocoonbox.NewBoxID())); !errors.Is(err, store.ErrNotFound) {
 		t.Errorf("token of an unknown box: %v, want ErrNotFound", err)
 	}
-	if err := tokens.PutSandboxToken(ctx, string(other.ID), "sb-2", ""); !errors.Is(err, store.ErrInvalid) {
+	if err := tokens.PutSandboxToken(ctx, string(other.ID), sandbox.SandboxRef{ID: "sb-2", Token: ""}); !errors.Is(err, store.ErrInvalid) {
 		t.Errorf("empty token: %v, want ErrInvalid", err)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/secrets"
 )
 
@@ -23,30 +24,32 @@ func sandboxTokenAAD(boxID string) []byte {
 	return []byte("sandbox-token:" + boxID)
 }
 
-// PutSandboxToken seals token and stores it as box boxID's credential for sandboxID, replacing
-// any earlier one. Errors are SetSandboxToken's.
-func (s SandboxTokens) PutSandboxToken(ctx context.Context, boxID, sandboxID, token string) error {
-	if token == "" {
+// PutSandboxToken seals ref's token and stores it as box boxID's credential for ref's sandbox,
+// with the node that holds it (ref.Addr), replacing any earlier one. Errors are
+// SetSandboxToken's.
+func (s SandboxTokens) PutSandboxToken(ctx context.Context, boxID string, ref sandbox.SandboxRef) error {
+	if ref.Token == "" {
 		return fmt.Errorf("put sandbox token of box %s: %w: token is empty", boxID, ErrInvalid)
 	}
-	blob, err := s.Keys.Seal([]byte(token), sandboxTokenAAD(boxID))
+	blob, err := s.Keys.Seal([]byte(ref.Token), sandboxTokenAAD(boxID))
 	if err != nil {
 		return fmt.Errorf("put sandbox token of box %s: %w", boxID, err)
 	}
-	return s.Store.SetSandboxToken(ctx, cocoonbox.BoxID(boxID), sandboxID, blob)
+	return s.Store.SetSandboxToken(ctx, cocoonbox.BoxID(boxID), ref.ID, ref.Addr, blob)
 }
 
-// SandboxToken returns box boxID's sandbox and its token in clear. No token is ErrNotFound; a
-// ciphertext that does not open (another master key, a row tampered with or copied from another
-// box) is an error matching secrets.ErrAuth or secrets.ErrUnknownKey.
-func (s SandboxTokens) SandboxToken(ctx context.Context, boxID string) (sandboxID, token string, err error) {
-	sandboxID, blob, err := s.Store.SandboxToken(ctx, cocoonbox.BoxID(boxID))
+// SandboxToken returns box boxID's sandbox: its ID, the node that holds it and its token in
+// clear. No token is ErrNotFound; a ciphertext that does not open (another master key, a row
+// tampered with or copied from another box) is an error matching secrets.ErrAuth or
+// secrets.ErrUnknownKey.
+func (s SandboxTokens) SandboxToken(ctx context.Context, boxID string) (sandbox.SandboxRef, error) {
+	id, addr, blob, err := s.Store.SandboxToken(ctx, cocoonbox.BoxID(boxID))
 	if err != nil {
-		return "", "", err
+		return sandbox.SandboxRef{}, err
 	}
 	plain, err := s.Keys.Open(blob, sandboxTokenAAD(boxID))
 	if err != nil {
-		return "", "", fmt.Errorf("sandbox token of box %s: %w", boxID, err)
+		return sandbox.SandboxRef{}, fmt.Errorf("sandbox token of box %s: %w", boxID, err)
 	}
-	return sandboxID, string(plain), nil
+	return sandbox.SandboxRef{ID: id, Token: string(plain), Addr: addr}, nil
 }
