@@ -117,10 +117,21 @@ func (w *box) setup(ctx workflow.Context) error {
 			}
 		})
 	}
-	return workflow.UpsertTypedSearchAttributes(ctx,
-		SearchAttrOwner.ValueSet(w.in.Owner),
-		SearchAttrBoxName.ValueSet(w.in.Name),
-		SearchAttrBoxState.ValueSet(string(w.st.State)))
+	// One upsert whatever it holds: replay matches an upsert by its kind, not its attributes.
+	return workflow.UpsertTypedSearchAttributes(ctx, w.in.searchAttributes(w.st.State)...)
+}
+
+// searchAttributes are the box's search attributes in state s.
+func (in BoxWorkflowInput) searchAttributes(s cocoonbox.BoxState) []temporal.SearchAttributeUpdate {
+	attrs := []temporal.SearchAttributeUpdate{
+		SearchAttrOwner.ValueSet(in.Owner),
+		SearchAttrBoxName.ValueSet(in.Name),
+		SearchAttrBoxState.ValueSet(string(s)),
+	}
+	if in.OwnerName != "" {
+		attrs = append(attrs, SearchAttrOwnerName.ValueSet(in.OwnerName))
+	}
+	return attrs
 }
 
 // signal is one of the box's signals: its name and how to apply what arrives on its channel.

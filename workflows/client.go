@@ -27,11 +27,7 @@ func Create(ctx context.Context, c client.Client, in BoxWorkflowInput) (Status, 
 		ID:                       BoxWorkflowID(in.BoxID),
 		TaskQueue:                TaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
-		TypedSearchAttributes: temporal.NewSearchAttributes(
-			SearchAttrOwner.ValueSet(in.Owner),
-			SearchAttrBoxName.ValueSet(in.Name),
-			SearchAttrBoxState.ValueSet(string(cocoonbox.BoxStateCreating)),
-		),
+		TypedSearchAttributes:    temporal.NewSearchAttributes(in.searchAttributes(cocoonbox.BoxStateCreating)...),
 	}, BoxWorkflow, in)
 	h, err := c.UpdateWithStartWorkflow(ctx, client.UpdateWithStartWorkflowOptions{
 		StartWorkflowOperation: start,

@@ -3,6 +3,7 @@ package workflows
 import (
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 
 	"github.com/loomhand/cocoonbox"
@@ -42,12 +43,24 @@ const (
 // SnapshotWorkflowID is the workflow ID of the child workflow that takes snapshot id.
 func SnapshotWorkflowID(id string) string { return "snapshot/" + id }
 
-// Search attributes the box workflow keeps current so operators can filter in the Temporal UI.
+// Search attributes the box workflow keeps current so operators can filter in the Temporal UI:
+// Owner is the owner's user ID, OwnerName their name (operators know users by name).
 var (
-	SearchAttrOwner    = temporal.NewSearchAttributeKeyKeyword("Owner")
-	SearchAttrBoxState = temporal.NewSearchAttributeKeyKeyword("BoxState")
-	SearchAttrBoxName  = temporal.NewSearchAttributeKeyKeyword("BoxName")
+	SearchAttrOwner     = temporal.NewSearchAttributeKeyKeyword("Owner")
+	SearchAttrOwnerName = temporal.NewSearchAttributeKeyKeyword("OwnerName")
+	SearchAttrBoxState  = temporal.NewSearchAttributeKeyKeyword("BoxState")
+	SearchAttrBoxName   = temporal.NewSearchAttributeKeyKeyword("BoxName")
 )
+
+// SearchAttributes are the box workflows' custom search attributes and their types: the
+// embedded server registers them at start; a worker on a cluster refuses to start while one is
+// missing (an upsert of an unregistered attribute fails every workflow task of the box).
+var SearchAttributes = map[string]enumspb.IndexedValueType{
+	SearchAttrOwner.GetName():     enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+	SearchAttrOwnerName.GetName(): enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+	SearchAttrBoxState.GetName():  enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+	SearchAttrBoxName.GetName():   enumspb.INDEXED_VALUE_TYPE_KEYWORD,
+}
 
 // ErrTypeInvalidTransition is the ApplicationError type a validator answers when a message does
 // not apply to the box's current state; nothing is written to history for it.
@@ -92,11 +105,14 @@ type Policy struct {
 
 // BoxWorkflowInput starts (or continues) a box's entity workflow.
 type BoxWorkflowInput struct {
-	BoxID  cocoonbox.BoxID
-	Owner  string
-	Name   string
-	Size   cocoonbox.Size
-	Policy Policy
+	BoxID cocoonbox.BoxID
+	Owner string
+	// OwnerName is the owner's user name, for the OwnerName search attribute; empty in boxes
+	// created before it, which carry Owner alone.
+	OwnerName string `json:",omitempty"`
+	Name      string
+	Size      cocoonbox.Size
+	Policy    Policy
 	// OpsBeforeContinue overrides DefaultOpsBeforeContinue (tests lower it); 0 is the default.
 	OpsBeforeContinue int
 	// CreateWait bounds how long the create waits for the engine to hand out a sandbox (an

@@ -126,7 +126,8 @@ func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (
 		return View{}, err
 	}
 	st, err := workflows.Create(ctx, s.Temporal, workflows.BoxWorkflowInput{
-		BoxID: req.ID, Owner: owner, Name: req.Name, Size: req.Size, Policy: policy, CreateWait: s.CreateWait,
+		BoxID: req.ID, Owner: owner, OwnerName: s.who(ctx, owner), Name: req.Name, Size: req.Size,
+		Policy: policy, CreateWait: s.CreateWait,
 	})
 	if err != nil {
 		s.dropUnstarted(ctx, req.ID)

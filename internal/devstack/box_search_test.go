@@ -16,7 +16,8 @@ import (
 )
 
 // TestBoxWorkflowsFilterBySearchAttributes: operators find a user's boxes in the Temporal UI by
-// Owner and BoxState; the UI's list is this visibility query.
+// Owner (the user ID), OwnerName (the name they know users by) and BoxState; the UI's list is
+// this visibility query.
 func TestBoxWorkflowsFilterBySearchAttributes(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
@@ -46,6 +47,7 @@ func TestBoxWorkflowsFilterBySearchAttributes(t *testing.T) {
 		{fmt.Sprintf("Owner = %q AND BoxState = %q", owner.ID, cocoonbox.BoxStateRunning), []string{workflows.BoxWorkflowID(awake.BoxID)}},
 		{fmt.Sprintf("Owner = %q AND BoxState = %q", owner.ID, cocoonbox.BoxStateHibernated), []string{workflows.BoxWorkflowID(asleep.BoxID)}},
 		{fmt.Sprintf("BoxName = %q", "asleep"), []string{workflows.BoxWorkflowID(asleep.BoxID)}},
+		{fmt.Sprintf("OwnerName = %q AND BoxState = %q", owner.Name, cocoonbox.BoxStateHibernated), []string{workflows.BoxWorkflowID(asleep.BoxID)}},
 		{`Owner = "usr_nobody"`, nil},
 	}
 	for _, tc := range cases {

@@ -14,7 +14,6 @@ import (
 	"syscall"
 	"time"
 
-	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/client"
 	sdkworker "go.temporal.io/sdk/worker"
 
@@ -28,15 +27,8 @@ import (
 	"github.com/loomhand/cocoonbox/internal/secrets"
 	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/internal/tclient"
+	"github.com/loomhand/cocoonbox/workflows"
 )
-
-// SearchAttributes are the custom search attributes the box workflows upsert, registered when the
-// embedded server starts so operators can filter box workflows in the Temporal UI.
-var SearchAttributes = map[string]enumspb.IndexedValueType{
-	"Owner":    enumspb.INDEXED_VALUE_TYPE_KEYWORD,
-	"BoxState": enumspb.INDEXED_VALUE_TYPE_KEYWORD,
-	"BoxName":  enumspb.INDEXED_VALUE_TYPE_KEYWORD,
-}
 
 // Dev is the running `cocoonbox dev` program: the backing services it embeds (unless configured
 // to use external ones), the store, and the API server.
@@ -408,7 +400,7 @@ func (d *Dev) startTemporal(ctx context.Context) error {
 	_, uiPort := splitHostPort(d.cfg.TemporalUIListen)
 	t, err := startTemporalChild(ctx, TemporalOptions{
 		DataDir: d.cfg.DataDir("temporal"), Host: host, Port: port, UIPort: uiPort,
-		Namespace: d.cfg.Temporal.Namespace, SearchAttributes: SearchAttributes,
+		Namespace: d.cfg.Temporal.Namespace, SearchAttributes: workflows.SearchAttributes,
 		Insecure: d.cfg.TemporalInsecure,
 	}, d.log.With("component", "temporal"))
 	if err != nil {

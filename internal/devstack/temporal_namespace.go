@@ -5,7 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"slices"
+	"strings"
 	"time"
 
 	enumspb "go.temporal.io/api/enums/v1"
@@ -16,6 +16,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/loomhand/cocoonbox/internal/worker"
 )
 
 // register waits for the frontend and makes the namespace and search attributes match the
@@ -68,22 +70,18 @@ func (t *Temporal) registerSearchAttributes(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	missing := map[string]enumspb.IndexedValueType{}
-	for _, name := range slices.Sorted(maps.Keys(t.opts.SearchAttributes)) {
-		want := t.opts.SearchAttributes[name]
-		have, ok := list.GetCustomAttributes()[name]
-		if !ok {
-			have, ok = list.GetSystemAttributes()[name]
-		}
-		switch {
-		case !ok:
-			missing[name] = want
-		case have != want:
-			return permanent(fmt.Errorf("search attribute %s exists with type %s, want %s", name, have, want))
-		}
+	have := maps.Clone(list.GetSystemAttributes())
+	maps.Copy(have, list.GetCustomAttributes())
+	names, wrong := worker.MissingSearchAttributes(have, t.opts.SearchAttributes)
+	if len(wrong) > 0 {
+		return permanent(fmt.Errorf("search attributes of the wrong type: %s", strings.Join(wrong, ", ")))
 	}
-	if len(missing) == 0 {
+	if len(names) == 0 {
 		return nil
+	}
+	missing := map[string]enumspb.IndexedValueType{}
+	for _, name := range names {
+		missing[name] = t.opts.SearchAttributes[name]
 	}
 	_, err = t.operator().AddSearchAttributes(ctx, &operatorservice.AddSearchAttributesRequest{
 		Namespace:        t.opts.Namespace,

@@ -91,6 +91,9 @@ func Start(ctx context.Context, cfg config.Worker, logger *slog.Logger, intercep
 	if err := start.Wait(ctx, logger, "Temporal", tclient.Ping(r.tc)); err != nil {
 		return nil, err
 	}
+	if err := CheckSearchAttributes(ctx, r.tc, cfg.Temporal.Namespace, logger); err != nil {
+		return nil, err
+	}
 	w := New(Options{
 		Temporal: r.tc, Store: st, Sandbox: engine,
 		Keys: keys, Template: cfg.Template, Blobs: blobs,
