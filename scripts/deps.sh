@@ -26,6 +26,8 @@ APT_PACKAGES=(
 	tmux                 # the terminal a person types box shell into, in its test
 	xvfb                 # a headless X server for the native-viewer test; -fbdir is its screenshot
 	xtightvncviewer      # a stock VNC viewer with a password file, against `desktop --listen`
+	caddy                # the TLS front of deploy/caddy, validated and driven in its test
+	systemd              # systemd-analyze verifies the units in deploy/systemd
 	ca-certificates
 )
 
@@ -47,6 +49,8 @@ if ((${#missing[@]})); then
 	# Debian's package starts a cluster on 5432; cocoonbox runs its own clusters, so keep the
 	# distribution's one from holding the port and memory.
 	if systemctl is-active --quiet postgresql 2>/dev/null; then systemctl stop postgresql || true; fi
+	# Debian's caddy package serves port 80 as a service; cocoonbox's tests run their own.
+	if systemctl is-active --quiet caddy 2>/dev/null; then systemctl disable --now caddy || true; fi
 fi
 
 # Box disks are loop-mounted ext4 images: the engine needs the loop driver.
