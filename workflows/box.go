@@ -102,6 +102,7 @@ func (w *box) setup(ctx workflow.Context) error {
 		{UpdateHandBack, w.handBack, w.validateHandBack},
 		{UpdateSetNetwork, w.setNetwork, w.validateSetNetwork},
 		{UpdateRecreate, w.recreate, w.validateRecreate},
+		{UpdateControlConn, w.controlConn, w.validateControlConn},
 	}
 	for _, u := range updates {
 		if err := workflow.SetUpdateHandlerWithOptions(ctx, u.name, u.handler,
@@ -153,6 +154,7 @@ func (w *box) signals() []signal {
 		})},
 		{SignalPin, applySignal(w.pin)},
 		{SignalUnpin, applySignal(w.unpin)},
+		{SignalControlClosed, applySignal(w.controlClosed)},
 	}
 }
 

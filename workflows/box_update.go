@@ -29,14 +29,15 @@ const (
 // any pair not listed is allowed. A failed box may be woken and restored (that is how it is
 // brought back, from its sandbox or an older snapshot) but not hibernated or snapshotted.
 var refusals = map[string]map[cocoonbox.BoxState]string{
-	UpdateCreate:     {cocoonbox.BoxStateDeleting: beingDeleted},
-	UpdateWake:       {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted},
-	UpdateTakeOver:   {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted},
-	UpdateSetNetwork: {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted},
-	UpdateRestore:    {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted},
-	UpdateRecreate:   {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted},
-	UpdateHibernate:  {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted, cocoonbox.BoxStateFailed: "a failed box (wake it first)"},
-	UpdateSnapshot:   {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted, cocoonbox.BoxStateFailed: "a failed box (wake it first)"},
+	UpdateCreate:      {cocoonbox.BoxStateDeleting: beingDeleted},
+	UpdateWake:        {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted},
+	UpdateTakeOver:    {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted},
+	UpdateSetNetwork:  {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted},
+	UpdateRestore:     {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted},
+	UpdateRecreate:    {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted},
+	UpdateControlConn: {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted},
+	UpdateHibernate:   {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted, cocoonbox.BoxStateFailed: "a failed box (wake it first)"},
+	UpdateSnapshot:    {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted, cocoonbox.BoxStateFailed: "a failed box (wake it first)"},
 }
 
 // allowed is every lifecycle update's validator: it rejects a message that cannot apply to the

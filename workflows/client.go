@@ -68,6 +68,18 @@ func ReportViewers(ctx context.Context, c client.Client, id cocoonbox.BoxID, sou
 	return signalBox(ctx, c, id, SignalViewers, ViewersSignal{Count: n, Source: source, Control: control})
 }
 
+// ClaimControl takes the box's control slot for connection conn of API process source, or
+// returns a conflict naming why while another connection holds it.
+func ClaimControl(ctx context.Context, c client.Client, id cocoonbox.BoxID, source, conn string) error {
+	_, err := Update[Status](ctx, c, id, UpdateControlConn, ControlConnInput{ID: conn, Source: source})
+	return err
+}
+
+// ControlClosed gives the box's control slot back from connection conn.
+func ControlClosed(ctx context.Context, c client.Client, id cocoonbox.BoxID, conn string) error {
+	return signalBox(ctx, c, id, SignalControlClosed, ControlClosedSignal{ID: conn})
+}
+
 func signalBox(ctx context.Context, c client.Client, id cocoonbox.BoxID, name string, arg any) error {
 	if err := c.SignalWorkflow(ctx, BoxWorkflowID(id), "", name, arg); err != nil {
 		return DomainError(fmt.Errorf("%s box %s: %w", name, id, err))

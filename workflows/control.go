@@ -176,3 +176,49 @@ func (w *box) tellRuns(ctx workflow.Context, legacy string) {
 		})
 	}
 }
+
+// validateControlConn checks a request for the control slot before it reaches history.
+func (w *box) validateControlConn(in ControlConnInput) error {
+	if in.ID == "" || in.Source == "" {
+		return temporal.NewApplicationError("control connection: id and source are required", activities.ErrTypeInvalidArgument)
+	}
+	return w.allowed(UpdateControlConn)
+}
+
+// controlConn gives connection in.ID the desktop's control slot, or refuses while another
+// connection holds it. The slot is here rather than in an API process, so a second control
+// connection is refused whichever replica it reaches. A holder whose API process stopped
+// reporting viewers (it died with its connections) lets go when its reports expire.
+func (w *box) controlConn(ctx workflow.Context, in ControlConnInput) (Status, error) {
+	if err := w.validateControlConn(in); err != nil {
+		return w.status(), err
+	}
+	now := workflow.Now(ctx)
+	if c := w.st.ControlConn; c.ID != "" && c.ID != in.ID && w.controlHeld(now) {
+		return w.status(), temporal.NewApplicationError("the desktop already has a controller connection", ErrTypeInvalidTransition)
+	}
+	w.st.ControlConn = ControlConn{ID: in.ID, Source: in.Source, At: now}
+	return w.status(), nil
+}
+
+// controlHeld says whether the slot's holder is alive at now: it took the slot within a report's
+// lifetime, or its API process has reported a control connection since.
+func (w *box) controlHeld(now time.Time) bool {
+	c := w.st.ControlConn
+	if now.Before(c.At.Add(ViewersReportTTL)) {
+		return true
+	}
+	for _, r := range w.st.ViewersBy {
+		if r.Source == c.Source && r.Control > 0 && now.Before(r.At.Add(ViewersReportTTL)) {
+			return true
+		}
+	}
+	return false
+}
+
+// controlClosed frees the slot when connection s.ID holds it.
+func (w *box) controlClosed(_ workflow.Context, s ControlClosedSignal) {
+	if s.ID != "" && w.st.ControlConn.ID == s.ID {
+		w.st.ControlConn = ControlConn{}
+	}
+}

@@ -164,3 +164,48 @@ func TestControlLeaseIdlePolicy(t *testing.T) {
 	require.Equal(t, map[time.Duration]string{17 * time.Second: "ann", 19 * time.Second: ""}, holder)
 	require.ErrorContains(t, neg.rejected, "lease_idle: must not be negative")
 }
+
+// TestControlSlot: the desktop has one control connection, whichever API process serves it: a
+// second is refused while the first is open, the same connection asking again is let through,
+// the slot is free once the first closes, and a holder whose API process stops reporting (it
+// died with its connections) lets go when its last report expires.
+func TestControlSlot(t *testing.T) {
+	env := newEnv(t)
+	claimOK(env, 1, "sb-1")
+	update(env, 0, UpdateCreate, CreateInput{})
+	claim := func(d time.Duration, conn, source string) *outcome {
+		return update(env, d, UpdateControlConn, ControlConnInput{ID: conn, Source: source})
+	}
+	report := func(d time.Duration, source string, control int) {
+		env.RegisterDelayedCallback(func() {
+			env.SignalWorkflow(SignalViewers, ViewersSignal{Source: source, Count: control, Control: control})
+		}, d)
+	}
+	first := claim(time.Second, "c1", "api-a")
+	second := claim(2*time.Second, "c2", "api-b")
+	again := claim(3*time.Second, "c1", "api-a")
+	env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalControlClosed, ControlClosedSignal{ID: "c1"}) }, 4*time.Second)
+	afterClose := claim(5*time.Second, "c2", "api-b")
+	// api-b reports its control connection as an API process does while it is open.
+	last := 5 * time.Second
+	for d := 6 * time.Second; d < 15*time.Minute; d += ViewersReportEvery {
+		report(d, "api-b", 1)
+		last = d
+	}
+	held := claim(5*time.Second+ViewersReportTTL+time.Minute, "c3", "api-a")
+	stillHeld := claim(last+ViewersReportTTL-time.Second, "c3", "api-a")
+	freed := claim(last+ViewersReportTTL+time.Second, "c4", "api-a")
+	anon := claim(last+ViewersReportTTL+2*time.Second, "", "api-a")
+	deleteAt(env, time.Hour)
+
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.NoError(t, env.GetWorkflowError())
+	require.NoError(t, first.err)
+	require.ErrorContains(t, second.err, "already has a controller connection", "a second control connection, from another API process")
+	require.NoError(t, again.err, "the holder asking again (a retried request)")
+	require.NoError(t, afterClose.err, "the slot is free once its connection closed")
+	require.ErrorContains(t, held.err, "already has a controller connection", "held past a report's lifetime while reported")
+	require.ErrorContains(t, stillHeld.err, "already has a controller connection")
+	require.NoError(t, freed.err, "the holder's API process stopped reporting: the slot is free once its reports expire")
+	require.ErrorContains(t, anon.rejected, "id and source are required")
+}

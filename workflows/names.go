@@ -33,11 +33,15 @@ const (
 	// UpdateRecreate starts a box whose sandbox was lost with no snapshot again, from its
 	// template: the owner's choice, never made for them.
 	UpdateRecreate = "recreate"
-	SignalTouch    = "touch"
-	SignalViewers  = "viewers"
-	SignalPin      = "pin"
-	SignalUnpin    = "unpin"
-	QueryStatus    = "status"
+	// UpdateControlConn takes the box's one control connection slot for an edge's connection,
+	// whichever API replica serves it; SignalControlClosed gives it back.
+	UpdateControlConn   = "control-connection"
+	SignalControlClosed = "control-closed"
+	SignalTouch         = "touch"
+	SignalViewers       = "viewers"
+	SignalPin           = "pin"
+	SignalUnpin         = "unpin"
+	QueryStatus         = "status"
 )
 
 // SnapshotWorkflowID is the workflow ID of the child workflow that takes snapshot id.
@@ -161,6 +165,27 @@ type BoxCarriedState struct {
 	// is open. Zero while nobody holds the lease, and for a lease taken before the clock existed
 	// until the next viewer report.
 	ControlSeen time.Time
+	// ControlConn is the control connection that holds the desktop's one control slot, if any.
+	ControlConn ControlConn `json:",omitzero"`
+}
+
+// ControlConn is a control connection of the desktop: its ID, the API process (a viewer report
+// source) that serves it, and when it took the slot.
+type ControlConn struct {
+	ID     string
+	Source string
+	At     time.Time
+}
+
+// ControlConnInput asks for the control slot for connection ID, served by API process Source.
+type ControlConnInput struct {
+	ID     string
+	Source string
+}
+
+// ControlClosedSignal says control connection ID has closed.
+type ControlClosedSignal struct {
+	ID string
 }
 
 // DefaultCreateWait is BoxWorkflowInput.CreateWait when zero.

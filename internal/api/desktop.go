@@ -41,8 +41,8 @@ const (
 	maxCloseReason = 123
 )
 
-// desktopEdge counts the open desktop connections of this process, per box, and holds the one
-// control connection a box may have.
+// desktopEdge counts the open desktop connections of this process, per box. (The one control
+// connection a box may have is the box workflow's to give, so every API replica sees it.)
 type desktopEdge struct {
 	// source names this process in its viewer reports: each API process reports its own count,
 	// and the box's workflow adds them up.
@@ -52,7 +52,6 @@ type desktopEdge struct {
 	// controlling counts the open connections in control mode, among open: the box's workflow
 	// releases a control lease whose holder has none for a while.
 	controlling map[cocoonbox.BoxID]int
-	control     map[cocoonbox.BoxID]bool
 	// slots counts each box's connections from admission to the handler's end, for the cap.
 	slots map[cocoonbox.BoxID]int
 	// repeating marks the boxes whose viewer counts a repeatViewers goroutine repeats.
@@ -60,6 +59,13 @@ type desktopEdge struct {
 	// report serialises viewer reports, each sending the count current when it is sent, so the
 	// workflow's last word is the latest count whatever order the connections change in.
 	report sync.Mutex
+}
+
+// newConnID names one control connection for the box's workflow.
+func newConnID() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return "cc_" + hex.EncodeToString(b)
 }
 
 // viewerSource names this process in viewer reports: its host, and random bytes so that a
@@ -93,26 +99,6 @@ func (e *desktopEdge) reserve(id cocoonbox.BoxID, max int) (release func(), err 
 			}
 		})
 	}, nil
-}
-
-// claimControl takes the box's control slot; false when another connection holds it.
-func (e *desktopEdge) claimControl(id cocoonbox.BoxID) bool {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.control[id] {
-		return false
-	}
-	if e.control == nil {
-		e.control = map[cocoonbox.BoxID]bool{}
-	}
-	e.control[id] = true
-	return true
-}
-
-func (e *desktopEdge) releaseControl(id cocoonbox.BoxID) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	delete(e.control, id)
 }
 
 // add changes the box's count of open connections (and, for a control one, of control
@@ -233,12 +219,13 @@ func (s *Server) serveDesktop(w http.ResponseWriter, r *http.Request) {
 	}
 	defer func() { _ = box.Close() }()
 	if control {
-		if !s.desktop.claimControl(id) {
+		conn := newConnID()
+		if err := s.boxes.ClaimControl(ctx, id, s.desktop.source, conn); err != nil {
 			giveBack()
-			s.writeHTTPError(w, r, cocoonbox.Errorf(cocoonbox.EConflict, "the desktop already has a controller connection"))
+			s.writeHTTPError(w, r, err)
 			return
 		}
-		defer s.desktop.releaseControl(id)
+		defer s.boxes.ReleaseControl(ctx, id, conn)
 	}
 	ws, err := websocket.Accept(w, r, &websocket.AcceptOptions{Subprotocols: []string{"binary"}})
 	if err != nil {

@@ -55,6 +55,24 @@ func (s *Service) DialDesktop(ctx context.Context, caller string, id cocoonbox.B
 	return conn, nil
 }
 
+// ClaimControl takes the box's one control connection slot for connection conn, served by API
+// process source, once DialDesktop's checks passed: the slot is the box workflow's, so a second
+// control connection is refused (a conflict) whichever API replica it reaches.
+func (s *Service) ClaimControl(ctx context.Context, id cocoonbox.BoxID, source, conn string) error {
+	return workflows.ClaimControl(ctx, s.Temporal, id, source, conn)
+}
+
+// ReleaseControl gives the slot back as connection conn closes (best effort, logged, and sent
+// after ctx's cancellation too: an API process that dies lets go when its viewer reports
+// expire).
+func (s *Service) ReleaseControl(ctx context.Context, id cocoonbox.BoxID, conn string) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := workflows.ControlClosed(ctx, s.Temporal, id, conn); err != nil && s.Logger != nil {
+		s.Logger.Warn("release the desktop's control slot", "box", id, "err", err)
+	}
+}
+
 // SetViewers tells the box's workflow how many desktop connections are open through the API
 // process source, and how many of them in control mode (best effort, logged): a box with viewers
 // is not idle-hibernated, and a control lease whose holder has no control connection is released

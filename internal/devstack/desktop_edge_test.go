@@ -20,6 +20,7 @@ import (
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	"github.com/loomhand/cocoonbox/internal/config"
+	"github.com/loomhand/cocoonbox/internal/devstack"
 	"github.com/loomhand/cocoonbox/internal/testutil"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
@@ -230,13 +231,42 @@ func TestDesktopEdge(t *testing.T) {
 	waitBoxIn(append(append(append([]byte{1}, pointerEvent...), keyEvent...), fbRequest...))
 	waitViewers(2)
 	bearer := http.Header{"Authorization": {"Bearer " + cli.Token}}
-	resp := expectHTTP(ctx, t, wsBase+"/v1/boxes/"+string(id)+"/desktop?mode=control", bearer, http.StatusConflict)
+	controlPath := "/v1/boxes/" + string(id) + "/desktop?mode=control"
+	resp := expectHTTP(ctx, t, wsBase+controlPath, bearer, http.StatusConflict)
 	if !strings.Contains(resp, "already has a controller connection") {
 		t.Fatalf("second control connection: %s", resp)
+	}
+	// The slot is the box's, not one API process's: another replica refuses a second control
+	// connection too, and holds the slot once the first is closed.
+	replicaWS := "ws" + strings.TrimPrefix(devstack.StartAPIReplica(t, d), "http")
+	resp = expectHTTP(ctx, t, replicaWS+controlPath, bearer, http.StatusConflict)
+	if !strings.Contains(resp, "already has a controller connection") {
+		t.Fatalf("second control connection through another replica: %s", resp)
 	}
 
 	_ = view.Close(websocket.StatusNormalClosure, "")
 	_ = ctl.Close(websocket.StatusNormalClosure, "")
+	waitViewers(0)
+	var other *websocket.Conn
+	if err := testutil.Poll(ctx, testutil.WaitShort, func() error {
+		ws, resp, err := websocket.Dial(ctx, replicaWS+controlPath, &websocket.DialOptions{Subprotocols: []string{"binary"}, HTTPHeader: bearer})
+		if err != nil {
+			if resp != nil && resp.StatusCode == http.StatusConflict {
+				return err // the first connection's release is on its way
+			}
+			t.Fatalf("control connection through the replica: %v", err)
+		}
+		other = ws
+		return nil
+	}); err != nil {
+		t.Fatalf("the replica never got the control slot: %v", err)
+	}
+	handshake(ctx, t, other)
+	resp = expectHTTP(ctx, t, wsBase+controlPath, bearer, http.StatusConflict)
+	if !strings.Contains(resp, "already has a controller connection") {
+		t.Fatalf("a control connection while the replica holds the slot: %s", resp)
+	}
+	_ = other.Close(websocket.StatusNormalClosure, "")
 	waitViewers(0)
 
 	// A native client with a bearer token; a stream that is not RFB is closed with 1008 and a

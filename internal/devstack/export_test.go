@@ -2,7 +2,10 @@ package devstack
 
 import (
 	"context"
+	"net"
+	"testing"
 
+	"github.com/loomhand/cocoonbox/internal/app"
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/secrets"
 )
@@ -52,4 +55,28 @@ func StartS3(ctx context.Context, d *Dev) error {
 	}
 	d.watch("s3", d.s3)
 	return nil
+}
+
+// StartAPIReplica serves a second API over d's services until the test ends, with a box service
+// and a desktop edge of its own, as another `serve api` process of the deployment has, and
+// returns its URL.
+func StartAPIReplica(t testing.TB, d *Dev) string {
+	t.Helper()
+	boxes := app.Boxes(d.parts, d.cfg.Agent, d.cfg.Quota, d.cfg.DefaultBoxNetwork(), d.cfg.BoxPolicy)
+	srv := app.API(d.parts, boxes, app.APIOptions{})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		_ = srv.Serve(ctx, ln)
+		close(done)
+	}()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+	})
+	return "http://" + ln.Addr().String()
 }
