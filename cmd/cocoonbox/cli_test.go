@@ -394,6 +394,30 @@ func TestTokenCreatePrintsOnlyTheSecret(t *testing.T) {
 	}
 }
 
+// TestAdminUser: create prints only the new user's secret on stdout, disable says what it did,
+// and an unknown user's refusal names them.
+func TestAdminUser(t *testing.T) {
+	f := withFake(t)
+	stdout, stderr, code := runCLI(t, "", "admin", "user", "create", "eve", "--admin")
+	if code != 0 || stdout != "cbx_evesecret\n" || !strings.Contains(stderr, "us_eve") || !strings.Contains(stderr, "admin eve") {
+		t.Fatalf("create: exit %d stdout %q stderr %q", code, stdout, stderr)
+	}
+	if r := f.last("CreateUser").(*cbv1.CreateUserRequest); r.GetName() != "eve" || !r.GetAdmin() {
+		t.Fatalf("create request %v", r)
+	}
+	if out := runOK(t, "", "admin", "user", "disable", "bob"); out != "disabled bob: 2 tokens revoked, 1 agent runs cancelled\n" {
+		t.Fatalf("disable: %q", out)
+	}
+	if _, stderr, code := runCLI(t, "", "admin", "user", "disable", "zed"); code == 0 || !strings.Contains(stderr, "zed") {
+		t.Fatalf("disable an unknown user: exit %d stderr %q", code, stderr)
+	}
+	out := runOK(t, "", "admin", "user", "ls", "-o", "json")
+	var users []json.RawMessage
+	if err := json.Unmarshal([]byte(out), &users); err != nil || len(users) != 3 {
+		t.Fatalf("user ls json %q %v", out, err)
+	}
+}
+
 func TestVaultSetReadsStdin(t *testing.T) {
 	f := withFake(t)
 	out := runOK(t, "sk-123\n", "vault", "set", "OPENAI_API_KEY")

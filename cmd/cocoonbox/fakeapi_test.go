@@ -439,6 +439,30 @@ func (f *fakeAPI) RevokeToken(_ context.Context, r *cbv1.RevokeTokenRequest) (*c
 	return &cbv1.RevokeTokenResponse{}, nil
 }
 
+func (f *fakeAPI) CreateUser(_ context.Context, r *cbv1.CreateUserRequest) (*cbv1.CreateUserResponse, error) {
+	return &cbv1.CreateUserResponse{User: &cbv1.User{Id: "us_eve", Name: r.GetName(), Admin: r.GetAdmin(), CreatedAt: timestamppb.New(t0)}, Secret: "cbx_evesecret"}, nil
+}
+
+func (f *fakeAPI) ListUsers(context.Context, *cbv1.ListUsersRequest) (*cbv1.ListUsersResponse, error) {
+	return &cbv1.ListUsersResponse{Users: sampleUsers()}, nil
+}
+
+func (f *fakeAPI) DisableUser(_ context.Context, r *cbv1.DisableUserRequest) (*cbv1.DisableUserResponse, error) {
+	if r.GetUser() != "bob" {
+		return nil, status.Errorf(codes.NotFound, "user: no user is called or has the ID %q", r.GetUser())
+	}
+	return &cbv1.DisableUserResponse{User: sampleUsers()[1], TokensRevoked: 2, RunsCancelled: 1}, nil
+}
+
+// sampleUsers are an admin, a disabled user and a user.
+func sampleUsers() []*cbv1.User {
+	return []*cbv1.User{
+		{Id: "us_ann", Name: "ann", Admin: true, CreatedAt: timestamppb.New(t0)},
+		{Id: "us_bob", Name: "bob", CreatedAt: timestamppb.New(t0), DisabledAt: timestamppb.New(t0.Add(time.Hour))},
+		{Id: "us_cy", Name: "cy", CreatedAt: timestamppb.New(t0.Add(time.Minute))},
+	}
+}
+
 func (f *fakeAPI) SetSecret(_ context.Context, r *cbv1.SetSecretRequest) (*cbv1.Secret, error) {
 	return &cbv1.Secret{Name: r.GetName(), CreatedAt: timestamppb.New(t0), UpdatedAt: timestamppb.New(t0)}, nil
 }

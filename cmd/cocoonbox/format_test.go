@@ -53,6 +53,7 @@ func TestFormats(t *testing.T) {
 		{"box_snapshot", func(w io.Writer) error { return snapshotLine(w, sampleSnapshots()[0]) }},
 		{"box_shares", func(w io.Writer) error { return writeShares(w, sampleShares()) }},
 		{"token_ls", func(w io.Writer) error { return writeTokens(w, sampleTokens(), t0) }},
+		{"admin_user_ls", func(w io.Writer) error { return writeUsers(w, sampleUsers()) }},
 		{"vault_ls", func(w io.Writer) error {
 			return writeSecrets(w, []*cbv1.Secret{{Name: "OPENAI_API_KEY", CreatedAt: sampleBoxes()[0].CreatedAt}, {Name: "GH_TOKEN"}})
 		}},

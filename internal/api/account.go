@@ -156,12 +156,9 @@ func (a *accountService) RevokeToken(ctx context.Context, req *cbv1.RevokeTokenR
 
 // CreateUser adds a user with a first token (admin only); user and token land together.
 func (a *accountService) CreateUser(ctx context.Context, req *cbv1.CreateUserRequest) (*cbv1.CreateUserResponse, error) {
-	p, err := mustPrincipal(ctx)
+	p, err := mustAdmin(ctx, "creating users")
 	if err != nil {
 		return nil, err
-	}
-	if !p.User.Admin {
-		return nil, cocoonbox.Errorf(cocoonbox.EForbidden, "creating users needs an admin account")
 	}
 	name := req.GetName()
 	if !userNamePattern.MatchString(name) {
@@ -189,4 +186,75 @@ func (a *accountService) CreateUser(ctx context.Context, req *cbv1.CreateUserReq
 	}
 	a.s.audit(ctx, p.User.ID, "user.create", map[string]any{"user": u.ID, "name": u.Name, "admin": u.Admin})
 	return &cbv1.CreateUserResponse{User: userProto(u), Secret: secret}, nil
+}
+
+// ListUsers lists every user by name (admin only).
+func (a *accountService) ListUsers(ctx context.Context, _ *cbv1.ListUsersRequest) (*cbv1.ListUsersResponse, error) {
+	if _, err := mustAdmin(ctx, "listing users"); err != nil {
+		return nil, err
+	}
+	users, err := a.s.store.ListUsers(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list users: %w", err)
+	}
+	return &cbv1.ListUsersResponse{Users: protoList(users, userProto)}, nil
+}
+
+// DisableUser disables a user (admin only): their tokens are revoked in the same transaction,
+// then their open runs are told to stop. An admin cannot disable themselves, so a deployment
+// always keeps the admin who acts.
+func (a *accountService) DisableUser(ctx context.Context, req *cbv1.DisableUserRequest) (*cbv1.DisableUserResponse, error) {
+	p, err := mustAdmin(ctx, "disabling users")
+	if err != nil {
+		return nil, err
+	}
+	u, err := a.userByRef(ctx, req.GetUser())
+	if err != nil {
+		return nil, err
+	}
+	if u.ID == p.User.ID {
+		return nil, cocoonbox.Invalid("user", "is you: another admin must disable your account")
+	}
+	u, revoked, err := a.s.store.DisableUser(ctx, u.ID)
+	if err != nil {
+		return nil, fmt.Errorf("disable user: %w", err)
+	}
+	a.s.audit(ctx, p.User.ID, "user.disable", map[string]any{"user": u.ID, "name": u.Name, "tokens_revoked": revoked})
+	resp := &cbv1.DisableUserResponse{User: userProto(u), TokensRevoked: int32(revoked)}
+	if a.s.boxes != nil {
+		// After the tokens: a run the user starts meanwhile cannot exist, their tokens being gone.
+		n, err := a.s.boxes.CancelRunsOf(ctx, u.ID, p.User.ID)
+		resp.RunsCancelled = int32(n)
+		if err != nil {
+			return nil, fmt.Errorf("the user is disabled; cancelling their runs failed (run it again): %w", err)
+		}
+	}
+	return resp, nil
+}
+
+// userByRef finds a user by name or ID; neither is ENotFound naming the field.
+func (a *accountService) userByRef(ctx context.Context, ref string) (store.User, error) {
+	if ref == "" {
+		return store.User{}, cocoonbox.Invalid("user", "is required: a user's name or ID")
+	}
+	u, err := a.s.store.UserByName(ctx, ref)
+	if errors.Is(err, store.ErrNotFound) {
+		u, err = a.s.store.UserByID(ctx, ref)
+	}
+	if errors.Is(err, store.ErrNotFound) {
+		return store.User{}, cocoonbox.Errorf(cocoonbox.ENotFound, "user: no user is called or has the ID %q", ref)
+	}
+	return u, err
+}
+
+// mustAdmin is the caller when they are an admin, else a refusal saying what needs one.
+func mustAdmin(ctx context.Context, what string) (Principal, error) {
+	p, err := mustPrincipal(ctx)
+	if err != nil {
+		return Principal{}, err
+	}
+	if !p.User.Admin {
+		return Principal{}, cocoonbox.Errorf(cocoonbox.EForbidden, "%s needs an admin account", what)
+	}
+	return p, nil
 }

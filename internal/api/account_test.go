@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -136,4 +137,45 @@ func TestCreateUserIsForAdmins(t *testing.T) {
 	wantCode(t, "a taken name", err, codes.FailedPrecondition, "name")
 	_, err = acct.CreateUser(as(t, admin), &cbv1.CreateUserRequest{Name: "Eve!"})
 	wantCode(t, "a malformed name", err, codes.InvalidArgument, "name")
+}
+
+// TestDisableUser: an admin lists users and disables one by name; the user's tokens stop
+// working at once, the listing says so, and nobody else's do. A non-admin can do neither, and an
+// admin cannot disable themselves.
+func TestDisableUser(t *testing.T) {
+	f := serveOpts(t, api.Options{})
+	_, _, admin := f.mint(t, "root", true)
+	_, _, ann := f.mint(t, "ann", false)
+	_, _, bob := f.mint(t, "bob", false)
+	acct := cbv1.NewAccountServiceClient(f.conn(t))
+
+	_, err := acct.ListUsers(as(t, ann), &cbv1.ListUsersRequest{})
+	wantCode(t, "a non-admin listing users", err, codes.PermissionDenied, "admin")
+	_, err = acct.DisableUser(as(t, ann), &cbv1.DisableUserRequest{User: "bob"})
+	wantCode(t, "a non-admin disabling a user", err, codes.PermissionDenied, "admin")
+	_, err = acct.DisableUser(as(t, admin), &cbv1.DisableUserRequest{User: "root"})
+	wantCode(t, "an admin disabling themselves", err, codes.InvalidArgument, "user")
+	_, err = acct.DisableUser(as(t, admin), &cbv1.DisableUserRequest{User: "nobody"})
+	wantCode(t, "an unknown user", err, codes.NotFound, "nobody")
+
+	got, err := acct.DisableUser(as(t, admin), &cbv1.DisableUserRequest{User: "ann"})
+	if err != nil || got.GetUser().GetName() != "ann" || got.GetUser().GetDisabledAt() == nil || got.GetTokensRevoked() != 1 {
+		t.Fatalf("DisableUser(ann) = %v, %v; want ann disabled and her token revoked", got, err)
+	}
+	_, err = acct.WhoAmI(as(t, ann), &cbv1.WhoAmIRequest{})
+	wantCode(t, "a disabled user's token", err, codes.Unauthenticated, "")
+	if who, err := acct.WhoAmI(as(t, bob), &cbv1.WhoAmIRequest{}); err != nil || who.GetUser().GetName() != "bob" {
+		t.Fatalf("bob after ann is disabled: %v, %v", who, err)
+	}
+	list, err := acct.ListUsers(as(t, admin), &cbv1.ListUsersRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	disabled := map[string]bool{}
+	for _, u := range list.GetUsers() {
+		disabled[u.GetName()] = u.GetDisabledAt() != nil
+	}
+	if want := map[string]bool{"ann": true, "bob": false, "root": false}; !maps.Equal(disabled, want) {
+		t.Fatalf("ListUsers: disabled %v, want %v", disabled, want)
+	}
 }

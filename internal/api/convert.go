@@ -99,7 +99,11 @@ func shareProto(s store.Share) *cbv1.Share {
 }
 
 func userProto(u store.User) *cbv1.User {
-	return &cbv1.User{Id: u.ID, Name: u.Name, Admin: u.Admin, CreatedAt: ts(u.CreatedAt)}
+	pu := &cbv1.User{Id: u.ID, Name: u.Name, Admin: u.Admin, CreatedAt: ts(u.CreatedAt)}
+	if u.DisabledAt != nil {
+		pu.DisabledAt = ts(*u.DisabledAt)
+	}
+	return pu
 }
 
 // tokenProto describes a token; the secret is not part of store.Token and so cannot leak here.

@@ -158,6 +158,27 @@ func (s *Service) CancelRun(ctx context.Context, caller, runID string) (Run, err
 	return Run{AgentRun: run}, nil
 }
 
+// CancelRunsOf stops every run of user owner that has not ended, as an admin's disabling of
+// them does, and returns how many it told to stop (by names the admin in the runs' events).
+func (s *Service) CancelRunsOf(ctx context.Context, owner, by string) (int, error) {
+	ids, err := s.Store.OpenRunsOf(ctx, owner)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, id := range ids {
+		err := workflows.CancelRun(ctx, s.Temporal, id, by)
+		switch {
+		case errors.Is(err, workflows.ErrRunEnded): // ended meanwhile
+		case err != nil:
+			return n, fmt.Errorf("cancel run %s: %w", id, err)
+		default:
+			n++
+		}
+	}
+	return n, nil
+}
+
 // SendMessage tells a running agent something (driver); its next step reads it.
 func (s *Service) SendMessage(ctx context.Context, caller, runID, text string) error {
 	switch {

@@ -254,3 +254,25 @@ func (q *Queries) AgentConversation(ctx context.Context, run string, step int) (
 	}
 	return conv, nil
 }
+
+// OpenRunsOf returns the IDs of user owner's runs that have not ended, oldest first.
+func (q *Queries) OpenRunsOf(ctx context.Context, owner string) ([]string, error) {
+	rows, err := q.db.Query(ctx,
+		`SELECT id FROM agent_runs WHERE owner_id = $1 AND ended_at IS NULL ORDER BY created_at`, owner)
+	if err != nil {
+		return nil, fmt.Errorf("open runs of %s: %w", owner, mapErr(err))
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("open runs of %s: %w", owner, mapErr(err))
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("open runs of %s: %w", owner, mapErr(err))
+	}
+	return ids, nil
+}

@@ -120,10 +120,11 @@ WITH t AS (
     WHERE id = (SELECT id FROM t) AND (last_used_at IS NULL OR last_used_at < now() - interval '1 minute')
 )
 SELECT u.id, u.name, u.admin, u.created_at, t.id, t.user_id, t.name, t.created_at, t.last_used_at, t.revoked_at, t.expires_at, t.scope
-FROM t JOIN users u ON u.id = t.user_id`
+FROM t JOIN users u ON u.id = t.user_id AND u.disabled_at IS NULL`
 
 // UserByTokenHash authenticates: it returns the user a token belongs to and the token. An
-// unknown, revoked or expired token is ErrNotFound, deliberately indistinguishable to callers.
+// unknown, revoked or expired token, or one of a disabled user, is ErrNotFound, deliberately
+// indistinguishable to callers.
 func (q *Queries) UserByTokenHash(ctx context.Context, hash []byte) (User, Token, error) {
 	var u User
 	var t Token

@@ -12,6 +12,8 @@ type User struct {
 	Name      string
 	Admin     bool // may create users and see every box
 	CreatedAt time.Time
+	// DisabledAt is when an admin disabled the user (DisableUser); nil while enabled.
+	DisabledAt *time.Time
 }
 
 // NewUser is what CreateUser needs.
@@ -20,10 +22,10 @@ type NewUser struct {
 	Admin bool
 }
 
-const userColumns = `id, name, admin, created_at`
+const userColumns = `id, name, admin, created_at, disabled_at`
 
 func scanUser(row interface{ Scan(...any) error }, u *User) error {
-	return row.Scan(&u.ID, &u.Name, &u.Admin, &u.CreatedAt)
+	return row.Scan(&u.ID, &u.Name, &u.Admin, &u.CreatedAt, &u.DisabledAt)
 }
 
 // CreateUser adds a user. Names are lowercase ([a-z][a-z0-9._-]*, up to 63 characters) and
@@ -67,4 +69,47 @@ func (q *Queries) CountUsers(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("count users: %w", mapErr(err))
 	}
 	return n, nil
+}
+
+// ListUsers returns every user, by name.
+func (q *Queries) ListUsers(ctx context.Context) ([]User, error) {
+	rows, err := q.db.Query(ctx, `SELECT `+userColumns+` FROM users ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("list users: %w", mapErr(err))
+	}
+	defer rows.Close()
+	var out []User
+	for rows.Next() {
+		var u User
+		if err := scanUser(rows, &u); err != nil {
+			return nil, fmt.Errorf("list users: %w", mapErr(err))
+		}
+		out = append(out, u)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list users: %w", mapErr(err))
+	}
+	return out, nil
+}
+
+// DisableUser disables user id and revokes every token of theirs in one transaction, returning
+// the user and how many tokens it revoked. Disabling a disabled user changes nothing (its first
+// time is kept); an unknown user is ErrNotFound.
+func (s *Store) DisableUser(ctx context.Context, id string) (User, int, error) {
+	var u User
+	var revoked int64
+	err := s.InTx(ctx, func(q *Queries) error {
+		err := scanUser(q.db.QueryRow(ctx,
+			`UPDATE users SET disabled_at = coalesce(disabled_at, now()) WHERE id = $1 RETURNING `+userColumns, id), &u)
+		if err != nil {
+			return fmt.Errorf("disable user %s: %w", id, mapErr(err))
+		}
+		tag, err := q.db.Exec(ctx, `UPDATE tokens SET revoked_at = now() WHERE user_id = $1 AND revoked_at IS NULL`, id)
+		if err != nil {
+			return fmt.Errorf("disable user %s: revoke tokens: %w", id, mapErr(err))
+		}
+		revoked = tag.RowsAffected()
+		return nil
+	})
+	return u, int(revoked), err
 }

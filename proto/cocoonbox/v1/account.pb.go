@@ -636,11 +636,13 @@ func (x *WhoAmIResponse) GetTokenName() string {
 
 // User is a person (or service account) that owns boxes.
 type User struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	Admin         bool                   `protobuf:"varint,3,opt,name=admin,proto3" json:"admin,omitempty"`
-	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Id        string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Admin     bool                   `protobuf:"varint,3,opt,name=admin,proto3" json:"admin,omitempty"`
+	CreatedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	// disabled_at is when an admin disabled the user; unset while enabled.
+	DisabledAt    *timestamppb.Timestamp `protobuf:"bytes,5,opt,name=disabled_at,json=disabledAt,proto3" json:"disabled_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -699,6 +701,13 @@ func (x *User) GetAdmin() bool {
 func (x *User) GetCreatedAt() *timestamppb.Timestamp {
 	if x != nil {
 		return x.CreatedAt
+	}
+	return nil
+}
+
+func (x *User) GetDisabledAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.DisabledAt
 	}
 	return nil
 }
@@ -1183,6 +1192,193 @@ func (x *CreateUserResponse) GetSecret() string {
 	return ""
 }
 
+type ListUsersRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListUsersRequest) Reset() {
+	*x = ListUsersRequest{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListUsersRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListUsersRequest) ProtoMessage() {}
+
+func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListUsersRequest.ProtoReflect.Descriptor instead.
+func (*ListUsersRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{22}
+}
+
+type ListUsersResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Users         []*User                `protobuf:"bytes,1,rep,name=users,proto3" json:"users,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListUsersResponse) Reset() {
+	*x = ListUsersResponse{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListUsersResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListUsersResponse) ProtoMessage() {}
+
+func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListUsersResponse.ProtoReflect.Descriptor instead.
+func (*ListUsersResponse) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListUsersResponse) GetUsers() []*User {
+	if x != nil {
+		return x.Users
+	}
+	return nil
+}
+
+type DisableUserRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// user: the user's name or ID.
+	User          string `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DisableUserRequest) Reset() {
+	*x = DisableUserRequest{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DisableUserRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DisableUserRequest) ProtoMessage() {}
+
+func (x *DisableUserRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DisableUserRequest.ProtoReflect.Descriptor instead.
+func (*DisableUserRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *DisableUserRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+type DisableUserResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	User  *User                  `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	// tokens_revoked is how many of their tokens this revoked.
+	TokensRevoked int32 `protobuf:"varint,2,opt,name=tokens_revoked,json=tokensRevoked,proto3" json:"tokens_revoked,omitempty"`
+	// runs_cancelled is how many of their agent runs were told to stop.
+	RunsCancelled int32 `protobuf:"varint,3,opt,name=runs_cancelled,json=runsCancelled,proto3" json:"runs_cancelled,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DisableUserResponse) Reset() {
+	*x = DisableUserResponse{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[25]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DisableUserResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DisableUserResponse) ProtoMessage() {}
+
+func (x *DisableUserResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[25]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DisableUserResponse.ProtoReflect.Descriptor instead.
+func (*DisableUserResponse) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{25}
+}
+
+func (x *DisableUserResponse) GetUser() *User {
+	if x != nil {
+		return x.User
+	}
+	return nil
+}
+
+func (x *DisableUserResponse) GetTokensRevoked() int32 {
+	if x != nil {
+		return x.TokensRevoked
+	}
+	return 0
+}
+
+func (x *DisableUserResponse) GetRunsCancelled() int32 {
+	if x != nil {
+		return x.RunsCancelled
+	}
+	return 0
+}
+
 var File_cocoonbox_v1_account_proto protoreflect.FileDescriptor
 
 const file_cocoonbox_v1_account_proto_rawDesc = "" +
@@ -1224,13 +1420,15 @@ const file_cocoonbox_v1_account_proto_rawDesc = "" +
 	"\x0eWhoAmIResponse\x12&\n" +
 	"\x04user\x18\x01 \x01(\v2\x12.cocoonbox.v1.UserR\x04user\x12\x1d\n" +
 	"\n" +
-	"token_name\x18\x02 \x01(\tR\ttokenName\"{\n" +
+	"token_name\x18\x02 \x01(\tR\ttokenName\"\xb8\x01\n" +
 	"\x04User\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
 	"\x05admin\x18\x03 \x01(\bR\x05admin\x129\n" +
 	"\n" +
-	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"\xb0\x02\n" +
+	"created_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\x12;\n" +
+	"\vdisabled_at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"disabledAt\"\xb0\x02\n" +
 	"\x05Token\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x129\n" +
@@ -1262,7 +1460,16 @@ const file_cocoonbox_v1_account_proto_rawDesc = "" +
 	"\x05admin\x18\x02 \x01(\bR\x05admin\"T\n" +
 	"\x12CreateUserResponse\x12&\n" +
 	"\x04user\x18\x01 \x01(\v2\x12.cocoonbox.v1.UserR\x04user\x12\x16\n" +
-	"\x06secret\x18\x02 \x01(\tR\x06secret2\x87\x06\n" +
+	"\x06secret\x18\x02 \x01(\tR\x06secret\"\x12\n" +
+	"\x10ListUsersRequest\"=\n" +
+	"\x11ListUsersResponse\x12(\n" +
+	"\x05users\x18\x01 \x03(\v2\x12.cocoonbox.v1.UserR\x05users\"(\n" +
+	"\x12DisableUserRequest\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\"\x8b\x01\n" +
+	"\x13DisableUserResponse\x12&\n" +
+	"\x04user\x18\x01 \x01(\v2\x12.cocoonbox.v1.UserR\x04user\x12%\n" +
+	"\x0etokens_revoked\x18\x02 \x01(\x05R\rtokensRevoked\x12%\n" +
+	"\x0eruns_cancelled\x18\x03 \x01(\x05R\rrunsCancelled2\xa9\a\n" +
 	"\x0eAccountService\x12C\n" +
 	"\x06WhoAmI\x12\x1b.cocoonbox.v1.WhoAmIRequest\x1a\x1c.cocoonbox.v1.WhoAmIResponse\x12R\n" +
 	"\vCreateToken\x12 .cocoonbox.v1.CreateTokenRequest\x1a!.cocoonbox.v1.CreateTokenResponse\x12O\n" +
@@ -1270,7 +1477,9 @@ const file_cocoonbox_v1_account_proto_rawDesc = "" +
 	"ListTokens\x12\x1f.cocoonbox.v1.ListTokensRequest\x1a .cocoonbox.v1.ListTokensResponse\x12R\n" +
 	"\vRevokeToken\x12 .cocoonbox.v1.RevokeTokenRequest\x1a!.cocoonbox.v1.RevokeTokenResponse\x12O\n" +
 	"\n" +
-	"CreateUser\x12\x1f.cocoonbox.v1.CreateUserRequest\x1a .cocoonbox.v1.CreateUserResponse\x12X\n" +
+	"CreateUser\x12\x1f.cocoonbox.v1.CreateUserRequest\x1a .cocoonbox.v1.CreateUserResponse\x12L\n" +
+	"\tListUsers\x12\x1e.cocoonbox.v1.ListUsersRequest\x1a\x1f.cocoonbox.v1.ListUsersResponse\x12R\n" +
+	"\vDisableUser\x12 .cocoonbox.v1.DisableUserRequest\x1a!.cocoonbox.v1.DisableUserResponse\x12X\n" +
 	"\rCreateWebhook\x12\".cocoonbox.v1.CreateWebhookRequest\x1a#.cocoonbox.v1.CreateWebhookResponse\x12U\n" +
 	"\fListWebhooks\x12!.cocoonbox.v1.ListWebhooksRequest\x1a\".cocoonbox.v1.ListWebhooksResponse\x12X\n" +
 	"\rDeleteWebhook\x12\".cocoonbox.v1.DeleteWebhookRequest\x1a#.cocoonbox.v1.DeleteWebhookResponse\x12[\n" +
@@ -1288,7 +1497,7 @@ func file_cocoonbox_v1_account_proto_rawDescGZIP() []byte {
 	return file_cocoonbox_v1_account_proto_rawDescData
 }
 
-var file_cocoonbox_v1_account_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_cocoonbox_v1_account_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_cocoonbox_v1_account_proto_goTypes = []any{
 	(*Webhook)(nil),                // 0: cocoonbox.v1.Webhook
 	(*CreateWebhookRequest)(nil),   // 1: cocoonbox.v1.CreateWebhookRequest
@@ -1312,46 +1521,57 @@ var file_cocoonbox_v1_account_proto_goTypes = []any{
 	(*RevokeTokenResponse)(nil),    // 19: cocoonbox.v1.RevokeTokenResponse
 	(*CreateUserRequest)(nil),      // 20: cocoonbox.v1.CreateUserRequest
 	(*CreateUserResponse)(nil),     // 21: cocoonbox.v1.CreateUserResponse
-	(*timestamppb.Timestamp)(nil),  // 22: google.protobuf.Timestamp
+	(*ListUsersRequest)(nil),       // 22: cocoonbox.v1.ListUsersRequest
+	(*ListUsersResponse)(nil),      // 23: cocoonbox.v1.ListUsersResponse
+	(*DisableUserRequest)(nil),     // 24: cocoonbox.v1.DisableUserRequest
+	(*DisableUserResponse)(nil),    // 25: cocoonbox.v1.DisableUserResponse
+	(*timestamppb.Timestamp)(nil),  // 26: google.protobuf.Timestamp
 }
 var file_cocoonbox_v1_account_proto_depIdxs = []int32{
-	22, // 0: cocoonbox.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
+	26, // 0: cocoonbox.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
 	0,  // 1: cocoonbox.v1.CreateWebhookResponse.webhook:type_name -> cocoonbox.v1.Webhook
 	0,  // 2: cocoonbox.v1.ListWebhooksResponse.webhooks:type_name -> cocoonbox.v1.Webhook
-	22, // 3: cocoonbox.v1.Delivery.at:type_name -> google.protobuf.Timestamp
+	26, // 3: cocoonbox.v1.Delivery.at:type_name -> google.protobuf.Timestamp
 	8,  // 4: cocoonbox.v1.ListDeliveriesResponse.deliveries:type_name -> cocoonbox.v1.Delivery
 	12, // 5: cocoonbox.v1.WhoAmIResponse.user:type_name -> cocoonbox.v1.User
-	22, // 6: cocoonbox.v1.User.created_at:type_name -> google.protobuf.Timestamp
-	22, // 7: cocoonbox.v1.Token.created_at:type_name -> google.protobuf.Timestamp
-	22, // 8: cocoonbox.v1.Token.last_used_at:type_name -> google.protobuf.Timestamp
-	22, // 9: cocoonbox.v1.Token.expires_at:type_name -> google.protobuf.Timestamp
-	22, // 10: cocoonbox.v1.Token.revoked_at:type_name -> google.protobuf.Timestamp
-	13, // 11: cocoonbox.v1.CreateTokenResponse.token:type_name -> cocoonbox.v1.Token
-	13, // 12: cocoonbox.v1.ListTokensResponse.tokens:type_name -> cocoonbox.v1.Token
-	12, // 13: cocoonbox.v1.CreateUserResponse.user:type_name -> cocoonbox.v1.User
-	10, // 14: cocoonbox.v1.AccountService.WhoAmI:input_type -> cocoonbox.v1.WhoAmIRequest
-	14, // 15: cocoonbox.v1.AccountService.CreateToken:input_type -> cocoonbox.v1.CreateTokenRequest
-	16, // 16: cocoonbox.v1.AccountService.ListTokens:input_type -> cocoonbox.v1.ListTokensRequest
-	18, // 17: cocoonbox.v1.AccountService.RevokeToken:input_type -> cocoonbox.v1.RevokeTokenRequest
-	20, // 18: cocoonbox.v1.AccountService.CreateUser:input_type -> cocoonbox.v1.CreateUserRequest
-	1,  // 19: cocoonbox.v1.AccountService.CreateWebhook:input_type -> cocoonbox.v1.CreateWebhookRequest
-	3,  // 20: cocoonbox.v1.AccountService.ListWebhooks:input_type -> cocoonbox.v1.ListWebhooksRequest
-	5,  // 21: cocoonbox.v1.AccountService.DeleteWebhook:input_type -> cocoonbox.v1.DeleteWebhookRequest
-	7,  // 22: cocoonbox.v1.AccountService.ListDeliveries:input_type -> cocoonbox.v1.ListDeliveriesRequest
-	11, // 23: cocoonbox.v1.AccountService.WhoAmI:output_type -> cocoonbox.v1.WhoAmIResponse
-	15, // 24: cocoonbox.v1.AccountService.CreateToken:output_type -> cocoonbox.v1.CreateTokenResponse
-	17, // 25: cocoonbox.v1.AccountService.ListTokens:output_type -> cocoonbox.v1.ListTokensResponse
-	19, // 26: cocoonbox.v1.AccountService.RevokeToken:output_type -> cocoonbox.v1.RevokeTokenResponse
-	21, // 27: cocoonbox.v1.AccountService.CreateUser:output_type -> cocoonbox.v1.CreateUserResponse
-	2,  // 28: cocoonbox.v1.AccountService.CreateWebhook:output_type -> cocoonbox.v1.CreateWebhookResponse
-	4,  // 29: cocoonbox.v1.AccountService.ListWebhooks:output_type -> cocoonbox.v1.ListWebhooksResponse
-	6,  // 30: cocoonbox.v1.AccountService.DeleteWebhook:output_type -> cocoonbox.v1.DeleteWebhookResponse
-	9,  // 31: cocoonbox.v1.AccountService.ListDeliveries:output_type -> cocoonbox.v1.ListDeliveriesResponse
-	23, // [23:32] is the sub-list for method output_type
-	14, // [14:23] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	26, // 6: cocoonbox.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	26, // 7: cocoonbox.v1.User.disabled_at:type_name -> google.protobuf.Timestamp
+	26, // 8: cocoonbox.v1.Token.created_at:type_name -> google.protobuf.Timestamp
+	26, // 9: cocoonbox.v1.Token.last_used_at:type_name -> google.protobuf.Timestamp
+	26, // 10: cocoonbox.v1.Token.expires_at:type_name -> google.protobuf.Timestamp
+	26, // 11: cocoonbox.v1.Token.revoked_at:type_name -> google.protobuf.Timestamp
+	13, // 12: cocoonbox.v1.CreateTokenResponse.token:type_name -> cocoonbox.v1.Token
+	13, // 13: cocoonbox.v1.ListTokensResponse.tokens:type_name -> cocoonbox.v1.Token
+	12, // 14: cocoonbox.v1.CreateUserResponse.user:type_name -> cocoonbox.v1.User
+	12, // 15: cocoonbox.v1.ListUsersResponse.users:type_name -> cocoonbox.v1.User
+	12, // 16: cocoonbox.v1.DisableUserResponse.user:type_name -> cocoonbox.v1.User
+	10, // 17: cocoonbox.v1.AccountService.WhoAmI:input_type -> cocoonbox.v1.WhoAmIRequest
+	14, // 18: cocoonbox.v1.AccountService.CreateToken:input_type -> cocoonbox.v1.CreateTokenRequest
+	16, // 19: cocoonbox.v1.AccountService.ListTokens:input_type -> cocoonbox.v1.ListTokensRequest
+	18, // 20: cocoonbox.v1.AccountService.RevokeToken:input_type -> cocoonbox.v1.RevokeTokenRequest
+	20, // 21: cocoonbox.v1.AccountService.CreateUser:input_type -> cocoonbox.v1.CreateUserRequest
+	22, // 22: cocoonbox.v1.AccountService.ListUsers:input_type -> cocoonbox.v1.ListUsersRequest
+	24, // 23: cocoonbox.v1.AccountService.DisableUser:input_type -> cocoonbox.v1.DisableUserRequest
+	1,  // 24: cocoonbox.v1.AccountService.CreateWebhook:input_type -> cocoonbox.v1.CreateWebhookRequest
+	3,  // 25: cocoonbox.v1.AccountService.ListWebhooks:input_type -> cocoonbox.v1.ListWebhooksRequest
+	5,  // 26: cocoonbox.v1.AccountService.DeleteWebhook:input_type -> cocoonbox.v1.DeleteWebhookRequest
+	7,  // 27: cocoonbox.v1.AccountService.ListDeliveries:input_type -> cocoonbox.v1.ListDeliveriesRequest
+	11, // 28: cocoonbox.v1.AccountService.WhoAmI:output_type -> cocoonbox.v1.WhoAmIResponse
+	15, // 29: cocoonbox.v1.AccountService.CreateToken:output_type -> cocoonbox.v1.CreateTokenResponse
+	17, // 30: cocoonbox.v1.AccountService.ListTokens:output_type -> cocoonbox.v1.ListTokensResponse
+	19, // 31: cocoonbox.v1.AccountService.RevokeToken:output_type -> cocoonbox.v1.RevokeTokenResponse
+	21, // 32: cocoonbox.v1.AccountService.CreateUser:output_type -> cocoonbox.v1.CreateUserResponse
+	23, // 33: cocoonbox.v1.AccountService.ListUsers:output_type -> cocoonbox.v1.ListUsersResponse
+	25, // 34: cocoonbox.v1.AccountService.DisableUser:output_type -> cocoonbox.v1.DisableUserResponse
+	2,  // 35: cocoonbox.v1.AccountService.CreateWebhook:output_type -> cocoonbox.v1.CreateWebhookResponse
+	4,  // 36: cocoonbox.v1.AccountService.ListWebhooks:output_type -> cocoonbox.v1.ListWebhooksResponse
+	6,  // 37: cocoonbox.v1.AccountService.DeleteWebhook:output_type -> cocoonbox.v1.DeleteWebhookResponse
+	9,  // 38: cocoonbox.v1.AccountService.ListDeliveries:output_type -> cocoonbox.v1.ListDeliveriesResponse
+	28, // [28:39] is the sub-list for method output_type
+	17, // [17:28] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_cocoonbox_v1_account_proto_init() }
@@ -1365,7 +1585,7 @@ func file_cocoonbox_v1_account_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cocoonbox_v1_account_proto_rawDesc), len(file_cocoonbox_v1_account_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

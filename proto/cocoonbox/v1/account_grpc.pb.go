@@ -27,6 +27,8 @@ const (
 	AccountService_ListTokens_FullMethodName     = "/cocoonbox.v1.AccountService/ListTokens"
 	AccountService_RevokeToken_FullMethodName    = "/cocoonbox.v1.AccountService/RevokeToken"
 	AccountService_CreateUser_FullMethodName     = "/cocoonbox.v1.AccountService/CreateUser"
+	AccountService_ListUsers_FullMethodName      = "/cocoonbox.v1.AccountService/ListUsers"
+	AccountService_DisableUser_FullMethodName    = "/cocoonbox.v1.AccountService/DisableUser"
 	AccountService_CreateWebhook_FullMethodName  = "/cocoonbox.v1.AccountService/CreateWebhook"
 	AccountService_ListWebhooks_FullMethodName   = "/cocoonbox.v1.AccountService/ListWebhooks"
 	AccountService_DeleteWebhook_FullMethodName  = "/cocoonbox.v1.AccountService/DeleteWebhook"
@@ -49,6 +51,12 @@ type AccountServiceClient interface {
 	RevokeToken(ctx context.Context, in *RevokeTokenRequest, opts ...grpc.CallOption) (*RevokeTokenResponse, error)
 	// CreateUser adds a user and returns a first token for them (admin only).
 	CreateUser(ctx context.Context, in *CreateUserRequest, opts ...grpc.CallOption) (*CreateUserResponse, error)
+	// ListUsers lists every user by name, disabled ones included (admin only).
+	ListUsers(ctx context.Context, in *ListUsersRequest, opts ...grpc.CallOption) (*ListUsersResponse, error)
+	// DisableUser disables a user (admin only): every token of theirs is revoked, so none signs in
+	// again and their open streams end, and their agent runs are cancelled. Their boxes stay, for
+	// an admin to keep or delete. An admin cannot disable themselves.
+	DisableUser(ctx context.Context, in *DisableUserRequest, opts ...grpc.CallOption) (*DisableUserResponse, error)
 	// CreateWebhook registers a URL for the events of the caller's boxes; the signing secret is
 	// shown only in this answer. Each delivery is a POST of the event as JSON, signed in
 	// X-Cocoonbox-Signature (t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">), retried with backoff
@@ -120,6 +128,26 @@ func (c *accountServiceClient) CreateUser(ctx context.Context, in *CreateUserReq
 	return out, nil
 }
 
+func (c *accountServiceClient) ListUsers(ctx context.Context, in *ListUsersRequest, opts ...grpc.CallOption) (*ListUsersResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListUsersResponse)
+	err := c.cc.Invoke(ctx, AccountService_ListUsers_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *accountServiceClient) DisableUser(ctx context.Context, in *DisableUserRequest, opts ...grpc.CallOption) (*DisableUserResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(DisableUserResponse)
+	err := c.cc.Invoke(ctx, AccountService_DisableUser_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 func (c *accountServiceClient) CreateWebhook(ctx context.Context, in *CreateWebhookRequest, opts ...grpc.CallOption) (*CreateWebhookResponse, error) {
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(CreateWebhookResponse)
@@ -176,6 +204,12 @@ type AccountServiceServer interface {
 	RevokeToken(context.Context, *RevokeTokenRequest) (*RevokeTokenResponse, error)
 	// CreateUser adds a user and returns a first token for them (admin only).
 	CreateUser(context.Context, *CreateUserRequest) (*CreateUserResponse, error)
+	// ListUsers lists every user by name, disabled ones included (admin only).
+	ListUsers(context.Context, *ListUsersRequest) (*ListUsersResponse, error)
+	// DisableUser disables a user (admin only): every token of theirs is revoked, so none signs in
+	// again and their open streams end, and their agent runs are cancelled. Their boxes stay, for
+	// an admin to keep or delete. An admin cannot disable themselves.
+	DisableUser(context.Context, *DisableUserRequest) (*DisableUserResponse, error)
 	// CreateWebhook registers a URL for the events of the caller's boxes; the signing secret is
 	// shown only in this answer. Each delivery is a POST of the event as JSON, signed in
 	// X-Cocoonbox-Signature (t=<unix>,v1=<hex HMAC-SHA256 of "<t>.<body>">), retried with backoff
@@ -211,6 +245,12 @@ func (UnimplementedAccountServiceServer) RevokeToken(context.Context, *RevokeTok
 }
 func (UnimplementedAccountServiceServer) CreateUser(context.Context, *CreateUserRequest) (*CreateUserResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateUser not implemented")
+}
+func (UnimplementedAccountServiceServer) ListUsers(context.Context, *ListUsersRequest) (*ListUsersResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListUsers not implemented")
+}
+func (UnimplementedAccountServiceServer) DisableUser(context.Context, *DisableUserRequest) (*DisableUserResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method DisableUser not implemented")
 }
 func (UnimplementedAccountServiceServer) CreateWebhook(context.Context, *CreateWebhookRequest) (*CreateWebhookResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method CreateWebhook not implemented")
@@ -335,6 +375,42 @@ func _AccountService_CreateUser_Handler(srv interface{}, ctx context.Context, de
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AccountService_ListUsers_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListUsersRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AccountServiceServer).ListUsers(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AccountService_ListUsers_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AccountServiceServer).ListUsers(ctx, req.(*ListUsersRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AccountService_DisableUser_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DisableUserRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AccountServiceServer).DisableUser(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AccountService_DisableUser_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AccountServiceServer).DisableUser(ctx, req.(*DisableUserRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 func _AccountService_CreateWebhook_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
 	in := new(CreateWebhookRequest)
 	if err := dec(in); err != nil {
@@ -433,6 +509,14 @@ var AccountService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "CreateUser",
 			Handler:    _AccountService_CreateUser_Handler,
+		},
+		{
+			MethodName: "ListUsers",
+			Handler:    _AccountService_ListUsers_Handler,
+		},
+		{
+			MethodName: "DisableUser",
+			Handler:    _AccountService_DisableUser_Handler,
 		},
 		{
 			MethodName: "CreateWebhook",
