@@ -454,6 +454,21 @@ func (f *fakeAPI) DisableUser(_ context.Context, r *cbv1.DisableUserRequest) (*c
 	return &cbv1.DisableUserResponse{User: sampleUsers()[1], TokensRevoked: 2, RunsCancelled: 1}, nil
 }
 
+func (f *fakeAPI) ListNodes(context.Context, *cbv1.ListNodesRequest) (*cbv1.ListNodesResponse, error) {
+	return &cbv1.ListNodesResponse{Nodes: sampleNodes()}, nil
+}
+
+// sampleNodes are a busy node with warm pools, a node of upstream sandboxd (no capacity) and a
+// lost one.
+func sampleNodes() []*cbv1.Node {
+	return []*cbv1.Node{
+		{Id: "node-a", Url: "http://10.0.0.1:7777", State: "active", MemoryMib: 22528, CommittedMib: 3072, MaxBoxes: 64, Boxes: 5, Hibernated: 2,
+			Warm: map[string]int32{"desktop/medium/none": 2, "base/small/none": 1}, HeartbeatAt: timestamppb.New(t0.Add(-4 * time.Second))},
+		{Id: "node-b", Url: "http://10.0.0.2:7777", State: "active", Boxes: 1, HeartbeatAt: timestamppb.New(t0.Add(-9 * time.Second))},
+		{Id: "node-c", Url: "http://10.0.0.3:7777", State: "lost", MemoryMib: 22528, MaxBoxes: 64, Boxes: 3, HeartbeatAt: timestamppb.New(t0.Add(-5 * time.Minute))},
+	}
+}
+
 // sampleUsers are an admin, a disabled user and a user.
 func sampleUsers() []*cbv1.User {
 	return []*cbv1.User{

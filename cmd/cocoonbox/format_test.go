@@ -54,6 +54,8 @@ func TestFormats(t *testing.T) {
 		{"box_shares", func(w io.Writer) error { return writeShares(w, sampleShares()) }},
 		{"token_ls", func(w io.Writer) error { return writeTokens(w, sampleTokens(), t0) }},
 		{"admin_user_ls", func(w io.Writer) error { return writeUsers(w, sampleUsers()) }},
+		{"admin_nodes", func(w io.Writer) error { return writeNodes(w, sampleNodes(), t0) }},
+		{"admin_nodes_empty", func(w io.Writer) error { return writeNodes(w, nil, t0) }},
 		{"vault_ls", func(w io.Writer) error {
 			return writeSecrets(w, []*cbv1.Secret{{Name: "OPENAI_API_KEY", CreatedAt: sampleBoxes()[0].CreatedAt}, {Name: "GH_TOKEN"}})
 		}},

@@ -156,7 +156,7 @@ func (a *accountService) RevokeToken(ctx context.Context, req *cbv1.RevokeTokenR
 
 // CreateUser adds a user with a first token (admin only); user and token land together.
 func (a *accountService) CreateUser(ctx context.Context, req *cbv1.CreateUserRequest) (*cbv1.CreateUserResponse, error) {
-	p, err := mustAdmin(ctx, "creating users")
+	p, err := mustAdmin(ctx, "creating users needs an admin account")
 	if err != nil {
 		return nil, err
 	}
@@ -190,7 +190,7 @@ func (a *accountService) CreateUser(ctx context.Context, req *cbv1.CreateUserReq
 
 // ListUsers lists every user by name (admin only).
 func (a *accountService) ListUsers(ctx context.Context, _ *cbv1.ListUsersRequest) (*cbv1.ListUsersResponse, error) {
-	if _, err := mustAdmin(ctx, "listing users"); err != nil {
+	if _, err := mustAdmin(ctx, "listing users needs an admin account"); err != nil {
 		return nil, err
 	}
 	users, err := a.s.store.ListUsers(ctx)
@@ -204,7 +204,7 @@ func (a *accountService) ListUsers(ctx context.Context, _ *cbv1.ListUsersRequest
 // then their open runs are told to stop. An admin cannot disable themselves, so a deployment
 // always keeps the admin who acts.
 func (a *accountService) DisableUser(ctx context.Context, req *cbv1.DisableUserRequest) (*cbv1.DisableUserResponse, error) {
-	p, err := mustAdmin(ctx, "disabling users")
+	p, err := mustAdmin(ctx, "disabling users needs an admin account")
 	if err != nil {
 		return nil, err
 	}
@@ -247,14 +247,15 @@ func (a *accountService) userByRef(ctx context.Context, ref string) (store.User,
 	return u, err
 }
 
-// mustAdmin is the caller when they are an admin, else a refusal saying what needs one.
-func mustAdmin(ctx context.Context, what string) (Principal, error) {
+// mustAdmin is the caller when they are an admin, else a forbidden error with refusal as its
+// message.
+func mustAdmin(ctx context.Context, refusal string) (Principal, error) {
 	p, err := mustPrincipal(ctx)
 	if err != nil {
 		return Principal{}, err
 	}
 	if !p.User.Admin {
-		return Principal{}, cocoonbox.Errorf(cocoonbox.EForbidden, "%s needs an admin account", what)
+		return Principal{}, cocoonbox.Errorf(cocoonbox.EForbidden, "%s", refusal)
 	}
 	return p, nil
 }

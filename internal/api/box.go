@@ -7,6 +7,7 @@ import (
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
+	"github.com/loomhand/cocoonbox/internal/nodes"
 	"github.com/loomhand/cocoonbox/internal/store"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 	"github.com/loomhand/cocoonbox/workflows"
@@ -478,14 +479,8 @@ func (b *boxService) SetPools(ctx context.Context, req *cbv1.SetPoolsRequest) (*
 
 // mustOperator refuses a caller who is not an admin user.
 func mustOperator(ctx context.Context, method string) error {
-	p, err := mustPrincipal(ctx)
-	if err != nil {
-		return err
-	}
-	if !p.User.Admin {
-		return cocoonbox.Errorf(cocoonbox.EForbidden, "%s is for operators: use an admin user's token", method)
-	}
-	return nil
+	_, err := mustAdmin(ctx, method+" is for operators: use an admin user's token")
+	return err
 }
 
 func poolsProto(pools []boxsvc.Pool) *cbv1.ListPoolsResponse {
@@ -541,4 +536,28 @@ func eventsProto(events []store.Event) []*cbv1.BoxEvent {
 		out = append(out, &cbv1.BoxEvent{Id: e.ID, Actor: e.Actor, Action: e.Action, Detail: string(e.Detail), At: ts(e.At)})
 	}
 	return out
+}
+
+// ListNodes lists the engine nodes as their workers last reported them (operators).
+func (b *boxService) ListNodes(ctx context.Context, _ *cbv1.ListNodesRequest) (*cbv1.ListNodesResponse, error) {
+	if err := mustOperator(ctx, "ListNodes"); err != nil {
+		return nil, err
+	}
+	if b.s.store == nil {
+		return nil, cocoonbox.Errorf(cocoonbox.EUnavailable, "this server has no database")
+	}
+	list, err := b.s.store.ListNodes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return &cbv1.ListNodesResponse{Nodes: protoList(list, nodeProto)}, nil
+}
+
+func nodeProto(n nodes.Node) *cbv1.Node {
+	warm := map[string]int32{}
+	for k, v := range n.Warm {
+		warm[k] = int32(v)
+	}
+	return &cbv1.Node{Id: n.ID, Url: n.URL, State: string(n.State), MemoryMib: n.MemoryMiB, CommittedMib: n.CommittedMiB,
+		MaxBoxes: int32(n.MaxBoxes), Boxes: int32(n.Boxes), Hibernated: int32(n.Hibernated), Warm: warm, HeartbeatAt: ts(n.HeartbeatAt)}
 }

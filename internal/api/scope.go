@@ -24,6 +24,7 @@ var readRoutes = map[string]bool{
 	"/cocoonbox.v1.BoxService/ListShares":         true,
 	"/cocoonbox.v1.BoxService/ListEvents":         true,
 	"/cocoonbox.v1.BoxService/ListPools":          true,
+	"/cocoonbox.v1.BoxService/ListNodes":          true,
 	"/cocoonbox.v1.BoxService/GetPolicyDefaults":  true,
 	// DesktopTicket in view mode; a control ticket is routeDesktop+modeControl, checked by it.
 	"/cocoonbox.v1.BoxService/DesktopTicket": true,

@@ -14,6 +14,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -344,6 +345,12 @@ type Worker struct {
 	// HealthListen serves /healthz (each dependency's state) and /metrics without a token;
 	// keep it on loopback or a network only monitoring reaches. "off" serves neither.
 	HealthListen string `yaml:"health_listen" env:"COCOONBOX_WORKER_HEALTH_LISTEN"`
+	// Node, when set, is the ID of the engine node this worker runs beside (its sandbox.url):
+	// the worker registers the node and keeps its record current (`cocoonbox admin nodes`).
+	Node string `yaml:"node" env:"COCOONBOX_NODE"`
+	// NodeDeadAfter is how long a node's heartbeat may be silent before the node is marked lost;
+	// 0 is nodes.DefaultDeadAfter.
+	NodeDeadAfter time.Duration `yaml:"node_dead_after" env:"COCOONBOX_NODE_DEAD_AFTER"`
 }
 
 // HealthOff is the HealthListen that serves no health endpoint.
@@ -525,8 +532,17 @@ func (c *Worker) Validate() error {
 			return err
 		}
 	}
+	if c.Node != "" && !nodeIDPattern.MatchString(c.Node) {
+		return fmt.Errorf("config node: must be a lowercase letter or digit, then up to 62 lowercase letters, digits, dots or hyphens, got %q", c.Node)
+	}
+	if c.NodeDeadAfter < 0 {
+		return fmt.Errorf("config node_dead_after: must not be negative, got %s", c.NodeDeadAfter)
+	}
 	return c.Agent.Validate()
 }
+
+// nodeIDPattern is what an engine node's ID looks like (the nodes table checks it too).
+var nodeIDPattern = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{0,62}$`)
 
 // DefaultEngine returns the engine role's defaults.
 func DefaultEngine(env Lookup) Engine {

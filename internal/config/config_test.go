@@ -364,6 +364,8 @@ func TestWorkerConfig(t *testing.T) {
 		{"no template", func(c *config.Worker) { c.Template = "" }, "config template: is required"},
 		{"health port", func(c *config.Worker) { c.HealthListen = "8422" }, "config health_listen: want host:port"},
 		{"log level", func(c *config.Worker) { c.LogLevel = "loud" }, "config log_level"},
+		{"node id", func(c *config.Worker) { c.Node = "Node A" }, "config node: must be a lowercase letter or digit"},
+		{"node dead after", func(c *config.Worker) { c.NodeDeadAfter = -time.Second }, "config node_dead_after: must not be negative"},
 	}
 	for _, tc := range cases {
 		c := base

@@ -6,10 +6,14 @@ import (
 	"github.com/loomhand/cocoonbox/activities"
 	"github.com/loomhand/cocoonbox/internal/app"
 	"github.com/loomhand/cocoonbox/internal/config"
+	"github.com/loomhand/cocoonbox/internal/nodes"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/secrets"
 	"github.com/loomhand/cocoonbox/internal/worker"
 )
+
+// LocalNode is the node ID of the dev stack's engine.
+const LocalNode = "local"
 
 // startWorker runs the Temporal worker for the box workflows in this process, against the
 // engine and the store, and builds the service layer over it. With NoWorker only the service
@@ -44,7 +48,10 @@ func (d *Dev) startWorker() error {
 		RetryFirst: d.cfg.Webhooks.RetryFirst, Logger: d.log.With("component", "webhooks")})
 	rec := worker.StartReconciler(&worker.Reconciler{Temporal: d.Temporal, Store: d.Store,
 		Logger: d.log.With("component", "reconciler")})
-	d.stopHooks = func() { rec(); hooks() }
+	// The stack's one engine is its node "local", listed by `cocoonbox admin nodes`.
+	beat := worker.StartHeartbeat(&worker.Heartbeat{Store: d.Store, Engine: sb,
+		Node: nodes.Node{ID: LocalNode, URL: d.sandboxURL}, Logger: d.log.With("component", "heartbeat")})
+	d.stopHooks = func() { beat(); rec(); hooks() }
 	return nil
 }
 

@@ -71,6 +71,16 @@ func sizeMB(key sandbox.PoolKey) int64 {
 	return int64(cocoonbox.Size(key.Size).Spec().MemoryMB)
 }
 
+// committedLocked is the memory the sizes of the engine's boxes add up to, in MiB; the caller
+// holds e.mu.
+func (e *Engine) committedLocked() int64 {
+	var committed int64
+	for _, b := range e.boxes {
+		committed += sizeMB(b.rec.Key)
+	}
+	return committed
+}
+
 // admitLocked refuses a new box of key when the engine is at one of its limits: the count of
 // boxes, or the memory their sizes add up to. The caller holds e.mu; a box's key never changes
 // after it is made, so reading it needs no box lock.
@@ -78,10 +88,7 @@ func (e *Engine) admitLocked(key sandbox.PoolKey) error {
 	if len(e.boxes) >= e.maxBoxes {
 		return noCapacity(e.maxBoxes)
 	}
-	var committed int64
-	for _, b := range e.boxes {
-		committed += sizeMB(b.rec.Key)
-	}
+	committed := e.committedLocked()
 	if need := sizeMB(key); committed+need > e.memory.mb {
 		return newError(kindNoCapacity, "no capacity: a %s box needs %d MiB and this engine's boxes hold %d of its %d MiB "+
 			"(host memory less 1 GiB, times memory_overcommit %g); retry later", key.Size, need, committed, e.memory.mb, e.memory.overcommit)

@@ -45,6 +45,7 @@ func (e *Engine) info() sandbox.Info {
 		out.AtCapacity = true
 		out.AtCapacityReason = err.Error()
 	}
+	out.Capacity = &sandbox.Capacity{MemoryMiB: e.memory.mb, CommittedMiB: e.committedLocked(), MaxSandboxes: e.maxBoxes}
 	e.mu.Unlock()
 	return out
 }

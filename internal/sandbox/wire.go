@@ -264,6 +264,18 @@ type Info struct {
 	// Capabilities is what a local engine can really do; nil means upstream sandboxd, which can
 	// do everything the contract lists. cocoonbox field.
 	Capabilities *Capabilities `json:"capabilities,omitempty"`
+	// Capacity is what a local engine admits boxes up to; nil from upstream sandboxd. cocoonbox
+	// field.
+	Capacity *Capacity `json:"capacity,omitempty"`
+}
+
+// Capacity is the limits a local engine admits boxes by, and how much of them its boxes take.
+type Capacity struct {
+	// MemoryMiB is the memory boxes' sizes may add up to (the host's less a reserve, times
+	// memory_overcommit); CommittedMiB what the sizes of its boxes add up to now.
+	MemoryMiB    int64 `json:"memory_mib"`
+	CommittedMiB int64 `json:"committed_mib"`
+	MaxSandboxes int   `json:"max_sandboxes"`
 }
 
 // Capabilities is how a local engine says what it cannot fake (SANDBOXD.md: "where the local

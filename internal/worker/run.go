@@ -16,6 +16,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/buildinfo"
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/health"
+	"github.com/loomhand/cocoonbox/internal/nodes"
 	"github.com/loomhand/cocoonbox/internal/objstore"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/secrets"
@@ -108,7 +109,12 @@ func Start(ctx context.Context, cfg config.Worker, logger *slog.Logger, intercep
 	r.w = w
 	hooks := StartDispatcher(&Dispatcher{Temporal: r.tc, Store: st, RetryFirst: cfg.Webhooks.RetryFirst, Logger: logger.With("component", "webhooks")})
 	rec := StartReconciler(&Reconciler{Temporal: r.tc, Store: st, Engine: engine, Logger: logger.With("component", "reconciler")})
-	r.hooks = func() { rec(); hooks() }
+	beat := func() {}
+	if cfg.Node != "" {
+		beat = StartHeartbeat(&Heartbeat{Store: st, Engine: engine, Node: nodes.Node{ID: cfg.Node, URL: cfg.Sandbox.URL},
+			DeadAfter: cfg.NodeDeadAfter, Logger: logger.With("component", "heartbeat")})
+	}
+	r.hooks = func() { beat(); rec(); hooks() }
 	return r, nil
 }
 

@@ -2779,6 +2779,209 @@ func (x *ListPoolsResponse) GetPools() []*WarmPool {
 	return nil
 }
 
+type ListNodesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListNodesRequest) Reset() {
+	*x = ListNodesRequest{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[41]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListNodesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNodesRequest) ProtoMessage() {}
+
+func (x *ListNodesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[41]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNodesRequest.ProtoReflect.Descriptor instead.
+func (*ListNodesRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{41}
+}
+
+type ListNodesResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Nodes         []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListNodesResponse) Reset() {
+	*x = ListNodesResponse{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListNodesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListNodesResponse) ProtoMessage() {}
+
+func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
+func (*ListNodesResponse) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *ListNodesResponse) GetNodes() []*Node {
+	if x != nil {
+		return x.Nodes
+	}
+	return nil
+}
+
+// Node is an engine node as the control plane last heard of it.
+type Node struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// url is the node's engine (sandboxd API).
+	Url string `protobuf:"bytes,2,opt,name=url,proto3" json:"url,omitempty"`
+	// state is active, draining (taking no new boxes) or lost (its heartbeat stopped).
+	State string `protobuf:"bytes,3,opt,name=state,proto3" json:"state,omitempty"`
+	// memory_mib is what the engine admits boxes' sizes up to; committed_mib what its boxes' sizes
+	// add up to now.
+	MemoryMib    int64 `protobuf:"varint,4,opt,name=memory_mib,json=memoryMib,proto3" json:"memory_mib,omitempty"`
+	CommittedMib int64 `protobuf:"varint,5,opt,name=committed_mib,json=committedMib,proto3" json:"committed_mib,omitempty"`
+	MaxBoxes     int32 `protobuf:"varint,6,opt,name=max_boxes,json=maxBoxes,proto3" json:"max_boxes,omitempty"`
+	// boxes counts its claimed boxes, hibernated ones included.
+	Boxes      int32 `protobuf:"varint,7,opt,name=boxes,proto3" json:"boxes,omitempty"`
+	Hibernated int32 `protobuf:"varint,8,opt,name=hibernated,proto3" json:"hibernated,omitempty"`
+	// warm is the ready boxes of its warm pools, keyed template/size/net.
+	Warm          map[string]int32       `protobuf:"bytes,9,rep,name=warm,proto3" json:"warm,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	HeartbeatAt   *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=heartbeat_at,json=heartbeatAt,proto3" json:"heartbeat_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Node) Reset() {
+	*x = Node{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Node) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Node) ProtoMessage() {}
+
+func (x *Node) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Node.ProtoReflect.Descriptor instead.
+func (*Node) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *Node) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Node) GetUrl() string {
+	if x != nil {
+		return x.Url
+	}
+	return ""
+}
+
+func (x *Node) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *Node) GetMemoryMib() int64 {
+	if x != nil {
+		return x.MemoryMib
+	}
+	return 0
+}
+
+func (x *Node) GetCommittedMib() int64 {
+	if x != nil {
+		return x.CommittedMib
+	}
+	return 0
+}
+
+func (x *Node) GetMaxBoxes() int32 {
+	if x != nil {
+		return x.MaxBoxes
+	}
+	return 0
+}
+
+func (x *Node) GetBoxes() int32 {
+	if x != nil {
+		return x.Boxes
+	}
+	return 0
+}
+
+func (x *Node) GetHibernated() int32 {
+	if x != nil {
+		return x.Hibernated
+	}
+	return 0
+}
+
+func (x *Node) GetWarm() map[string]int32 {
+	if x != nil {
+		return x.Warm
+	}
+	return nil
+}
+
+func (x *Node) GetHeartbeatAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.HeartbeatAt
+	}
+	return nil
+}
+
 type SetPoolsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Pools         []*WarmPool            `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
@@ -2788,7 +2991,7 @@ type SetPoolsRequest struct {
 
 func (x *SetPoolsRequest) Reset() {
 	*x = SetPoolsRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[41]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2800,7 +3003,7 @@ func (x *SetPoolsRequest) String() string {
 func (*SetPoolsRequest) ProtoMessage() {}
 
 func (x *SetPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[41]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2813,7 +3016,7 @@ func (x *SetPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPoolsRequest.ProtoReflect.Descriptor instead.
 func (*SetPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{41}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *SetPoolsRequest) GetPools() []*WarmPool {
@@ -2832,7 +3035,7 @@ type RecreateBoxRequest struct {
 
 func (x *RecreateBoxRequest) Reset() {
 	*x = RecreateBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2844,7 +3047,7 @@ func (x *RecreateBoxRequest) String() string {
 func (*RecreateBoxRequest) ProtoMessage() {}
 
 func (x *RecreateBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2857,7 +3060,7 @@ func (x *RecreateBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecreateBoxRequest.ProtoReflect.Descriptor instead.
 func (*RecreateBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{42}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *RecreateBoxRequest) GetBox() string {
@@ -2876,7 +3079,7 @@ type WatchBoxRequest struct {
 
 func (x *WatchBoxRequest) Reset() {
 	*x = WatchBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2888,7 +3091,7 @@ func (x *WatchBoxRequest) String() string {
 func (*WatchBoxRequest) ProtoMessage() {}
 
 func (x *WatchBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2901,7 +3104,7 @@ func (x *WatchBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchBoxRequest.ProtoReflect.Descriptor instead.
 func (*WatchBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{43}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *WatchBoxRequest) GetBox() string {
@@ -2930,7 +3133,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2942,7 +3145,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2955,7 +3158,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{44}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *ExecRequest) GetBox() string {
@@ -3014,7 +3217,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3026,7 +3229,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3039,7 +3242,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{45}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ExecResponse) GetExitCode() int32 {
@@ -3074,7 +3277,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3086,7 +3289,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3099,7 +3302,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{46}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ReadFileRequest) GetBox() string {
@@ -3127,7 +3330,7 @@ type ReadFileResponse struct {
 
 func (x *ReadFileResponse) Reset() {
 	*x = ReadFileResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[47]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3139,7 +3342,7 @@ func (x *ReadFileResponse) String() string {
 func (*ReadFileResponse) ProtoMessage() {}
 
 func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[47]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3152,7 +3355,7 @@ func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadFileResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{47}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReadFileResponse) GetContent() []byte {
@@ -3184,7 +3387,7 @@ type WriteFileRequest struct {
 
 func (x *WriteFileRequest) Reset() {
 	*x = WriteFileRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[48]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3196,7 +3399,7 @@ func (x *WriteFileRequest) String() string {
 func (*WriteFileRequest) ProtoMessage() {}
 
 func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[48]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3209,7 +3412,7 @@ func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{48}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *WriteFileRequest) GetBox() string {
@@ -3249,7 +3452,7 @@ type WriteFileResponse struct {
 
 func (x *WriteFileResponse) Reset() {
 	*x = WriteFileResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[49]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3261,7 +3464,7 @@ func (x *WriteFileResponse) String() string {
 func (*WriteFileResponse) ProtoMessage() {}
 
 func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[49]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3274,7 +3477,7 @@ func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileResponse.ProtoReflect.Descriptor instead.
 func (*WriteFileResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{49}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *WriteFileResponse) GetBytes() int64 {
@@ -3301,7 +3504,7 @@ type Share struct {
 
 func (x *Share) Reset() {
 	*x = Share{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[50]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3313,7 +3516,7 @@ func (x *Share) String() string {
 func (*Share) ProtoMessage() {}
 
 func (x *Share) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[50]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3326,7 +3529,7 @@ func (x *Share) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Share.ProtoReflect.Descriptor instead.
 func (*Share) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{50}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *Share) GetBoxId() string {
@@ -3386,7 +3589,7 @@ type ShareBoxRequest struct {
 
 func (x *ShareBoxRequest) Reset() {
 	*x = ShareBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[51]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3398,7 +3601,7 @@ func (x *ShareBoxRequest) String() string {
 func (*ShareBoxRequest) ProtoMessage() {}
 
 func (x *ShareBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[51]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3411,7 +3614,7 @@ func (x *ShareBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShareBoxRequest.ProtoReflect.Descriptor instead.
 func (*ShareBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{51}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ShareBoxRequest) GetBox() string {
@@ -3453,7 +3656,7 @@ type UnshareBoxRequest struct {
 
 func (x *UnshareBoxRequest) Reset() {
 	*x = UnshareBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[52]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3465,7 +3668,7 @@ func (x *UnshareBoxRequest) String() string {
 func (*UnshareBoxRequest) ProtoMessage() {}
 
 func (x *UnshareBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[52]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3478,7 +3681,7 @@ func (x *UnshareBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnshareBoxRequest.ProtoReflect.Descriptor instead.
 func (*UnshareBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{52}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *UnshareBoxRequest) GetBox() string {
@@ -3503,7 +3706,7 @@ type UnshareBoxResponse struct {
 
 func (x *UnshareBoxResponse) Reset() {
 	*x = UnshareBoxResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[53]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3515,7 +3718,7 @@ func (x *UnshareBoxResponse) String() string {
 func (*UnshareBoxResponse) ProtoMessage() {}
 
 func (x *UnshareBoxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[53]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3528,7 +3731,7 @@ func (x *UnshareBoxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnshareBoxResponse.ProtoReflect.Descriptor instead.
 func (*UnshareBoxResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{53}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{56}
 }
 
 type ListSharesRequest struct {
@@ -3540,7 +3743,7 @@ type ListSharesRequest struct {
 
 func (x *ListSharesRequest) Reset() {
 	*x = ListSharesRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[54]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3552,7 +3755,7 @@ func (x *ListSharesRequest) String() string {
 func (*ListSharesRequest) ProtoMessage() {}
 
 func (x *ListSharesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[54]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3565,7 +3768,7 @@ func (x *ListSharesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSharesRequest.ProtoReflect.Descriptor instead.
 func (*ListSharesRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{54}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ListSharesRequest) GetBox() string {
@@ -3584,7 +3787,7 @@ type ListSharesResponse struct {
 
 func (x *ListSharesResponse) Reset() {
 	*x = ListSharesResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[55]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3596,7 +3799,7 @@ func (x *ListSharesResponse) String() string {
 func (*ListSharesResponse) ProtoMessage() {}
 
 func (x *ListSharesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[55]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3609,7 +3812,7 @@ func (x *ListSharesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSharesResponse.ProtoReflect.Descriptor instead.
 func (*ListSharesResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{55}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListSharesResponse) GetShares() []*Share {
@@ -3628,7 +3831,7 @@ type TakeOverRequest struct {
 
 func (x *TakeOverRequest) Reset() {
 	*x = TakeOverRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[56]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3640,7 +3843,7 @@ func (x *TakeOverRequest) String() string {
 func (*TakeOverRequest) ProtoMessage() {}
 
 func (x *TakeOverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[56]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3653,7 +3856,7 @@ func (x *TakeOverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeOverRequest.ProtoReflect.Descriptor instead.
 func (*TakeOverRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{56}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *TakeOverRequest) GetBox() string {
@@ -3672,7 +3875,7 @@ type HandBackRequest struct {
 
 func (x *HandBackRequest) Reset() {
 	*x = HandBackRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[57]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3684,7 +3887,7 @@ func (x *HandBackRequest) String() string {
 func (*HandBackRequest) ProtoMessage() {}
 
 func (x *HandBackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[57]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3697,7 +3900,7 @@ func (x *HandBackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandBackRequest.ProtoReflect.Descriptor instead.
 func (*HandBackRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{57}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *HandBackRequest) GetBox() string {
@@ -3726,7 +3929,7 @@ type DesktopTicketRequest struct {
 
 func (x *DesktopTicketRequest) Reset() {
 	*x = DesktopTicketRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[58]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3738,7 +3941,7 @@ func (x *DesktopTicketRequest) String() string {
 func (*DesktopTicketRequest) ProtoMessage() {}
 
 func (x *DesktopTicketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[58]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3751,7 +3954,7 @@ func (x *DesktopTicketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesktopTicketRequest.ProtoReflect.Descriptor instead.
 func (*DesktopTicketRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{58}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *DesktopTicketRequest) GetBox() string {
@@ -3794,7 +3997,7 @@ type DesktopTicketResponse struct {
 
 func (x *DesktopTicketResponse) Reset() {
 	*x = DesktopTicketResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[59]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3806,7 +4009,7 @@ func (x *DesktopTicketResponse) String() string {
 func (*DesktopTicketResponse) ProtoMessage() {}
 
 func (x *DesktopTicketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[59]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3819,7 +4022,7 @@ func (x *DesktopTicketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesktopTicketResponse.ProtoReflect.Descriptor instead.
 func (*DesktopTicketResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{59}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *DesktopTicketResponse) GetTicket() string {
@@ -4066,7 +4269,28 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\bstarting\x18\x06 \x01(\x05R\bstarting\"\x12\n" +
 	"\x10ListPoolsRequest\"A\n" +
 	"\x11ListPoolsResponse\x12,\n" +
-	"\x05pools\x18\x01 \x03(\v2\x16.cocoonbox.v1.WarmPoolR\x05pools\"?\n" +
+	"\x05pools\x18\x01 \x03(\v2\x16.cocoonbox.v1.WarmPoolR\x05pools\"\x12\n" +
+	"\x10ListNodesRequest\"=\n" +
+	"\x11ListNodesResponse\x12(\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x12.cocoonbox.v1.NodeR\x05nodes\"\xff\x02\n" +
+	"\x04Node\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
+	"\x03url\x18\x02 \x01(\tR\x03url\x12\x14\n" +
+	"\x05state\x18\x03 \x01(\tR\x05state\x12\x1d\n" +
+	"\n" +
+	"memory_mib\x18\x04 \x01(\x03R\tmemoryMib\x12#\n" +
+	"\rcommitted_mib\x18\x05 \x01(\x03R\fcommittedMib\x12\x1b\n" +
+	"\tmax_boxes\x18\x06 \x01(\x05R\bmaxBoxes\x12\x14\n" +
+	"\x05boxes\x18\a \x01(\x05R\x05boxes\x12\x1e\n" +
+	"\n" +
+	"hibernated\x18\b \x01(\x05R\n" +
+	"hibernated\x120\n" +
+	"\x04warm\x18\t \x03(\v2\x1c.cocoonbox.v1.Node.WarmEntryR\x04warm\x12=\n" +
+	"\fheartbeat_at\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\vheartbeatAt\x1a7\n" +
+	"\tWarmEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"?\n" +
 	"\x0fSetPoolsRequest\x12,\n" +
 	"\x05pools\x18\x01 \x03(\v2\x16.cocoonbox.v1.WarmPoolR\x05pools\"&\n" +
 	"\x12RecreateBoxRequest\x12\x10\n" +
@@ -4136,7 +4360,7 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x06ticket\x18\x01 \x01(\tR\x06ticket\x129\n" +
 	"\n" +
 	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x10\n" +
-	"\x03url\x18\x03 \x01(\tR\x03url2\xfd\x13\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url2\xcb\x14\n" +
 	"\n" +
 	"BoxService\x12>\n" +
 	"\tCreateBox\x12\x1e.cocoonbox.v1.CreateBoxRequest\x1a\x11.cocoonbox.v1.Box\x128\n" +
@@ -4151,7 +4375,8 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"RestoreBox\x12\x1f.cocoonbox.v1.RestoreBoxRequest\x1a\x11.cocoonbox.v1.Box\x12B\n" +
 	"\vRecreateBox\x12 .cocoonbox.v1.RecreateBoxRequest\x1a\x11.cocoonbox.v1.Box\x12L\n" +
 	"\tListPools\x12\x1e.cocoonbox.v1.ListPoolsRequest\x1a\x1f.cocoonbox.v1.ListPoolsResponse\x12J\n" +
-	"\bSetPools\x12\x1d.cocoonbox.v1.SetPoolsRequest\x1a\x1f.cocoonbox.v1.ListPoolsResponse\x12T\n" +
+	"\bSetPools\x12\x1d.cocoonbox.v1.SetPoolsRequest\x1a\x1f.cocoonbox.v1.ListPoolsResponse\x12L\n" +
+	"\tListNodes\x12\x1e.cocoonbox.v1.ListNodesRequest\x1a\x1f.cocoonbox.v1.ListNodesResponse\x12T\n" +
 	"\x11GetPolicyDefaults\x12&.cocoonbox.v1.GetPolicyDefaultsRequest\x1a\x17.cocoonbox.v1.BoxPolicy\x12T\n" +
 	"\x11SetPolicyDefaults\x12&.cocoonbox.v1.SetPolicyDefaultsRequest\x1a\x17.cocoonbox.v1.BoxPolicy\x12>\n" +
 	"\bWatchBox\x12\x1d.cocoonbox.v1.WatchBoxRequest\x1a\x11.cocoonbox.v1.Box0\x01\x12O\n" +
@@ -4193,7 +4418,7 @@ func file_cocoonbox_v1_box_proto_rawDescGZIP() []byte {
 	return file_cocoonbox_v1_box_proto_rawDescData
 }
 
-var file_cocoonbox_v1_box_proto_msgTypes = make([]protoimpl.MessageInfo, 62)
+var file_cocoonbox_v1_box_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
 var file_cocoonbox_v1_box_proto_goTypes = []any{
 	(*ShellRequest)(nil),             // 0: cocoonbox.v1.ShellRequest
 	(*ShellStart)(nil),               // 1: cocoonbox.v1.ShellStart
@@ -4236,132 +4461,141 @@ var file_cocoonbox_v1_box_proto_goTypes = []any{
 	(*WarmPool)(nil),                 // 38: cocoonbox.v1.WarmPool
 	(*ListPoolsRequest)(nil),         // 39: cocoonbox.v1.ListPoolsRequest
 	(*ListPoolsResponse)(nil),        // 40: cocoonbox.v1.ListPoolsResponse
-	(*SetPoolsRequest)(nil),          // 41: cocoonbox.v1.SetPoolsRequest
-	(*RecreateBoxRequest)(nil),       // 42: cocoonbox.v1.RecreateBoxRequest
-	(*WatchBoxRequest)(nil),          // 43: cocoonbox.v1.WatchBoxRequest
-	(*ExecRequest)(nil),              // 44: cocoonbox.v1.ExecRequest
-	(*ExecResponse)(nil),             // 45: cocoonbox.v1.ExecResponse
-	(*ReadFileRequest)(nil),          // 46: cocoonbox.v1.ReadFileRequest
-	(*ReadFileResponse)(nil),         // 47: cocoonbox.v1.ReadFileResponse
-	(*WriteFileRequest)(nil),         // 48: cocoonbox.v1.WriteFileRequest
-	(*WriteFileResponse)(nil),        // 49: cocoonbox.v1.WriteFileResponse
-	(*Share)(nil),                    // 50: cocoonbox.v1.Share
-	(*ShareBoxRequest)(nil),          // 51: cocoonbox.v1.ShareBoxRequest
-	(*UnshareBoxRequest)(nil),        // 52: cocoonbox.v1.UnshareBoxRequest
-	(*UnshareBoxResponse)(nil),       // 53: cocoonbox.v1.UnshareBoxResponse
-	(*ListSharesRequest)(nil),        // 54: cocoonbox.v1.ListSharesRequest
-	(*ListSharesResponse)(nil),       // 55: cocoonbox.v1.ListSharesResponse
-	(*TakeOverRequest)(nil),          // 56: cocoonbox.v1.TakeOverRequest
-	(*HandBackRequest)(nil),          // 57: cocoonbox.v1.HandBackRequest
-	(*DesktopTicketRequest)(nil),     // 58: cocoonbox.v1.DesktopTicketRequest
-	(*DesktopTicketResponse)(nil),    // 59: cocoonbox.v1.DesktopTicketResponse
-	nil,                              // 60: cocoonbox.v1.ShellStart.EnvEntry
-	nil,                              // 61: cocoonbox.v1.ExecRequest.EnvEntry
-	(*timestamppb.Timestamp)(nil),    // 62: google.protobuf.Timestamp
+	(*ListNodesRequest)(nil),         // 41: cocoonbox.v1.ListNodesRequest
+	(*ListNodesResponse)(nil),        // 42: cocoonbox.v1.ListNodesResponse
+	(*Node)(nil),                     // 43: cocoonbox.v1.Node
+	(*SetPoolsRequest)(nil),          // 44: cocoonbox.v1.SetPoolsRequest
+	(*RecreateBoxRequest)(nil),       // 45: cocoonbox.v1.RecreateBoxRequest
+	(*WatchBoxRequest)(nil),          // 46: cocoonbox.v1.WatchBoxRequest
+	(*ExecRequest)(nil),              // 47: cocoonbox.v1.ExecRequest
+	(*ExecResponse)(nil),             // 48: cocoonbox.v1.ExecResponse
+	(*ReadFileRequest)(nil),          // 49: cocoonbox.v1.ReadFileRequest
+	(*ReadFileResponse)(nil),         // 50: cocoonbox.v1.ReadFileResponse
+	(*WriteFileRequest)(nil),         // 51: cocoonbox.v1.WriteFileRequest
+	(*WriteFileResponse)(nil),        // 52: cocoonbox.v1.WriteFileResponse
+	(*Share)(nil),                    // 53: cocoonbox.v1.Share
+	(*ShareBoxRequest)(nil),          // 54: cocoonbox.v1.ShareBoxRequest
+	(*UnshareBoxRequest)(nil),        // 55: cocoonbox.v1.UnshareBoxRequest
+	(*UnshareBoxResponse)(nil),       // 56: cocoonbox.v1.UnshareBoxResponse
+	(*ListSharesRequest)(nil),        // 57: cocoonbox.v1.ListSharesRequest
+	(*ListSharesResponse)(nil),       // 58: cocoonbox.v1.ListSharesResponse
+	(*TakeOverRequest)(nil),          // 59: cocoonbox.v1.TakeOverRequest
+	(*HandBackRequest)(nil),          // 60: cocoonbox.v1.HandBackRequest
+	(*DesktopTicketRequest)(nil),     // 61: cocoonbox.v1.DesktopTicketRequest
+	(*DesktopTicketResponse)(nil),    // 62: cocoonbox.v1.DesktopTicketResponse
+	nil,                              // 63: cocoonbox.v1.ShellStart.EnvEntry
+	nil,                              // 64: cocoonbox.v1.Node.WarmEntry
+	nil,                              // 65: cocoonbox.v1.ExecRequest.EnvEntry
+	(*timestamppb.Timestamp)(nil),    // 66: google.protobuf.Timestamp
 }
 var file_cocoonbox_v1_box_proto_depIdxs = []int32{
 	1,  // 0: cocoonbox.v1.ShellRequest.start:type_name -> cocoonbox.v1.ShellStart
 	2,  // 1: cocoonbox.v1.ShellRequest.resize:type_name -> cocoonbox.v1.WindowSize
-	60, // 2: cocoonbox.v1.ShellStart.env:type_name -> cocoonbox.v1.ShellStart.EnvEntry
+	63, // 2: cocoonbox.v1.ShellStart.env:type_name -> cocoonbox.v1.ShellStart.EnvEntry
 	2,  // 3: cocoonbox.v1.ShellStart.tty:type_name -> cocoonbox.v1.WindowSize
 	7,  // 4: cocoonbox.v1.FileChunk.info:type_name -> cocoonbox.v1.FileInfo
-	62, // 5: cocoonbox.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	66, // 5: cocoonbox.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
 	14, // 6: cocoonbox.v1.ListEventsResponse.events:type_name -> cocoonbox.v1.BoxEvent
-	62, // 7: cocoonbox.v1.BoxEvent.at:type_name -> google.protobuf.Timestamp
+	66, // 7: cocoonbox.v1.BoxEvent.at:type_name -> google.protobuf.Timestamp
 	22, // 8: cocoonbox.v1.ListPortsResponse.ports:type_name -> cocoonbox.v1.Port
-	62, // 9: cocoonbox.v1.Box.idle_deadline:type_name -> google.protobuf.Timestamp
-	62, // 10: cocoonbox.v1.Box.created_at:type_name -> google.protobuf.Timestamp
+	66, // 9: cocoonbox.v1.Box.idle_deadline:type_name -> google.protobuf.Timestamp
+	66, // 10: cocoonbox.v1.Box.created_at:type_name -> google.protobuf.Timestamp
 	18, // 11: cocoonbox.v1.Box.policy:type_name -> cocoonbox.v1.BoxPolicy
 	25, // 12: cocoonbox.v1.Box.restored_from:type_name -> cocoonbox.v1.RestoredFrom
 	14, // 13: cocoonbox.v1.Box.events:type_name -> cocoonbox.v1.BoxEvent
-	62, // 14: cocoonbox.v1.RestoredFrom.taken_at:type_name -> google.protobuf.Timestamp
-	62, // 15: cocoonbox.v1.RestoredFrom.at:type_name -> google.protobuf.Timestamp
+	66, // 14: cocoonbox.v1.RestoredFrom.taken_at:type_name -> google.protobuf.Timestamp
+	66, // 15: cocoonbox.v1.RestoredFrom.at:type_name -> google.protobuf.Timestamp
 	24, // 16: cocoonbox.v1.ListBoxesResponse.boxes:type_name -> cocoonbox.v1.Box
-	62, // 17: cocoonbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	66, // 17: cocoonbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
 	33, // 18: cocoonbox.v1.ListSnapshotsResponse.snapshots:type_name -> cocoonbox.v1.Snapshot
 	38, // 19: cocoonbox.v1.ListPoolsResponse.pools:type_name -> cocoonbox.v1.WarmPool
-	38, // 20: cocoonbox.v1.SetPoolsRequest.pools:type_name -> cocoonbox.v1.WarmPool
-	61, // 21: cocoonbox.v1.ExecRequest.env:type_name -> cocoonbox.v1.ExecRequest.EnvEntry
-	62, // 22: cocoonbox.v1.Share.expires_at:type_name -> google.protobuf.Timestamp
-	62, // 23: cocoonbox.v1.Share.created_at:type_name -> google.protobuf.Timestamp
-	62, // 24: cocoonbox.v1.ShareBoxRequest.expires_at:type_name -> google.protobuf.Timestamp
-	50, // 25: cocoonbox.v1.ListSharesResponse.shares:type_name -> cocoonbox.v1.Share
-	62, // 26: cocoonbox.v1.DesktopTicketResponse.expires_at:type_name -> google.protobuf.Timestamp
-	26, // 27: cocoonbox.v1.BoxService.CreateBox:input_type -> cocoonbox.v1.CreateBoxRequest
-	27, // 28: cocoonbox.v1.BoxService.GetBox:input_type -> cocoonbox.v1.GetBoxRequest
-	28, // 29: cocoonbox.v1.BoxService.ListBoxes:input_type -> cocoonbox.v1.ListBoxesRequest
-	30, // 30: cocoonbox.v1.BoxService.DeleteBox:input_type -> cocoonbox.v1.DeleteBoxRequest
-	31, // 31: cocoonbox.v1.BoxService.WakeBox:input_type -> cocoonbox.v1.WakeBoxRequest
-	32, // 32: cocoonbox.v1.BoxService.HibernateBox:input_type -> cocoonbox.v1.HibernateBoxRequest
-	34, // 33: cocoonbox.v1.BoxService.SnapshotBox:input_type -> cocoonbox.v1.SnapshotBoxRequest
-	35, // 34: cocoonbox.v1.BoxService.ListSnapshots:input_type -> cocoonbox.v1.ListSnapshotsRequest
-	37, // 35: cocoonbox.v1.BoxService.RestoreBox:input_type -> cocoonbox.v1.RestoreBoxRequest
-	42, // 36: cocoonbox.v1.BoxService.RecreateBox:input_type -> cocoonbox.v1.RecreateBoxRequest
-	39, // 37: cocoonbox.v1.BoxService.ListPools:input_type -> cocoonbox.v1.ListPoolsRequest
-	41, // 38: cocoonbox.v1.BoxService.SetPools:input_type -> cocoonbox.v1.SetPoolsRequest
-	16, // 39: cocoonbox.v1.BoxService.GetPolicyDefaults:input_type -> cocoonbox.v1.GetPolicyDefaultsRequest
-	17, // 40: cocoonbox.v1.BoxService.SetPolicyDefaults:input_type -> cocoonbox.v1.SetPolicyDefaultsRequest
-	43, // 41: cocoonbox.v1.BoxService.WatchBox:input_type -> cocoonbox.v1.WatchBoxRequest
-	12, // 42: cocoonbox.v1.BoxService.ListEvents:input_type -> cocoonbox.v1.ListEventsRequest
-	44, // 43: cocoonbox.v1.BoxService.Exec:input_type -> cocoonbox.v1.ExecRequest
-	46, // 44: cocoonbox.v1.BoxService.ReadFile:input_type -> cocoonbox.v1.ReadFileRequest
-	48, // 45: cocoonbox.v1.BoxService.WriteFile:input_type -> cocoonbox.v1.WriteFileRequest
-	51, // 46: cocoonbox.v1.BoxService.ShareBox:input_type -> cocoonbox.v1.ShareBoxRequest
-	52, // 47: cocoonbox.v1.BoxService.UnshareBox:input_type -> cocoonbox.v1.UnshareBoxRequest
-	54, // 48: cocoonbox.v1.BoxService.ListShares:input_type -> cocoonbox.v1.ListSharesRequest
-	56, // 49: cocoonbox.v1.BoxService.TakeOver:input_type -> cocoonbox.v1.TakeOverRequest
-	57, // 50: cocoonbox.v1.BoxService.HandBack:input_type -> cocoonbox.v1.HandBackRequest
-	58, // 51: cocoonbox.v1.BoxService.DesktopTicket:input_type -> cocoonbox.v1.DesktopTicketRequest
-	20, // 52: cocoonbox.v1.BoxService.ListPorts:input_type -> cocoonbox.v1.ListPortsRequest
-	19, // 53: cocoonbox.v1.BoxService.SetBoxNetwork:input_type -> cocoonbox.v1.SetBoxNetworkRequest
-	15, // 54: cocoonbox.v1.BoxService.SetPolicy:input_type -> cocoonbox.v1.SetPolicyRequest
-	23, // 55: cocoonbox.v1.BoxService.SetPortPublic:input_type -> cocoonbox.v1.SetPortPublicRequest
-	0,  // 56: cocoonbox.v1.BoxService.Shell:input_type -> cocoonbox.v1.ShellRequest
-	4,  // 57: cocoonbox.v1.BoxService.DownloadFile:input_type -> cocoonbox.v1.DownloadFileRequest
-	6,  // 58: cocoonbox.v1.BoxService.UploadFile:input_type -> cocoonbox.v1.UploadFileRequest
-	8,  // 59: cocoonbox.v1.BoxService.ListFiles:input_type -> cocoonbox.v1.ListFilesRequest
-	9,  // 60: cocoonbox.v1.BoxService.StatFile:input_type -> cocoonbox.v1.StatFileRequest
-	10, // 61: cocoonbox.v1.BoxService.RemoveFile:input_type -> cocoonbox.v1.RemoveFileRequest
-	24, // 62: cocoonbox.v1.BoxService.CreateBox:output_type -> cocoonbox.v1.Box
-	24, // 63: cocoonbox.v1.BoxService.GetBox:output_type -> cocoonbox.v1.Box
-	29, // 64: cocoonbox.v1.BoxService.ListBoxes:output_type -> cocoonbox.v1.ListBoxesResponse
-	24, // 65: cocoonbox.v1.BoxService.DeleteBox:output_type -> cocoonbox.v1.Box
-	24, // 66: cocoonbox.v1.BoxService.WakeBox:output_type -> cocoonbox.v1.Box
-	24, // 67: cocoonbox.v1.BoxService.HibernateBox:output_type -> cocoonbox.v1.Box
-	33, // 68: cocoonbox.v1.BoxService.SnapshotBox:output_type -> cocoonbox.v1.Snapshot
-	36, // 69: cocoonbox.v1.BoxService.ListSnapshots:output_type -> cocoonbox.v1.ListSnapshotsResponse
-	24, // 70: cocoonbox.v1.BoxService.RestoreBox:output_type -> cocoonbox.v1.Box
-	24, // 71: cocoonbox.v1.BoxService.RecreateBox:output_type -> cocoonbox.v1.Box
-	40, // 72: cocoonbox.v1.BoxService.ListPools:output_type -> cocoonbox.v1.ListPoolsResponse
-	40, // 73: cocoonbox.v1.BoxService.SetPools:output_type -> cocoonbox.v1.ListPoolsResponse
-	18, // 74: cocoonbox.v1.BoxService.GetPolicyDefaults:output_type -> cocoonbox.v1.BoxPolicy
-	18, // 75: cocoonbox.v1.BoxService.SetPolicyDefaults:output_type -> cocoonbox.v1.BoxPolicy
-	24, // 76: cocoonbox.v1.BoxService.WatchBox:output_type -> cocoonbox.v1.Box
-	13, // 77: cocoonbox.v1.BoxService.ListEvents:output_type -> cocoonbox.v1.ListEventsResponse
-	45, // 78: cocoonbox.v1.BoxService.Exec:output_type -> cocoonbox.v1.ExecResponse
-	47, // 79: cocoonbox.v1.BoxService.ReadFile:output_type -> cocoonbox.v1.ReadFileResponse
-	49, // 80: cocoonbox.v1.BoxService.WriteFile:output_type -> cocoonbox.v1.WriteFileResponse
-	50, // 81: cocoonbox.v1.BoxService.ShareBox:output_type -> cocoonbox.v1.Share
-	53, // 82: cocoonbox.v1.BoxService.UnshareBox:output_type -> cocoonbox.v1.UnshareBoxResponse
-	55, // 83: cocoonbox.v1.BoxService.ListShares:output_type -> cocoonbox.v1.ListSharesResponse
-	24, // 84: cocoonbox.v1.BoxService.TakeOver:output_type -> cocoonbox.v1.Box
-	24, // 85: cocoonbox.v1.BoxService.HandBack:output_type -> cocoonbox.v1.Box
-	59, // 86: cocoonbox.v1.BoxService.DesktopTicket:output_type -> cocoonbox.v1.DesktopTicketResponse
-	21, // 87: cocoonbox.v1.BoxService.ListPorts:output_type -> cocoonbox.v1.ListPortsResponse
-	24, // 88: cocoonbox.v1.BoxService.SetBoxNetwork:output_type -> cocoonbox.v1.Box
-	24, // 89: cocoonbox.v1.BoxService.SetPolicy:output_type -> cocoonbox.v1.Box
-	22, // 90: cocoonbox.v1.BoxService.SetPortPublic:output_type -> cocoonbox.v1.Port
-	3,  // 91: cocoonbox.v1.BoxService.Shell:output_type -> cocoonbox.v1.ShellResponse
-	5,  // 92: cocoonbox.v1.BoxService.DownloadFile:output_type -> cocoonbox.v1.FileChunk
-	7,  // 93: cocoonbox.v1.BoxService.UploadFile:output_type -> cocoonbox.v1.FileInfo
-	7,  // 94: cocoonbox.v1.BoxService.ListFiles:output_type -> cocoonbox.v1.FileInfo
-	7,  // 95: cocoonbox.v1.BoxService.StatFile:output_type -> cocoonbox.v1.FileInfo
-	11, // 96: cocoonbox.v1.BoxService.RemoveFile:output_type -> cocoonbox.v1.RemoveFileResponse
-	62, // [62:97] is the sub-list for method output_type
-	27, // [27:62] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	43, // 20: cocoonbox.v1.ListNodesResponse.nodes:type_name -> cocoonbox.v1.Node
+	64, // 21: cocoonbox.v1.Node.warm:type_name -> cocoonbox.v1.Node.WarmEntry
+	66, // 22: cocoonbox.v1.Node.heartbeat_at:type_name -> google.protobuf.Timestamp
+	38, // 23: cocoonbox.v1.SetPoolsRequest.pools:type_name -> cocoonbox.v1.WarmPool
+	65, // 24: cocoonbox.v1.ExecRequest.env:type_name -> cocoonbox.v1.ExecRequest.EnvEntry
+	66, // 25: cocoonbox.v1.Share.expires_at:type_name -> google.protobuf.Timestamp
+	66, // 26: cocoonbox.v1.Share.created_at:type_name -> google.protobuf.Timestamp
+	66, // 27: cocoonbox.v1.ShareBoxRequest.expires_at:type_name -> google.protobuf.Timestamp
+	53, // 28: cocoonbox.v1.ListSharesResponse.shares:type_name -> cocoonbox.v1.Share
+	66, // 29: cocoonbox.v1.DesktopTicketResponse.expires_at:type_name -> google.protobuf.Timestamp
+	26, // 30: cocoonbox.v1.BoxService.CreateBox:input_type -> cocoonbox.v1.CreateBoxRequest
+	27, // 31: cocoonbox.v1.BoxService.GetBox:input_type -> cocoonbox.v1.GetBoxRequest
+	28, // 32: cocoonbox.v1.BoxService.ListBoxes:input_type -> cocoonbox.v1.ListBoxesRequest
+	30, // 33: cocoonbox.v1.BoxService.DeleteBox:input_type -> cocoonbox.v1.DeleteBoxRequest
+	31, // 34: cocoonbox.v1.BoxService.WakeBox:input_type -> cocoonbox.v1.WakeBoxRequest
+	32, // 35: cocoonbox.v1.BoxService.HibernateBox:input_type -> cocoonbox.v1.HibernateBoxRequest
+	34, // 36: cocoonbox.v1.BoxService.SnapshotBox:input_type -> cocoonbox.v1.SnapshotBoxRequest
+	35, // 37: cocoonbox.v1.BoxService.ListSnapshots:input_type -> cocoonbox.v1.ListSnapshotsRequest
+	37, // 38: cocoonbox.v1.BoxService.RestoreBox:input_type -> cocoonbox.v1.RestoreBoxRequest
+	45, // 39: cocoonbox.v1.BoxService.RecreateBox:input_type -> cocoonbox.v1.RecreateBoxRequest
+	39, // 40: cocoonbox.v1.BoxService.ListPools:input_type -> cocoonbox.v1.ListPoolsRequest
+	44, // 41: cocoonbox.v1.BoxService.SetPools:input_type -> cocoonbox.v1.SetPoolsRequest
+	41, // 42: cocoonbox.v1.BoxService.ListNodes:input_type -> cocoonbox.v1.ListNodesRequest
+	16, // 43: cocoonbox.v1.BoxService.GetPolicyDefaults:input_type -> cocoonbox.v1.GetPolicyDefaultsRequest
+	17, // 44: cocoonbox.v1.BoxService.SetPolicyDefaults:input_type -> cocoonbox.v1.SetPolicyDefaultsRequest
+	46, // 45: cocoonbox.v1.BoxService.WatchBox:input_type -> cocoonbox.v1.WatchBoxRequest
+	12, // 46: cocoonbox.v1.BoxService.ListEvents:input_type -> cocoonbox.v1.ListEventsRequest
+	47, // 47: cocoonbox.v1.BoxService.Exec:input_type -> cocoonbox.v1.ExecRequest
+	49, // 48: cocoonbox.v1.BoxService.ReadFile:input_type -> cocoonbox.v1.ReadFileRequest
+	51, // 49: cocoonbox.v1.BoxService.WriteFile:input_type -> cocoonbox.v1.WriteFileRequest
+	54, // 50: cocoonbox.v1.BoxService.ShareBox:input_type -> cocoonbox.v1.ShareBoxRequest
+	55, // 51: cocoonbox.v1.BoxService.UnshareBox:input_type -> cocoonbox.v1.UnshareBoxRequest
+	57, // 52: cocoonbox.v1.BoxService.ListShares:input_type -> cocoonbox.v1.ListSharesRequest
+	59, // 53: cocoonbox.v1.BoxService.TakeOver:input_type -> cocoonbox.v1.TakeOverRequest
+	60, // 54: cocoonbox.v1.BoxService.HandBack:input_type -> cocoonbox.v1.HandBackRequest
+	61, // 55: cocoonbox.v1.BoxService.DesktopTicket:input_type -> cocoonbox.v1.DesktopTicketRequest
+	20, // 56: cocoonbox.v1.BoxService.ListPorts:input_type -> cocoonbox.v1.ListPortsRequest
+	19, // 57: cocoonbox.v1.BoxService.SetBoxNetwork:input_type -> cocoonbox.v1.SetBoxNetworkRequest
+	15, // 58: cocoonbox.v1.BoxService.SetPolicy:input_type -> cocoonbox.v1.SetPolicyRequest
+	23, // 59: cocoonbox.v1.BoxService.SetPortPublic:input_type -> cocoonbox.v1.SetPortPublicRequest
+	0,  // 60: cocoonbox.v1.BoxService.Shell:input_type -> cocoonbox.v1.ShellRequest
+	4,  // 61: cocoonbox.v1.BoxService.DownloadFile:input_type -> cocoonbox.v1.DownloadFileRequest
+	6,  // 62: cocoonbox.v1.BoxService.UploadFile:input_type -> cocoonbox.v1.UploadFileRequest
+	8,  // 63: cocoonbox.v1.BoxService.ListFiles:input_type -> cocoonbox.v1.ListFilesRequest
+	9,  // 64: cocoonbox.v1.BoxService.StatFile:input_type -> cocoonbox.v1.StatFileRequest
+	10, // 65: cocoonbox.v1.BoxService.RemoveFile:input_type -> cocoonbox.v1.RemoveFileRequest
+	24, // 66: cocoonbox.v1.BoxService.CreateBox:output_type -> cocoonbox.v1.Box
+	24, // 67: cocoonbox.v1.BoxService.GetBox:output_type -> cocoonbox.v1.Box
+	29, // 68: cocoonbox.v1.BoxService.ListBoxes:output_type -> cocoonbox.v1.ListBoxesResponse
+	24, // 69: cocoonbox.v1.BoxService.DeleteBox:output_type -> cocoonbox.v1.Box
+	24, // 70: cocoonbox.v1.BoxService.WakeBox:output_type -> cocoonbox.v1.Box
+	24, // 71: cocoonbox.v1.BoxService.HibernateBox:output_type -> cocoonbox.v1.Box
+	33, // 72: cocoonbox.v1.BoxService.SnapshotBox:output_type -> cocoonbox.v1.Snapshot
+	36, // 73: cocoonbox.v1.BoxService.ListSnapshots:output_type -> cocoonbox.v1.ListSnapshotsResponse
+	24, // 74: cocoonbox.v1.BoxService.RestoreBox:output_type -> cocoonbox.v1.Box
+	24, // 75: cocoonbox.v1.BoxService.RecreateBox:output_type -> cocoonbox.v1.Box
+	40, // 76: cocoonbox.v1.BoxService.ListPools:output_type -> cocoonbox.v1.ListPoolsResponse
+	40, // 77: cocoonbox.v1.BoxService.SetPools:output_type -> cocoonbox.v1.ListPoolsResponse
+	42, // 78: cocoonbox.v1.BoxService.ListNodes:output_type -> cocoonbox.v1.ListNodesResponse
+	18, // 79: cocoonbox.v1.BoxService.GetPolicyDefaults:output_type -> cocoonbox.v1.BoxPolicy
+	18, // 80: cocoonbox.v1.BoxService.SetPolicyDefaults:output_type -> cocoonbox.v1.BoxPolicy
+	24, // 81: cocoonbox.v1.BoxService.WatchBox:output_type -> cocoonbox.v1.Box
+	13, // 82: cocoonbox.v1.BoxService.ListEvents:output_type -> cocoonbox.v1.ListEventsResponse
+	48, // 83: cocoonbox.v1.BoxService.Exec:output_type -> cocoonbox.v1.ExecResponse
+	50, // 84: cocoonbox.v1.BoxService.ReadFile:output_type -> cocoonbox.v1.ReadFileResponse
+	52, // 85: cocoonbox.v1.BoxService.WriteFile:output_type -> cocoonbox.v1.WriteFileResponse
+	53, // 86: cocoonbox.v1.BoxService.ShareBox:output_type -> cocoonbox.v1.Share
+	56, // 87: cocoonbox.v1.BoxService.UnshareBox:output_type -> cocoonbox.v1.UnshareBoxResponse
+	58, // 88: cocoonbox.v1.BoxService.ListShares:output_type -> cocoonbox.v1.ListSharesResponse
+	24, // 89: cocoonbox.v1.BoxService.TakeOver:output_type -> cocoonbox.v1.Box
+	24, // 90: cocoonbox.v1.BoxService.HandBack:output_type -> cocoonbox.v1.Box
+	62, // 91: cocoonbox.v1.BoxService.DesktopTicket:output_type -> cocoonbox.v1.DesktopTicketResponse
+	21, // 92: cocoonbox.v1.BoxService.ListPorts:output_type -> cocoonbox.v1.ListPortsResponse
+	24, // 93: cocoonbox.v1.BoxService.SetBoxNetwork:output_type -> cocoonbox.v1.Box
+	24, // 94: cocoonbox.v1.BoxService.SetPolicy:output_type -> cocoonbox.v1.Box
+	22, // 95: cocoonbox.v1.BoxService.SetPortPublic:output_type -> cocoonbox.v1.Port
+	3,  // 96: cocoonbox.v1.BoxService.Shell:output_type -> cocoonbox.v1.ShellResponse
+	5,  // 97: cocoonbox.v1.BoxService.DownloadFile:output_type -> cocoonbox.v1.FileChunk
+	7,  // 98: cocoonbox.v1.BoxService.UploadFile:output_type -> cocoonbox.v1.FileInfo
+	7,  // 99: cocoonbox.v1.BoxService.ListFiles:output_type -> cocoonbox.v1.FileInfo
+	7,  // 100: cocoonbox.v1.BoxService.StatFile:output_type -> cocoonbox.v1.FileInfo
+	11, // 101: cocoonbox.v1.BoxService.RemoveFile:output_type -> cocoonbox.v1.RemoveFileResponse
+	66, // [66:102] is the sub-list for method output_type
+	30, // [30:66] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_cocoonbox_v1_box_proto_init() }
@@ -4377,7 +4611,7 @@ func file_cocoonbox_v1_box_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cocoonbox_v1_box_proto_rawDesc), len(file_cocoonbox_v1_box_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   62,
+			NumMessages:   66,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -31,6 +31,7 @@ const (
 	BoxService_RecreateBox_FullMethodName       = "/cocoonbox.v1.BoxService/RecreateBox"
 	BoxService_ListPools_FullMethodName         = "/cocoonbox.v1.BoxService/ListPools"
 	BoxService_SetPools_FullMethodName          = "/cocoonbox.v1.BoxService/SetPools"
+	BoxService_ListNodes_FullMethodName         = "/cocoonbox.v1.BoxService/ListNodes"
 	BoxService_GetPolicyDefaults_FullMethodName = "/cocoonbox.v1.BoxService/GetPolicyDefaults"
 	BoxService_SetPolicyDefaults_FullMethodName = "/cocoonbox.v1.BoxService/SetPolicyDefaults"
 	BoxService_WatchBox_FullMethodName          = "/cocoonbox.v1.BoxService/WatchBox"
@@ -96,6 +97,9 @@ type BoxServiceClient interface {
 	// SetPools replaces the engine's warm pools; pools left out drain (operators). `cocoonbox dev`
 	// sets its config's pools again at its next start.
 	SetPools(ctx context.Context, in *SetPoolsRequest, opts ...grpc.CallOption) (*ListPoolsResponse, error)
+	// ListNodes shows the engine nodes: each one's address, state, capacity, load and heartbeat, as
+	// the worker beside it last reported (operators).
+	ListNodes(ctx context.Context, in *ListNodesRequest, opts ...grpc.CallOption) (*ListNodesResponse, error)
 	// GetPolicyDefaults is the policy a new box of the caller gets: the server's default, with the
 	// caller's own defaults over it.
 	GetPolicyDefaults(ctx context.Context, in *GetPolicyDefaultsRequest, opts ...grpc.CallOption) (*BoxPolicy, error)
@@ -284,6 +288,16 @@ func (c *boxServiceClient) SetPools(ctx context.Context, in *SetPoolsRequest, op
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListPoolsResponse)
 	err := c.cc.Invoke(ctx, BoxService_SetPools_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *boxServiceClient) ListNodes(ctx context.Context, in *ListNodesRequest, opts ...grpc.CallOption) (*ListNodesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListNodesResponse)
+	err := c.cc.Invoke(ctx, BoxService_ListNodes_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -593,6 +607,9 @@ type BoxServiceServer interface {
 	// SetPools replaces the engine's warm pools; pools left out drain (operators). `cocoonbox dev`
 	// sets its config's pools again at its next start.
 	SetPools(context.Context, *SetPoolsRequest) (*ListPoolsResponse, error)
+	// ListNodes shows the engine nodes: each one's address, state, capacity, load and heartbeat, as
+	// the worker beside it last reported (operators).
+	ListNodes(context.Context, *ListNodesRequest) (*ListNodesResponse, error)
 	// GetPolicyDefaults is the policy a new box of the caller gets: the server's default, with the
 	// caller's own defaults over it.
 	GetPolicyDefaults(context.Context, *GetPolicyDefaultsRequest) (*BoxPolicy, error)
@@ -702,6 +719,9 @@ func (UnimplementedBoxServiceServer) ListPools(context.Context, *ListPoolsReques
 }
 func (UnimplementedBoxServiceServer) SetPools(context.Context, *SetPoolsRequest) (*ListPoolsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method SetPools not implemented")
+}
+func (UnimplementedBoxServiceServer) ListNodes(context.Context, *ListNodesRequest) (*ListNodesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListNodes not implemented")
 }
 func (UnimplementedBoxServiceServer) GetPolicyDefaults(context.Context, *GetPolicyDefaultsRequest) (*BoxPolicy, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetPolicyDefaults not implemented")
@@ -1005,6 +1025,24 @@ func _BoxService_SetPools_Handler(srv interface{}, ctx context.Context, dec func
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(BoxServiceServer).SetPools(ctx, req.(*SetPoolsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BoxService_ListNodes_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListNodesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BoxServiceServer).ListNodes(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BoxService_ListNodes_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BoxServiceServer).ListNodes(ctx, req.(*ListNodesRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1434,6 +1472,10 @@ var BoxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "SetPools",
 			Handler:    _BoxService_SetPools_Handler,
+		},
+		{
+			MethodName: "ListNodes",
+			Handler:    _BoxService_ListNodes_Handler,
 		},
 		{
 			MethodName: "GetPolicyDefaults",

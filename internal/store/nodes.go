@@ -1,0 +1,94 @@
+package store
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/loomhand/cocoonbox/internal/nodes"
+)
+
+const nodeColumns = `id, url, state, memory_mib, committed_mib, max_boxes, boxes, hibernated, warm, heartbeat_at`
+
+func scanNode(row interface{ Scan(...any) error }, n *nodes.Node) error {
+	var warm []byte
+	if err := row.Scan(&n.ID, &n.URL, &n.State, &n.MemoryMiB, &n.CommittedMiB, &n.MaxBoxes, &n.Boxes, &n.Hibernated, &warm, &n.HeartbeatAt); err != nil {
+		return err
+	}
+	return json.Unmarshal(warm, &n.Warm)
+}
+
+// HeartbeatNode records node n's address, capacity and load as of now, registering it on its
+// first beat. A lost node that beats again is active again; a draining one stays draining (only
+// an operator undoes a drain). A malformed ID is ErrInvalid.
+func (q *Queries) HeartbeatNode(ctx context.Context, n nodes.Node) (nodes.Node, error) {
+	warm, err := json.Marshal(n.Warm)
+	if err != nil {
+		return nodes.Node{}, fmt.Errorf("heartbeat node %s: %w", n.ID, err)
+	}
+	if n.Warm == nil {
+		warm = []byte("{}")
+	}
+	var out nodes.Node
+	err = scanNode(q.db.QueryRow(ctx, `
+INSERT INTO nodes (id, url, memory_mib, committed_mib, max_boxes, boxes, hibernated, warm)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8)
+ON CONFLICT (id) DO UPDATE SET
+    url = EXCLUDED.url, memory_mib = EXCLUDED.memory_mib, committed_mib = EXCLUDED.committed_mib,
+    max_boxes = EXCLUDED.max_boxes, boxes = EXCLUDED.boxes, hibernated = EXCLUDED.hibernated,
+    warm = EXCLUDED.warm, heartbeat_at = now(),
+    state = CASE WHEN nodes.state = 'lost' THEN 'active' ELSE nodes.state END
+RETURNING `+nodeColumns,
+		n.ID, n.URL, n.MemoryMiB, n.CommittedMiB, n.MaxBoxes, n.Boxes, n.Hibernated, warm), &out)
+	if err != nil {
+		return nodes.Node{}, fmt.Errorf("heartbeat node %s: %w", n.ID, mapErr(err))
+	}
+	return out, nil
+}
+
+// ListNodes returns every registered node, by ID.
+func (q *Queries) ListNodes(ctx context.Context) ([]nodes.Node, error) {
+	rows, err := q.db.Query(ctx, `SELECT `+nodeColumns+` FROM nodes ORDER BY id`)
+	if err != nil {
+		return nil, fmt.Errorf("list nodes: %w", mapErr(err))
+	}
+	defer rows.Close()
+	var out []nodes.Node
+	for rows.Next() {
+		var n nodes.Node
+		if err := scanNode(rows, &n); err != nil {
+			return nil, fmt.Errorf("list nodes: %w", mapErr(err))
+		}
+		out = append(out, n)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("list nodes: %w", mapErr(err))
+	}
+	return out, nil
+}
+
+// MarkLostNodes marks lost every active or draining node whose heartbeat is older than
+// deadAfter (by the database's clock, which every heartbeat is stamped with) and returns their
+// IDs.
+func (q *Queries) MarkLostNodes(ctx context.Context, deadAfter time.Duration) ([]string, error) {
+	rows, err := q.db.Query(ctx,
+		`UPDATE nodes SET state = 'lost' WHERE state <> 'lost' AND heartbeat_at < now() - make_interval(secs => $1) RETURNING id`,
+		deadAfter.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("mark lost nodes: %w", mapErr(err))
+	}
+	defer rows.Close()
+	var ids []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			return nil, fmt.Errorf("mark lost nodes: %w", mapErr(err))
+		}
+		ids = append(ids, id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("mark lost nodes: %w", mapErr(err))
+	}
+	return ids, nil
+}

@@ -1,0 +1,61 @@
+package store_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/loomhand/cocoonbox/internal/nodes"
+	"github.com/loomhand/cocoonbox/internal/store"
+	"github.com/loomhand/cocoonbox/internal/store/storetest"
+)
+
+// TestNodes: a node registers with its first heartbeat and each beat refreshes its load; one
+// silent for longer than node_dead_after is marked lost, and beating again makes it active.
+func TestNodes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := storetest.URL(t)
+	st, err := store.Open(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	a := nodes.Node{ID: "node-a", URL: "http://10.0.0.1:7777", MemoryMiB: 8192, CommittedMiB: 1024, MaxBoxes: 20, Boxes: 2,
+		Warm: map[string]int{nodes.PoolKey("base", "small", "none"): 1}}
+	got, err := st.HeartbeatNode(ctx, a)
+	if err != nil || got.State != nodes.Active || got.Warm[nodes.PoolKey("base", "small", "none")] != 1 {
+		t.Fatalf("first heartbeat = %+v, %v", got, err)
+	}
+	a.Boxes, a.CommittedMiB = 3, 1536
+	if got, err = st.HeartbeatNode(ctx, a); err != nil || got.Boxes != 3 || got.CommittedMiB != 1536 {
+		t.Fatalf("second heartbeat = %+v, %v", got, err)
+	}
+	if _, err := st.HeartbeatNode(ctx, nodes.Node{ID: "node-b", URL: "http://10.0.0.2:7777"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.HeartbeatNode(ctx, nodes.Node{ID: "Bad ID", URL: "x"}); err == nil {
+		t.Fatal("a malformed node ID was registered")
+	}
+	if _, err := conn.Exec(ctx, `UPDATE nodes SET heartbeat_at = now() - interval '2 minutes' WHERE id = 'node-b'`); err != nil {
+		t.Fatal(err)
+	}
+	lost, err := st.MarkLostNodes(ctx, time.Minute)
+	if err != nil || len(lost) != 1 || lost[0] != "node-b" {
+		t.Fatalf("MarkLostNodes = %v, %v; want node-b alone", lost, err)
+	}
+	list, err := st.ListNodes(ctx)
+	if err != nil || len(list) != 2 || list[0].ID != "node-a" || list[0].State != nodes.Active || list[1].State != nodes.Lost {
+		t.Fatalf("ListNodes = %+v, %v", list, err)
+	}
+	if back, err := st.HeartbeatNode(ctx, nodes.Node{ID: "node-b", URL: "http://10.0.0.2:7777"}); err != nil || back.State != nodes.Active {
+		t.Fatalf("a lost node beating again: %+v, %v; want it active", back, err)
+	}
+}
