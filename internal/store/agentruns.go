@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/loomhand/cocoonbox"
 )
 
@@ -262,16 +264,8 @@ func (q *Queries) OpenRunsOf(ctx context.Context, owner string) ([]string, error
 	if err != nil {
 		return nil, fmt.Errorf("open runs of %s: %w", owner, mapErr(err))
 	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("open runs of %s: %w", owner, mapErr(err))
-		}
-		ids = append(ids, id)
-	}
-	if err := rows.Err(); err != nil {
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
 		return nil, fmt.Errorf("open runs of %s: %w", owner, mapErr(err))
 	}
 	return ids, nil

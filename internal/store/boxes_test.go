@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/secrets"
@@ -193,12 +191,7 @@ func TestBoxLifecycle(t *testing.T) {
 func TestSandboxTokens(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := storetest.URL(t)
-	st, err := store.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st, conn := storetest.NewWithSQL(t)
 	key := make([]byte, secrets.KeySize)
 	rand.Read(key)
 	keys, err := secrets.NewKeyring(key)
@@ -226,11 +219,6 @@ func TestSandboxTokens(t *testing.T) {
 	}
 
 	// What the table holds is a ciphertext, and it opens only as this box's token.
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
 	var stored []byte
 	if err := conn.QueryRow(ctx, `SELECT sandbox_token_ciphertext FROM boxes WHERE id = $1`, string(b.ID)).Scan(&stored); err != nil {
 		t.Fatal(err)

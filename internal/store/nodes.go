@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/loomhand/cocoonbox/internal/nodes"
 )
 
@@ -53,16 +55,11 @@ func (q *Queries) ListNodes(ctx context.Context) ([]nodes.Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", mapErr(err))
 	}
-	defer rows.Close()
-	var out []nodes.Node
-	for rows.Next() {
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (nodes.Node, error) {
 		var n nodes.Node
-		if err := scanNode(rows, &n); err != nil {
-			return nil, fmt.Errorf("list nodes: %w", mapErr(err))
-		}
-		out = append(out, n)
-	}
-	if err := rows.Err(); err != nil {
+		return n, scanNode(r, &n)
+	})
+	if err != nil {
 		return nil, fmt.Errorf("list nodes: %w", mapErr(err))
 	}
 	return out, nil
@@ -78,16 +75,8 @@ func (q *Queries) MarkLostNodes(ctx context.Context, deadAfter time.Duration) ([
 	if err != nil {
 		return nil, fmt.Errorf("mark lost nodes: %w", mapErr(err))
 	}
-	defer rows.Close()
-	var ids []string
-	for rows.Next() {
-		var id string
-		if err := rows.Scan(&id); err != nil {
-			return nil, fmt.Errorf("mark lost nodes: %w", mapErr(err))
-		}
-		ids = append(ids, id)
-	}
-	if err := rows.Err(); err != nil {
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
 		return nil, fmt.Errorf("mark lost nodes: %w", mapErr(err))
 	}
 	return ids, nil

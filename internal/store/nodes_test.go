@@ -5,10 +5,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/loomhand/cocoonbox/internal/nodes"
-	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/internal/store/storetest"
 )
 
@@ -17,17 +14,7 @@ import (
 func TestNodes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := storetest.URL(t)
-	st, err := store.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
+	st, conn := storetest.NewWithSQL(t)
 	a := nodes.Node{ID: "node-a", URL: "http://10.0.0.1:7777", MemoryMiB: 8192, CommittedMiB: 1024, MaxBoxes: 20, Boxes: 2,
 		Warm: map[string]int{nodes.PoolKey("base", "small", "none"): 1}}
 	got, err := st.HeartbeatNode(ctx, a)

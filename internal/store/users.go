@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // User is an account: a box owner, a share recipient, or an operator.
@@ -77,16 +79,11 @@ func (q *Queries) ListUsers(ctx context.Context) ([]User, error) {
 	if err != nil {
 		return nil, fmt.Errorf("list users: %w", mapErr(err))
 	}
-	defer rows.Close()
-	var out []User
-	for rows.Next() {
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (User, error) {
 		var u User
-		if err := scanUser(rows, &u); err != nil {
-			return nil, fmt.Errorf("list users: %w", mapErr(err))
-		}
-		out = append(out, u)
-	}
-	if err := rows.Err(); err != nil {
+		return u, scanUser(r, &u)
+	})
+	if err != nil {
 		return nil, fmt.Errorf("list users: %w", mapErr(err))
 	}
 	return out, nil

@@ -6,12 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/loomhand/cocoonbox/internal/nodes"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/sandbox/sandboxtest"
-	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/internal/store/storetest"
 )
 
@@ -19,12 +16,7 @@ import (
 // their sizes' memory), and a beat marks lost a peer that has been silent for too long.
 func TestHeartbeat(t *testing.T) {
 	ctx := context.Background()
-	url := storetest.URL(t)
-	st, err := store.Open(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer st.Close()
+	st, conn := storetest.NewWithSQL(t)
 	const root = "root"
 	eng := sandboxtest.New(t, sandboxtest.Options{RootToken: root})
 	c := eng.Client(root)
@@ -43,11 +35,6 @@ func TestHeartbeat(t *testing.T) {
 	if err != nil || len(list) != 2 || list[0].ID != "node-a" || list[0].Boxes != 1 || list[0].URL != eng.URL || list[1].State != nodes.Active {
 		t.Fatalf("after a beat: %+v, %v", list, err)
 	}
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
 	if _, err := conn.Exec(ctx, `UPDATE nodes SET heartbeat_at = now() - interval '2 minutes' WHERE id = 'node-b'`); err != nil {
 		t.Fatal(err)
 	}

@@ -24,6 +24,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/loomhand/cocoonbox/internal/pgcluster"
 	"github.com/loomhand/cocoonbox/internal/store"
 )
@@ -49,6 +51,25 @@ func New(t testing.TB) *store.Store {
 	}
 	t.Cleanup(st.Close)
 	return st
+}
+
+// NewWithSQL is New with a plain connection to the same database, for a test that sets up what
+// the store's methods do not (a heartbeat in the past, a row as an attacker would copy it); both
+// close when the test ends.
+func NewWithSQL(t testing.TB) (*store.Store, *pgx.Conn) {
+	t.Helper()
+	url := URL(t)
+	st, err := store.Open(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(st.Close)
+	conn, err := pgx.Connect(context.Background(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close(context.Background()) })
+	return st, conn
 }
 
 // URL returns the URL of a fresh database with the current schema, for tests that open the store
