@@ -1,6 +1,7 @@
 package activities
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxlink"
+	"github.com/loomhand/cocoonbox/internal/nodes"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 )
 
@@ -40,6 +42,13 @@ type Sandbox struct {
 	// into the box so its agent, and every caller of it, is ready as soon as the box is; nil skips
 	// the write.
 	Credentials func(boxID cocoonbox.BoxID) (string, error)
+	// Nodes lists the deployment's engine nodes (their workers' heartbeats); nil, or none
+	// registered, claims on Client's own engine. With nodes, a claim goes to the node placement
+	// picks (nodes.Pick), and the box's calls follow it there (SandboxRef.Addr).
+	Nodes func(ctx context.Context) ([]nodes.Node, error)
+	// NodeDeadAfter is how long a node's heartbeat may be silent and the node still take boxes;
+	// 0 is nodes.DefaultDeadAfter.
+	NodeDeadAfter time.Duration
 }
 
 // ClaimInput asks for a sandbox for a box. Attempt numbers the box's claims, so that a retried
@@ -119,7 +128,7 @@ func (a *Sandbox) Claim(ctx context.Context, in ClaimInput) (ClaimResult, error)
 		ClaimRef:   ClaimRef(in.BoxID, in.Attempt),
 	}
 	got, err := whileHeartbeating(ctx, func(ctx context.Context) (sandbox.Claimed, error) {
-		return a.Client.Claim(ctx, req)
+		return a.claimPlaced(ctx, req)
 	})
 	if err != nil {
 		return ClaimResult{}, finalClaim(ctx, classify(fmt.Errorf("claim sandbox: %w", err)))
@@ -130,6 +139,43 @@ func (a *Sandbox) Claim(ctx context.Context, in ClaimInput) (ClaimResult, error)
 		return ClaimResult{}, classify(fmt.Errorf("store sandbox token: %w", err))
 	}
 	return ClaimResult{SandboxID: got.ID, Deadline: got.Deadline, Adopted: got.Adopted, Start: got.Start}, nil
+}
+
+// claimPlaced claims req on the node placement picks when the deployment has registered nodes,
+// after looking on every other one for a sandbox an earlier try made under the same claim_ref
+// (placement may have changed its mind since), else on Client's own engine. When the heartbeats
+// (up to one beat old) say no node has room, Client's own engine is asked all the same: its
+// admission is the authority, and its refusal names the limit.
+func (a *Sandbox) claimPlaced(ctx context.Context, req sandbox.ClaimRequest) (sandbox.Claimed, error) {
+	nc, ok := a.Client.(sandbox.NodeClaimer)
+	if a.Nodes == nil || !ok {
+		return a.Client.Claim(ctx, req)
+	}
+	all, err := a.Nodes(ctx)
+	if err != nil {
+		return sandbox.Claimed{}, fmt.Errorf("list engine nodes: %w", err)
+	}
+	if len(all) == 0 {
+		return a.Client.Claim(ctx, req)
+	}
+	dead := cmp.Or(a.NodeDeadAfter, nodes.DefaultDeadAfter)
+	n, err := nodes.Pick(all, nodes.Request{Template: req.Template, Size: cocoonbox.Size(req.Size), Net: req.Net}, time.Now(), dead)
+	if err != nil {
+		n = nodes.Node{} // Client's own engine, after the same look for an earlier claim
+	}
+	for _, other := range all {
+		if other.ID == n.ID || other.State == nodes.Lost {
+			continue
+		}
+		got, found, err := nc.Adopt(ctx, other.URL, req.ClaimRef)
+		if err != nil {
+			return sandbox.Claimed{}, fmt.Errorf("look for an earlier claim on node %s: %w", other.ID, err)
+		}
+		if found {
+			return got, nil
+		}
+	}
+	return nc.ClaimOn(ctx, n.URL, req) // an empty URL is Client's own engine
 }
 
 // finalClaim makes a claim's refusal final when the server could not fit another try in the

@@ -16,6 +16,7 @@ import (
 	"github.com/loomhand/cocoonbox/agentvm/wire"
 	"github.com/loomhand/cocoonbox/internal/boxlink"
 	"github.com/loomhand/cocoonbox/internal/boxlink/boxlinktest"
+	"github.com/loomhand/cocoonbox/internal/nodes"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/sandbox/sandboxtest"
 )
@@ -149,6 +150,61 @@ func TestRedirectedSandboxStaysAddressed(t *testing.T) {
 	}
 	if n := len(peer.Sandboxes()); n != 0 {
 		t.Fatalf("the peer still has %d sandboxes after the release", n)
+	}
+}
+
+// TestClaimPlacedOnNodes: with engine nodes registered, a claim goes to the node placement picks
+// (here the one with more free memory, not the worker's own engine), the box's later calls go
+// there too, and a retry of the same attempt after placement changed its mind adopts the first
+// try's sandbox instead of claiming a second one elsewhere.
+func TestClaimPlacedOnNodes(t *testing.T) {
+	const root = "root-token"
+	own := sandboxtest.New(t, sandboxtest.Options{RootToken: root})
+	other := sandboxtest.New(t, sandboxtest.Options{RootToken: root})
+	now := time.Now()
+	registered := []nodes.Node{
+		{ID: "own", URL: own.URL, State: nodes.Active, MemoryMiB: 4096, CommittedMiB: 3072, HeartbeatAt: now},
+		{ID: "other", URL: other.URL, State: nodes.Active, MemoryMiB: 4096, CommittedMiB: 0, HeartbeatAt: now},
+	}
+	tokens := &memTokens{}
+	a := &Sandbox{Client: own.Client(root), Tokens: tokens, Template: "base", PollInterval: 10 * time.Millisecond,
+		Nodes: func(context.Context) ([]nodes.Node, error) { return registered, nil }}
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(a)
+	box := cocoonbox.BoxID("bx_00000000000000d2")
+	claim := func() ClaimResult {
+		t.Helper()
+		v, err := env.ExecuteActivity(a.Claim, ClaimInput{BoxID: box, Size: cocoonbox.SizeSmall, Attempt: 1})
+		if err != nil {
+			t.Fatalf("claim: %v", err)
+		}
+		var res ClaimResult
+		if err := v.Get(&res); err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	first := claim()
+	if len(other.Sandboxes()) != 1 || len(own.Sandboxes()) != 0 {
+		t.Fatalf("claimed on own %v and other %v, want the node with free memory", own.Sandboxes(), other.Sandboxes())
+	}
+	if ref, _ := tokens.SandboxToken(context.Background(), string(box)); ref.Addr != other.URL {
+		t.Fatalf("the box's sandbox is addressed at %q, want %s", ref.Addr, other.URL)
+	}
+	if _, err := env.ExecuteActivity(a.Hibernate, SandboxInput{BoxID: box, SandboxID: first.SandboxID}); err != nil {
+		t.Fatalf("hibernate on the placed node: %v", err)
+	}
+	// The retry's placement now prefers its own engine; the first try's sandbox is found anyway.
+	registered[0].CommittedMiB, registered[1].CommittedMiB = 0, 3072
+	again := claim()
+	if again.SandboxID != first.SandboxID || !again.Adopted || len(own.Sandboxes()) != 0 || len(other.Sandboxes()) != 1 {
+		t.Fatalf("retry: %+v; own %v, other %v; want the first sandbox adopted", again, own.Sandboxes(), other.Sandboxes())
+	}
+	// No node has room by the heartbeats: the worker's own engine decides, and has room here.
+	registered[0].CommittedMiB, registered[1].CommittedMiB = 4000, 4000
+	if _, err := env.ExecuteActivity(a.Claim, ClaimInput{BoxID: box, Size: cocoonbox.SizeSmall, Attempt: 2}); err != nil || len(own.Sandboxes()) != 1 {
+		t.Fatalf("claim with no room by the heartbeats: %v; own engine has %v", err, own.Sandboxes())
 	}
 }
 

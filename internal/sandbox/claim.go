@@ -30,13 +30,24 @@ const claimAttempts = 3
 
 // Claim implements Client.
 func (c *HTTP) Claim(ctx context.Context, req ClaimRequest) (Claimed, error) {
+	return c.ClaimOn(ctx, "", req)
+}
+
+// ClaimOn implements NodeClaimer: Claim on the engine at addr. The sandbox's Addr is addr, or
+// empty when addr is the base URL's engine.
+func (c *HTTP) ClaimOn(ctx context.Context, addr string, req ClaimRequest) (Claimed, error) {
 	const op = "claim"
 	if req.ClaimRef == "" {
 		return Claimed{}, invalid(op, "claim_ref is required: a claim is not idempotent, and claim_ref is how a lost answer is found")
 	}
+	if c.isBase(addr) {
+		addr = ""
+	} else {
+		req.NoRedirect = true // the node was chosen: it answers for itself
+	}
 	var lastErr error
 	for attempt := 1; ; attempt++ {
-		got, found, err := c.adopt(ctx, "", req.ClaimRef)
+		got, found, err := c.adopt(ctx, addr, req.ClaimRef)
 		if err != nil {
 			return Claimed{}, err // without a listing, a post could make a second sandbox
 		}
@@ -46,7 +57,7 @@ func (c *HTTP) Claim(ctx context.Context, req ClaimRequest) (Claimed, error) {
 		if attempt > claimAttempts {
 			return Claimed{}, lastErr
 		}
-		got, err = c.claimAt(ctx, req)
+		got, err = c.claimAt(ctx, addr, req)
 		if err == nil || !uncertain(err) {
 			return got, err
 		}
@@ -58,20 +69,39 @@ func (c *HTTP) Claim(ctx context.Context, req ClaimRequest) (Claimed, error) {
 	}
 }
 
-// claimAt posts one claim to the base URL and follows a redirect answer.
-func (c *HTTP) claimAt(ctx context.Context, req ClaimRequest) (Claimed, error) {
+// Adopt implements NodeClaimer: the sandbox claimed under ref on the engine at addr, with its
+// token, if there is one this client can hold.
+func (c *HTTP) Adopt(ctx context.Context, addr, ref string) (Claimed, bool, error) {
+	if c.isBase(addr) {
+		addr = ""
+	}
+	return c.adopt(ctx, addr, ref)
+}
+
+// isBase reports whether addr names the base URL's engine (or is empty).
+func (c *HTTP) isBase(addr string) bool {
+	if addr == "" {
+		return true
+	}
+	u, err := c.nodeURL(addr)
+	return err == nil && c.base != nil && u.Scheme == c.base.Scheme && u.Host == c.base.Host
+}
+
+// claimAt posts one claim to the engine at addr (the base URL when empty) and follows a redirect
+// answer.
+func (c *HTTP) claimAt(ctx context.Context, addr string, req ClaimRequest) (Claimed, error) {
 	const op = "claim"
 	post := func(addr string, r ClaimRequest) (ClaimResponse, error) {
 		var out ClaimResponse
 		err := c.do(ctx, call{op: op, method: http.MethodPost, addr: addr, path: "/v1/claim", token: c.token, body: r, out: &out})
 		return out, err
 	}
-	resp, err := post("", req)
+	resp, err := post(addr, req)
 	if err != nil {
 		return Claimed{}, err
 	}
 	if len(resp.Redirect) == 0 {
-		return claimed(op, "", resp)
+		return claimed(op, addr, resp)
 	}
 	req.NoRedirect, req.RequirePromoted = true, resp.RequirePromoted
 	return c.follow(op, resp.Redirect,

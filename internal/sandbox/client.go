@@ -57,6 +57,17 @@ type Client interface {
 	SetPools(ctx context.Context, pools []PoolSpec) (Info, error)
 }
 
+// NodeClaimer is the optional ability to claim on a chosen engine node of a deployment with
+// several, addressed as SandboxRef.Addr is; HTTP has it. Callers find it by a type assertion.
+type NodeClaimer interface {
+	// ClaimOn is Claim on the engine at addr (adopting a sandbox claimed there under the same
+	// claim_ref first); the sandbox's Addr is addr, or empty for the client's own engine.
+	ClaimOn(ctx context.Context, addr string, req ClaimRequest) (Claimed, error)
+	// Adopt returns the sandbox claimed under ref on the engine at addr, if there is one the
+	// client can hold, so a retried claim finds what an earlier try made on another node.
+	Adopt(ctx context.Context, addr, ref string) (Claimed, bool, error)
+}
+
 // DiskPorter is the optional ability to move a checkpoint's disk out of and into an engine in
 // cocoonbox's snapshot format: the local engine has it (Info's DiskExport says so), upstream
 // sandboxd does not. Callers find it by a type assertion on their Client.

@@ -69,7 +69,7 @@ func TestErrorMessage(t *testing.T) {
 	}))
 	defer srv.Close()
 	c := NewHTTP(srv.URL, "", srv.Client())
-	_, err := c.claimAt(t.Context(), ClaimRequest{Template: "base", Size: "huge"})
+	_, err := c.claimAt(t.Context(), "", ClaimRequest{Template: "base", Size: "huge"})
 	if got, want := fmt.Sprint(err), `sandbox: claim: 400 unknown size "huge": invalid`; got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}

@@ -23,6 +23,7 @@ var (
 	_ Client       = (*HTTP)(nil)
 	_ DiskPorter   = (*HTTP)(nil)
 	_ EgressSetter = (*HTTP)(nil)
+	_ NodeClaimer  = (*HTTP)(nil)
 )
 
 // HTTP is the Client of the sandboxd HTTP API. It is safe for concurrent use.

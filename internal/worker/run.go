@@ -100,7 +100,7 @@ func Start(ctx context.Context, cfg config.Worker, logger *slog.Logger, intercep
 		Keys: keys, Template: cfg.Template, Blobs: blobs,
 		UploadRate: int64(cfg.SnapshotUploadMiBps) << 20, Gateway: StaticGateway(cfg.Agent),
 		Logger: logger.With("component", "worker"), WebhooksAllowPrivate: cfg.Webhooks.AllowPrivate,
-		Interceptors: interceptors,
+		Interceptors: interceptors, NodeDeadAfter: cfg.NodeDeadAfter,
 	})
 	if err := w.Start(); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)

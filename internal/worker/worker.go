@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"strings"
+	"time"
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
@@ -48,6 +49,9 @@ type Options struct {
 	// Interceptors wrap every workflow and activity the worker runs (tracing, or a test's
 	// fault points).
 	Interceptors []interceptor.WorkerInterceptor
+	// NodeDeadAfter is how long a node's heartbeat may be silent and the node still be placed
+	// on; 0 is nodes.DefaultDeadAfter.
+	NodeDeadAfter time.Duration
 }
 
 // GatewayOf is the activities' view of an agent configuration.
@@ -78,7 +82,12 @@ func New(opts Options) worker.Worker {
 		Template: opts.Template, UploadRate: opts.UploadRate, Credentials: creds, Link: link,
 	})
 	// The credential is written at claim (WaitReady) and checked again before each agent step.
-	w.RegisterActivity(&activities.Sandbox{Client: opts.Sandbox, Tokens: tok, Template: opts.Template, Credentials: creds})
+	sbActs := &activities.Sandbox{Client: opts.Sandbox, Tokens: tok, Template: opts.Template, Credentials: creds,
+		NodeDeadAfter: opts.NodeDeadAfter}
+	if opts.Store != nil {
+		sbActs.Nodes = opts.Store.ListNodes // with engine nodes registered, claims are placed on them
+	}
+	w.RegisterActivity(sbActs)
 	var vlt activities.SecretOpener = &vault.Vault{Store: opts.Store, Keys: opts.Keys}
 	if opts.Vault != nil {
 		vlt = opts.Vault
