@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -178,6 +179,37 @@ func (a *Sandbox) claimPlaced(ctx context.Context, req sandbox.ClaimRequest) (sa
 	return nc.ClaimOn(ctx, n.URL, req) // an empty URL is Client's own engine
 }
 
+// lostNode is the ID of the node that holds ref's sandbox when the heartbeats marked it lost, so
+// a call that fails there need not be retried: the sandbox went with its node, and the box comes
+// back elsewhere from its newest snapshot, as from a reaped lease. Empty for a sandbox on Client's
+// own engine or on a node not known lost (its failure may pass).
+func (a *Sandbox) lostNode(ctx context.Context, ref sandbox.SandboxRef) string {
+	if ref.Addr == "" || a.Nodes == nil {
+		return ""
+	}
+	all, err := a.Nodes(ctx)
+	if err != nil {
+		return ""
+	}
+	for _, n := range all {
+		if n.State == nodes.Lost && sameEngine(n.URL, ref.Addr) {
+			return n.ID
+		}
+	}
+	return ""
+}
+
+// sameEngine reports whether two engine addresses (http(s) origins or host:port) name one engine.
+func sameEngine(a, b string) bool {
+	host := func(s string) string {
+		if u, err := url.Parse(s); err == nil && u.Host != "" {
+			return u.Host
+		}
+		return s
+	}
+	return host(a) == host(b)
+}
+
 // finalClaim makes a claim's refusal final when the server could not fit another try in the
 // activity's ScheduleToClose time (a create's create_wait), so the workflow learns why ("no
 // capacity: a small box needs 512 MiB ..."): left to the server, an activity that runs out of
@@ -299,6 +331,11 @@ func (a *Sandbox) Renew(ctx context.Context, in RenewInput) (RenewResult, error)
 		return RenewResult{}, gone(fmt.Errorf("renew sandbox %s: %w", in.SandboxID, err))
 	}
 	if err != nil {
+		if lost := a.lostNode(ctx, ref); lost != "" {
+			return RenewResult{}, gone(fmt.Errorf("renew sandbox %s: node %s that held it is lost: %w", in.SandboxID, lost, err))
+		}
+	}
+	if err != nil {
 		return RenewResult{}, classify(fmt.Errorf("renew sandbox %s: %w", in.SandboxID, err))
 	}
 	return RenewResult{Deadline: deadline}, nil
@@ -327,6 +364,11 @@ func (a *Sandbox) onSandbox(ctx context.Context, in SandboxInput, verb string, c
 	_, err = whileHeartbeating(ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, call(ctx, ref) })
 	if errors.Is(err, sandbox.ErrNotFound) {
 		return gone(fmt.Errorf("%s sandbox %s: %w", verb, in.SandboxID, err))
+	}
+	if err != nil {
+		if lost := a.lostNode(ctx, ref); lost != "" {
+			return gone(fmt.Errorf("%s sandbox %s: node %s that held it is lost: %w", verb, in.SandboxID, lost, err))
+		}
 	}
 	if err != nil {
 		return classify(fmt.Errorf("%s sandbox %s: %w", verb, in.SandboxID, err))

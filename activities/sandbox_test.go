@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"errors"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -205,6 +206,47 @@ func TestClaimPlacedOnNodes(t *testing.T) {
 	registered[0].CommittedMiB, registered[1].CommittedMiB = 4000, 4000
 	if _, err := env.ExecuteActivity(a.Claim, ClaimInput{BoxID: box, Size: cocoonbox.SizeSmall, Attempt: 2}); err != nil || len(own.Sandboxes()) != 1 {
 		t.Fatalf("claim with no room by the heartbeats: %v; own engine has %v", err, own.Sandboxes())
+	}
+}
+
+// TestLostNodesSandboxIsGone: a call on a sandbox whose node does not answer is retried while
+// the node may come back, and is SandboxGone once the heartbeats marked the node lost, so the box
+// comes back elsewhere from its newest snapshot instead of waiting on a dead host.
+func TestLostNodesSandboxIsGone(t *testing.T) {
+	const root = "root-token"
+	own := sandboxtest.New(t, sandboxtest.Options{RootToken: root})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead := "http://" + ln.Addr().String()
+	ln.Close()
+	registered := []nodes.Node{{ID: "node-b", URL: dead, State: nodes.Active, HeartbeatAt: time.Now()}}
+	tokens := &memTokens{}
+	box := cocoonbox.BoxID("bx_00000000000000d3")
+	if err := tokens.PutSandboxToken(context.Background(), string(box), sandbox.SandboxRef{ID: "sb_00000000000000d3", Token: "t", Addr: dead}); err != nil {
+		t.Fatal(err)
+	}
+	a := &Sandbox{Client: own.Client(root), Tokens: tokens, Template: "base",
+		Nodes: func(context.Context) ([]nodes.Node, error) { return registered, nil }}
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(a)
+	in := SandboxInput{BoxID: box, SandboxID: "sb_00000000000000d3"}
+	_, err = env.ExecuteActivity(a.Wake, in)
+	if typ := errorType(err); typ == ErrTypeSandboxGone || err == nil {
+		t.Fatalf("wake on a node not answering yet: %v (%s), want an error worth retrying", err, typ)
+	}
+	registered[0].State = nodes.Lost
+	for name, act := range map[string]any{"wake": a.Wake, "hibernate": a.Hibernate} {
+		_, err = env.ExecuteActivity(act, in)
+		if typ := errorType(err); typ != ErrTypeSandboxGone || !strings.Contains(err.Error(), "node node-b that held it is lost") {
+			t.Fatalf("%s on a lost node: %v (%s), want SandboxGone naming the node", name, err, typ)
+		}
+	}
+	_, err = env.ExecuteActivity(a.Renew, RenewInput{BoxID: box, SandboxID: "sb_00000000000000d3"})
+	if typ := errorType(err); typ != ErrTypeSandboxGone {
+		t.Fatalf("renew on a lost node: %v (%s), want SandboxGone", err, typ)
 	}
 }
 
