@@ -222,7 +222,7 @@ func (a *accountService) DisableUser(ctx context.Context, req *cbv1.DisableUserR
 	a.s.audit(ctx, p.User.ID, "user.disable", map[string]any{"user": u.ID, "name": u.Name, "tokens_revoked": revoked})
 	resp := &cbv1.DisableUserResponse{User: userProto(u), TokensRevoked: int32(revoked)}
 	if a.s.boxes != nil {
-		// After the tokens: a run the user starts meanwhile cannot exist, their tokens being gone.
+		// After the tokens are revoked, so no run of theirs starts while these are cancelled.
 		n, err := a.s.boxes.CancelRunsOf(ctx, u.ID, p.User.ID)
 		resp.RunsCancelled = int32(n)
 		if err != nil {

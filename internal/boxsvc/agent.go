@@ -158,8 +158,8 @@ func (s *Service) CancelRun(ctx context.Context, caller, runID string) (Run, err
 	return Run{AgentRun: run}, nil
 }
 
-// CancelRunsOf stops every run of user owner that has not ended, as an admin's disabling of
-// them does, and returns how many it told to stop (by names the admin in the runs' events).
+// CancelRunsOf tells every run of user owner that has not ended to stop, as disabling the user
+// does, and returns how many it told; by, the admin, is named in the runs' events.
 func (s *Service) CancelRunsOf(ctx context.Context, owner, by string) (int, error) {
 	ids, err := s.Store.OpenRunsOf(ctx, owner)
 	if err != nil {

@@ -3,7 +3,7 @@
 -- Each engine node is registered and kept current by the heartbeat of the worker beside it
 -- (`serve worker --node ID`): its engine's address, its capacity and load, and the ready boxes of
 -- its warm pools, from the engine's /v1/info. A node whose heartbeat stops for node_dead_after is
--- marked lost; an operator drains one to move its boxes off.
+-- marked lost; a draining node takes no new boxes.
 
 -- +goose Up
 CREATE TABLE nodes (
