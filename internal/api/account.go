@@ -222,7 +222,8 @@ func (a *accountService) DisableUser(ctx context.Context, req *cbv1.DisableUserR
 	a.s.audit(ctx, p.User.ID, "user.disable", map[string]any{"user": u.ID, "name": u.Name, "tokens_revoked": revoked})
 	resp := &cbv1.DisableUserResponse{User: userProto(u), TokensRevoked: int32(revoked)}
 	if a.s.boxes != nil {
-		// After the tokens are revoked, so no run of theirs starts while these are cancelled.
+		// After the tokens are revoked: a run of theirs can start now only from a request that
+		// passed its token check before, which the next disable cancels.
 		n, err := a.s.boxes.CancelRunsOf(ctx, u.ID, p.User.ID)
 		resp.RunsCancelled = int32(n)
 		if err != nil {
