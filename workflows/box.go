@@ -155,6 +155,7 @@ func (w *box) signals() []signal {
 		{SignalPin, applySignal(w.pin)},
 		{SignalUnpin, applySignal(w.unpin)},
 		{SignalControlClosed, applySignal(w.controlClosed)},
+		{SignalSandboxLost, applySignal(w.sandboxLost)},
 	}
 }
 
@@ -371,6 +372,18 @@ func (w *box) idleWarnAt() time.Time {
 }
 
 // renewAt is when to renew the lease, for a box that has a sandbox.
+// sandboxLost has the box renew its lease at once when the node that held its sandbox is lost:
+// the renewal finds the sandbox gone, as after a reaped lease, so a running box fails naming the
+// node and its next use brings it back from its newest snapshot, instead of failing calls until
+// its next planned renewal.
+func (w *box) sandboxLost(ctx workflow.Context, s SandboxLostSignal) {
+	if s.SandboxID == "" || s.SandboxID != w.st.SandboxID {
+		return // an earlier sandbox of the box, or none
+	}
+	w.st.NextRenew = workflow.Now(ctx)
+	w.gen++
+}
+
 func (w *box) renewAt() time.Time {
 	if w.st.SandboxID == "" || w.busy > 0 {
 		return time.Time{}

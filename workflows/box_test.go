@@ -679,3 +679,36 @@ func TestSetPolicyChangesOnlyWhatItNames(t *testing.T) {
 	require.Equal(t, Policy{IdleAfter: 2 * time.Minute, KeepSnapshots: 7}, all.status.Policy)
 	require.Equal(t, cocoonbox.BoxStateHibernated, at6.State, "the 2 min idle period counts from the change")
 }
+
+// TestSandboxLostRenewsAtOnce: told that the node holding its sandbox is lost, a running box
+// renews its lease at once instead of at two thirds of it; the renewal finds the sandbox gone and
+// the box fails, so its next use brings it back. A signal about another sandbox changes nothing.
+func TestSandboxLostRenewsAtOnce(t *testing.T) {
+	env := newEnv(t)
+	start := env.Now()
+	claimOK(env, 1, "sb-1") // one-hour lease: the planned renewal is at 40 min
+	var renewedAt []time.Duration
+	env.OnActivity(sb.Renew, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, _ activities.RenewInput) (activities.RenewResult, error) {
+			renewedAt = append(renewedAt, env.Now().Sub(start))
+			return activities.RenewResult{}, temporal.NewNonRetryableApplicationError("node node-b that held it is lost", activities.ErrTypeSandboxGone, nil)
+		})
+	update(env, 0, UpdateCreate, CreateInput{})
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow(SignalSandboxLost, SandboxLostSignal{SandboxID: "sb-0", Node: "node-a"})
+	}, 5*time.Minute)
+	env.RegisterDelayedCallback(func() {
+		env.SignalWorkflow(SignalSandboxLost, SandboxLostSignal{SandboxID: "sb-1", Node: "node-b"})
+	}, 10*time.Minute)
+	var after Status
+	env.RegisterDelayedCallback(func() { after = query(t, env) }, 11*time.Minute)
+	deleteAt(env, time.Hour)
+
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.NoError(t, env.GetWorkflowError())
+	require.NotEmpty(t, renewedAt)
+	require.InDelta(t, (10 * time.Minute).Seconds(), renewedAt[0].Seconds(), 1, "renewed when told, not at 40 min nor at the signal about another sandbox")
+	require.Equal(t, cocoonbox.BoxStateFailed, after.State)
+	require.Empty(t, after.SandboxID)
+	require.Contains(t, after.LastError, "node node-b that held it is lost")
+}

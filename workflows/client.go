@@ -75,6 +75,11 @@ func ClaimControl(ctx context.Context, c client.Client, id cocoonbox.BoxID, sour
 	return err
 }
 
+// SandboxLost tells the box's workflow that the node holding its sandbox sandboxID is lost.
+func SandboxLost(ctx context.Context, c client.Client, id cocoonbox.BoxID, sandboxID, node string) error {
+	return signalBox(ctx, c, id, SignalSandboxLost, SandboxLostSignal{SandboxID: sandboxID, Node: node})
+}
+
 // ControlClosed gives the box's control slot back from connection conn.
 func ControlClosed(ctx context.Context, c client.Client, id cocoonbox.BoxID, conn string) error {
 	return signalBox(ctx, c, id, SignalControlClosed, ControlClosedSignal{ID: conn})

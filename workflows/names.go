@@ -37,11 +37,13 @@ const (
 	// whichever API replica serves it; SignalControlClosed gives it back.
 	UpdateControlConn   = "control-connection"
 	SignalControlClosed = "control-closed"
-	SignalTouch         = "touch"
-	SignalViewers       = "viewers"
-	SignalPin           = "pin"
-	SignalUnpin         = "unpin"
-	QueryStatus         = "status"
+	// SignalSandboxLost says the node that held the box's sandbox is lost (SandboxLostSignal).
+	SignalSandboxLost = "sandbox-lost"
+	SignalTouch       = "touch"
+	SignalViewers     = "viewers"
+	SignalPin         = "pin"
+	SignalUnpin       = "unpin"
+	QueryStatus       = "status"
 )
 
 // SnapshotWorkflowID is the workflow ID of the child workflow that takes snapshot id.
@@ -181,6 +183,12 @@ type ControlConn struct {
 type ControlConnInput struct {
 	ID     string
 	Source string
+}
+
+// SandboxLostSignal names a sandbox whose node the heartbeats marked lost.
+type SandboxLostSignal struct {
+	SandboxID string
+	Node      string
 }
 
 // ControlClosedSignal says control connection ID has closed.

@@ -81,3 +81,26 @@ func (q *Queries) MarkLostNodes(ctx context.Context, deadAfter time.Duration) ([
 	}
 	return ids, nil
 }
+
+// SandboxOnNode is a live box whose sandbox a node holds.
+type SandboxOnNode struct {
+	BoxID     string
+	SandboxID string
+}
+
+// SandboxesOn returns the live boxes whose sandbox is on the node at addr (their sandbox_addr).
+func (q *Queries) SandboxesOn(ctx context.Context, addr string) ([]SandboxOnNode, error) {
+	rows, err := q.db.Query(ctx,
+		`SELECT id, sandbox_id FROM boxes WHERE deleted_at IS NULL AND sandbox_addr = $1 AND sandbox_id IS NOT NULL ORDER BY id`, addr)
+	if err != nil {
+		return nil, fmt.Errorf("sandboxes on %s: %w", addr, mapErr(err))
+	}
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SandboxOnNode, error) {
+		var s SandboxOnNode
+		return s, r.Scan(&s.BoxID, &s.SandboxID)
+	})
+	if err != nil {
+		return nil, fmt.Errorf("sandboxes on %s: %w", addr, mapErr(err))
+	}
+	return out, nil
+}

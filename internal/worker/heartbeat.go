@@ -2,7 +2,10 @@ package worker
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/loomhand/cocoonbox"
@@ -25,6 +28,9 @@ type Heartbeat struct {
 	Every     time.Duration
 	DeadAfter time.Duration
 	Logger    *slog.Logger
+	// TellLost tells box's workflow that the node holding its sandbox is lost (nil: nobody is
+	// told, and the boxes learn at their next lease renewal).
+	TellLost func(ctx context.Context, box cocoonbox.BoxID, sandboxID, node string) error
 }
 
 // StartHeartbeat runs h until the returned func, which waits for it to stop.
@@ -68,10 +74,43 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 		dead = nodes.DefaultDeadAfter
 	}
 	lost, err := h.Store.MarkLostNodes(ctx, dead)
+	if err != nil {
+		return err
+	}
 	for _, id := range lost {
 		h.Logger.Warn("engine node lost: no heartbeat", "node", id, "dead_after", dead)
 	}
-	return err
+	if len(lost) == 0 || h.TellLost == nil {
+		return nil
+	}
+	return h.tellLost(ctx, lost)
+}
+
+// tellLost tells the boxes of the nodes just marked lost, so they bring their sandboxes back
+// from their snapshots at once rather than at their next lease renewal. Only the beat that marked
+// a node lost tells its boxes; a box it could not tell learns at its renewal.
+func (h *Heartbeat) tellLost(ctx context.Context, lost []string) error {
+	all, err := h.Store.ListNodes(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, n := range all {
+		if !slices.Contains(lost, n.ID) {
+			continue
+		}
+		boxes, err := h.Store.SandboxesOn(ctx, n.URL)
+		if err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		for _, b := range boxes {
+			if err := h.TellLost(ctx, cocoonbox.BoxID(b.BoxID), b.SandboxID, n.ID); err != nil {
+				errs = append(errs, fmt.Errorf("tell box %s its node %s is lost: %w", b.BoxID, n.ID, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // FromInfo is node n with the capacity, load and warm pools its engine's /v1/info reports. An

@@ -2,18 +2,23 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/nodes"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/sandbox/sandboxtest"
+	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/internal/store/storetest"
 )
 
 // TestHeartbeat: a node's worker registers the node with what its engine reports (boxes and
-// their sizes' memory), and a beat marks lost a peer that has been silent for too long.
+// their sizes' memory), and a beat marks lost a peer that has been silent for too long and tells
+// each box whose sandbox the peer held, once.
 func TestHeartbeat(t *testing.T) {
 	ctx := context.Background()
 	st, conn := storetest.NewWithSQL(t)
@@ -23,10 +28,28 @@ func TestHeartbeat(t *testing.T) {
 	if _, err := c.Claim(ctx, sandbox.ClaimRequest{Template: "base", Size: sandbox.SizeSmall, ClaimRef: "bx_1/1"}); err != nil {
 		t.Fatal(err)
 	}
-	h := &Heartbeat{Store: st, Engine: c, Node: nodes.Node{ID: "node-a", URL: eng.URL}, DeadAfter: time.Minute, Logger: slog.New(slog.DiscardHandler)}
+	var told []string
+	h := &Heartbeat{Store: st, Engine: c, Node: nodes.Node{ID: "node-a", URL: eng.URL}, DeadAfter: time.Minute, Logger: slog.New(slog.DiscardHandler),
+		TellLost: func(_ context.Context, box cocoonbox.BoxID, sandboxID, node string) error {
+			told = append(told, string(box)+" "+sandboxID+" "+node)
+			return nil
+		}}
 	peer := nodes.Node{ID: "node-b", URL: "http://10.0.0.2:7777"}
 	if _, err := st.HeartbeatNode(ctx, peer); err != nil {
 		t.Fatal(err)
+	}
+	u, err := st.CreateUser(ctx, store.NewUser{Name: "ann"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, addr := range []string{peer.URL, eng.URL} { // one box on the peer, one elsewhere
+		id := cocoonbox.BoxID(fmt.Sprintf("bx_00000000000000b%d", i))
+		if _, err := st.CreateBox(ctx, store.NewBox{ID: id, Owner: u.ID, Name: fmt.Sprintf("b%d", i), Size: cocoonbox.SizeSmall}); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SetSandboxToken(ctx, id, fmt.Sprintf("sb_00000000000000b%d", i), addr, []byte("sealed")); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := h.Beat(ctx); err != nil {
 		t.Fatal(err)
@@ -44,5 +67,11 @@ func TestHeartbeat(t *testing.T) {
 	list, err = st.ListNodes(ctx)
 	if err != nil || list[1].ID != "node-b" || list[1].State != nodes.Lost || list[0].State != nodes.Active {
 		t.Fatalf("after node-b went silent: %+v, %v; want node-b lost and node-a active", list, err)
+	}
+	if want := []string{"bx_00000000000000b0 sb_00000000000000b0 node-b"}; !slices.Equal(told, want) {
+		t.Fatalf("told %v, want %v", told, want)
+	}
+	if err := h.Beat(ctx); err != nil || len(told) != 1 {
+		t.Fatalf("a beat after: %v; told %v, want no one again", err, told)
 	}
 }

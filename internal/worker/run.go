@@ -13,6 +13,7 @@ import (
 	"go.temporal.io/sdk/interceptor"
 	sdkworker "go.temporal.io/sdk/worker"
 
+	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/buildinfo"
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/health"
@@ -22,6 +23,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/secrets"
 	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/internal/tclient"
+	"github.com/loomhand/cocoonbox/workflows"
 )
 
 // Running is a worker started from a config.Worker with the connections it opened.
@@ -111,8 +113,12 @@ func Start(ctx context.Context, cfg config.Worker, logger *slog.Logger, intercep
 	rec := StartReconciler(&Reconciler{Temporal: r.tc, Store: st, Engine: engine, Logger: logger.With("component", "reconciler")})
 	beat := func() {}
 	if cfg.Node != "" {
+		tc := r.tc
 		beat = StartHeartbeat(&Heartbeat{Store: st, Engine: engine, Node: nodes.Node{ID: cfg.Node, URL: cfg.Sandbox.URL},
-			DeadAfter: cfg.NodeDeadAfter, Logger: logger.With("component", "heartbeat")})
+			DeadAfter: cfg.NodeDeadAfter, Logger: logger.With("component", "heartbeat"),
+			TellLost: func(ctx context.Context, box cocoonbox.BoxID, sandboxID, node string) error {
+				return workflows.SandboxLost(ctx, tc, box, sandboxID, node)
+			}})
 	}
 	r.hooks = func() { beat(); rec(); hooks() }
 	return r, nil
