@@ -179,6 +179,18 @@ func (a *Sandbox) claimPlaced(ctx context.Context, req sandbox.ClaimRequest) (sa
 	return nc.ClaimOn(ctx, n.URL, req) // an empty URL is Client's own engine
 }
 
+// failed classifies the failure of verb on sandbox ref: SandboxGone when the engine does not have
+// it or the node that held it is lost (lostNode), else by its kind.
+func (a *Sandbox) failed(ctx context.Context, verb string, ref sandbox.SandboxRef, err error) error {
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return gone(fmt.Errorf("%s sandbox %s: %w", verb, ref.ID, err))
+	}
+	if lost := a.lostNode(ctx, ref); lost != "" {
+		return gone(fmt.Errorf("%s sandbox %s: node %s that held it is lost: %w", verb, ref.ID, lost, err))
+	}
+	return classify(fmt.Errorf("%s sandbox %s: %w", verb, ref.ID, err))
+}
+
 // lostNode is the ID of the node that holds ref's sandbox when the heartbeats marked it lost, so
 // a call that fails there need not be retried: the sandbox went with its node, and the box comes
 // back elsewhere from its newest snapshot, as from a reaped lease. Empty for a sandbox on Client's
@@ -327,16 +339,8 @@ func (a *Sandbox) Renew(ctx context.Context, in RenewInput) (RenewResult, error)
 		return RenewResult{}, err
 	}
 	deadline, err := a.Client.Renew(ctx, ref, in.TTL)
-	if errors.Is(err, sandbox.ErrNotFound) {
-		return RenewResult{}, gone(fmt.Errorf("renew sandbox %s: %w", in.SandboxID, err))
-	}
 	if err != nil {
-		if lost := a.lostNode(ctx, ref); lost != "" {
-			return RenewResult{}, gone(fmt.Errorf("renew sandbox %s: node %s that held it is lost: %w", in.SandboxID, lost, err))
-		}
-	}
-	if err != nil {
-		return RenewResult{}, classify(fmt.Errorf("renew sandbox %s: %w", in.SandboxID, err))
+		return RenewResult{}, a.failed(ctx, "renew", ref, err)
 	}
 	return RenewResult{Deadline: deadline}, nil
 }
@@ -362,16 +366,8 @@ func (a *Sandbox) onSandbox(ctx context.Context, in SandboxInput, verb string, c
 		return err
 	}
 	_, err = whileHeartbeating(ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, call(ctx, ref) })
-	if errors.Is(err, sandbox.ErrNotFound) {
-		return gone(fmt.Errorf("%s sandbox %s: %w", verb, in.SandboxID, err))
-	}
 	if err != nil {
-		if lost := a.lostNode(ctx, ref); lost != "" {
-			return gone(fmt.Errorf("%s sandbox %s: node %s that held it is lost: %w", verb, in.SandboxID, lost, err))
-		}
-	}
-	if err != nil {
-		return classify(fmt.Errorf("%s sandbox %s: %w", verb, in.SandboxID, err))
+		return a.failed(ctx, verb, ref, err)
 	}
 	return nil
 }

@@ -66,20 +66,23 @@ func (q *Queries) ListNodes(ctx context.Context) ([]nodes.Node, error) {
 }
 
 // MarkLostNodes marks lost every active or draining node whose heartbeat is older than
-// deadAfter (by the database's clock, which every heartbeat is stamped with) and returns their
-// IDs.
-func (q *Queries) MarkLostNodes(ctx context.Context, deadAfter time.Duration) ([]string, error) {
+// deadAfter (by the database's clock, which every heartbeat is stamped with) and returns them,
+// as they are now.
+func (q *Queries) MarkLostNodes(ctx context.Context, deadAfter time.Duration) ([]nodes.Node, error) {
 	rows, err := q.db.Query(ctx,
-		`UPDATE nodes SET state = 'lost' WHERE state <> 'lost' AND heartbeat_at < now() - make_interval(secs => $1) RETURNING id`,
+		`UPDATE nodes SET state = 'lost' WHERE state <> 'lost' AND heartbeat_at < now() - make_interval(secs => $1) RETURNING `+nodeColumns,
 		deadAfter.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("mark lost nodes: %w", mapErr(err))
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	lost, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (nodes.Node, error) {
+		var n nodes.Node
+		return n, scanNode(r, &n)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("mark lost nodes: %w", mapErr(err))
 	}
-	return ids, nil
+	return lost, nil
 }
 
 // SandboxOnNode is a live box whose sandbox a node holds.

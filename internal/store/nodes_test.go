@@ -35,7 +35,7 @@ func TestNodes(t *testing.T) {
 		t.Fatal(err)
 	}
 	lost, err := st.MarkLostNodes(ctx, time.Minute)
-	if err != nil || len(lost) != 1 || lost[0] != "node-b" {
+	if err != nil || len(lost) != 1 || lost[0].ID != "node-b" || lost[0].State != nodes.Lost {
 		t.Fatalf("MarkLostNodes = %v, %v; want node-b alone", lost, err)
 	}
 	list, err := st.ListNodes(ctx)

@@ -1,11 +1,11 @@
 package worker
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"time"
 
 	"github.com/loomhand/cocoonbox"
@@ -69,18 +69,15 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 	if _, err := h.Store.HeartbeatNode(ctx, FromInfo(h.Node, info)); err != nil {
 		return err
 	}
-	dead := h.DeadAfter
-	if dead <= 0 {
-		dead = nodes.DefaultDeadAfter
-	}
+	dead := cmp.Or(h.DeadAfter, nodes.DefaultDeadAfter)
 	lost, err := h.Store.MarkLostNodes(ctx, dead)
 	if err != nil {
 		return err
 	}
-	for _, id := range lost {
-		h.Logger.Warn("engine node lost: no heartbeat", "node", id, "dead_after", dead)
+	for _, n := range lost {
+		h.Logger.Warn("engine node lost: no heartbeat", "node", n.ID, "dead_after", dead)
 	}
-	if len(lost) == 0 || h.TellLost == nil {
+	if h.TellLost == nil {
 		return nil
 	}
 	return h.tellLost(ctx, lost)
@@ -89,16 +86,9 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 // tellLost tells the boxes of the nodes just marked lost, so they bring their sandboxes back
 // from their snapshots at once rather than at their next lease renewal. Only the beat that marked
 // a node lost tells its boxes; a box it could not tell learns at its renewal.
-func (h *Heartbeat) tellLost(ctx context.Context, lost []string) error {
-	all, err := h.Store.ListNodes(ctx)
-	if err != nil {
-		return err
-	}
+func (h *Heartbeat) tellLost(ctx context.Context, lost []nodes.Node) error {
 	var errs []error
-	for _, n := range all {
-		if !slices.Contains(lost, n.ID) {
-			continue
-		}
+	for _, n := range lost {
 		boxes, err := h.Store.SandboxesOn(ctx, n.URL)
 		if err != nil {
 			errs = append(errs, err)
