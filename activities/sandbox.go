@@ -50,6 +50,9 @@ type Sandbox struct {
 	// NodeDeadAfter is how long a node's heartbeat may be silent and the node still take boxes;
 	// 0 is nodes.DefaultDeadAfter.
 	NodeDeadAfter time.Duration
+	// Rows writes box rows, for the calls that record a state beside an engine call
+	// (HibernateRecorded).
+	Rows *Store
 }
 
 // ClaimInput asks for a sandbox for a box. Attempt numbers the box's claims, so that a retried
@@ -365,7 +368,12 @@ func (a *Sandbox) onSandbox(ctx context.Context, in SandboxInput, verb string, c
 	if err != nil {
 		return err
 	}
-	_, err = whileHeartbeating(ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, call(ctx, ref) })
+	return a.call(ctx, ref, verb, call)
+}
+
+// call makes an engine call on the sandbox ref names, heartbeating while it lasts.
+func (a *Sandbox) call(ctx context.Context, ref sandbox.SandboxRef, verb string, call func(context.Context, sandbox.SandboxRef) error) error {
+	_, err := whileHeartbeating(ctx, func(ctx context.Context) (struct{}, error) { return struct{}{}, call(ctx, ref) })
 	if err != nil {
 		return a.failed(ctx, verb, ref, err)
 	}

@@ -66,8 +66,14 @@ func (a *Store) RecordBox(ctx context.Context, in RecordBoxInput) error {
 
 // SetState records a state transition.
 func (a *Store) SetState(ctx context.Context, in SetStateInput) error {
+	return classify(a.setState(ctx, in))
+}
+
+// setState is SetState with its error not yet classified, for the activities that write a box
+// row on the way to something else.
+func (a *Store) setState(ctx context.Context, in SetStateInput) error {
 	if err := in.State.Validate(); err != nil {
-		return classify(err)
+		return err
 	}
 	var err error
 	if in.Event != nil {
@@ -76,7 +82,7 @@ func (a *Store) SetState(ctx context.Context, in SetStateInput) error {
 		err = a.Boxes.SetBoxState(ctx, in.BoxID, in.State, in.SandboxID, in.Reason)
 	}
 	if err != nil {
-		return classify(fmt.Errorf("set box %s state: %w", in.BoxID, err))
+		return fmt.Errorf("set box %s state: %w", in.BoxID, err)
 	}
 	return nil
 }

@@ -47,11 +47,15 @@ type box struct {
 	// settles is whether this run writes the state a hibernate or a wake ends in and its event
 	// in one local activity (settle): version 2 of versionExplains.
 	settles bool
+	// recordsSleep is whether this run writes the hibernating row in the local activity that
+	// hibernates the sandbox (HibernateRecorded): version 3 of versionExplains.
+	recordsSleep bool
 }
 
 // versionExplains marks the box workflow's explaining itself: an idle_warning event before an
 // idle hibernate, and the reason of every wake and requested hibernate in its events; its
-// version 2 also settles (box.settles). Asked once when a run starts, so it costs a wake no
+// version 2 also settles (box.settles), and its version 3 records the hibernating row with the
+// engine call (box.recordsSleep). Asked once when a run starts, so it costs a wake no
 // history.
 const versionExplains = "explains"
 
@@ -79,8 +83,8 @@ func newBox(ctx workflow.Context, in BoxWorkflowInput) *box {
 
 // setup registers the query, the updates with their validators and the signals.
 func (w *box) setup(ctx workflow.Context) error {
-	v := workflow.GetVersion(ctx, versionExplains, workflow.DefaultVersion, 2)
-	w.explains, w.settles = v >= 1, v >= 2
+	v := workflow.GetVersion(ctx, versionExplains, workflow.DefaultVersion, 3)
+	w.explains, w.settles, w.recordsSleep = v >= 1, v >= 2, v >= 3
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) {
 		return w.status(), nil
 	}); err != nil {

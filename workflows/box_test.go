@@ -3,8 +3,10 @@ package workflows
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -65,17 +67,19 @@ func newEnvRowFails(t *testing.T, state cocoonbox.BoxState) (*testsuite.TestWork
 	var states []cocoonbox.BoxState
 	var events []string
 	env.OnActivity(st.RecordBox, mock.Anything, mock.Anything).Return(nil).Maybe()
-	env.OnActivity(st.SetState, mock.Anything, mock.Anything).Return(
-		func(_ context.Context, in activities.SetStateInput) error {
-			if in.State == state {
-				return errors.New("write box row: the database is not answering")
-			}
-			states = append(states, in.State)
-			if in.Event != nil { // written with the row, in its transaction
-				events = append(events, in.Event.Kind+": "+in.Event.Detail)
-			}
-			return nil
-		}).Maybe()
+	rows := func(_ context.Context, in activities.SetStateInput) error {
+		if in.State == state {
+			return errors.New("write box row: the database is not answering")
+		}
+		states = append(states, in.State)
+		if in.Event != nil { // written with the row, in its transaction
+			events = append(events, in.Event.Kind+": "+in.Event.Detail)
+		}
+		return nil
+	}
+	envRows.Store(env, rows)
+	t.Cleanup(func() { envRows.Delete(env) })
+	env.OnActivity(st.SetState, mock.Anything, mock.Anything).Return(rows).Maybe()
 	env.OnActivity(st.Event, mock.Anything, mock.Anything).Return(
 		func(_ context.Context, in activities.EventInput) error {
 			events = append(events, in.Kind+": "+in.Detail)
@@ -83,6 +87,29 @@ func newEnvRowFails(t *testing.T, state cocoonbox.BoxState) (*testsuite.TestWork
 		}).Maybe()
 	env.OnActivity(sb.WaitReady, mock.Anything, mock.Anything).Return(nil).Maybe()
 	return env, &states, &events
+}
+
+// envRows holds each test environment's SetState mock (newEnvRowFails), for hibernates.
+var envRows sync.Map // *testsuite.TestWorkflowEnvironment -> func(context.Context, activities.SetStateInput) error
+
+// hibernates mocks a hibernate of the box's sandbox as the workflow makes it: HibernateRecorded,
+// whose row goes through the environment's SetState mock first (the activity writes it before
+// the engine call, and makes no engine call when it fails), then hibernate (nil: success). want
+// is the sandbox the call must name (nil: any).
+func hibernates(env *testsuite.TestWorkflowEnvironment, want *activities.SandboxInput, hibernate func(activities.SandboxInput) error) *testsuite.MockCallWrapper {
+	v, _ := envRows.Load(env)
+	rows := v.(func(context.Context, activities.SetStateInput) error)
+	match := mock.MatchedBy(func(in activities.HibernateRecordedInput) bool { return want == nil || in.SandboxInput == *want })
+	return env.OnActivity(sb.HibernateRecorded, mock.Anything, match).Return(
+		func(ctx context.Context, in activities.HibernateRecordedInput) error {
+			if err := rows(ctx, in.Record); err != nil {
+				return fmt.Errorf("hibernate: record the box's state: %w", err)
+			}
+			if hibernate == nil {
+				return nil
+			}
+			return hibernate(in.SandboxInput)
+		})
 }
 
 // testLogger keeps the SDK's DEBUG and INFO chatter out of test output: warnings and errors only,
@@ -151,7 +178,7 @@ func deleteAt(env *testsuite.TestWorkflowEnvironment, d time.Duration) *outcome 
 func TestLifecycle(t *testing.T) {
 	env := newEnv(t)
 	claimOK(env, 1, "sb-1")
-	env.OnActivity(sb.Hibernate, mock.Anything, activities.SandboxInput{BoxID: testBox, SandboxID: "sb-1"}).Return(nil).Once()
+	hibernates(env, &activities.SandboxInput{BoxID: testBox, SandboxID: "sb-1"}, nil).Once()
 	env.OnActivity(sb.Wake, mock.Anything, activities.SandboxInput{BoxID: testBox, SandboxID: "sb-1"}).Return(nil).Once()
 	env.OnActivity(sb.Release, mock.Anything, activities.SandboxInput{BoxID: testBox, SandboxID: "sb-1"}).Return(nil).Once()
 
@@ -190,8 +217,7 @@ func TestHibernateNeedsItsRow(t *testing.T) {
 	env, states, _ := newEnvRowFails(t, cocoonbox.BoxStateHibernating)
 	claimOK(env, 1, "sb-1")
 	slept := 0
-	env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(
-		func(context.Context, activities.SandboxInput) error { slept++; return nil }).Maybe()
+	hibernates(env, nil, func(activities.SandboxInput) error { slept++; return nil }).Maybe()
 	update(env, 0, UpdateCreate, CreateInput{})
 	hib := update(env, time.Second, UpdateHibernate, HibernateInput{})
 	var after Status
@@ -252,7 +278,7 @@ func TestHibernateDeletedBoxRejected(t *testing.T) {
 		require.Equal(t, []cocoonbox.BoxState{
 			cocoonbox.BoxStateRunning, cocoonbox.BoxStateDeleting, cocoonbox.BoxStateDeleted,
 		}, *states)
-		env.AssertActivityNumberOfCalls(t, "Hibernate", 0)
+		env.AssertActivityNumberOfCalls(t, "HibernateRecorded", 0)
 	})
 	t.Run("deleted while it waited: the handler rejects it", func(t *testing.T) {
 		// A hibernate accepted while the box was waking waits on the mutex with a delete; when
@@ -261,7 +287,7 @@ func TestHibernateDeletedBoxRejected(t *testing.T) {
 		// is sent after the hibernate to be served before it.
 		env, states := newEnvStates(t)
 		claimOK(env, 1, "sb-1")
-		env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil).Once()
+		hibernates(env, nil, nil).Once()
 		env.OnActivity(sb.Wake, mock.Anything, mock.Anything).After(time.Minute).Return(nil).Once()
 		env.OnActivity(sb.Release, mock.Anything, mock.Anything).Return(nil).Once()
 		update(env, 0, UpdateCreate, CreateInput{})
@@ -285,7 +311,7 @@ func TestHibernateDeletedBoxRejected(t *testing.T) {
 			cocoonbox.BoxStateWaking, cocoonbox.BoxStateRunning,
 			cocoonbox.BoxStateDeleting, cocoonbox.BoxStateDeleted,
 		}, *states)
-		env.AssertActivityNumberOfCalls(t, "Hibernate", 1) // the first one only
+		env.AssertActivityNumberOfCalls(t, "HibernateRecorded", 1) // the first one only
 	})
 }
 
@@ -327,7 +353,7 @@ func requireTransitionError(t *testing.T, err error) {
 func TestConcurrentWakesOneEngineWake(t *testing.T) {
 	env := newEnv(t)
 	claimOK(env, 1, "sb-1")
-	env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil)
+	hibernates(env, nil, nil)
 	env.OnActivity(sb.Wake, mock.Anything, mock.Anything).After(10 * time.Second).Return(nil).Once()
 	update(env, 0, UpdateCreate, CreateInput{})
 	update(env, time.Second, UpdateHibernate, HibernateInput{})
@@ -353,7 +379,7 @@ func idleInput() BoxWorkflowInput {
 func TestIdleHibernates(t *testing.T) {
 	env := newEnv(t)
 	claimOK(env, 1, "sb-1")
-	env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil).Once()
+	hibernates(env, nil, nil).Once()
 	update(env, 0, UpdateCreate, CreateInput{})
 	var at9, at11 Status
 	env.RegisterDelayedCallback(func() { at9 = query(t, env) }, 9*time.Minute)
@@ -364,7 +390,7 @@ func TestIdleHibernates(t *testing.T) {
 	require.NoError(t, env.GetWorkflowError())
 	require.Equal(t, cocoonbox.BoxStateRunning, at9.State)
 	require.Equal(t, cocoonbox.BoxStateHibernated, at11.State)
-	env.AssertActivityNumberOfCalls(t, "Hibernate", 1)
+	env.AssertActivityNumberOfCalls(t, "HibernateRecorded", 1)
 }
 
 // TestIdleExplainsItself: an idle box warns before it hibernates, once per deadline, and its
@@ -372,7 +398,7 @@ func TestIdleHibernates(t *testing.T) {
 func TestIdleExplainsItself(t *testing.T) {
 	env, _, events := newEnvRecorded(t)
 	claimOK(env, 1, "sb-1")
-	env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil)
+	hibernates(env, nil, nil)
 	env.OnActivity(sb.Wake, mock.Anything, mock.Anything).Return(nil)
 	update(env, 0, UpdateCreate, CreateInput{})
 	// A touch at 5m moves the deadline to 15m: the warning comes at 12m30s, not at 7m30s.
@@ -419,13 +445,13 @@ func TestIdleBlockedByViewerPinAndTouch(t *testing.T) {
 			require.NoError(t, env.GetWorkflowError())
 			require.Equal(t, cocoonbox.BoxStateRunning, later.State)
 			require.True(t, later.IdleDeadline.IsZero())
-			env.AssertActivityNumberOfCalls(t, "Hibernate", 0)
+			env.AssertActivityNumberOfCalls(t, "HibernateRecorded", 0)
 		})
 	}
 	t.Run("touch", func(t *testing.T) {
 		env := newEnv(t)
 		claimOK(env, 1, "sb-1")
-		env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil).Once()
+		hibernates(env, nil, nil).Once()
 		update(env, 0, UpdateCreate, CreateInput{})
 		// A touch at 8m restarts the 10m clock: running at 15m, hibernated by 19m.
 		env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalTouch, struct{}{}) }, 8*time.Minute)
@@ -448,7 +474,7 @@ func TestViewersAddUpBySource(t *testing.T) {
 	t.Run("a silent source expires", func(t *testing.T) {
 		env := newEnv(t)
 		claimOK(env, 1, "sb-1")
-		env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil).Once()
+		hibernates(env, nil, nil).Once()
 		update(env, 0, UpdateCreate, CreateInput{})
 		env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalViewers, ViewersSignal{Source: "api-a", Count: 1}) }, time.Minute)
 		env.RegisterDelayedCallback(func() { env.SignalWorkflow(SignalViewers, ViewersSignal{Source: "api-b", Count: 2}) }, 2*time.Minute)
@@ -468,7 +494,7 @@ func TestViewersAddUpBySource(t *testing.T) {
 		// last report (api-b's, at 3m).
 		require.Equal(t, 0, at13.Viewers)
 		require.Equal(t, cocoonbox.BoxStateHibernated, at13.State)
-		env.AssertActivityNumberOfCalls(t, "Hibernate", 1)
+		env.AssertActivityNumberOfCalls(t, "HibernateRecorded", 1)
 	})
 	t.Run("a source ends the count of an older API", func(t *testing.T) {
 		env := newEnv(t)
@@ -500,7 +526,7 @@ func TestViewersAddUpBySource(t *testing.T) {
 		require.NoError(t, env.GetWorkflowError())
 		require.Equal(t, cocoonbox.BoxStateRunning, later.State)
 		require.Equal(t, 1, later.Viewers)
-		env.AssertActivityNumberOfCalls(t, "Hibernate", 0)
+		env.AssertActivityNumberOfCalls(t, "HibernateRecorded", 0)
 	})
 }
 
@@ -557,7 +583,7 @@ func TestActivityRetries(t *testing.T) {
 func TestContinueAsNewCarriesState(t *testing.T) {
 	env := newEnv(t)
 	claimOK(env, 1, "sb-1")
-	env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil)
+	hibernates(env, nil, nil)
 	in := input()
 	in.OpsBeforeContinue = 2
 	update(env, 0, UpdateCreate, CreateInput{})
@@ -655,7 +681,7 @@ func TestSetNetwork(t *testing.T) {
 func TestSetPolicyChangesOnlyWhatItNames(t *testing.T) {
 	env := newEnv(t)
 	claimOK(env, 1, "sb-1")
-	env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil).Once()
+	hibernates(env, nil, nil).Once()
 	update(env, 0, UpdateCreate, CreateInput{})
 	keep := 3
 	onlyKeep := update(env, time.Minute, UpdateSetPolicy, SetPolicyInput{KeepSnapshots: &keep})

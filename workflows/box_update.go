@@ -229,17 +229,25 @@ func (w *box) hibernateLocked(ctx workflow.Context, why hibernateReason) error {
 			w.event(ctx, "snapshot-before-hibernate-failed", err.Error())
 		}
 	}
-	if err := w.moveTo(ctx, cocoonbox.BoxStateHibernating); err != nil &&
-		workflow.GetVersion(ctx, versionRecordedSleep, workflow.DefaultVersion, 1) >= 1 {
-		// The API reaches the sandbox of a box whose row says it runs without asking this
-		// workflow, and an engine call wakes a sleeping sandbox: the box sleeps only once its
-		// row says so (the row write has had its minute of retries).
-		w.st.LastError = "hibernate: record the box's state: " + reason(err)
-		w.setState(ctx, cocoonbox.BoxStateRunning)
-		return err
+	sb := activities.SandboxInput{BoxID: w.in.BoxID, SandboxID: w.st.SandboxID}
+	var err error
+	if w.recordsSleep {
+		// The row says hibernating before the engine call, written by the same local activity
+		// (HibernateRecorded), which makes no engine call when the row cannot be written.
+		err = w.quickly(sandboxOptions(ctx, time.Minute), sandboxActs.HibernateRecorded,
+			activities.HibernateRecordedInput{SandboxInput: sb, Record: w.enter(ctx, cocoonbox.BoxStateHibernating, nil)}, nil)
+	} else {
+		if err := w.moveTo(ctx, cocoonbox.BoxStateHibernating); err != nil &&
+			workflow.GetVersion(ctx, versionRecordedSleep, workflow.DefaultVersion, 1) >= 1 {
+			// The API reaches the sandbox of a box whose row says it runs without asking this
+			// workflow, and an engine call wakes a sleeping sandbox: the box sleeps only once
+			// its row says so (the row write has had its minute of retries).
+			w.st.LastError = "hibernate: record the box's state: " + reason(err)
+			w.setState(ctx, cocoonbox.BoxStateRunning)
+			return err
+		}
+		err = w.quickly(sandboxOptions(ctx, time.Minute), sandboxActs.Hibernate, sb, nil)
 	}
-	err := w.quickly(sandboxOptions(ctx, time.Minute), sandboxActs.Hibernate,
-		activities.SandboxInput{BoxID: w.in.BoxID, SandboxID: w.st.SandboxID}, nil)
 	switch {
 	case errorType(err) == activities.ErrTypeSandboxGone:
 		w.st.SandboxID = "" // nothing left to hibernate; wake claims a new one
@@ -468,6 +476,12 @@ func (w *box) moveTo(ctx workflow.Context, s cocoonbox.BoxState) error {
 // record moves the box to s, keeps the BoxState search attribute current and writes the box
 // row, with ev appended to the box's events in the same write when it is not nil.
 func (w *box) record(ctx workflow.Context, s cocoonbox.BoxState, ev *activities.EventInput) error {
+	return w.write(ctx, storeActs.SetState, w.enter(ctx, s, ev))
+}
+
+// enter moves the box to s and keeps the BoxState search attribute current, returning the box
+// row to write (with ev appended to the box's events in the same write when it is not nil).
+func (w *box) enter(ctx workflow.Context, s cocoonbox.BoxState, ev *activities.EventInput) activities.SetStateInput {
 	w.st.State = s
 	w.gen++
 	switch s {
@@ -482,9 +496,7 @@ func (w *box) record(ctx workflow.Context, s cocoonbox.BoxState, ev *activities.
 	if s == cocoonbox.BoxStateFailed {
 		reason = w.st.LastError
 	}
-	return w.write(ctx, storeActs.SetState, activities.SetStateInput{
-		BoxID: w.in.BoxID, State: s, SandboxID: w.st.SandboxID, Reason: reason, Event: ev,
-	})
+	return activities.SetStateInput{BoxID: w.in.BoxID, State: s, SandboxID: w.st.SandboxID, Reason: reason, Event: ev}
 }
 
 // event appends an audit event, best effort.

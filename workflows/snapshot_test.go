@@ -94,7 +94,8 @@ func TestSnapshotOfHibernatedBoxSleepsAgain(t *testing.T) {
 	env := newEnv(t)
 	claimOK(env, 1, "sb-1")
 	calls := snapshotsOK(env, nil)
-	env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil).Twice()
+	hibernates(env, nil, nil).Once()
+	env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil).Once() // after the snapshot
 	update(env, 0, UpdateCreate, CreateInput{})
 	update(env, time.Second, UpdateHibernate, HibernateInput{})
 	taken := update(env, 2*time.Second, UpdateSnapshot, SnapshotInput{})
@@ -128,7 +129,8 @@ func TestSnapshotRejectedWhileCreatingOrFailed(t *testing.T) {
 func TestWakeRestoresNewestSnapshot(t *testing.T) {
 	env := newEnv(t)
 	claimOK(env, 1, "sb-1")
-	env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil)
+	hibernates(env, nil, nil)
+	env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil).Maybe()
 	env.OnActivity(sb.Wake, mock.Anything, mock.Anything).
 		Return(temporal.NewNonRetryableApplicationError("gone", activities.ErrTypeSandboxGone, nil)).Once()
 	env.OnActivity(snap.RestoreSnapshot, mock.Anything, mock.MatchedBy(func(in activities.RestoreSnapshotInput) bool {
@@ -199,10 +201,14 @@ func TestDurableHibernate(t *testing.T) {
 		env := newEnv(t)
 		claimOK(env, 1, "sb-1")
 		calls := snapshotsOK(env, nil)
-		env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(func(context.Context, activities.SandboxInput) error {
+		hibernates(env, nil, func(activities.SandboxInput) error {
 			*calls = append(*calls, "hibernate")
 			return nil
 		})
+		env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(func(context.Context, activities.SandboxInput) error {
+			*calls = append(*calls, "hibernate")
+			return nil
+		}).Maybe()
 		env.OnActivity(sb.Wake, mock.Anything, mock.Anything).Return(nil)
 		env.OnActivity(sb.WaitReady, mock.Anything, mock.Anything).Return(nil)
 		in := input()
@@ -242,10 +248,14 @@ func TestDurableHibernate(t *testing.T) {
 					Kind: cocoonbox.SnapshotKindState}, nil
 			})
 		env.OnActivity(snap.PruneSnapshots, mock.Anything, mock.Anything).Return(activities.PruneSnapshotsResult{}, nil)
-		env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(func(context.Context, activities.SandboxInput) error {
+		hibernates(env, nil, func(activities.SandboxInput) error {
 			calls = append(calls, "hibernate")
 			return nil
 		})
+		env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(func(context.Context, activities.SandboxInput) error {
+			calls = append(calls, "hibernate")
+			return nil
+		}).Maybe()
 		env.OnActivity(sb.Wake, mock.Anything, mock.Anything).Return(func(context.Context, activities.SandboxInput) error {
 			calls = append(calls, "wake")
 			return nil
@@ -278,7 +288,8 @@ func TestDurableHibernate(t *testing.T) {
 		claimOK(env, 1, "sb-1")
 		snapshotsOK(env, temporal.NewNonRetryableApplicationError("s3 refused", activities.ErrTypeInvalidArgument, nil))
 		env.OnActivity(snap.FailSnapshot, mock.Anything, mock.Anything).Return(nil)
-		env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil)
+		hibernates(env, nil, nil)
+		env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil).Maybe()
 		in := input()
 		in.Policy.DurableHibernate = true
 		var after Status
@@ -295,7 +306,8 @@ func TestDurableHibernate(t *testing.T) {
 		env.AssertActivityNumberOfCalls(t, "FailSnapshot", 1)
 		// The hibernate, then again after the failed seal: through the agent (an engine
 		// without disk export) the seal woke the sandbox, and its retry is minutes away.
-		env.AssertActivityNumberOfCalls(t, "Hibernate", 2)
+		env.AssertActivityNumberOfCalls(t, "HibernateRecorded", 1)
+		env.AssertActivityNumberOfCalls(t, "Hibernate", 1)
 	})
 }
 
@@ -313,7 +325,8 @@ func TestFailedSealHeals(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			env := newEnv(t)
 			claimOK(env, 1, "sb-1")
-			env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil)
+			hibernates(env, nil, nil)
+			env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil).Maybe()
 			env.OnActivity(sb.Wake, mock.Anything, mock.Anything).Return(tc.wakeErr).Maybe()
 			env.OnActivity(snap.BeginSnapshot, mock.Anything, mock.Anything).Return(
 				func(_ context.Context, in activities.BeginSnapshotInput) (cocoonbox.Snapshot, error) {
@@ -389,7 +402,8 @@ func TestLostBoxWithoutSnapshotFails(t *testing.T) {
 		temporal.NewNonRetryableApplicationError("no snapshot", activities.ErrTypeNotFound, nil)).Once()
 	claimOK(env, 1, "sb-1")
 	claimOK(env, 2, "sb-2")
-	env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil)
+	hibernates(env, nil, nil)
+	env.OnActivity(sb.Hibernate, mock.Anything, mock.Anything).Return(nil).Maybe()
 	env.OnActivity(sb.Wake, mock.Anything, mock.Anything).
 		Return(temporal.NewNonRetryableApplicationError("gone", activities.ErrTypeSandboxGone, nil)).Once()
 	update(env, 0, UpdateCreate, CreateInput{})

@@ -74,7 +74,8 @@ func New(opts Options) worker.Worker {
 	w.RegisterWorkflow(workflows.WebhookWorkflow)
 	w.RegisterActivity(&activities.Webhooks{Store: opts.Store, Open: opts.Keys.Open, Client: activities.WebhookClient(opts.WebhooksAllowPrivate)})
 	tok := store.SandboxTokens{Store: opts.Store, Keys: opts.Keys}
-	w.RegisterActivity(&activities.Store{Boxes: boxes{opts.Store}})
+	rows := &activities.Store{Boxes: boxes{opts.Store}}
+	w.RegisterActivity(rows)
 	creds := boxlink.Credentials(opts.Keys)
 	link := &boxlink.Link{Sandbox: opts.Sandbox, Tokens: tok, Credentials: creds}
 	w.RegisterActivity(&activities.Snapshots{
@@ -83,7 +84,7 @@ func New(opts Options) worker.Worker {
 	})
 	// The credential is written at claim (WaitReady) and checked again before each agent step.
 	sbActs := &activities.Sandbox{Client: opts.Sandbox, Tokens: tok, Template: opts.Template, Credentials: creds,
-		NodeDeadAfter: opts.NodeDeadAfter}
+		NodeDeadAfter: opts.NodeDeadAfter, Rows: rows}
 	if opts.Store != nil {
 		sbActs.Nodes = opts.Store.ListNodes // with engine nodes registered, claims are placed on them
 	}

@@ -1,0 +1,67 @@
+package activities
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/sandbox/sandboxtest"
+)
+
+// TestHibernateRecorded: the box's row says hibernating before the engine is asked, and a row
+// that cannot be written leaves the sandbox untouched (the API reaches a box whose row says it
+// runs without asking its workflow), failing with what could not be written.
+func TestHibernateRecorded(t *testing.T) {
+	const root = "root-token"
+	f := sandboxtest.New(t, sandboxtest.Options{RootToken: root})
+	rows := &memBoxes{}
+	a := &Sandbox{Client: f.Client(root), Tokens: &memTokens{}, Template: "base", Rows: &Store{Boxes: rows}}
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(a)
+	box := cocoonbox.BoxID("bx_0123456789abcdef")
+	if err := rows.CreateBox(t.Context(), cocoonbox.Box{ID: box, Owner: "us_1", Name: "b", Size: cocoonbox.SizeSmall}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := env.ExecuteActivity(a.Claim, ClaimInput{BoxID: box, Size: cocoonbox.SizeSmall, Attempt: 1})
+	if err != nil {
+		t.Fatalf("claim: %v", err)
+	}
+	var claimed ClaimResult
+	if err := v.Get(&claimed); err != nil {
+		t.Fatal(err)
+	}
+	in := HibernateRecordedInput{
+		SandboxInput: SandboxInput{BoxID: box, SandboxID: claimed.SandboxID},
+		Record:       SetStateInput{BoxID: box, State: cocoonbox.BoxStateHibernating, SandboxID: claimed.SandboxID},
+	}
+
+	rows.fail = errors.New("the database is not answering")
+	_, err = env.ExecuteActivity(a.HibernateRecorded, in)
+	if err == nil || !strings.Contains(err.Error(), "hibernate: record the box's state") || !strings.Contains(err.Error(), "not answering") {
+		t.Fatalf("hibernate with the row failing: %v, want the row's failure named", err)
+	}
+	if n := f.Calls("hibernate"); n != 0 {
+		t.Fatalf("the engine was asked to hibernate %d times while the row said running", n)
+	}
+
+	rows.fail = nil
+	if _, err := env.ExecuteActivity(a.HibernateRecorded, in); err != nil {
+		t.Fatalf("hibernate: %v", err)
+	}
+	if got := rows.boxes[box].State; got != cocoonbox.BoxStateHibernating {
+		t.Fatalf("box row says %s, want hibernating", got)
+	}
+	if n := f.Calls("hibernate"); n != 1 {
+		t.Fatalf("engine hibernates = %d, want 1", n)
+	}
+
+	// Without a store to write to, nothing is asked of the engine either.
+	a.Rows = nil
+	if _, err := env.ExecuteActivity(a.HibernateRecorded, in); err == nil || f.Calls("hibernate") != 1 {
+		t.Fatalf("hibernate without rows: %v, engine hibernates %d", err, f.Calls("hibernate"))
+	}
+}
