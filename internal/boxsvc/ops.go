@@ -152,7 +152,9 @@ func (s *Service) update(ctx context.Context, caller string, id cocoonbox.BoxID,
 	if err != nil {
 		return View{}, err
 	}
-	s.audit(ctx, caller, id, name, map[string]any{"role": a.role})
+	// Written beside the answer: the row is best effort either way, and its write was up to
+	// two milliseconds of every hibernate and wake.
+	later(ctx, func(ctx context.Context) { s.audit(ctx, caller, id, name, map[string]any{"role": a.role}) })
 	return view(a, st), nil
 }
 
