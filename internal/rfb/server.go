@@ -69,7 +69,7 @@ func (s *Session) FilterServer(dst io.Writer, src io.Reader) (ServerStats, error
 		}
 		return ServerStats{}, nil
 	}
-	f := &serverFilter{r: bufio.NewReaderSize(src, 64<<10), w: &writer{w: bufio.NewWriterSize(dst, 256<<10)}, s: s}
+	f := &serverFilter{r: bufio.NewReaderSize(src, 64<<10), w: newWriter(dst), s: s}
 	err := f.run()
 	if ferr := f.w.Flush(); ferr != nil && err == nil {
 		err = ferr
@@ -77,22 +77,31 @@ func (s *Session) FilterServer(dst io.Writer, src io.Reader) (ServerStats, error
 	return f.stats, clean(err)
 }
 
-// writer batches the client's messages and marks its failures as writeErrors.
+// writer batches the client's messages. Its failures writing the client are writeErrors, marked
+// beneath the batch, so that one ReadFrom meets is told from a failed read of the server.
 type writer struct{ w *bufio.Writer }
 
-func (w *writer) Write(p []byte) (int, error) {
-	n, err := w.w.Write(p)
+func newWriter(dst io.Writer) *writer {
+	return &writer{w: bufio.NewWriterSize(clientWriter{dst}, 256<<10)}
+}
+
+func (w *writer) Write(p []byte) (int, error) { return w.w.Write(p) }
+
+// ReadFrom reads a rectangle's pixels from the server straight into the batch, without a copy
+// buffer between them: a full frame is megabytes.
+func (w *writer) ReadFrom(r io.Reader) (int64, error) { return w.w.ReadFrom(r) }
+
+func (w *writer) Flush() error { return w.w.Flush() }
+
+// clientWriter marks the failures of writing the client.
+type clientWriter struct{ w io.Writer }
+
+func (c clientWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
 	if err != nil {
 		return n, writeError{err}
 	}
 	return n, nil
-}
-
-func (w *writer) Flush() error {
-	if err := w.w.Flush(); err != nil {
-		return writeError{err}
-	}
-	return nil
 }
 
 // writeError is a failure to write the client, as opposed to reading the server.
