@@ -97,32 +97,41 @@ func readKeyFile(path string) ([]byte, error) {
 // is then hard-linked into place, so a reader never sees a partial key and, when two processes
 // start together, the first link wins; the other gets an error wrapping os.ErrExist.
 func createKeyFile(path string) ([]byte, error) {
-	dir := filepath.Dir(path)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("create keyring %s: %w", path, err)
-	}
 	key := make([]byte, KeySize)
 	if _, err := rand.Read(key); err != nil {
 		return nil, fmt.Errorf("create keyring %s: %w", path, err)
 	}
+	if err := writeKeyFile(path, key); err != nil {
+		return nil, err
+	}
+	return key, nil
+}
+
+// writeKeyFile writes key to path, which must not exist (an error wrapping os.ErrExist), as
+// createKeyFile says.
+func writeKeyFile(path string, key []byte) error {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("create keyring %s: %w", path, err)
+	}
 	tmp, err := os.CreateTemp(dir, ".keyring-*")
 	if err != nil {
-		return nil, fmt.Errorf("create keyring %s: %w", path, err)
+		return fmt.Errorf("create keyring %s: %w", path, err)
 	}
 	defer os.Remove(tmp.Name())
 	// CreateTemp makes the file 0600; the explicit Chmod keeps that true whatever it does later.
 	err = errors.Join(tmp.Chmod(0o600), write(tmp, key), tmp.Sync(), tmp.Close())
 	if err != nil {
-		return nil, fmt.Errorf("create keyring %s: %w", path, err)
+		return fmt.Errorf("create keyring %s: %w", path, err)
 	}
 	if err := os.Link(tmp.Name(), path); err != nil {
-		return nil, fmt.Errorf("create keyring %s: %w", path, err)
+		return fmt.Errorf("create keyring %s: %w", path, err)
 	}
 	// Secrets sealed with this key will soon be in the database; the key must survive a crash.
 	if err := syncDir(dir); err != nil {
-		return nil, fmt.Errorf("create keyring %s: %w", path, err)
+		return fmt.Errorf("create keyring %s: %w", path, err)
 	}
-	return key, nil
+	return nil
 }
 
 func syncDir(dir string) error {

@@ -210,3 +210,59 @@ func TestDerive(t *testing.T) {
 		t.Fatal("two master keys derive the same key")
 	}
 }
+
+// TestSealedKeyFile: a keyring sealed with a passphrase opens with that passphrase only, into a
+// key file that opens what the original sealed; a file holding another key is never replaced.
+func TestSealedKeyFile(t *testing.T) {
+	dir := t.TempDir()
+	orig, err := secrets.CreateKeyring(filepath.Join(dir, "master.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	secret, err := orig.Seal([]byte("sandbox token"), []byte("bx_1"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pass := []byte("correct horse battery")
+	if _, err := secrets.SealKeyFile(filepath.Join(dir, "master.key"), []byte("short")); err == nil {
+		t.Fatal("sealed with a 5-byte passphrase")
+	}
+	sealed, err := secrets.SealKeyFile(filepath.Join(dir, "master.key"), pass)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if raw, err := os.ReadFile(filepath.Join(dir, "master.key")); err != nil || bytes.Contains(sealed, raw) {
+		t.Fatalf("the sealed file holds the key in the clear (%v)", err)
+	}
+	to := filepath.Join(dir, "restored", "master.key")
+	if _, err := secrets.RestoreKeyFile(to, sealed, []byte("wrong horse battery")); !errors.Is(err, secrets.ErrPassphrase) {
+		t.Fatalf("wrong passphrase: %v", err)
+	}
+	if _, err := os.Stat(to); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("a refused restore wrote %s: %v", to, err)
+	}
+	k, err := secrets.RestoreKeyFile(to, sealed, pass)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := k.Open(secret, []byte("bx_1")); err != nil || string(got) != "sandbox token" {
+		t.Fatalf("the restored key opens %q, %v", got, err)
+	}
+	if fi, err := os.Stat(to); err != nil || fi.Mode().Perm() != 0o600 {
+		t.Fatalf("restored file mode %v, %v; want 0600", fi.Mode(), err)
+	}
+	if _, err := secrets.RestoreKeyFile(to, sealed, pass); err != nil {
+		t.Fatalf("restoring over the same key: %v", err)
+	}
+	other := filepath.Join(dir, "other.key")
+	if _, err := secrets.CreateKeyring(other); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := secrets.RestoreKeyFile(other, sealed, pass); err == nil || !strings.Contains(err.Error(), "holds another key") {
+		t.Fatalf("restoring over another key: %v", err)
+	}
+	cut := sealed[:len(sealed)-1]
+	if _, err := secrets.RestoreKeyFile(filepath.Join(dir, "cut.key"), cut, pass); err == nil {
+		t.Fatal("a cut sealed file opened")
+	}
+}
