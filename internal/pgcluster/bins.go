@@ -2,6 +2,7 @@ package pgcluster
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -72,4 +73,19 @@ func isMajor(postgres string) bool {
 	}
 	_, v, ok := strings.Cut(string(out), ") ")
 	return ok && strings.HasPrefix(v, MajorVersion+".")
+}
+
+// ClientTool returns the path of PostgreSQL's client program name (pg_dump, pg_restore) from the
+// installation the server programs come from, so a dump is read by the same major version that
+// wrote it.
+func ClientTool(name string) (string, error) {
+	b, err := lookBinaries()
+	if err != nil {
+		return "", err
+	}
+	p := filepath.Join(filepath.Dir(b.postgres), name)
+	if fi, err := os.Stat(p); err != nil || fi.IsDir() || fi.Mode().Perm()&0o111 == 0 {
+		return "", fmt.Errorf("%s not found beside %s: run `make deps`", name, b.postgres)
+	}
+	return p, nil
 }

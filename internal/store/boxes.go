@@ -241,3 +241,24 @@ func (q *Queries) whyUnchanged(ctx context.Context, id cocoonbox.BoxID, deletedO
 	}
 	return fmt.Errorf("box %s: %w: it is deleted", id, ErrConflict)
 }
+
+// SetBoxPolicy keeps a copy of the box's policy (JSON, as the API holds it) on its row.
+func (q *Queries) SetBoxPolicy(ctx context.Context, id cocoonbox.BoxID, policy []byte) error {
+	tag, err := q.db.Exec(ctx, `UPDATE boxes SET policy = $2 WHERE id = $1`, id, policy)
+	if err != nil {
+		return fmt.Errorf("set box %s policy: %w", id, mapErr(err))
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("set box %s policy: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
+// BoxPolicy returns the copy of the box's policy on its row: {} for a box whose row has none.
+func (q *Queries) BoxPolicy(ctx context.Context, id cocoonbox.BoxID) ([]byte, error) {
+	var p []byte
+	if err := q.db.QueryRow(ctx, `SELECT policy FROM boxes WHERE id = $1`, id).Scan(&p); err != nil {
+		return nil, fmt.Errorf("box %s policy: %w", id, mapErr(err))
+	}
+	return p, nil
+}

@@ -5,6 +5,8 @@ import (
 	"embed"
 	"fmt"
 	"io/fs"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -64,4 +66,21 @@ func newProvider(pool *pgxpool.Pool) (*goose.Provider, func(), error) {
 		return nil, nil, fmt.Errorf("migrations: %w", err)
 	}
 	return p, func() { db.Close() }, nil
+}
+
+// LatestSchema is the version of the newest migration this build holds: a database at a higher
+// version was written by a newer build, which this one must not run against.
+func LatestSchema() int64 {
+	entries, err := fs.ReadDir(migrationFiles, "migrations")
+	if err != nil {
+		panic(err) // embedded at build time
+	}
+	var latest int64
+	for _, e := range entries {
+		num, _, _ := strings.Cut(e.Name(), "_")
+		if v, err := strconv.ParseInt(num, 10, 64); err == nil && v > latest {
+			latest = v
+		}
+	}
+	return latest
 }
