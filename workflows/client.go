@@ -47,6 +47,35 @@ func Create(ctx context.Context, c client.Client, in BoxWorkflowInput) (Status, 
 	return st, nil
 }
 
+// Revive starts the workflow of a box that Temporal has none of while the box's row says it
+// exists (a deployment restored from a backup onto a new Temporal): asleep and without a sandbox,
+// so its next wake restores its newest snapshot, or, with none, fails it as lost. in.State, when
+// nil, is that. A workflow that started meanwhile is left as it is.
+func Revive(ctx context.Context, c client.Client, in BoxWorkflowInput) error {
+	if in.State == nil {
+		// Attempt 1: a box that had a sandbox once, so a wake without a snapshot says it is
+		// lost instead of quietly starting it empty from its template.
+		in.State = &BoxCarriedState{State: cocoonbox.BoxStateHibernated, Attempt: 1}
+	}
+	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                       BoxWorkflowID(in.BoxID),
+		TaskQueue:                TaskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
+		TypedSearchAttributes:    temporal.NewSearchAttributes(in.searchAttributes(in.State.State)...),
+	}, BoxWorkflow, in)
+	if err != nil {
+		return DomainError(fmt.Errorf("revive box %s: %w", in.BoxID, err))
+	}
+	return nil
+}
+
+// Missing reports whether err says Temporal has no workflow for the box (none was started, or
+// it ended and is gone).
+func Missing(err error) bool {
+	_, ok := errors.AsType[*serviceerror.NotFound](err)
+	return ok
+}
+
 // Started reports whether the box's workflow exists (running or closed); false only when Temporal
 // says it has none, so an unreachable Temporal returns true with its error.
 func Started(ctx context.Context, c client.Client, id cocoonbox.BoxID) (bool, error) {

@@ -14,8 +14,8 @@ import (
 func adminCommand() *cli.Command {
 	return &cli.Command{
 		Name:        "admin",
-		Usage:       "operate the deployment: warm pools, nodes and users (an admin user's token), the keyring (on a host)",
-		Subcommands: []*cli.Command{adminPoolsCommand(), adminNodesCommand(), adminUserCommand(), adminKeyringCommand()},
+		Usage:       "operate the deployment: warm pools, nodes and users (an admin user's token), the keyring, backups (on a host)",
+		Subcommands: []*cli.Command{adminPoolsCommand(), adminNodesCommand(), adminUserCommand(), adminKeyringCommand(), adminBackupCommand(), adminRestoreCommand()},
 	}
 }
 

@@ -32,6 +32,12 @@ func TestStartupErrorsAreOneLine(t *testing.T) {
 		t.Fatal(err)
 	}
 	nokey := filepath.Join(home, "keys", "master.key")
+	pass := filepath.Join(home, "backup.pass")
+	if err := os.WriteFile(pass, []byte("a passphrase of some length\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("COCOONBOX_BACKUP_PASSPHRASE", "")
+	t.Setenv("COCOONBOX_DATABASE_URL", "")
 	cases := []struct {
 		name string
 		args []string
@@ -47,6 +53,13 @@ func TestStartupErrorsAreOneLine(t *testing.T) {
 			"--sandbox-url", "http://127.0.0.1:1", "--keyring", nokey}, "load keyring " + nokey + ": no such file"},
 		{"api without the keyring", []string{"serve", "api", "--listen", "127.0.0.1:0", "--database-url",
 			"postgres://127.0.0.1:1/x", "--sandbox-url", "http://127.0.0.1:1", "--keyring", nokey}, "load keyring " + nokey + ": no such file"},
+		{"backup to a bad location", []string{"admin", "backup", "--to", "https://x/y"}, "to: want s3://BUCKET/PREFIX"},
+		{"backup without a database", []string{"admin", "backup", "--to", "s3://b/p"}, "database-url: is required"},
+		{"backup without a passphrase", []string{"admin", "backup", "--to", "s3://b/p", "--database-url", "postgres://127.0.0.1:1/x"},
+			"passphrase-file: is required"},
+		{"backup without the keyring", []string{"admin", "backup", "--to", "s3://bkp/p", "--database-url", "postgres://127.0.0.1:1/x",
+			"--passphrase-file", pass, "--keyring", nokey}, "seal keyring " + nokey + ": no such file"},
+		{"restore of a bucket", []string{"admin", "restore", "--from", "s3://b"}, "from: name the backup's folder"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

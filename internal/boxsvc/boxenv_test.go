@@ -33,6 +33,22 @@ type statusTemporal struct {
 	status  map[string]workflows.Status // by workflow ID
 	signals map[string]int              // by signal name
 	queries int
+	// starts says whether ExecuteWorkflow starts a workflow (its status is then the input's
+	// carried state and policy) or fails unavailable; started holds the inputs it started.
+	starts  bool
+	started []workflows.BoxWorkflowInput
+}
+
+func (f *statusTemporal) ExecuteWorkflow(_ context.Context, opts client.StartWorkflowOptions, _ any, args ...any) (client.WorkflowRun, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if !f.starts {
+		return nil, serviceerror.NewUnavailable("this Temporal starts no workflows")
+	}
+	in := args[0].(workflows.BoxWorkflowInput)
+	f.started = append(f.started, in)
+	f.status[opts.ID] = workflows.Status{BoxID: in.BoxID, State: in.State.State, Policy: in.Policy}
+	return nil, nil
 }
 
 func (f *statusTemporal) set(st workflows.Status) {

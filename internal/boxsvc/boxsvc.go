@@ -134,6 +134,7 @@ func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (
 		return View{}, err
 	}
 	s.audit(ctx, owner, req.ID, "create", map[string]any{"name": req.Name, "size": req.Size})
+	s.keepPolicy(ctx, req.ID, st.Policy)
 	return View{Status: st, Name: req.Name, Owner: owner, Size: req.Size, Role: cocoonbox.RoleOwner, CreatedAt: row.CreatedAt}, nil
 }
 
@@ -194,7 +195,12 @@ func (s *Service) List(ctx context.Context, caller string) ([]View, error) {
 }
 
 func (s *Service) status(ctx context.Context, id cocoonbox.BoxID) (workflows.Status, error) {
-	return workflows.GetStatus(ctx, s.Temporal, id)
+	var st workflows.Status
+	err := s.revived(ctx, id, func() (err error) {
+		st, err = workflows.GetStatus(ctx, s.Temporal, id)
+		return err
+	})
+	return st, err
 }
 
 // dropUnstarted gives back the quota a failed create reserved, when its workflow never started

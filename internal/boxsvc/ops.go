@@ -148,7 +148,11 @@ func (s *Service) update(ctx context.Context, caller string, id cocoonbox.BoxID,
 	if err != nil {
 		return View{}, err
 	}
-	st, err := workflows.Update[workflows.Status](once(ctx, caller, name), s.Temporal, id, name, arg)
+	var st workflows.Status
+	err = s.revived(ctx, id, func() (err error) {
+		st, err = workflows.Update[workflows.Status](once(ctx, caller, name), s.Temporal, id, name, arg)
+		return err
+	})
 	if err != nil {
 		return View{}, err
 	}

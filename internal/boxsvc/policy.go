@@ -91,7 +91,11 @@ func (s *Service) ChangePolicy(ctx context.Context, caller string, id cocoonbox.
 	if err := c.Validate(); err != nil {
 		return View{}, err
 	}
-	return s.update(ctx, caller, id, cocoonbox.RoleAdmin, workflows.UpdateSetPolicy, c.input())
+	v, err := s.update(ctx, caller, id, cocoonbox.RoleAdmin, workflows.UpdateSetPolicy, c.input())
+	if err == nil {
+		s.keepPolicy(ctx, id, v.Policy)
+	}
+	return v, err
 }
 
 // PolicyDefaults is the policy a new box of the caller gets: the server's, with the caller's
