@@ -1,0 +1,58 @@
+package devstack_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/benchreport"
+	"github.com/loomhand/cocoonbox/internal/nodes"
+	"github.com/loomhand/cocoonbox/internal/store/storetest"
+)
+
+// BenchmarkPlacement: the placement decision a claim makes when engine nodes are registered (the
+// node records read from PostgreSQL, then nodes.Pick), over 3 and 100 nodes, beside Pick alone
+// on the same records (Raw): the read is what a claim pays.
+func BenchmarkPlacement(b *testing.B) {
+	for _, n := range []int{3, 100} {
+		st := storetest.New(b)
+		ctx := context.Background()
+		for i := range n {
+			_, err := st.HeartbeatNode(ctx, nodes.Node{
+				ID: fmt.Sprintf("node-%03d", i), URL: fmt.Sprintf("http://10.0.0.%d:7777", i+1), State: nodes.Active,
+				MemoryMiB: 24 << 10, CommittedMiB: int64(i%7) << 10, MaxBoxes: 40, Boxes: i % 11,
+				Warm: map[string]int{nodes.PoolKey("base", cocoonbox.SizeSmall, "none"): i % 3},
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+		req := nodes.Request{Template: "base", Size: cocoonbox.SizeSmall, Net: "none"}
+		var decision, pick []time.Duration
+		for range 500 {
+			start := time.Now()
+			all, err := st.ListNodes(ctx)
+			if err != nil {
+				b.Fatal(err)
+			}
+			picked := time.Now()
+			if _, err := nodes.Pick(all, req, time.Now(), nodes.DefaultDeadAfter); err != nil {
+				b.Fatal(err)
+			}
+			decision = append(decision, time.Since(start))
+			pick = append(pick, time.Since(picked))
+		}
+		for _, r := range []struct {
+			name    string
+			samples []time.Duration
+		}{{"Decision", decision}, {"RawPick", pick}} {
+			b.Run(fmt.Sprintf("Nodes%d/%s", n, r.name), func(b *testing.B) {
+				for b.Loop() { // the samples are taken; the sub-benchmark only reports them
+				}
+				benchreport.Latency(b, r.samples)
+			})
+		}
+	}
+}
