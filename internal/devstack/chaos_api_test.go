@@ -142,8 +142,8 @@ func TestChaosAPI(t *testing.T) {
 				t.Errorf("%d → %d sandboxes; a restore replaces the box's sandbox", before, after)
 			}
 		}},
-		{"box hibernate", "Hibernate", func(t *testing.T) {
-			run(t, "Hibernate", "box", "hibernate", "chaos-spare")
+		{"box hibernate", "HibernateRecorded", func(t *testing.T) {
+			run(t, "HibernateRecorded", "box", "hibernate", "chaos-spare")
 			state(t, spare, cocoonbox.BoxStateHibernated)
 		}},
 		{"box wake", "Wake", func(t *testing.T) {

@@ -145,7 +145,7 @@ func TestChaos(t *testing.T) {
 	groups := [][]chaosCell{
 		{{op: "snapshot", activity: "UploadSnapshot", snapshots: 1, run: snapshot}},
 		// A hibernate seals the sleeping box: one snapshot, in the background.
-		{{op: "hibernate+wake", activity: "Hibernate", snapshots: 1, run: hibernateWake}},
+		{{op: "hibernate+wake", activity: "HibernateRecorded", snapshots: 1, run: hibernateWake}},
 		{{op: "wake", activity: "Wake", snapshots: 1, run: hibernateWake}}, // killed in the wake
 		{{op: "restore", activity: "RestoreSnapshot", run: restore, check: restored}},
 		{{op: "create", activity: "Claim", run: create, check: created},
