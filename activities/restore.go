@@ -123,7 +123,7 @@ func (a *Snapshots) settle(ctx context.Context, boxID cocoonbox.BoxID, snap coco
 		a.dropCheckpoint(ctx, ckID)
 		return RestoreSnapshotResult{}, classify(fmt.Errorf("restore snapshot %s: the new sandbox did not answer: %w", snapID, err))
 	}
-	if err := a.Tokens.PutSandboxToken(ctx, string(boxID), got.SandboxRef); err != nil {
+	if err := a.Tokens.PutSandboxToken(ctx, string(boxID), onNode(got, a.Node, "").SandboxRef); err != nil {
 		return RestoreSnapshotResult{}, classify(fmt.Errorf("store sandbox token: %w", err))
 	}
 	if ckID != "" {

@@ -53,6 +53,11 @@ type Sandbox struct {
 	// Rows writes box rows, for the calls that record a state beside an engine call
 	// (HibernateRecorded).
 	Rows *Store
+	// Node is the ID of the registered node whose engine Client's own is (`serve worker --node`,
+	// `local` in `cocoonbox dev`); empty when none is. A sandbox claimed there is recorded as on
+	// that node, since "the configured engine" is a different one to each worker of a deployment
+	// with several nodes.
+	Node string
 }
 
 // ClaimInput asks for a sandbox for a box. Attempt numbers the box's claims, so that a retried
@@ -153,14 +158,16 @@ func (a *Sandbox) Claim(ctx context.Context, in ClaimInput) (ClaimResult, error)
 func (a *Sandbox) claimPlaced(ctx context.Context, req sandbox.ClaimRequest) (sandbox.Claimed, error) {
 	nc, ok := a.Client.(sandbox.NodeClaimer)
 	if a.Nodes == nil || !ok {
-		return a.Client.Claim(ctx, req)
+		got, err := a.Client.Claim(ctx, req)
+		return onNode(got, a.Node, ""), err
 	}
 	all, err := a.Nodes(ctx)
 	if err != nil {
 		return sandbox.Claimed{}, fmt.Errorf("list engine nodes: %w", err)
 	}
 	if len(all) == 0 {
-		return a.Client.Claim(ctx, req)
+		got, err := a.Client.Claim(ctx, req)
+		return onNode(got, a.Node, ""), err
 	}
 	dead := cmp.Or(a.NodeDeadAfter, nodes.DefaultDeadAfter)
 	n, err := nodes.Pick(all, nodes.Request{Template: req.Template, Size: cocoonbox.Size(req.Size), Net: req.Net}, time.Now(), dead)
@@ -176,10 +183,25 @@ func (a *Sandbox) claimPlaced(ctx context.Context, req sandbox.ClaimRequest) (sa
 			return sandbox.Claimed{}, fmt.Errorf("look for an earlier claim on node %s: %w", other.ID, err)
 		}
 		if found {
-			return got, nil
+			return onNode(got, other.ID, other.URL), nil
 		}
 	}
-	return nc.ClaimOn(ctx, n.URL, req) // an empty URL is Client's own engine
+	got, err := nc.ClaimOn(ctx, n.URL, req) // an empty URL is Client's own engine
+	if n.ID == "" {
+		return onNode(got, a.Node, ""), err
+	}
+	return onNode(got, n.ID, n.URL), err
+}
+
+// onNode records that got's sandbox is on the registered node id, whose address is url (empty:
+// Client's own engine): the sandbox is then reached at the address the node's record has at the
+// time, so a node whose address changes keeps its boxes. A sandbox a redirect sent to another
+// engine keeps that engine's address and no node.
+func onNode(got sandbox.Claimed, id, url string) sandbox.Claimed {
+	if id != "" && (got.Addr == "" || url != "" && sameEngine(got.Addr, url)) {
+		got.Addr, got.Node = "", id
+	}
+	return got
 }
 
 // failed classifies the failure of verb on sandbox ref: SandboxGone when the engine does not have
@@ -199,7 +221,7 @@ func (a *Sandbox) failed(ctx context.Context, verb string, ref sandbox.SandboxRe
 // back elsewhere from its newest snapshot, as from a reaped lease. Empty for a sandbox on Client's
 // own engine or on a node not known lost (its failure may pass).
 func (a *Sandbox) lostNode(ctx context.Context, ref sandbox.SandboxRef) string {
-	if ref.Addr == "" || a.Nodes == nil {
+	if ref.Node == "" && ref.Addr == "" || a.Nodes == nil {
 		return ""
 	}
 	all, err := a.Nodes(ctx)
@@ -207,7 +229,9 @@ func (a *Sandbox) lostNode(ctx context.Context, ref sandbox.SandboxRef) string {
 		return ""
 	}
 	for _, n := range all {
-		if n.State == nodes.Lost && sameEngine(n.URL, ref.Addr) {
+		// A sandbox recorded before nodes were named has only its node's address.
+		holds := n.ID == ref.Node || ref.Node == "" && sameEngine(n.URL, ref.Addr)
+		if n.State == nodes.Lost && holds {
 			return n.ID
 		}
 	}

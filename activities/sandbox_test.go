@@ -26,6 +26,9 @@ import (
 type memTokens struct {
 	mu sync.Mutex
 	m  map[string]sandbox.SandboxRef
+	// nodes, when set, are the node records a sandbox's Node is found at, as the store finds it:
+	// the node's URL, or none for a node without a record.
+	nodes []nodes.Node
 }
 
 func (t *memTokens) PutSandboxToken(_ context.Context, boxID string, ref sandbox.SandboxRef) error {
@@ -45,7 +48,19 @@ func (t *memTokens) SandboxToken(_ context.Context, boxID string) (sandbox.Sandb
 	if !ok {
 		return sandbox.SandboxRef{}, cocoonbox.Errorf(cocoonbox.ENotFound, "no token")
 	}
+	for _, n := range t.nodes {
+		if ref.Addr == "" && ref.Node == n.ID {
+			ref.Addr = n.URL
+		}
+	}
 	return ref, nil
+}
+
+// stored is box boxID's sandbox as the token store holds it, before any node is resolved.
+func (t *memTokens) stored(boxID string) sandbox.SandboxRef {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.m[boxID]
 }
 
 func TestSandboxActivities(t *testing.T) {
@@ -167,9 +182,9 @@ func TestClaimPlacedOnNodes(t *testing.T) {
 		{ID: "own", URL: own.URL, State: nodes.Active, MemoryMiB: 4096, CommittedMiB: 3072, HeartbeatAt: now},
 		{ID: "other", URL: other.URL, State: nodes.Active, MemoryMiB: 4096, CommittedMiB: 0, HeartbeatAt: now},
 	}
-	tokens := &memTokens{}
+	tokens := &memTokens{nodes: registered}
 	a := &Sandbox{Client: own.Client(root), Tokens: tokens, Template: "base", PollInterval: 10 * time.Millisecond,
-		Nodes: func(context.Context) ([]nodes.Node, error) { return registered, nil }}
+		Nodes: func(context.Context) ([]nodes.Node, error) { return registered, nil }, Node: "own"}
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestActivityEnvironment()
 	env.RegisterActivity(a)
@@ -190,6 +205,10 @@ func TestClaimPlacedOnNodes(t *testing.T) {
 	if len(other.Sandboxes()) != 1 || len(own.Sandboxes()) != 0 {
 		t.Fatalf("claimed on own %v and other %v, want the node with free memory", own.Sandboxes(), other.Sandboxes())
 	}
+	// The box's record names the node; its address comes from the node's record.
+	if ref := tokens.stored(string(box)); ref.Node != "other" || ref.Addr != "" {
+		t.Fatalf("the box's sandbox is recorded on %q at %q, want node other and no address of its own", ref.Node, ref.Addr)
+	}
 	if ref, _ := tokens.SandboxToken(context.Background(), string(box)); ref.Addr != other.URL {
 		t.Fatalf("the box's sandbox is addressed at %q, want %s", ref.Addr, other.URL)
 	}
@@ -206,6 +225,11 @@ func TestClaimPlacedOnNodes(t *testing.T) {
 	registered[0].CommittedMiB, registered[1].CommittedMiB = 4000, 4000
 	if _, err := env.ExecuteActivity(a.Claim, ClaimInput{BoxID: box, Size: cocoonbox.SizeSmall, Attempt: 2}); err != nil || len(own.Sandboxes()) != 1 {
 		t.Fatalf("claim with no room by the heartbeats: %v; own engine has %v", err, own.Sandboxes())
+	}
+	// A sandbox on the worker's own engine is recorded on the worker's node, which another
+	// worker, whose own engine is another, reaches at the node's address.
+	if ref := tokens.stored(string(box)); ref.Node != "own" || ref.Addr != "" {
+		t.Fatalf("a sandbox on the own engine is recorded on %q at %q, want node own", ref.Node, ref.Addr)
 	}
 }
 

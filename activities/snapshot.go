@@ -77,6 +77,9 @@ type Snapshots struct {
 	Link *boxlink.Link
 	// StatePaths are the trees of the box such a snapshot holds; empty is DefaultStatePaths.
 	StatePaths []string
+	// Node is the registered node whose engine Client's own is (see Sandbox.Node): a box
+	// restored there is recorded as on it.
+	Node string
 }
 
 // SnapshotObjectKey is where a snapshot's stream lives in the bucket; its manifest sits beside it

@@ -412,7 +412,7 @@ func (a *Snapshots) restoreState(ctx context.Context, in RestoreSnapshotInput, s
 		release() // the box keeps its current sandbox
 		return RestoreSnapshotResult{}, err
 	}
-	if err := a.Tokens.PutSandboxToken(ctx, string(in.BoxID), got.SandboxRef); err != nil {
+	if err := a.Tokens.PutSandboxToken(ctx, string(in.BoxID), onNode(got, a.Node, "").SandboxRef); err != nil {
 		return RestoreSnapshotResult{}, classify(fmt.Errorf("store sandbox token: %w", err))
 	}
 	return RestoreSnapshotResult{SnapshotID: snap.ID, TakenAt: snap.CreatedAt, SandboxID: got.ID, Deadline: got.Deadline}, nil

@@ -1,7 +1,9 @@
 package devstack
 
 import (
+	"context"
 	"fmt"
+	"time"
 
 	"github.com/loomhand/cocoonbox/activities"
 	"github.com/loomhand/cocoonbox/internal/app"
@@ -38,7 +40,7 @@ func (d *Dev) startWorker() error {
 	w := worker.New(worker.Options{
 		Temporal: d.Temporal, Store: d.Store, Sandbox: sb, Keys: keys, Template: d.cfg.Template,
 		Blobs: d.Blobs, Gateway: d.gateway, Logger: d.log.With("component", "worker"),
-		WebhooksAllowPrivate: d.cfg.Webhooks.AllowPrivate,
+		WebhooksAllowPrivate: d.cfg.Webhooks.AllowPrivate, Node: LocalNode,
 	})
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("worker: %w", err)
@@ -48,9 +50,18 @@ func (d *Dev) startWorker() error {
 		RetryFirst: d.cfg.Webhooks.RetryFirst, Logger: d.log.With("component", "webhooks")})
 	rec := worker.StartReconciler(&worker.Reconciler{Temporal: d.Temporal, Store: d.Store,
 		Logger: d.log.With("component", "reconciler")})
-	// The stack's one engine is its node "local", listed by `cocoonbox admin nodes`.
-	beat := worker.StartHeartbeat(&worker.Heartbeat{Store: d.Store, Engine: sb,
-		Node: nodes.Node{ID: LocalNode, URL: d.sandboxURL}, Logger: d.log.With("component", "heartbeat")})
+	// The stack's one engine is its node "local", listed by `cocoonbox admin nodes`. Its record
+	// has the engine's address of this start before anything reaches a box: a box's sandbox is
+	// found at the address its node's record has.
+	h := &worker.Heartbeat{Store: d.Store, Engine: sb,
+		Node: nodes.Node{ID: LocalNode, URL: d.sandboxURL}, Logger: d.log.With("component", "heartbeat")}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	err = h.Beat(ctx)
+	cancel()
+	if err != nil {
+		return fmt.Errorf("register node %s: %w", LocalNode, err)
+	}
+	beat := worker.StartHeartbeat(h)
 	d.stopHooks = func() { beat(); rec(); hooks() }
 	return nil
 }

@@ -98,6 +98,10 @@ type SandboxRef struct {
 	// Addr is the node that holds the sandbox when a redirect sent the claim elsewhere: host:port
 	// or an http(s) origin. Empty means the client's base URL, the usual case.
 	Addr string
+	// Node is the ID of the registered engine node that holds the sandbox (cocoonbox's node
+	// records, not the engine's), empty when no record names its engine. The client does not read
+	// it; the token store keeps it and resolves Addr from the node's record.
+	Node string
 }
 
 // Claimed is a sandbox obtained by Claim or ClaimFromCheckpoint.

@@ -159,6 +159,10 @@ UPDATE boxes SET
         WHEN $2 = 'deleted' THEN ''
         WHEN $3 = '' OR $3 = sandbox_id THEN sandbox_addr
         ELSE '' END,
+    sandbox_node = CASE
+        WHEN $2 = 'deleted' THEN ''
+        WHEN $3 = '' OR $3 = sandbox_id THEN sandbox_node
+        ELSE '' END,
     sandbox_id = coalesce(NULLIF($3, ''), sandbox_id),
     deleted_at = CASE WHEN $2 = 'deleted' THEN now() END,
     updated_at = now()
@@ -193,16 +197,17 @@ func (q *Queries) MarkBoxDeleted(ctx context.Context, id cocoonbox.BoxID) error 
 }
 
 // SetSandboxToken stores the engine credential for box id's sandbox, sealed by the caller (see
-// SandboxTokens), together with the sandbox it opens and the node that holds it (addr, empty for
-// the configured engine), so the three cannot disagree. An unknown box is ErrNotFound, a deleted
-// one ErrConflict.
-func (q *Queries) SetSandboxToken(ctx context.Context, id cocoonbox.BoxID, sandboxID, addr string, ciphertext []byte) error {
+// SandboxTokens), together with the sandbox it opens and where it is: addr, the engine a redirect
+// named (empty otherwise), and node, the registered node that holds it (empty when none is
+// known), so they cannot disagree. An unknown box is ErrNotFound, a deleted one ErrConflict.
+func (q *Queries) SetSandboxToken(ctx context.Context, id cocoonbox.BoxID, sandboxID, addr, node string, ciphertext []byte) error {
 	if sandboxID == "" || len(ciphertext) == 0 {
 		return fmt.Errorf("set sandbox token of box %s: %w: sandbox ID and ciphertext are required", id, ErrInvalid)
 	}
 	tag, err := q.db.Exec(ctx,
-		`UPDATE boxes SET sandbox_id = $2, sandbox_addr = $3, sandbox_token_ciphertext = $4, updated_at = now()
-		 WHERE id = $1 AND deleted_at IS NULL`, id, sandboxID, addr, ciphertext)
+		`UPDATE boxes SET sandbox_id = $2, sandbox_addr = $3, sandbox_node = $4, sandbox_token_ciphertext = $5,
+		        updated_at = now()
+		 WHERE id = $1 AND deleted_at IS NULL`, id, sandboxID, addr, node, ciphertext)
 	if err != nil {
 		return fmt.Errorf("set sandbox token of box %s: %w", id, mapErr(err))
 	}
@@ -212,18 +217,28 @@ func (q *Queries) SetSandboxToken(ctx context.Context, id cocoonbox.BoxID, sandb
 	return nil
 }
 
-// SandboxToken returns box id's sandbox, the node that holds it (empty: the configured engine)
-// and its sealed token. A box that is unknown, deleted, or has no token yet is ErrNotFound: in
-// every case there is no sandbox to talk to.
-func (q *Queries) SandboxToken(ctx context.Context, id cocoonbox.BoxID) (sandboxID, addr string, ciphertext []byte, err error) {
+// SandboxLocation is where a box's sandbox is, as its row says.
+type SandboxLocation struct {
+	SandboxID string
+	// Addr is the engine to call: the one a redirect named, else the address of the node that
+	// holds the sandbox as its record says now, else empty (the configured engine).
+	Addr string
+	Node string // the registered node that holds it; empty when none is known
+}
+
+// SandboxToken returns where box id's sandbox is and its sealed token. A box that is unknown,
+// deleted, or has no token yet is ErrNotFound: in every case there is no sandbox to talk to.
+func (q *Queries) SandboxToken(ctx context.Context, id cocoonbox.BoxID) (loc SandboxLocation, ciphertext []byte, err error) {
 	err = q.db.QueryRow(ctx,
-		`SELECT sandbox_id, sandbox_addr, sandbox_token_ciphertext FROM boxes
-		 WHERE id = $1 AND deleted_at IS NULL AND sandbox_token_ciphertext IS NOT NULL`, id,
-	).Scan(&sandboxID, &addr, &ciphertext)
+		`SELECT b.sandbox_id, CASE WHEN b.sandbox_addr <> '' THEN b.sandbox_addr ELSE coalesce(n.url, '') END,
+		        b.sandbox_node, b.sandbox_token_ciphertext
+		   FROM boxes b LEFT JOIN nodes n ON n.id = b.sandbox_node AND b.sandbox_node <> ''
+		  WHERE b.id = $1 AND b.deleted_at IS NULL AND b.sandbox_token_ciphertext IS NOT NULL`, id,
+	).Scan(&loc.SandboxID, &loc.Addr, &loc.Node, &ciphertext)
 	if err != nil {
-		return "", "", nil, fmt.Errorf("sandbox token of box %s: %w", id, mapErr(err))
+		return SandboxLocation{}, nil, fmt.Errorf("sandbox token of box %s: %w", id, mapErr(err))
 	}
-	return sandboxID, addr, ciphertext, nil
+	return loc, ciphertext, nil
 }
 
 // whyUnchanged explains an update of a live box that touched no row: the box does not exist

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/nodes"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/secrets"
 	"github.com/loomhand/cocoonbox/internal/store"
@@ -226,7 +227,7 @@ func TestSandboxTokens(t *testing.T) {
 	if len(stored) == 0 || bytes.Contains(stored, []byte(token)) {
 		t.Errorf("stored ciphertext %x holds the token", stored)
 	}
-	if err := st.SetSandboxToken(ctx, other.ID, "sb-2", "", stored); err != nil {
+	if err := st.SetSandboxToken(ctx, other.ID, "sb-2", "", "", stored); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tokens.SandboxToken(ctx, string(other.ID)); !errors.Is(err, secrets.ErrAuth) {
@@ -256,6 +257,26 @@ func TestSandboxTokens(t *testing.T) {
 	// The new sandbox is on the configured engine: the old one's node is not carried over.
 	if got, err := tokens.SandboxToken(ctx, string(b.ID)); err != nil || got.Addr != "" {
 		t.Errorf("new sandbox: %+v, %v; want no node address", got, err)
+	}
+	// A sandbox on a registered node is found at the address the node's record has now, so a
+	// node whose address changes keeps its boxes; a node with no record leaves the address
+	// empty (the configured engine).
+	onNode := sandbox.SandboxRef{ID: "sb-3", Token: "t3", Node: "node-c"}
+	if err := tokens.PutSandboxToken(ctx, string(b.ID), onNode); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := tokens.SandboxToken(ctx, string(b.ID)); err != nil || got != onNode {
+		t.Errorf("sandbox on an unregistered node: %+v, %v; want %+v", got, err, onNode)
+	}
+	for _, url := range []string{"http://10.0.0.3:7777", "http://10.0.0.33:7777"} {
+		if _, err := st.HeartbeatNode(ctx, nodes.Node{ID: "node-c", URL: url, State: nodes.Active}); err != nil {
+			t.Fatal(err)
+		}
+		want := onNode
+		want.Addr = url
+		if got, err := tokens.SandboxToken(ctx, string(b.ID)); err != nil || got != want {
+			t.Errorf("sandbox on node-c at %s: %+v, %v; want %+v", url, got, err, want)
+		}
 	}
 	if err := st.MarkBoxDeleted(ctx, b.ID); err != nil {
 		t.Fatal(err)

@@ -91,19 +91,24 @@ type SandboxOnNode struct {
 	SandboxID string
 }
 
-// SandboxesOn returns the live boxes whose sandbox is on the node at addr (their sandbox_addr).
-func (q *Queries) SandboxesOn(ctx context.Context, addr string) ([]SandboxOnNode, error) {
+// SandboxesOn returns the live boxes whose sandbox node n holds: their sandbox_node names it, or,
+// for a sandbox recorded before nodes were named (schema 14), their sandbox_addr is its URL.
+func (q *Queries) SandboxesOn(ctx context.Context, n nodes.Node) ([]SandboxOnNode, error) {
+	addr := n.URL
 	rows, err := q.db.Query(ctx,
-		`SELECT id, sandbox_id FROM boxes WHERE deleted_at IS NULL AND sandbox_addr = $1 AND sandbox_id IS NOT NULL ORDER BY id`, addr)
+		`SELECT id, sandbox_id FROM boxes
+		  WHERE deleted_at IS NULL AND sandbox_id IS NOT NULL
+		    AND (sandbox_node = $1 OR sandbox_node = '' AND sandbox_addr = $2 AND $2 <> '')
+		  ORDER BY id`, n.ID, addr)
 	if err != nil {
-		return nil, fmt.Errorf("sandboxes on %s: %w", addr, mapErr(err))
+		return nil, fmt.Errorf("sandboxes on %s: %w", n.ID, mapErr(err))
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (SandboxOnNode, error) {
 		var s SandboxOnNode
 		return s, r.Scan(&s.BoxID, &s.SandboxID)
 	})
 	if err != nil {
-		return nil, fmt.Errorf("sandboxes on %s: %w", addr, mapErr(err))
+		return nil, fmt.Errorf("sandboxes on %s: %w", n.ID, mapErr(err))
 	}
 	return out, nil
 }

@@ -25,7 +25,7 @@ func sandboxTokenAAD(boxID string) []byte {
 }
 
 // PutSandboxToken seals ref's token and stores it as box boxID's credential for ref's sandbox,
-// with the node that holds it (ref.Addr), replacing any earlier one. Errors are
+// with where it is (ref.Addr, ref.Node), replacing any earlier one. Errors are
 // SetSandboxToken's.
 func (s SandboxTokens) PutSandboxToken(ctx context.Context, boxID string, ref sandbox.SandboxRef) error {
 	if ref.Token == "" {
@@ -35,15 +35,15 @@ func (s SandboxTokens) PutSandboxToken(ctx context.Context, boxID string, ref sa
 	if err != nil {
 		return fmt.Errorf("put sandbox token of box %s: %w", boxID, err)
 	}
-	return s.Store.SetSandboxToken(ctx, cocoonbox.BoxID(boxID), ref.ID, ref.Addr, blob)
+	return s.Store.SetSandboxToken(ctx, cocoonbox.BoxID(boxID), ref.ID, ref.Addr, ref.Node, blob)
 }
 
-// SandboxToken returns box boxID's sandbox: its ID, the node that holds it and its token in
-// clear. No token is ErrNotFound; a ciphertext that does not open (another master key, a row
+// SandboxToken returns box boxID's sandbox: its ID, where it is (Store.SandboxToken) and its
+// token in clear. No token is ErrNotFound; a ciphertext that does not open (another master key, a row
 // tampered with or copied from another box) is an error matching secrets.ErrAuth or
 // secrets.ErrUnknownKey.
 func (s SandboxTokens) SandboxToken(ctx context.Context, boxID string) (sandbox.SandboxRef, error) {
-	id, addr, blob, err := s.Store.SandboxToken(ctx, cocoonbox.BoxID(boxID))
+	loc, blob, err := s.Store.SandboxToken(ctx, cocoonbox.BoxID(boxID))
 	if err != nil {
 		return sandbox.SandboxRef{}, err
 	}
@@ -51,5 +51,5 @@ func (s SandboxTokens) SandboxToken(ctx context.Context, boxID string) (sandbox.
 	if err != nil {
 		return sandbox.SandboxRef{}, fmt.Errorf("sandbox token of box %s: %w", boxID, err)
 	}
-	return sandbox.SandboxRef{ID: id, Token: string(plain), Addr: addr}, nil
+	return sandbox.SandboxRef{ID: loc.SandboxID, Token: string(plain), Addr: loc.Addr, Node: loc.Node}, nil
 }

@@ -89,7 +89,7 @@ func (h *Heartbeat) Beat(ctx context.Context) error {
 func (h *Heartbeat) tellLost(ctx context.Context, lost []nodes.Node) error {
 	var errs []error
 	for _, n := range lost {
-		boxes, err := h.Store.SandboxesOn(ctx, n.URL)
+		boxes, err := h.Store.SandboxesOn(ctx, n)
 		if err != nil {
 			errs = append(errs, err)
 			continue

@@ -42,12 +42,14 @@ func TestHeartbeat(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for i, addr := range []string{peer.URL, eng.URL} { // one box on the peer, one elsewhere
+	// Two boxes on the peer (one named by its node, one recorded before nodes were named, by the
+	// address alone), one elsewhere.
+	for i, at := range []struct{ addr, node string }{{"", peer.ID}, {peer.URL, ""}, {eng.URL, "node-a"}} {
 		id := cocoonbox.BoxID(fmt.Sprintf("bx_00000000000000b%d", i))
 		if _, err := st.CreateBox(ctx, store.NewBox{ID: id, Owner: u.ID, Name: fmt.Sprintf("b%d", i), Size: cocoonbox.SizeSmall}); err != nil {
 			t.Fatal(err)
 		}
-		if err := st.SetSandboxToken(ctx, id, fmt.Sprintf("sb_00000000000000b%d", i), addr, []byte("sealed")); err != nil {
+		if err := st.SetSandboxToken(ctx, id, fmt.Sprintf("sb_00000000000000b%d", i), at.addr, at.node, []byte("sealed")); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -68,10 +70,10 @@ func TestHeartbeat(t *testing.T) {
 	if err != nil || list[1].ID != "node-b" || list[1].State != nodes.Lost || list[0].State != nodes.Active {
 		t.Fatalf("after node-b went silent: %+v, %v; want node-b lost and node-a active", list, err)
 	}
-	if want := []string{"bx_00000000000000b0 sb_00000000000000b0 node-b"}; !slices.Equal(told, want) {
+	if want := []string{"bx_00000000000000b0 sb_00000000000000b0 node-b", "bx_00000000000000b1 sb_00000000000000b1 node-b"}; !slices.Equal(told, want) {
 		t.Fatalf("told %v, want %v", told, want)
 	}
-	if err := h.Beat(ctx); err != nil || len(told) != 1 {
+	if err := h.Beat(ctx); err != nil || len(told) != 2 {
 		t.Fatalf("a beat after: %v; told %v, want no one again", err, told)
 	}
 }

@@ -102,7 +102,7 @@ func Start(ctx context.Context, cfg config.Worker, logger *slog.Logger, intercep
 		Keys: keys, Template: cfg.Template, Blobs: blobs,
 		UploadRate: int64(cfg.SnapshotUploadMiBps) << 20, Gateway: StaticGateway(cfg.Agent),
 		Logger: logger.With("component", "worker"), WebhooksAllowPrivate: cfg.Webhooks.AllowPrivate,
-		Interceptors: interceptors, NodeDeadAfter: cfg.NodeDeadAfter,
+		Interceptors: interceptors, NodeDeadAfter: cfg.NodeDeadAfter, Node: cfg.Node,
 	})
 	if err := w.Start(); err != nil {
 		return nil, fmt.Errorf("worker: %w", err)

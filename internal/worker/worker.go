@@ -52,6 +52,9 @@ type Options struct {
 	// NodeDeadAfter is how long a node's heartbeat may be silent and the node still be placed
 	// on; 0 is nodes.DefaultDeadAfter.
 	NodeDeadAfter time.Duration
+	// Node is the ID of the registered node whose engine Sandbox is, empty when none is: boxes
+	// claimed or restored there are recorded as on it (activities.Sandbox.Node).
+	Node string
 }
 
 // GatewayOf is the activities' view of an agent configuration.
@@ -80,11 +83,11 @@ func New(opts Options) worker.Worker {
 	link := &boxlink.Link{Sandbox: opts.Sandbox, Tokens: tok, Credentials: creds}
 	w.RegisterActivity(&activities.Snapshots{
 		Client: opts.Sandbox, Tokens: tok, Blobs: opts.Blobs, Store: snapshots{opts.Store},
-		Template: opts.Template, UploadRate: opts.UploadRate, Credentials: creds, Link: link,
+		Template: opts.Template, UploadRate: opts.UploadRate, Credentials: creds, Link: link, Node: opts.Node,
 	})
 	// The credential is written at claim (WaitReady) and checked again before each agent step.
 	sbActs := &activities.Sandbox{Client: opts.Sandbox, Tokens: tok, Template: opts.Template, Credentials: creds,
-		NodeDeadAfter: opts.NodeDeadAfter, Rows: rows}
+		NodeDeadAfter: opts.NodeDeadAfter, Rows: rows, Node: opts.Node}
 	if opts.Store != nil {
 		sbActs.Nodes = opts.Store.ListNodes // with engine nodes registered, claims are placed on them
 	}
