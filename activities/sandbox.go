@@ -171,8 +171,14 @@ func (a *Sandbox) claimPlaced(ctx context.Context, req sandbox.ClaimRequest) (sa
 	}
 	dead := cmp.Or(a.NodeDeadAfter, nodes.DefaultDeadAfter)
 	n, err := nodes.Pick(all, nodes.Request{Template: req.Template, Size: cocoonbox.Size(req.Size), Net: req.Net}, time.Now(), dead)
+	var refused error
 	if err != nil {
-		n = nodes.Node{} // Client's own engine, after the same look for an earlier claim
+		// Client's own engine, after the same look for an earlier claim: unless its node is
+		// draining (an operator took it out of placement) or lost, when no engine is asked.
+		if own := ownNode(all, a.Node); own.State == nodes.Draining || own.State == nodes.Lost {
+			refused = err
+		}
+		n = nodes.Node{}
 	}
 	for _, other := range all {
 		if other.ID == n.ID || other.State == nodes.Lost {
@@ -186,11 +192,24 @@ func (a *Sandbox) claimPlaced(ctx context.Context, req sandbox.ClaimRequest) (sa
 			return onNode(got, other.ID, other.URL), nil
 		}
 	}
+	if refused != nil {
+		return sandbox.Claimed{}, refused
+	}
 	got, err := nc.ClaimOn(ctx, n.URL, req) // an empty URL is Client's own engine
 	if n.ID == "" {
 		return onNode(got, a.Node, ""), err
 	}
 	return onNode(got, n.ID, n.URL), err
+}
+
+// ownNode is the record of node id among all; the zero Node when there is none.
+func ownNode(all []nodes.Node, id string) nodes.Node {
+	for _, n := range all {
+		if id != "" && n.ID == id {
+			return n
+		}
+	}
+	return nodes.Node{}
 }
 
 // onNode records that got's sandbox is on the registered node id, whose address is url (empty:

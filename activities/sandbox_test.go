@@ -231,6 +231,18 @@ func TestClaimPlacedOnNodes(t *testing.T) {
 	if ref := tokens.stored(string(box)); ref.Node != "own" || ref.Addr != "" {
 		t.Fatalf("a sandbox on the own engine is recorded on %q at %q, want node own", ref.Node, ref.Addr)
 	}
+	// The worker's own node drained: with no room on the others, nothing is claimed, and the
+	// refusal says why; a retry of a claim made before the drain still finds its sandbox.
+	registered[0].State = nodes.Draining
+	_, err := env.ExecuteActivity(a.Claim, ClaimInput{BoxID: box, Size: cocoonbox.SizeSmall, Attempt: 3})
+	if err == nil || !strings.Contains(err.Error(), "own is draining") || len(own.Sandboxes()) != 1 {
+		t.Fatalf("claim with the own node draining: %v; own engine has %v", err, own.Sandboxes())
+	}
+	retried, err := env.ExecuteActivity(a.Claim, ClaimInput{BoxID: box, Size: cocoonbox.SizeSmall, Attempt: 2})
+	var res ClaimResult
+	if err != nil || retried.Get(&res) != nil || !res.Adopted {
+		t.Fatalf("retry of a claim made before the drain: %+v, %v; want it adopted", res, err)
+	}
 }
 
 // TestLostNodesSandboxIsGone: a call on a sandbox whose node does not answer is retried while

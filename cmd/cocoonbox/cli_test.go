@@ -542,3 +542,18 @@ func TestUnansweredCallsAreSentAgain(t *testing.T) {
 		t.Errorf("sends' request IDs %q, want 3 of one", f.flaky)
 	}
 }
+
+// TestAdminDrain: drain says the node takes no new boxes and what stays on it, --undo says it
+// takes them again, and an unknown node's refusal names it.
+func TestAdminDrain(t *testing.T) {
+	withFake(t)
+	if out := runOK(t, "", "admin", "drain", "node-a"); out != "node node-a is draining: no new box is placed on it; its 5 boxes stay on it\n" {
+		t.Fatalf("drain: %q", out)
+	}
+	if out := runOK(t, "", "admin", "drain", "node-a", "--undo"); out != "node node-a is active: new boxes may be placed on it again\n" {
+		t.Fatalf("undo: %q", out)
+	}
+	if _, stderr, code := runCLI(t, "", "admin", "drain", "node-z"); code == 0 || !strings.Contains(stderr, "node-z") {
+		t.Fatalf("drain an unknown node: exit %d stderr %q", code, stderr)
+	}
+}

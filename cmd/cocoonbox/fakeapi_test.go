@@ -458,6 +458,18 @@ func (f *fakeAPI) ListNodes(context.Context, *cbv1.ListNodesRequest) (*cbv1.List
 	return &cbv1.ListNodesResponse{Nodes: sampleNodes()}, nil
 }
 
+func (f *fakeAPI) DrainNode(_ context.Context, r *cbv1.DrainNodeRequest) (*cbv1.Node, error) {
+	n := sampleNodes()[0]
+	if r.GetNode() != n.GetId() {
+		return nil, status.Errorf(codes.NotFound, "node %s: not found", r.GetNode())
+	}
+	n.State = "draining"
+	if r.GetUndo() {
+		n.State = "active"
+	}
+	return n, nil
+}
+
 // sampleNodes are a busy node with warm pools, a node of upstream sandboxd (no capacity) and a
 // lost one.
 func sampleNodes() []*cbv1.Node {

@@ -553,6 +553,24 @@ func (b *boxService) ListNodes(ctx context.Context, _ *cbv1.ListNodesRequest) (*
 	return &cbv1.ListNodesResponse{Nodes: protoList(list, nodeProto)}, nil
 }
 
+// DrainNode marks an engine node draining, or active again with undo (operators).
+func (b *boxService) DrainNode(ctx context.Context, req *cbv1.DrainNodeRequest) (*cbv1.Node, error) {
+	if err := mustOperator(ctx, "DrainNode"); err != nil {
+		return nil, err
+	}
+	if req.GetNode() == "" {
+		return nil, cocoonbox.Invalid("node", "is required: the ID `cocoonbox admin nodes` lists")
+	}
+	if b.s.store == nil {
+		return nil, cocoonbox.Errorf(cocoonbox.EUnavailable, "this server has no database")
+	}
+	n, err := b.s.store.SetNodeDraining(ctx, req.GetNode(), !req.GetUndo())
+	if err != nil {
+		return nil, err
+	}
+	return nodeProto(n), nil
+}
+
 func nodeProto(n nodes.Node) *cbv1.Node {
 	warm := map[string]int32{}
 	for k, v := range n.Warm {

@@ -7,8 +7,12 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/status"
 
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/devstack"
 	"github.com/loomhand/cocoonbox/internal/testutil"
@@ -51,5 +55,49 @@ func TestLocalNodeRegisters(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestDrainedNodeTakesNoBox: an admin drains the stack's one node through the API; a create then
+// gets no sandbox and fails naming the drain, the box already on the node keeps running, and
+// after the drain is undone a create runs again. A user who is not an admin may not drain.
+func TestDrainedNodeTakesNoBox(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	cfg := boxConfig(t)
+	cfg.CreateWait = 3 * time.Second
+	d, ctx, owner, eng := newBoxEnv(t, cfg, 3*time.Minute)
+	before, _ := createBox(ctx, t, d, owner.ID, eng)
+	conn, err := grpc.NewClient(strings.TrimPrefix(d.URLs().API, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	cli, err := config.LoadCLI(d.Bootstrap().CLIConfig, config.MapEnv(nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := apiEnv{d: d, conn: conn, box: cbv1.NewBoxServiceClient(conn)}
+	_, userToken := e.user(ctx, t, "uma")
+	if _, err := e.box.DrainNode(e.as(ctx, userToken), &cbv1.DrainNodeRequest{Node: devstack.LocalNode}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("a user's drain: %v, want permission denied", err)
+	}
+	n, err := e.box.DrainNode(e.as(ctx, cli.Token), &cbv1.DrainNodeRequest{Node: devstack.LocalNode})
+	if err != nil || n.GetState() != "draining" {
+		t.Fatalf("drain: %v, %v", n, err)
+	}
+	_, err = d.Boxes.Create(ctx, owner.ID, boxsvc.CreateRequest{ID: cocoonbox.NewBoxID(), Name: "drained", Size: cocoonbox.SizeSmall})
+	if cocoonbox.ErrorCode(err) != cocoonbox.ENoCapacity || !strings.Contains(err.Error(), devstack.LocalNode+" is draining") {
+		t.Fatalf("a create on a drained node: %v (%s); want no_capacity saying the node is draining", err, cocoonbox.ErrorCode(err))
+	}
+	if st, err := d.Boxes.Exec(ctx, owner.ID, before, boxsvc.ExecRequest{Argv: []string{"true"}}); err != nil || st.ExitCode != 0 {
+		t.Fatalf("the box already on the drained node: %+v, %v", st, err)
+	}
+	if n, err := e.box.DrainNode(e.as(ctx, cli.Token), &cbv1.DrainNodeRequest{Node: devstack.LocalNode, Undo: true}); err != nil || n.GetState() != "active" {
+		t.Fatalf("undo: %v, %v", n, err)
+	}
+	if st, err := d.Boxes.Create(ctx, owner.ID, boxsvc.CreateRequest{ID: cocoonbox.NewBoxID(), Name: "undrained", Size: cocoonbox.SizeSmall}); err != nil || st.State != cocoonbox.BoxStateRunning {
+		t.Fatalf("a create after the undo: %+v, %v", st.State, err)
 	}
 }

@@ -3,6 +3,7 @@ package store
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 
@@ -111,4 +112,27 @@ func (q *Queries) SandboxesOn(ctx context.Context, n nodes.Node) ([]SandboxOnNod
 		return nil, fmt.Errorf("sandboxes on %s: %w", n.ID, mapErr(err))
 	}
 	return out, nil
+}
+
+// SetNodeDraining marks node id draining (placement puts no new box on it) or, with draining
+// false, active again. A lost node is neither: it is ErrConflict, since a node comes back from
+// lost only by beating again. An unknown node is ErrNotFound.
+func (q *Queries) SetNodeDraining(ctx context.Context, id string, draining bool) (nodes.Node, error) {
+	to := nodes.Active
+	if draining {
+		to = nodes.Draining
+	}
+	var n nodes.Node
+	err := scanNode(q.db.QueryRow(ctx,
+		`UPDATE nodes SET state = $2 WHERE id = $1 AND state <> 'lost' RETURNING `+nodeColumns, id, to), &n)
+	if err == nil {
+		return n, nil
+	}
+	if err = mapErr(err); !errors.Is(err, ErrNotFound) {
+		return nodes.Node{}, fmt.Errorf("set node %s %s: %w", id, to, err)
+	}
+	if err := scanNode(q.db.QueryRow(ctx, `SELECT `+nodeColumns+` FROM nodes WHERE id = $1`, id), &n); err != nil {
+		return nodes.Node{}, fmt.Errorf("node %s: %w", id, mapErr(err))
+	}
+	return nodes.Node{}, fmt.Errorf("set node %s %s: %w: it is lost; it comes back when its worker beats again", id, to, ErrConflict)
 }

@@ -2,10 +2,13 @@ package store_test
 
 import (
 	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/loomhand/cocoonbox/internal/nodes"
+	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/internal/store/storetest"
 )
 
@@ -44,5 +47,35 @@ func TestNodes(t *testing.T) {
 	}
 	if back, err := st.HeartbeatNode(ctx, nodes.Node{ID: "node-b", URL: "http://10.0.0.2:7777"}); err != nil || back.State != nodes.Active {
 		t.Fatalf("a lost node beating again: %+v, %v; want it active", back, err)
+	}
+}
+
+// TestNodeDraining: an operator drains a node and undoes it; its heartbeats keep it draining
+// meanwhile; a lost node and an unknown one are refused, naming why.
+func TestNodeDraining(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st, conn := storetest.NewWithSQL(t)
+	a := nodes.Node{ID: "node-a", URL: "http://10.0.0.1:7777"}
+	if _, err := st.HeartbeatNode(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := st.SetNodeDraining(ctx, "node-a", true); err != nil || n.State != nodes.Draining {
+		t.Fatalf("drain: %+v, %v", n, err)
+	}
+	if n, err := st.HeartbeatNode(ctx, a); err != nil || n.State != nodes.Draining {
+		t.Fatalf("a heartbeat of a draining node: %+v, %v; want it still draining", n, err)
+	}
+	if n, err := st.SetNodeDraining(ctx, "node-a", false); err != nil || n.State != nodes.Active {
+		t.Fatalf("undo: %+v, %v", n, err)
+	}
+	if _, err := conn.Exec(ctx, `UPDATE nodes SET state = 'lost' WHERE id = 'node-a'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := st.SetNodeDraining(ctx, "node-a", true); !errors.Is(err, store.ErrConflict) || !strings.Contains(err.Error(), "lost") {
+		t.Fatalf("drain a lost node: %v, want a conflict saying it is lost", err)
+	}
+	if _, err := st.SetNodeDraining(ctx, "node-z", true); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("drain an unknown node: %v, want not found", err)
 	}
 }

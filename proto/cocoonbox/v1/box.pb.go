@@ -2815,6 +2815,59 @@ func (*ListNodesRequest) Descriptor() ([]byte, []int) {
 	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{41}
 }
 
+type DrainNodeRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Node  string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
+	// undo makes a draining node active again.
+	Undo          bool `protobuf:"varint,2,opt,name=undo,proto3" json:"undo,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainNodeRequest) Reset() {
+	*x = DrainNodeRequest{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainNodeRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainNodeRequest) ProtoMessage() {}
+
+func (x *DrainNodeRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainNodeRequest.ProtoReflect.Descriptor instead.
+func (*DrainNodeRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{42}
+}
+
+func (x *DrainNodeRequest) GetNode() string {
+	if x != nil {
+		return x.Node
+	}
+	return ""
+}
+
+func (x *DrainNodeRequest) GetUndo() bool {
+	if x != nil {
+		return x.Undo
+	}
+	return false
+}
+
 type ListNodesResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Nodes         []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
@@ -2824,7 +2877,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2836,7 +2889,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[42]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2849,7 +2902,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{42}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{43}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -2884,7 +2937,7 @@ type Node struct {
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2896,7 +2949,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2909,7 +2962,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{43}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{44}
 }
 
 func (x *Node) GetId() string {
@@ -2991,7 +3044,7 @@ type SetPoolsRequest struct {
 
 func (x *SetPoolsRequest) Reset() {
 	*x = SetPoolsRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3003,7 +3056,7 @@ func (x *SetPoolsRequest) String() string {
 func (*SetPoolsRequest) ProtoMessage() {}
 
 func (x *SetPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3016,7 +3069,7 @@ func (x *SetPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPoolsRequest.ProtoReflect.Descriptor instead.
 func (*SetPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{44}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *SetPoolsRequest) GetPools() []*WarmPool {
@@ -3035,7 +3088,7 @@ type RecreateBoxRequest struct {
 
 func (x *RecreateBoxRequest) Reset() {
 	*x = RecreateBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3047,7 +3100,7 @@ func (x *RecreateBoxRequest) String() string {
 func (*RecreateBoxRequest) ProtoMessage() {}
 
 func (x *RecreateBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3060,7 +3113,7 @@ func (x *RecreateBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecreateBoxRequest.ProtoReflect.Descriptor instead.
 func (*RecreateBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{45}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *RecreateBoxRequest) GetBox() string {
@@ -3079,7 +3132,7 @@ type WatchBoxRequest struct {
 
 func (x *WatchBoxRequest) Reset() {
 	*x = WatchBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3091,7 +3144,7 @@ func (x *WatchBoxRequest) String() string {
 func (*WatchBoxRequest) ProtoMessage() {}
 
 func (x *WatchBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3104,7 +3157,7 @@ func (x *WatchBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchBoxRequest.ProtoReflect.Descriptor instead.
 func (*WatchBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{46}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *WatchBoxRequest) GetBox() string {
@@ -3133,7 +3186,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[47]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3145,7 +3198,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[47]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3158,7 +3211,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{47}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *ExecRequest) GetBox() string {
@@ -3217,7 +3270,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[48]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3229,7 +3282,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[48]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3242,7 +3295,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{48}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *ExecResponse) GetExitCode() int32 {
@@ -3277,7 +3330,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[49]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3289,7 +3342,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[49]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3302,7 +3355,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{49}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ReadFileRequest) GetBox() string {
@@ -3330,7 +3383,7 @@ type ReadFileResponse struct {
 
 func (x *ReadFileResponse) Reset() {
 	*x = ReadFileResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[50]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3342,7 +3395,7 @@ func (x *ReadFileResponse) String() string {
 func (*ReadFileResponse) ProtoMessage() {}
 
 func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[50]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3355,7 +3408,7 @@ func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadFileResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{50}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ReadFileResponse) GetContent() []byte {
@@ -3387,7 +3440,7 @@ type WriteFileRequest struct {
 
 func (x *WriteFileRequest) Reset() {
 	*x = WriteFileRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[51]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3399,7 +3452,7 @@ func (x *WriteFileRequest) String() string {
 func (*WriteFileRequest) ProtoMessage() {}
 
 func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[51]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3412,7 +3465,7 @@ func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{51}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *WriteFileRequest) GetBox() string {
@@ -3452,7 +3505,7 @@ type WriteFileResponse struct {
 
 func (x *WriteFileResponse) Reset() {
 	*x = WriteFileResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[52]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3464,7 +3517,7 @@ func (x *WriteFileResponse) String() string {
 func (*WriteFileResponse) ProtoMessage() {}
 
 func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[52]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3477,7 +3530,7 @@ func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileResponse.ProtoReflect.Descriptor instead.
 func (*WriteFileResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{52}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *WriteFileResponse) GetBytes() int64 {
@@ -3504,7 +3557,7 @@ type Share struct {
 
 func (x *Share) Reset() {
 	*x = Share{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[53]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3516,7 +3569,7 @@ func (x *Share) String() string {
 func (*Share) ProtoMessage() {}
 
 func (x *Share) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[53]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3529,7 +3582,7 @@ func (x *Share) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Share.ProtoReflect.Descriptor instead.
 func (*Share) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{53}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *Share) GetBoxId() string {
@@ -3589,7 +3642,7 @@ type ShareBoxRequest struct {
 
 func (x *ShareBoxRequest) Reset() {
 	*x = ShareBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[54]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3601,7 +3654,7 @@ func (x *ShareBoxRequest) String() string {
 func (*ShareBoxRequest) ProtoMessage() {}
 
 func (x *ShareBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[54]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3614,7 +3667,7 @@ func (x *ShareBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShareBoxRequest.ProtoReflect.Descriptor instead.
 func (*ShareBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{54}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ShareBoxRequest) GetBox() string {
@@ -3656,7 +3709,7 @@ type UnshareBoxRequest struct {
 
 func (x *UnshareBoxRequest) Reset() {
 	*x = UnshareBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[55]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3668,7 +3721,7 @@ func (x *UnshareBoxRequest) String() string {
 func (*UnshareBoxRequest) ProtoMessage() {}
 
 func (x *UnshareBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[55]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3681,7 +3734,7 @@ func (x *UnshareBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnshareBoxRequest.ProtoReflect.Descriptor instead.
 func (*UnshareBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{55}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *UnshareBoxRequest) GetBox() string {
@@ -3706,7 +3759,7 @@ type UnshareBoxResponse struct {
 
 func (x *UnshareBoxResponse) Reset() {
 	*x = UnshareBoxResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[56]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3718,7 +3771,7 @@ func (x *UnshareBoxResponse) String() string {
 func (*UnshareBoxResponse) ProtoMessage() {}
 
 func (x *UnshareBoxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[56]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3731,7 +3784,7 @@ func (x *UnshareBoxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnshareBoxResponse.ProtoReflect.Descriptor instead.
 func (*UnshareBoxResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{56}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{57}
 }
 
 type ListSharesRequest struct {
@@ -3743,7 +3796,7 @@ type ListSharesRequest struct {
 
 func (x *ListSharesRequest) Reset() {
 	*x = ListSharesRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[57]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3755,7 +3808,7 @@ func (x *ListSharesRequest) String() string {
 func (*ListSharesRequest) ProtoMessage() {}
 
 func (x *ListSharesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[57]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3768,7 +3821,7 @@ func (x *ListSharesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSharesRequest.ProtoReflect.Descriptor instead.
 func (*ListSharesRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{57}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *ListSharesRequest) GetBox() string {
@@ -3787,7 +3840,7 @@ type ListSharesResponse struct {
 
 func (x *ListSharesResponse) Reset() {
 	*x = ListSharesResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[58]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3799,7 +3852,7 @@ func (x *ListSharesResponse) String() string {
 func (*ListSharesResponse) ProtoMessage() {}
 
 func (x *ListSharesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[58]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3812,7 +3865,7 @@ func (x *ListSharesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSharesResponse.ProtoReflect.Descriptor instead.
 func (*ListSharesResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{58}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ListSharesResponse) GetShares() []*Share {
@@ -3831,7 +3884,7 @@ type TakeOverRequest struct {
 
 func (x *TakeOverRequest) Reset() {
 	*x = TakeOverRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[59]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3843,7 +3896,7 @@ func (x *TakeOverRequest) String() string {
 func (*TakeOverRequest) ProtoMessage() {}
 
 func (x *TakeOverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[59]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3856,7 +3909,7 @@ func (x *TakeOverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeOverRequest.ProtoReflect.Descriptor instead.
 func (*TakeOverRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{59}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *TakeOverRequest) GetBox() string {
@@ -3875,7 +3928,7 @@ type HandBackRequest struct {
 
 func (x *HandBackRequest) Reset() {
 	*x = HandBackRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[60]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3887,7 +3940,7 @@ func (x *HandBackRequest) String() string {
 func (*HandBackRequest) ProtoMessage() {}
 
 func (x *HandBackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[60]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3900,7 +3953,7 @@ func (x *HandBackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandBackRequest.ProtoReflect.Descriptor instead.
 func (*HandBackRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{60}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *HandBackRequest) GetBox() string {
@@ -3929,7 +3982,7 @@ type DesktopTicketRequest struct {
 
 func (x *DesktopTicketRequest) Reset() {
 	*x = DesktopTicketRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[61]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3941,7 +3994,7 @@ func (x *DesktopTicketRequest) String() string {
 func (*DesktopTicketRequest) ProtoMessage() {}
 
 func (x *DesktopTicketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[61]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3954,7 +4007,7 @@ func (x *DesktopTicketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesktopTicketRequest.ProtoReflect.Descriptor instead.
 func (*DesktopTicketRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{61}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *DesktopTicketRequest) GetBox() string {
@@ -3997,7 +4050,7 @@ type DesktopTicketResponse struct {
 
 func (x *DesktopTicketResponse) Reset() {
 	*x = DesktopTicketResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[62]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4009,7 +4062,7 @@ func (x *DesktopTicketResponse) String() string {
 func (*DesktopTicketResponse) ProtoMessage() {}
 
 func (x *DesktopTicketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[62]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4022,7 +4075,7 @@ func (x *DesktopTicketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesktopTicketResponse.ProtoReflect.Descriptor instead.
 func (*DesktopTicketResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{62}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *DesktopTicketResponse) GetTicket() string {
@@ -4270,7 +4323,10 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x10ListPoolsRequest\"A\n" +
 	"\x11ListPoolsResponse\x12,\n" +
 	"\x05pools\x18\x01 \x03(\v2\x16.cocoonbox.v1.WarmPoolR\x05pools\"\x12\n" +
-	"\x10ListNodesRequest\"=\n" +
+	"\x10ListNodesRequest\":\n" +
+	"\x10DrainNodeRequest\x12\x12\n" +
+	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
+	"\x04undo\x18\x02 \x01(\bR\x04undo\"=\n" +
 	"\x11ListNodesResponse\x12(\n" +
 	"\x05nodes\x18\x01 \x03(\v2\x12.cocoonbox.v1.NodeR\x05nodes\"\xff\x02\n" +
 	"\x04Node\x12\x0e\n" +
@@ -4360,7 +4416,7 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x06ticket\x18\x01 \x01(\tR\x06ticket\x129\n" +
 	"\n" +
 	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x10\n" +
-	"\x03url\x18\x03 \x01(\tR\x03url2\xcb\x14\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url2\x8c\x15\n" +
 	"\n" +
 	"BoxService\x12>\n" +
 	"\tCreateBox\x12\x1e.cocoonbox.v1.CreateBoxRequest\x1a\x11.cocoonbox.v1.Box\x128\n" +
@@ -4376,7 +4432,8 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\vRecreateBox\x12 .cocoonbox.v1.RecreateBoxRequest\x1a\x11.cocoonbox.v1.Box\x12L\n" +
 	"\tListPools\x12\x1e.cocoonbox.v1.ListPoolsRequest\x1a\x1f.cocoonbox.v1.ListPoolsResponse\x12J\n" +
 	"\bSetPools\x12\x1d.cocoonbox.v1.SetPoolsRequest\x1a\x1f.cocoonbox.v1.ListPoolsResponse\x12L\n" +
-	"\tListNodes\x12\x1e.cocoonbox.v1.ListNodesRequest\x1a\x1f.cocoonbox.v1.ListNodesResponse\x12T\n" +
+	"\tListNodes\x12\x1e.cocoonbox.v1.ListNodesRequest\x1a\x1f.cocoonbox.v1.ListNodesResponse\x12?\n" +
+	"\tDrainNode\x12\x1e.cocoonbox.v1.DrainNodeRequest\x1a\x12.cocoonbox.v1.Node\x12T\n" +
 	"\x11GetPolicyDefaults\x12&.cocoonbox.v1.GetPolicyDefaultsRequest\x1a\x17.cocoonbox.v1.BoxPolicy\x12T\n" +
 	"\x11SetPolicyDefaults\x12&.cocoonbox.v1.SetPolicyDefaultsRequest\x1a\x17.cocoonbox.v1.BoxPolicy\x12>\n" +
 	"\bWatchBox\x12\x1d.cocoonbox.v1.WatchBoxRequest\x1a\x11.cocoonbox.v1.Box0\x01\x12O\n" +
@@ -4418,7 +4475,7 @@ func file_cocoonbox_v1_box_proto_rawDescGZIP() []byte {
 	return file_cocoonbox_v1_box_proto_rawDescData
 }
 
-var file_cocoonbox_v1_box_proto_msgTypes = make([]protoimpl.MessageInfo, 66)
+var file_cocoonbox_v1_box_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
 var file_cocoonbox_v1_box_proto_goTypes = []any{
 	(*ShellRequest)(nil),             // 0: cocoonbox.v1.ShellRequest
 	(*ShellStart)(nil),               // 1: cocoonbox.v1.ShellStart
@@ -4462,63 +4519,64 @@ var file_cocoonbox_v1_box_proto_goTypes = []any{
 	(*ListPoolsRequest)(nil),         // 39: cocoonbox.v1.ListPoolsRequest
 	(*ListPoolsResponse)(nil),        // 40: cocoonbox.v1.ListPoolsResponse
 	(*ListNodesRequest)(nil),         // 41: cocoonbox.v1.ListNodesRequest
-	(*ListNodesResponse)(nil),        // 42: cocoonbox.v1.ListNodesResponse
-	(*Node)(nil),                     // 43: cocoonbox.v1.Node
-	(*SetPoolsRequest)(nil),          // 44: cocoonbox.v1.SetPoolsRequest
-	(*RecreateBoxRequest)(nil),       // 45: cocoonbox.v1.RecreateBoxRequest
-	(*WatchBoxRequest)(nil),          // 46: cocoonbox.v1.WatchBoxRequest
-	(*ExecRequest)(nil),              // 47: cocoonbox.v1.ExecRequest
-	(*ExecResponse)(nil),             // 48: cocoonbox.v1.ExecResponse
-	(*ReadFileRequest)(nil),          // 49: cocoonbox.v1.ReadFileRequest
-	(*ReadFileResponse)(nil),         // 50: cocoonbox.v1.ReadFileResponse
-	(*WriteFileRequest)(nil),         // 51: cocoonbox.v1.WriteFileRequest
-	(*WriteFileResponse)(nil),        // 52: cocoonbox.v1.WriteFileResponse
-	(*Share)(nil),                    // 53: cocoonbox.v1.Share
-	(*ShareBoxRequest)(nil),          // 54: cocoonbox.v1.ShareBoxRequest
-	(*UnshareBoxRequest)(nil),        // 55: cocoonbox.v1.UnshareBoxRequest
-	(*UnshareBoxResponse)(nil),       // 56: cocoonbox.v1.UnshareBoxResponse
-	(*ListSharesRequest)(nil),        // 57: cocoonbox.v1.ListSharesRequest
-	(*ListSharesResponse)(nil),       // 58: cocoonbox.v1.ListSharesResponse
-	(*TakeOverRequest)(nil),          // 59: cocoonbox.v1.TakeOverRequest
-	(*HandBackRequest)(nil),          // 60: cocoonbox.v1.HandBackRequest
-	(*DesktopTicketRequest)(nil),     // 61: cocoonbox.v1.DesktopTicketRequest
-	(*DesktopTicketResponse)(nil),    // 62: cocoonbox.v1.DesktopTicketResponse
-	nil,                              // 63: cocoonbox.v1.ShellStart.EnvEntry
-	nil,                              // 64: cocoonbox.v1.Node.WarmEntry
-	nil,                              // 65: cocoonbox.v1.ExecRequest.EnvEntry
-	(*timestamppb.Timestamp)(nil),    // 66: google.protobuf.Timestamp
+	(*DrainNodeRequest)(nil),         // 42: cocoonbox.v1.DrainNodeRequest
+	(*ListNodesResponse)(nil),        // 43: cocoonbox.v1.ListNodesResponse
+	(*Node)(nil),                     // 44: cocoonbox.v1.Node
+	(*SetPoolsRequest)(nil),          // 45: cocoonbox.v1.SetPoolsRequest
+	(*RecreateBoxRequest)(nil),       // 46: cocoonbox.v1.RecreateBoxRequest
+	(*WatchBoxRequest)(nil),          // 47: cocoonbox.v1.WatchBoxRequest
+	(*ExecRequest)(nil),              // 48: cocoonbox.v1.ExecRequest
+	(*ExecResponse)(nil),             // 49: cocoonbox.v1.ExecResponse
+	(*ReadFileRequest)(nil),          // 50: cocoonbox.v1.ReadFileRequest
+	(*ReadFileResponse)(nil),         // 51: cocoonbox.v1.ReadFileResponse
+	(*WriteFileRequest)(nil),         // 52: cocoonbox.v1.WriteFileRequest
+	(*WriteFileResponse)(nil),        // 53: cocoonbox.v1.WriteFileResponse
+	(*Share)(nil),                    // 54: cocoonbox.v1.Share
+	(*ShareBoxRequest)(nil),          // 55: cocoonbox.v1.ShareBoxRequest
+	(*UnshareBoxRequest)(nil),        // 56: cocoonbox.v1.UnshareBoxRequest
+	(*UnshareBoxResponse)(nil),       // 57: cocoonbox.v1.UnshareBoxResponse
+	(*ListSharesRequest)(nil),        // 58: cocoonbox.v1.ListSharesRequest
+	(*ListSharesResponse)(nil),       // 59: cocoonbox.v1.ListSharesResponse
+	(*TakeOverRequest)(nil),          // 60: cocoonbox.v1.TakeOverRequest
+	(*HandBackRequest)(nil),          // 61: cocoonbox.v1.HandBackRequest
+	(*DesktopTicketRequest)(nil),     // 62: cocoonbox.v1.DesktopTicketRequest
+	(*DesktopTicketResponse)(nil),    // 63: cocoonbox.v1.DesktopTicketResponse
+	nil,                              // 64: cocoonbox.v1.ShellStart.EnvEntry
+	nil,                              // 65: cocoonbox.v1.Node.WarmEntry
+	nil,                              // 66: cocoonbox.v1.ExecRequest.EnvEntry
+	(*timestamppb.Timestamp)(nil),    // 67: google.protobuf.Timestamp
 }
 var file_cocoonbox_v1_box_proto_depIdxs = []int32{
 	1,  // 0: cocoonbox.v1.ShellRequest.start:type_name -> cocoonbox.v1.ShellStart
 	2,  // 1: cocoonbox.v1.ShellRequest.resize:type_name -> cocoonbox.v1.WindowSize
-	63, // 2: cocoonbox.v1.ShellStart.env:type_name -> cocoonbox.v1.ShellStart.EnvEntry
+	64, // 2: cocoonbox.v1.ShellStart.env:type_name -> cocoonbox.v1.ShellStart.EnvEntry
 	2,  // 3: cocoonbox.v1.ShellStart.tty:type_name -> cocoonbox.v1.WindowSize
 	7,  // 4: cocoonbox.v1.FileChunk.info:type_name -> cocoonbox.v1.FileInfo
-	66, // 5: cocoonbox.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	67, // 5: cocoonbox.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
 	14, // 6: cocoonbox.v1.ListEventsResponse.events:type_name -> cocoonbox.v1.BoxEvent
-	66, // 7: cocoonbox.v1.BoxEvent.at:type_name -> google.protobuf.Timestamp
+	67, // 7: cocoonbox.v1.BoxEvent.at:type_name -> google.protobuf.Timestamp
 	22, // 8: cocoonbox.v1.ListPortsResponse.ports:type_name -> cocoonbox.v1.Port
-	66, // 9: cocoonbox.v1.Box.idle_deadline:type_name -> google.protobuf.Timestamp
-	66, // 10: cocoonbox.v1.Box.created_at:type_name -> google.protobuf.Timestamp
+	67, // 9: cocoonbox.v1.Box.idle_deadline:type_name -> google.protobuf.Timestamp
+	67, // 10: cocoonbox.v1.Box.created_at:type_name -> google.protobuf.Timestamp
 	18, // 11: cocoonbox.v1.Box.policy:type_name -> cocoonbox.v1.BoxPolicy
 	25, // 12: cocoonbox.v1.Box.restored_from:type_name -> cocoonbox.v1.RestoredFrom
 	14, // 13: cocoonbox.v1.Box.events:type_name -> cocoonbox.v1.BoxEvent
-	66, // 14: cocoonbox.v1.RestoredFrom.taken_at:type_name -> google.protobuf.Timestamp
-	66, // 15: cocoonbox.v1.RestoredFrom.at:type_name -> google.protobuf.Timestamp
+	67, // 14: cocoonbox.v1.RestoredFrom.taken_at:type_name -> google.protobuf.Timestamp
+	67, // 15: cocoonbox.v1.RestoredFrom.at:type_name -> google.protobuf.Timestamp
 	24, // 16: cocoonbox.v1.ListBoxesResponse.boxes:type_name -> cocoonbox.v1.Box
-	66, // 17: cocoonbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	67, // 17: cocoonbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
 	33, // 18: cocoonbox.v1.ListSnapshotsResponse.snapshots:type_name -> cocoonbox.v1.Snapshot
 	38, // 19: cocoonbox.v1.ListPoolsResponse.pools:type_name -> cocoonbox.v1.WarmPool
-	43, // 20: cocoonbox.v1.ListNodesResponse.nodes:type_name -> cocoonbox.v1.Node
-	64, // 21: cocoonbox.v1.Node.warm:type_name -> cocoonbox.v1.Node.WarmEntry
-	66, // 22: cocoonbox.v1.Node.heartbeat_at:type_name -> google.protobuf.Timestamp
+	44, // 20: cocoonbox.v1.ListNodesResponse.nodes:type_name -> cocoonbox.v1.Node
+	65, // 21: cocoonbox.v1.Node.warm:type_name -> cocoonbox.v1.Node.WarmEntry
+	67, // 22: cocoonbox.v1.Node.heartbeat_at:type_name -> google.protobuf.Timestamp
 	38, // 23: cocoonbox.v1.SetPoolsRequest.pools:type_name -> cocoonbox.v1.WarmPool
-	65, // 24: cocoonbox.v1.ExecRequest.env:type_name -> cocoonbox.v1.ExecRequest.EnvEntry
-	66, // 25: cocoonbox.v1.Share.expires_at:type_name -> google.protobuf.Timestamp
-	66, // 26: cocoonbox.v1.Share.created_at:type_name -> google.protobuf.Timestamp
-	66, // 27: cocoonbox.v1.ShareBoxRequest.expires_at:type_name -> google.protobuf.Timestamp
-	53, // 28: cocoonbox.v1.ListSharesResponse.shares:type_name -> cocoonbox.v1.Share
-	66, // 29: cocoonbox.v1.DesktopTicketResponse.expires_at:type_name -> google.protobuf.Timestamp
+	66, // 24: cocoonbox.v1.ExecRequest.env:type_name -> cocoonbox.v1.ExecRequest.EnvEntry
+	67, // 25: cocoonbox.v1.Share.expires_at:type_name -> google.protobuf.Timestamp
+	67, // 26: cocoonbox.v1.Share.created_at:type_name -> google.protobuf.Timestamp
+	67, // 27: cocoonbox.v1.ShareBoxRequest.expires_at:type_name -> google.protobuf.Timestamp
+	54, // 28: cocoonbox.v1.ListSharesResponse.shares:type_name -> cocoonbox.v1.Share
+	67, // 29: cocoonbox.v1.DesktopTicketResponse.expires_at:type_name -> google.protobuf.Timestamp
 	26, // 30: cocoonbox.v1.BoxService.CreateBox:input_type -> cocoonbox.v1.CreateBoxRequest
 	27, // 31: cocoonbox.v1.BoxService.GetBox:input_type -> cocoonbox.v1.GetBoxRequest
 	28, // 32: cocoonbox.v1.BoxService.ListBoxes:input_type -> cocoonbox.v1.ListBoxesRequest
@@ -4528,71 +4586,73 @@ var file_cocoonbox_v1_box_proto_depIdxs = []int32{
 	34, // 36: cocoonbox.v1.BoxService.SnapshotBox:input_type -> cocoonbox.v1.SnapshotBoxRequest
 	35, // 37: cocoonbox.v1.BoxService.ListSnapshots:input_type -> cocoonbox.v1.ListSnapshotsRequest
 	37, // 38: cocoonbox.v1.BoxService.RestoreBox:input_type -> cocoonbox.v1.RestoreBoxRequest
-	45, // 39: cocoonbox.v1.BoxService.RecreateBox:input_type -> cocoonbox.v1.RecreateBoxRequest
+	46, // 39: cocoonbox.v1.BoxService.RecreateBox:input_type -> cocoonbox.v1.RecreateBoxRequest
 	39, // 40: cocoonbox.v1.BoxService.ListPools:input_type -> cocoonbox.v1.ListPoolsRequest
-	44, // 41: cocoonbox.v1.BoxService.SetPools:input_type -> cocoonbox.v1.SetPoolsRequest
+	45, // 41: cocoonbox.v1.BoxService.SetPools:input_type -> cocoonbox.v1.SetPoolsRequest
 	41, // 42: cocoonbox.v1.BoxService.ListNodes:input_type -> cocoonbox.v1.ListNodesRequest
-	16, // 43: cocoonbox.v1.BoxService.GetPolicyDefaults:input_type -> cocoonbox.v1.GetPolicyDefaultsRequest
-	17, // 44: cocoonbox.v1.BoxService.SetPolicyDefaults:input_type -> cocoonbox.v1.SetPolicyDefaultsRequest
-	46, // 45: cocoonbox.v1.BoxService.WatchBox:input_type -> cocoonbox.v1.WatchBoxRequest
-	12, // 46: cocoonbox.v1.BoxService.ListEvents:input_type -> cocoonbox.v1.ListEventsRequest
-	47, // 47: cocoonbox.v1.BoxService.Exec:input_type -> cocoonbox.v1.ExecRequest
-	49, // 48: cocoonbox.v1.BoxService.ReadFile:input_type -> cocoonbox.v1.ReadFileRequest
-	51, // 49: cocoonbox.v1.BoxService.WriteFile:input_type -> cocoonbox.v1.WriteFileRequest
-	54, // 50: cocoonbox.v1.BoxService.ShareBox:input_type -> cocoonbox.v1.ShareBoxRequest
-	55, // 51: cocoonbox.v1.BoxService.UnshareBox:input_type -> cocoonbox.v1.UnshareBoxRequest
-	57, // 52: cocoonbox.v1.BoxService.ListShares:input_type -> cocoonbox.v1.ListSharesRequest
-	59, // 53: cocoonbox.v1.BoxService.TakeOver:input_type -> cocoonbox.v1.TakeOverRequest
-	60, // 54: cocoonbox.v1.BoxService.HandBack:input_type -> cocoonbox.v1.HandBackRequest
-	61, // 55: cocoonbox.v1.BoxService.DesktopTicket:input_type -> cocoonbox.v1.DesktopTicketRequest
-	20, // 56: cocoonbox.v1.BoxService.ListPorts:input_type -> cocoonbox.v1.ListPortsRequest
-	19, // 57: cocoonbox.v1.BoxService.SetBoxNetwork:input_type -> cocoonbox.v1.SetBoxNetworkRequest
-	15, // 58: cocoonbox.v1.BoxService.SetPolicy:input_type -> cocoonbox.v1.SetPolicyRequest
-	23, // 59: cocoonbox.v1.BoxService.SetPortPublic:input_type -> cocoonbox.v1.SetPortPublicRequest
-	0,  // 60: cocoonbox.v1.BoxService.Shell:input_type -> cocoonbox.v1.ShellRequest
-	4,  // 61: cocoonbox.v1.BoxService.DownloadFile:input_type -> cocoonbox.v1.DownloadFileRequest
-	6,  // 62: cocoonbox.v1.BoxService.UploadFile:input_type -> cocoonbox.v1.UploadFileRequest
-	8,  // 63: cocoonbox.v1.BoxService.ListFiles:input_type -> cocoonbox.v1.ListFilesRequest
-	9,  // 64: cocoonbox.v1.BoxService.StatFile:input_type -> cocoonbox.v1.StatFileRequest
-	10, // 65: cocoonbox.v1.BoxService.RemoveFile:input_type -> cocoonbox.v1.RemoveFileRequest
-	24, // 66: cocoonbox.v1.BoxService.CreateBox:output_type -> cocoonbox.v1.Box
-	24, // 67: cocoonbox.v1.BoxService.GetBox:output_type -> cocoonbox.v1.Box
-	29, // 68: cocoonbox.v1.BoxService.ListBoxes:output_type -> cocoonbox.v1.ListBoxesResponse
-	24, // 69: cocoonbox.v1.BoxService.DeleteBox:output_type -> cocoonbox.v1.Box
-	24, // 70: cocoonbox.v1.BoxService.WakeBox:output_type -> cocoonbox.v1.Box
-	24, // 71: cocoonbox.v1.BoxService.HibernateBox:output_type -> cocoonbox.v1.Box
-	33, // 72: cocoonbox.v1.BoxService.SnapshotBox:output_type -> cocoonbox.v1.Snapshot
-	36, // 73: cocoonbox.v1.BoxService.ListSnapshots:output_type -> cocoonbox.v1.ListSnapshotsResponse
-	24, // 74: cocoonbox.v1.BoxService.RestoreBox:output_type -> cocoonbox.v1.Box
-	24, // 75: cocoonbox.v1.BoxService.RecreateBox:output_type -> cocoonbox.v1.Box
-	40, // 76: cocoonbox.v1.BoxService.ListPools:output_type -> cocoonbox.v1.ListPoolsResponse
-	40, // 77: cocoonbox.v1.BoxService.SetPools:output_type -> cocoonbox.v1.ListPoolsResponse
-	42, // 78: cocoonbox.v1.BoxService.ListNodes:output_type -> cocoonbox.v1.ListNodesResponse
-	18, // 79: cocoonbox.v1.BoxService.GetPolicyDefaults:output_type -> cocoonbox.v1.BoxPolicy
-	18, // 80: cocoonbox.v1.BoxService.SetPolicyDefaults:output_type -> cocoonbox.v1.BoxPolicy
-	24, // 81: cocoonbox.v1.BoxService.WatchBox:output_type -> cocoonbox.v1.Box
-	13, // 82: cocoonbox.v1.BoxService.ListEvents:output_type -> cocoonbox.v1.ListEventsResponse
-	48, // 83: cocoonbox.v1.BoxService.Exec:output_type -> cocoonbox.v1.ExecResponse
-	50, // 84: cocoonbox.v1.BoxService.ReadFile:output_type -> cocoonbox.v1.ReadFileResponse
-	52, // 85: cocoonbox.v1.BoxService.WriteFile:output_type -> cocoonbox.v1.WriteFileResponse
-	53, // 86: cocoonbox.v1.BoxService.ShareBox:output_type -> cocoonbox.v1.Share
-	56, // 87: cocoonbox.v1.BoxService.UnshareBox:output_type -> cocoonbox.v1.UnshareBoxResponse
-	58, // 88: cocoonbox.v1.BoxService.ListShares:output_type -> cocoonbox.v1.ListSharesResponse
-	24, // 89: cocoonbox.v1.BoxService.TakeOver:output_type -> cocoonbox.v1.Box
-	24, // 90: cocoonbox.v1.BoxService.HandBack:output_type -> cocoonbox.v1.Box
-	62, // 91: cocoonbox.v1.BoxService.DesktopTicket:output_type -> cocoonbox.v1.DesktopTicketResponse
-	21, // 92: cocoonbox.v1.BoxService.ListPorts:output_type -> cocoonbox.v1.ListPortsResponse
-	24, // 93: cocoonbox.v1.BoxService.SetBoxNetwork:output_type -> cocoonbox.v1.Box
-	24, // 94: cocoonbox.v1.BoxService.SetPolicy:output_type -> cocoonbox.v1.Box
-	22, // 95: cocoonbox.v1.BoxService.SetPortPublic:output_type -> cocoonbox.v1.Port
-	3,  // 96: cocoonbox.v1.BoxService.Shell:output_type -> cocoonbox.v1.ShellResponse
-	5,  // 97: cocoonbox.v1.BoxService.DownloadFile:output_type -> cocoonbox.v1.FileChunk
-	7,  // 98: cocoonbox.v1.BoxService.UploadFile:output_type -> cocoonbox.v1.FileInfo
-	7,  // 99: cocoonbox.v1.BoxService.ListFiles:output_type -> cocoonbox.v1.FileInfo
-	7,  // 100: cocoonbox.v1.BoxService.StatFile:output_type -> cocoonbox.v1.FileInfo
-	11, // 101: cocoonbox.v1.BoxService.RemoveFile:output_type -> cocoonbox.v1.RemoveFileResponse
-	66, // [66:102] is the sub-list for method output_type
-	30, // [30:66] is the sub-list for method input_type
+	42, // 43: cocoonbox.v1.BoxService.DrainNode:input_type -> cocoonbox.v1.DrainNodeRequest
+	16, // 44: cocoonbox.v1.BoxService.GetPolicyDefaults:input_type -> cocoonbox.v1.GetPolicyDefaultsRequest
+	17, // 45: cocoonbox.v1.BoxService.SetPolicyDefaults:input_type -> cocoonbox.v1.SetPolicyDefaultsRequest
+	47, // 46: cocoonbox.v1.BoxService.WatchBox:input_type -> cocoonbox.v1.WatchBoxRequest
+	12, // 47: cocoonbox.v1.BoxService.ListEvents:input_type -> cocoonbox.v1.ListEventsRequest
+	48, // 48: cocoonbox.v1.BoxService.Exec:input_type -> cocoonbox.v1.ExecRequest
+	50, // 49: cocoonbox.v1.BoxService.ReadFile:input_type -> cocoonbox.v1.ReadFileRequest
+	52, // 50: cocoonbox.v1.BoxService.WriteFile:input_type -> cocoonbox.v1.WriteFileRequest
+	55, // 51: cocoonbox.v1.BoxService.ShareBox:input_type -> cocoonbox.v1.ShareBoxRequest
+	56, // 52: cocoonbox.v1.BoxService.UnshareBox:input_type -> cocoonbox.v1.UnshareBoxRequest
+	58, // 53: cocoonbox.v1.BoxService.ListShares:input_type -> cocoonbox.v1.ListSharesRequest
+	60, // 54: cocoonbox.v1.BoxService.TakeOver:input_type -> cocoonbox.v1.TakeOverRequest
+	61, // 55: cocoonbox.v1.BoxService.HandBack:input_type -> cocoonbox.v1.HandBackRequest
+	62, // 56: cocoonbox.v1.BoxService.DesktopTicket:input_type -> cocoonbox.v1.DesktopTicketRequest
+	20, // 57: cocoonbox.v1.BoxService.ListPorts:input_type -> cocoonbox.v1.ListPortsRequest
+	19, // 58: cocoonbox.v1.BoxService.SetBoxNetwork:input_type -> cocoonbox.v1.SetBoxNetworkRequest
+	15, // 59: cocoonbox.v1.BoxService.SetPolicy:input_type -> cocoonbox.v1.SetPolicyRequest
+	23, // 60: cocoonbox.v1.BoxService.SetPortPublic:input_type -> cocoonbox.v1.SetPortPublicRequest
+	0,  // 61: cocoonbox.v1.BoxService.Shell:input_type -> cocoonbox.v1.ShellRequest
+	4,  // 62: cocoonbox.v1.BoxService.DownloadFile:input_type -> cocoonbox.v1.DownloadFileRequest
+	6,  // 63: cocoonbox.v1.BoxService.UploadFile:input_type -> cocoonbox.v1.UploadFileRequest
+	8,  // 64: cocoonbox.v1.BoxService.ListFiles:input_type -> cocoonbox.v1.ListFilesRequest
+	9,  // 65: cocoonbox.v1.BoxService.StatFile:input_type -> cocoonbox.v1.StatFileRequest
+	10, // 66: cocoonbox.v1.BoxService.RemoveFile:input_type -> cocoonbox.v1.RemoveFileRequest
+	24, // 67: cocoonbox.v1.BoxService.CreateBox:output_type -> cocoonbox.v1.Box
+	24, // 68: cocoonbox.v1.BoxService.GetBox:output_type -> cocoonbox.v1.Box
+	29, // 69: cocoonbox.v1.BoxService.ListBoxes:output_type -> cocoonbox.v1.ListBoxesResponse
+	24, // 70: cocoonbox.v1.BoxService.DeleteBox:output_type -> cocoonbox.v1.Box
+	24, // 71: cocoonbox.v1.BoxService.WakeBox:output_type -> cocoonbox.v1.Box
+	24, // 72: cocoonbox.v1.BoxService.HibernateBox:output_type -> cocoonbox.v1.Box
+	33, // 73: cocoonbox.v1.BoxService.SnapshotBox:output_type -> cocoonbox.v1.Snapshot
+	36, // 74: cocoonbox.v1.BoxService.ListSnapshots:output_type -> cocoonbox.v1.ListSnapshotsResponse
+	24, // 75: cocoonbox.v1.BoxService.RestoreBox:output_type -> cocoonbox.v1.Box
+	24, // 76: cocoonbox.v1.BoxService.RecreateBox:output_type -> cocoonbox.v1.Box
+	40, // 77: cocoonbox.v1.BoxService.ListPools:output_type -> cocoonbox.v1.ListPoolsResponse
+	40, // 78: cocoonbox.v1.BoxService.SetPools:output_type -> cocoonbox.v1.ListPoolsResponse
+	43, // 79: cocoonbox.v1.BoxService.ListNodes:output_type -> cocoonbox.v1.ListNodesResponse
+	44, // 80: cocoonbox.v1.BoxService.DrainNode:output_type -> cocoonbox.v1.Node
+	18, // 81: cocoonbox.v1.BoxService.GetPolicyDefaults:output_type -> cocoonbox.v1.BoxPolicy
+	18, // 82: cocoonbox.v1.BoxService.SetPolicyDefaults:output_type -> cocoonbox.v1.BoxPolicy
+	24, // 83: cocoonbox.v1.BoxService.WatchBox:output_type -> cocoonbox.v1.Box
+	13, // 84: cocoonbox.v1.BoxService.ListEvents:output_type -> cocoonbox.v1.ListEventsResponse
+	49, // 85: cocoonbox.v1.BoxService.Exec:output_type -> cocoonbox.v1.ExecResponse
+	51, // 86: cocoonbox.v1.BoxService.ReadFile:output_type -> cocoonbox.v1.ReadFileResponse
+	53, // 87: cocoonbox.v1.BoxService.WriteFile:output_type -> cocoonbox.v1.WriteFileResponse
+	54, // 88: cocoonbox.v1.BoxService.ShareBox:output_type -> cocoonbox.v1.Share
+	57, // 89: cocoonbox.v1.BoxService.UnshareBox:output_type -> cocoonbox.v1.UnshareBoxResponse
+	59, // 90: cocoonbox.v1.BoxService.ListShares:output_type -> cocoonbox.v1.ListSharesResponse
+	24, // 91: cocoonbox.v1.BoxService.TakeOver:output_type -> cocoonbox.v1.Box
+	24, // 92: cocoonbox.v1.BoxService.HandBack:output_type -> cocoonbox.v1.Box
+	63, // 93: cocoonbox.v1.BoxService.DesktopTicket:output_type -> cocoonbox.v1.DesktopTicketResponse
+	21, // 94: cocoonbox.v1.BoxService.ListPorts:output_type -> cocoonbox.v1.ListPortsResponse
+	24, // 95: cocoonbox.v1.BoxService.SetBoxNetwork:output_type -> cocoonbox.v1.Box
+	24, // 96: cocoonbox.v1.BoxService.SetPolicy:output_type -> cocoonbox.v1.Box
+	22, // 97: cocoonbox.v1.BoxService.SetPortPublic:output_type -> cocoonbox.v1.Port
+	3,  // 98: cocoonbox.v1.BoxService.Shell:output_type -> cocoonbox.v1.ShellResponse
+	5,  // 99: cocoonbox.v1.BoxService.DownloadFile:output_type -> cocoonbox.v1.FileChunk
+	7,  // 100: cocoonbox.v1.BoxService.UploadFile:output_type -> cocoonbox.v1.FileInfo
+	7,  // 101: cocoonbox.v1.BoxService.ListFiles:output_type -> cocoonbox.v1.FileInfo
+	7,  // 102: cocoonbox.v1.BoxService.StatFile:output_type -> cocoonbox.v1.FileInfo
+	11, // 103: cocoonbox.v1.BoxService.RemoveFile:output_type -> cocoonbox.v1.RemoveFileResponse
+	67, // [67:104] is the sub-list for method output_type
+	30, // [30:67] is the sub-list for method input_type
 	30, // [30:30] is the sub-list for extension type_name
 	30, // [30:30] is the sub-list for extension extendee
 	0,  // [0:30] is the sub-list for field type_name
@@ -4611,7 +4671,7 @@ func file_cocoonbox_v1_box_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cocoonbox_v1_box_proto_rawDesc), len(file_cocoonbox_v1_box_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   66,
+			NumMessages:   67,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -32,6 +32,7 @@ const (
 	BoxService_ListPools_FullMethodName         = "/cocoonbox.v1.BoxService/ListPools"
 	BoxService_SetPools_FullMethodName          = "/cocoonbox.v1.BoxService/SetPools"
 	BoxService_ListNodes_FullMethodName         = "/cocoonbox.v1.BoxService/ListNodes"
+	BoxService_DrainNode_FullMethodName         = "/cocoonbox.v1.BoxService/DrainNode"
 	BoxService_GetPolicyDefaults_FullMethodName = "/cocoonbox.v1.BoxService/GetPolicyDefaults"
 	BoxService_SetPolicyDefaults_FullMethodName = "/cocoonbox.v1.BoxService/SetPolicyDefaults"
 	BoxService_WatchBox_FullMethodName          = "/cocoonbox.v1.BoxService/WatchBox"
@@ -100,6 +101,9 @@ type BoxServiceClient interface {
 	// ListNodes shows the engine nodes: each one's address, state, capacity, load and heartbeat, as
 	// the worker beside it last reported (operators).
 	ListNodes(ctx context.Context, in *ListNodesRequest, opts ...grpc.CallOption) (*ListNodesResponse, error)
+	// DrainNode marks an engine node draining, so placement puts no new box on it, or, with undo,
+	// active again (operators). The boxes already on it stay there.
+	DrainNode(ctx context.Context, in *DrainNodeRequest, opts ...grpc.CallOption) (*Node, error)
 	// GetPolicyDefaults is the policy a new box of the caller gets: the server's default, with the
 	// caller's own defaults over it.
 	GetPolicyDefaults(ctx context.Context, in *GetPolicyDefaultsRequest, opts ...grpc.CallOption) (*BoxPolicy, error)
@@ -298,6 +302,16 @@ func (c *boxServiceClient) ListNodes(ctx context.Context, in *ListNodesRequest, 
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(ListNodesResponse)
 	err := c.cc.Invoke(ctx, BoxService_ListNodes_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *boxServiceClient) DrainNode(ctx context.Context, in *DrainNodeRequest, opts ...grpc.CallOption) (*Node, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Node)
+	err := c.cc.Invoke(ctx, BoxService_DrainNode_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -610,6 +624,9 @@ type BoxServiceServer interface {
 	// ListNodes shows the engine nodes: each one's address, state, capacity, load and heartbeat, as
 	// the worker beside it last reported (operators).
 	ListNodes(context.Context, *ListNodesRequest) (*ListNodesResponse, error)
+	// DrainNode marks an engine node draining, so placement puts no new box on it, or, with undo,
+	// active again (operators). The boxes already on it stay there.
+	DrainNode(context.Context, *DrainNodeRequest) (*Node, error)
 	// GetPolicyDefaults is the policy a new box of the caller gets: the server's default, with the
 	// caller's own defaults over it.
 	GetPolicyDefaults(context.Context, *GetPolicyDefaultsRequest) (*BoxPolicy, error)
@@ -722,6 +739,9 @@ func (UnimplementedBoxServiceServer) SetPools(context.Context, *SetPoolsRequest)
 }
 func (UnimplementedBoxServiceServer) ListNodes(context.Context, *ListNodesRequest) (*ListNodesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListNodes not implemented")
+}
+func (UnimplementedBoxServiceServer) DrainNode(context.Context, *DrainNodeRequest) (*Node, error) {
+	return nil, status.Error(codes.Unimplemented, "method DrainNode not implemented")
 }
 func (UnimplementedBoxServiceServer) GetPolicyDefaults(context.Context, *GetPolicyDefaultsRequest) (*BoxPolicy, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetPolicyDefaults not implemented")
@@ -1043,6 +1063,24 @@ func _BoxService_ListNodes_Handler(srv interface{}, ctx context.Context, dec fun
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(BoxServiceServer).ListNodes(ctx, req.(*ListNodesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BoxService_DrainNode_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DrainNodeRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BoxServiceServer).DrainNode(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BoxService_DrainNode_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BoxServiceServer).DrainNode(ctx, req.(*DrainNodeRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1476,6 +1514,10 @@ var BoxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListNodes",
 			Handler:    _BoxService_ListNodes_Handler,
+		},
+		{
+			MethodName: "DrainNode",
+			Handler:    _BoxService_DrainNode_Handler,
 		},
 		{
 			MethodName: "GetPolicyDefaults",
