@@ -237,7 +237,14 @@ func (s *Server) serveDesktop(w http.ResponseWriter, r *http.Request) {
 	if s.desktop.add(id, 1, control) {
 		go s.repeatViewers(id)
 	}
-	go s.reportViewers(ctx, id)
+	// A viewer's is sent after its first frame has had time to pass (boxsvc.DesktopSettle); each
+	// report sends the count current when it is sent, so one that comes after the close reports
+	// the close. A controller's goes at once: the box's control lease counts from it.
+	if control {
+		go s.reportViewers(ctx, id)
+	} else {
+		time.AfterFunc(boxsvc.DesktopSettle, func() { s.reportViewers(context.WithoutCancel(ctx), id) })
+	}
 	defer func() {
 		s.desktop.add(id, -1, control)
 		go s.reportViewers(ctx, id)

@@ -51,9 +51,14 @@ func (s *Service) DialDesktop(ctx context.Context, caller string, id cocoonbox.B
 	// Recorded beside the connection's start rather than before it: the row is best effort
 	// either way (audit), and its write was a millisecond or two of every desktop's first frame.
 	later(ctx, func(ctx context.Context) { s.audit(ctx, caller, id, "desktop", map[string]any{"mode": mode}) })
-	s.touch(ctx, id)
+	time.AfterFunc(DesktopSettle, func() { s.touch(context.WithoutCancel(ctx), id) })
 	return conn, nil
 }
+
+// DesktopSettle is how long a new desktop connection's bookkeeping waits: the touch and the viewer
+// report are each a workflow task of the box, and sent at once they took CPU from the first
+// frame (10 ms of its 90 on two cores). A box's idle period is minutes, so neither comes late.
+const DesktopSettle = 300 * time.Millisecond
 
 // ClaimControl takes the box's one control connection slot for connection conn, served by API
 // process source, once DialDesktop's checks passed: the slot is the box workflow's, so a second
