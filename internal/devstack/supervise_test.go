@@ -56,8 +56,11 @@ func TestKilledChildrenComeBack(t *testing.T) {
 				seen = body
 				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 				defer cancel()
-				// Running too: a server may answer before its child has said it is ready.
-				return ok && works[name](ctx) == nil && d.Children()[name].State == "running"
+				// Running too: a server may answer before its child has said it is ready. And a
+				// new process: PostgreSQL's backends answer for a moment after their postmaster
+				// is killed, before the supervisor has seen it die.
+				return ok && works[name](ctx) == nil && d.Children()[name].State == "running" &&
+					devstack.ChildPid(d, name) != pid
 			}, &seen)
 			t.Logf("%s back after %s", name, time.Since(killed).Round(time.Millisecond))
 			st := d.Children()[name]
