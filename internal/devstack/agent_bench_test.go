@@ -31,18 +31,44 @@ import (
 const agentBenchSteps = 5
 
 // BenchmarkAgentStep: the gap between consecutive model calls of a run whose steps each call the
-// shell tool with true.
+// shell tool with true (Step), in turn with the raw agent call under a step (RawAgentInfo, as
+// BenchmarkRawAgentInfo), so the two are taken in the same minutes of the box's life: taken
+// apart, the raw figure moved by a quarter between runs of the same code.
 func BenchmarkAgentStep(b *testing.B) {
 	a := newAgentBench(b)
-	var samples []time.Duration
-	for b.Loop() {
-		turns := make([]modeltest.Turn, 0, agentBenchSteps+1)
-		for range agentBenchSteps {
-			turns = append(turns, modeltest.Calls(modeltest.Call("shell", `{"command":"true"}`)))
+	raw := a.rawAgentInfo(b)
+	var steps, raws []time.Duration
+	for r := range max(benchRounds(), 10) {
+		run := func() {
+			turns := make([]modeltest.Turn, 0, agentBenchSteps+1)
+			for range agentBenchSteps {
+				turns = append(turns, modeltest.Calls(modeltest.Call("shell", `{"command":"true"}`)))
+			}
+			steps = append(steps, a.runGaps(b, append(turns, modeltest.Reply("done"))...)...)
 		}
-		samples = append(samples, a.runGaps(b, append(turns, modeltest.Reply("done"))...)...)
+		rawCalls := func() {
+			for range agentBenchSteps { // as many raw samples as step gaps
+				raws = append(raws, raw(b))
+			}
+		}
+		if r%2 == 0 {
+			run()
+			rawCalls()
+		} else {
+			rawCalls()
+			run()
+		}
 	}
-	benchreport.Latency(b, samples)
+	for _, c := range []struct {
+		name    string
+		samples []time.Duration
+	}{{"Step", steps}, {"RawAgentInfo", raws}} {
+		b.Run(c.name, func(b *testing.B) {
+			for b.Loop() { // the samples are taken; the sub-benchmark only reports them
+			}
+			benchreport.Latency(b, c.samples)
+		})
+	}
 }
 
 // agentLongRunSteps is the length of BenchmarkAgentLongRun's run: about what a desktop task takes.
@@ -93,13 +119,22 @@ func BenchmarkAgentScreenshotToModel(b *testing.B) {
 // relay and make one authenticated gRPC call (Info), with the sandbox client directly.
 func BenchmarkRawAgentInfo(b *testing.B) {
 	a := newAgentBench(b)
+	raw := a.rawAgentInfo(b)
+	var samples []time.Duration
+	for b.Loop() {
+		samples = append(samples, raw(b))
+	}
+	benchreport.Latency(b, samples)
+}
+
+// rawAgentInfo returns the raw agent call of BenchmarkRawAgentInfo on the bench's box, timed.
+func (a *agentEnv) rawAgentInfo(b *testing.B) func(b *testing.B) time.Duration {
 	ref, err := a.sandbox()
 	if err != nil {
 		b.Fatal(err)
 	}
 	cred := strings.TrimSpace(a.mustRun(b, "cat "+wire.CredentialPath))
-	var samples []time.Duration
-	for b.Loop() {
+	return func(b *testing.B) time.Duration {
 		start := time.Now()
 		conn, err := grpc.NewClient("passthrough:///agent", grpc.WithTransportCredentials(insecure.NewCredentials()),
 			grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) {
@@ -110,13 +145,13 @@ func BenchmarkRawAgentInfo(b *testing.B) {
 		}
 		ctx := metadata.AppendToOutgoingContext(a.ctx, "authorization", "Bearer "+cred)
 		_, err = agentvmv1.NewInfoClient(conn).Get(ctx, &agentvmv1.GetInfoRequest{})
-		samples = append(samples, time.Since(start))
+		took := time.Since(start)
 		_ = conn.Close()
 		if err != nil {
 			b.Fatalf("info: %v", err)
 		}
+		return took
 	}
-	benchreport.Latency(b, samples)
 }
 
 // newAgentBench starts a desktop dev stack on the scripted gateway with a running desktop box

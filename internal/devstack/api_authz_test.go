@@ -68,6 +68,22 @@ type apiEnv struct {
 	box  cbv1.BoxServiceClient
 }
 
+// devAPI dials the stack's API and returns it with the dev user's token (an admin's), from the
+// CLI config the stack wrote.
+func devAPI(t *testing.T, d *devstack.Dev) (apiEnv, string) {
+	t.Helper()
+	conn, err := grpc.NewClient(strings.TrimPrefix(d.URLs().API, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	cli, err := config.LoadCLI(d.Bootstrap().CLIConfig, config.MapEnv(nil))
+	if err != nil || cli.Token == "" {
+		t.Fatalf("cli config: %+v, %v", cli, err)
+	}
+	return apiEnv{d: d, conn: conn, box: cbv1.NewBoxServiceClient(conn)}, cli.Token
+}
+
 func (e apiEnv) as(ctx context.Context, token string) context.Context {
 	if token == "" {
 		return ctx
@@ -101,20 +117,10 @@ func TestAPIAuthorization(t *testing.T) {
 		t.Skip("integration test")
 	}
 	d, ctx, owner, _ := newBoxEnv(t, boxConfig(t), 5*time.Minute)
-	conn, err := grpc.NewClient(strings.TrimPrefix(d.URLs().API, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	e := apiEnv{d: d, conn: conn, box: cbv1.NewBoxServiceClient(conn)}
-	agent := cbv1.NewAgentServiceClient(conn)
-	vlt := cbv1.NewVaultServiceClient(conn)
-
 	// The owner is the dev user, with the token bootstrap wrote to the CLI config.
-	cli, err := config.LoadCLI(d.Bootstrap().CLIConfig, config.MapEnv(nil))
-	if err != nil || cli.Token == "" {
-		t.Fatalf("cli config: %+v, %v", cli, err)
-	}
+	e, ownerTok := devAPI(t, d)
+	agent := cbv1.NewAgentServiceClient(e.conn)
+	vlt := cbv1.NewVaultServiceClient(e.conn)
 	_, viewerTok := e.user(ctx, t, "viewer")
 	driverUser, driverTok := e.user(ctx, t, "driver")
 	_, adminTok := e.user(ctx, t, "boxadmin")
@@ -132,7 +138,7 @@ func TestAPIAuthorization(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	ownerCtx := e.as(ctx, cli.Token)
+	ownerCtx := e.as(ctx, ownerTok)
 	created, err := e.box.CreateBox(ownerCtx, &cbv1.CreateBoxRequest{Name: "authz"})
 	if err != nil || created.GetState() != "running" || created.GetRole() != "owner" || created.GetOwner() != owner.ID {
 		t.Fatalf("CreateBox: %v, %v", created, err)
@@ -175,7 +181,7 @@ func TestAPIAuthorization(t *testing.T) {
 		{name: "viewer", token: viewerTok, role: cocoonbox.RoleViewer},
 		{name: "driver", token: driverTok, role: cocoonbox.RoleDriver},
 		{name: "admin share", token: adminTok, role: cocoonbox.RoleAdmin},
-		{name: "owner", token: cli.Token, role: cocoonbox.RoleOwner},
+		{name: "owner", token: ownerTok, role: cocoonbox.RoleOwner},
 	}
 	call := func(f func(context.Context) error) func(context.Context, principal) error {
 		return func(ctx context.Context, _ principal) error { return f(ctx) }
@@ -361,7 +367,7 @@ func TestAPIAuthorization(t *testing.T) {
 	}
 	checkExpiredShare(ctx, t, e, ownerCtx, second.GetId(), strangerTok)
 	checkBadInput(ctx, t, e, ownerCtx, id)
-	checkConnectGetBox(t, d, cli.Token, id)
+	checkConnectGetBox(t, d, ownerTok, id)
 	checkMCPMatrix(ctx, t, d, principals, id, runID)
 
 	for _, r := range calls {

@@ -6,14 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
-	"github.com/loomhand/cocoonbox/internal/config"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
 
@@ -26,21 +23,12 @@ func TestRequestIDMakesOneOperation(t *testing.T) {
 		t.Skip("integration test")
 	}
 	d, ctx, owner, _ := newBoxEnv(t, boxConfig(t), 5*time.Minute)
-	conn, err := grpc.NewClient(strings.TrimPrefix(d.URLs().API, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	e := apiEnv{d: d, conn: conn, box: cbv1.NewBoxServiceClient(conn)}
-	cli, err := config.LoadCLI(d.Bootstrap().CLIConfig, config.MapEnv(nil))
-	if err != nil || cli.Token == "" {
-		t.Fatalf("cli config: %+v, %v", cli, err)
-	}
+	e, token := devAPI(t, d)
 	id := cocoonbox.NewBoxID()
 	if _, err := d.Boxes.Create(ctx, owner.ID, boxsvc.CreateRequest{ID: id, Name: "once", Size: cocoonbox.SizeSmall}); err != nil {
 		t.Fatal(err)
 	}
-	as := e.as(ctx, cli.Token)
+	as := e.as(ctx, token)
 	snap := func(ctx context.Context, rid string) string {
 		t.Helper()
 		s, err := e.box.SnapshotBox(ctx, &cbv1.SnapshotBoxRequest{Box: string(id), RequestId: rid})

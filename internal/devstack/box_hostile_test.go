@@ -7,9 +7,7 @@ import (
 	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/loomhand/cocoonbox"
@@ -39,16 +37,8 @@ func fakeEngineConfig(t *testing.T) config.Dev {
 func hostileEnv(t *testing.T, cfg config.Dev) (apiEnv, context.Context, string) {
 	t.Helper()
 	d, ctx, _, _ := newBoxEnv(t, cfg, 4*time.Minute)
-	conn, err := grpc.NewClient(strings.TrimPrefix(d.URLs().API, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	cli, err := config.LoadCLI(d.Bootstrap().CLIConfig, config.MapEnv(nil))
-	if err != nil || cli.Token == "" {
-		t.Fatalf("cli config: %+v, %v", cli, err)
-	}
-	return apiEnv{d: d, conn: conn, box: cbv1.NewBoxServiceClient(conn)}, ctx, cli.Token
+	e, token := devAPI(t, d)
+	return e, ctx, token
 }
 
 // execOK runs a shell script with args in the box as the caller of ctx and fails the test

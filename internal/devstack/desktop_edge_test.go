@@ -12,14 +12,11 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
-	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/devstack"
 	"github.com/loomhand/cocoonbox/internal/testutil"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
@@ -103,17 +100,8 @@ func TestDesktopEdge(t *testing.T) {
 		"nohup python3 /tmp/fakerfb.py >/dev/null 2>&1 &\n"+
 		"for i in $(seq 100); do [ -e /tmp/rfb.ready ] && exit 0; sleep 0.1; done; exit 1")
 
-	conn, err := grpc.NewClient(strings.TrimPrefix(d.URLs().API, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	e := apiEnv{d: d, conn: conn, box: cbv1.NewBoxServiceClient(conn)}
-	cli, err := config.LoadCLI(d.Bootstrap().CLIConfig, config.MapEnv(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ownerCtx := e.as(ctx, cli.Token)
+	e, token := devAPI(t, d)
+	ownerCtx := e.as(ctx, token)
 	wsBase := "ws" + strings.TrimPrefix(d.URLs().API, "http")
 	ticket := func(ctx context.Context, control bool) (*cbv1.DesktopTicketResponse, error) {
 		return e.box.DesktopTicket(ctx, &cbv1.DesktopTicketRequest{Box: string(id), Control: control})
@@ -230,7 +218,7 @@ func TestDesktopEdge(t *testing.T) {
 	sendAll(ctx, t, ctl, pointerEvent, keyEvent, fbRequest)
 	waitBoxIn(append(append(append([]byte{1}, pointerEvent...), keyEvent...), fbRequest...))
 	waitViewers(2)
-	bearer := http.Header{"Authorization": {"Bearer " + cli.Token}}
+	bearer := http.Header{"Authorization": {"Bearer " + token}}
 	controlPath := "/v1/boxes/" + string(id) + "/desktop?mode=control"
 	resp := expectHTTP(ctx, t, wsBase+controlPath, bearer, http.StatusConflict)
 	if !strings.Contains(resp, "already has a controller connection") {

@@ -6,14 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
-	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/devstack"
 	"github.com/loomhand/cocoonbox/internal/testutil"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
@@ -28,20 +25,11 @@ func TestLocalNodeRegisters(t *testing.T) {
 	}
 	d, ctx, owner, eng := newBoxEnv(t, boxConfig(t), 3*time.Minute)
 	createBox(ctx, t, d, owner.ID, eng)
-	conn, err := grpc.NewClient(strings.TrimPrefix(d.URLs().API, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	cli, err := config.LoadCLI(d.Bootstrap().CLIConfig, config.MapEnv(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := apiEnv{d: d, conn: conn, box: cbv1.NewBoxServiceClient(conn)}
+	e, admin := devAPI(t, d)
 	engineURL, _ := d.Sandbox()
 	// The first beat is at the worker's start; a later one carries the box just made.
-	err = testutil.Poll(ctx, 30*time.Second, func() error {
-		resp, err := e.box.ListNodes(e.as(ctx, cli.Token), &cbv1.ListNodesRequest{})
+	err := testutil.Poll(ctx, 30*time.Second, func() error {
+		resp, err := e.box.ListNodes(e.as(ctx, admin), &cbv1.ListNodesRequest{})
 		if err != nil {
 			return err
 		}
@@ -69,21 +57,12 @@ func TestDrainedNodeTakesNoBox(t *testing.T) {
 	cfg.CreateWait = 3 * time.Second
 	d, ctx, owner, eng := newBoxEnv(t, cfg, 3*time.Minute)
 	before, _ := createBox(ctx, t, d, owner.ID, eng)
-	conn, err := grpc.NewClient(strings.TrimPrefix(d.URLs().API, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	cli, err := config.LoadCLI(d.Bootstrap().CLIConfig, config.MapEnv(nil))
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := apiEnv{d: d, conn: conn, box: cbv1.NewBoxServiceClient(conn)}
+	e, admin := devAPI(t, d)
 	_, userToken := e.user(ctx, t, "uma")
 	if _, err := e.box.DrainNode(e.as(ctx, userToken), &cbv1.DrainNodeRequest{Node: devstack.LocalNode}); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("a user's drain: %v, want permission denied", err)
 	}
-	n, err := e.box.DrainNode(e.as(ctx, cli.Token), &cbv1.DrainNodeRequest{Node: devstack.LocalNode})
+	n, err := e.box.DrainNode(e.as(ctx, admin), &cbv1.DrainNodeRequest{Node: devstack.LocalNode})
 	if err != nil || n.GetState() != "draining" {
 		t.Fatalf("drain: %v, %v", n, err)
 	}
@@ -94,7 +73,7 @@ func TestDrainedNodeTakesNoBox(t *testing.T) {
 	if st, err := d.Boxes.Exec(ctx, owner.ID, before, boxsvc.ExecRequest{Argv: []string{"true"}}); err != nil || st.ExitCode != 0 {
 		t.Fatalf("the box already on the drained node: %+v, %v", st, err)
 	}
-	if n, err := e.box.DrainNode(e.as(ctx, cli.Token), &cbv1.DrainNodeRequest{Node: devstack.LocalNode, Undo: true}); err != nil || n.GetState() != "active" {
+	if n, err := e.box.DrainNode(e.as(ctx, admin), &cbv1.DrainNodeRequest{Node: devstack.LocalNode, Undo: true}); err != nil || n.GetState() != "active" {
 		t.Fatalf("undo: %v, %v", n, err)
 	}
 	if st, err := d.Boxes.Create(ctx, owner.ID, boxsvc.CreateRequest{ID: cocoonbox.NewBoxID(), Name: "undrained", Size: cocoonbox.SizeSmall}); err != nil || st.State != cocoonbox.BoxStateRunning {
