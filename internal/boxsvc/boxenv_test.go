@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"go.temporal.io/api/serviceerror"
+	"go.temporal.io/api/workflowservice/v1"
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/converter"
 
@@ -37,6 +38,18 @@ type statusTemporal struct {
 	// carried state and policy) or fails unavailable; started holds the inputs it started.
 	starts  bool
 	started []workflows.BoxWorkflowInput
+	// ended are workflows Temporal still has but that ended: described, but no query or update
+	// reaches them (as the workflow's absence from status says).
+	ended map[string]bool
+}
+
+func (f *statusTemporal) DescribeWorkflowExecution(_ context.Context, workflowID, _ string) (*workflowservice.DescribeWorkflowExecutionResponse, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.status[workflowID]; ok || f.ended[workflowID] {
+		return &workflowservice.DescribeWorkflowExecutionResponse{}, nil
+	}
+	return nil, serviceerror.NewNotFound(fmt.Sprintf("workflow %s not found", workflowID))
 }
 
 func (f *statusTemporal) ExecuteWorkflow(_ context.Context, opts client.StartWorkflowOptions, _ any, args ...any) (client.WorkflowRun, error) {

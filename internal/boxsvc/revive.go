@@ -21,47 +21,63 @@ func (s *Service) revived(ctx context.Context, id cocoonbox.BoxID, call func() e
 	if !workflows.Missing(err) || s.Store == nil {
 		return err
 	}
-	if rerr := s.revive(ctx, id); rerr != nil {
+	revived, rerr := s.revive(ctx, id)
+	if rerr != nil {
 		return errors.Join(err, rerr)
+	}
+	if !revived {
+		return err
 	}
 	return call()
 }
 
-// revive starts the box's workflow from its row (see revived); a deleted box stays gone.
-func (s *Service) revive(ctx context.Context, id cocoonbox.BoxID) error {
+// revive starts the box's workflow from its row (see revived) and says whether it did. A deleted
+// box stays gone, and so does one whose workflow Temporal still has: an update of a workflow that
+// ended (an operator terminated it) is refused as not found too, and the reconciler marks such
+// a box failed rather than this starting it again.
+func (s *Service) revive(ctx context.Context, id cocoonbox.BoxID) (bool, error) {
 	b, err := s.Store.BoxByID(ctx, id)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if b.DeletedAt != nil {
-		return cocoonbox.Errorf(cocoonbox.ENotFound, "box %s not found", id)
+		return false, nil
 	}
-	policy, err := s.PolicyDefaults(ctx, b.Owner)
+	if started, err := workflows.Started(ctx, s.Temporal, id); started || err != nil {
+		return false, err
+	}
+	policy, err := s.revivedPolicy(ctx, b.Owner, id)
 	if err != nil {
-		return err
-	}
-	kept, err := s.Store.BoxPolicy(ctx, id)
-	if err != nil {
-		return err
-	}
-	if len(kept) > 2 { // not "{}": the box's own policy, kept at its create or last change
-		if err := json.Unmarshal(kept, &policy); err != nil {
-			return err
-		}
+		return false, err
 	}
 	err = workflows.Revive(ctx, s.Temporal, workflows.BoxWorkflowInput{
 		BoxID: id, Owner: b.Owner, OwnerName: s.who(ctx, b.Owner), Name: b.Name, Size: b.Size,
 		Policy: policy, CreateWait: s.CreateWait,
 	})
 	if err != nil {
-		return err
+		return false, err
 	}
 	if s.Logger != nil {
 		s.Logger.Info("box workflow missing: started it asleep, to wake from its newest snapshot", "box", id)
 	}
 	s.audit(ctx, "restore", id, "revived", map[string]any{
 		"detail": "its workflow was missing: started asleep, to wake from its newest snapshot"})
-	return nil
+	return true, nil
+}
+
+// revivedPolicy is the policy kept on the box's row, or its owner's defaults for a row without
+// one (a box from before schema 13).
+func (s *Service) revivedPolicy(ctx context.Context, owner string, id cocoonbox.BoxID) (workflows.Policy, error) {
+	kept, err := s.Store.BoxPolicy(ctx, id)
+	if err != nil {
+		return workflows.Policy{}, err
+	}
+	if len(kept) <= 2 { // "{}"
+		return s.PolicyDefaults(ctx, owner)
+	}
+	var p workflows.Policy
+	err = json.Unmarshal(kept, &p)
+	return p, err
 }
 
 // keepPolicy copies the box's policy onto its row, for revive (best effort, logged: a row

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/workflows"
 )
 
@@ -42,6 +43,22 @@ func TestReviveMissingWorkflow(t *testing.T) {
 	events, err := e.st.EventsForBox(ctx, string(e.box), 10)
 	if err != nil || len(events) == 0 || events[0].Action != "box.revived" {
 		t.Fatalf("events %+v, %v; want box.revived", events, err)
+	}
+
+	// A box whose workflow ended (an operator terminated it) is not started again: Temporal
+	// still has the workflow, and the reconciler marks the box failed.
+	ended := cocoonbox.NewBoxID()
+	if _, err := e.st.CreateBox(ctx, store.NewBox{ID: ended, Owner: e.users[cocoonbox.RoleOwner], Name: "ended", Size: cocoonbox.SizeSmall}); err != nil {
+		t.Fatal(err)
+	}
+	e.temporal.mu.Lock()
+	e.temporal.ended = map[string]bool{workflows.BoxWorkflowID(ended): true}
+	e.temporal.mu.Unlock()
+	if _, err := e.svc.Get(ctx, e.users[cocoonbox.RoleOwner], ended); cocoonbox.ErrorCode(err) != cocoonbox.ENotFound {
+		t.Fatalf("Get of a box whose workflow ended: %v, want not found", err)
+	}
+	if len(e.temporal.started) != 1 {
+		t.Fatalf("a box whose workflow ended was started again: %d starts", len(e.temporal.started))
 	}
 
 	// A deleted box stays gone, whatever Temporal has.
