@@ -9,6 +9,7 @@
 package backup
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -63,13 +64,13 @@ type Object struct {
 
 // SnapshotRef is a snapshot the backed-up database refers to.
 type SnapshotRef struct {
-	ID       string `json:"id"`
-	BoxID    string `json:"box_id"`
-	Object   string `json:"object"`
-	Index    string `json:"index,omitempty"`
-	Bytes    int64  `json:"bytes"`
-	Missing  bool   `json:"missing,omitempty"` // the object was not in the bucket at backup time
-	MissedBy string `json:"missed_by,omitempty"`
+	ID     string `json:"id"`
+	BoxID  string `json:"box_id"`
+	Object string `json:"object"`
+	Index  string `json:"index,omitempty"`
+	Bytes  int64  `json:"bytes"`
+	// Missing says what of the snapshot was not in the bucket at backup time; empty when all was.
+	Missing string `json:"missing,omitempty"`
 }
 
 // Options are what Backup and Restore work on.
@@ -109,11 +110,7 @@ func Backup(ctx context.Context, o Options) (Manifest, error) {
 		return Manifest{}, err
 	}
 	// The keyring first: a missing key file or a short passphrase fails before any upload.
-	sealed, err := secrets.SealKeyFile(o.Keyring, o.Passphrase)
-	if err != nil {
-		return Manifest{}, fmt.Errorf("backup: %w", err)
-	}
-	kr, err := secrets.LoadKeyring(o.Keyring)
+	sealed, kr, err := secrets.SealKeyFile(o.Keyring, o.Passphrase)
 	if err != nil {
 		return Manifest{}, fmt.Errorf("backup: %w", err)
 	}
@@ -131,9 +128,9 @@ func Backup(ctx context.Context, o Options) (Manifest, error) {
 	}
 	missing := 0
 	for _, s := range m.Snapshots {
-		if s.Missing {
+		if s.Missing != "" {
 			missing++
-			o.logf("warning: snapshot %s of box %s: %s", s.ID, s.BoxID, s.MissedBy)
+			o.logf("warning: snapshot %s of box %s: %s", s.ID, s.BoxID, s.Missing)
 		}
 	}
 	o.logf("snapshots: %d complete, %d of them missing from the bucket", len(m.Snapshots), missing)
@@ -165,10 +162,9 @@ func snapshotRefs(ctx context.Context, st *store.Store, bucket objstore.Store) (
 	refs := make([]SnapshotRef, 0, len(snaps))
 	for _, s := range snaps {
 		r := SnapshotRef{ID: s.ID, BoxID: string(s.BoxID), Object: s.ObjectKey, Index: s.IndexKey, Bytes: s.Bytes}
-		if r.MissedBy, err = missing(ctx, bucket, s); err != nil {
+		if r.Missing, err = missing(ctx, bucket, s); err != nil {
 			return nil, fmt.Errorf("backup: %w", err)
 		}
-		r.Missing = r.MissedBy != ""
 		refs = append(refs, r)
 	}
 	return refs, nil
@@ -235,7 +231,7 @@ func dumpDatabase(ctx context.Context, o Options) (Object, error) {
 
 // putBytes stores b at key and describes it as a backup object (named by its base).
 func putBytes(ctx context.Context, bucket objstore.Store, key string, b []byte) (Object, error) {
-	if err := bucket.Put(ctx, key, strings.NewReader(string(b)), int64(len(b))); err != nil {
+	if err := bucket.Put(ctx, key, bytes.NewReader(b), int64(len(b))); err != nil {
 		return Object{}, fmt.Errorf("backup: store %s: %w", key, err)
 	}
 	sum := sha256.Sum256(b)

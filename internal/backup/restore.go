@@ -86,8 +86,8 @@ func Restore(ctx context.Context, o Options) (Result, error) {
 	}
 	var gone []string
 	for _, r := range refs {
-		if r.Missing {
-			o.logf("warning: snapshot %s of box %s: %s", r.ID, r.BoxID, r.MissedBy)
+		if r.Missing != "" {
+			o.logf("warning: snapshot %s of box %s: %s", r.ID, r.BoxID, r.Missing)
 			gone = append(gone, r.ID)
 		}
 	}

@@ -113,7 +113,7 @@ func TestBackupRestoreDrill(t *testing.T) {
 	if err != nil {
 		t.Fatalf("backup: %v", err)
 	}
-	if len(m.Snapshots) != 1 || m.Snapshots[0].ID != snap.Snapshot.ID || m.Snapshots[0].Missing || m.KeyID != keys.KeyID() {
+	if len(m.Snapshots) != 1 || m.Snapshots[0].ID != snap.Snapshot.ID || m.Snapshots[0].Missing != "" || m.KeyID != keys.KeyID() {
 		t.Fatalf("manifest %+v, want the one snapshot %s present and key %s", m, snap.Snapshot.ID, keys.KeyID())
 	}
 

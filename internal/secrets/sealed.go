@@ -32,33 +32,34 @@ const (
 var ErrPassphrase = errors.New("the passphrase does not open this sealed keyring")
 
 // SealKeyFile returns the key of the keyring file at path (checked as LoadKeyring checks it)
-// sealed with passphrase.
-func SealKeyFile(path string, passphrase []byte) ([]byte, error) {
+// sealed with passphrase, and the keyring it is.
+func SealKeyFile(path string, passphrase []byte) ([]byte, *Keyring, error) {
 	if len(passphrase) < MinPassphrase {
-		return nil, fmt.Errorf("seal keyring: the passphrase is %d bytes; use at least %d", len(passphrase), MinPassphrase)
+		return nil, nil, fmt.Errorf("seal keyring: the passphrase is %d bytes; use at least %d", len(passphrase), MinPassphrase)
 	}
 	key, err := readKeyFile(path)
 	if errors.Is(err, os.ErrNotExist) {
 		err = fmt.Errorf("seal keyring %s: no such file", path)
 	}
+	kr, err := keyring(path, key, err)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	salt := make([]byte, saltSize)
 	if _, err := rand.Read(salt); err != nil {
-		return nil, fmt.Errorf("seal keyring: %w", err)
+		return nil, nil, fmt.Errorf("seal keyring: %w", err)
 	}
 	aead, err := passphraseAEAD(passphrase, salt)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	nonce := make([]byte, aead.NonceSize())
 	if _, err := rand.Read(nonce); err != nil {
-		return nil, fmt.Errorf("seal keyring: %w", err)
+		return nil, nil, fmt.Errorf("seal keyring: %w", err)
 	}
 	out := append([]byte(sealedMagic), salt...)
 	out = append(out, nonce...)
-	return aead.Seal(out, nonce, key, []byte(sealedMagic)), nil
+	return aead.Seal(out, nonce, key, []byte(sealedMagic)), kr, nil
 }
 
 // RestoreKeyFile opens sealed with passphrase and writes the key to path, mode 0600, as

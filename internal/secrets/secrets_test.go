@@ -224,12 +224,12 @@ func TestSealedKeyFile(t *testing.T) {
 		t.Fatal(err)
 	}
 	pass := []byte("correct horse battery")
-	if _, err := secrets.SealKeyFile(filepath.Join(dir, "master.key"), []byte("short")); err == nil {
+	if _, _, err := secrets.SealKeyFile(filepath.Join(dir, "master.key"), []byte("short")); err == nil {
 		t.Fatal("sealed with a 5-byte passphrase")
 	}
-	sealed, err := secrets.SealKeyFile(filepath.Join(dir, "master.key"), pass)
-	if err != nil {
-		t.Fatal(err)
+	sealed, sealedKeys, err := secrets.SealKeyFile(filepath.Join(dir, "master.key"), pass)
+	if err != nil || sealedKeys.KeyID() != orig.KeyID() {
+		t.Fatalf("seal: key %v, %v; want %s", sealedKeys, err, orig.KeyID())
 	}
 	if raw, err := os.ReadFile(filepath.Join(dir, "master.key")); err != nil || bytes.Contains(sealed, raw) {
 		t.Fatalf("the sealed file holds the key in the clear (%v)", err)

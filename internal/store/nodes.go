@@ -95,12 +95,11 @@ type SandboxOnNode struct {
 // SandboxesOn returns the live boxes whose sandbox node n holds: their sandbox_node names it, or,
 // for a sandbox recorded before nodes were named (schema 14), their sandbox_addr is its URL.
 func (q *Queries) SandboxesOn(ctx context.Context, n nodes.Node) ([]SandboxOnNode, error) {
-	addr := n.URL
 	rows, err := q.db.Query(ctx,
 		`SELECT id, sandbox_id FROM boxes
 		  WHERE deleted_at IS NULL AND sandbox_id IS NOT NULL
 		    AND (sandbox_node = $1 OR sandbox_node = '' AND sandbox_addr = $2 AND $2 <> '')
-		  ORDER BY id`, n.ID, addr)
+		  ORDER BY id`, n.ID, n.URL)
 	if err != nil {
 		return nil, fmt.Errorf("sandboxes on %s: %w", n.ID, mapErr(err))
 	}
