@@ -35,14 +35,18 @@ const (
 	invalidTextRep      = "22P02"
 )
 
-// mapErr translates a pgx error into a sentinel, keeping the original text for the logs; other
-// errors (connection, context) pass through unchanged.
+// mapErr translates a pgx error into a sentinel, keeping the original text for the logs; a lost
+// or refused connection becomes an unavailable error naming PostgreSQL, and other errors (such
+// as a context's) pass through unchanged.
 func mapErr(err error) error {
 	if err == nil {
 		return nil
 	}
 	if errors.Is(err, pgx.ErrNoRows) {
 		return ErrNotFound
+	}
+	if serverGone(err) {
+		return &cocoonbox.Error{Code: cocoonbox.EUnavailable, Message: "the database (PostgreSQL) is not answering; try again", Err: err}
 	}
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {

@@ -33,7 +33,7 @@ func migrate(ctx context.Context, pool *pgxpool.Pool) error {
 
 // SchemaVersion returns the version of the newest migration applied to the database.
 func (s *Store) SchemaVersion(ctx context.Context) (int64, error) {
-	p, closeDB, err := newProvider(s.pool)
+	p, closeDB, err := newProvider(s.pool.Pool)
 	if err != nil {
 		return 0, err
 	}

@@ -16,7 +16,7 @@ import (
 // Store is a connection pool with the queries on it. It is safe for concurrent use.
 type Store struct {
 	*Queries
-	pool *pgxpool.Pool
+	pool pool
 }
 
 // Queries are the queries, bound either to the pool or to one transaction (see InTx).
@@ -54,16 +54,17 @@ func Connect(ctx context.Context, url string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	pgxPool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	return &Store{Queries: &Queries{db: pool}, pool: pool}, nil
+	p := pool{Pool: pgxPool}
+	return &Store{Queries: &Queries{db: p}, pool: p}, nil
 }
 
 // Migrate brings the schema up to date (see Open).
 func (s *Store) Migrate(ctx context.Context) error {
-	if err := migrate(ctx, s.pool); err != nil {
+	if err := migrate(ctx, s.pool.Pool); err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
 	return nil
@@ -85,7 +86,7 @@ func (s *Store) Ping(ctx context.Context) error {
 // InTx runs fn in one transaction, committing if fn returns nil and rolling back otherwise, so a
 // multi-statement change lands whole or not at all. fn must use only the Queries it is given.
 func (s *Store) InTx(ctx context.Context, fn func(q *Queries) error) error {
-	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	return s.pool.begin(ctx, func(tx pgx.Tx) error {
 		return fn(&Queries{db: tx})
 	})
 }
