@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/nodes"
 	"github.com/loomhand/cocoonbox/internal/objstore"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 )
@@ -56,78 +57,92 @@ func (a *Snapshots) RestoreSnapshot(ctx context.Context, in RestoreSnapshotInput
 	if snap.Kind == cocoonbox.SnapshotKindState {
 		return a.restoreState(ctx, in, snap)
 	}
-	porter, _, err := a.porter(ctx)
-	if err != nil {
-		return RestoreSnapshotResult{}, err
-	}
 	size := orDefaultSize(in.Size)
 	name := snap.ID + "." + strconv.Itoa(in.Attempt)
 	ref := ClaimRef(in.BoxID, in.Attempt)
+	key := sandbox.PoolKey{Template: a.template(), Net: lane(in.Network), Size: string(size)}
 
-	// A retry first looks for what its lost try made: the imported checkpoint, and a sandbox
-	// already claimed from it; or, once that try finished and dropped its checkpoint, the
-	// sandbox by its claim_ref (an engine that ignores claim_ref on a checkpoint claim makes
-	// this find nothing, as before).
-	ck, found, err := a.checkpointNamed(ctx, name)
+	// A retry first looks, on every engine, for what its lost try made (placement may have
+	// changed its mind since): the imported checkpoint, and a sandbox already claimed from it;
+	// or, once that try finished and dropped its checkpoint, the sandbox by its claim_ref (an
+	// engine that ignores claim_ref on a checkpoint claim makes this find nothing, as before).
+	engines, err := a.engines(ctx)
 	if err != nil {
 		return RestoreSnapshotResult{}, err
 	}
-	if found {
-		got, ok, err := a.adoptFrom(ctx, ck.ID)
+	var eng nodeEngine
+	var ck sandbox.Checkpoint
+	for _, e := range engines {
+		found, ok, err := checkpointNamed(ctx, e, name)
 		if err != nil {
 			return RestoreSnapshotResult{}, err
 		}
 		if ok {
-			return a.settle(ctx, in.BoxID, snap, ck.ID, got)
+			got, ok, err := adoptFrom(ctx, e, found.ID)
+			if err != nil {
+				return RestoreSnapshotResult{}, err
+			}
+			if ok {
+				return a.settle(ctx, e, in.BoxID, snap, found.ID, got)
+			}
+			eng, ck = e, found
+			break
 		}
-	} else {
-		got, ok, err := a.adoptByRef(ctx, ref)
+		got, ok, err := adoptByRef(ctx, e, ref)
 		if err != nil {
 			return RestoreSnapshotResult{}, err
 		}
 		if ok {
-			return a.settle(ctx, in.BoxID, snap, "", got)
+			return a.settle(ctx, e, in.BoxID, snap, "", got)
 		}
-		ck, err = a.importSnapshot(ctx, porter, snap, sandbox.PoolKey{Template: a.template(), Net: lane(in.Network), Size: string(size)}, name)
+	}
+	if ck.ID == "" {
+		if eng, err = a.placeRestore(ctx, nodes.Request{Template: key.Template, Size: size, Net: key.Net}); err != nil {
+			return RestoreSnapshotResult{}, err
+		}
+		porter, _, err := porterOf(ctx, eng)
 		if err != nil {
+			return RestoreSnapshotResult{}, err
+		}
+		if ck, err = a.importSnapshot(ctx, porter, snap, key, name); err != nil {
 			return RestoreSnapshotResult{}, err
 		}
 	}
 	got, err := whileHeartbeating(ctx, func(ctx context.Context) (sandbox.Claimed, error) {
-		return a.Client.ClaimFromCheckpoint(ctx, ck.ID, in.TTL, ref)
+		return eng.ClaimFromCheckpoint(ctx, ck.ID, in.TTL, ref)
 	})
 	if err != nil {
 		return RestoreSnapshotResult{}, classify(fmt.Errorf("claim from snapshot %s: %w", snap.ID, err))
 	}
-	if err := applyEgress(ctx, a.Client, got.SandboxRef, in.Network); err != nil {
+	if err := applyEgress(ctx, eng.Client, got.SandboxRef, in.Network); err != nil {
 		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		_ = a.Client.Release(relCtx, got.SandboxRef) // a box never runs on a wider policy than its own
+		_ = eng.Release(relCtx, got.SandboxRef) // a box never runs on a wider policy than its own
 		return RestoreSnapshotResult{}, classify(fmt.Errorf("restore snapshot %s: %w", snap.ID, err))
 	}
-	return a.settle(ctx, in.BoxID, snap, ck.ID, got)
+	return a.settle(ctx, eng, in.BoxID, snap, ck.ID, got)
 }
 
-// settle waits until the restored sandbox answers and only then records its token as the box's:
-// until that moment the box's current sandbox keeps its own token, so a restore that fails
-// leaves the box fully usable. A sandbox that never answers is released.
-func (a *Snapshots) settle(ctx context.Context, boxID cocoonbox.BoxID, snap cocoonbox.Snapshot, ckID string, got sandbox.Claimed) (RestoreSnapshotResult, error) {
+// settle waits until the sandbox restored on eng answers and only then records its token as the
+// box's: until that moment the box's current sandbox keeps its own token, so a restore that
+// fails leaves the box fully usable. A sandbox that never answers is released.
+func (a *Snapshots) settle(ctx context.Context, eng nodeEngine, boxID cocoonbox.BoxID, snap cocoonbox.Snapshot, ckID string, got sandbox.Claimed) (RestoreSnapshotResult, error) {
 	snapID := snap.ID
 	readyCtx, cancel := context.WithTimeout(ctx, restoreReadyTimeout)
-	err := readyWithCredential(readyCtx, a.Client, got.SandboxRef, a.PollInterval, boxID, a.Credentials)
+	err := readyWithCredential(readyCtx, eng.Client, got.SandboxRef, a.PollInterval, boxID, a.Credentials)
 	cancel()
 	if err != nil {
 		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
-		_ = a.Client.Release(relCtx, got.SandboxRef)
-		a.dropCheckpoint(ctx, ckID)
+		_ = eng.Release(relCtx, got.SandboxRef)
+		dropCheckpoint(ctx, eng, ckID)
 		return RestoreSnapshotResult{}, classify(fmt.Errorf("restore snapshot %s: the new sandbox did not answer: %w", snapID, err))
 	}
-	if err := a.Tokens.PutSandboxToken(ctx, string(boxID), onNode(got, a.Node, "").SandboxRef); err != nil {
+	if err := a.Tokens.PutSandboxToken(ctx, string(boxID), onNode(got, eng.node, eng.url).SandboxRef); err != nil {
 		return RestoreSnapshotResult{}, classify(fmt.Errorf("store sandbox token: %w", err))
 	}
 	if ckID != "" {
-		a.dropCheckpoint(ctx, ckID) // the sandbox has its own copy of the disk
+		dropCheckpoint(ctx, eng, ckID) // the sandbox has its own copy of the disk
 	}
 	return RestoreSnapshotResult{SnapshotID: snapID, TakenAt: snap.CreatedAt, SandboxID: got.ID, Deadline: got.Deadline}, nil
 }
@@ -276,11 +291,11 @@ func (l *layerReader) close() {
 	}
 }
 
-// checkpointNamed finds the engine checkpoint with name.
-func (a *Snapshots) checkpointNamed(ctx context.Context, name string) (sandbox.Checkpoint, bool, error) {
-	cks, err := a.Client.ListCheckpoints(ctx)
+// checkpointNamed finds eng's checkpoint with name.
+func checkpointNamed(ctx context.Context, eng nodeEngine, name string) (sandbox.Checkpoint, bool, error) {
+	cks, err := eng.ListCheckpoints(ctx)
 	if err != nil {
-		return sandbox.Checkpoint{}, false, classify(fmt.Errorf("list checkpoints: %w", err))
+		return sandbox.Checkpoint{}, false, classify(fmt.Errorf("list checkpoints%s: %w", eng.on(), err))
 	}
 	for _, ck := range cks {
 		if ck.Name == name {
@@ -290,30 +305,30 @@ func (a *Snapshots) checkpointNamed(ctx context.Context, name string) (sandbox.C
 	return sandbox.Checkpoint{}, false, nil
 }
 
-// adoptFrom finds a sandbox already claimed from checkpoint ckID (by a try whose answer was
+// adoptFrom finds a sandbox already claimed from eng's checkpoint ckID (by a try whose answer was
 // lost) and fetches its token, which takes the engine's root token.
-func (a *Snapshots) adoptFrom(ctx context.Context, ckID string) (sandbox.Claimed, bool, error) {
-	return a.adoptWhere(ctx, "", func(r sandbox.Sandbox) bool { return r.FromCheckpoint == ckID })
+func adoptFrom(ctx context.Context, eng nodeEngine, ckID string) (sandbox.Claimed, bool, error) {
+	return adoptWhere(ctx, eng, "", func(r sandbox.Sandbox) bool { return r.FromCheckpoint == ckID })
 }
 
-// adoptByRef finds the sandbox claimed under ref (a restore's try whose answer was lost).
-func (a *Snapshots) adoptByRef(ctx context.Context, ref string) (sandbox.Claimed, bool, error) {
+// adoptByRef finds the sandbox claimed on eng under ref (a restore's try whose answer was lost).
+func adoptByRef(ctx context.Context, eng nodeEngine, ref string) (sandbox.Claimed, bool, error) {
 	// An engine that does not filter by claim_ref lists them all.
-	return a.adoptWhere(ctx, ref, func(r sandbox.Sandbox) bool { return r.ClaimRef == ref })
+	return adoptWhere(ctx, eng, ref, func(r sandbox.Sandbox) bool { return r.ClaimRef == ref })
 }
 
-// adoptWhere returns the first sandbox listed under ref ("": all) that mine says a lost try of
-// this restore made, with its token.
-func (a *Snapshots) adoptWhere(ctx context.Context, ref string, mine func(sandbox.Sandbox) bool) (sandbox.Claimed, bool, error) {
-	rows, err := a.Client.List(ctx, ref)
+// adoptWhere returns the first sandbox of eng listed under ref ("": all) that mine says a lost
+// try of this restore made, with its token.
+func adoptWhere(ctx context.Context, eng nodeEngine, ref string, mine func(sandbox.Sandbox) bool) (sandbox.Claimed, bool, error) {
+	rows, err := eng.List(ctx, ref)
 	if err != nil {
-		return sandbox.Claimed{}, false, classify(fmt.Errorf("list sandboxes: %w", err))
+		return sandbox.Claimed{}, false, classify(fmt.Errorf("list sandboxes%s: %w", eng.on(), err))
 	}
 	for _, r := range rows {
 		if !mine(r) {
 			continue
 		}
-		full, err := a.Client.Get(ctx, r.ID)
+		full, err := eng.Get(ctx, r.ID)
 		if err != nil {
 			return sandbox.Claimed{}, false, classify(fmt.Errorf("adopt sandbox %s: %w", r.ID, err))
 		}

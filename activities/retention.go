@@ -129,12 +129,13 @@ func (a *Snapshots) spareBases(ctx context.Context, all, victims []cocoonbox.Sna
 // a checkpoint, exported whole into SnapshotFullKey, verified, and recorded, after which its old
 // object goes. A crash anywhere leaves s restorable from its chain or from its new object.
 func (a *Snapshots) compact(ctx context.Context, s cocoonbox.Snapshot) error {
-	porter, _, err := a.porter(ctx)
+	eng := a.own()
+	porter, _, err := porterOf(ctx, eng)
 	if err != nil {
 		return err
 	}
 	name := "compact." + s.ID
-	if err := a.deleteCheckpoints(ctx, name); err != nil {
+	if err := deleteCheckpoints(ctx, eng, name); err != nil {
 		return err
 	}
 	key := SnapshotFullKey(s.BoxID, s.ID)
@@ -149,7 +150,7 @@ func (a *Snapshots) compact(ctx context.Context, s cocoonbox.Snapshot) error {
 		if err != nil {
 			return struct{}{}, err
 		}
-		defer a.dropCheckpoint(ctx, ck.ID)
+		defer dropCheckpoint(ctx, eng, ck.ID)
 		ex, err := a.upload(ctx, porter, ck.ID, nil, key, &progress)
 		if err != nil {
 			return struct{}{}, err

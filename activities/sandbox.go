@@ -1,7 +1,6 @@
 package activities
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -152,9 +151,7 @@ func (a *Sandbox) Claim(ctx context.Context, in ClaimInput) (ClaimResult, error)
 
 // claimPlaced claims req on the node placement picks when the deployment has registered nodes,
 // after looking on every other one for a sandbox an earlier try made under the same claim_ref
-// (placement may have changed its mind since), else on Client's own engine. When the heartbeats
-// (up to one beat old) say no node has room, Client's own engine is asked all the same: its
-// admission is the authority, and its refusal names the limit.
+// (placement may have changed its mind since), else on Client's own engine.
 func (a *Sandbox) claimPlaced(ctx context.Context, req sandbox.ClaimRequest) (sandbox.Claimed, error) {
 	nc, ok := a.Client.(sandbox.NodeClaimer)
 	if a.Nodes == nil || !ok {
@@ -169,17 +166,7 @@ func (a *Sandbox) claimPlaced(ctx context.Context, req sandbox.ClaimRequest) (sa
 		got, err := a.Client.Claim(ctx, req)
 		return onNode(got, a.Node, ""), err
 	}
-	dead := cmp.Or(a.NodeDeadAfter, nodes.DefaultDeadAfter)
-	n, err := nodes.Pick(all, nodes.Request{Template: req.Template, Size: cocoonbox.Size(req.Size), Net: req.Net}, time.Now(), dead)
-	var refused error
-	if err != nil {
-		// Client's own engine, after the same look for an earlier claim: unless its node is
-		// draining (an operator took it out of placement) or lost, when no engine is asked.
-		if own := ownNode(all, a.Node); own.State == nodes.Draining || own.State == nodes.Lost {
-			refused = err
-		}
-		n = nodes.Node{}
-	}
+	n, refused := placement(all, nodes.Request{Template: req.Template, Size: cocoonbox.Size(req.Size), Net: req.Net}, a.NodeDeadAfter, a.Node)
 	for _, other := range all {
 		if other.ID == n.ID || other.State == nodes.Lost {
 			continue

@@ -16,6 +16,7 @@ import (
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxlink"
+	"github.com/loomhand/cocoonbox/internal/nodes"
 	"github.com/loomhand/cocoonbox/internal/objstore"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/snapshot"
@@ -80,6 +81,11 @@ type Snapshots struct {
 	// Node is the registered node whose engine Client's own is (see Sandbox.Node): a box
 	// restored there is recorded as on it.
 	Node string
+	// Nodes lists the deployment's engine nodes, as for Sandbox: with nodes, a restored box is
+	// placed by the rule a claim follows, and its snapshot imported on the node placed.
+	Nodes func(ctx context.Context) ([]nodes.Node, error)
+	// NodeDeadAfter is Sandbox.NodeDeadAfter.
+	NodeDeadAfter time.Duration
 }
 
 // SnapshotObjectKey is where a snapshot's stream lives in the bucket; its manifest sits beside it
@@ -214,13 +220,15 @@ func (a *Snapshots) UploadSnapshot(ctx context.Context, in UploadSnapshotInput) 
 	if err != nil {
 		return UploadSnapshotResult{}, classify(fmt.Errorf("read snapshot %s: %w", in.SnapshotID, err))
 	}
-	porter, incremental, err := a.porter(ctx)
+	ref, err := sandboxRef(ctx, a.Tokens, in.BoxID, in.SandboxID)
+	if err != nil {
+		return UploadSnapshotResult{}, err
+	}
+	// The checkpoint is made, exported and dropped on the engine that holds the box.
+	eng := nodeEngine{Client: engineAt(a.Client, ref.Addr), node: ref.Node, url: ref.Addr}
+	porter, incremental, err := porterOf(ctx, eng)
 	if errors.Is(err, errNoDiskExport) {
 		// Upstream sandboxd: the box's agent reads its trees instead.
-		ref, err := sandboxRef(ctx, a.Tokens, in.BoxID, in.SandboxID)
-		if err != nil {
-			return UploadSnapshotResult{}, err
-		}
 		return a.uploadState(ctx, row, ref)
 	}
 	if err != nil {
@@ -234,16 +242,12 @@ func (a *Snapshots) UploadSnapshot(ctx context.Context, in UploadSnapshotInput) 
 	if _, err := a.Blobs.AbortIncomplete(ctx, key, 0); err != nil {
 		return UploadSnapshotResult{}, classify(fmt.Errorf("abort earlier uploads of %s: %w", key, err))
 	}
-	ref, err := sandboxRef(ctx, a.Tokens, in.BoxID, in.SandboxID)
-	if err != nil {
-		return UploadSnapshotResult{}, err
-	}
-	if err := a.deleteCheckpoints(ctx, in.SnapshotID); err != nil {
+	if err := deleteCheckpoints(ctx, eng, in.SnapshotID); err != nil {
 		return UploadSnapshotResult{}, err
 	}
 	t0 := time.Now()
 	ck, err := whileHeartbeating(ctx, func(ctx context.Context) (sandbox.Checkpoint, error) {
-		return a.Client.Checkpoint(ctx, ref, in.SnapshotID)
+		return eng.Checkpoint(ctx, ref, in.SnapshotID)
 	})
 	if errors.Is(err, sandbox.ErrNotFound) {
 		return UploadSnapshotResult{}, gone(fmt.Errorf("checkpoint sandbox %s: %w", in.SandboxID, err))
@@ -251,7 +255,7 @@ func (a *Snapshots) UploadSnapshot(ctx context.Context, in UploadSnapshotInput) 
 	if err != nil {
 		return UploadSnapshotResult{}, classify(fmt.Errorf("checkpoint sandbox %s: %w", in.SandboxID, err))
 	}
-	defer a.dropCheckpoint(ctx, ck.ID)
+	defer dropCheckpoint(ctx, eng, ck.ID)
 
 	var progress atomic.Int64
 	phase := atomic.Pointer[string]{}
@@ -482,7 +486,11 @@ func (a *Snapshots) FailSnapshot(ctx context.Context, in SnapshotRef) error {
 	if err := a.Store.FailSnapshot(ctx, in.SnapshotID); err != nil {
 		return classify(fmt.Errorf("fail snapshot %s: %w", in.SnapshotID, err))
 	}
-	if err := a.deleteCheckpoints(ctx, in.SnapshotID); err != nil {
+	eng, err := a.boxEngine(ctx, in.BoxID)
+	if err != nil {
+		return err
+	}
+	if err := deleteCheckpoints(ctx, eng, in.SnapshotID); err != nil {
 		return err
 	}
 	if err := a.deleteObjects(ctx, in.BoxID, in.SnapshotID); err != nil {
@@ -512,16 +520,16 @@ func (a *Snapshots) deleteObjects(ctx context.Context, boxID cocoonbox.BoxID, id
 	return nil
 }
 
-// porter is the engine's disk export ability, which snapshots need, and whether it exports
+// porterOf is eng's disk export ability, which snapshots need, and whether it exports
 // incrementally. The client speaks it; the engine says in /v1/info whether it serves it
 // (upstream sandboxd has no capabilities there). An engine whose info cannot be read (a tenant
 // token) is given the benefit of the doubt for the export, whose call then fails, but not for
 // incremental exports.
-func (a *Snapshots) porter(ctx context.Context) (sandbox.DiskPorter, bool, error) {
-	p, ok := a.Client.(sandbox.DiskPorter)
+func porterOf(ctx context.Context, eng nodeEngine) (sandbox.DiskPorter, bool, error) {
+	p, ok := eng.Client.(sandbox.DiskPorter)
 	incremental := false
 	if ok {
-		if info, err := a.Client.Info(ctx); err == nil {
+		if info, err := eng.Info(ctx); err == nil {
 			ok = info.Capabilities != nil && info.Capabilities.DiskExport
 			incremental = ok && info.Capabilities.IncrementalDisk
 		}
@@ -536,10 +544,10 @@ func (a *Snapshots) porter(ctx context.Context) (sandbox.DiskPorter, bool, error
 // whose boxes are snapshotted through their agent instead.
 var errNoDiskExport = errors.New("the sandbox engine cannot export or import a box's disk")
 
-// deleteCheckpoints removes the engine checkpoints named name: what an attempt killed before its
+// deleteCheckpoints removes eng's checkpoints named name: what an attempt killed before its
 // cleanup left behind.
-func (a *Snapshots) deleteCheckpoints(ctx context.Context, name string) error {
-	cks, err := a.Client.ListCheckpoints(ctx)
+func deleteCheckpoints(ctx context.Context, eng nodeEngine, name string) error {
+	cks, err := eng.ListCheckpoints(ctx)
 	if err != nil {
 		return classify(fmt.Errorf("list checkpoints: %w", err))
 	}
@@ -547,19 +555,19 @@ func (a *Snapshots) deleteCheckpoints(ctx context.Context, name string) error {
 		if ck.Name != name {
 			continue
 		}
-		if err := a.Client.DeleteCheckpoint(ctx, ck.ID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
+		if err := eng.DeleteCheckpoint(ctx, ck.ID); err != nil && !errors.Is(err, sandbox.ErrNotFound) {
 			return classify(fmt.Errorf("delete checkpoint %s: %w", ck.ID, err))
 		}
 	}
 	return nil
 }
 
-// dropCheckpoint deletes a checkpoint that served its purpose, even when ctx has ended; a failure
-// is left for the next attempt's deleteCheckpoints.
-func (a *Snapshots) dropCheckpoint(ctx context.Context, id string) {
+// dropCheckpoint deletes a checkpoint of eng that served its purpose, even when ctx has ended; a
+// failure is left for the next attempt's deleteCheckpoints.
+func dropCheckpoint(ctx context.Context, eng nodeEngine, id string) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 	defer cancel()
-	_ = a.Client.DeleteCheckpoint(ctx, id)
+	_ = eng.DeleteCheckpoint(ctx, id)
 }
 
 func validateSnapshotRef(boxID cocoonbox.BoxID, snapshotID string) error {

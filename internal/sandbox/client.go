@@ -68,6 +68,15 @@ type NodeClaimer interface {
 	Adopt(ctx context.Context, addr, ref string) (Claimed, bool, error)
 }
 
+// NodeDialer is a client that reaches another engine node of the deployment with its own
+// credentials, for the verbs that name no sandbox (checkpoints, their disks, listings): a box's
+// snapshot is exported from, and a restore imported into, the node that holds the sandbox.
+type NodeDialer interface {
+	// At returns a client of the engine at addr (host:port or an http(s) origin); the client
+	// itself for an empty addr or its own engine's.
+	At(addr string) Client
+}
+
 // DiskPorter is the optional ability to move a checkpoint's disk out of and into an engine in
 // cocoonbox's snapshot format: the local engine has it (Info's DiskExport says so), upstream
 // sandboxd does not. Callers find it by a type assertion on their Client.

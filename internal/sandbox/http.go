@@ -24,6 +24,7 @@ var (
 	_ DiskPorter   = (*HTTP)(nil)
 	_ EgressSetter = (*HTTP)(nil)
 	_ NodeClaimer  = (*HTTP)(nil)
+	_ NodeDialer   = (*HTTP)(nil)
 )
 
 // HTTP is the Client of the sandboxd HTTP API. It is safe for concurrent use.
@@ -78,6 +79,17 @@ func parseOrigin(s string) (*url.URL, error) {
 		return nil, &Error{Op: "parse engine address", Message: fmt.Sprintf("%q is not an http(s) origin or host:port", s), Kind: ErrInvalid}
 	}
 	return u, nil
+}
+
+// At returns a client of the engine at addr with the same token and transport (see NodeDialer);
+// a bad addr fails each of its calls.
+func (c *HTTP) At(addr string) Client {
+	if c.isBase(addr) {
+		return c
+	}
+	at := &HTTP{token: c.token, hc: c.hc}
+	at.base, at.baseErr = c.nodeURL(addr)
+	return at
 }
 
 // nodeURL resolves a SandboxRef.Addr (or a redirect target) against the base URL: a bare

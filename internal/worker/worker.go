@@ -81,16 +81,19 @@ func New(opts Options) worker.Worker {
 	w.RegisterActivity(rows)
 	creds := boxlink.Credentials(opts.Keys)
 	link := &boxlink.Link{Sandbox: opts.Sandbox, Tokens: tok, Credentials: creds}
-	w.RegisterActivity(&activities.Snapshots{
+	snapActs := &activities.Snapshots{
 		Client: opts.Sandbox, Tokens: tok, Blobs: opts.Blobs, Store: snapshots{opts.Store},
 		Template: opts.Template, UploadRate: opts.UploadRate, Credentials: creds, Link: link, Node: opts.Node,
-	})
+		NodeDeadAfter: opts.NodeDeadAfter,
+	}
 	// The credential is written at claim (WaitReady) and checked again before each agent step.
 	sbActs := &activities.Sandbox{Client: opts.Sandbox, Tokens: tok, Template: opts.Template, Credentials: creds,
 		NodeDeadAfter: opts.NodeDeadAfter, Rows: rows, Node: opts.Node}
 	if opts.Store != nil {
-		sbActs.Nodes = opts.Store.ListNodes // with engine nodes registered, claims are placed on them
+		// With engine nodes registered, claims and restores are placed on them.
+		sbActs.Nodes, snapActs.Nodes = opts.Store.ListNodes, opts.Store.ListNodes
 	}
+	w.RegisterActivity(snapActs)
 	w.RegisterActivity(sbActs)
 	var vlt activities.SecretOpener = &vault.Vault{Store: opts.Store, Keys: opts.Keys}
 	if opts.Vault != nil {

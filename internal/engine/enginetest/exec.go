@@ -14,7 +14,7 @@ import (
 )
 
 // Exec implements runtime.Runtime with a few commands over the box's disk: echo, cat FILE,
-// write FILE TEXT, sleep SECONDS, yes BYTES (writes that many bytes), false, pwd, env, and incr
+// write FILE TEXT, sleep SECONDS, yes BYTES (writes that many bytes), true, false, pwd, env, and incr
 // (bumps and prints the box's in-memory counter). Anything else is runtime.ErrBadCommand.
 func (f *Runtime) Exec(ctx context.Context, id string, req runtime.ExecRequest) (int, error) {
 	if err := f.enter(ctx, OpExec); err != nil {
@@ -69,6 +69,8 @@ func (f *Runtime) Exec(ctx context.Context, id string, req runtime.ExecRequest) 
 				return 0, err
 			}
 		}
+		return 0, nil
+	case "true":
 		return 0, nil
 	case "false":
 		return 1, nil
