@@ -107,6 +107,7 @@ func (w *box) setup(ctx workflow.Context) error {
 		{UpdateSetNetwork, w.setNetwork, w.validateSetNetwork},
 		{UpdateRecreate, w.recreate, w.validateRecreate},
 		{UpdateControlConn, w.controlConn, w.validateControlConn},
+		{UpdateMove, w.move, w.validateMove},
 	}
 	for _, u := range updates {
 		if err := workflow.SetUpdateHandlerWithOptions(ctx, u.name, u.handler,

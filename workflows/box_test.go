@@ -134,6 +134,7 @@ type outcome struct {
 	rejected error
 	done     bool
 	snapshot SnapshotResult // the snapshot update's answer
+	move     MoveResult     // the move update's answer
 }
 
 func update(env *testsuite.TestWorkflowEnvironment, delay time.Duration, name string, arg any) *outcome {
@@ -149,6 +150,8 @@ func update(env *testsuite.TestWorkflowEnvironment, delay time.Duration, name st
 					o.status = r
 				case SnapshotResult:
 					o.status, o.snapshot = r.Status, r
+				case MoveResult:
+					o.status, o.move = r.Status, r
 				}
 			},
 		}, arg)

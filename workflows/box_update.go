@@ -38,6 +38,7 @@ var refusals = map[string]map[cocoonbox.BoxState]string{
 	UpdateControlConn: {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted},
 	UpdateHibernate:   {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted, cocoonbox.BoxStateFailed: "a failed box (wake it first)"},
 	UpdateSnapshot:    {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted, cocoonbox.BoxStateFailed: "a failed box (wake it first)"},
+	UpdateMove:        {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted, cocoonbox.BoxStateFailed: "a failed box (its next wake places it anew)"},
 }
 
 // allowed is every lifecycle update's validator: it rejects a message that cannot apply to the
@@ -169,6 +170,10 @@ func (w *box) wake(ctx workflow.Context, in WakeInput) (Status, error) {
 				err = w.replaceSandbox(ctx)
 			case err == nil:
 				err = w.waitReady(ctx)
+			}
+			if err == nil && w.st.MoveFrom != "" {
+				w.setState(ctx, cocoonbox.BoxStateRunning)
+				w.moveOnWake(ctx)
 			}
 		}
 		if err != nil {

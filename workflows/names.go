@@ -33,6 +33,9 @@ const (
 	// UpdateRecreate starts a box whose sandbox was lost with no snapshot again, from its
 	// template: the owner's choice, never made for them.
 	UpdateRecreate = "recreate"
+	// UpdateMove moves the box off an engine node an operator drains (MoveInput): a running box
+	// at once, a hibernated one on its next wake.
+	UpdateMove = "move"
 	// UpdateControlConn takes the box's one control connection slot for an edge's connection,
 	// whichever API replica serves it; SignalControlClosed gives it back.
 	UpdateControlConn   = "control-connection"
@@ -169,6 +172,8 @@ type BoxCarriedState struct {
 	ControlSeen time.Time
 	// ControlConn is the control connection that holds the desktop's one control slot, if any.
 	ControlConn ControlConn `json:",omitzero"`
+	// MoveFrom is the draining node a hibernated box leaves on its next wake; "" when none.
+	MoveFrom string `json:",omitempty"`
 }
 
 // ControlConn is a control connection of the desktop: its ID, the API process (a viewer report

@@ -9,16 +9,23 @@ import (
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
 
-// adminDrainCommand is `cocoonbox admin drain NODE`: no new box is placed on the node.
+// adminDrainCommand is `cocoonbox admin drain NODE`: no new box is placed on the node, and its
+// boxes are moved to others.
 func adminDrainCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "drain",
-		Usage:     "stop placing new boxes on an engine node (--undo: place them there again)",
+		Usage:     "move every box off an engine node and place no new one on it (--undo: place them there again)",
 		ArgsUsage: "NODE",
 		Description: "Marks the node draining: a new box's claim goes to another node, and its heartbeat keeps\n" +
-			"it draining until --undo. The boxes already on it stay there (moving them to other nodes\n" +
-			"is not built yet). `cocoonbox admin nodes` shows each node's state and boxes.",
-		Flags: apiFlags(&cli.BoolFlag{Name: "undo", Usage: "make a draining node active again"}),
+			"it draining until --undo. Its boxes are moved to other nodes one at a time: a running box\n" +
+			"is snapshotted and restored elsewhere (its disk moves, its memory and processes do not, and\n" +
+			"its events say so); a hibernated box moves on its next wake. Draining again retries boxes\n" +
+			"that failed to move. --undo stops a drain under way. `cocoonbox admin nodes` shows each\n" +
+			"node's state and boxes.",
+		Flags: apiFlags(
+			&cli.BoolFlag{Name: "undo", Usage: "make a draining node active again"},
+			&cli.BoolFlag{Name: "wait", Usage: "wait until the running boxes have moved, and say what became of each"},
+		),
 		Action: func(c *cli.Context) error {
 			args, err := positional(c, "NODE", 1, 1)
 			if err != nil {
@@ -29,16 +36,25 @@ func adminDrainCommand() *cli.Command {
 				return err
 			}
 			defer s.Close()
-			n, err := boxes.DrainNode(c.Context, &cbv1.DrainNodeRequest{Node: args[0], Undo: c.Bool("undo")})
+			n, err := boxes.DrainNode(c.Context, &cbv1.DrainNodeRequest{Node: args[0], Undo: c.Bool("undo"), Wait: c.Bool("wait")})
 			if err != nil {
 				return apiError(err)
 			}
 			return s.out.result(n, func(w io.Writer) error {
 				var err error
-				if c.Bool("undo") {
+				switch d := n.GetDrain(); {
+				case c.Bool("undo"):
 					_, err = fmt.Fprintf(w, "node %s is %s: new boxes may be placed on it again\n", n.GetId(), n.GetState())
-				} else {
-					_, err = fmt.Fprintf(w, "node %s is %s: no new box is placed on it; its %d boxes stay on it\n", n.GetId(), n.GetState(), n.GetBoxes())
+				case d == nil:
+					_, err = fmt.Fprintf(w, "node %s is %s: no new box is placed on it, and its boxes are being moved to other nodes\n", n.GetId(), n.GetState())
+				default:
+					_, err = fmt.Fprintf(w, "node %s is %s: %d boxes moved to other nodes, %d move on their next wake, %d failed\n",
+						n.GetId(), n.GetState(), len(d.GetMoved()), len(d.GetOnWake()), len(d.GetFailed()))
+					for _, f := range d.GetFailed() {
+						if err == nil {
+							_, err = fmt.Fprintf(w, "  %s stays: %s\n", f.GetBox(), f.GetReason())
+						}
+					}
 				}
 				return err
 			})

@@ -568,7 +568,39 @@ func (b *boxService) DrainNode(ctx context.Context, req *cbv1.DrainNodeRequest) 
 	if err != nil {
 		return nil, err
 	}
-	return nodeProto(n), nil
+	if b.s.boxes == nil {
+		return nodeProto(n), nil
+	}
+	c := b.s.boxes.Temporal
+	if req.GetUndo() {
+		return nodeProto(n), workflows.StopDrain(ctx, c, n.ID)
+	}
+	// The boxes on it are moved off by a workflow of the drain's own: running ones now,
+	// sleeping ones on their next wake. Draining again starts it again.
+	if err := workflows.StartDrain(ctx, c, n.ID); err != nil {
+		return nil, err
+	}
+	if !req.GetWait() {
+		return nodeProto(n), nil
+	}
+	res, err := workflows.DrainOutcome(ctx, c, n.ID)
+	if err != nil {
+		return nil, err
+	}
+	out := nodeProto(n)
+	out.Drain = &cbv1.NodeDrain{Moved: boxIDs(res.Moved), OnWake: boxIDs(res.OnWake)}
+	for _, f := range res.Failed {
+		out.Drain.Failed = append(out.Drain.Failed, &cbv1.DrainFailure{Box: string(f.Box), Reason: f.Reason})
+	}
+	return out, nil
+}
+
+func boxIDs(ids []cocoonbox.BoxID) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = string(id)
+	}
+	return out
 }
 
 func nodeProto(n nodes.Node) *cbv1.Node {

@@ -75,6 +75,7 @@ func New(opts Options) worker.Worker {
 	w.RegisterWorkflow(workflows.SnapshotWorkflow)
 	w.RegisterWorkflow(workflows.AgentRunWorkflow)
 	w.RegisterWorkflow(workflows.WebhookWorkflow)
+	w.RegisterWorkflow(workflows.DrainWorkflow)
 	w.RegisterActivity(&activities.Webhooks{Store: opts.Store, Open: opts.Keys.Open, Client: activities.WebhookClient(opts.WebhooksAllowPrivate)})
 	tok := store.SandboxTokens{Store: opts.Store, Keys: opts.Keys}
 	rows := &activities.Store{Boxes: boxes{opts.Store}}
@@ -95,6 +96,7 @@ func New(opts Options) worker.Worker {
 	}
 	w.RegisterActivity(snapActs)
 	w.RegisterActivity(sbActs)
+	w.RegisterActivity(drainActivities(opts.Temporal, opts.Store, tok))
 	var vlt activities.SecretOpener = &vault.Vault{Store: opts.Store, Keys: opts.Keys}
 	if opts.Vault != nil {
 		vlt = opts.Vault

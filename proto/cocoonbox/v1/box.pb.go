@@ -2819,7 +2819,9 @@ type DrainNodeRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Node  string                 `protobuf:"bytes,1,opt,name=node,proto3" json:"node,omitempty"`
 	// undo makes a draining node active again.
-	Undo          bool `protobuf:"varint,2,opt,name=undo,proto3" json:"undo,omitempty"`
+	Undo bool `protobuf:"varint,2,opt,name=undo,proto3" json:"undo,omitempty"`
+	// wait answers only once every box the node held has been moved, or failed to be.
+	Wait          bool `protobuf:"varint,3,opt,name=wait,proto3" json:"wait,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2868,6 +2870,129 @@ func (x *DrainNodeRequest) GetUndo() bool {
 	return false
 }
 
+func (x *DrainNodeRequest) GetWait() bool {
+	if x != nil {
+		return x.Wait
+	}
+	return false
+}
+
+// NodeDrain is what a drain did with the boxes of its node.
+type NodeDrain struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// moved are the running boxes now on other nodes.
+	Moved []string `protobuf:"bytes,1,rep,name=moved,proto3" json:"moved,omitempty"`
+	// on_wake are the hibernated boxes that move on their next wake.
+	OnWake        []string        `protobuf:"bytes,2,rep,name=on_wake,json=onWake,proto3" json:"on_wake,omitempty"`
+	Failed        []*DrainFailure `protobuf:"bytes,3,rep,name=failed,proto3" json:"failed,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *NodeDrain) Reset() {
+	*x = NodeDrain{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NodeDrain) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NodeDrain) ProtoMessage() {}
+
+func (x *NodeDrain) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NodeDrain.ProtoReflect.Descriptor instead.
+func (*NodeDrain) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{43}
+}
+
+func (x *NodeDrain) GetMoved() []string {
+	if x != nil {
+		return x.Moved
+	}
+	return nil
+}
+
+func (x *NodeDrain) GetOnWake() []string {
+	if x != nil {
+		return x.OnWake
+	}
+	return nil
+}
+
+func (x *NodeDrain) GetFailed() []*DrainFailure {
+	if x != nil {
+		return x.Failed
+	}
+	return nil
+}
+
+// DrainFailure is a box a drain could not move (it stays where it was), and why.
+type DrainFailure struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Box           string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
+	Reason        string                 `protobuf:"bytes,2,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DrainFailure) Reset() {
+	*x = DrainFailure{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DrainFailure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DrainFailure) ProtoMessage() {}
+
+func (x *DrainFailure) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DrainFailure.ProtoReflect.Descriptor instead.
+func (*DrainFailure) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{44}
+}
+
+func (x *DrainFailure) GetBox() string {
+	if x != nil {
+		return x.Box
+	}
+	return ""
+}
+
+func (x *DrainFailure) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type ListNodesResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Nodes         []*Node                `protobuf:"bytes,1,rep,name=nodes,proto3" json:"nodes,omitempty"`
@@ -2877,7 +3002,7 @@ type ListNodesResponse struct {
 
 func (x *ListNodesResponse) Reset() {
 	*x = ListNodesResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2889,7 +3014,7 @@ func (x *ListNodesResponse) String() string {
 func (*ListNodesResponse) ProtoMessage() {}
 
 func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[43]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2902,7 +3027,7 @@ func (x *ListNodesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListNodesResponse.ProtoReflect.Descriptor instead.
 func (*ListNodesResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{43}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{45}
 }
 
 func (x *ListNodesResponse) GetNodes() []*Node {
@@ -2929,15 +3054,17 @@ type Node struct {
 	Boxes      int32 `protobuf:"varint,7,opt,name=boxes,proto3" json:"boxes,omitempty"`
 	Hibernated int32 `protobuf:"varint,8,opt,name=hibernated,proto3" json:"hibernated,omitempty"`
 	// warm is the ready boxes of its warm pools, keyed template/size/net.
-	Warm          map[string]int32       `protobuf:"bytes,9,rep,name=warm,proto3" json:"warm,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
-	HeartbeatAt   *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=heartbeat_at,json=heartbeatAt,proto3" json:"heartbeat_at,omitempty"`
+	Warm        map[string]int32       `protobuf:"bytes,9,rep,name=warm,proto3" json:"warm,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
+	HeartbeatAt *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=heartbeat_at,json=heartbeatAt,proto3" json:"heartbeat_at,omitempty"`
+	// drain is set in DrainNode's answer when it waited for the drain.
+	Drain         *NodeDrain `protobuf:"bytes,11,opt,name=drain,proto3" json:"drain,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Node) Reset() {
 	*x = Node{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2949,7 +3076,7 @@ func (x *Node) String() string {
 func (*Node) ProtoMessage() {}
 
 func (x *Node) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[44]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2962,7 +3089,7 @@ func (x *Node) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Node.ProtoReflect.Descriptor instead.
 func (*Node) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{44}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{46}
 }
 
 func (x *Node) GetId() string {
@@ -3035,6 +3162,13 @@ func (x *Node) GetHeartbeatAt() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *Node) GetDrain() *NodeDrain {
+	if x != nil {
+		return x.Drain
+	}
+	return nil
+}
+
 type SetPoolsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Pools         []*WarmPool            `protobuf:"bytes,1,rep,name=pools,proto3" json:"pools,omitempty"`
@@ -3044,7 +3178,7 @@ type SetPoolsRequest struct {
 
 func (x *SetPoolsRequest) Reset() {
 	*x = SetPoolsRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[47]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3056,7 +3190,7 @@ func (x *SetPoolsRequest) String() string {
 func (*SetPoolsRequest) ProtoMessage() {}
 
 func (x *SetPoolsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[45]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[47]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3069,7 +3203,7 @@ func (x *SetPoolsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetPoolsRequest.ProtoReflect.Descriptor instead.
 func (*SetPoolsRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{45}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{47}
 }
 
 func (x *SetPoolsRequest) GetPools() []*WarmPool {
@@ -3088,7 +3222,7 @@ type RecreateBoxRequest struct {
 
 func (x *RecreateBoxRequest) Reset() {
 	*x = RecreateBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[48]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3100,7 +3234,7 @@ func (x *RecreateBoxRequest) String() string {
 func (*RecreateBoxRequest) ProtoMessage() {}
 
 func (x *RecreateBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[46]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[48]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3113,7 +3247,7 @@ func (x *RecreateBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RecreateBoxRequest.ProtoReflect.Descriptor instead.
 func (*RecreateBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{46}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{48}
 }
 
 func (x *RecreateBoxRequest) GetBox() string {
@@ -3132,7 +3266,7 @@ type WatchBoxRequest struct {
 
 func (x *WatchBoxRequest) Reset() {
 	*x = WatchBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[47]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[49]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3144,7 +3278,7 @@ func (x *WatchBoxRequest) String() string {
 func (*WatchBoxRequest) ProtoMessage() {}
 
 func (x *WatchBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[47]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[49]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3157,7 +3291,7 @@ func (x *WatchBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchBoxRequest.ProtoReflect.Descriptor instead.
 func (*WatchBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{47}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{49}
 }
 
 func (x *WatchBoxRequest) GetBox() string {
@@ -3186,7 +3320,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[48]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[50]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3198,7 +3332,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[48]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[50]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3211,7 +3345,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{48}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{50}
 }
 
 func (x *ExecRequest) GetBox() string {
@@ -3270,7 +3404,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[49]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3282,7 +3416,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[49]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3295,7 +3429,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{49}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *ExecResponse) GetExitCode() int32 {
@@ -3330,7 +3464,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[50]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3342,7 +3476,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[50]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3355,7 +3489,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{50}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ReadFileRequest) GetBox() string {
@@ -3383,7 +3517,7 @@ type ReadFileResponse struct {
 
 func (x *ReadFileResponse) Reset() {
 	*x = ReadFileResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[51]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3395,7 +3529,7 @@ func (x *ReadFileResponse) String() string {
 func (*ReadFileResponse) ProtoMessage() {}
 
 func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[51]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3408,7 +3542,7 @@ func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadFileResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{51}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ReadFileResponse) GetContent() []byte {
@@ -3440,7 +3574,7 @@ type WriteFileRequest struct {
 
 func (x *WriteFileRequest) Reset() {
 	*x = WriteFileRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[52]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3452,7 +3586,7 @@ func (x *WriteFileRequest) String() string {
 func (*WriteFileRequest) ProtoMessage() {}
 
 func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[52]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3465,7 +3599,7 @@ func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{52}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *WriteFileRequest) GetBox() string {
@@ -3505,7 +3639,7 @@ type WriteFileResponse struct {
 
 func (x *WriteFileResponse) Reset() {
 	*x = WriteFileResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[53]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3517,7 +3651,7 @@ func (x *WriteFileResponse) String() string {
 func (*WriteFileResponse) ProtoMessage() {}
 
 func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[53]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3530,7 +3664,7 @@ func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileResponse.ProtoReflect.Descriptor instead.
 func (*WriteFileResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{53}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *WriteFileResponse) GetBytes() int64 {
@@ -3557,7 +3691,7 @@ type Share struct {
 
 func (x *Share) Reset() {
 	*x = Share{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[54]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3569,7 +3703,7 @@ func (x *Share) String() string {
 func (*Share) ProtoMessage() {}
 
 func (x *Share) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[54]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3582,7 +3716,7 @@ func (x *Share) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Share.ProtoReflect.Descriptor instead.
 func (*Share) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{54}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *Share) GetBoxId() string {
@@ -3642,7 +3776,7 @@ type ShareBoxRequest struct {
 
 func (x *ShareBoxRequest) Reset() {
 	*x = ShareBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[55]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3654,7 +3788,7 @@ func (x *ShareBoxRequest) String() string {
 func (*ShareBoxRequest) ProtoMessage() {}
 
 func (x *ShareBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[55]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3667,7 +3801,7 @@ func (x *ShareBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShareBoxRequest.ProtoReflect.Descriptor instead.
 func (*ShareBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{55}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *ShareBoxRequest) GetBox() string {
@@ -3709,7 +3843,7 @@ type UnshareBoxRequest struct {
 
 func (x *UnshareBoxRequest) Reset() {
 	*x = UnshareBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[56]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3721,7 +3855,7 @@ func (x *UnshareBoxRequest) String() string {
 func (*UnshareBoxRequest) ProtoMessage() {}
 
 func (x *UnshareBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[56]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3734,7 +3868,7 @@ func (x *UnshareBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnshareBoxRequest.ProtoReflect.Descriptor instead.
 func (*UnshareBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{56}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *UnshareBoxRequest) GetBox() string {
@@ -3759,7 +3893,7 @@ type UnshareBoxResponse struct {
 
 func (x *UnshareBoxResponse) Reset() {
 	*x = UnshareBoxResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[57]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3771,7 +3905,7 @@ func (x *UnshareBoxResponse) String() string {
 func (*UnshareBoxResponse) ProtoMessage() {}
 
 func (x *UnshareBoxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[57]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3784,7 +3918,7 @@ func (x *UnshareBoxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnshareBoxResponse.ProtoReflect.Descriptor instead.
 func (*UnshareBoxResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{57}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{59}
 }
 
 type ListSharesRequest struct {
@@ -3796,7 +3930,7 @@ type ListSharesRequest struct {
 
 func (x *ListSharesRequest) Reset() {
 	*x = ListSharesRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[58]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3808,7 +3942,7 @@ func (x *ListSharesRequest) String() string {
 func (*ListSharesRequest) ProtoMessage() {}
 
 func (x *ListSharesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[58]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3821,7 +3955,7 @@ func (x *ListSharesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSharesRequest.ProtoReflect.Descriptor instead.
 func (*ListSharesRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{58}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *ListSharesRequest) GetBox() string {
@@ -3840,7 +3974,7 @@ type ListSharesResponse struct {
 
 func (x *ListSharesResponse) Reset() {
 	*x = ListSharesResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[59]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3852,7 +3986,7 @@ func (x *ListSharesResponse) String() string {
 func (*ListSharesResponse) ProtoMessage() {}
 
 func (x *ListSharesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[59]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3865,7 +3999,7 @@ func (x *ListSharesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSharesResponse.ProtoReflect.Descriptor instead.
 func (*ListSharesResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{59}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{61}
 }
 
 func (x *ListSharesResponse) GetShares() []*Share {
@@ -3884,7 +4018,7 @@ type TakeOverRequest struct {
 
 func (x *TakeOverRequest) Reset() {
 	*x = TakeOverRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[60]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3896,7 +4030,7 @@ func (x *TakeOverRequest) String() string {
 func (*TakeOverRequest) ProtoMessage() {}
 
 func (x *TakeOverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[60]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3909,7 +4043,7 @@ func (x *TakeOverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeOverRequest.ProtoReflect.Descriptor instead.
 func (*TakeOverRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{60}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *TakeOverRequest) GetBox() string {
@@ -3928,7 +4062,7 @@ type HandBackRequest struct {
 
 func (x *HandBackRequest) Reset() {
 	*x = HandBackRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[61]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3940,7 +4074,7 @@ func (x *HandBackRequest) String() string {
 func (*HandBackRequest) ProtoMessage() {}
 
 func (x *HandBackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[61]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3953,7 +4087,7 @@ func (x *HandBackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandBackRequest.ProtoReflect.Descriptor instead.
 func (*HandBackRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{61}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *HandBackRequest) GetBox() string {
@@ -3982,7 +4116,7 @@ type DesktopTicketRequest struct {
 
 func (x *DesktopTicketRequest) Reset() {
 	*x = DesktopTicketRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[62]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3994,7 +4128,7 @@ func (x *DesktopTicketRequest) String() string {
 func (*DesktopTicketRequest) ProtoMessage() {}
 
 func (x *DesktopTicketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[62]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4007,7 +4141,7 @@ func (x *DesktopTicketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesktopTicketRequest.ProtoReflect.Descriptor instead.
 func (*DesktopTicketRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{62}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *DesktopTicketRequest) GetBox() string {
@@ -4050,7 +4184,7 @@ type DesktopTicketResponse struct {
 
 func (x *DesktopTicketResponse) Reset() {
 	*x = DesktopTicketResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[63]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4062,7 +4196,7 @@ func (x *DesktopTicketResponse) String() string {
 func (*DesktopTicketResponse) ProtoMessage() {}
 
 func (x *DesktopTicketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[63]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4075,7 +4209,7 @@ func (x *DesktopTicketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesktopTicketResponse.ProtoReflect.Descriptor instead.
 func (*DesktopTicketResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{63}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *DesktopTicketResponse) GetTicket() string {
@@ -4323,12 +4457,20 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x10ListPoolsRequest\"A\n" +
 	"\x11ListPoolsResponse\x12,\n" +
 	"\x05pools\x18\x01 \x03(\v2\x16.cocoonbox.v1.WarmPoolR\x05pools\"\x12\n" +
-	"\x10ListNodesRequest\":\n" +
+	"\x10ListNodesRequest\"N\n" +
 	"\x10DrainNodeRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
-	"\x04undo\x18\x02 \x01(\bR\x04undo\"=\n" +
+	"\x04undo\x18\x02 \x01(\bR\x04undo\x12\x12\n" +
+	"\x04wait\x18\x03 \x01(\bR\x04wait\"n\n" +
+	"\tNodeDrain\x12\x14\n" +
+	"\x05moved\x18\x01 \x03(\tR\x05moved\x12\x17\n" +
+	"\aon_wake\x18\x02 \x03(\tR\x06onWake\x122\n" +
+	"\x06failed\x18\x03 \x03(\v2\x1a.cocoonbox.v1.DrainFailureR\x06failed\"8\n" +
+	"\fDrainFailure\x12\x10\n" +
+	"\x03box\x18\x01 \x01(\tR\x03box\x12\x16\n" +
+	"\x06reason\x18\x02 \x01(\tR\x06reason\"=\n" +
 	"\x11ListNodesResponse\x12(\n" +
-	"\x05nodes\x18\x01 \x03(\v2\x12.cocoonbox.v1.NodeR\x05nodes\"\xff\x02\n" +
+	"\x05nodes\x18\x01 \x03(\v2\x12.cocoonbox.v1.NodeR\x05nodes\"\xae\x03\n" +
 	"\x04Node\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x14\n" +
@@ -4343,7 +4485,8 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"hibernated\x120\n" +
 	"\x04warm\x18\t \x03(\v2\x1c.cocoonbox.v1.Node.WarmEntryR\x04warm\x12=\n" +
 	"\fheartbeat_at\x18\n" +
-	" \x01(\v2\x1a.google.protobuf.TimestampR\vheartbeatAt\x1a7\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\vheartbeatAt\x12-\n" +
+	"\x05drain\x18\v \x01(\v2\x17.cocoonbox.v1.NodeDrainR\x05drain\x1a7\n" +
 	"\tWarmEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\x05R\x05value:\x028\x01\"?\n" +
@@ -4475,7 +4618,7 @@ func file_cocoonbox_v1_box_proto_rawDescGZIP() []byte {
 	return file_cocoonbox_v1_box_proto_rawDescData
 }
 
-var file_cocoonbox_v1_box_proto_msgTypes = make([]protoimpl.MessageInfo, 67)
+var file_cocoonbox_v1_box_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
 var file_cocoonbox_v1_box_proto_goTypes = []any{
 	(*ShellRequest)(nil),             // 0: cocoonbox.v1.ShellRequest
 	(*ShellStart)(nil),               // 1: cocoonbox.v1.ShellStart
@@ -4520,142 +4663,146 @@ var file_cocoonbox_v1_box_proto_goTypes = []any{
 	(*ListPoolsResponse)(nil),        // 40: cocoonbox.v1.ListPoolsResponse
 	(*ListNodesRequest)(nil),         // 41: cocoonbox.v1.ListNodesRequest
 	(*DrainNodeRequest)(nil),         // 42: cocoonbox.v1.DrainNodeRequest
-	(*ListNodesResponse)(nil),        // 43: cocoonbox.v1.ListNodesResponse
-	(*Node)(nil),                     // 44: cocoonbox.v1.Node
-	(*SetPoolsRequest)(nil),          // 45: cocoonbox.v1.SetPoolsRequest
-	(*RecreateBoxRequest)(nil),       // 46: cocoonbox.v1.RecreateBoxRequest
-	(*WatchBoxRequest)(nil),          // 47: cocoonbox.v1.WatchBoxRequest
-	(*ExecRequest)(nil),              // 48: cocoonbox.v1.ExecRequest
-	(*ExecResponse)(nil),             // 49: cocoonbox.v1.ExecResponse
-	(*ReadFileRequest)(nil),          // 50: cocoonbox.v1.ReadFileRequest
-	(*ReadFileResponse)(nil),         // 51: cocoonbox.v1.ReadFileResponse
-	(*WriteFileRequest)(nil),         // 52: cocoonbox.v1.WriteFileRequest
-	(*WriteFileResponse)(nil),        // 53: cocoonbox.v1.WriteFileResponse
-	(*Share)(nil),                    // 54: cocoonbox.v1.Share
-	(*ShareBoxRequest)(nil),          // 55: cocoonbox.v1.ShareBoxRequest
-	(*UnshareBoxRequest)(nil),        // 56: cocoonbox.v1.UnshareBoxRequest
-	(*UnshareBoxResponse)(nil),       // 57: cocoonbox.v1.UnshareBoxResponse
-	(*ListSharesRequest)(nil),        // 58: cocoonbox.v1.ListSharesRequest
-	(*ListSharesResponse)(nil),       // 59: cocoonbox.v1.ListSharesResponse
-	(*TakeOverRequest)(nil),          // 60: cocoonbox.v1.TakeOverRequest
-	(*HandBackRequest)(nil),          // 61: cocoonbox.v1.HandBackRequest
-	(*DesktopTicketRequest)(nil),     // 62: cocoonbox.v1.DesktopTicketRequest
-	(*DesktopTicketResponse)(nil),    // 63: cocoonbox.v1.DesktopTicketResponse
-	nil,                              // 64: cocoonbox.v1.ShellStart.EnvEntry
-	nil,                              // 65: cocoonbox.v1.Node.WarmEntry
-	nil,                              // 66: cocoonbox.v1.ExecRequest.EnvEntry
-	(*timestamppb.Timestamp)(nil),    // 67: google.protobuf.Timestamp
+	(*NodeDrain)(nil),                // 43: cocoonbox.v1.NodeDrain
+	(*DrainFailure)(nil),             // 44: cocoonbox.v1.DrainFailure
+	(*ListNodesResponse)(nil),        // 45: cocoonbox.v1.ListNodesResponse
+	(*Node)(nil),                     // 46: cocoonbox.v1.Node
+	(*SetPoolsRequest)(nil),          // 47: cocoonbox.v1.SetPoolsRequest
+	(*RecreateBoxRequest)(nil),       // 48: cocoonbox.v1.RecreateBoxRequest
+	(*WatchBoxRequest)(nil),          // 49: cocoonbox.v1.WatchBoxRequest
+	(*ExecRequest)(nil),              // 50: cocoonbox.v1.ExecRequest
+	(*ExecResponse)(nil),             // 51: cocoonbox.v1.ExecResponse
+	(*ReadFileRequest)(nil),          // 52: cocoonbox.v1.ReadFileRequest
+	(*ReadFileResponse)(nil),         // 53: cocoonbox.v1.ReadFileResponse
+	(*WriteFileRequest)(nil),         // 54: cocoonbox.v1.WriteFileRequest
+	(*WriteFileResponse)(nil),        // 55: cocoonbox.v1.WriteFileResponse
+	(*Share)(nil),                    // 56: cocoonbox.v1.Share
+	(*ShareBoxRequest)(nil),          // 57: cocoonbox.v1.ShareBoxRequest
+	(*UnshareBoxRequest)(nil),        // 58: cocoonbox.v1.UnshareBoxRequest
+	(*UnshareBoxResponse)(nil),       // 59: cocoonbox.v1.UnshareBoxResponse
+	(*ListSharesRequest)(nil),        // 60: cocoonbox.v1.ListSharesRequest
+	(*ListSharesResponse)(nil),       // 61: cocoonbox.v1.ListSharesResponse
+	(*TakeOverRequest)(nil),          // 62: cocoonbox.v1.TakeOverRequest
+	(*HandBackRequest)(nil),          // 63: cocoonbox.v1.HandBackRequest
+	(*DesktopTicketRequest)(nil),     // 64: cocoonbox.v1.DesktopTicketRequest
+	(*DesktopTicketResponse)(nil),    // 65: cocoonbox.v1.DesktopTicketResponse
+	nil,                              // 66: cocoonbox.v1.ShellStart.EnvEntry
+	nil,                              // 67: cocoonbox.v1.Node.WarmEntry
+	nil,                              // 68: cocoonbox.v1.ExecRequest.EnvEntry
+	(*timestamppb.Timestamp)(nil),    // 69: google.protobuf.Timestamp
 }
 var file_cocoonbox_v1_box_proto_depIdxs = []int32{
 	1,  // 0: cocoonbox.v1.ShellRequest.start:type_name -> cocoonbox.v1.ShellStart
 	2,  // 1: cocoonbox.v1.ShellRequest.resize:type_name -> cocoonbox.v1.WindowSize
-	64, // 2: cocoonbox.v1.ShellStart.env:type_name -> cocoonbox.v1.ShellStart.EnvEntry
+	66, // 2: cocoonbox.v1.ShellStart.env:type_name -> cocoonbox.v1.ShellStart.EnvEntry
 	2,  // 3: cocoonbox.v1.ShellStart.tty:type_name -> cocoonbox.v1.WindowSize
 	7,  // 4: cocoonbox.v1.FileChunk.info:type_name -> cocoonbox.v1.FileInfo
-	67, // 5: cocoonbox.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	69, // 5: cocoonbox.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
 	14, // 6: cocoonbox.v1.ListEventsResponse.events:type_name -> cocoonbox.v1.BoxEvent
-	67, // 7: cocoonbox.v1.BoxEvent.at:type_name -> google.protobuf.Timestamp
+	69, // 7: cocoonbox.v1.BoxEvent.at:type_name -> google.protobuf.Timestamp
 	22, // 8: cocoonbox.v1.ListPortsResponse.ports:type_name -> cocoonbox.v1.Port
-	67, // 9: cocoonbox.v1.Box.idle_deadline:type_name -> google.protobuf.Timestamp
-	67, // 10: cocoonbox.v1.Box.created_at:type_name -> google.protobuf.Timestamp
+	69, // 9: cocoonbox.v1.Box.idle_deadline:type_name -> google.protobuf.Timestamp
+	69, // 10: cocoonbox.v1.Box.created_at:type_name -> google.protobuf.Timestamp
 	18, // 11: cocoonbox.v1.Box.policy:type_name -> cocoonbox.v1.BoxPolicy
 	25, // 12: cocoonbox.v1.Box.restored_from:type_name -> cocoonbox.v1.RestoredFrom
 	14, // 13: cocoonbox.v1.Box.events:type_name -> cocoonbox.v1.BoxEvent
-	67, // 14: cocoonbox.v1.RestoredFrom.taken_at:type_name -> google.protobuf.Timestamp
-	67, // 15: cocoonbox.v1.RestoredFrom.at:type_name -> google.protobuf.Timestamp
+	69, // 14: cocoonbox.v1.RestoredFrom.taken_at:type_name -> google.protobuf.Timestamp
+	69, // 15: cocoonbox.v1.RestoredFrom.at:type_name -> google.protobuf.Timestamp
 	24, // 16: cocoonbox.v1.ListBoxesResponse.boxes:type_name -> cocoonbox.v1.Box
-	67, // 17: cocoonbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	69, // 17: cocoonbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
 	33, // 18: cocoonbox.v1.ListSnapshotsResponse.snapshots:type_name -> cocoonbox.v1.Snapshot
 	38, // 19: cocoonbox.v1.ListPoolsResponse.pools:type_name -> cocoonbox.v1.WarmPool
-	44, // 20: cocoonbox.v1.ListNodesResponse.nodes:type_name -> cocoonbox.v1.Node
-	65, // 21: cocoonbox.v1.Node.warm:type_name -> cocoonbox.v1.Node.WarmEntry
-	67, // 22: cocoonbox.v1.Node.heartbeat_at:type_name -> google.protobuf.Timestamp
-	38, // 23: cocoonbox.v1.SetPoolsRequest.pools:type_name -> cocoonbox.v1.WarmPool
-	66, // 24: cocoonbox.v1.ExecRequest.env:type_name -> cocoonbox.v1.ExecRequest.EnvEntry
-	67, // 25: cocoonbox.v1.Share.expires_at:type_name -> google.protobuf.Timestamp
-	67, // 26: cocoonbox.v1.Share.created_at:type_name -> google.protobuf.Timestamp
-	67, // 27: cocoonbox.v1.ShareBoxRequest.expires_at:type_name -> google.protobuf.Timestamp
-	54, // 28: cocoonbox.v1.ListSharesResponse.shares:type_name -> cocoonbox.v1.Share
-	67, // 29: cocoonbox.v1.DesktopTicketResponse.expires_at:type_name -> google.protobuf.Timestamp
-	26, // 30: cocoonbox.v1.BoxService.CreateBox:input_type -> cocoonbox.v1.CreateBoxRequest
-	27, // 31: cocoonbox.v1.BoxService.GetBox:input_type -> cocoonbox.v1.GetBoxRequest
-	28, // 32: cocoonbox.v1.BoxService.ListBoxes:input_type -> cocoonbox.v1.ListBoxesRequest
-	30, // 33: cocoonbox.v1.BoxService.DeleteBox:input_type -> cocoonbox.v1.DeleteBoxRequest
-	31, // 34: cocoonbox.v1.BoxService.WakeBox:input_type -> cocoonbox.v1.WakeBoxRequest
-	32, // 35: cocoonbox.v1.BoxService.HibernateBox:input_type -> cocoonbox.v1.HibernateBoxRequest
-	34, // 36: cocoonbox.v1.BoxService.SnapshotBox:input_type -> cocoonbox.v1.SnapshotBoxRequest
-	35, // 37: cocoonbox.v1.BoxService.ListSnapshots:input_type -> cocoonbox.v1.ListSnapshotsRequest
-	37, // 38: cocoonbox.v1.BoxService.RestoreBox:input_type -> cocoonbox.v1.RestoreBoxRequest
-	46, // 39: cocoonbox.v1.BoxService.RecreateBox:input_type -> cocoonbox.v1.RecreateBoxRequest
-	39, // 40: cocoonbox.v1.BoxService.ListPools:input_type -> cocoonbox.v1.ListPoolsRequest
-	45, // 41: cocoonbox.v1.BoxService.SetPools:input_type -> cocoonbox.v1.SetPoolsRequest
-	41, // 42: cocoonbox.v1.BoxService.ListNodes:input_type -> cocoonbox.v1.ListNodesRequest
-	42, // 43: cocoonbox.v1.BoxService.DrainNode:input_type -> cocoonbox.v1.DrainNodeRequest
-	16, // 44: cocoonbox.v1.BoxService.GetPolicyDefaults:input_type -> cocoonbox.v1.GetPolicyDefaultsRequest
-	17, // 45: cocoonbox.v1.BoxService.SetPolicyDefaults:input_type -> cocoonbox.v1.SetPolicyDefaultsRequest
-	47, // 46: cocoonbox.v1.BoxService.WatchBox:input_type -> cocoonbox.v1.WatchBoxRequest
-	12, // 47: cocoonbox.v1.BoxService.ListEvents:input_type -> cocoonbox.v1.ListEventsRequest
-	48, // 48: cocoonbox.v1.BoxService.Exec:input_type -> cocoonbox.v1.ExecRequest
-	50, // 49: cocoonbox.v1.BoxService.ReadFile:input_type -> cocoonbox.v1.ReadFileRequest
-	52, // 50: cocoonbox.v1.BoxService.WriteFile:input_type -> cocoonbox.v1.WriteFileRequest
-	55, // 51: cocoonbox.v1.BoxService.ShareBox:input_type -> cocoonbox.v1.ShareBoxRequest
-	56, // 52: cocoonbox.v1.BoxService.UnshareBox:input_type -> cocoonbox.v1.UnshareBoxRequest
-	58, // 53: cocoonbox.v1.BoxService.ListShares:input_type -> cocoonbox.v1.ListSharesRequest
-	60, // 54: cocoonbox.v1.BoxService.TakeOver:input_type -> cocoonbox.v1.TakeOverRequest
-	61, // 55: cocoonbox.v1.BoxService.HandBack:input_type -> cocoonbox.v1.HandBackRequest
-	62, // 56: cocoonbox.v1.BoxService.DesktopTicket:input_type -> cocoonbox.v1.DesktopTicketRequest
-	20, // 57: cocoonbox.v1.BoxService.ListPorts:input_type -> cocoonbox.v1.ListPortsRequest
-	19, // 58: cocoonbox.v1.BoxService.SetBoxNetwork:input_type -> cocoonbox.v1.SetBoxNetworkRequest
-	15, // 59: cocoonbox.v1.BoxService.SetPolicy:input_type -> cocoonbox.v1.SetPolicyRequest
-	23, // 60: cocoonbox.v1.BoxService.SetPortPublic:input_type -> cocoonbox.v1.SetPortPublicRequest
-	0,  // 61: cocoonbox.v1.BoxService.Shell:input_type -> cocoonbox.v1.ShellRequest
-	4,  // 62: cocoonbox.v1.BoxService.DownloadFile:input_type -> cocoonbox.v1.DownloadFileRequest
-	6,  // 63: cocoonbox.v1.BoxService.UploadFile:input_type -> cocoonbox.v1.UploadFileRequest
-	8,  // 64: cocoonbox.v1.BoxService.ListFiles:input_type -> cocoonbox.v1.ListFilesRequest
-	9,  // 65: cocoonbox.v1.BoxService.StatFile:input_type -> cocoonbox.v1.StatFileRequest
-	10, // 66: cocoonbox.v1.BoxService.RemoveFile:input_type -> cocoonbox.v1.RemoveFileRequest
-	24, // 67: cocoonbox.v1.BoxService.CreateBox:output_type -> cocoonbox.v1.Box
-	24, // 68: cocoonbox.v1.BoxService.GetBox:output_type -> cocoonbox.v1.Box
-	29, // 69: cocoonbox.v1.BoxService.ListBoxes:output_type -> cocoonbox.v1.ListBoxesResponse
-	24, // 70: cocoonbox.v1.BoxService.DeleteBox:output_type -> cocoonbox.v1.Box
-	24, // 71: cocoonbox.v1.BoxService.WakeBox:output_type -> cocoonbox.v1.Box
-	24, // 72: cocoonbox.v1.BoxService.HibernateBox:output_type -> cocoonbox.v1.Box
-	33, // 73: cocoonbox.v1.BoxService.SnapshotBox:output_type -> cocoonbox.v1.Snapshot
-	36, // 74: cocoonbox.v1.BoxService.ListSnapshots:output_type -> cocoonbox.v1.ListSnapshotsResponse
-	24, // 75: cocoonbox.v1.BoxService.RestoreBox:output_type -> cocoonbox.v1.Box
-	24, // 76: cocoonbox.v1.BoxService.RecreateBox:output_type -> cocoonbox.v1.Box
-	40, // 77: cocoonbox.v1.BoxService.ListPools:output_type -> cocoonbox.v1.ListPoolsResponse
-	40, // 78: cocoonbox.v1.BoxService.SetPools:output_type -> cocoonbox.v1.ListPoolsResponse
-	43, // 79: cocoonbox.v1.BoxService.ListNodes:output_type -> cocoonbox.v1.ListNodesResponse
-	44, // 80: cocoonbox.v1.BoxService.DrainNode:output_type -> cocoonbox.v1.Node
-	18, // 81: cocoonbox.v1.BoxService.GetPolicyDefaults:output_type -> cocoonbox.v1.BoxPolicy
-	18, // 82: cocoonbox.v1.BoxService.SetPolicyDefaults:output_type -> cocoonbox.v1.BoxPolicy
-	24, // 83: cocoonbox.v1.BoxService.WatchBox:output_type -> cocoonbox.v1.Box
-	13, // 84: cocoonbox.v1.BoxService.ListEvents:output_type -> cocoonbox.v1.ListEventsResponse
-	49, // 85: cocoonbox.v1.BoxService.Exec:output_type -> cocoonbox.v1.ExecResponse
-	51, // 86: cocoonbox.v1.BoxService.ReadFile:output_type -> cocoonbox.v1.ReadFileResponse
-	53, // 87: cocoonbox.v1.BoxService.WriteFile:output_type -> cocoonbox.v1.WriteFileResponse
-	54, // 88: cocoonbox.v1.BoxService.ShareBox:output_type -> cocoonbox.v1.Share
-	57, // 89: cocoonbox.v1.BoxService.UnshareBox:output_type -> cocoonbox.v1.UnshareBoxResponse
-	59, // 90: cocoonbox.v1.BoxService.ListShares:output_type -> cocoonbox.v1.ListSharesResponse
-	24, // 91: cocoonbox.v1.BoxService.TakeOver:output_type -> cocoonbox.v1.Box
-	24, // 92: cocoonbox.v1.BoxService.HandBack:output_type -> cocoonbox.v1.Box
-	63, // 93: cocoonbox.v1.BoxService.DesktopTicket:output_type -> cocoonbox.v1.DesktopTicketResponse
-	21, // 94: cocoonbox.v1.BoxService.ListPorts:output_type -> cocoonbox.v1.ListPortsResponse
-	24, // 95: cocoonbox.v1.BoxService.SetBoxNetwork:output_type -> cocoonbox.v1.Box
-	24, // 96: cocoonbox.v1.BoxService.SetPolicy:output_type -> cocoonbox.v1.Box
-	22, // 97: cocoonbox.v1.BoxService.SetPortPublic:output_type -> cocoonbox.v1.Port
-	3,  // 98: cocoonbox.v1.BoxService.Shell:output_type -> cocoonbox.v1.ShellResponse
-	5,  // 99: cocoonbox.v1.BoxService.DownloadFile:output_type -> cocoonbox.v1.FileChunk
-	7,  // 100: cocoonbox.v1.BoxService.UploadFile:output_type -> cocoonbox.v1.FileInfo
-	7,  // 101: cocoonbox.v1.BoxService.ListFiles:output_type -> cocoonbox.v1.FileInfo
-	7,  // 102: cocoonbox.v1.BoxService.StatFile:output_type -> cocoonbox.v1.FileInfo
-	11, // 103: cocoonbox.v1.BoxService.RemoveFile:output_type -> cocoonbox.v1.RemoveFileResponse
-	67, // [67:104] is the sub-list for method output_type
-	30, // [30:67] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	44, // 20: cocoonbox.v1.NodeDrain.failed:type_name -> cocoonbox.v1.DrainFailure
+	46, // 21: cocoonbox.v1.ListNodesResponse.nodes:type_name -> cocoonbox.v1.Node
+	67, // 22: cocoonbox.v1.Node.warm:type_name -> cocoonbox.v1.Node.WarmEntry
+	69, // 23: cocoonbox.v1.Node.heartbeat_at:type_name -> google.protobuf.Timestamp
+	43, // 24: cocoonbox.v1.Node.drain:type_name -> cocoonbox.v1.NodeDrain
+	38, // 25: cocoonbox.v1.SetPoolsRequest.pools:type_name -> cocoonbox.v1.WarmPool
+	68, // 26: cocoonbox.v1.ExecRequest.env:type_name -> cocoonbox.v1.ExecRequest.EnvEntry
+	69, // 27: cocoonbox.v1.Share.expires_at:type_name -> google.protobuf.Timestamp
+	69, // 28: cocoonbox.v1.Share.created_at:type_name -> google.protobuf.Timestamp
+	69, // 29: cocoonbox.v1.ShareBoxRequest.expires_at:type_name -> google.protobuf.Timestamp
+	56, // 30: cocoonbox.v1.ListSharesResponse.shares:type_name -> cocoonbox.v1.Share
+	69, // 31: cocoonbox.v1.DesktopTicketResponse.expires_at:type_name -> google.protobuf.Timestamp
+	26, // 32: cocoonbox.v1.BoxService.CreateBox:input_type -> cocoonbox.v1.CreateBoxRequest
+	27, // 33: cocoonbox.v1.BoxService.GetBox:input_type -> cocoonbox.v1.GetBoxRequest
+	28, // 34: cocoonbox.v1.BoxService.ListBoxes:input_type -> cocoonbox.v1.ListBoxesRequest
+	30, // 35: cocoonbox.v1.BoxService.DeleteBox:input_type -> cocoonbox.v1.DeleteBoxRequest
+	31, // 36: cocoonbox.v1.BoxService.WakeBox:input_type -> cocoonbox.v1.WakeBoxRequest
+	32, // 37: cocoonbox.v1.BoxService.HibernateBox:input_type -> cocoonbox.v1.HibernateBoxRequest
+	34, // 38: cocoonbox.v1.BoxService.SnapshotBox:input_type -> cocoonbox.v1.SnapshotBoxRequest
+	35, // 39: cocoonbox.v1.BoxService.ListSnapshots:input_type -> cocoonbox.v1.ListSnapshotsRequest
+	37, // 40: cocoonbox.v1.BoxService.RestoreBox:input_type -> cocoonbox.v1.RestoreBoxRequest
+	48, // 41: cocoonbox.v1.BoxService.RecreateBox:input_type -> cocoonbox.v1.RecreateBoxRequest
+	39, // 42: cocoonbox.v1.BoxService.ListPools:input_type -> cocoonbox.v1.ListPoolsRequest
+	47, // 43: cocoonbox.v1.BoxService.SetPools:input_type -> cocoonbox.v1.SetPoolsRequest
+	41, // 44: cocoonbox.v1.BoxService.ListNodes:input_type -> cocoonbox.v1.ListNodesRequest
+	42, // 45: cocoonbox.v1.BoxService.DrainNode:input_type -> cocoonbox.v1.DrainNodeRequest
+	16, // 46: cocoonbox.v1.BoxService.GetPolicyDefaults:input_type -> cocoonbox.v1.GetPolicyDefaultsRequest
+	17, // 47: cocoonbox.v1.BoxService.SetPolicyDefaults:input_type -> cocoonbox.v1.SetPolicyDefaultsRequest
+	49, // 48: cocoonbox.v1.BoxService.WatchBox:input_type -> cocoonbox.v1.WatchBoxRequest
+	12, // 49: cocoonbox.v1.BoxService.ListEvents:input_type -> cocoonbox.v1.ListEventsRequest
+	50, // 50: cocoonbox.v1.BoxService.Exec:input_type -> cocoonbox.v1.ExecRequest
+	52, // 51: cocoonbox.v1.BoxService.ReadFile:input_type -> cocoonbox.v1.ReadFileRequest
+	54, // 52: cocoonbox.v1.BoxService.WriteFile:input_type -> cocoonbox.v1.WriteFileRequest
+	57, // 53: cocoonbox.v1.BoxService.ShareBox:input_type -> cocoonbox.v1.ShareBoxRequest
+	58, // 54: cocoonbox.v1.BoxService.UnshareBox:input_type -> cocoonbox.v1.UnshareBoxRequest
+	60, // 55: cocoonbox.v1.BoxService.ListShares:input_type -> cocoonbox.v1.ListSharesRequest
+	62, // 56: cocoonbox.v1.BoxService.TakeOver:input_type -> cocoonbox.v1.TakeOverRequest
+	63, // 57: cocoonbox.v1.BoxService.HandBack:input_type -> cocoonbox.v1.HandBackRequest
+	64, // 58: cocoonbox.v1.BoxService.DesktopTicket:input_type -> cocoonbox.v1.DesktopTicketRequest
+	20, // 59: cocoonbox.v1.BoxService.ListPorts:input_type -> cocoonbox.v1.ListPortsRequest
+	19, // 60: cocoonbox.v1.BoxService.SetBoxNetwork:input_type -> cocoonbox.v1.SetBoxNetworkRequest
+	15, // 61: cocoonbox.v1.BoxService.SetPolicy:input_type -> cocoonbox.v1.SetPolicyRequest
+	23, // 62: cocoonbox.v1.BoxService.SetPortPublic:input_type -> cocoonbox.v1.SetPortPublicRequest
+	0,  // 63: cocoonbox.v1.BoxService.Shell:input_type -> cocoonbox.v1.ShellRequest
+	4,  // 64: cocoonbox.v1.BoxService.DownloadFile:input_type -> cocoonbox.v1.DownloadFileRequest
+	6,  // 65: cocoonbox.v1.BoxService.UploadFile:input_type -> cocoonbox.v1.UploadFileRequest
+	8,  // 66: cocoonbox.v1.BoxService.ListFiles:input_type -> cocoonbox.v1.ListFilesRequest
+	9,  // 67: cocoonbox.v1.BoxService.StatFile:input_type -> cocoonbox.v1.StatFileRequest
+	10, // 68: cocoonbox.v1.BoxService.RemoveFile:input_type -> cocoonbox.v1.RemoveFileRequest
+	24, // 69: cocoonbox.v1.BoxService.CreateBox:output_type -> cocoonbox.v1.Box
+	24, // 70: cocoonbox.v1.BoxService.GetBox:output_type -> cocoonbox.v1.Box
+	29, // 71: cocoonbox.v1.BoxService.ListBoxes:output_type -> cocoonbox.v1.ListBoxesResponse
+	24, // 72: cocoonbox.v1.BoxService.DeleteBox:output_type -> cocoonbox.v1.Box
+	24, // 73: cocoonbox.v1.BoxService.WakeBox:output_type -> cocoonbox.v1.Box
+	24, // 74: cocoonbox.v1.BoxService.HibernateBox:output_type -> cocoonbox.v1.Box
+	33, // 75: cocoonbox.v1.BoxService.SnapshotBox:output_type -> cocoonbox.v1.Snapshot
+	36, // 76: cocoonbox.v1.BoxService.ListSnapshots:output_type -> cocoonbox.v1.ListSnapshotsResponse
+	24, // 77: cocoonbox.v1.BoxService.RestoreBox:output_type -> cocoonbox.v1.Box
+	24, // 78: cocoonbox.v1.BoxService.RecreateBox:output_type -> cocoonbox.v1.Box
+	40, // 79: cocoonbox.v1.BoxService.ListPools:output_type -> cocoonbox.v1.ListPoolsResponse
+	40, // 80: cocoonbox.v1.BoxService.SetPools:output_type -> cocoonbox.v1.ListPoolsResponse
+	45, // 81: cocoonbox.v1.BoxService.ListNodes:output_type -> cocoonbox.v1.ListNodesResponse
+	46, // 82: cocoonbox.v1.BoxService.DrainNode:output_type -> cocoonbox.v1.Node
+	18, // 83: cocoonbox.v1.BoxService.GetPolicyDefaults:output_type -> cocoonbox.v1.BoxPolicy
+	18, // 84: cocoonbox.v1.BoxService.SetPolicyDefaults:output_type -> cocoonbox.v1.BoxPolicy
+	24, // 85: cocoonbox.v1.BoxService.WatchBox:output_type -> cocoonbox.v1.Box
+	13, // 86: cocoonbox.v1.BoxService.ListEvents:output_type -> cocoonbox.v1.ListEventsResponse
+	51, // 87: cocoonbox.v1.BoxService.Exec:output_type -> cocoonbox.v1.ExecResponse
+	53, // 88: cocoonbox.v1.BoxService.ReadFile:output_type -> cocoonbox.v1.ReadFileResponse
+	55, // 89: cocoonbox.v1.BoxService.WriteFile:output_type -> cocoonbox.v1.WriteFileResponse
+	56, // 90: cocoonbox.v1.BoxService.ShareBox:output_type -> cocoonbox.v1.Share
+	59, // 91: cocoonbox.v1.BoxService.UnshareBox:output_type -> cocoonbox.v1.UnshareBoxResponse
+	61, // 92: cocoonbox.v1.BoxService.ListShares:output_type -> cocoonbox.v1.ListSharesResponse
+	24, // 93: cocoonbox.v1.BoxService.TakeOver:output_type -> cocoonbox.v1.Box
+	24, // 94: cocoonbox.v1.BoxService.HandBack:output_type -> cocoonbox.v1.Box
+	65, // 95: cocoonbox.v1.BoxService.DesktopTicket:output_type -> cocoonbox.v1.DesktopTicketResponse
+	21, // 96: cocoonbox.v1.BoxService.ListPorts:output_type -> cocoonbox.v1.ListPortsResponse
+	24, // 97: cocoonbox.v1.BoxService.SetBoxNetwork:output_type -> cocoonbox.v1.Box
+	24, // 98: cocoonbox.v1.BoxService.SetPolicy:output_type -> cocoonbox.v1.Box
+	22, // 99: cocoonbox.v1.BoxService.SetPortPublic:output_type -> cocoonbox.v1.Port
+	3,  // 100: cocoonbox.v1.BoxService.Shell:output_type -> cocoonbox.v1.ShellResponse
+	5,  // 101: cocoonbox.v1.BoxService.DownloadFile:output_type -> cocoonbox.v1.FileChunk
+	7,  // 102: cocoonbox.v1.BoxService.UploadFile:output_type -> cocoonbox.v1.FileInfo
+	7,  // 103: cocoonbox.v1.BoxService.ListFiles:output_type -> cocoonbox.v1.FileInfo
+	7,  // 104: cocoonbox.v1.BoxService.StatFile:output_type -> cocoonbox.v1.FileInfo
+	11, // 105: cocoonbox.v1.BoxService.RemoveFile:output_type -> cocoonbox.v1.RemoveFileResponse
+	69, // [69:106] is the sub-list for method output_type
+	32, // [32:69] is the sub-list for method input_type
+	32, // [32:32] is the sub-list for extension type_name
+	32, // [32:32] is the sub-list for extension extendee
+	0,  // [0:32] is the sub-list for field type_name
 }
 
 func init() { file_cocoonbox_v1_box_proto_init() }
@@ -4671,7 +4818,7 @@ func file_cocoonbox_v1_box_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cocoonbox_v1_box_proto_rawDesc), len(file_cocoonbox_v1_box_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   67,
+			NumMessages:   69,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -101,8 +101,11 @@ type BoxServiceClient interface {
 	// ListNodes shows the engine nodes: each one's address, state, capacity, load and heartbeat, as
 	// the worker beside it last reported (operators).
 	ListNodes(ctx context.Context, in *ListNodesRequest, opts ...grpc.CallOption) (*ListNodesResponse, error)
-	// DrainNode marks an engine node draining, so placement puts no new box on it, or, with undo,
-	// active again (operators). The boxes already on it stay there.
+	// DrainNode marks an engine node draining, so placement puts no new box on it, and moves its
+	// boxes off: running ones at once (a snapshot restored on another node: the disk moves, memory
+	// does not), hibernated ones on their next wake. With wait it answers once the moves are done,
+	// with what became of each box (drain). With undo the node is active again and a drain under
+	// way stops (operators).
 	DrainNode(ctx context.Context, in *DrainNodeRequest, opts ...grpc.CallOption) (*Node, error)
 	// GetPolicyDefaults is the policy a new box of the caller gets: the server's default, with the
 	// caller's own defaults over it.
@@ -624,8 +627,11 @@ type BoxServiceServer interface {
 	// ListNodes shows the engine nodes: each one's address, state, capacity, load and heartbeat, as
 	// the worker beside it last reported (operators).
 	ListNodes(context.Context, *ListNodesRequest) (*ListNodesResponse, error)
-	// DrainNode marks an engine node draining, so placement puts no new box on it, or, with undo,
-	// active again (operators). The boxes already on it stay there.
+	// DrainNode marks an engine node draining, so placement puts no new box on it, and moves its
+	// boxes off: running ones at once (a snapshot restored on another node: the disk moves, memory
+	// does not), hibernated ones on their next wake. With wait it answers once the moves are done,
+	// with what became of each box (drain). With undo the node is active again and a drain under
+	// way stops (operators).
 	DrainNode(context.Context, *DrainNodeRequest) (*Node, error)
 	// GetPolicyDefaults is the policy a new box of the caller gets: the server's default, with the
 	// caller's own defaults over it.

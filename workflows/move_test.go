@@ -1,0 +1,151 @@
+package workflows
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/mock"
+	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/testsuite"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/activities"
+)
+
+// restoresFrom mocks the restore of the snapshot the move just took onto sandbox id, checking it
+// names that snapshot (not "" the newest, which a seal could have made meanwhile).
+func restoresFrom(env *testsuite.TestWorkflowEnvironment, calls *[]string, id string, err error) {
+	env.OnActivity(snap.RestoreSnapshot, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.RestoreSnapshotInput) (activities.RestoreSnapshotResult, error) {
+			*calls = append(*calls, "restore "+in.SnapshotID)
+			if in.SnapshotID == "" {
+				return activities.RestoreSnapshotResult{}, errors.New("the move restored the newest snapshot, not its own")
+			}
+			return activities.RestoreSnapshotResult{SnapshotID: in.SnapshotID, SandboxID: id}, err
+		})
+}
+
+// hasEvent reports whether events holds one of kind.
+func hasEvent(events []string, kind string) bool {
+	for _, e := range events {
+		if strings.HasPrefix(e, kind+": ") {
+			return true
+		}
+	}
+	return false
+}
+
+// TestMoveRunningBox: a running box asked to leave a draining node is snapshotted and restored
+// from that snapshot onto a new sandbox (placed by the restore), the old one released after; its
+// events say what was kept.
+func TestMoveRunningBox(t *testing.T) {
+	env, _, events := newEnvRecorded(t)
+	claimOK(env, 1, "sb-1")
+	calls := snapshotsOK(env, nil)
+	restoresFrom(env, calls, "sb-2", nil)
+	var released []string
+	env.OnActivity(sb.Release, mock.Anything, mock.Anything).Return(func(_ context.Context, in activities.SandboxInput) error {
+		released = append(released, in.SandboxID)
+		return nil
+	})
+	update(env, 0, UpdateCreate, CreateInput{})
+	bad := update(env, time.Second, UpdateMove, MoveInput{})
+	moved := update(env, 2*time.Second, UpdateMove, MoveInput{From: "node-a"})
+	update(env, time.Minute, UpdateDelete, DeleteInput{})
+
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.NoError(t, env.GetWorkflowError())
+	require.Error(t, bad.rejected, "a move that names no node is refused")
+	require.NoError(t, moved.err)
+	require.True(t, moved.move.Moved)
+	require.Equal(t, cocoonbox.BoxStateRunning, moved.status.State)
+	require.Equal(t, "sb-2", moved.status.SandboxID)
+	require.Equal(t, []string{"begin", "upload sb-1", "complete", "prune", "restore " + moved.status.LastSnapshot}, *calls)
+	require.Equal(t, []string{"sb-1", "sb-2"}, released, "the old sandbox goes after the move, the new one at delete")
+	require.True(t, hasEvent(*events, "moved"), "events: %v", *events)
+}
+
+// TestMoveFailureKeepsBox: a move whose restore fails leaves the box running on its sandbox,
+// saying why.
+func TestMoveFailureKeepsBox(t *testing.T) {
+	env := newEnv(t)
+	claimOK(env, 1, "sb-1")
+	calls := snapshotsOK(env, nil)
+	restoresFrom(env, calls, "", temporal.NewNonRetryableApplicationError("no node has room", activities.ErrTypeNoCapacity, nil))
+	update(env, 0, UpdateCreate, CreateInput{})
+	moved := update(env, time.Second, UpdateMove, MoveInput{From: "node-a"})
+	deleteAt(env, time.Minute)
+
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.NoError(t, env.GetWorkflowError())
+	require.Error(t, moved.err)
+	require.Equal(t, cocoonbox.BoxStateRunning, moved.status.State)
+	require.Equal(t, "sb-1", moved.status.SandboxID)
+	require.Contains(t, moved.status.LastError, "move: ")
+}
+
+// TestMoveHibernatedBoxOnWake: a hibernated box keeps sleeping on the draining node; its next
+// wake wakes it there and then moves it.
+func TestMoveHibernatedBoxOnWake(t *testing.T) {
+	env, _, events := newEnvRecorded(t)
+	claimOK(env, 1, "sb-1")
+	hibernates(env, nil, nil).Once()
+	calls := snapshotsOK(env, nil)
+	restoresFrom(env, calls, "sb-2", nil)
+	env.OnActivity(sb.Wake, mock.Anything, activities.SandboxInput{BoxID: testBox, SandboxID: "sb-1"}).Return(nil).Once()
+	update(env, 0, UpdateCreate, CreateInput{})
+	update(env, time.Second, UpdateHibernate, HibernateInput{})
+	later := update(env, 2*time.Second, UpdateMove, MoveInput{From: "node-a"})
+	woke := update(env, 3*time.Second, UpdateWake, WakeInput{})
+	deleteAt(env, time.Minute)
+
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.NoError(t, env.GetWorkflowError())
+	require.NoError(t, later.err)
+	require.True(t, later.move.OnWake)
+	require.Equal(t, cocoonbox.BoxStateHibernated, later.status.State, "a sleeping box is not woken by the drain")
+	require.NoError(t, woke.err)
+	require.Equal(t, cocoonbox.BoxStateRunning, woke.status.State)
+	require.Equal(t, "sb-2", woke.status.SandboxID, "the wake moved the box")
+	require.True(t, hasEvent(*events, "move-on-wake") && hasEvent(*events, "moved"), "events: %v", *events)
+	env.AssertExpectations(t)
+}
+
+// TestDrainWorkflow: a drain moves each box its node holds, one at a time, and says what became
+// of each.
+func TestDrainWorkflow(t *testing.T) {
+	var s testsuite.WorkflowTestSuite
+	s.SetLogger(testLogger(t))
+	env := s.NewTestWorkflowEnvironment()
+	env.RegisterWorkflow(DrainWorkflow)
+	var drain *activities.Drain
+	env.RegisterActivity(drain)
+	env.OnActivity(drain.NodeBoxes, mock.Anything, "node-a").Return([]activities.NodeBox{
+		{Box: "bx_000000000000000a"}, {Box: "bx_000000000000000b"}, {Box: "bx_000000000000000c"}, {Box: "bx_000000000000000d"},
+	}, nil)
+	env.OnActivity(drain.MoveBox, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.MoveBoxInput) (activities.MoveBoxResult, error) {
+			switch in.Box {
+			case "bx_000000000000000a":
+				return activities.MoveBoxResult{Moved: true}, nil
+			case "bx_000000000000000b":
+				return activities.MoveBoxResult{OnWake: true}, nil
+			case "bx_000000000000000c":
+				return activities.MoveBoxResult{}, temporal.NewNonRetryableApplicationError("no node has room", activities.ErrTypeNoCapacity, nil)
+			}
+			return activities.MoveBoxResult{}, nil // left the node meanwhile
+		})
+	env.ExecuteWorkflow(DrainWorkflow, DrainInput{Node: "node-a"})
+	require.NoError(t, env.GetWorkflowError())
+	var out DrainResult
+	require.NoError(t, env.GetWorkflowResult(&out))
+	require.Equal(t, []cocoonbox.BoxID{"bx_000000000000000a"}, out.Moved)
+	require.Equal(t, []cocoonbox.BoxID{"bx_000000000000000b"}, out.OnWake)
+	require.Len(t, out.Failed, 1)
+	require.Equal(t, cocoonbox.BoxID("bx_000000000000000c"), out.Failed[0].Box)
+	require.Contains(t, out.Failed[0].Reason, "no node has room")
+}
