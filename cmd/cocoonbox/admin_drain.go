@@ -24,7 +24,7 @@ func adminDrainCommand() *cli.Command {
 			"node's state and boxes.",
 		Flags: apiFlags(
 			&cli.BoolFlag{Name: "undo", Usage: "make a draining node active again"},
-			&cli.BoolFlag{Name: "wait", Usage: "wait until the running boxes have moved, and say what became of each"},
+			&cli.BoolFlag{Name: "wait", Usage: "wait until the running boxes have moved, and say what became of each (each takes a snapshot and a restore: raise --timeout for many)"},
 		),
 		Action: func(c *cli.Context) error {
 			args, err := positional(c, "NODE", 1, 1)
@@ -46,7 +46,8 @@ func adminDrainCommand() *cli.Command {
 				case c.Bool("undo"):
 					_, err = fmt.Fprintf(w, "node %s is %s: new boxes may be placed on it again\n", n.GetId(), n.GetState())
 				case d == nil:
-					_, err = fmt.Fprintf(w, "node %s is %s: no new box is placed on it, and its boxes are being moved to other nodes\n", n.GetId(), n.GetState())
+					_, err = fmt.Fprintf(w, "node %s is %s: no new box is placed on it, and its %d boxes are being moved to other nodes (hibernated ones on their next wake)\n",
+						n.GetId(), n.GetState(), n.GetBoxes())
 				default:
 					_, err = fmt.Fprintf(w, "node %s is %s: %d boxes moved to other nodes, %d move on their next wake, %d failed\n",
 						n.GetId(), n.GetState(), len(d.GetMoved()), len(d.GetOnWake()), len(d.GetFailed()))

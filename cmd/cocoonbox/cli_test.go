@@ -543,12 +543,18 @@ func TestUnansweredCallsAreSentAgain(t *testing.T) {
 	}
 }
 
-// TestAdminDrain: drain says the node takes no new boxes and what stays on it, --undo says it
-// takes them again, and an unknown node's refusal names it.
+// TestAdminDrain: drain says the node takes no new boxes and its boxes are being moved; with
+// --wait it says what became of them, naming each that failed and why; --undo says the node
+// takes boxes again, and an unknown node's refusal names it.
 func TestAdminDrain(t *testing.T) {
 	withFake(t)
-	if out := runOK(t, "", "admin", "drain", "node-a"); out != "node node-a is draining: no new box is placed on it; its 5 boxes stay on it\n" {
+	if out := runOK(t, "", "admin", "drain", "node-a"); out != "node node-a is draining: no new box is placed on it, and its 5 boxes are being moved to other nodes (hibernated ones on their next wake)\n" {
 		t.Fatalf("drain: %q", out)
+	}
+	want := "node node-a is draining: 2 boxes moved to other nodes, 1 move on their next wake, 1 failed\n" +
+		"  bx_0000000000000004 stays: no_capacity: no node has room for a small box\n"
+	if out := runOK(t, "", "admin", "drain", "node-a", "--wait"); out != want {
+		t.Fatalf("drain --wait: %q", out)
 	}
 	if out := runOK(t, "", "admin", "drain", "node-a", "--undo"); out != "node node-a is active: new boxes may be placed on it again\n" {
 		t.Fatalf("undo: %q", out)

@@ -467,6 +467,10 @@ func (f *fakeAPI) DrainNode(_ context.Context, r *cbv1.DrainNodeRequest) (*cbv1.
 	if r.GetUndo() {
 		n.State = "active"
 	}
+	if r.GetWait() {
+		n.Drain = &cbv1.NodeDrain{Moved: []string{"bx_0000000000000001", "bx_0000000000000002"}, OnWake: []string{"bx_0000000000000003"},
+			Failed: []*cbv1.DrainFailure{{Box: "bx_0000000000000004", Reason: "no_capacity: no node has room for a small box"}}}
+	}
 	return n, nil
 }
 
