@@ -182,6 +182,10 @@ type Dev struct {
 	// image not built, no capacity), saying what it waits for, before it fails with the reason;
 	// 0 is 10 minutes.
 	CreateWait time.Duration `yaml:"create_wait" env:"COCOONBOX_CREATE_WAIT"`
+	// NodeDeadAfter is how long an engine node's heartbeat may be silent before the stack's
+	// worker marks it lost (the stack's own node "local", and any other registered beside it);
+	// 0 is a minute, as for serve worker.
+	NodeDeadAfter time.Duration `yaml:"node_dead_after" env:"COCOONBOX_NODE_DEAD_AFTER"`
 	// BoxPolicy is the default policy of new boxes, under each user's own defaults.
 	BoxPolicy BoxPolicy `yaml:"box_policy"`
 	// Webhooks is how the stack's worker delivers webhooks.
@@ -425,6 +429,9 @@ func LoadDev(path string, env Lookup) (Dev, error) { return Load(path, env, Defa
 func (c *Dev) Validate() error {
 	if err := validateHome(c.Home); err != nil {
 		return err
+	}
+	if c.NodeDeadAfter < 0 {
+		return fmt.Errorf("config node_dead_after: must not be negative, got %s", c.NodeDeadAfter)
 	}
 	if c.Template == "" {
 		return errors.New("config template: is required (COCOONBOX_BOX_TEMPLATE)")

@@ -3,12 +3,8 @@ package devstack_test
 import (
 	"context"
 	"errors"
-	"log/slog"
-	"net"
-	"net/http"
-	"path/filepath"
+	"fmt"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,13 +12,10 @@ import (
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/devstack"
-	"github.com/loomhand/cocoonbox/internal/engine"
-	"github.com/loomhand/cocoonbox/internal/engine/images"
-	"github.com/loomhand/cocoonbox/internal/engine/runtime"
 	"github.com/loomhand/cocoonbox/internal/nodes"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/store"
-	"github.com/loomhand/cocoonbox/internal/worker"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
 
@@ -51,8 +44,7 @@ func TestDrainMovesBoxes(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	_, token := d.Sandbox()
-	other := startEngineNode(ctx, t, cfg, d, "node-b", token)
+	other := startNode(ctx, t, cfg, d, "node-b").client
 
 	e, admin := devAPI(t, d)
 	n, err := e.box.DrainNode(e.as(ctx, admin), &cbv1.DrainNodeRequest{Node: devstack.LocalNode, Wait: true})
@@ -96,55 +88,68 @@ func TestDrainMovesBoxes(t *testing.T) {
 	}
 }
 
-// startEngineNode runs a second gVisor engine in this process, with the dev stack's image cache
-// and engine token, registered as node id by a heartbeat like a worker's; its boxes are released
-// and it stops when the test ends. It returns a root client of it.
-func startEngineNode(ctx context.Context, t *testing.T, cfg config.Dev, d *devstack.Dev, id, token string) *sandbox.HTTP {
+// startNode starts engine node id beside the dev stack, with a worker of its own, and waits until
+// its heartbeat registered it.
+func startNode(ctx context.Context, t *testing.T, cfg config.Dev, d *devstack.Dev, id string) *engineNode {
 	t.Helper()
-	dir := shortTemp(t)
-	rt, err := runtime.New(runtime.NameGVisor, runtime.Options{DataDir: filepath.Join(dir, "runtime")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e, err := engine.New(engine.Options{Dir: filepath.Join(dir, "engine"), Runtime: rt, Images: images.Resolver(cfg.ImageCache),
-		RootToken: token, OwnerAddr: ln.Addr().String(), Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	serveCtx, stopServing := context.WithCancel(context.Background())
-	served := make(chan error, 1)
-	go func() { served <- e.Serve(serveCtx, ln) }()
-	url := "http://" + ln.Addr().String()
-	c := sandbox.NewHTTP(url, token, &http.Client{Timeout: time.Minute})
-	h := &worker.Heartbeat{Store: d.Store, Engine: c, Node: nodes.Node{ID: id, URL: url}, Logger: slog.New(slog.DiscardHandler)}
-	if err := h.Beat(ctx); err != nil {
-		t.Fatalf("register node %s: %v", id, err)
-	}
-	stopBeat := worker.StartHeartbeat(h)
-	t.Cleanup(func() {
-		stopBeat()
-		cctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		defer cancel()
-		if rows, err := c.List(cctx, ""); err == nil {
-			for _, r := range rows {
-				if full, err := c.Get(cctx, r.ID); err == nil {
-					_ = c.Release(cctx, sandbox.SandboxRef{ID: full.ID, Token: full.Token})
-				}
-			}
-		}
-		stopServing()
-		<-served
-		_ = e.Close()
-		if cl, ok := rt.(interface{ Close() error }); ok {
-			_ = cl.Close()
-		}
+	wcfg := workerConfig(d)
+	wcfg.Node, wcfg.NodeDeadAfter = id, cfg.NodeDeadAfter
+	n := startEngineNodeChild(t, cfg.ImageCache, wcfg)
+	testutil.Eventually(t, testutil.WaitShort, "node "+id+" registered", func() bool {
+		all, err := d.Store.ListNodes(ctx)
+		return err == nil && slices.ContainsFunc(all, func(x nodes.Node) bool { return x.ID == id && x.URL == n.url && x.MemoryMiB > 0 })
 	})
-	if !strings.HasPrefix(url, "http://127.0.0.1:") {
-		t.Fatalf("node %s listens at %s", id, url)
+	return n
+}
+
+// TestLostNodeBoxComesBack: a box runs on a second engine node, with a snapshot of its files;
+// the node dies whole (its engine and worker SIGKILLed). Once the heartbeats mark it lost the
+// box is told, fails naming the loss, and its next wake brings it back on the remaining node from
+// the snapshot, files and all.
+func TestLostNodeBoxComesBack(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
 	}
-	return c
+	cfg := boxConfig(t)
+	cfg.NodeDeadAfter = 25 * time.Second // beats come every 10 s
+	d, ctx, owner, eng := newBoxEnv(t, cfg, 8*time.Minute)
+	other := startNode(ctx, t, cfg, d, "node-b")
+
+	// Placed on node-b: the stack's own node takes no box while it drains.
+	e, admin := devAPI(t, d)
+	if _, err := e.box.DrainNode(e.as(ctx, admin), &cbv1.DrainNodeRequest{Node: devstack.LocalNode}); err != nil {
+		t.Fatal(err)
+	}
+	id := cocoonbox.NewBoxID()
+	st, err := d.Boxes.Create(ctx, owner.ID, boxsvc.CreateRequest{ID: id, Name: "on-b", Size: cocoonbox.SizeSmall})
+	if err != nil || st.State != cocoonbox.BoxStateRunning {
+		t.Fatalf("create: %+v, %v", st.Status, err)
+	}
+	if _, err := e.box.DrainNode(e.as(ctx, admin), &cbv1.DrainNodeRequest{Node: devstack.LocalNode, Undo: true}); err != nil {
+		t.Fatal(err)
+	}
+	ref := sandboxRef(ctx, t, other.client, st.SandboxID) // on node-b, or the test fails here
+	sum := mustExec(ctx, t, other.client, ref, "head -c 4M /dev/urandom > /root/kept && sha256sum /root/kept")
+	if _, err := d.Boxes.Snapshot(ctx, owner.ID, id); err != nil {
+		t.Fatal(err)
+	}
+
+	other.kill()
+	var seen string
+	testutil.Eventually(t, 2*time.Minute, "node-b marked lost and its box failed", func() bool {
+		v, err := d.Boxes.Get(ctx, owner.ID, id)
+		seen = fmt.Sprintf("%s %q %v", v.State, v.LastError, err)
+		return err == nil && v.State == cocoonbox.BoxStateFailed
+	}, &seen)
+	v, err := d.Boxes.Wake(ctx, owner.ID, id)
+	if err != nil || v.State != cocoonbox.BoxStateRunning || v.RestoredFrom.SnapshotID == "" {
+		t.Fatalf("wake after the loss: %+v, %v", v.Status, err)
+	}
+	if _, err := eng.Get(ctx, v.SandboxID); err != nil {
+		t.Fatalf("the box came back on sandbox %s, not on the remaining node: %v", v.SandboxID, err)
+	}
+	got, err := d.Boxes.Exec(ctx, owner.ID, id, boxsvc.ExecRequest{Argv: []string{"sha256sum", "/root/kept"}})
+	if err != nil || got.Stdout != sum {
+		t.Fatalf("the file after the loss: %q, %v; want %q", got.Stdout, err, sum)
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/activities"
 	"github.com/loomhand/cocoonbox/internal/app"
 	"github.com/loomhand/cocoonbox/internal/config"
@@ -12,6 +13,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/secrets"
 	"github.com/loomhand/cocoonbox/internal/worker"
+	"github.com/loomhand/cocoonbox/workflows"
 )
 
 // LocalNode is the node ID of the dev stack's engine.
@@ -40,7 +42,7 @@ func (d *Dev) startWorker() error {
 	w := worker.New(worker.Options{
 		Temporal: d.Temporal, Store: d.Store, Sandbox: sb, Keys: keys, Template: d.cfg.Template,
 		Blobs: d.Blobs, Gateway: d.gateway, Logger: d.log.With("component", "worker"),
-		WebhooksAllowPrivate: d.cfg.Webhooks.AllowPrivate, Node: LocalNode,
+		WebhooksAllowPrivate: d.cfg.Webhooks.AllowPrivate, Node: LocalNode, NodeDeadAfter: d.cfg.NodeDeadAfter,
 	})
 	if err := w.Start(); err != nil {
 		return fmt.Errorf("worker: %w", err)
@@ -53,8 +55,13 @@ func (d *Dev) startWorker() error {
 	// The stack's one engine is its node "local", listed by `cocoonbox admin nodes`. Its record
 	// has the engine's address of this start before anything reaches a box: a box's sandbox is
 	// found at the address its node's record has.
+	// As serve worker's, its beats mark a silent node lost and tell that node's boxes.
+	tc := d.Temporal
 	h := &worker.Heartbeat{Store: d.Store, Engine: sb,
-		Node: nodes.Node{ID: LocalNode, URL: d.sandboxURL}, Logger: d.log.With("component", "heartbeat")}
+		Node: nodes.Node{ID: LocalNode, URL: d.sandboxURL}, DeadAfter: d.cfg.NodeDeadAfter, Logger: d.log.With("component", "heartbeat"),
+		TellLost: func(ctx context.Context, box cocoonbox.BoxID, sandboxID, node string) error {
+			return workflows.SandboxLost(ctx, tc, box, sandboxID, node)
+		}}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	err = h.Beat(ctx)
 	cancel()

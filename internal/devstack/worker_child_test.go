@@ -34,6 +34,13 @@ func TestMain(m *testing.M) {
 		}
 		os.Exit(0)
 	}
+	if len(os.Args) > 1 && os.Args[1] == engineNodeArg {
+		if err := runEngineNode(os.Stdin); err != nil {
+			fmt.Fprintln(os.Stderr, "engine node:", err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
 	code := runScanned(m)
 	removeCLI()
 	os.Exit(code)
