@@ -114,6 +114,7 @@ func (a *Snapshots) RestoreSnapshot(ctx context.Context, in RestoreSnapshotInput
 	if err != nil {
 		return RestoreSnapshotResult{}, classify(fmt.Errorf("claim from snapshot %s: %w", snap.ID, err))
 	}
+	notePlaced(ctx, a.Placed, eng.node, size)
 	if err := applyEgress(ctx, eng.Client, got.SandboxRef, in.Network); err != nil {
 		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()

@@ -49,6 +49,9 @@ type Sandbox struct {
 	// NodeDeadAfter is how long a node's heartbeat may be silent and the node still take boxes;
 	// 0 is nodes.DefaultDeadAfter.
 	NodeDeadAfter time.Duration
+	// Placed counts a box of mib MiB just claimed on node into the node's record, so the next
+	// placement sees it before the node's next heartbeat; nil counts nothing.
+	Placed func(ctx context.Context, node string, mib int64) error
 	// Rows writes box rows, for the calls that record a state beside an engine call
 	// (HibernateRecorded).
 	Rows *Store
@@ -184,9 +187,25 @@ func (a *Sandbox) claimPlaced(ctx context.Context, req sandbox.ClaimRequest) (sa
 	}
 	got, err := nc.ClaimOn(ctx, n.URL, req) // an empty URL is Client's own engine
 	if n.ID == "" {
-		return onNode(got, a.Node, ""), err
+		got = onNode(got, a.Node, "")
+	} else {
+		got = onNode(got, n.ID, n.URL)
 	}
-	return onNode(got, n.ID, n.URL), err
+	if err == nil && !got.Adopted {
+		notePlaced(ctx, a.Placed, got.Node, cocoonbox.Size(req.Size))
+	}
+	return got, err
+}
+
+// notePlaced counts a new box of size on node through placed, if both are known; a failure is
+// only logged, since the node's next heartbeat has the engine's own count anyway.
+func notePlaced(ctx context.Context, placed func(context.Context, string, int64) error, node string, size cocoonbox.Size) {
+	if placed == nil || node == "" {
+		return
+	}
+	if err := placed(ctx, node, int64(size.Spec().MemoryMB)); err != nil {
+		logger(ctx).Warn("count a placed box into its node's record", "node", node, "error", err)
+	}
 }
 
 // ownNode is the record of node id among all; the zero Node when there is none.

@@ -3,6 +3,7 @@ package activities
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strings"
 	"sync"
@@ -183,8 +184,13 @@ func TestClaimPlacedOnNodes(t *testing.T) {
 		{ID: "other", URL: other.URL, State: nodes.Active, MemoryMiB: 4096, CommittedMiB: 0, HeartbeatAt: now},
 	}
 	tokens := &memTokens{nodes: registered}
+	var placed []string
 	a := &Sandbox{Client: own.Client(root), Tokens: tokens, Template: "base", PollInterval: 10 * time.Millisecond,
-		Nodes: func(context.Context) ([]nodes.Node, error) { return registered, nil }, Node: "own"}
+		Nodes: func(context.Context) ([]nodes.Node, error) { return registered, nil }, Node: "own",
+		Placed: func(_ context.Context, node string, mib int64) error {
+			placed = append(placed, fmt.Sprintf("%s %d", node, mib))
+			return nil
+		}}
 	var s testsuite.WorkflowTestSuite
 	env := s.NewTestActivityEnvironment()
 	env.RegisterActivity(a)
@@ -205,6 +211,10 @@ func TestClaimPlacedOnNodes(t *testing.T) {
 	if len(other.Sandboxes()) != 1 || len(own.Sandboxes()) != 0 {
 		t.Fatalf("claimed on own %v and other %v, want the node with free memory", own.Sandboxes(), other.Sandboxes())
 	}
+	// The node's record counts the box at once, for the placements before its next heartbeat.
+	if want := fmt.Sprintf("other %d", cocoonbox.SizeSmall.Spec().MemoryMB); len(placed) != 1 || placed[0] != want {
+		t.Fatalf("placements counted %q, want %q", placed, want)
+	}
 	// The box's record names the node; its address comes from the node's record.
 	if ref := tokens.stored(string(box)); ref.Node != "other" || ref.Addr != "" {
 		t.Fatalf("the box's sandbox is recorded on %q at %q, want node other and no address of its own", ref.Node, ref.Addr)
@@ -220,6 +230,9 @@ func TestClaimPlacedOnNodes(t *testing.T) {
 	again := claim()
 	if again.SandboxID != first.SandboxID || !again.Adopted || len(own.Sandboxes()) != 0 || len(other.Sandboxes()) != 1 {
 		t.Fatalf("retry: %+v; own %v, other %v; want the first sandbox adopted", again, own.Sandboxes(), other.Sandboxes())
+	}
+	if len(placed) != 1 {
+		t.Fatalf("an adopted sandbox was counted again: %q", placed)
 	}
 	// No node has room by the heartbeats: the worker's own engine decides, and has room here.
 	registered[0].CommittedMiB, registered[1].CommittedMiB = 4000, 4000

@@ -86,6 +86,8 @@ type Snapshots struct {
 	Nodes func(ctx context.Context) ([]nodes.Node, error)
 	// NodeDeadAfter is Sandbox.NodeDeadAfter.
 	NodeDeadAfter time.Duration
+	// Placed is Sandbox.Placed, for restored boxes.
+	Placed func(ctx context.Context, node string, mib int64) error
 }
 
 // SnapshotObjectKey is where a snapshot's stream lives in the bucket; its manifest sits beside it

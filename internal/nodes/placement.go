@@ -20,8 +20,8 @@ type State string
 const (
 	// Active nodes take new boxes.
 	Active State = "active"
-	// Draining nodes take no new boxes (Pick skips them). Nothing sets this state yet: moving a
-	// node's boxes off (cocoonbox admin drain) is still to be built.
+	// Draining nodes take no new boxes (Pick skips them), and their boxes are moved to others
+	// (cocoonbox admin drain).
 	Draining State = "draining"
 	// Lost nodes stopped their heartbeat for DeadAfter: their boxes come back elsewhere from
 	// their newest sealed snapshot.

@@ -113,6 +113,21 @@ func (q *Queries) SandboxesOn(ctx context.Context, n nodes.Node) ([]SandboxOnNod
 	return out, nil
 }
 
+// NotePlaced counts a box of mib MiB just claimed on node id into its record, so placements
+// before the node's next heartbeat (which replaces the figures with the engine's own) see it: a
+// burst of creates spreads over the nodes instead of all following one stale record. An unknown
+// node is ErrNotFound.
+func (q *Queries) NotePlaced(ctx context.Context, id string, mib int64) error {
+	tag, err := q.db.Exec(ctx, `UPDATE nodes SET committed_mib = committed_mib + $2, boxes = boxes + 1 WHERE id = $1`, id, mib)
+	if err != nil {
+		return fmt.Errorf("note a box placed on node %s: %w", id, mapErr(err))
+	}
+	if tag.RowsAffected() == 0 {
+		return fmt.Errorf("note a box placed on node %s: %w", id, ErrNotFound)
+	}
+	return nil
+}
+
 // SetNodeDraining marks node id draining (placement puts no new box on it) or, with draining
 // false, active again. A lost node is neither: it is ErrConflict, since a node comes back from
 // lost only by beating again. An unknown node is ErrNotFound.

@@ -79,3 +79,28 @@ func TestNodeDraining(t *testing.T) {
 		t.Fatalf("drain an unknown node: %v, want not found", err)
 	}
 }
+
+// TestNotePlaced: a box placed on a node counts in its record at once, and the node's next
+// heartbeat, which carries the engine's own figures, replaces the count.
+func TestNotePlaced(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.New(t)
+	a := nodes.Node{ID: "node-a", URL: "http://10.0.0.1:7777", MemoryMiB: 8192, CommittedMiB: 1024, Boxes: 2}
+	if _, err := st.HeartbeatNode(ctx, a); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.NotePlaced(ctx, "node-a", 512); err != nil {
+		t.Fatal(err)
+	}
+	all, err := st.ListNodes(ctx)
+	if err != nil || len(all) != 1 || all[0].CommittedMiB != 1536 || all[0].Boxes != 3 {
+		t.Fatalf("after a placement: %+v, %v; want 1536 MiB committed in 3 boxes", all, err)
+	}
+	if n, err := st.HeartbeatNode(ctx, a); err != nil || n.CommittedMiB != 1024 || n.Boxes != 2 {
+		t.Fatalf("the next heartbeat: %+v, %v; want the engine's figures", n, err)
+	}
+	if err := st.NotePlaced(ctx, "node-z", 512); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a placement on an unknown node: %v, want not found", err)
+	}
+}

@@ -93,6 +93,7 @@ func New(opts Options) worker.Worker {
 	if opts.Store != nil {
 		// With engine nodes registered, claims and restores are placed on them.
 		sbActs.Nodes, snapActs.Nodes = opts.Store.ListNodes, opts.Store.ListNodes
+		sbActs.Placed, snapActs.Placed = opts.Store.NotePlaced, opts.Store.NotePlaced
 	}
 	w.RegisterActivity(snapActs)
 	w.RegisterActivity(sbActs)
