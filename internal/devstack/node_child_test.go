@@ -2,6 +2,7 @@ package devstack_test
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -34,6 +35,7 @@ const engineNodeArg = "__devstack-engine-node"
 type engineNodeConfig struct {
 	Dir        string
 	ImageCache string
+	Listen     string // the engine's address; "" is a free loopback port
 }
 
 // newNodeEngine makes the engine of an engine node in dir, listening on ln.
@@ -61,7 +63,7 @@ func runEngineNode(in io.Reader) error {
 		return err
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", cmp.Or(n.Listen, "127.0.0.1:0"))
 	if err != nil {
 		return err
 	}
@@ -103,8 +105,15 @@ type engineNode struct {
 // on its data.
 func startEngineNodeChild(t *testing.T, imageCache string, wcfg config.Worker) *engineNode {
 	t.Helper()
-	n := &engineNode{cfg: engineNodeConfig{Dir: shortTemp(t), ImageCache: imageCache}, token: wcfg.Sandbox.Token}
-	n.cmd = exec.Command(os.Args[0], engineNodeArg)
+	return startEngineNodeCmd(t, exec.Command(os.Args[0], engineNodeArg), engineNodeConfig{ImageCache: imageCache}, wcfg)
+}
+
+// startEngineNodeCmd is startEngineNodeChild with the child's command (run in a network
+// namespace, say) and the engine's configuration, whose Dir it sets.
+func startEngineNodeCmd(t *testing.T, cmd *exec.Cmd, cfg engineNodeConfig, wcfg config.Worker) *engineNode {
+	t.Helper()
+	cfg.Dir = shortTemp(t)
+	n := &engineNode{cfg: cfg, token: wcfg.Sandbox.Token, cmd: cmd}
 	n.cmd.Stderr = io.MultiWriter(os.Stderr, workerLog(t, wcfg.Home))
 	stdin, err := n.cmd.StdinPipe()
 	if err != nil {
