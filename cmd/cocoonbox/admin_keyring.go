@@ -29,26 +29,26 @@ func adminKeyringCommand() *cli.Command {
 				&cli.StringFlag{Name: "keyring", Usage: "master key file (default <home>/keys/master.key)"},
 			},
 			Action: runAdminKeyringInit,
+		}, {
+			Name:  "rotate",
+			Usage: "make a new primary key: new secrets are sealed with it, the old keys still open what they sealed",
+			Description: "Puts a new random key first in --keyring (the file is replaced whole, mode 0600); the\n" +
+				"older keys stay in it, so everything sealed before still opens. Run it on one host, then\n" +
+				"copy the file to every API and worker host and restart their roles (workers first). Each\n" +
+				"worker then seals every stored sandbox token, vault secret and webhook secret again under\n" +
+				"the new key, in the background (its log says how many). Boxes' agent credentials, derived\n" +
+				"from the first key the deployment had, do not change. Back up the new file.",
+			Flags: []cli.Flag{
+				&cli.StringFlag{Name: "home", Usage: "data dir (default ~/.local/share/cocoonbox)"},
+				&cli.StringFlag{Name: "keyring", Usage: "master key file (default <home>/keys/master.key)"},
+			},
+			Action: runAdminKeyringRotate,
 		}},
 	}
 }
 
 func runAdminKeyringInit(c *cli.Context) error {
-	if _, err := positional(c, "", 0, 0); err != nil {
-		return err
-	}
-	// The file serve worker reads: its config file and environment, then the flags.
-	cfg, err := config.Load(c.String("config"), config.Env(), config.DefaultWorker(config.Env()))
-	if err != nil {
-		return err
-	}
-	if c.IsSet("home") {
-		cfg.Home = c.String("home")
-	}
-	if c.IsSet("keyring") {
-		cfg.Keyring = c.String("keyring")
-	}
-	path, err := filepath.Abs(cfg.KeyringPath())
+	path, err := keyringPath(c)
 	if err != nil {
 		return err
 	}
@@ -58,4 +58,38 @@ func runAdminKeyringInit(c *cli.Context) error {
 	}
 	fmt.Fprintf(c.App.Writer, "created keyring %s (key %s, mode 0600): copy it to every API and worker host and back it up\n", path, k.KeyID())
 	return nil
+}
+
+func runAdminKeyringRotate(c *cli.Context) error {
+	path, err := keyringPath(c)
+	if err != nil {
+		return err
+	}
+	k, err := secrets.RotateKeyring(path)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.App.Writer, "rotated keyring %s: new primary key %s, %d older kept to open what they sealed\n"+
+		"copy it to every API and worker host and restart their roles, workers first; the workers then seal stored secrets again under the new key\n",
+		path, k.KeyID(), k.KeyCount()-1)
+	return nil
+}
+
+// keyringPath is the key file the keyring commands work on: the one serve worker reads (its config
+// file and environment), or --home and --keyring.
+func keyringPath(c *cli.Context) (string, error) {
+	if _, err := positional(c, "", 0, 0); err != nil {
+		return "", err
+	}
+	cfg, err := config.Load(c.String("config"), config.Env(), config.DefaultWorker(config.Env()))
+	if err != nil {
+		return "", err
+	}
+	if c.IsSet("home") {
+		cfg.Home = c.String("home")
+	}
+	if c.IsSet("keyring") {
+		cfg.Keyring = c.String("keyring")
+	}
+	return filepath.Abs(cfg.KeyringPath())
 }

@@ -81,8 +81,8 @@ func TestVersion(t *testing.T) {
 	}
 }
 
-// TestAdminKeyringInit: the deployment's key is made once, 0600, where --keyring says, and a
-// second init refuses to replace it.
+// TestAdminKeyringInit: the deployment's key is made once, 0600, where --keyring says, a second
+// init refuses to replace it, and a rotation adds a new primary key before it.
 func TestAdminKeyringInit(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "keys", "master.key")
 	out, err := run(t, "admin", "keyring", "init", "--keyring", path)
@@ -99,5 +99,17 @@ func TestAdminKeyringInit(t *testing.T) {
 	}
 	if again, _ := os.ReadFile(path); !bytes.Equal(key, again) {
 		t.Fatal("the second init replaced the key")
+	}
+	// A rotation puts a new key first and keeps the old one after it, mode 0600 still.
+	out, err = run(t, "admin", "keyring", "rotate", "--keyring", path)
+	if err != nil || !strings.Contains(out, "rotated keyring "+path) || !strings.Contains(out, "1 older kept") {
+		t.Fatalf("rotate: %q, %v", out, err)
+	}
+	rotated, _ := os.ReadFile(path)
+	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 || len(rotated) != 2*len(key) || !bytes.Equal(rotated[len(key):], key) {
+		t.Fatalf("rotated key file: %v, %v, %d bytes; want the old key kept after a new one, mode 0600", fi, err, len(rotated))
+	}
+	if _, err := run(t, "admin", "keyring", "rotate", "--keyring", path+".missing"); err == nil || !strings.Contains(err.Error(), "keyring init") {
+		t.Fatalf("rotate a missing file: %v, want the command that creates one", err)
 	}
 }

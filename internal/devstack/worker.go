@@ -69,7 +69,8 @@ func (d *Dev) startWorker() error {
 		return fmt.Errorf("register node %s: %w", LocalNode, err)
 	}
 	beat := worker.StartHeartbeat(h)
-	d.stopHooks = func() { beat(); rec(); hooks() }
+	reseal := worker.StartResealer(&worker.Resealer{Store: d.Store, Keys: keys, Logger: d.log.With("component", "reseal")})
+	d.stopHooks = func() { beat(); rec(); hooks(); reseal() }
 	return nil
 }
 

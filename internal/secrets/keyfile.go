@@ -9,11 +9,12 @@ import (
 	"path/filepath"
 )
 
-// LoadOrCreateKeyring returns the keyring whose master key is in the file at path, creating the
-// file with a new random key on first use. The file holds the KeySize raw key bytes and must be
-// readable by this user only: a key file that group or others can read, or of the wrong length,
-// is refused with an error naming the path rather than used or replaced, since replacing a key
-// would make every stored secret unreadable.
+// LoadOrCreateKeyring returns the keyring whose master keys are in the file at path, creating the
+// file with a new random key on first use. The file holds KeySize raw bytes per key, the primary
+// first (RotateKeyring puts a new one there), and must be readable by this user only: a key file
+// that group or others can read, or of a length that is no whole number of keys, is refused with
+// an error naming the path rather than used or replaced, since replacing a key would make every
+// stored secret unreadable.
 func LoadOrCreateKeyring(path string) (*Keyring, error) {
 	key, err := readKeyFile(path)
 	if errors.Is(err, os.ErrNotExist) {
@@ -49,19 +50,60 @@ func CreateKeyring(path string) (*Keyring, error) {
 	return keyring(path, key, err)
 }
 
-// keyring is the keyring of key read from path, or err.
-func keyring(path string, key []byte, err error) (*Keyring, error) {
+// keyring is the keyring of the keys read from path, or err.
+func keyring(path string, keys []byte, err error) (*Keyring, error) {
 	if err != nil {
 		return nil, err
 	}
-	k, err := NewKeyring(key)
+	k, err := NewKeyringOf(splitKeys(keys))
 	if err != nil {
 		return nil, fmt.Errorf("load keyring %s: %w", path, err)
 	}
 	return k, nil
 }
 
-// readKeyFile returns the key in path. A missing file is reported as the bare os error, so the
+// splitKeys cuts a key file's bytes into its keys.
+func splitKeys(b []byte) [][]byte {
+	var keys [][]byte
+	for len(b) >= KeySize {
+		keys = append(keys, b[:KeySize])
+		b = b[KeySize:]
+	}
+	return keys
+}
+
+// RotateKeyring puts a new random key first in the key file at path, as its primary: what is
+// sealed from now on is sealed with it, and the older keys stay in the file to open what they
+// sealed until it is sealed again (the worker's re-sealing does that in the background). The
+// file is replaced whole (a new file renamed over it), so a reader sees the old keys or the new
+// list, never part of one. Run it on one host and copy the file to the others.
+func RotateKeyring(path string) (*Keyring, error) {
+	old, err := readKeyFile(path)
+	if errors.Is(err, os.ErrNotExist) {
+		err = fmt.Errorf("rotate keyring %s: no such file; create the first key with `cocoonbox admin keyring init`", path)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if len(old)/KeySize >= MaxKeys {
+		return nil, fmt.Errorf("rotate keyring %s: it holds %d keys, the most a keyring may; the oldest must go first", path, MaxKeys)
+	}
+	key := make([]byte, KeySize)
+	if _, err := rand.Read(key); err != nil {
+		return nil, fmt.Errorf("rotate keyring %s: %w", path, err)
+	}
+	keys := append(key, old...)
+	k, err := keyring(path, keys, nil)
+	if err != nil {
+		return nil, err
+	}
+	if err := replaceKeyFile(path, keys); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// readKeyFile returns the keys in path. A missing file is reported as the bare os error, so the
 // caller can tell it apart with errors.Is(err, os.ErrNotExist) and create the file.
 func readKeyFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
@@ -83,14 +125,14 @@ func readKeyFile(path string) ([]byte, error) {
 	if perm := fi.Mode().Perm(); perm&0o077 != 0 {
 		return nil, fmt.Errorf("load keyring %s: mode %04o lets group or others read the master key; want 0600 (chmod 600 %s)", path, perm, path)
 	}
-	if fi.Size() != KeySize {
-		return nil, fmt.Errorf("load keyring %s: %d bytes, want a %d-byte key", path, fi.Size(), KeySize)
+	if n := fi.Size(); n == 0 || n%KeySize != 0 || n > MaxKeys*KeySize {
+		return nil, fmt.Errorf("load keyring %s: %d bytes, want 1 to %d keys of %d bytes", path, n, MaxKeys, KeySize)
 	}
-	key := make([]byte, KeySize)
-	if _, err := io.ReadFull(f, key); err != nil {
+	keys := make([]byte, fi.Size())
+	if _, err := io.ReadFull(f, keys); err != nil {
 		return nil, fmt.Errorf("load keyring %s: %w", path, err)
 	}
-	return key, nil
+	return keys, nil
 }
 
 // createKeyFile writes a new key to path. The key is written and synced to a temporary file that
@@ -107,9 +149,21 @@ func createKeyFile(path string) ([]byte, error) {
 	return key, nil
 }
 
+// replaceKeyFile writes keys to path in place of what it holds: a new file, synced, renamed
+// over it.
+func replaceKeyFile(path string, keys []byte) error {
+	return putKeyFile(path, keys, os.Rename)
+}
+
 // writeKeyFile writes key to path, which must not exist (an error wrapping os.ErrExist), as
 // createKeyFile says.
 func writeKeyFile(path string, key []byte) error {
+	return putKeyFile(path, key, os.Link)
+}
+
+// putKeyFile writes keys to a new file beside path, synced, and puts it at path with place
+// (os.Link: only if path does not exist; os.Rename: in place of what is there).
+func putKeyFile(path string, key []byte, place func(oldname, newname string) error) error {
 	dir := filepath.Dir(path)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return fmt.Errorf("create keyring %s: %w", path, err)
@@ -124,7 +178,7 @@ func writeKeyFile(path string, key []byte) error {
 	if err != nil {
 		return fmt.Errorf("create keyring %s: %w", path, err)
 	}
-	if err := os.Link(tmp.Name(), path); err != nil {
+	if err := place(tmp.Name(), path); err != nil {
 		return fmt.Errorf("create keyring %s: %w", path, err)
 	}
 	// Secrets sealed with this key will soon be in the database; the key must survive a crash.

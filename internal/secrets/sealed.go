@@ -15,7 +15,7 @@ import (
 // A backup carries the keyring sealed with an operator's passphrase, so the backup's bucket alone
 // opens nothing: the key is derived from the passphrase with scrypt (its recommended interactive
 // cost, about 100 ms here) and seals the raw key with AES-256-GCM. The layout is
-// sealedMagic | salt (16) | nonce (12) | ciphertext of the KeySize key with its tag.
+// sealedMagic | salt (16) | nonce (12) | ciphertext of the key file's keys with its tag.
 
 const (
 	sealedMagic = "cocoonbox-keyring-v1\n"
@@ -73,7 +73,7 @@ func RestoreKeyFile(path string, sealed, passphrase []byte) (*Keyring, error) {
 	have, err := readKeyFile(path)
 	switch {
 	case err == nil && bytes.Equal(have, key):
-		return NewKeyring(key)
+		return NewKeyringOf(splitKeys(key))
 	case err == nil:
 		return nil, fmt.Errorf("restore keyring %s: the file holds another key; move it away to restore the backup's", path)
 	case !errors.Is(err, os.ErrNotExist):
@@ -85,7 +85,7 @@ func RestoreKeyFile(path string, sealed, passphrase []byte) (*Keyring, error) {
 		}
 		return nil, err
 	}
-	return NewKeyring(key)
+	return NewKeyringOf(splitKeys(key))
 }
 
 // openSealed returns the key sealed holds.
@@ -106,8 +106,8 @@ func openSealed(sealed, passphrase []byte) ([]byte, error) {
 	if err != nil {
 		return nil, ErrPassphrase
 	}
-	if len(key) != KeySize {
-		return nil, fmt.Errorf("open sealed keyring: it holds %d bytes, want a %d-byte key", len(key), KeySize)
+	if n := len(key); n == 0 || n%KeySize != 0 || n > MaxKeys*KeySize {
+		return nil, fmt.Errorf("open sealed keyring: it holds %d bytes, want 1 to %d keys of %d bytes", n, MaxKeys, KeySize)
 	}
 	return key, nil
 }

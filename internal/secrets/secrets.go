@@ -12,6 +12,7 @@
 package secrets
 
 import (
+	"bytes"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/hmac"
@@ -58,33 +59,56 @@ var (
 type Keyring struct {
 	primary [keyIDSize]byte
 	aeads   map[[keyIDSize]byte]cipher.AEAD
-	derive  [32]byte // the primary key's derivation key, for Derive
+	derive  [32]byte // the oldest key's derivation key, for Derive
 }
+
+// MaxKeys bounds how many keys one keyring holds: the primary and the older ones kept to open
+// what they sealed until it is sealed again.
+const MaxKeys = 16
 
 // NewKeyring returns a keyring whose primary key is key, which must be KeySize random bytes.
 func NewKeyring(key []byte) (*Keyring, error) {
-	if len(key) != KeySize {
-		return nil, fmt.Errorf("new keyring: key is %d bytes, want %d", len(key), KeySize)
+	return NewKeyringOf([][]byte{key})
+}
+
+// NewKeyringOf returns a keyring of keys, newest first: the first is the primary, which seals;
+// every one opens what it sealed. Derive uses the last, the deployment's first key, so rotating
+// the sealing key leaves derived keys (boxes' agent credentials) as they were.
+func NewKeyringOf(keys [][]byte) (*Keyring, error) {
+	if len(keys) == 0 || len(keys) > MaxKeys {
+		return nil, fmt.Errorf("new keyring: %d keys, want 1 to %d", len(keys), MaxKeys)
 	}
-	block, err := aes.NewCipher(key)
-	if err != nil {
-		return nil, fmt.Errorf("new keyring: %w", err)
+	k := &Keyring{aeads: map[[keyIDSize]byte]cipher.AEAD{}}
+	for i, key := range keys {
+		if len(key) != KeySize {
+			return nil, fmt.Errorf("new keyring: key %d is %d bytes, want %d", i+1, len(key), KeySize)
+		}
+		block, err := aes.NewCipher(key)
+		if err != nil {
+			return nil, fmt.Errorf("new keyring: %w", err)
+		}
+		aead, err := cipher.NewGCM(block)
+		if err != nil {
+			return nil, fmt.Errorf("new keyring: %w", err)
+		}
+		id := keyID(key)
+		if _, dup := k.aeads[id]; dup {
+			return nil, fmt.Errorf("new keyring: key %d repeats key %x", i+1, id)
+		}
+		k.aeads[id] = aead
+		if i == 0 {
+			k.primary = id
+		}
 	}
-	aead, err := cipher.NewGCM(block)
-	if err != nil {
-		return nil, fmt.Errorf("new keyring: %w", err)
-	}
-	id := keyID(key)
-	k := &Keyring{primary: id, aeads: map[[keyIDSize]byte]cipher.AEAD{id: aead}}
-	m := hmac.New(sha256.New, key)
+	m := hmac.New(sha256.New, keys[len(keys)-1])
 	m.Write([]byte("cocoonbox secrets derive\x00"))
 	copy(k.derive[:], m.Sum(nil))
 	return k, nil
 }
 
 // Derive returns a 32-byte key for purpose (e.g. "agent-credential"), the same on every process
-// holding the same master key and unrelated to the keys used for sealing or to other purposes.
-// Rotating the master key changes every derived key.
+// holding the same keyring and unrelated to the keys used for sealing or to other purposes. It
+// comes from the keyring's oldest key, which rotation keeps, so a rotation changes no derived key.
 func (k *Keyring) Derive(purpose string) []byte {
 	m := hmac.New(sha256.New, k.derive[:])
 	m.Write([]byte(purpose))
@@ -106,6 +130,18 @@ func keyID(key []byte) [keyIDSize]byte {
 // KeyID returns the primary key's ID in hex, for logs and for the key_id column of stored
 // secrets; it reveals nothing about the key.
 func (k *Keyring) KeyID() string { return hex.EncodeToString(k.primary[:]) }
+
+// KeyCount is how many keys the keyring holds, the primary included.
+func (k *Keyring) KeyCount() int { return len(k.aeads) }
+
+// PrimaryPrefix is how every blob the primary key seals begins (its version and key ID), so a
+// store can find the blobs sealed with another key: those a rotation left to seal again.
+func (k *Keyring) PrimaryPrefix() []byte { return append([]byte{blobVersion}, k.primary[:]...) }
+
+// SealedWithPrimary reports whether blob was sealed with the primary key.
+func (k *Keyring) SealedWithPrimary(blob []byte) bool {
+	return len(blob) >= headerSize && bytes.Equal(blob[:1+keyIDSize], k.PrimaryPrefix())
+}
 
 // Seal encrypts plaintext with the primary key and a fresh random nonce, binding it to aad, and
 // returns a self-describing blob for Open. aad should name what the secret belongs to, such as

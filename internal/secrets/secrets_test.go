@@ -148,6 +148,7 @@ func TestLoadKeyringRefuses(t *testing.T) {
 		{write("world.key", key, 0o604), "mode 0604"},
 		{write("short.key", key[:31], 0o600), "31 bytes"},
 		{write("long.key", append(key, '\n'), 0o600), "33 bytes"},
+		{write("twice.key", append(key, key...), 0o600), "repeats"},
 		{dir, "not a regular file"},
 	} {
 		before, _ := os.ReadFile(tc.path)
@@ -264,5 +265,71 @@ func TestSealedKeyFile(t *testing.T) {
 	cut := sealed[:len(sealed)-1]
 	if _, err := secrets.RestoreKeyFile(filepath.Join(dir, "cut.key"), cut, pass); err == nil {
 		t.Fatal("a cut sealed file opened")
+	}
+}
+
+// TestRotateKeyring: a rotated key file seals with a new primary key and still opens what the
+// old one sealed; every process that loads the file agrees, the keys derived from it stay as they
+// were (boxes' agent credentials), a sealed backup of it restores all its keys, and a file that
+// holds the most keys a keyring may is refused rather than cut.
+func TestRotateKeyring(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "master.key")
+	old, err := secrets.CreateKeyring(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob, err := old.Seal([]byte("box token"), []byte("aad"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rotated, err := secrets.RotateKeyring(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rotated.KeyID() == old.KeyID() || rotated.KeyCount() != 2 {
+		t.Fatalf("after rotation: primary %s (was %s), %d keys", rotated.KeyID(), old.KeyID(), rotated.KeyCount())
+	}
+	loaded, err := secrets.LoadKeyring(path)
+	if err != nil || loaded.KeyID() != rotated.KeyID() {
+		t.Fatalf("loaded after rotation: %v, %v", loaded, err)
+	}
+	if got, err := loaded.Open(blob, []byte("aad")); err != nil || string(got) != "box token" {
+		t.Fatalf("a blob of the old key after rotation: %q, %v", got, err)
+	}
+	if loaded.SealedWithPrimary(blob) {
+		t.Error("a blob of the old key counts as sealed with the new primary")
+	}
+	again, err := loaded.Seal([]byte("box token"), []byte("aad"))
+	if err != nil || !loaded.SealedWithPrimary(again) {
+		t.Fatalf("a blob sealed after rotation: %v, primary %v", err, loaded.SealedWithPrimary(again))
+	}
+	if _, err := old.Open(again, []byte("aad")); !errors.Is(err, secrets.ErrUnknownKey) {
+		t.Errorf("the old keyring opened a blob of the new key: %v", err)
+	}
+	if !bytes.Equal(loaded.Derive("agent-credential"), old.Derive("agent-credential")) {
+		t.Error("rotation changed a derived key")
+	}
+
+	sealed, _, err := secrets.SealKeyFile(path, []byte("a long passphrase"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	restored, err := secrets.RestoreKeyFile(filepath.Join(dir, "restored.key"), sealed, []byte("a long passphrase"))
+	if err != nil || restored.KeyID() != rotated.KeyID() || restored.KeyCount() != 2 {
+		t.Fatalf("restored backup of a rotated file: %v, %v", restored, err)
+	}
+
+	for range secrets.MaxKeys - 2 {
+		if _, err := secrets.RotateKeyring(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before, _ := os.ReadFile(path)
+	if _, err := secrets.RotateKeyring(path); err == nil || !strings.Contains(err.Error(), "the most a keyring may") {
+		t.Fatalf("rotation of a full keyring: %v", err)
+	}
+	if after, _ := os.ReadFile(path); !bytes.Equal(before, after) {
+		t.Error("a refused rotation changed the file")
 	}
 }

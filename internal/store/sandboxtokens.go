@@ -18,9 +18,9 @@ type SandboxTokens struct {
 	Keys  *secrets.Keyring
 }
 
-// sandboxTokenAAD binds a sealed token to its box, so a ciphertext copied onto another box's row
+// SandboxTokenAAD binds a sealed token to its box, so a ciphertext copied onto another box's row
 // does not open.
-func sandboxTokenAAD(boxID string) []byte {
+func SandboxTokenAAD(boxID string) []byte {
 	return []byte("sandbox-token:" + boxID)
 }
 
@@ -31,7 +31,7 @@ func (s SandboxTokens) PutSandboxToken(ctx context.Context, boxID string, ref sa
 	if ref.Token == "" {
 		return fmt.Errorf("put sandbox token of box %s: %w: token is empty", boxID, ErrInvalid)
 	}
-	blob, err := s.Keys.Seal([]byte(ref.Token), sandboxTokenAAD(boxID))
+	blob, err := s.Keys.Seal([]byte(ref.Token), SandboxTokenAAD(boxID))
 	if err != nil {
 		return fmt.Errorf("put sandbox token of box %s: %w", boxID, err)
 	}
@@ -47,7 +47,7 @@ func (s SandboxTokens) SandboxToken(ctx context.Context, boxID string) (sandbox.
 	if err != nil {
 		return sandbox.SandboxRef{}, err
 	}
-	plain, err := s.Keys.Open(blob, sandboxTokenAAD(boxID))
+	plain, err := s.Keys.Open(blob, SandboxTokenAAD(boxID))
 	if err != nil {
 		return sandbox.SandboxRef{}, fmt.Errorf("sandbox token of box %s: %w", boxID, err)
 	}

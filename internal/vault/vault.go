@@ -125,9 +125,9 @@ func validateName(name string) error {
 	return nil
 }
 
-// aad binds both encryption layers to the secret's owner and name. Names never contain '/', so
+// AAD binds both encryption layers to the secret's owner and name. Names never contain '/', so
 // the string is unambiguous.
-func aad(ownerID, name string) []byte {
+func AAD(ownerID, name string) []byte {
 	return []byte("vault:" + ownerID + "/" + name)
 }
 
@@ -140,7 +140,7 @@ func (v *Vault) seal(ownerID, name string, plain []byte) (store.SecretRow, error
 	if err != nil {
 		return store.SecretRow{}, err
 	}
-	ad := aad(ownerID, name)
+	ad := AAD(ownerID, name)
 	nonce := make([]byte, gcm.NonceSize())
 	rand.Read(nonce) // random 96-bit nonces are safe: each data key encrypts one value
 	wrapped, err := v.Keys.Seal(key, ad)
@@ -160,7 +160,7 @@ func (v *Vault) seal(ownerID, name string, plain []byte) (store.SecretRow, error
 // open unwraps row's data key and decrypts its value, both under the AAD of the row's own owner
 // and name as the caller asked for them.
 func (v *Vault) open(row store.SecretRow) ([]byte, error) {
-	ad := aad(row.OwnerID, row.Name)
+	ad := AAD(row.OwnerID, row.Name)
 	key, err := v.Keys.Open(row.WrappedKey, ad)
 	if err != nil {
 		return nil, fmt.Errorf("unwrap data key: %w", err)

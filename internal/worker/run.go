@@ -120,7 +120,8 @@ func Start(ctx context.Context, cfg config.Worker, logger *slog.Logger, intercep
 				return workflows.SandboxLost(ctx, tc, box, sandboxID, node)
 			}})
 	}
-	r.hooks = func() { beat(); rec(); hooks() }
+	reseal := StartResealer(&Resealer{Store: st, Keys: keys, Logger: logger.With("component", "reseal")})
+	r.hooks = func() { beat(); rec(); hooks(); reseal() }
 	return r, nil
 }
 
