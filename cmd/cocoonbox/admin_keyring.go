@@ -24,10 +24,7 @@ func adminKeyringCommand() *cli.Command {
 				"where serve api and serve worker read it) and refuses a file that exists. Copy the file\n" +
 				"to every API and worker host of the deployment and back it up: without it no stored\n" +
 				"sandbox token or secret can be opened. `cocoonbox dev` makes its own.",
-			Flags: []cli.Flag{
-				&cli.StringFlag{Name: "home", Usage: "data dir (default ~/.local/share/cocoonbox)"},
-				&cli.StringFlag{Name: "keyring", Usage: "master key file (default <home>/keys/master.key)"},
-			},
+			Flags:  keyringFlags(),
 			Action: runAdminKeyringInit,
 		}, {
 			Name:  "rotate",
@@ -38,10 +35,7 @@ func adminKeyringCommand() *cli.Command {
 				"worker then seals every stored sandbox token, vault secret and webhook secret again under\n" +
 				"the new key, in the background (its log says how many). Boxes' agent credentials, derived\n" +
 				"from the first key the deployment had, do not change. Back up the new file.",
-			Flags: []cli.Flag{
-				&cli.StringFlag{Name: "home", Usage: "data dir (default ~/.local/share/cocoonbox)"},
-				&cli.StringFlag{Name: "keyring", Usage: "master key file (default <home>/keys/master.key)"},
-			},
+			Flags:  keyringFlags(),
 			Action: runAdminKeyringRotate,
 		}},
 	}
@@ -73,6 +67,14 @@ func runAdminKeyringRotate(c *cli.Context) error {
 		"copy it to every API and worker host and restart their roles, workers first; the workers then seal stored secrets again under the new key\n",
 		path, k.KeyID(), k.KeyCount()-1)
 	return nil
+}
+
+// keyringFlags name the key file the keyring commands work on.
+func keyringFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "home", Usage: "data dir (default ~/.local/share/cocoonbox)"},
+		&cli.StringFlag{Name: "keyring", Usage: "master key file (default <home>/keys/master.key)"},
+	}
 }
 
 // keyringPath is the key file the keyring commands work on: the one serve worker reads (its config

@@ -70,7 +70,7 @@ type apiEnv struct {
 
 // devAPI dials the stack's API and returns it with the dev user's token (an admin's), from the
 // CLI config the stack wrote.
-func devAPI(t *testing.T, d *devstack.Dev) (apiEnv, string) {
+func devAPI(t testing.TB, d *devstack.Dev) (apiEnv, string) {
 	t.Helper()
 	conn, err := grpc.NewClient(strings.TrimPrefix(d.URLs().API, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {

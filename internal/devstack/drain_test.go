@@ -90,7 +90,7 @@ func TestDrainMovesBoxes(t *testing.T) {
 
 // startNode starts engine node id beside the dev stack, with a worker of its own, and waits until
 // its heartbeat registered it.
-func startNode(ctx context.Context, t *testing.T, cfg config.Dev, d *devstack.Dev, id string) *engineNode {
+func startNode(ctx context.Context, t testing.TB, cfg config.Dev, d *devstack.Dev, id string) *engineNode {
 	t.Helper()
 	wcfg := workerConfig(d)
 	wcfg.Node, wcfg.NodeDeadAfter = id, cfg.NodeDeadAfter

@@ -92,28 +92,28 @@ func runEngineNode(in io.Reader) error {
 
 // engineNode is an engine node running in a child process of the test.
 type engineNode struct {
-	cmd    *exec.Cmd
-	url    string
-	cfg    engineNodeConfig
-	token  string
-	client *sandbox.HTTP // root
+	childWorker // the process; kill SIGKILLs engine and worker at once, as a host that dies
+	url         string
+	cfg         engineNodeConfig
+	token       string
+	client      *sandbox.HTTP // root
 }
 
 // startEngineNodeChild starts an engine node for wcfg (whose Node names it) with the dev stack's
 // image cache, and returns once its worker runs. When the test ends, the node is killed if it
 // lives, and its boxes, which outlive a killed engine, are released by an engine started again
 // on its data.
-func startEngineNodeChild(t *testing.T, imageCache string, wcfg config.Worker) *engineNode {
+func startEngineNodeChild(t testing.TB, imageCache string, wcfg config.Worker) *engineNode {
 	t.Helper()
 	return startEngineNodeCmd(t, exec.Command(os.Args[0], engineNodeArg), engineNodeConfig{ImageCache: imageCache}, wcfg)
 }
 
 // startEngineNodeCmd is startEngineNodeChild with the child's command (run in a network
 // namespace, say) and the engine's configuration, whose Dir it sets.
-func startEngineNodeCmd(t *testing.T, cmd *exec.Cmd, cfg engineNodeConfig, wcfg config.Worker) *engineNode {
+func startEngineNodeCmd(t testing.TB, cmd *exec.Cmd, cfg engineNodeConfig, wcfg config.Worker) *engineNode {
 	t.Helper()
 	cfg.Dir = shortTemp(t)
-	n := &engineNode{cfg: cfg, token: wcfg.Sandbox.Token, cmd: cmd}
+	n := &engineNode{childWorker: childWorker{cmd: cmd}, cfg: cfg, token: wcfg.Sandbox.Token}
 	n.cmd.Stderr = io.MultiWriter(os.Stderr, workerLog(t, wcfg.Home))
 	stdin, err := n.cmd.StdinPipe()
 	if err != nil {
@@ -142,15 +142,6 @@ func startEngineNodeCmd(t *testing.T, cmd *exec.Cmd, cfg engineNodeConfig, wcfg 
 	n.url = url
 	n.client = sandbox.NewHTTP(url, n.token, &http.Client{Timeout: time.Minute})
 	return n
-}
-
-// kill SIGKILLs the node, engine and worker at once, as a host that dies.
-func (n *engineNode) kill() {
-	if n.cmd.ProcessState != nil {
-		return
-	}
-	_ = n.cmd.Process.Kill()
-	_ = n.cmd.Wait()
 }
 
 // cleanUp kills the node and releases the boxes its engine left running.
