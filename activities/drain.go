@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"go.temporal.io/sdk/temporal"
+
 	"github.com/loomhand/cocoonbox"
 )
 
@@ -19,6 +21,9 @@ type Drain struct {
 	// Holds reports whether node still holds box's sandbox, so a retried move of a box that has
 	// left already is not sent again.
 	Holds func(ctx context.Context, box cocoonbox.BoxID, node string) (bool, error)
+	// Placeable says why no other node could take box now (a no_capacity error naming what each
+	// lacks), or nil when one could: a box that has nowhere to go is not snapshotted for nothing.
+	Placeable func(ctx context.Context, box cocoonbox.BoxID) error
 }
 
 // NodeBox is a box a drained node holds.
@@ -64,6 +69,13 @@ func (a *Drain) MoveBox(ctx context.Context, in MoveBoxInput) (MoveBoxResult, er
 	}
 	if !holds {
 		return MoveBoxResult{}, nil
+	}
+	if err := a.Placeable(ctx, in.Box); cocoonbox.ErrorCode(err) == cocoonbox.ENoCapacity {
+		// Said once and not retried: the drain reports the box as staying, and draining again
+		// retries it once there is room.
+		return MoveBoxResult{}, temporal.NewNonRetryableApplicationError(err.Error(), ErrTypeNoCapacity, err)
+	} else if err != nil {
+		return MoveBoxResult{}, classify(fmt.Errorf("place box %s: %w", in.Box, err))
 	}
 	return whileHeartbeating(ctx, func(ctx context.Context) (MoveBoxResult, error) {
 		moved, onWake, err := a.Move(ctx, in.Box, in.Node)

@@ -47,7 +47,8 @@ func TestLocalNodeRegisters(t *testing.T) {
 }
 
 // TestDrainedNodeTakesNoBox: an admin drains the stack's one node through the API; a create then
-// gets no sandbox and fails naming the drain, the box already on the node keeps running, and
+// gets no sandbox and fails naming the drain, the box already on the node keeps running (the
+// drain has nowhere to move it, leaves it untouched and says so), and
 // after the drain is undone a create runs again. A user who is not an admin may not drain.
 func TestDrainedNodeTakesNoBox(t *testing.T) {
 	if testing.Short() {
@@ -62,9 +63,13 @@ func TestDrainedNodeTakesNoBox(t *testing.T) {
 	if _, err := e.box.DrainNode(e.as(ctx, userToken), &cbv1.DrainNodeRequest{Node: devstack.LocalNode}); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("a user's drain: %v, want permission denied", err)
 	}
-	n, err := e.box.DrainNode(e.as(ctx, admin), &cbv1.DrainNodeRequest{Node: devstack.LocalNode})
+	n, err := e.box.DrainNode(e.as(ctx, admin), &cbv1.DrainNodeRequest{Node: devstack.LocalNode, Wait: true})
 	if err != nil || n.GetState() != "draining" {
 		t.Fatalf("drain: %v, %v", n, err)
+	}
+	// With no other node, the box has nowhere to go: it stays, untouched, and the drain says why.
+	if f := n.GetDrain().GetFailed(); len(f) != 1 || f[0].GetBox() != string(before) || !strings.Contains(f[0].GetReason(), "draining") {
+		t.Fatalf("drain of the only node: %v; want its box named as staying, the node draining", n.GetDrain())
 	}
 	_, err = d.Boxes.Create(ctx, owner.ID, boxsvc.CreateRequest{ID: cocoonbox.NewBoxID(), Name: "drained", Size: cocoonbox.SizeSmall})
 	if cocoonbox.ErrorCode(err) != cocoonbox.ENoCapacity || !strings.Contains(err.Error(), devstack.LocalNode+" is draining") {

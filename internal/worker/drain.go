@@ -1,20 +1,37 @@
 package worker
 
 import (
+	"cmp"
 	"context"
+	"time"
 
 	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/client"
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/activities"
+	"github.com/loomhand/cocoonbox/internal/nodes"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/workflows"
 )
 
 // drainActivities are a node drain's activities over the store and the boxes' workflows.
-func drainActivities(c client.Client, st *store.Store, tokens activities.TokenStore) *activities.Drain {
+func drainActivities(c client.Client, st *store.Store, tokens activities.TokenStore, template string, deadAfter time.Duration) *activities.Drain {
 	return &activities.Drain{
+		Placeable: func(ctx context.Context, box cocoonbox.BoxID) error {
+			b, err := st.BoxByID(ctx, box)
+			if err != nil {
+				return err
+			}
+			all, err := st.ListNodes(ctx)
+			if err != nil {
+				return err
+			}
+			// The box's own node is draining, so Pick passes it over.
+			_, err = nodes.Pick(all, nodes.Request{Template: template, Size: b.Size, Net: sandbox.NetNone}, time.Now(), cmp.Or(deadAfter, nodes.DefaultDeadAfter))
+			return err
+		},
 		Boxes: func(ctx context.Context, node string) ([]cocoonbox.BoxID, error) {
 			all, err := st.ListNodes(ctx)
 			if err != nil {

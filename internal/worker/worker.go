@@ -97,7 +97,7 @@ func New(opts Options) worker.Worker {
 	}
 	w.RegisterActivity(snapActs)
 	w.RegisterActivity(sbActs)
-	w.RegisterActivity(drainActivities(opts.Temporal, opts.Store, tok))
+	w.RegisterActivity(drainActivities(opts.Temporal, opts.Store, tok, opts.Template, opts.NodeDeadAfter))
 	var vlt activities.SecretOpener = &vault.Vault{Store: opts.Store, Keys: opts.Keys}
 	if opts.Vault != nil {
 		vlt = opts.Vault
