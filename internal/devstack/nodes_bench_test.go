@@ -37,7 +37,7 @@ func BenchmarkNodes(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	const rounds = 3
+	const rounds = 5
 	burst := func(name string) []time.Duration {
 		var samples []time.Duration
 		for r := range rounds {

@@ -73,6 +73,13 @@ func (sc *stackScan) logFile(t testing.TB, what string) *os.File {
 	return f
 }
 
+// scanned reports whether the stack on data dir home is scanned (startDev's; a benchmark's is not).
+func scanned(home string) bool {
+	scansMu.Lock()
+	defer scansMu.Unlock()
+	return scans[home] != nil
+}
+
 // workerLog is a log file for a worker process serving the stack on data dir home.
 func workerLog(t testing.TB, home string) *os.File {
 	scansMu.Lock()
