@@ -36,6 +36,7 @@ type RestoreSnapshotResult struct {
 	TakenAt    time.Time // when the snapshot was taken
 	SandboxID  string
 	Deadline   time.Time
+	Node       string // the registered node that holds the sandbox; "" when none is named
 }
 
 // RestoreSnapshot streams a complete snapshot from object storage into the engine as a
@@ -139,13 +140,14 @@ func (a *Snapshots) settle(ctx context.Context, eng nodeEngine, boxID cocoonbox.
 		dropCheckpoint(ctx, eng, ckID)
 		return RestoreSnapshotResult{}, classify(fmt.Errorf("restore snapshot %s: the new sandbox did not answer: %w", snapID, err))
 	}
-	if err := a.Tokens.PutSandboxToken(ctx, string(boxID), onNode(got, eng.node, eng.url).SandboxRef); err != nil {
+	got = onNode(got, eng.node, eng.url)
+	if err := a.Tokens.PutSandboxToken(ctx, string(boxID), got.SandboxRef); err != nil {
 		return RestoreSnapshotResult{}, classify(fmt.Errorf("store sandbox token: %w", err))
 	}
 	if ckID != "" {
 		dropCheckpoint(ctx, eng, ckID) // the sandbox has its own copy of the disk
 	}
-	return RestoreSnapshotResult{SnapshotID: snapID, TakenAt: snap.CreatedAt, SandboxID: got.ID, Deadline: got.Deadline}, nil
+	return RestoreSnapshotResult{SnapshotID: snapID, TakenAt: snap.CreatedAt, SandboxID: got.ID, Deadline: got.Deadline, Node: got.Node}, nil
 }
 
 // restoreReadyTimeout bounds how long a restored sandbox may take to answer.

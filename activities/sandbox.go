@@ -79,6 +79,8 @@ type ClaimResult struct {
 	Adopted   bool // an earlier attempt's sandbox was found under the claim_ref and kept
 	// Start is how the engine served the claim: sandbox.StartWarm, StartCold, or "" unsaid.
 	Start string
+	// Node is the registered node that holds the sandbox; "" when no record names its engine.
+	Node string
 }
 
 // SandboxInput names the box's sandbox for the single-sandbox verbs.
@@ -149,7 +151,7 @@ func (a *Sandbox) Claim(ctx context.Context, in ClaimInput) (ClaimResult, error)
 	if err := a.Tokens.PutSandboxToken(ctx, string(in.BoxID), got.SandboxRef); err != nil {
 		return ClaimResult{}, classify(fmt.Errorf("store sandbox token: %w", err))
 	}
-	return ClaimResult{SandboxID: got.ID, Deadline: got.Deadline, Adopted: got.Adopted, Start: got.Start}, nil
+	return ClaimResult{SandboxID: got.ID, Deadline: got.Deadline, Adopted: got.Adopted, Start: got.Start, Node: got.Node}, nil
 }
 
 // claimPlaced claims req on the node placement picks when the deployment has registered nodes,

@@ -384,7 +384,7 @@ func (w *box) claim(ctx workflow.Context) error {
 	// Counted only on success: a failed claim activity already retried under the same claim_ref,
 	// and the next try adopts whatever it may have left behind.
 	w.st.Attempt = attempt
-	w.st.SandboxID = res.SandboxID
+	w.st.SandboxID, w.st.Node = res.SandboxID, res.Node
 	w.st.Start = res.Start
 	w.leased(workflow.Now(ctx), res.Deadline)
 	return nil

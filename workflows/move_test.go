@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
+	"go.temporal.io/sdk/converter"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
@@ -148,4 +150,28 @@ func TestDrainWorkflow(t *testing.T) {
 	require.Len(t, out.Failed, 1)
 	require.Equal(t, cocoonbox.BoxID("bx_000000000000000c"), out.Failed[0].Box)
 	require.Contains(t, out.Failed[0].Reason, "no node has room")
+}
+
+// TestSnapshotExportedOnItsNode: a box whose claim named its node is exported on that node's own
+// queue, where the node's worker runs beside its engine. (That any worker takes it after
+// nodeQueueWait when none there does is TestSnapshotWithoutNodeWorker's, on a real server: the
+// test environment has no schedule-to-start timeout.)
+func TestSnapshotExportedOnItsNode(t *testing.T) {
+	env := newEnv(t)
+	env.OnActivity(sb.Claim, mock.Anything, mock.Anything).Return(activities.ClaimResult{SandboxID: "sb-1", Node: "node-b"}, nil).Once()
+	snapshotsOK(env, nil)
+	var queues []string
+	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+		if info.ActivityType.Name == "UploadSnapshot" {
+			queues = append(queues, info.TaskQueue)
+		}
+	})
+	update(env, 0, UpdateCreate, CreateInput{})
+	snapped := update(env, time.Second, UpdateSnapshot, SnapshotInput{})
+	deleteAt(env, time.Minute)
+
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.NoError(t, env.GetWorkflowError())
+	require.NoError(t, snapped.err)
+	require.Equal(t, []string{NodeTaskQueue("node-b")}, queues)
 }

@@ -9,8 +9,14 @@ import (
 	"github.com/loomhand/cocoonbox"
 )
 
-// TaskQueue is the queue every cocoonbox workflow and activity runs on.
+// TaskQueue is the queue every cocoonbox workflow and activity runs on, but for the node-local
+// work of NodeTaskQueue.
 const TaskQueue = "cocoonbox"
+
+// NodeTaskQueue is the queue of engine node id's own worker (serve worker --node): a box's
+// snapshot is exported there, beside the engine that holds the box, so its stream stays on the
+// node on its way to S3.
+func NodeTaskQueue(node string) string { return "cocoonbox.node." + node }
 
 // BoxWorkflowID is the workflow ID of a box's entity workflow, so any caller can address it.
 func BoxWorkflowID(id cocoonbox.BoxID) string { return "box/" + string(id) }
@@ -174,6 +180,9 @@ type BoxCarriedState struct {
 	ControlConn ControlConn `json:",omitzero"`
 	// MoveFrom is the draining node a hibernated box leaves on its next wake; "" when none.
 	MoveFrom string `json:",omitempty"`
+	// Node is the registered node that holds the box's sandbox, as its claim or restore said;
+	// "" when none is named (or the claim predates the field).
+	Node string `json:",omitempty"`
 }
 
 // ControlConn is a control connection of the desktop: its ID, the API process (a viewer report
@@ -340,6 +349,9 @@ type SnapshotWorkflowInput struct {
 	BoxID      cocoonbox.BoxID
 	SnapshotID string
 	SandboxID  string
+	// Node is the node that holds the sandbox, whose own worker exports it (NodeTaskQueue); ""
+	// exports it from any worker.
+	Node string `json:",omitempty"`
 	// Keep is the retention applied after the snapshot completes (see Policy.KeepSnapshots).
 	Keep int
 }

@@ -1,10 +1,12 @@
 package workflows
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
+	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/workflow"
 
@@ -35,9 +37,7 @@ func SnapshotWorkflow(ctx workflow.Context, in SnapshotWorkflowInput) (SnapshotW
 		return out, err
 	}
 	var up activities.UploadSnapshotResult
-	err = workflow.ExecuteActivity(streamOptions(ctx), snapActs.UploadSnapshot, activities.UploadSnapshotInput{
-		BoxID: in.BoxID, SnapshotID: in.SnapshotID, SandboxID: in.SandboxID,
-	}).Get(ctx, &up)
+	err = upload(ctx, in, &up)
 	if err == nil {
 		err = workflow.ExecuteActivity(storeOptions(ctx), snapActs.CompleteSnapshot, activities.CompleteSnapshotInput{
 			SnapshotID: in.SnapshotID, UploadSnapshotResult: up,
@@ -63,6 +63,37 @@ func SnapshotWorkflow(ctx workflow.Context, in SnapshotWorkflowInput) (SnapshotW
 	}
 	out.Pruned = pruned.Deleted
 	return out, nil
+}
+
+// versionNodeQueue marks the snapshot workflow's exporting a box's disk on the queue of the node
+// that holds it; before it, any worker exported it.
+const versionNodeQueue = "node-queue"
+
+// nodeQueueWait is how long an export waits for the node's own worker to take it before any
+// worker does (every worker reaches every engine): a node without a worker of its own, or whose
+// worker is down, is exported from elsewhere.
+const nodeQueueWait = 30 * time.Second
+
+// upload exports and uploads the snapshot's disk into up: on the queue of the node that holds
+// the box when it is known, so the stream leaves the node only for S3, else on the shared one.
+func upload(ctx workflow.Context, in SnapshotWorkflowInput, up *activities.UploadSnapshotResult) error {
+	act := activities.UploadSnapshotInput{BoxID: in.BoxID, SnapshotID: in.SnapshotID, SandboxID: in.SandboxID}
+	if in.Node != "" && workflow.GetVersion(ctx, versionNodeQueue, workflow.DefaultVersion, 1) >= 1 {
+		opts := workflow.GetActivityOptions(streamOptions(ctx))
+		opts.TaskQueue, opts.ScheduleToStartTimeout = NodeTaskQueue(in.Node), nodeQueueWait
+		err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), snapActs.UploadSnapshot, act).Get(ctx, up)
+		if !notTaken(err) {
+			return err
+		}
+		workflow.GetLogger(ctx).Warn("the node's own worker did not take the export; any worker does", "node", in.Node, "snapshot", in.SnapshotID)
+	}
+	return workflow.ExecuteActivity(streamOptions(ctx), snapActs.UploadSnapshot, act).Get(ctx, up)
+}
+
+// notTaken reports an activity no worker of its queue started in time.
+func notTaken(err error) bool {
+	var te *temporal.TimeoutError
+	return errors.As(err, &te) && te.TimeoutType() == enumspb.TIMEOUT_TYPE_SCHEDULE_TO_START
 }
 
 // snapshot is the snapshot update: it streams the box's disk to object storage and answers the
@@ -158,7 +189,7 @@ func (w *box) restoreFrom(ctx workflow.Context, snapshotID string, res *activiti
 	}
 	w.st.Attempt = attempt
 	old := w.st.SandboxID
-	w.st.SandboxID = res.SandboxID
+	w.st.SandboxID, w.st.Node = res.SandboxID, res.Node
 	w.st.LastSnapshot = res.SnapshotID
 	w.leased(workflow.Now(ctx), res.Deadline)
 	w.event(ctx, "restored", res.SnapshotID)
@@ -379,7 +410,7 @@ func newSnapshotID(ctx workflow.Context) (string, error) {
 func (w *box) startSnapshot(ctx workflow.Context, id string) workflow.ChildWorkflowFuture {
 	cctx := workflow.WithChildOptions(ctx, workflow.ChildWorkflowOptions{WorkflowID: SnapshotWorkflowID(id), TaskQueue: TaskQueue})
 	return workflow.ExecuteChildWorkflow(cctx, SnapshotWorkflow, SnapshotWorkflowInput{
-		BoxID: w.in.BoxID, SnapshotID: id, SandboxID: w.st.SandboxID, Keep: w.keep(),
+		BoxID: w.in.BoxID, SnapshotID: id, SandboxID: w.st.SandboxID, Keep: w.keep(), Node: w.st.Node,
 	})
 }
 

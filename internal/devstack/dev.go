@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"go.temporal.io/sdk/client"
-	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/loomhand/cocoonbox/internal/api"
 	"github.com/loomhand/cocoonbox/internal/app"
@@ -27,6 +26,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/secrets"
 	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/internal/tclient"
+	"github.com/loomhand/cocoonbox/internal/worker"
 	"github.com/loomhand/cocoonbox/workflows"
 )
 
@@ -65,7 +65,7 @@ type Dev struct {
 
 	// Boxes creates and drives boxes through their workflows (the API's service layer).
 	Boxes  *boxsvc.Service
-	worker sdkworker.Worker
+	worker *worker.Worker
 	// stopHooks stops the webhook dispatcher and the reconciler and waits for them.
 	stopHooks func()
 	// agentMu guards cfg.Agent, which the worker reads at each agent step.

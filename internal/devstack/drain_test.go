@@ -4,9 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
 	"slices"
 	"testing"
 	"time"
+
+	enumspb "go.temporal.io/api/enums/v1"
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
@@ -16,7 +22,9 @@ import (
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/internal/testutil"
+	"github.com/loomhand/cocoonbox/internal/worker"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
+	"github.com/loomhand/cocoonbox/workflows"
 )
 
 // TestDrainMovesBoxes: with a second engine node registered, an admin drains the dev stack's own
@@ -152,4 +160,92 @@ func TestLostNodeBoxComesBack(t *testing.T) {
 	if err != nil || got.Stdout != sum {
 		t.Fatalf("the file after the loss: %q, %v; want %q", got.Stdout, err, sum)
 	}
+}
+
+// TestSnapshotWithoutNodeWorker: a box on a node whose own worker does not run (its engine
+// answers, its queue has no poller) is still snapshotted: the export waits for that node's worker
+// for nodeQueueWait and then runs on the shared queue, from any worker.
+func TestSnapshotWithoutNodeWorker(t *testing.T) {
+	if testing.Short() {
+		t.Skip("integration test")
+	}
+	cfg := boxConfig(t)
+	d, ctx, owner, _ := newBoxEnv(t, cfg, 5*time.Minute)
+	_, token := d.Sandbox()
+	bare := startBareNode(ctx, t, cfg, d, "node-x", token)
+	e, admin := devAPI(t, d)
+	if _, err := e.box.DrainNode(e.as(ctx, admin), &cbv1.DrainNodeRequest{Node: devstack.LocalNode}); err != nil {
+		t.Fatal(err)
+	}
+	id := cocoonbox.NewBoxID()
+	st, err := d.Boxes.Create(ctx, owner.ID, boxsvc.CreateRequest{ID: id, Name: "on-x", Size: cocoonbox.SizeSmall})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.box.DrainNode(e.as(ctx, admin), &cbv1.DrainNodeRequest{Node: devstack.LocalNode, Undo: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bare.Get(ctx, st.SandboxID); err != nil {
+		t.Fatalf("the box is not on node-x: %v", err)
+	}
+	snap, err := d.Boxes.Snapshot(ctx, owner.ID, id)
+	if err != nil || snap.Snapshot.State != cocoonbox.SnapshotComplete {
+		t.Fatalf("snapshot of a box on a node without its worker: %+v, %v", snap.Snapshot, err)
+	}
+	if got, want := uploadQueues(ctx, t, d, snap.Snapshot.ID), []string{workflows.NodeTaskQueue("node-x"), workflows.TaskQueue}; !slices.Equal(got, want) {
+		t.Fatalf("the export was scheduled on %v, want %v", got, want)
+	}
+}
+
+// uploadQueues are the task queues snapshot id's export was scheduled on, in order.
+func uploadQueues(ctx context.Context, t *testing.T, d *devstack.Dev, id string) []string {
+	t.Helper()
+	var queues []string
+	it := d.Temporal.GetWorkflowHistory(ctx, workflows.SnapshotWorkflowID(id), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	for it.HasNext() {
+		ev, err := it.Next()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == "UploadSnapshot" {
+			queues = append(queues, a.GetTaskQueue().GetName())
+		}
+	}
+	return queues
+}
+
+// startBareNode runs an engine node in this process without a worker of its own: a gVisor engine
+// registered as node id by a heartbeat like a worker's, with the dev stack's images and engine
+// token. Its boxes are released and it stops when the test ends. It returns a root client of it.
+func startBareNode(ctx context.Context, t *testing.T, cfg config.Dev, d *devstack.Dev, id, token string) *sandbox.HTTP {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e, rt, err := newNodeEngine(engineNodeConfig{Dir: shortTemp(t), ImageCache: cfg.ImageCache}, token, ln, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	serveCtx, stopServing := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- e.Serve(serveCtx, ln) }()
+	url := "http://" + ln.Addr().String()
+	c := sandbox.NewHTTP(url, token, &http.Client{Timeout: time.Minute})
+	h := &worker.Heartbeat{Store: d.Store, Engine: c, Node: nodes.Node{ID: id, URL: url}, Logger: slog.New(slog.DiscardHandler)}
+	if err := h.Beat(ctx); err != nil {
+		t.Fatalf("register node %s: %v", id, err)
+	}
+	stopBeat := worker.StartHeartbeat(h)
+	t.Cleanup(func() {
+		stopBeat()
+		releaseAll(c)
+		stopServing()
+		<-served
+		_ = e.Close()
+		if cl, ok := rt.(io.Closer); ok {
+			_ = cl.Close()
+		}
+	})
+	return c
 }

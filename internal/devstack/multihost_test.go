@@ -22,6 +22,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/nodes"
 	"github.com/loomhand/cocoonbox/internal/testutil"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
+	"github.com/loomhand/cocoonbox/workflows"
 )
 
 // TestMultiHost runs a deployment over four "hosts" built from network namespaces on a bridge of
@@ -118,8 +119,13 @@ func TestMultiHost(t *testing.T) {
 	// node-3 dies with its host, its boxes sealed first: each comes back on node-2 on its wake.
 	lost := on["node-3"]
 	for _, id := range lost {
-		if _, err := d.Boxes.Snapshot(ctx, owner.ID, id); err != nil {
+		snap, err := d.Boxes.Snapshot(ctx, owner.ID, id)
+		if err != nil {
 			t.Fatalf("snapshot box %s: %v", id, err)
+		}
+		// Exported by node-3's own worker, beside the engine that holds the box.
+		if got := uploadQueues(ctx, t, d, snap.Snapshot.ID); !slices.Equal(got, []string{workflows.NodeTaskQueue("node-3")}) {
+			t.Fatalf("box %s's snapshot was exported on %v, want node-3's queue alone", id, got)
 		}
 	}
 	ns[2].kill()

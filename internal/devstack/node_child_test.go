@@ -159,23 +159,29 @@ func (n *engineNode) cleanUp() {
 		_ = ln.Close()
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	served := make(chan error, 1)
-	serveCtx, stop := context.WithCancel(ctx)
+	serveCtx, stop := context.WithCancel(context.Background())
 	go func() { served <- e.Serve(serveCtx, ln) }()
-	c := sandbox.NewHTTP("http://"+ln.Addr().String(), n.token, nil)
-	if rows, err := c.List(ctx, ""); err == nil {
-		for _, r := range rows {
-			if full, err := c.Get(ctx, r.ID); err == nil {
-				_ = c.Release(ctx, sandbox.SandboxRef{ID: full.ID, Token: full.Token})
-			}
-		}
-	}
+	releaseAll(sandbox.NewHTTP("http://"+ln.Addr().String(), n.token, nil))
 	stop()
 	<-served
 	_ = e.Close()
 	if cl, ok := rt.(io.Closer); ok {
 		_ = cl.Close()
+	}
+}
+
+// releaseAll releases every sandbox of the engine c is root of, within two minutes.
+func releaseAll(c *sandbox.HTTP) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	rows, err := c.List(ctx, "")
+	if err != nil {
+		return
+	}
+	for _, r := range rows {
+		if full, err := c.Get(ctx, r.ID); err == nil {
+			_ = c.Release(ctx, sandbox.SandboxRef{ID: full.ID, Token: full.Token})
+		}
 	}
 }

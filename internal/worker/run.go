@@ -11,7 +11,6 @@ import (
 
 	"go.temporal.io/sdk/client"
 	"go.temporal.io/sdk/interceptor"
-	sdkworker "go.temporal.io/sdk/worker"
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/buildinfo"
@@ -28,7 +27,7 @@ import (
 
 // Running is a worker started from a config.Worker with the connections it opened.
 type Running struct {
-	w      sdkworker.Worker
+	w      *Worker
 	hooks  func() // stops the webhook dispatcher and the reconciler
 	st     *store.Store
 	tc     client.Client

@@ -68,8 +68,36 @@ func StaticGateway(a config.Agent) func() activities.Gateway {
 	return func() activities.Gateway { return g }
 }
 
+// Worker polls the shared task queue and, on an engine node (Options.Node), the node's own
+// (workflows.NodeTaskQueue), where the node's snapshots are exported beside its engine.
+type Worker struct {
+	shared, node worker.Worker
+}
+
+// Start starts polling; on failure nothing polls.
+func (w *Worker) Start() error {
+	if err := w.shared.Start(); err != nil {
+		return err
+	}
+	if w.node != nil {
+		if err := w.node.Start(); err != nil {
+			w.shared.Stop()
+			return err
+		}
+	}
+	return nil
+}
+
+// Stop stops polling and waits for the activities under way.
+func (w *Worker) Stop() {
+	if w.node != nil {
+		w.node.Stop()
+	}
+	w.shared.Stop()
+}
+
 // New returns a worker with every workflow and activity registered; the caller starts and stops it.
-func New(opts Options) worker.Worker {
+func New(opts Options) *Worker {
 	w := worker.New(opts.Temporal, workflows.TaskQueue, worker.Options{Interceptors: opts.Interceptors})
 	w.RegisterWorkflow(workflows.BoxWorkflow)
 	w.RegisterWorkflow(workflows.SnapshotWorkflow)
@@ -96,6 +124,11 @@ func New(opts Options) worker.Worker {
 		sbActs.Placed, snapActs.Placed = opts.Store.NotePlaced, opts.Store.NotePlaced
 	}
 	w.RegisterActivity(snapActs)
+	out := &Worker{shared: w}
+	if opts.Node != "" {
+		out.node = worker.New(opts.Temporal, workflows.NodeTaskQueue(opts.Node), worker.Options{Interceptors: opts.Interceptors})
+		out.node.RegisterActivity(snapActs)
+	}
 	w.RegisterActivity(sbActs)
 	w.RegisterActivity(drainActivities(opts.Temporal, opts.Store, tok, opts.Template, opts.NodeDeadAfter))
 	var vlt activities.SecretOpener = &vault.Vault{Store: opts.Store, Keys: opts.Keys}
@@ -106,7 +139,7 @@ func New(opts Options) worker.Worker {
 		Link: link,
 		Runs: opts.Store, Vault: vlt, Gateway: opts.Gateway, Wake: wakeBox(opts.Temporal),
 	})
-	return w
+	return out
 }
 
 // wakeBox wakes a box through its workflow (a no-op when it runs), for the agent step activity:
