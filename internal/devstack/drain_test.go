@@ -123,19 +123,7 @@ func TestLostNodeBoxComesBack(t *testing.T) {
 	d, ctx, owner, eng := newBoxEnv(t, cfg, 8*time.Minute)
 	other := startNode(ctx, t, cfg, d, "node-b")
 
-	// Placed on node-b: the stack's own node takes no box while it drains.
-	e, admin := devAPI(t, d)
-	if _, err := e.box.DrainNode(e.as(ctx, admin), &cbv1.DrainNodeRequest{Node: devstack.LocalNode}); err != nil {
-		t.Fatal(err)
-	}
-	id := cocoonbox.NewBoxID()
-	st, err := d.Boxes.Create(ctx, owner.ID, boxsvc.CreateRequest{ID: id, Name: "on-b", Size: cocoonbox.SizeSmall})
-	if err != nil || st.State != cocoonbox.BoxStateRunning {
-		t.Fatalf("create: %+v, %v", st.Status, err)
-	}
-	if _, err := e.box.DrainNode(e.as(ctx, admin), &cbv1.DrainNodeRequest{Node: devstack.LocalNode, Undo: true}); err != nil {
-		t.Fatal(err)
-	}
+	id, st := createOffLocal(ctx, t, d, owner.ID, "on-b")
 	ref := sandboxRef(ctx, t, other.client, st.SandboxID) // on node-b, or the test fails here
 	sum := mustExec(ctx, t, other.client, ref, "head -c 4M /dev/urandom > /root/kept && sha256sum /root/kept")
 	if _, err := d.Boxes.Snapshot(ctx, owner.ID, id); err != nil {
@@ -173,18 +161,7 @@ func TestSnapshotWithoutNodeWorker(t *testing.T) {
 	d, ctx, owner, _ := newBoxEnv(t, cfg, 5*time.Minute)
 	_, token := d.Sandbox()
 	bare := startBareNode(ctx, t, cfg, d, "node-x", token)
-	e, admin := devAPI(t, d)
-	if _, err := e.box.DrainNode(e.as(ctx, admin), &cbv1.DrainNodeRequest{Node: devstack.LocalNode}); err != nil {
-		t.Fatal(err)
-	}
-	id := cocoonbox.NewBoxID()
-	st, err := d.Boxes.Create(ctx, owner.ID, boxsvc.CreateRequest{ID: id, Name: "on-x", Size: cocoonbox.SizeSmall})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.box.DrainNode(e.as(ctx, admin), &cbv1.DrainNodeRequest{Node: devstack.LocalNode, Undo: true}); err != nil {
-		t.Fatal(err)
-	}
+	id, st := createOffLocal(ctx, t, d, owner.ID, "on-x")
 	if _, err := bare.Get(ctx, st.SandboxID); err != nil {
 		t.Fatalf("the box is not on node-x: %v", err)
 	}
@@ -195,6 +172,25 @@ func TestSnapshotWithoutNodeWorker(t *testing.T) {
 	if got, want := uploadQueues(ctx, t, d, snap.Snapshot.ID), []string{workflows.NodeTaskQueue("node-x"), workflows.TaskQueue}; !slices.Equal(got, want) {
 		t.Fatalf("the export was scheduled on %v, want %v", got, want)
 	}
+}
+
+// createOffLocal creates box name on another node than the stack's own, which takes no box while
+// it drains for the create.
+func createOffLocal(ctx context.Context, t *testing.T, d *devstack.Dev, owner, name string) (cocoonbox.BoxID, boxsvc.View) {
+	t.Helper()
+	e, admin := devAPI(t, d)
+	if _, err := e.box.DrainNode(e.as(ctx, admin), &cbv1.DrainNodeRequest{Node: devstack.LocalNode}); err != nil {
+		t.Fatal(err)
+	}
+	id := cocoonbox.NewBoxID()
+	st, err := d.Boxes.Create(ctx, owner, boxsvc.CreateRequest{ID: id, Name: name, Size: cocoonbox.SizeSmall})
+	if err != nil || st.State != cocoonbox.BoxStateRunning {
+		t.Fatalf("create %s: %+v, %v", name, st.Status, err)
+	}
+	if _, err := e.box.DrainNode(e.as(ctx, admin), &cbv1.DrainNodeRequest{Node: devstack.LocalNode, Undo: true}); err != nil {
+		t.Fatal(err)
+	}
+	return id, st
 }
 
 // uploadQueues are the task queues snapshot id's export was scheduled on, in order.
