@@ -385,6 +385,7 @@ func (w *box) claim(ctx workflow.Context) error {
 	// and the next try adopts whatever it may have left behind.
 	w.st.Attempt = attempt
 	w.st.SandboxID, w.st.Node = res.SandboxID, res.Node
+	w.st.MoveFrom = "" // a new sandbox is placed anew: no move is owed
 	w.st.Start = res.Start
 	w.leased(workflow.Now(ctx), res.Deadline)
 	return nil

@@ -117,6 +117,32 @@ func TestMoveHibernatedBoxOnWake(t *testing.T) {
 	env.AssertExpectations(t)
 }
 
+// TestMoveOwedEndsWithItsSandbox: a hibernated box owed a move whose sandbox is gone by its wake
+// (its node lost) is rebuilt by placement from its newest snapshot and is not moved again.
+func TestMoveOwedEndsWithItsSandbox(t *testing.T) {
+	env, _, events := newEnvRecorded(t)
+	claimOK(env, 1, "sb-1")
+	hibernates(env, nil, nil).Once()
+	calls := snapshotsOK(env, nil)
+	env.OnActivity(sb.Wake, mock.Anything, mock.Anything).
+		Return(temporal.NewNonRetryableApplicationError("gone", activities.ErrTypeSandboxGone, nil)).Once()
+	env.OnActivity(snap.RestoreSnapshot, mock.Anything, mock.Anything).
+		Return(activities.RestoreSnapshotResult{SnapshotID: "sn_00000000000000aa", SandboxID: "sb-2", Node: "node-c"}, nil).Once()
+	update(env, 0, UpdateCreate, CreateInput{})
+	update(env, time.Second, UpdateHibernate, HibernateInput{})
+	update(env, 2*time.Second, UpdateMove, MoveInput{From: "node-a"})
+	woke := update(env, 3*time.Second, UpdateWake, WakeInput{})
+	deleteAt(env, time.Minute)
+
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.NoError(t, env.GetWorkflowError())
+	require.NoError(t, woke.err)
+	require.Equal(t, "sb-2", woke.status.SandboxID)
+	require.Empty(t, *calls, "no snapshot was taken to move a box already rebuilt elsewhere")
+	require.False(t, hasEvent(*events, "moved"), "events: %v", *events)
+	env.AssertExpectations(t)
+}
+
 // TestDrainWorkflow: a drain moves each box its node holds, one at a time, and says what became
 // of each.
 func TestDrainWorkflow(t *testing.T) {

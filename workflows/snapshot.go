@@ -190,6 +190,7 @@ func (w *box) restoreFrom(ctx workflow.Context, snapshotID string, res *activiti
 	w.st.Attempt = attempt
 	old := w.st.SandboxID
 	w.st.SandboxID, w.st.Node = res.SandboxID, res.Node
+	w.st.MoveFrom = "" // a new sandbox is placed anew: no move is owed
 	w.st.LastSnapshot = res.SnapshotID
 	w.leased(workflow.Now(ctx), res.Deadline)
 	w.event(ctx, "restored", res.SnapshotID)
