@@ -47,23 +47,29 @@ func (a *Snapshots) own() nodeEngine {
 	return nodeEngine{Client: a.Client, node: a.Node}
 }
 
-// engines is every engine a restore's earlier try may have used: the worker's own first, then
-// each registered node that is not lost.
-func (a *Snapshots) engines(ctx context.Context) ([]nodeEngine, error) {
-	all := []nodeEngine{a.own()}
+// registered is the deployment's node records, read once per restore; none when the worker
+// cannot reach other engines or lists no nodes.
+func (a *Snapshots) registered(ctx context.Context) ([]nodes.Node, error) {
 	if _, ok := a.Client.(sandbox.NodeDialer); !ok || a.Nodes == nil {
-		return all, nil
+		return nil, nil
 	}
-	registered, err := a.Nodes(ctx)
+	all, err := a.Nodes(ctx)
 	if err != nil {
 		return nil, classify(fmt.Errorf("list engine nodes: %w", err))
 	}
+	return all, nil
+}
+
+// engines is every engine a restore's earlier try may have used: the worker's own first, then
+// each registered node that is not lost.
+func (a *Snapshots) engines(registered []nodes.Node) []nodeEngine {
+	all := []nodeEngine{a.own()}
 	for _, n := range registered {
 		if n.ID != a.Node && n.State != nodes.Lost {
 			all = append(all, a.at(n))
 		}
 	}
-	return all, nil
+	return all
 }
 
 // at is the engine of registered node n.
@@ -74,19 +80,13 @@ func (a *Snapshots) at(n nodes.Node) nodeEngine {
 	return nodeEngine{Client: engineAt(a.Client, n.URL), node: n.ID, url: n.URL}
 }
 
-// placeRestore picks the engine a restored box goes to, by the rule a claim follows (placement).
-func (a *Snapshots) placeRestore(ctx context.Context, req nodes.Request) (nodeEngine, error) {
-	if _, ok := a.Client.(sandbox.NodeDialer); !ok || a.Nodes == nil {
+// placeRestore picks among the registered nodes the engine a restored box goes to, by the rule
+// a claim follows (placement); the worker's own when none is registered.
+func (a *Snapshots) placeRestore(registered []nodes.Node, req nodes.Request) (nodeEngine, error) {
+	if len(registered) == 0 {
 		return a.own(), nil
 	}
-	all, err := a.Nodes(ctx)
-	if err != nil {
-		return nodeEngine{}, classify(fmt.Errorf("list engine nodes: %w", err))
-	}
-	if len(all) == 0 {
-		return a.own(), nil
-	}
-	n, refused := placement(all, req, a.NodeDeadAfter, a.Node)
+	n, refused := placement(registered, req, a.NodeDeadAfter, a.Node)
 	if refused != nil {
 		return nodeEngine{}, classify(fmt.Errorf("place the restored box: %w", refused))
 	}

@@ -67,10 +67,11 @@ func (a *Snapshots) RestoreSnapshot(ctx context.Context, in RestoreSnapshotInput
 	// changed its mind since): the imported checkpoint, and a sandbox already claimed from it;
 	// or, once that try finished and dropped its checkpoint, the sandbox by its claim_ref (an
 	// engine that ignores claim_ref on a checkpoint claim makes this find nothing, as before).
-	engines, err := a.engines(ctx)
+	registered, err := a.registered(ctx)
 	if err != nil {
 		return RestoreSnapshotResult{}, err
 	}
+	engines := a.engines(registered)
 	var eng nodeEngine
 	var ck sandbox.Checkpoint
 	for _, e := range engines {
@@ -98,7 +99,7 @@ func (a *Snapshots) RestoreSnapshot(ctx context.Context, in RestoreSnapshotInput
 		}
 	}
 	if ck.ID == "" {
-		if eng, err = a.placeRestore(ctx, nodes.Request{Template: key.Template, Size: size, Net: key.Net}); err != nil {
+		if eng, err = a.placeRestore(registered, nodes.Request{Template: key.Template, Size: size, Net: key.Net}); err != nil {
 			return RestoreSnapshotResult{}, err
 		}
 		porter, _, err := porterOf(ctx, eng)
