@@ -21,6 +21,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/anypb"
 
+	"github.com/loomhand/cocoonbox/agentvm/readahead"
 	"github.com/loomhand/cocoonbox/agentvm/wire"
 
 	agentvmv1 "github.com/loomhand/cocoonbox/proto/agentvm/v1"
@@ -258,40 +259,21 @@ func (s *Server) serveFileLink(c net.Conn) {
 		return
 	}
 	_ = c.SetDeadline(time.Time{})
-	buf := make([]byte, 64<<10)
-	frame := func() ([]byte, error) {
-		var h [4]byte
-		if _, err := io.ReadFull(c, h[:]); err != nil {
-			return nil, status.Errorf(codes.Canceled, "file link: %v", err)
-		}
-		n := binary.BigEndian.Uint32(h[:])
-		if n > wire.MaxFileFrame {
-			return nil, status.Errorf(codes.InvalidArgument, "file link: a frame of %d bytes is over the %d allowed", n, wire.MaxFileFrame)
-		}
-		if int(n) > cap(buf) {
-			buf = make([]byte, n)
-		}
-		if _, err := io.ReadFull(c, buf[:n]); err != nil {
-			return nil, status.Errorf(codes.Canceled, "file link: %v", err)
-		}
-		return buf[:n], nil
-	}
+	frames := readahead.New(fileLinkBuffers, fileFrames(c))
 	var fi *agentvmv1.FileInfo
-	head, err := frame()
+	head, err := frames.Next()
+	if errors.Is(err, io.EOF) {
+		err = status.Error(codes.InvalidArgument, "file link: the upload ended before its WriteFileRequest")
+	}
 	if err == nil {
 		first := &agentvmv1.WriteFileRequest{}
 		if err = proto.Unmarshal(head, first); err != nil {
 			err = status.Errorf(codes.InvalidArgument, "file link: the first frame is not a WriteFileRequest: %v", err)
 		} else {
-			fi, err = writeFile(first, func() ([]byte, error) {
-				b, err := frame()
-				if err == nil && len(b) == 0 {
-					return nil, io.EOF
-				}
-				return b, err
-			})
+			fi, err = writeFile(first, frames.Next)
 		}
 	}
+	frames.Stop(func() { _ = c.SetReadDeadline(time.Now()) })
 	var detail *anypb.Any
 	if err == nil {
 		detail, err = anypb.New(fi)
@@ -316,6 +298,34 @@ func (s *Server) serveFileLink(c net.Conn) {
 	_ = c.SetReadDeadline(time.Now().Add(refusedDrain))
 	_, _ = io.Copy(io.Discard, io.LimitReader(c, maxRefusedDrain))
 }
+
+// fileFrames is a fill (readahead.New) reading a file link's frames; the empty frame that ends
+// the file is its end (io.EOF).
+func fileFrames(c net.Conn) func([]byte) ([]byte, error) {
+	return func(buf []byte) ([]byte, error) {
+		var h [4]byte
+		if _, err := io.ReadFull(c, h[:]); err != nil {
+			return nil, status.Errorf(codes.Canceled, "file link: %v", err)
+		}
+		n := binary.BigEndian.Uint32(h[:])
+		if n > wire.MaxFileFrame {
+			return nil, status.Errorf(codes.InvalidArgument, "file link: a frame of %d bytes is over the %d allowed", n, wire.MaxFileFrame)
+		}
+		if n == 0 {
+			return nil, io.EOF
+		}
+		if int(n) > cap(buf) {
+			buf = make([]byte, n)
+		}
+		if _, err := io.ReadFull(c, buf[:n]); err != nil {
+			return nil, status.Errorf(codes.Canceled, "file link: %v", err)
+		}
+		return buf[:n], nil
+	}
+}
+
+// fileLinkBuffers is how many frames a file link reads ahead of the disk.
+const fileLinkBuffers = 3
 
 // A refused upload's bytes still on their way are read for at most refusedDrain, up to
 // maxRefusedDrain of them.

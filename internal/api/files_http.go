@@ -2,15 +2,15 @@ package api
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
 	"mime"
 	"net/http"
 	"path"
 	"strconv"
+	"time"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/agentvm/readahead"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
 )
 
@@ -20,8 +20,12 @@ import (
 // sets its permission bits). The bearer token is checked as for DownloadFile and UploadFile, and
 // the box's rules as for them: driver.
 
-// fileChunk is how much of an upload's body one message to the box carries.
-const fileChunk = 1 << 20
+// fileChunk is how much of an upload's body one message to the box carries, and fileChunks
+// how many of them are read ahead of the box.
+const (
+	fileChunk  = 1 << 20
+	fileChunks = 4
+)
 
 func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 	ctx := r.Context()
@@ -54,17 +58,9 @@ func (s *Server) serveFile(w http.ResponseWriter, r *http.Request) {
 			}
 		}
 		size := r.ContentLength // -1 when the client does not say
-		buf := make([]byte, fileChunk)
-		fi, err := s.boxes.UploadFile(ctx, caller, id, boxsvc.UploadStart{Path: p, Mode: uint32(mode), Size: size}, func() ([]byte, error) {
-			n, err := io.ReadFull(r.Body, buf)
-			if n > 0 {
-				return buf[:n], nil
-			}
-			if errors.Is(err, io.ErrUnexpectedEOF) {
-				err = io.EOF
-			}
-			return nil, err
-		})
+		body := readahead.New(fileChunks, readahead.Full(r.Body, fileChunk))
+		fi, err := s.boxes.UploadFile(ctx, caller, id, boxsvc.UploadStart{Path: p, Mode: uint32(mode), Size: size}, body.Next)
+		body.Stop(func() { _ = http.NewResponseController(w).SetReadDeadline(time.Now()) })
 		if err != nil {
 			s.writeHTTPError(w, r, err)
 			return
