@@ -102,6 +102,67 @@ func BenchmarkSnapshot1GiB(b *testing.B) {
 		}
 		benchreport.Throughput(b, size, samples)
 	})
+	b.Run("RawS3Download", func(b *testing.B) {
+		// The snapshot's object read from the S3 server into nothing: the S3 part of the
+		// restore's path alone.
+		snap, err := e.d.Store.SnapshotByID(ctx, snapID)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var samples []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			if err := readObject(ctx, e.d.Blobs, snap.ObjectKey, io.Discard); err != nil {
+				b.Fatal(err)
+			}
+			samples = append(samples, time.Since(start))
+		}
+		benchreport.Throughput(b, size, samples)
+	})
+	var imported []time.Duration
+	b.Run("RawEngineRestore", func(b *testing.B) {
+		// The snapshot's object, from memory, imported by the engine as a checkpoint and a
+		// sandbox claimed from it: the engine's part of a restore alone.
+		snap, err := e.d.Store.SnapshotByID(ctx, snapID)
+		if err != nil {
+			b.Fatal(err)
+		}
+		var object bytes.Buffer
+		if err := readObject(ctx, e.d.Blobs, snap.ObjectKey, &object); err != nil {
+			b.Fatal(err)
+		}
+		key := sandbox.PoolKey{Template: "base", Size: sandbox.SizeSmall} // the bench box's, as newBoxBench makes it
+		layers := []sandbox.DiskExport{{SHA256: snap.SHA256, Bytes: snap.Bytes}}
+		var samples []time.Duration
+		for b.Loop() {
+			start := time.Now()
+			ck, err := e.eng.ImportCheckpointDisk(ctx, bytes.NewReader(object.Bytes()), layers, key, "")
+			if err != nil {
+				b.Fatal(err)
+			}
+			imported = append(imported, time.Since(start))
+			got, err := e.eng.ClaimFromCheckpoint(ctx, ck.ID, time.Minute, "")
+			samples = append(samples, time.Since(start))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := e.eng.Release(ctx, sandbox.SandboxRef{ID: got.ID, Token: got.Token}); err != nil {
+				b.Fatal(err)
+			}
+			if err := e.eng.DeleteCheckpoint(ctx, ck.ID); err != nil {
+				b.Fatal(err)
+			}
+		}
+		benchreport.Throughput(b, size, samples)
+	})
+	b.Run("RawEngineImport", func(b *testing.B) {
+		// The import alone, timed in RawEngineRestore: the rest of that is the claim, which
+		// copies the checkpoint's disk into the new sandbox (the checkpoint stays claimable).
+		if len(imported) == 0 {
+			b.Skip("taken in RawEngineRestore, which did not run")
+		}
+		benchreport.Throughput(b, size, imported)
+	})
 	b.Run("RawEngineExport", func(b *testing.B) {
 		st, err := e.d.Boxes.Get(ctx, e.owner, id)
 		if err != nil {
@@ -206,6 +267,17 @@ func rawUploads(ctx context.Context, b *testing.B, blobs objstore.Store, n int64
 	}
 	_ = blobs.Delete(ctx, "bench/raw-upload")
 	return samples
+}
+
+// readObject copies the object at key into w.
+func readObject(ctx context.Context, blobs objstore.Store, key string, w io.Writer) error {
+	r, err := blobs.Get(ctx, key)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = r.Close() }()
+	_, err = io.Copy(w, r)
+	return err
 }
 
 // dropSnapshots removes every snapshot of box id, objects then rows, newest first (what is built
