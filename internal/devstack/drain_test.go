@@ -1,6 +1,7 @@
 package devstack_test
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -102,6 +103,9 @@ func startNode(ctx context.Context, t testing.TB, cfg config.Dev, d *devstack.De
 	t.Helper()
 	wcfg := workerConfig(d)
 	wcfg.Node, wcfg.NodeDeadAfter = id, cfg.NodeDeadAfter
+	// Its worker takes any task of the shared queue, as every worker of a deployment does, so
+	// it has the stack's template and model gateway too.
+	wcfg.Template, wcfg.Agent = cmp.Or(cfg.Template, wcfg.Template), cfg.Agent
 	n := startEngineNodeChild(t, cfg.ImageCache, wcfg)
 	testutil.Eventually(t, testutil.WaitShort, "node "+id+" registered", func() bool {
 		all, err := d.Store.ListNodes(ctx)
