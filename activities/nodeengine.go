@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/loomhand/cocoonbox"
@@ -80,11 +81,15 @@ func (a *Snapshots) at(n nodes.Node) nodeEngine {
 	return nodeEngine{Client: engineAt(a.Client, n.URL), node: n.ID, url: n.URL}
 }
 
-// placeRestore picks among the registered nodes the engine a restored box goes to, by the rule
-// a claim follows (placement); the worker's own when none is registered.
-func (a *Snapshots) placeRestore(registered []nodes.Node, req nodes.Request) (nodeEngine, error) {
+// placeRestore picks among the registered nodes the engine a restored box goes to: chosen, the
+// node PlaceRestore named, while it still takes boxes; else by the rule a claim follows
+// (placement); the worker's own when none is registered.
+func (a *Snapshots) placeRestore(registered []nodes.Node, chosen string, req nodes.Request) (nodeEngine, error) {
 	if len(registered) == 0 {
 		return a.own(), nil
+	}
+	if i := slices.IndexFunc(registered, func(n nodes.Node) bool { return n.ID == chosen }); chosen != "" && i >= 0 && registered[i].State == nodes.Active {
+		return a.at(registered[i]), nil
 	}
 	n, refused := placement(registered, req, a.NodeDeadAfter, a.Node)
 	if refused != nil {

@@ -27,6 +27,37 @@ type RestoreSnapshotInput struct {
 	Attempt    int
 	TTL        time.Duration
 	Network    cocoonbox.Network // the box's egress policy; zero is none
+	// Node is the registered node PlaceRestore chose, whose own worker runs this restore so the
+	// object streams from S3 into the engine beside it; "" (or a node no longer placeable)
+	// places the box here.
+	Node string
+}
+
+// PlaceRestoreInput asks where a restored box of this size and network goes.
+type PlaceRestoreInput struct {
+	Size    cocoonbox.Size
+	Network cocoonbox.Network
+}
+
+// PlaceRestoreResult names the node a restore goes to; "" when no node is registered or none
+// has room by its heartbeat (the restoring worker's own engine then decides).
+type PlaceRestoreResult struct {
+	Node string
+}
+
+// PlaceRestore picks the node a restore goes to, by the rule a claim follows, before the restore
+// is sent to that node's queue. It only reads: the restore counts the placement when it claims.
+func (a *Snapshots) PlaceRestore(ctx context.Context, in PlaceRestoreInput) (PlaceRestoreResult, error) {
+	registered, err := a.registered(ctx)
+	if err != nil || len(registered) == 0 {
+		return PlaceRestoreResult{}, err
+	}
+	key := sandbox.PoolKey{Template: a.template(), Net: lane(in.Network), Size: string(orDefaultSize(in.Size))}
+	n, refused := placement(registered, nodes.Request{Template: key.Template, Size: orDefaultSize(in.Size), Net: key.Net}, a.NodeDeadAfter, a.Node)
+	if refused != nil {
+		return PlaceRestoreResult{}, classify(fmt.Errorf("place the restored box: %w", refused))
+	}
+	return PlaceRestoreResult{Node: n.ID}, nil
 }
 
 // RestoreSnapshotResult is the new sandbox, answering, whose token went to the TokenStore, and
@@ -99,7 +130,7 @@ func (a *Snapshots) RestoreSnapshot(ctx context.Context, in RestoreSnapshotInput
 		}
 	}
 	if ck.ID == "" {
-		if eng, err = a.placeRestore(registered, nodes.Request{Template: key.Template, Size: size, Net: key.Net}); err != nil {
+		if eng, err = a.placeRestore(registered, in.Node, nodes.Request{Template: key.Template, Size: size, Net: key.Net}); err != nil {
 			return RestoreSnapshotResult{}, err
 		}
 		porter, _, err := porterOf(ctx, eng)

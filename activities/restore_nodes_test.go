@@ -202,3 +202,28 @@ func sandboxOn(t *testing.T, c *sandbox.HTTP, id string) sandbox.SandboxRef {
 	}
 	return sandbox.SandboxRef{ID: sb.ID, Token: sb.Token}
 }
+
+// TestPlaceRestoreTakesChosenNode: a restore told the node PlaceRestore chose goes there while
+// that node still takes boxes, even where placement would now pick another; a chosen node that
+// began to drain meanwhile, or that is not registered, is placed again by the rule.
+func TestPlaceRestoreTakesChosenNode(t *testing.T) {
+	now := time.Now()
+	registered := []nodes.Node{
+		{ID: "roomy", URL: "http://roomy:7777", State: nodes.Active, MemoryMiB: 8192, HeartbeatAt: now},
+		{ID: "tight", URL: "http://tight:7777", State: nodes.Active, MemoryMiB: 2048, CommittedMiB: 1024, HeartbeatAt: now},
+		{ID: "leaving", URL: "http://leaving:7777", State: nodes.Draining, MemoryMiB: 8192, HeartbeatAt: now},
+	}
+	a := &Snapshots{Client: sandbox.NewHTTP("http://own:7777", "root", nil), Template: "base"}
+	req := nodes.Request{Template: "base", Size: cocoonbox.SizeSmall, Net: "none"}
+	for _, c := range []struct{ chosen, want string }{
+		{"tight", "tight"},   // chosen, though roomy has more room now
+		{"", "roomy"},        // none chosen: the rule
+		{"leaving", "roomy"}, // draining since it was chosen
+		{"gone", "roomy"},    // no longer registered
+	} {
+		eng, err := a.placeRestore(registered, c.chosen, req)
+		if err != nil || eng.node != c.want {
+			t.Errorf("chosen %q: placed on %q (%v), want %q", c.chosen, eng.node, err, c.want)
+		}
+	}
+}

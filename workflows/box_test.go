@@ -67,6 +67,13 @@ func newEnvRowFails(t *testing.T, state cocoonbox.BoxState) (*testsuite.TestWork
 	var states []cocoonbox.BoxState
 	var events []string
 	env.OnActivity(st.RecordBox, mock.Anything, mock.Anything).Return(nil).Maybe()
+	// No engine node is chosen (placedOn sets one): a restore runs on the shared queue.
+	env.OnActivity(snap.PlaceRestore, mock.Anything, mock.Anything).Return(func(context.Context, activities.PlaceRestoreInput) (activities.PlaceRestoreResult, error) {
+		node, _ := envPlaced.Load(env)
+		s, _ := node.(string)
+		return activities.PlaceRestoreResult{Node: s}, nil
+	}).Maybe()
+	t.Cleanup(func() { envPlaced.Delete(env) })
 	rows := func(_ context.Context, in activities.SetStateInput) error {
 		if in.State == state {
 			return errors.New("write box row: the database is not answering")
@@ -88,6 +95,12 @@ func newEnvRowFails(t *testing.T, state cocoonbox.BoxState) (*testsuite.TestWork
 	env.OnActivity(sb.WaitReady, mock.Anything, mock.Anything).Return(nil).Maybe()
 	return env, &states, &events
 }
+
+// envPlaced holds the node each test environment's restores are placed on (placedOn).
+var envPlaced sync.Map // *testsuite.TestWorkflowEnvironment -> string
+
+// placedOn has env's restores placed on node.
+func placedOn(env *testsuite.TestWorkflowEnvironment, node string) { envPlaced.Store(env, node) }
 
 // envRows holds each test environment's SetState mock (newEnvRowFails), for hibernates.
 var envRows sync.Map // *testsuite.TestWorkflowEnvironment -> func(context.Context, activities.SetStateInput) error

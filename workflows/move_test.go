@@ -201,3 +201,29 @@ func TestSnapshotExportedOnItsNode(t *testing.T) {
 	require.NoError(t, snapped.err)
 	require.Equal(t, []string{NodeTaskQueue("node-b")}, queues)
 }
+
+// TestRestoreRunsOnPlacedNode: a restore is placed first and runs on the chosen node's queue,
+// told the node, so the object streams into the engine beside that node's worker.
+func TestRestoreRunsOnPlacedNode(t *testing.T) {
+	env := newEnv(t)
+	claimOK(env, 1, "sb-1")
+	placedOn(env, "node-c")
+	env.OnActivity(snap.RestoreSnapshot, mock.Anything, mock.MatchedBy(func(in activities.RestoreSnapshotInput) bool {
+		return in.Node == "node-c"
+	})).Return(activities.RestoreSnapshotResult{SnapshotID: "sn_00000000000000aa", SandboxID: "sb-2", Node: "node-c"}, nil).Once()
+	var queues []string
+	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+		if info.ActivityType.Name == "RestoreSnapshot" {
+			queues = append(queues, info.TaskQueue)
+		}
+	})
+	update(env, 0, UpdateCreate, CreateInput{})
+	restored := update(env, time.Second, UpdateRestore, RestoreInput{SnapshotID: "sn_00000000000000aa"})
+	deleteAt(env, time.Minute)
+
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.NoError(t, env.GetWorkflowError())
+	require.NoError(t, restored.err)
+	require.Equal(t, "sb-2", restored.status.SandboxID)
+	require.Equal(t, []string{NodeTaskQueue("node-c")}, queues)
+}

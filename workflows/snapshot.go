@@ -90,6 +90,36 @@ func upload(ctx workflow.Context, in SnapshotWorkflowInput, up *activities.Uploa
 	return workflow.ExecuteActivity(streamOptions(ctx), snapActs.UploadSnapshot, act).Get(ctx, up)
 }
 
+// versionRestoreOnNode marks the box workflow's placing a restore first and running it on the
+// chosen node's queue; before it, any worker placed and imported it.
+const versionRestoreOnNode = "restore-on-node"
+
+// restoreOnNode restores in into res on the queue of the node placement picks, by that node's
+// own worker, so the object streams from S3 into the engine beside it and not through another
+// host. When placement names no node, or no worker of the node takes the restore within
+// nodeQueueWait, any worker places and restores it.
+func restoreOnNode(ctx workflow.Context, in activities.RestoreSnapshotInput, res *activities.RestoreSnapshotResult) error {
+	if workflow.GetVersion(ctx, versionRestoreOnNode, workflow.DefaultVersion, 1) >= 1 {
+		var place activities.PlaceRestoreResult
+		err := workflow.ExecuteLocalActivity(localStoreOptions(ctx), snapActs.PlaceRestore, activities.PlaceRestoreInput{
+			Size: in.Size, Network: in.Network,
+		}).Get(ctx, &place)
+		if err == nil && place.Node != "" {
+			onNode := in
+			onNode.Node = place.Node
+			opts := workflow.GetActivityOptions(streamOptions(ctx))
+			opts.TaskQueue, opts.ScheduleToStartTimeout = NodeTaskQueue(place.Node), nodeQueueWait
+			err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), snapActs.RestoreSnapshot, onNode).Get(ctx, res)
+			if !notTaken(err) {
+				return err
+			}
+			workflow.GetLogger(ctx).Warn("the node's own worker did not take the restore; any worker places it", "node", place.Node, "box", in.BoxID)
+		}
+		// A refused placement is said again, by the restore below, with the engine's word.
+	}
+	return workflow.ExecuteActivity(streamOptions(ctx), snapActs.RestoreSnapshot, in).Get(ctx, res)
+}
+
 // notTaken reports an activity no worker of its queue started in time.
 func notTaken(err error) bool {
 	var te *temporal.TimeoutError
@@ -180,11 +210,11 @@ func (w *box) restore(ctx workflow.Context, in RestoreInput) (Status, error) {
 // answers which into res.
 func (w *box) restoreFrom(ctx workflow.Context, snapshotID string, res *activities.RestoreSnapshotResult) error {
 	attempt := w.st.Attempt + 1
-	err := workflow.ExecuteActivity(streamOptions(ctx), snapActs.RestoreSnapshot, activities.RestoreSnapshotInput{
+	in := activities.RestoreSnapshotInput{
 		BoxID: w.in.BoxID, SnapshotID: snapshotID, Size: w.in.Size, Attempt: attempt, TTL: w.in.Policy.LeaseTTL,
 		Network: w.in.Policy.Network,
-	}).Get(ctx, res)
-	if err != nil {
+	}
+	if err := restoreOnNode(ctx, in, res); err != nil {
 		return err
 	}
 	w.st.Attempt = attempt

@@ -155,8 +155,9 @@ func TestLostNodeBoxComesBack(t *testing.T) {
 }
 
 // TestSnapshotWithoutNodeWorker: a box on a node whose own worker does not run (its engine
-// answers, its queue has no poller) is still snapshotted: the export waits for that node's worker
-// for nodeQueueWait and then runs on the shared queue, from any worker.
+// answers, its queue has no poller) is still snapshotted and restored: the export, and the
+// restore placed there, wait for that node's worker for nodeQueueWait and then run on the shared
+// queue, from any worker.
 func TestSnapshotWithoutNodeWorker(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
@@ -175,6 +176,23 @@ func TestSnapshotWithoutNodeWorker(t *testing.T) {
 	}
 	if got, want := uploadQueues(ctx, t, d, snap.Snapshot.ID), []string{workflows.NodeTaskQueue("node-x"), workflows.TaskQueue}; !slices.Equal(got, want) {
 		t.Fatalf("the export was scheduled on %v, want %v", got, want)
+	}
+
+	// A restore placed on node-x waits for its worker as long, then runs from any worker; the
+	// local node drains meanwhile, so node-x is the only place for it.
+	e, admin := devAPI(t, d)
+	if _, err := e.box.DrainNode(e.as(ctx, admin), &cbv1.DrainNodeRequest{Node: devstack.LocalNode}); err != nil {
+		t.Fatal(err)
+	}
+	v, err := d.Boxes.Restore(ctx, owner.ID, id, snap.Snapshot.ID)
+	if err != nil || v.State != cocoonbox.BoxStateRunning {
+		t.Fatalf("restore on a node without its worker: %+v, %v", v.Status, err)
+	}
+	if _, err := bare.Get(ctx, v.SandboxID); err != nil {
+		t.Fatalf("the restored box is not on node-x: %v", err)
+	}
+	if got, want := activityQueues(ctx, t, d, workflows.BoxWorkflowID(id), "RestoreSnapshot"), []string{workflows.NodeTaskQueue("node-x"), workflows.TaskQueue}; !slices.Equal(got, want) {
+		t.Fatalf("the restore was scheduled on %v, want %v", got, want)
 	}
 }
 
@@ -200,14 +218,20 @@ func createOffLocal(ctx context.Context, t *testing.T, d *devstack.Dev, owner, n
 // uploadQueues are the task queues snapshot id's export was scheduled on, in order.
 func uploadQueues(ctx context.Context, t *testing.T, d *devstack.Dev, id string) []string {
 	t.Helper()
+	return activityQueues(ctx, t, d, workflows.SnapshotWorkflowID(id), "UploadSnapshot")
+}
+
+// activityQueues are the task queues workflow wid scheduled activity act on, in order.
+func activityQueues(ctx context.Context, t *testing.T, d *devstack.Dev, wid, act string) []string {
+	t.Helper()
 	var queues []string
-	it := d.Temporal.GetWorkflowHistory(ctx, workflows.SnapshotWorkflowID(id), "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
+	it := d.Temporal.GetWorkflowHistory(ctx, wid, "", false, enumspb.HISTORY_EVENT_FILTER_TYPE_ALL_EVENT)
 	for it.HasNext() {
 		ev, err := it.Next()
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == "UploadSnapshot" {
+		if a := ev.GetActivityTaskScheduledEventAttributes(); a != nil && a.GetActivityType().GetName() == act {
 			queues = append(queues, a.GetTaskQueue().GetName())
 		}
 	}

@@ -32,7 +32,7 @@ import (
 // created through both replicas spread over the nodes by the placement rule; draining one node
 // moves its boxes to the others with every file; SIGKILLing another node and removing its
 // namespace loses its boxes' sandboxes, and each box comes back on the remaining node from its
-// snapshot on its next wake.
+// snapshot on its next wake, restored by that node's own worker.
 func TestMultiHost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
@@ -146,6 +146,10 @@ func TestMultiHost(t *testing.T) {
 			t.Fatalf("wake box %s after its node was lost: %+v, %v", id, v.Status, err)
 		}
 		intact(id)
+		// Restored by node-2's own worker, the object streamed from S3 into the engine beside it.
+		if got := activityQueues(ctx, t, d, workflows.BoxWorkflowID(id), "RestoreSnapshot"); len(got) == 0 || got[len(got)-1] != workflows.NodeTaskQueue("node-2") {
+			t.Fatalf("box %s's restore was scheduled on %v, want node-2's queue last", id, got)
+		}
 	}
 	on = boxesOn(ctx, t, d, ids)
 	if len(on["node-2"]) != 12 {
