@@ -113,10 +113,15 @@ func Move(ctx context.Context, c client.Client, id cocoonbox.BoxID, from string)
 // DrainWorkflowID is the workflow ID of the drain of node id.
 func DrainWorkflowID(node string) string { return "drain/" + node }
 
-// DrainInput names the node whose boxes are moved off.
+// DrainInput names the node whose boxes are moved off, and how many at once (0 is 1).
 type DrainInput struct {
-	Node string
+	Node     string
+	Parallel int
 }
+
+// MaxDrainParallel bounds how many boxes a drain moves at once: each move is a snapshot on the
+// draining node and a restore on another, and many at once would crowd both.
+const MaxDrainParallel = 16
 
 // DrainResult is what a drain did with each box the node held.
 type DrainResult struct {
@@ -133,10 +138,11 @@ type DrainFailure struct {
 
 var drainActs *activities.Drain
 
-// DrainWorkflow moves every box off a draining node, one at a time so the node and the others
-// are not flooded with snapshots and restores: each box's own workflow does its move (MoveBox
-// sends the update), so a drain killed midway is started again and skips the boxes already
-// gone from the node. A box that fails to move stays where it is, named in the result.
+// DrainWorkflow moves every box off a draining node, Parallel at a time (one by default) so
+// the node and the others are not flooded with snapshots and restores: each box's own workflow
+// does its move (MoveBox sends the update), so a drain killed midway is started again and skips
+// the boxes already gone from the node. A box that fails to move stays where it is, named in the
+// result, which lists the boxes in the node's order whatever order their moves ended in.
 func DrainWorkflow(ctx workflow.Context, in DrainInput) (DrainResult, error) {
 	var out DrainResult
 	var boxes []activities.NodeBox
@@ -148,30 +154,57 @@ func DrainWorkflow(ctx workflow.Context, in DrainInput) (DrainResult, error) {
 		HeartbeatTimeout:    time.Minute,
 		RetryPolicy:         retryPolicy(),
 	})
-	for _, b := range boxes {
+	move := func(b activities.NodeBox) workflow.Future {
+		return workflow.ExecuteActivity(moveCtx, drainActs.MoveBox, activities.MoveBoxInput{Box: b.Box, Node: in.Node})
+	}
+	results := make([]workflow.Future, len(boxes))
+	if in.Parallel <= 1 {
+		for i, b := range boxes {
+			results[i] = move(b)
+			_ = results[i].Get(ctx, nil) // one at a time: wait before the next
+		}
+	} else {
+		// A window of Parallel moves: the next box starts as soon as any move under way ends.
+		sel := workflow.NewSelector(ctx)
+		running := 0
+		for i, b := range boxes {
+			if running == min(in.Parallel, MaxDrainParallel) {
+				sel.Select(ctx)
+				running--
+			}
+			results[i] = move(b)
+			sel.AddFuture(results[i], func(workflow.Future) {})
+			running++
+		}
+		for range running {
+			sel.Select(ctx)
+		}
+	}
+	for i, f := range results {
 		var res activities.MoveBoxResult
-		err := workflow.ExecuteActivity(moveCtx, drainActs.MoveBox, activities.MoveBoxInput{Box: b.Box, Node: in.Node}).Get(ctx, &res)
+		err := f.Get(ctx, &res)
 		switch {
 		case err != nil:
-			out.Failed = append(out.Failed, DrainFailure{Box: b.Box, Reason: reason(err)})
+			out.Failed = append(out.Failed, DrainFailure{Box: boxes[i].Box, Reason: reason(err)})
 		case res.Moved:
-			out.Moved = append(out.Moved, b.Box)
+			out.Moved = append(out.Moved, boxes[i].Box)
 		case res.OnWake:
-			out.OnWake = append(out.OnWake, b.Box)
+			out.OnWake = append(out.OnWake, boxes[i].Box)
 		}
 	}
 	return out, nil
 }
 
-// StartDrain starts the drain of node, or finds the one already running; a drain that ended is
-// started again (a box that failed to move, or came back, is tried anew).
-func StartDrain(ctx context.Context, c client.Client, node string) error {
+// StartDrain starts the drain of node, moving parallel boxes at once, or finds the one already
+// running (which keeps its own number); a drain that ended is started again (a box that failed
+// to move, or came back, is tried anew).
+func StartDrain(ctx context.Context, c client.Client, node string, parallel int) error {
 	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
 		ID:                       DrainWorkflowID(node),
 		TaskQueue:                TaskQueue,
 		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING,
 		WorkflowIDReusePolicy:    enumspb.WORKFLOW_ID_REUSE_POLICY_ALLOW_DUPLICATE,
-	}, DrainWorkflow, DrainInput{Node: node})
+	}, DrainWorkflow, DrainInput{Node: node, Parallel: parallel})
 	if err != nil {
 		return DomainError(fmt.Errorf("start the drain of node %s: %w", node, err))
 	}

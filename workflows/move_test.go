@@ -3,7 +3,9 @@ package workflows
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -226,4 +228,44 @@ func TestRestoreRunsOnPlacedNode(t *testing.T) {
 	require.NoError(t, restored.err)
 	require.Equal(t, "sb-2", restored.status.SandboxID)
 	require.Equal(t, []string{NodeTaskQueue("node-c")}, queues)
+}
+
+// TestDrainWorkflowParallel: a drain told to move three boxes at once has three moves under way
+// while boxes remain, never more, and lists the moved boxes in the node's order.
+func TestDrainWorkflowParallel(t *testing.T) {
+	for _, c := range []struct{ parallel, want int }{{0, 1}, {3, 3}} {
+		var s testsuite.WorkflowTestSuite
+		s.SetLogger(testLogger(t))
+		env := s.NewTestWorkflowEnvironment()
+		env.RegisterWorkflow(DrainWorkflow)
+		var drain *activities.Drain
+		env.RegisterActivity(drain)
+		var boxes []activities.NodeBox
+		var ids []cocoonbox.BoxID
+		for i := range 7 {
+			id := cocoonbox.BoxID(fmt.Sprintf("bx_%016x", i+1))
+			boxes, ids = append(boxes, activities.NodeBox{Box: id}), append(ids, id)
+		}
+		env.OnActivity(drain.NodeBoxes, mock.Anything, "node-a").Return(boxes, nil)
+		var mu sync.Mutex
+		active, most := 0, 0
+		env.OnActivity(drain.MoveBox, mock.Anything, mock.Anything).Return(
+			func(_ context.Context, in activities.MoveBoxInput) (activities.MoveBoxResult, error) {
+				mu.Lock()
+				active++
+				most = max(most, active)
+				mu.Unlock()
+				time.Sleep(100 * time.Millisecond) // long enough for every move started with it to be running
+				mu.Lock()
+				active--
+				mu.Unlock()
+				return activities.MoveBoxResult{Moved: true}, nil
+			})
+		env.ExecuteWorkflow(DrainWorkflow, DrainInput{Node: "node-a", Parallel: c.parallel})
+		require.NoError(t, env.GetWorkflowError())
+		var out DrainResult
+		require.NoError(t, env.GetWorkflowResult(&out))
+		require.Equal(t, ids, out.Moved, "parallel %d", c.parallel)
+		require.Equal(t, c.want, most, "moves under way at once with parallel %d", c.parallel)
+	}
 }

@@ -562,4 +562,7 @@ func TestAdminDrain(t *testing.T) {
 	if _, stderr, code := runCLI(t, "", "admin", "drain", "node-z"); code == 0 || !strings.Contains(stderr, "node-z") {
 		t.Fatalf("drain an unknown node: exit %d stderr %q", code, stderr)
 	}
+	if _, stderr, code := runCLI(t, "", "admin", "drain", "node-a", "--parallel", "17"); code != exitUsage || !strings.Contains(stderr, "--parallel must be 1 to 16") {
+		t.Fatalf("drain with --parallel 17: exit %d stderr %q; want a usage error naming the flag", code, stderr)
+	}
 }

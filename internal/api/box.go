@@ -561,6 +561,9 @@ func (b *boxService) DrainNode(ctx context.Context, req *cbv1.DrainNodeRequest) 
 	if req.GetNode() == "" {
 		return nil, cocoonbox.Invalid("node", "is required: the ID `cocoonbox admin nodes` lists")
 	}
+	if p := req.GetParallel(); p < 0 || p > workflows.MaxDrainParallel {
+		return nil, cocoonbox.Invalid("parallel", fmt.Sprintf("must be 1 to %d boxes moved at once (0 means 1), got %d", workflows.MaxDrainParallel, p))
+	}
 	if b.s.store == nil {
 		return nil, cocoonbox.Errorf(cocoonbox.EUnavailable, "this server has no database")
 	}
@@ -577,7 +580,7 @@ func (b *boxService) DrainNode(ctx context.Context, req *cbv1.DrainNodeRequest) 
 	}
 	// The boxes on it are moved off by a workflow of the drain's own: running ones now,
 	// sleeping ones on their next wake. Draining again starts it again.
-	if err := workflows.StartDrain(ctx, c, n.ID); err != nil {
+	if err := workflows.StartDrain(ctx, c, n.ID, int(req.GetParallel())); err != nil {
 		return nil, err
 	}
 	if !req.GetWait() {

@@ -63,7 +63,10 @@ func TestDrainedNodeTakesNoBox(t *testing.T) {
 	if _, err := e.box.DrainNode(e.as(ctx, userToken), &cbv1.DrainNodeRequest{Node: devstack.LocalNode}); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("a user's drain: %v, want permission denied", err)
 	}
-	n, err := e.box.DrainNode(e.as(ctx, admin), &cbv1.DrainNodeRequest{Node: devstack.LocalNode, Wait: true})
+	if _, err := e.box.DrainNode(e.as(ctx, admin), &cbv1.DrainNodeRequest{Node: devstack.LocalNode, Parallel: 17}); status.Code(err) != codes.InvalidArgument || !strings.Contains(err.Error(), "parallel") {
+		t.Fatalf("a drain of 17 boxes at once: %v, want invalid argument naming parallel", err)
+	}
+	n, err := e.box.DrainNode(e.as(ctx, admin), &cbv1.DrainNodeRequest{Node: devstack.LocalNode, Wait: true, Parallel: 2})
 	if err != nil || n.GetState() != "draining" {
 		t.Fatalf("drain: %v, %v", n, err)
 	}

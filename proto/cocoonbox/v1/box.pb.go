@@ -2821,7 +2821,10 @@ type DrainNodeRequest struct {
 	// undo makes a draining node active again.
 	Undo bool `protobuf:"varint,2,opt,name=undo,proto3" json:"undo,omitempty"`
 	// wait answers only once every box the node held has been moved, or failed to be.
-	Wait          bool `protobuf:"varint,3,opt,name=wait,proto3" json:"wait,omitempty"`
+	Wait bool `protobuf:"varint,3,opt,name=wait,proto3" json:"wait,omitempty"`
+	// parallel is how many boxes are moved at once, 1 to 16; 0 means 1. A drain already under
+	// way keeps the number it was started with.
+	Parallel      int32 `protobuf:"varint,4,opt,name=parallel,proto3" json:"parallel,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -2875,6 +2878,13 @@ func (x *DrainNodeRequest) GetWait() bool {
 		return x.Wait
 	}
 	return false
+}
+
+func (x *DrainNodeRequest) GetParallel() int32 {
+	if x != nil {
+		return x.Parallel
+	}
+	return 0
 }
 
 // NodeDrain is what a drain did with the boxes of its node.
@@ -4457,11 +4467,12 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x10ListPoolsRequest\"A\n" +
 	"\x11ListPoolsResponse\x12,\n" +
 	"\x05pools\x18\x01 \x03(\v2\x16.cocoonbox.v1.WarmPoolR\x05pools\"\x12\n" +
-	"\x10ListNodesRequest\"N\n" +
+	"\x10ListNodesRequest\"j\n" +
 	"\x10DrainNodeRequest\x12\x12\n" +
 	"\x04node\x18\x01 \x01(\tR\x04node\x12\x12\n" +
 	"\x04undo\x18\x02 \x01(\bR\x04undo\x12\x12\n" +
-	"\x04wait\x18\x03 \x01(\bR\x04wait\"n\n" +
+	"\x04wait\x18\x03 \x01(\bR\x04wait\x12\x1a\n" +
+	"\bparallel\x18\x04 \x01(\x05R\bparallel\"n\n" +
 	"\tNodeDrain\x12\x14\n" +
 	"\x05moved\x18\x01 \x03(\tR\x05moved\x12\x17\n" +
 	"\aon_wake\x18\x02 \x03(\tR\x06onWake\x122\n" +
