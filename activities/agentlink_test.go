@@ -58,6 +58,9 @@ func TestGatewayRoute(t *testing.T) {
 			t.Errorf("route(%q) = %+v, %v; want an error naming base_url", base, r, err)
 		}
 	}
+	if _, err := (Gateway{}).route(""); err == nil || !strings.Contains(err.Error(), "no model gateway is set on this worker") {
+		t.Errorf("route of a worker without a gateway: %v; want it said so", err)
+	}
 	if _, err := (Gateway{Provider: "gemini", BaseURL: "https://gw/v1"}).route("k"); err == nil || !strings.Contains(err.Error(), "provider") {
 		t.Errorf("route of provider gemini: %v; want an error naming the provider", err)
 	}

@@ -58,6 +58,10 @@ type route struct {
 func (g Gateway) route(key string) (route, error) {
 	u, err := url.Parse(g.BaseURL)
 	switch {
+	case g.BaseURL == "":
+		// Any worker of the shared queue may take a run's step: one without the agent section
+		// (a node's worker set up apart, say) fails the steps it takes.
+		return route{}, errors.New("no model gateway is set on this worker (agent.base_url): every worker needs the same agent section to run agent steps")
 	case err != nil:
 		return route{}, errors.New("gateway base_url is not a URL")
 	case u.Scheme != "https" && u.Scheme != "http":
