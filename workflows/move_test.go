@@ -188,12 +188,7 @@ func TestSnapshotExportedOnItsNode(t *testing.T) {
 	env := newEnv(t)
 	env.OnActivity(sb.Claim, mock.Anything, mock.Anything).Return(activities.ClaimResult{SandboxID: "sb-1", Node: "node-b"}, nil).Once()
 	snapshotsOK(env, nil)
-	var queues []string
-	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
-		if info.ActivityType.Name == "UploadSnapshot" {
-			queues = append(queues, info.TaskQueue)
-		}
-	})
+	queues := queuesOf(env, "UploadSnapshot")
 	update(env, 0, UpdateCreate, CreateInput{})
 	snapped := update(env, time.Second, UpdateSnapshot, SnapshotInput{})
 	deleteAt(env, time.Minute)
@@ -201,7 +196,7 @@ func TestSnapshotExportedOnItsNode(t *testing.T) {
 	env.ExecuteWorkflow(BoxWorkflow, input())
 	require.NoError(t, env.GetWorkflowError())
 	require.NoError(t, snapped.err)
-	require.Equal(t, []string{NodeTaskQueue("node-b")}, queues)
+	require.Equal(t, []string{NodeTaskQueue("node-b")}, *queues)
 }
 
 // TestRestoreRunsOnPlacedNode: a restore is placed first and runs on the chosen node's queue,
@@ -213,12 +208,7 @@ func TestRestoreRunsOnPlacedNode(t *testing.T) {
 	env.OnActivity(snap.RestoreSnapshot, mock.Anything, mock.MatchedBy(func(in activities.RestoreSnapshotInput) bool {
 		return in.Node == "node-c"
 	})).Return(activities.RestoreSnapshotResult{SnapshotID: "sn_00000000000000aa", SandboxID: "sb-2", Node: "node-c"}, nil).Once()
-	var queues []string
-	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
-		if info.ActivityType.Name == "RestoreSnapshot" {
-			queues = append(queues, info.TaskQueue)
-		}
-	})
+	queues := queuesOf(env, "RestoreSnapshot")
 	update(env, 0, UpdateCreate, CreateInput{})
 	restored := update(env, time.Second, UpdateRestore, RestoreInput{SnapshotID: "sn_00000000000000aa"})
 	deleteAt(env, time.Minute)
@@ -227,7 +217,7 @@ func TestRestoreRunsOnPlacedNode(t *testing.T) {
 	require.NoError(t, env.GetWorkflowError())
 	require.NoError(t, restored.err)
 	require.Equal(t, "sb-2", restored.status.SandboxID)
-	require.Equal(t, []string{NodeTaskQueue("node-c")}, queues)
+	require.Equal(t, []string{NodeTaskQueue("node-c")}, *queues)
 }
 
 // TestDrainWorkflowParallel: a drain told to move three boxes at once has three moves under way
@@ -268,4 +258,15 @@ func TestDrainWorkflowParallel(t *testing.T) {
 		require.Equal(t, ids, out.Moved, "parallel %d", c.parallel)
 		require.Equal(t, c.want, most, "moves under way at once with parallel %d", c.parallel)
 	}
+}
+
+// queuesOf records the task queue each activity called name was started on, in order.
+func queuesOf(env *testsuite.TestWorkflowEnvironment, name string) *[]string {
+	var queues []string
+	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+		if info.ActivityType.Name == name {
+			queues = append(queues, info.TaskQueue)
+		}
+	})
+	return &queues
 }

@@ -79,15 +79,25 @@ const nodeQueueWait = 30 * time.Second
 func upload(ctx workflow.Context, in SnapshotWorkflowInput, up *activities.UploadSnapshotResult) error {
 	act := activities.UploadSnapshotInput{BoxID: in.BoxID, SnapshotID: in.SnapshotID, SandboxID: in.SandboxID}
 	if in.Node != "" && workflow.GetVersion(ctx, versionNodeQueue, workflow.DefaultVersion, 1) >= 1 {
-		opts := workflow.GetActivityOptions(streamOptions(ctx))
-		opts.TaskQueue, opts.ScheduleToStartTimeout = NodeTaskQueue(in.Node), nodeQueueWait
-		err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), snapActs.UploadSnapshot, act).Get(ctx, up)
-		if !notTaken(err) {
+		if taken, err := onNodeQueue(ctx, in.Node, snapActs.UploadSnapshot, act, up); taken {
 			return err
 		}
-		workflow.GetLogger(ctx).Warn("the node's own worker did not take the export; any worker does", "node", in.Node, "snapshot", in.SnapshotID)
 	}
 	return workflow.ExecuteActivity(streamOptions(ctx), snapActs.UploadSnapshot, act).Get(ctx, up)
+}
+
+// onNodeQueue runs act with streamOptions on the queue of node's own worker, waiting
+// nodeQueueWait for it to be taken there. taken is false when no worker of the node took it in
+// time (none runs, or it is down): the caller then runs act where any worker takes it.
+func onNodeQueue(ctx workflow.Context, node string, act, in, out any) (taken bool, err error) {
+	opts := workflow.GetActivityOptions(streamOptions(ctx))
+	opts.TaskQueue, opts.ScheduleToStartTimeout = NodeTaskQueue(node), nodeQueueWait
+	err = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), act, in).Get(ctx, out)
+	if notTaken(err) {
+		workflow.GetLogger(ctx).Warn("no worker of the node took its work in time; any worker does it", "node", node)
+		return false, nil
+	}
+	return true, err
 }
 
 // versionRestoreOnNode marks the box workflow's placing a restore first and running it on the
@@ -107,13 +117,9 @@ func restoreOnNode(ctx workflow.Context, in activities.RestoreSnapshotInput, res
 		if err == nil && place.Node != "" {
 			onNode := in
 			onNode.Node = place.Node
-			opts := workflow.GetActivityOptions(streamOptions(ctx))
-			opts.TaskQueue, opts.ScheduleToStartTimeout = NodeTaskQueue(place.Node), nodeQueueWait
-			err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), snapActs.RestoreSnapshot, onNode).Get(ctx, res)
-			if !notTaken(err) {
+			if taken, err := onNodeQueue(ctx, place.Node, snapActs.RestoreSnapshot, onNode, res); taken {
 				return err
 			}
-			workflow.GetLogger(ctx).Warn("the node's own worker did not take the restore; any worker places it", "node", place.Node, "box", in.BoxID)
 		}
 		// A refused placement is said again, by the restore below, with the engine's word.
 	}
