@@ -88,8 +88,11 @@ func (a *Snapshots) placeRestore(registered []nodes.Node, chosen string, req nod
 	if len(registered) == 0 {
 		return a.own(), nil
 	}
-	if i := slices.IndexFunc(registered, func(n nodes.Node) bool { return n.ID == chosen }); chosen != "" && i >= 0 && registered[i].State == nodes.Active {
-		return a.at(registered[i]), nil
+	if chosen != "" {
+		i := slices.IndexFunc(registered, func(n nodes.Node) bool { return n.ID == chosen })
+		if i >= 0 && registered[i].State == nodes.Active {
+			return a.at(registered[i]), nil
+		}
 	}
 	n, refused := placement(registered, req, a.NodeDeadAfter, a.Node)
 	if refused != nil {

@@ -52,8 +52,8 @@ func (a *Snapshots) PlaceRestore(ctx context.Context, in PlaceRestoreInput) (Pla
 	if err != nil || len(registered) == 0 {
 		return PlaceRestoreResult{}, err
 	}
-	key := sandbox.PoolKey{Template: a.template(), Net: lane(in.Network), Size: string(orDefaultSize(in.Size))}
-	n, refused := placement(registered, nodes.Request{Template: key.Template, Size: orDefaultSize(in.Size), Net: key.Net}, a.NodeDeadAfter, a.Node)
+	req := nodes.Request{Template: a.template(), Size: orDefaultSize(in.Size), Net: lane(in.Network)}
+	n, refused := placement(registered, req, a.NodeDeadAfter, a.Node)
 	if refused != nil {
 		return PlaceRestoreResult{}, classify(fmt.Errorf("place the restored box: %w", refused))
 	}
