@@ -196,6 +196,34 @@ func TestAgentRunRetriesAStep(t *testing.T) {
 	require.Equal(t, e.inputs[1], e.inputs[2])
 }
 
+// TestAgentRunOutlastsALostNode: a step whose box stays unreachable for longer than other
+// activities' tries last (its node is marked lost only after node_dead_after, and then rebuilt
+// elsewhere) is tried until the box answers, and the run goes on; tries have a bound still.
+func TestAgentRunOutlastsALostNode(t *testing.T) {
+	for _, c := range []struct {
+		failures int
+		ok       bool
+	}{{failures: 15, ok: true}, {failures: stepTries, ok: false}} {
+		e := newRunEnv(t)
+		failed := 0
+		e.onStep(func(in activities.StepInput) (activities.StepResult, error) {
+			if failed < c.failures {
+				failed++
+				return activities.StepResult{}, temporal.NewApplicationError("box bx_1 is unreachable: node node-b does not answer", activities.ErrTypeUnavailable)
+			}
+			return activities.StepResult{Done: true}, nil
+		})
+		e.ExecuteWorkflow(AgentRunWorkflow, testRun())
+		if c.ok {
+			require.NoError(t, e.GetWorkflowError(), "after %d failed tries", c.failures)
+			require.Equal(t, cocoonbox.AgentRunSucceeded, e.finalState(t).State)
+		} else {
+			require.Error(t, e.GetWorkflowError(), "after %d failed tries", c.failures)
+			require.Equal(t, cocoonbox.AgentRunFailed, e.finalState(t).State)
+		}
+	}
+}
+
 func TestAgentRunStepLimit(t *testing.T) {
 	e := newRunEnv(t)
 	e.onStep(func(activities.StepInput) (activities.StepResult, error) { return activities.StepResult{}, nil })
