@@ -157,28 +157,23 @@ func DrainWorkflow(ctx workflow.Context, in DrainInput) (DrainResult, error) {
 	move := func(b activities.NodeBox) workflow.Future {
 		return workflow.ExecuteActivity(moveCtx, drainActs.MoveBox, activities.MoveBoxInput{Box: b.Box, Node: in.Node})
 	}
+	// A window of Parallel moves (one by default): the next box starts as soon as any move
+	// under way ends.
+	window := min(max(in.Parallel, 1), MaxDrainParallel)
 	results := make([]workflow.Future, len(boxes))
-	if in.Parallel <= 1 {
-		for i, b := range boxes {
-			results[i] = move(b)
-			_ = results[i].Get(ctx, nil) // one at a time: wait before the next
-		}
-	} else {
-		// A window of Parallel moves: the next box starts as soon as any move under way ends.
-		sel := workflow.NewSelector(ctx)
-		running := 0
-		for i, b := range boxes {
-			if running == min(in.Parallel, MaxDrainParallel) {
-				sel.Select(ctx)
-				running--
-			}
-			results[i] = move(b)
-			sel.AddFuture(results[i], func(workflow.Future) {})
-			running++
-		}
-		for range running {
+	sel := workflow.NewSelector(ctx)
+	running := 0
+	for i, b := range boxes {
+		if running == window {
 			sel.Select(ctx)
+			running--
 		}
+		results[i] = move(b)
+		sel.AddFuture(results[i], func(workflow.Future) {})
+		running++
+	}
+	for range running {
+		sel.Select(ctx)
 	}
 	for i, f := range results {
 		var res activities.MoveBoxResult

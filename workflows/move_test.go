@@ -238,14 +238,25 @@ func TestDrainWorkflowParallel(t *testing.T) {
 		}
 		env.OnActivity(drain.NodeBoxes, mock.Anything, "node-a").Return(boxes, nil)
 		var mu sync.Mutex
-		active, most := 0, 0
+		active, started, most := 0, 0, 0
 		env.OnActivity(drain.MoveBox, mock.Anything, mock.Anything).Return(
 			func(_ context.Context, in activities.MoveBoxInput) (activities.MoveBoxResult, error) {
 				mu.Lock()
 				active++
-				most = max(most, active)
+				started++
 				mu.Unlock()
-				time.Sleep(100 * time.Millisecond) // long enough for every move started with it to be running
+				// Each move waits until the window is full (or no box is left to start), so the
+				// moves the drain runs at once are all under way together here; a drain that
+				// runs fewer leaves this waiting until the deadline.
+				for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(time.Millisecond) {
+					mu.Lock()
+					full := active >= c.want || started == len(boxes)
+					most = max(most, active)
+					mu.Unlock()
+					if full {
+						break
+					}
+				}
 				mu.Lock()
 				active--
 				mu.Unlock()

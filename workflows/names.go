@@ -14,8 +14,8 @@ import (
 const TaskQueue = "cocoonbox"
 
 // NodeTaskQueue is the queue of engine node id's own worker (serve worker --node): a box's
-// snapshot is exported there, beside the engine that holds the box, so its stream stays on the
-// node on its way to S3.
+// snapshot is exported there, beside the engine that holds the box, and a restore placed on the
+// node is imported there, so either stream goes between the node and S3 alone.
 func NodeTaskQueue(node string) string { return "cocoonbox.node." + node }
 
 // BoxWorkflowID is the workflow ID of a box's entity workflow, so any caller can address it.

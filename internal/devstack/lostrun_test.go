@@ -3,12 +3,8 @@ package devstack_test
 import (
 	"fmt"
 	"slices"
-	"strings"
 	"testing"
 	"time"
-
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/agentvm/model/modeltest"
@@ -41,16 +37,11 @@ func TestLostNodeRunFinishes(t *testing.T) {
 	}
 
 	e, token := devAPI(t, d)
-	conn, err := grpc.NewClient(strings.TrimPrefix(d.URLs().API, "http://"), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
 	auth := e.as(ctx, token)
-	if _, err := cbv1.NewVaultServiceClient(conn).SetSecret(auth, &cbv1.SetSecretRequest{Name: gatewaySecret, Value: gatewayKey}); err != nil {
+	if _, err := cbv1.NewVaultServiceClient(e.conn).SetSecret(auth, &cbv1.SetSecretRequest{Name: gatewaySecret, Value: gatewayKey}); err != nil {
 		t.Fatal(err)
 	}
-	agents := cbv1.NewAgentServiceClient(conn)
+	agents := cbv1.NewAgentServiceClient(e.conn)
 	models.Script(
 		modeltest.Calls(modeltest.Call("shell", `{"command":"sleep 600"}`)),
 		modeltest.Reply("Done, on the box that came back."))

@@ -69,7 +69,8 @@ func StaticGateway(a config.Agent) func() activities.Gateway {
 }
 
 // Worker polls the shared task queue and, on an engine node (Options.Node), the node's own
-// (workflows.NodeTaskQueue), where the node's snapshots are exported beside its engine.
+// (workflows.NodeTaskQueue), where the node's snapshots are exported, and the restores placed on
+// it imported, beside its engine.
 type Worker struct {
 	shared, node worker.Worker
 }
