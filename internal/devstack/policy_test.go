@@ -158,9 +158,19 @@ func TestBoxEvents(t *testing.T) {
 	if _, err := e.box.SetPolicy(as, &cbv1.SetPolicyRequest{Box: id, KeepSnapshots: proto.Int32(2)}); err != nil {
 		t.Fatal(err)
 	}
-	resp, err := e.box.ListEvents(as, &cbv1.ListEventsRequest{Box: id, AfterId: last})
-	if err != nil || len(resp.GetEvents()) != 1 || resp.GetEvents()[0].GetAction() != "box.setpolicy" {
-		t.Fatalf("after a policy change: %v, %v", actions(resp.GetEvents()), err)
+	// A user's change is recorded beside the answer (boxsvc's later), not before it: wait for
+	// the one event, then check nothing else came with it.
+	var after []*cbv1.BoxEvent
+	testutil.Eventually(t, 30*time.Second, "the policy change's event", func() bool {
+		resp, err := e.box.ListEvents(as, &cbv1.ListEventsRequest{Box: id, AfterId: last})
+		if err != nil {
+			t.Fatal(err)
+		}
+		after = resp.GetEvents()
+		return len(after) > 0
+	})
+	if len(after) != 1 || after[0].GetAction() != "box.setpolicy" {
+		t.Fatalf("after a policy change: %v", actions(after))
 	}
 	if resp, err := e.box.ListEvents(as, &cbv1.ListEventsRequest{Box: id, Limit: 1}); err != nil || len(resp.GetEvents()) != 1 || resp.GetEvents()[0].GetAction() != "box.setpolicy" {
 		t.Fatalf("the newest one: %v, %v", resp, err)
