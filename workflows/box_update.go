@@ -355,7 +355,7 @@ func (w *box) setNetwork(ctx workflow.Context, in SetNetworkInput) (Status, erro
 
 // claimNew claims the box's next sandbox under a new claim_ref attempt.
 func (w *box) claimNew(ctx workflow.Context) error {
-	return w.claim(sandboxOptions(ctx, 2*time.Minute))
+	return w.claim(sandboxOptions(ctx, 2*time.Minute), claimTry)
 }
 
 // claimNewWithin is claimNew retried for as long as wait while the engine cannot hand out a
@@ -368,14 +368,15 @@ func (w *box) claimNewWithin(ctx workflow.Context, wait time.Duration) error {
 		ScheduleToCloseTimeout: wait,
 		HeartbeatTimeout:       sandboxHeartbeatTimeout,
 		RetryPolicy:            rp,
-	}))
+	}), min(claimTry, wait))
 }
 
-// claim claims the box's next sandbox under a new claim_ref attempt, with ctx's activity options.
-func (w *box) claim(ctx workflow.Context) error {
+// claim claims the box's next sandbox under a new claim_ref attempt, with ctx's activity options
+// after a local try of up to try.
+func (w *box) claim(ctx workflow.Context, try time.Duration) error {
 	attempt := w.st.Attempt + 1
 	var res activities.ClaimResult
-	err := w.quickly(ctx, sandboxActs.Claim, activities.ClaimInput{
+	err := w.quicklyWithin(ctx, try, sandboxActs.Claim, activities.ClaimInput{
 		BoxID: w.in.BoxID, Size: w.in.Size, Attempt: attempt, TTL: w.in.Policy.LeaseTTL, Network: w.in.Policy.Network,
 	}, &res)
 	if err != nil {

@@ -84,10 +84,16 @@ func errorType(err error) string {
 // server, more on a remote cluster) besides the call.
 const versionQuickCalls = "quick-calls"
 
-// quickTry bounds the local try of a call. It covers a warm claim, a desktop's wake or
-// hibernate, and a cold claim on an idle node. A query of the workflow waits for the workflow
-// task a try runs in, so this is also the longest a status query waits for one.
+// quickTry bounds the local try of a call. It covers a desktop's wake or hibernate and its ready
+// probe. A query of the workflow waits for the workflow task a try runs in; a longer try (a
+// claim's) is cut into workflow tasks the SDK heartbeats, about eight seconds each.
 const quickTry = 5 * time.Second
+
+// claimTry bounds the local try of a claim instead: a cold start of the desktop on a busy node
+// takes longer than quickTry, and a try cut short throws its start away (the engine stops a
+// start whose request ends), so the activity after it would boot the box a second time from
+// nothing.
+const claimTry = 2 * time.Minute
 
 // quickly runs act once as a local activity, in the workflow task that asked for it. When that
 // try fails with an error worth another try (the engine busy, a timeout), act runs again as an
@@ -95,9 +101,14 @@ const quickTry = 5 * time.Second
 // "waiting for" show as before. Every act called so is safe to repeat: a claim adopts what its
 // claim_ref already made, and the others are idempotent.
 func (w *box) quickly(actx workflow.Context, act, in, out any) error {
+	return w.quicklyWithin(actx, quickTry, act, in, out)
+}
+
+// quicklyWithin is quickly with a local try of up to try.
+func (w *box) quicklyWithin(actx workflow.Context, try time.Duration, act, in, out any) error {
 	if workflow.GetVersion(actx, versionQuickCalls, workflow.DefaultVersion, 1) != workflow.DefaultVersion {
 		lctx := workflow.WithLocalActivityOptions(actx, workflow.LocalActivityOptions{
-			StartToCloseTimeout: quickTry,
+			StartToCloseTimeout: try,
 			RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
 		})
 		err := workflow.ExecuteLocalActivity(lctx, act, in).Get(actx, out)

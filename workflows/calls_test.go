@@ -54,6 +54,32 @@ func TestQuickCalls(t *testing.T) {
 	})
 }
 
+// TestSlowClaimStaysLocal: a claim slower than the other calls' local try (a desktop's cold start
+// on a busy node) finishes in its local try, where cutting it short would throw its start away and
+// boot the box again in the activity after it.
+func TestSlowClaimStaysLocal(t *testing.T) {
+	env := newEnv(t)
+	env.SetTestTimeout(time.Minute)
+	var ran []string
+	env.SetOnLocalActivityStartedListener(func(info *activity.Info, _ context.Context, _ []any) {
+		ran = append(ran, "local "+info.ActivityType.Name)
+	})
+	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+		ran = append(ran, "activity "+info.ActivityType.Name)
+	})
+	env.OnActivity(sb.Claim, mock.Anything, mock.Anything).Return(
+		func(context.Context, activities.ClaimInput) (activities.ClaimResult, error) {
+			time.Sleep(quickTry + time.Second) // the try runs in real time
+			return activities.ClaimResult{SandboxID: "sb-1", Deadline: env.Now().Add(time.Hour)}, nil
+		})
+	create := update(env, 0, UpdateCreate, CreateInput{})
+	deleteAt(env, time.Minute)
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.True(t, env.IsWorkflowCompleted())
+	require.NoError(t, create.err)
+	require.Equal(t, []string{"local RecordBox", "local Claim", "local WaitReady"}, calls(ran))
+}
+
 // calls is ran without the row writes (SetState, Event) and the delete's release.
 func calls(ran []string) []string {
 	var out []string
