@@ -258,8 +258,9 @@ const stepTimeout = 35 * time.Minute
 // stepTries bounds the tries of one step whose failures another try may change (its box
 // unreachable, the model overloaded): with the back-off of retryPolicy, about eight minutes. A
 // box whose node died comes back on another node only once the heartbeats mark the node lost
-// (node_dead_after, a minute by default, which the run does not know); the ten tries of other
-// activities, about two and a half minutes, would run out first where it is set above about two.
+// (node_dead_after, a minute by default and at most config.MaxNodeDeadAfter, five); the ten
+// tries of other activities, about two and a half minutes, would run out first where it is set
+// above about two.
 const stepTries = 20
 
 func stepOptions(ctx workflow.Context) workflow.Context {

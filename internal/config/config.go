@@ -425,13 +425,25 @@ func DefaultDev(env Lookup) Dev {
 // empty), then the environment. Flags are applied by the caller, then Validate.
 func LoadDev(path string, env Lookup) (Dev, error) { return Load(path, env, DefaultDev(env)) }
 
+// MaxNodeDeadAfter bounds node_dead_after. A run whose box was on a node that died goes on once
+// the heartbeats mark the node lost and the box comes back elsewhere; the run's step is tried
+// for about eight minutes (workflows' stepTries), which a longer silence would outlast.
+const MaxNodeDeadAfter = 5 * time.Minute
+
+func validateNodeDeadAfter(d time.Duration) error {
+	if d < 0 || d > MaxNodeDeadAfter {
+		return fmt.Errorf("config node_dead_after: must be from 0 (a minute) to %s, got %s", MaxNodeDeadAfter, d)
+	}
+	return nil
+}
+
 // Validate checks the dev configuration and names the first bad field.
 func (c *Dev) Validate() error {
 	if err := validateHome(c.Home); err != nil {
 		return err
 	}
-	if c.NodeDeadAfter < 0 {
-		return fmt.Errorf("config node_dead_after: must not be negative, got %s", c.NodeDeadAfter)
+	if err := validateNodeDeadAfter(c.NodeDeadAfter); err != nil {
+		return err
 	}
 	if c.Template == "" {
 		return errors.New("config template: is required (COCOONBOX_BOX_TEMPLATE)")
@@ -542,8 +554,8 @@ func (c *Worker) Validate() error {
 	if c.Node != "" && !nodeIDPattern.MatchString(c.Node) {
 		return fmt.Errorf("config node: must be a lowercase letter or digit, then up to 62 lowercase letters, digits, dots or hyphens, got %q", c.Node)
 	}
-	if c.NodeDeadAfter < 0 {
-		return fmt.Errorf("config node_dead_after: must not be negative, got %s", c.NodeDeadAfter)
+	if err := validateNodeDeadAfter(c.NodeDeadAfter); err != nil {
+		return err
 	}
 	return c.Agent.Validate()
 }

@@ -365,7 +365,8 @@ func TestWorkerConfig(t *testing.T) {
 		{"health port", func(c *config.Worker) { c.HealthListen = "8422" }, "config health_listen: want host:port"},
 		{"log level", func(c *config.Worker) { c.LogLevel = "loud" }, "config log_level"},
 		{"node id", func(c *config.Worker) { c.Node = "Node A" }, "config node: must be a lowercase letter or digit"},
-		{"node dead after", func(c *config.Worker) { c.NodeDeadAfter = -time.Second }, "config node_dead_after: must not be negative"},
+		{"node dead after", func(c *config.Worker) { c.NodeDeadAfter = -time.Second }, "config node_dead_after: must be from 0 (a minute) to 5m0s, got -1s"},
+		{"node dead after long", func(c *config.Worker) { c.NodeDeadAfter = 6 * time.Minute }, "config node_dead_after: must be from 0 (a minute) to 5m0s, got 6m0s"},
 	}
 	for _, tc := range cases {
 		c := base
