@@ -159,7 +159,7 @@ func (w *box) wake(ctx workflow.Context, in WakeInput) (Status, error) {
 		if w.st.SandboxID == "" {
 			err = w.replaceSandbox(ctx)
 		} else {
-			err = w.quickly(sandboxOptions(ctx, time.Minute), sandboxActs.Wake,
+			err = w.quicklyOnNode(sandboxOptions(ctx, time.Minute), sandboxActs.Wake,
 				activities.SandboxInput{BoxID: w.in.BoxID, SandboxID: w.st.SandboxID}, nil)
 			switch {
 			case errorType(err) == activities.ErrTypeSandboxGone:
@@ -239,7 +239,7 @@ func (w *box) hibernateLocked(ctx workflow.Context, why hibernateReason) error {
 	if w.recordsSleep {
 		// The row says hibernating before the engine call, written by the same local activity
 		// (HibernateRecorded), which makes no engine call when the row cannot be written.
-		err = w.quickly(sandboxOptions(ctx, time.Minute), sandboxActs.HibernateRecorded,
+		err = w.quicklyOnNode(sandboxOptions(ctx, time.Minute), sandboxActs.HibernateRecorded,
 			activities.HibernateRecordedInput{SandboxInput: sb, Record: w.enter(ctx, cocoonbox.BoxStateHibernating, nil)}, nil)
 	} else {
 		if err := w.moveTo(ctx, cocoonbox.BoxStateHibernating); err != nil &&
@@ -251,7 +251,7 @@ func (w *box) hibernateLocked(ctx workflow.Context, why hibernateReason) error {
 			w.setState(ctx, cocoonbox.BoxStateRunning)
 			return err
 		}
-		err = w.quickly(sandboxOptions(ctx, time.Minute), sandboxActs.Hibernate, sb, nil)
+		err = w.quicklyOnNode(sandboxOptions(ctx, time.Minute), sandboxActs.Hibernate, sb, nil)
 	}
 	switch {
 	case errorType(err) == activities.ErrTypeSandboxGone:
@@ -398,7 +398,7 @@ func (w *box) waitReady(ctx workflow.Context) error {
 		HeartbeatTimeout:    30 * time.Second, // WaitReady heartbeats every probe
 		RetryPolicy:         retryPolicy(),
 	}
-	return w.quickly(workflow.WithActivityOptions(ctx, opts), sandboxActs.WaitReady,
+	return w.quicklyOnNode(workflow.WithActivityOptions(ctx, opts), sandboxActs.WaitReady,
 		activities.SandboxInput{BoxID: w.in.BoxID, SandboxID: w.st.SandboxID}, nil)
 }
 

@@ -120,6 +120,36 @@ func (w *box) quicklyWithin(actx workflow.Context, try time.Duration, act, in, o
 	return workflow.ExecuteActivity(actx, act, in).Get(actx, out)
 }
 
+// versionQuickOnNode marks the box workflow's trying a failed quick call on its sandbox (wake,
+// hibernate, the ready probe) again on the queue of the node that holds the sandbox; before it,
+// the tries after the first ran where any worker took them.
+const versionQuickOnNode = "quick-on-node"
+
+// quicklyOnNode is quickly for a call on the box's sandbox: its local try runs on the worker
+// that runs the workflow, at the engine's address, and the tries after it on the queue of the
+// node that holds the sandbox, beside its engine, so a control host cut off from the node does
+// not keep trying through a network it cannot cross. When no worker of the node takes the call
+// within nodeQueueWait (the node has none, or it is down with its node), any worker does.
+func (w *box) quicklyOnNode(actx workflow.Context, act, in, out any) error {
+	node := w.st.Node
+	if node == "" || workflow.GetVersion(actx, versionQuickOnNode, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+		return w.quickly(actx, act, in, out)
+	}
+	lctx := workflow.WithLocalActivityOptions(actx, workflow.LocalActivityOptions{
+		StartToCloseTimeout: quickTry,
+		RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
+	})
+	err := workflow.ExecuteLocalActivity(lctx, act, in).Get(actx, out)
+	if err == nil || final(err) {
+		return err
+	}
+	workflow.GetLogger(actx).Info("a quick try failed; trying again on the node's queue", "node", node, "error", err)
+	if taken, err := onNodeQueue(actx, node, act, in, out); taken {
+		return err
+	}
+	return workflow.ExecuteActivity(actx, act, in).Get(actx, out)
+}
+
 // final reports whether err is one another try cannot change: a non-retryable activity error,
 // or the workflow's own cancellation.
 func final(err error) bool {

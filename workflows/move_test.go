@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -280,4 +281,42 @@ func queuesOf(env *testsuite.TestWorkflowEnvironment, name string) *[]string {
 		}
 	})
 	return &queues
+}
+
+// TestQuickRetriesOnItsNode: a hibernate and a wake of a box on a node (as its ready probe, by
+// the same helper) are tried first where the workflow runs, and, when that try fails with an error
+// another may change, again on the queue of the node that holds the box, beside its engine.
+func TestQuickRetriesOnItsNode(t *testing.T) {
+	env := newEnv(t)
+	busy := temporal.NewApplicationError("the engine is busy", activities.ErrTypeUnavailable)
+	env.OnActivity(sb.Claim, mock.Anything, mock.Anything).Return(activities.ClaimResult{SandboxID: "sb-1", Node: "node-b"}, nil).Once()
+	failsOnce := func() func() error {
+		tries := 0
+		return func() error {
+			if tries++; tries == 1 {
+				return busy
+			}
+			return nil
+		}
+	}
+	hib, wake := failsOnce(), failsOnce()
+	hibernates(env, nil, func(activities.SandboxInput) error { return hib() })
+	env.OnActivity(sb.Wake, mock.Anything, mock.Anything).Return(func(context.Context, activities.SandboxInput) error { return wake() })
+	var queues []string
+	env.SetOnActivityStartedListener(func(info *activity.Info, _ context.Context, _ converter.EncodedValues) {
+		queues = append(queues, info.ActivityType.Name+" "+info.TaskQueue)
+	})
+	update(env, 0, UpdateCreate, CreateInput{})
+	hibernated := update(env, time.Second, UpdateHibernate, HibernateInput{})
+	woke := update(env, 2*time.Second, UpdateWake, WakeInput{})
+	deleteAt(env, time.Minute)
+
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.NoError(t, env.GetWorkflowError())
+	require.NoError(t, hibernated.err)
+	require.NoError(t, woke.err)
+	onNode := NodeTaskQueue("node-b")
+	require.Equal(t, []string{"HibernateRecorded " + onNode, "Wake " + onNode}, slices.DeleteFunc(queues, func(q string) bool {
+		return strings.HasPrefix(q, "Release ")
+	}))
 }

@@ -79,20 +79,21 @@ const nodeQueueWait = 30 * time.Second
 func upload(ctx workflow.Context, in SnapshotWorkflowInput, up *activities.UploadSnapshotResult) error {
 	act := activities.UploadSnapshotInput{BoxID: in.BoxID, SnapshotID: in.SnapshotID, SandboxID: in.SandboxID}
 	if in.Node != "" && workflow.GetVersion(ctx, versionNodeQueue, workflow.DefaultVersion, 1) >= 1 {
-		if taken, err := onNodeQueue(ctx, in.Node, snapActs.UploadSnapshot, act, up); taken {
+		if taken, err := onNodeQueue(streamOptions(ctx), in.Node, snapActs.UploadSnapshot, act, up); taken {
 			return err
 		}
 	}
 	return workflow.ExecuteActivity(streamOptions(ctx), snapActs.UploadSnapshot, act).Get(ctx, up)
 }
 
-// onNodeQueue runs act with streamOptions on the queue of node's own worker, waiting
+// onNodeQueue runs act with actx's activity options on the queue of node's own worker, waiting
 // nodeQueueWait for it to be taken there. taken is false when no worker of the node took it in
 // time (none runs, or it is down): the caller then runs act where any worker takes it.
-func onNodeQueue(ctx workflow.Context, node string, act, in, out any) (taken bool, err error) {
-	opts := workflow.GetActivityOptions(streamOptions(ctx))
+func onNodeQueue(actx workflow.Context, node string, act, in, out any) (taken bool, err error) {
+	opts := workflow.GetActivityOptions(actx)
 	opts.TaskQueue, opts.ScheduleToStartTimeout = NodeTaskQueue(node), nodeQueueWait
-	err = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, opts), act, in).Get(ctx, out)
+	ctx := workflow.WithActivityOptions(actx, opts)
+	err = workflow.ExecuteActivity(ctx, act, in).Get(ctx, out)
 	if notTaken(err) {
 		workflow.GetLogger(ctx).Warn("no worker of the node took its work in time; any worker does it", "node", node)
 		return false, nil
@@ -117,7 +118,7 @@ func restoreOnNode(ctx workflow.Context, in activities.RestoreSnapshotInput, res
 		if err == nil && place.Node != "" {
 			onNode := in
 			onNode.Node = place.Node
-			if taken, err := onNodeQueue(ctx, place.Node, snapActs.RestoreSnapshot, onNode, res); taken {
+			if taken, err := onNodeQueue(streamOptions(ctx), place.Node, snapActs.RestoreSnapshot, onNode, res); taken {
 				return err
 			}
 		}

@@ -69,8 +69,8 @@ func StaticGateway(a config.Agent) func() activities.Gateway {
 }
 
 // Worker polls the shared task queue and, on an engine node (Options.Node), the node's own
-// (workflows.NodeTaskQueue), where the node's snapshots are exported, and the restores placed on
-// it imported, beside its engine.
+// (workflows.NodeTaskQueue), where the node's snapshots are exported, the restores placed on it
+// imported, and its boxes' wakes, hibernates and ready probes tried again, beside its engine.
 type Worker struct {
 	shared, node worker.Worker
 }
@@ -129,6 +129,7 @@ func New(opts Options) *Worker {
 	if opts.Node != "" {
 		out.node = worker.New(opts.Temporal, workflows.NodeTaskQueue(opts.Node), worker.Options{Interceptors: opts.Interceptors})
 		out.node.RegisterActivity(snapActs)
+		out.node.RegisterActivity(sbActs)
 	}
 	w.RegisterActivity(sbActs)
 	w.RegisterActivity(drainActivities(opts.Temporal, opts.Store, tok, opts.Template, opts.NodeDeadAfter))
