@@ -16,10 +16,12 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/agentvm/model/modeltest"
 	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	"github.com/loomhand/cocoonbox/internal/devstack"
 	"github.com/loomhand/cocoonbox/internal/netlab"
 	"github.com/loomhand/cocoonbox/internal/nodes"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/testutil"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 	"github.com/loomhand/cocoonbox/workflows"
@@ -28,23 +30,29 @@ import (
 // TestMultiHost runs a deployment over four "hosts" built from network namespaces on a bridge of
 // the test's own: the control host (this process's namespace: Temporal, PostgreSQL, S3 and two
 // API replicas) and three engine nodes, each a gVisor engine with its own worker in a namespace of
-// its own, reaching the control host and each other only at their bridge addresses. Twelve boxes
-// created through both replicas spread over the nodes by the placement rule; draining one node
-// moves its boxes to the others with every file; SIGKILLing another node and removing its
-// namespace loses its boxes' sandboxes, and each box comes back on the remaining node from its
+// its own, reaching the control host and each other only at their bridge addresses. Twelve
+// desktop boxes created through both replicas spread over the nodes by the placement rule;
+// draining one node moves its boxes to the others with every file; SIGKILLing another node and
+// removing its namespace loses its boxes' sandboxes while an agent run pins one of them: the run
+// finishes on that box brought back, and each other box comes back on the remaining node from its
 // snapshot on its next wake, restored by that node's own worker.
 func TestMultiHost(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
 	}
 	hosts := netlab.NewHosts(t, 3)
+	// The scripted model gateway serves loopback; the nodes' workers, which relay the agents'
+	// model calls, reach it at the control host's address.
+	models := modeltest.NewServer(t, gatewayKey)
 	cfg := boxConfig(t)
+	useGateway(&cfg, models)
+	cfg.Agent.BaseURL = "http://" + relayTCP(t, hosts.Control, strings.TrimPrefix(models.URL, "http://")) + "/v1"
 	cfg.Listen, cfg.TemporalListen = hosts.Control+":0", hosts.Control+":0"
 	cfg.NoWorker = true // the nodes' workers serve; the control host runs none
 	cfg.CreateWait = time.Minute
 	cfg.Quota.Boxes = 12
 	cfg.NodeDeadAfter = 25 * time.Second
-	d, ctx, owner, _ := newBoxEnv(t, cfg, 12*time.Minute)
+	d, ctx, owner, _ := newBoxEnv(t, cfg, 20*time.Minute)
 	// The embedded S3 server serves loopback only; the nodes reach it at the control host's
 	// address through a relay, as they would reach an S3 service on the deployment's network.
 	s3 := d.S3()
@@ -59,6 +67,7 @@ func TestMultiHost(t *testing.T) {
 	for i, id := range ids {
 		wcfg := workerConfig(d)
 		wcfg.Node, wcfg.NodeDeadAfter, wcfg.S3 = id, cfg.NodeDeadAfter, s3
+		wcfg.Template, wcfg.Agent = cfg.Template, cfg.Agent
 		n := startEngineNodeCmd(t, hosts.Command(i, self, engineNodeArg),
 			engineNodeConfig{ImageCache: cfg.ImageCache, Listen: hosts.Addrs[i] + ":0"}, wcfg)
 		if !strings.HasPrefix(n.url, "http://"+hosts.Addrs[i]+":") {
@@ -72,6 +81,9 @@ func TestMultiHost(t *testing.T) {
 	})
 
 	e, admin := devAPI(t, d)
+	if _, err := cbv1.NewVaultServiceClient(e.conn).SetSecret(e.as(ctx, admin), &cbv1.SetSecretRequest{Name: gatewaySecret, Value: gatewayKey}); err != nil {
+		t.Fatal(err)
+	}
 	replica := dialReplica(t, devstack.StartAPIReplica(t, d))
 	apis := []cbv1.BoxServiceClient{e.box, replica}
 	var boxes []cocoonbox.BoxID
@@ -83,7 +95,7 @@ func TestMultiHost(t *testing.T) {
 		}
 		id := cocoonbox.BoxID(resp.GetId())
 		boxes = append(boxes, id)
-		out, err := d.Boxes.Exec(ctx, owner.ID, id, boxsvc.ExecRequest{Argv: []string{"sh", "-c", "head -c 1M /dev/urandom > /root/kept && sha256sum /root/kept"}})
+		out, err := d.Boxes.Exec(ctx, owner.ID, id, boxsvc.ExecRequest{Argv: []string{"sh", "-c", "head -c 1M /dev/urandom > /home/user/kept && sha256sum /home/user/kept"}})
 		if err != nil || out.ExitCode != 0 {
 			t.Fatalf("write in box %s: %+v, %v", id, out, err)
 		}
@@ -97,7 +109,7 @@ func TestMultiHost(t *testing.T) {
 	}
 	intact := func(id cocoonbox.BoxID) {
 		t.Helper()
-		out, err := d.Boxes.Exec(ctx, owner.ID, id, boxsvc.ExecRequest{Argv: []string{"sha256sum", "/root/kept"}})
+		out, err := d.Boxes.Exec(ctx, owner.ID, id, boxsvc.ExecRequest{Argv: []string{"sha256sum", "/home/user/kept"}})
 		if err != nil || out.Stdout != sums[id] {
 			t.Fatalf("box %s's file: %q, %v; want %q", id, out.Stdout, err, sums[id])
 		}
@@ -128,20 +140,53 @@ func TestMultiHost(t *testing.T) {
 			t.Fatalf("box %s's snapshot was exported on %v, want node-3's queue alone", id, got)
 		}
 	}
+	// A run pins the first of them, its step inside a tool call in the box when the node dies.
+	pinned, idle := lost[0], lost[1:]
+	agents := cbv1.NewAgentServiceClient(e.conn)
+	models.Script(
+		modeltest.Calls(modeltest.Call("shell", `{"command":"sleep 600"}`)),
+		modeltest.Reply("Done, on the box that came back."))
+	run, err := agents.StartRun(e.as(ctx, admin), &cbv1.StartRunRequest{Box: string(pinned), Task: "Wait a while."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen string
+	pinnedOn, err := d.Boxes.Get(ctx, owner.ID, pinned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ref := sandboxRef(ctx, t, ns[2].client, pinnedOn.SandboxID)
+	testutil.Eventually(t, 2*time.Minute, "the run's tool call runs in the box on node-3", func() bool {
+		// The desktop's own scripts start sleeps too: this one is the tool call's.
+		res, err := ns[2].client.Exec(ctx, ref, sandbox.ExecRequest{Argv: []string{"pgrep", "-f", "sleep 600"}})
+		seen = fmt.Sprintf("%d model calls; pgrep: %+v, %v", len(models.Requests()), res, err)
+		return err == nil && res.ExitCode == 0 && len(models.Requests()) == 1
+	}, &seen)
+
 	ns[2].kill()
 	hosts.Remove(t, 2)
-	var seen string
-	testutil.Eventually(t, 2*time.Minute, "node-3 lost and its boxes failed", func() bool {
+	testutil.Eventually(t, 2*time.Minute, "node-3 lost and its idle boxes failed", func() bool {
 		failed := 0
-		for _, id := range lost {
+		for _, id := range idle {
 			if v, err := d.Boxes.Get(ctx, owner.ID, id); err == nil && v.State == cocoonbox.BoxStateFailed {
 				failed++
 			}
 		}
-		seen = fmt.Sprintf("%d of %d failed", failed, len(lost))
-		return failed == len(lost)
+		seen = fmt.Sprintf("%d of %d failed", failed, len(idle))
+		return failed == len(idle)
 	}, &seen)
-	for _, id := range lost {
+	// The run goes on once its box is back, from its snapshot, on the remaining node.
+	var got *cbv1.AgentRun
+	testutil.Eventually(t, 5*time.Minute, "the run finishes on the box brought back", func() bool {
+		got, err = agents.GetRun(e.as(ctx, admin), &cbv1.GetRunRequest{RunId: run.GetId()})
+		seen = fmt.Sprintf("%s %q %v", got.GetState(), got.GetError(), err)
+		return err == nil && slices.Contains([]string{"succeeded", "failed", "cancelled"}, got.GetState())
+	}, &seen)
+	if got.GetState() != "succeeded" || got.GetResult() != "Done, on the box that came back." || len(models.Requests()) != 2 {
+		t.Fatalf("the run after node-3's loss: %s %q %q after %d model calls", got.GetState(), got.GetError(), got.GetResult(), len(models.Requests()))
+	}
+	intact(pinned)
+	for _, id := range idle {
 		if v, err := d.Boxes.Wake(ctx, owner.ID, id); err != nil || v.State != cocoonbox.BoxStateRunning {
 			t.Fatalf("wake box %s after its node was lost: %+v, %v", id, v.Status, err)
 		}
