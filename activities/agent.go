@@ -43,6 +43,8 @@ type Agent struct {
 	Link  *boxlink.Link
 	Runs  AgentRunStore
 	Vault SecretOpener
+	// Usage is the ledger of model calls, which also bounds a run's tokens; nil meters nothing.
+	Usage UsageLedger
 	// Gateway returns the operator's model gateway, read at each step: the worker's
 	// configuration, never a workflow's input.
 	Gateway func() Gateway
@@ -179,9 +181,14 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 		LeaseSeq:            lease.Seq,
 		FreshScreenshot:     in.FreshScreenshot,
 	}
+	mt := &meter{ledger: a.Usage, call: store.ModelCall{RunID: in.RunID, Step: in.Step, BoxID: in.BoxID, User: run.Owner, Model: run.Model}}
+	if err := mt.allow(ctx); err != nil {
+		// Spent before the step: nothing is asked of the box.
+		return StepResult{}, newError(ErrTypeBudget, errors.New(mt.refused()))
+	}
 	resp, err := whileHeartbeating(ctx, func(ctx context.Context) (*agentvmv1.StepResponse, error) {
 		// The box has no network: its model calls go over the links kept open meanwhile.
-		defer a.keepLinks(ctx, box, in.RunID, in.Step, rt)()
+		defer a.keepLinks(ctx, box, in.RunID, in.Step, rt, mt)()
 		var resp *agentvmv1.StepResponse
 		err := a.Link.Agents(ctx, box, func(ctx context.Context, c agentvmv1.AgentsClient) (err error) {
 			resp, err = c.Step(ctx, req)
@@ -189,6 +196,10 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 		})
 		return resp, err
 	})
+	if why := mt.refused(); why != "" {
+		// The agent's model client was refused for the run's bound: the run stops, saying so.
+		return StepResult{}, newError(ErrTypeBudget, errors.New(why))
+	}
 	if err != nil {
 		return StepResult{}, agentError(ctx, err)
 	}

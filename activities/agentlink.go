@@ -50,6 +50,7 @@ type modelLinks struct {
 	ref      sandbox.SandboxRef
 	preamble string // holds the credential: never logged
 	route    route  // holds the key: never logged
+	meter    *meter
 	client   *http.Client
 	log      log.Logger
 	// pre holds the links opened for this step as the one before it ended (prelinks), each
@@ -70,11 +71,11 @@ type modelLinks struct {
 // keepLinks opens model links for the step until the returned stop, which closes them all and
 // waits for their goroutines. Its failures are logged, never the step's: without links the
 // agent's model call fails and says so.
-func (a *Agent) keepLinks(ctx context.Context, box boxlink.Box, runID string, step int, rt route) (stop func()) {
+func (a *Agent) keepLinks(ctx context.Context, box boxlink.Box, runID string, step int, rt route, mt *meter) (stop func()) {
 	ctx, cancel := context.WithCancel(ctx)
 	client, tr := newGatewayClient(a.dialGateway)
 	m := &modelLinks{
-		a: a, ref: box.Ref, route: rt, client: client, log: logger(ctx), open: map[net.Conn]struct{}{},
+		a: a, ref: box.Ref, route: rt, meter: mt, client: client, log: logger(ctx), open: map[net.Conn]struct{}{},
 		slots:    make(chan struct{}, maxGatewayPipes),
 		preamble: linkPreamble(box, runID, step),
 		pre:      a.prelinks.take(box.Ref.ID, runID, step),

@@ -456,7 +456,7 @@ func TestAgentLinkRefusesAWrongCredential(t *testing.T) {
 func TestAgentLinkStopClosesIdleLinks(t *testing.T) {
 	f := newLinkFixture(t)
 	ref := sandbox.SandboxRef{ID: "sb_1", Token: "tok"}
-	stop := f.a.keepLinks(t.Context(), boxlink.Box{ID: agentBox, Ref: ref, Cred: boxlink.Credential([]byte("key"), agentBox)}, "run_1", 1, route{})
+	stop := f.a.keepLinks(t.Context(), boxlink.Box{ID: agentBox, Ref: ref, Cred: boxlink.Credential([]byte("key"), agentBox)}, "run_1", 1, route{}, nil)
 	deadline := time.Now().Add(10 * time.Second)
 	for open, _ := f.box.counts(wire.LinkPort); open < idleLinks; open, _ = f.box.counts(wire.LinkPort) {
 		if time.Now().After(deadline) {
@@ -520,7 +520,7 @@ func TestAgentLinkFloodIsBounded(t *testing.T) {
 	gw := &gatewayDials{}
 	a := &Agent{Link: &boxlink.Link{Sandbox: box}, DialGateway: gw.dial}
 	ref := sandbox.SandboxRef{ID: "sb_1", Token: "tok"}
-	stop := a.keepLinks(t.Context(), boxlink.Box{Ref: ref, Cred: "cred"}, "run_1", 1, route{path: "/v1/chat/completions", target: "http://" + gateway + "/v1/chat/completions"})
+	stop := a.keepLinks(t.Context(), boxlink.Box{Ref: ref, Cred: "cred"}, "run_1", 1, route{path: "/v1/chat/completions", target: "http://" + gateway + "/v1/chat/completions"}, nil)
 	defer stop()
 
 	peak := func() int {

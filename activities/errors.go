@@ -48,7 +48,7 @@ var errorTypes = []struct{ code, typ string }{
 // a permanent failure.
 func NonRetryableErrorTypes() []string {
 	return []string{ErrTypeNotFound, ErrTypeConflict, ErrTypeInvalidArgument, ErrTypeResourceExhausted,
-		ErrTypeSandboxGone, ErrTypeSnapshotCorrupt}
+		ErrTypeSandboxGone, ErrTypeSnapshotCorrupt, ErrTypeBudget}
 }
 
 // DomainCode returns the domain error code of an activity error type, or "" for a type with no

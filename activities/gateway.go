@@ -130,6 +130,9 @@ func (m *modelLinks) serve(ctx context.Context, link sandbox.Conn, br *bufio.Rea
 	if err == nil {
 		err = checkEndpoint(req, m.route.path)
 	}
+	if err == nil {
+		err = m.meter.allow(ctx) // the run's token bound, before the gateway sees the call
+	}
 	if err != nil {
 		var le *linkError
 		if !errors.As(err, &le) {
@@ -157,8 +160,10 @@ func (m *modelLinks) serve(ctx context.Context, link sandbox.Conn, br *bufio.Rea
 	if m.route.key != "" {
 		out.Header.Set(m.route.keyHeader, m.route.key)
 	}
+	sent := time.Now()
 	resp, err := m.client.Do(out)
 	if err != nil {
+		m.recordCall(ctx, 0, nil, sent)
 		if ctx.Err() != nil {
 			return
 		}
@@ -169,6 +174,8 @@ func (m *modelLinks) serve(ctx context.Context, link sandbox.Conn, br *bufio.Rea
 		return
 	}
 	defer resp.Body.Close()
+	usage := &usageScanner{}
+	defer func() { m.recordCall(ctx, resp.StatusCode, usage, sent) }()
 	h := http.Header{}
 	copyHeaders(h, resp.Header, forwardedResponseHeaders)
 	if err := writeLinkResponse(link, resp.StatusCode, h); err != nil {
@@ -181,6 +188,7 @@ func (m *modelLinks) serve(ctx context.Context, link sandbox.Conn, br *bufio.Rea
 	for {
 		n, err := resp.Body.Read(buf)
 		if n > 0 {
+			_, _ = usage.Write(buf[:n])
 			if _, werr := out2box.Write(buf[:n]); werr != nil {
 				return
 			}
@@ -197,4 +205,11 @@ func (m *modelLinks) serve(ctx context.Context, link sandbox.Conn, br *bufio.Rea
 			"sandbox", m.ref.ID, "gateway", m.route.target, "status", resp.StatusCode)
 	}
 	_ = link.CloseWrite()
+}
+
+// recordCall writes one relayed call to the ledger; a failure is logged, the step goes on.
+func (m *modelLinks) recordCall(ctx context.Context, status int, u *usageScanner, sent time.Time) {
+	if err := m.meter.record(ctx, status, u, time.Since(sent)); err != nil {
+		m.log.Warn("record model call usage", "sandbox", m.ref.ID, "error", err.Error())
+	}
 }

@@ -22,6 +22,12 @@ import (
 // before closing it. The worker forwards to gw with linkModelKey.
 func askThroughLink(t *testing.T, gw *modeltest.Server, request string) string {
 	t.Helper()
+	return askThroughMeteredLink(t, gw, request, nil)
+}
+
+// askThroughMeteredLink is askThroughLink with the step's calls counted by mt.
+func askThroughMeteredLink(t *testing.T, gw *modeltest.Server, request string, mt *meter) string {
+	t.Helper()
 	answer := make(chan string, 1)
 	var once sync.Once
 	agent := listen(t, func(c net.Conn) {
@@ -51,7 +57,7 @@ func askThroughLink(t *testing.T, gw *modeltest.Server, request string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := a.keepLinks(t.Context(), boxlink.Box{Ref: sandbox.SandboxRef{ID: "sb_1", Token: "tok"}, Cred: "cred"}, "run_1", 1, rt)
+	stop := a.keepLinks(t.Context(), boxlink.Box{Ref: sandbox.SandboxRef{ID: "sb_1", Token: "tok"}, Cred: "cred"}, "run_1", 1, rt, mt)
 	defer stop()
 	return <-answer
 }

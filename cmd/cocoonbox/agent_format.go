@@ -37,6 +37,11 @@ func writeRun(w io.Writer, r *cbv1.AgentRun) error {
 	kv("owner", r.GetOwner())
 	kv("task", oneLine(r.GetTask(), 200))
 	kv("steps", fmt.Sprint(r.GetStepsDone()))
+	if tokens := fmt.Sprint(r.GetTokensUsed()); r.GetMaxTokens() > 0 {
+		kv("tokens", fmt.Sprintf("%s of %d", tokens, r.GetMaxTokens()))
+	} else {
+		kv("tokens", tokens)
+	}
 	kv("created", when(r.GetCreatedAt()))
 	kv("ended", when(r.GetEndedAt()))
 	if err := tw.Flush(); err != nil {

@@ -14,6 +14,7 @@ func runFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "the model to run on (default: the server's)"},
 		&cli.IntFlag{Name: "max-steps", Usage: "stop the run after this many model turns (default: the server's)"},
+		&cli.Int64Flag{Name: "max-tokens", Usage: "stop the run before a model call once its calls used this many input and output tokens (default: no bound)"},
 	}
 }
 
@@ -22,8 +23,12 @@ func startRun(c *cli.Context, agent cbv1.AgentServiceClient, args []string) (*cb
 	if n := c.Int("max-steps"); n < 0 {
 		return nil, usageError("--max-steps must be positive")
 	}
+	if n := c.Int64("max-tokens"); n < 0 {
+		return nil, usageError("--max-tokens must be positive")
+	}
 	run, err := agent.StartRun(c.Context, &cbv1.StartRunRequest{
 		Box: args[0], Task: strings.Join(args[1:], " "), Model: c.String("model"), MaxSteps: int32(c.Int("max-steps")),
+		MaxTokens: c.Int64("max-tokens"),
 	})
 	return run, apiError(err)
 }

@@ -22,6 +22,28 @@ func TestAgentWatchText(t *testing.T) {
 	golden(t, "agent_show", []byte(runOK(t, "", "agent", "show", "run_ok")))
 	golden(t, "agent_ls", []byte(runOK(t, "", "agent", "ls", "web")))
 	golden(t, "agent_ls_empty", []byte(runOK(t, "", "agent", "ls", "build-farm")))
+	golden(t, "usage_by_run", []byte(runOK(t, "", "usage", "--since", "2026-11-01")))
+	golden(t, "usage_by_user", []byte(runOK(t, "", "usage", "--by", "user", "--since", "2026-11-01")))
+}
+
+// TestUsageFlags: a bad --since is refused before the call, naming the flag; a bad --by is the
+// server's word, naming the field.
+func TestUsageFlags(t *testing.T) {
+	withFake(t)
+	if _, stderr, code := runCLI(t, "", "usage", "--since", "last week"); code != exitUsage || !strings.Contains(stderr, "--since: want an age such as 7d") {
+		t.Errorf("bad --since: %d %q", code, stderr)
+	}
+	if _, stderr, code := runCLI(t, "", "usage", "--by", "day"); code != exitUsage || !strings.Contains(stderr, "by: must be user, box, run or model") {
+		t.Errorf("bad --by: %d %q", code, stderr)
+	}
+	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
+	for in, want := range map[string]time.Time{
+		"7d": now.Add(-7 * 24 * time.Hour), "90m": now.Add(-90 * time.Minute), "2026-12-01": time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC),
+	} {
+		if got, err := parseSince(in, now); err != nil || !got.Equal(want) {
+			t.Errorf("parseSince(%q) = %v, %v; want %v", in, got, err, want)
+		}
+	}
 }
 
 // TestAgentWatchJSON: one JSON event a line, steps and run states, the last the ended run.

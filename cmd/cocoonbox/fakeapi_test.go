@@ -548,6 +548,22 @@ func (f *fakeAPI) SetPolicyDefaults(_ context.Context, r *cbv1.SetPolicyDefaults
 	return p, nil
 }
 
+func (f *fakeAPI) GetUsage(_ context.Context, r *cbv1.GetUsageRequest) (*cbv1.GetUsageResponse, error) {
+	resp := &cbv1.GetUsageResponse{Since: r.GetSince()}
+	switch r.GetBy() {
+	case "run":
+		resp.Rows = []*cbv1.UsageRow{
+			{Key: "run_ok", Model: "gpt-x", Calls: 3, InputTokens: 12000, CachedTokens: 8000, OutputTokens: 900, CostUsd: 0.0215},
+			{Key: "run_bad", Model: "gpt-x", Calls: 1, InputTokens: 400, OutputTokens: 20, CostUsd: 0.00062},
+		}
+	case "user":
+		resp.Rows = []*cbv1.UsageRow{{Key: "us_ann", Name: "ann", Calls: 4, InputTokens: 12400, CachedTokens: 8000, OutputTokens: 920, CostUsd: 0.02212}}
+	default:
+		return nil, status.Errorf(codes.InvalidArgument, "by: must be user, box, run or model, got %q", r.GetBy())
+	}
+	return resp, nil
+}
+
 func (f *fakeAPI) ListEvents(_ context.Context, r *cbv1.ListEventsRequest) (*cbv1.ListEventsResponse, error) {
 	if _, err := f.find(r.GetBox()); err != nil {
 		return nil, err

@@ -38,6 +38,7 @@ func newApp() *cli.App {
 			boxCommand(),
 			policyCommand(),
 			agentCommand(),
+			usageCommand(),
 			tokenCommand(),
 			webhookCommand(),
 			vaultCommand(),

@@ -8,6 +8,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"google.golang.org/protobuf/types/known/timestamppb"
+
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/store"
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
@@ -259,4 +261,29 @@ func mustAdmin(ctx context.Context, refusal string) (Principal, error) {
 		return Principal{}, cocoonbox.Errorf(cocoonbox.EForbidden, "%s", refusal)
 	}
 	return p, nil
+}
+
+// GetUsage sums the model calls of agent runs: the caller's own, or everyone's for an admin who
+// asks for all_users.
+func (a *accountService) GetUsage(ctx context.Context, req *cbv1.GetUsageRequest) (*cbv1.GetUsageResponse, error) {
+	p, err := mustPrincipal(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var since time.Time
+	if req.GetSince() != nil {
+		since = req.GetSince().AsTime()
+	}
+	rows, from, err := a.s.boxes.Usage(ctx, p.User, req.GetBy(), since, req.GetAllUsers())
+	if err != nil {
+		return nil, err
+	}
+	resp := &cbv1.GetUsageResponse{Since: timestamppb.New(from)}
+	for _, r := range rows {
+		resp.Rows = append(resp.Rows, &cbv1.UsageRow{
+			Key: r.Key, Name: r.UserName, Model: r.Model, Calls: r.Calls,
+			InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, CachedTokens: r.CachedTokens, CostUsd: r.CostUSD,
+		})
+	}
+	return resp, nil
 }

@@ -130,6 +130,7 @@ func runProto(r boxsvc.Run) *cbv1.AgentRun {
 		Id: r.ID, BoxId: string(r.BoxID), Owner: r.Owner, Model: r.Model, Provider: r.Provider,
 		State: string(r.State), Task: r.Task, Error: r.Error, Steps: protoList(r.Steps, stepProto),
 		StepsDone: int32(r.StepsDone), Result: r.Result, CreatedAt: ts(r.CreatedAt), EndedAt: ts(r.EndedAt),
+		MaxTokens: r.MaxTokens, TokensUsed: r.TokensUsed,
 	}
 }
 

@@ -34,6 +34,8 @@ func (s *Server) mcpAgentTools() []mcpTool {
 			mcp.WithString("model", mcp.Description("The model to run on, as the gateway names it; the server's default when omitted.")),
 			mcp.WithInteger("max_steps", mcp.Min(1), mcp.Max(boxsvc.MaxRunSteps),
 				mcp.Description("Stop the run after this many model turns; the server's default when omitted.")),
+			mcp.WithInteger("max_tokens", mcp.Min(0),
+				mcp.Description("Stop the run before a model call once its calls have used this many input and output tokens; no bound when omitted.")),
 			mcp.WithBoolean("wait", mcp.DefaultBool(false),
 				mcp.Description("Wait for the run to end (at most 5 minutes) and return its result; false returns at once.")),
 			mcp.WithDestructiveHintAnnotation(true), mcp.WithOpenWorldHintAnnotation(true),
@@ -41,6 +43,7 @@ func (s *Server) mcpAgentTools() []mcpTool {
 		run: s.onBox(func(ctx context.Context, caller string, id cocoonbox.BoxID, req mcp.CallToolRequest) (any, error) {
 			run, err := s.boxes.StartRun(ctx, caller, id, boxsvc.RunRequest{
 				Task: req.GetString("task", ""), Model: req.GetString("model", ""), MaxSteps: req.GetInt("max_steps", 0),
+				MaxTokens: int64(req.GetInt("max_tokens", 0)),
 			})
 			if err != nil {
 				return nil, err
@@ -118,6 +121,8 @@ type runJSON struct {
 	Error     string                  `json:"error,omitempty"`
 	Result    string                  `json:"result,omitempty"`
 	StepsDone int                     `json:"steps_done"`
+	MaxTokens int64                   `json:"max_tokens,omitempty"`
+	Tokens    int64                   `json:"tokens_used,omitempty"`
 	Steps     []stepJSON              `json:"steps,omitempty"`
 	CreatedAt time.Time               `json:"created_at,omitzero"`
 	EndedAt   time.Time               `json:"ended_at,omitzero"`
@@ -136,6 +141,7 @@ func toRunJSON(r boxsvc.Run, steps bool) runJSON {
 	out := runJSON{
 		ID: r.ID, BoxID: r.BoxID, State: r.State, Task: r.Task, Model: r.Model, Error: r.Error,
 		Result: r.Result, StepsDone: r.StepsDone, CreatedAt: r.CreatedAt, EndedAt: r.EndedAt,
+		MaxTokens: r.MaxTokens, Tokens: r.TokensUsed,
 	}
 	if !steps {
 		return out

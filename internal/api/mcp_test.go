@@ -64,7 +64,7 @@ func TestMCPToolSchemas(t *testing.T) {
 		"box_click":      {[]string{"box", "x", "y", "button", "double"}, []string{"box", "x", "y"}},
 		"box_type":       {[]string{"box", "text"}, []string{"box", "text"}},
 		"box_key":        {[]string{"box", "keys"}, []string{"box", "keys"}},
-		"agent_run":      {[]string{"box", "task", "model", "max_steps", "wait"}, []string{"box", "task"}},
+		"agent_run":      {[]string{"box", "task", "model", "max_steps", "max_tokens", "wait"}, []string{"box", "task"}},
 		"agent_status":   {[]string{"run"}, []string{"run"}},
 		"agent_message":  {[]string{"run", "text"}, []string{"run", "text"}},
 	}

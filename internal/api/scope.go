@@ -17,6 +17,7 @@ var readRoutes = map[string]bool{
 	"/cocoonbox.v1.AccountService/ListWebhooks":   true,
 	"/cocoonbox.v1.AccountService/ListDeliveries": true,
 	"/cocoonbox.v1.AccountService/ListUsers":      true,
+	"/cocoonbox.v1.AccountService/GetUsage":       true,
 	"/cocoonbox.v1.BoxService/GetBox":             true,
 	"/cocoonbox.v1.BoxService/ListBoxes":          true,
 	"/cocoonbox.v1.BoxService/WatchBox":           true,

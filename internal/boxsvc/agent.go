@@ -30,6 +30,8 @@ type RunRequest struct {
 	Model    string // "" is Agent.Model
 	System   string
 	MaxSteps int // 0 is Agent.MaxSteps
+	// MaxTokens bounds the input and output tokens of the run's model calls; 0 is no bound.
+	MaxTokens int64
 }
 
 // Run is an agent run with its steps (GetRun) or without (the others).
@@ -40,14 +42,22 @@ type Run struct {
 	// recorded and what the agent last said.
 	StepsDone int
 	Result    string
+	// TokensUsed is what the run's model calls used so far, from the ledger (GetRun, WatchRun).
+	TokensUsed int64
 }
 
-// withSteps is run with what its recorded steps tell about it.
-func withSteps(run store.AgentRun, steps []store.AgentStep) Run {
+// withSteps is run with what its recorded steps and the ledger tell about it. A ledger that
+// cannot be read leaves TokensUsed 0, logged: the run itself was read.
+func (s *Service) withSteps(ctx context.Context, run store.AgentRun, steps []store.AgentStep) Run {
 	r := Run{AgentRun: run, StepsDone: len(steps)}
 	for i := len(steps) - 1; i >= 0 && r.Result == ""; i-- {
 		r.Result = steps[i].Record().Text
 	}
+	used, _, err := s.Store.RunTokens(ctx, run.ID)
+	if err != nil && s.Logger != nil {
+		s.Logger.Warn("read run tokens", "run", run.ID, "err", err)
+	}
+	r.TokensUsed = used
 	return r
 }
 
@@ -59,6 +69,9 @@ func (s *Service) StartRun(ctx context.Context, caller string, id cocoonbox.BoxI
 	}
 	if req.MaxSteps < 0 || req.MaxSteps > MaxRunSteps {
 		return Run{}, cocoonbox.Invalid("max_steps", fmt.Sprintf("must be between 1 and %d, or 0 for the default", MaxRunSteps))
+	}
+	if req.MaxTokens < 0 {
+		return Run{}, cocoonbox.Invalid("max_tokens", fmt.Sprintf("must be 0 (no bound) or more, got %d", req.MaxTokens))
 	}
 	req = withDefaults(req, s.Agent)
 	switch {
@@ -77,7 +90,7 @@ func (s *Service) StartRun(ctx context.Context, caller string, id cocoonbox.BoxI
 	rand.Read(b) // never fails since Go 1.24
 	runID := workflows.RunIDPrefix + hex.EncodeToString(b)
 	run, err := s.Store.CreateAgentRunWithin(ctx, store.NewAgentRun{ID: runID, BoxID: id, Owner: caller,
-		Task: req.Task, Provider: s.Agent.Provider, Model: req.Model}, s.Quota.Runs)
+		Task: req.Task, Provider: s.Agent.Provider, Model: req.Model, MaxTokens: req.MaxTokens}, s.Quota.Runs)
 	if errors.Is(err, store.ErrQuota) {
 		return Run{}, err
 	}
@@ -119,7 +132,7 @@ func (s *Service) GetRun(ctx context.Context, caller, runID string) (Run, error)
 	if err != nil {
 		return Run{}, fmt.Errorf("read run steps: %w", err)
 	}
-	r := withSteps(run, steps)
+	r := s.withSteps(ctx, run, steps)
 	r.Steps = steps
 	return r, nil
 }

@@ -70,7 +70,7 @@ func (s *Service) WatchRun(ctx context.Context, caller, runID string, send func(
 			sent[steps[i].Step] = seen
 		}
 		if last == nil || runChanged(*last, run) {
-			if err := send(RunEvent{Run: ref(withSteps(run, steps))}); err != nil {
+			if err := send(RunEvent{Run: ref(s.withSteps(ctx, run, steps))}); err != nil {
 				return err
 			}
 		}

@@ -23,6 +23,26 @@ type Agent struct {
 	KeySecret string `yaml:"key_secret" env:"COCOONBOX_AGENT_KEY_SECRET"`
 	// MaxSteps bounds a run; 0 is the workflow's default (50).
 	MaxSteps int `yaml:"max_steps" env:"COCOONBOX_AGENT_MAX_STEPS"`
+	// Prices are what the gateway charges per model, which turn the usage ledger's tokens into
+	// a cost (`cocoonbox usage`); a model without a price costs 0.
+	Prices map[string]Price `yaml:"prices"`
+}
+
+// Price is a model's price in US dollars per million tokens.
+type Price struct {
+	Input float64 `yaml:"input"`
+	// CachedInput is the price of the prompt tokens the provider's cache served; 0 is Input.
+	CachedInput float64 `yaml:"cached_input"`
+	Output      float64 `yaml:"output"`
+}
+
+// Cost is the price of a model's tokens in US dollars, input including cached.
+func (p Price) Cost(input, cached, output int64) float64 {
+	cachedPrice := p.CachedInput
+	if cachedPrice == 0 {
+		cachedPrice = p.Input
+	}
+	return (float64(input-cached)*p.Input + float64(cached)*cachedPrice + float64(output)*p.Output) / 1e6
 }
 
 // DefaultAgent is the gateway of a configuration without an agent section: OpenAI's API with the
@@ -33,7 +53,8 @@ func DefaultAgent() Agent {
 
 // unset reports whether no file or variable set any of the section.
 func (a *Agent) unset() bool {
-	return a.Provider == "" && a.BaseURL == "" && a.Model == "" && len(a.Models) == 0 && a.KeySecret == "" && a.MaxSteps == 0
+	return a.Provider == "" && a.BaseURL == "" && a.Model == "" && len(a.Models) == 0 && a.KeySecret == "" && a.MaxSteps == 0 &&
+		len(a.Prices) == 0
 }
 
 // fill gives a section nobody set the defaults (DefaultAgent); a section set in part keeps only
@@ -62,6 +83,11 @@ func (a *Agent) Validate() error {
 	}
 	if a.MaxSteps < 0 {
 		return fmt.Errorf("config agent.max_steps: must not be negative, got %d", a.MaxSteps)
+	}
+	for model, p := range a.Prices {
+		if p.Input < 0 || p.CachedInput < 0 || p.Output < 0 {
+			return fmt.Errorf("config agent.prices.%s: prices must not be negative, got %+v", model, p)
+		}
 	}
 	return nil
 }

@@ -165,6 +165,7 @@ func TestValidate(t *testing.T) {
 		{"agent base url", func(c *config.Dev) { c.Agent.BaseURL = "gateway:8080" }, "config agent.base_url: must be an http or https URL"},
 		{"agent model", func(c *config.Dev) { c.Agent.Models = []string{"a", "b"} }, `config agent.model: "gpt-4.1" is not among agent.models`},
 		{"agent steps", func(c *config.Dev) { c.Agent.MaxSteps = -1 }, "config agent.max_steps"},
+		{"agent price", func(c *config.Dev) { c.Agent.Prices = map[string]config.Price{"gpt-x": {Output: -1}} }, "config agent.prices.gpt-x: prices must not be negative"},
 		{"quota", func(c *config.Dev) { c.Quota.Runs = -1 }, "config quota.runs_per_user: must be 0 (no limit) or more, got -1"},
 		{"preview scheme", func(c *config.Dev) { c.PreviewDomain = "https://preview.example.com" }, "config preview_domain: want a host name"},
 		{"preview port", func(c *config.Dev) { c.PreviewDomain = "localhost:0" }, "config preview_domain: \"localhost:0\" has a bad port"},

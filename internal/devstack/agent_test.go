@@ -232,6 +232,10 @@ func TestAgentRuns(t *testing.T) {
 		}
 	})
 
+	t.Run("usage and budget", func(t *testing.T) {
+		testRunUsage(t, a, models)
+	})
+
 	t.Run("web app", func(t *testing.T) {
 		bin, err := exec.LookPath("chromium")
 		if err != nil {

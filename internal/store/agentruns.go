@@ -19,6 +19,8 @@ type AgentRun struct {
 	Provider string
 	// Error is the failure a person reads, for a failed run; "" otherwise.
 	Error string
+	// MaxTokens bounds the input and output tokens of the run's model calls; 0 is no bound.
+	MaxTokens int64
 }
 
 // NewAgentRun is what CreateAgentRun needs. The ID is chosen by the caller (the API, which also
@@ -30,6 +32,8 @@ type NewAgentRun struct {
 	Task     string
 	Provider string
 	Model    string
+	// MaxTokens bounds the run's tokens (input and output of every call); 0 is no bound.
+	MaxTokens int64
 }
 
 // AgentStep is one recorded step of a run. Payload is the step's record for people and tools
@@ -82,12 +86,12 @@ type NewAgentStep struct {
 }
 
 const agentRunColumns = `id, box_id, owner_id, state, model, created_at, coalesce(ended_at, 'epoch'::timestamptz),
-	task, provider, error`
+	task, provider, error, max_tokens`
 
 func scanAgentRun(row interface{ Scan(...any) error }, r *AgentRun) error {
 	var ended time.Time
 	if err := row.Scan(&r.ID, &r.BoxID, &r.Owner, &r.State, &r.Model, &r.CreatedAt, &ended,
-		&r.Task, &r.Provider, &r.Error); err != nil {
+		&r.Task, &r.Provider, &r.Error, &r.MaxTokens); err != nil {
 		return err
 	}
 	if ended.Unix() != 0 {
@@ -108,12 +112,15 @@ func (q *Queries) CreateAgentRun(ctx context.Context, nr NewAgentRun) (AgentRun,
 			return AgentRun{}, fmt.Errorf("create agent run %s: %w: %w", nr.ID, cocoonbox.Invalid(f.name, "is required"), ErrInvalid)
 		}
 	}
+	if nr.MaxTokens < 0 {
+		return AgentRun{}, fmt.Errorf("create agent run %s: %w: %w", nr.ID, cocoonbox.Invalid("max_tokens", "must not be negative"), ErrInvalid)
+	}
 	var r AgentRun
 	err := scanAgentRun(q.db.QueryRow(ctx,
-		`INSERT INTO agent_runs (id, box_id, owner_id, state, model, task, provider)
-		 VALUES ($1, $2, $3, 'running', $4, $5, $6)
+		`INSERT INTO agent_runs (id, box_id, owner_id, state, model, task, provider, max_tokens)
+		 VALUES ($1, $2, $3, 'running', $4, $5, $6, $7)
 		 ON CONFLICT (id) DO NOTHING RETURNING `+agentRunColumns,
-		nr.ID, nr.BoxID, nr.Owner, nr.Model, nr.Task, nr.Provider), &r)
+		nr.ID, nr.BoxID, nr.Owner, nr.Model, nr.Task, nr.Provider, nr.MaxTokens), &r)
 	if err == nil {
 		return r, nil
 	}
@@ -124,7 +131,7 @@ func (q *Queries) CreateAgentRun(ctx context.Context, nr NewAgentRun) (AgentRun,
 	if err != nil {
 		return AgentRun{}, fmt.Errorf("create agent run %s: %w", nr.ID, err)
 	}
-	if r.BoxID != nr.BoxID || r.Owner != nr.Owner || r.Task != nr.Task || r.Provider != nr.Provider || r.Model != nr.Model {
+	if r.BoxID != nr.BoxID || r.Owner != nr.Owner || r.Task != nr.Task || r.Provider != nr.Provider || r.Model != nr.Model || r.MaxTokens != nr.MaxTokens {
 		return AgentRun{}, fmt.Errorf("create agent run %s: %w: the ID is taken by a run with other fields", nr.ID, ErrConflict)
 	}
 	return r, nil

@@ -25,6 +25,227 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type GetUsageRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// by groups the calls: user, box, run or model. Required.
+	By string `protobuf:"bytes,1,opt,name=by,proto3" json:"by,omitempty"`
+	// since counts calls at or after it; unset is the last 30 days.
+	Since *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
+	// all_users counts every user's calls (admin only); otherwise the caller's own.
+	AllUsers      bool `protobuf:"varint,3,opt,name=all_users,json=allUsers,proto3" json:"all_users,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetUsageRequest) Reset() {
+	*x = GetUsageRequest{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetUsageRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetUsageRequest) ProtoMessage() {}
+
+func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetUsageRequest.ProtoReflect.Descriptor instead.
+func (*GetUsageRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *GetUsageRequest) GetBy() string {
+	if x != nil {
+		return x.By
+	}
+	return ""
+}
+
+func (x *GetUsageRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *GetUsageRequest) GetAllUsers() bool {
+	if x != nil {
+		return x.AllUsers
+	}
+	return false
+}
+
+type UsageRow struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// key is the group: a user ID, box ID, run ID or model name.
+	Key string `protobuf:"bytes,1,opt,name=key,proto3" json:"key,omitempty"`
+	// name is the user's name, for rows grouped by user.
+	Name string `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	// model is the group's model, for rows grouped by run or model.
+	Model string `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
+	Calls int64  `protobuf:"varint,4,opt,name=calls,proto3" json:"calls,omitempty"`
+	// input_tokens includes cached_tokens, the part of the prompts the provider's cache served.
+	InputTokens  int64 `protobuf:"varint,5,opt,name=input_tokens,json=inputTokens,proto3" json:"input_tokens,omitempty"`
+	OutputTokens int64 `protobuf:"varint,6,opt,name=output_tokens,json=outputTokens,proto3" json:"output_tokens,omitempty"`
+	CachedTokens int64 `protobuf:"varint,7,opt,name=cached_tokens,json=cachedTokens,proto3" json:"cached_tokens,omitempty"`
+	// cost_usd is the tokens at the prices the operator configured for the model (agent.prices);
+	// 0 when it has none.
+	CostUsd       float64 `protobuf:"fixed64,8,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *UsageRow) Reset() {
+	*x = UsageRow{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *UsageRow) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*UsageRow) ProtoMessage() {}
+
+func (x *UsageRow) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use UsageRow.ProtoReflect.Descriptor instead.
+func (*UsageRow) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *UsageRow) GetKey() string {
+	if x != nil {
+		return x.Key
+	}
+	return ""
+}
+
+func (x *UsageRow) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *UsageRow) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *UsageRow) GetCalls() int64 {
+	if x != nil {
+		return x.Calls
+	}
+	return 0
+}
+
+func (x *UsageRow) GetInputTokens() int64 {
+	if x != nil {
+		return x.InputTokens
+	}
+	return 0
+}
+
+func (x *UsageRow) GetOutputTokens() int64 {
+	if x != nil {
+		return x.OutputTokens
+	}
+	return 0
+}
+
+func (x *UsageRow) GetCachedTokens() int64 {
+	if x != nil {
+		return x.CachedTokens
+	}
+	return 0
+}
+
+func (x *UsageRow) GetCostUsd() float64 {
+	if x != nil {
+		return x.CostUsd
+	}
+	return 0
+}
+
+type GetUsageResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Rows          []*UsageRow            `protobuf:"bytes,1,rep,name=rows,proto3" json:"rows,omitempty"`
+	Since         *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetUsageResponse) Reset() {
+	*x = GetUsageResponse{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetUsageResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetUsageResponse) ProtoMessage() {}
+
+func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetUsageResponse.ProtoReflect.Descriptor instead.
+func (*GetUsageResponse) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *GetUsageResponse) GetRows() []*UsageRow {
+	if x != nil {
+		return x.Rows
+	}
+	return nil
+}
+
+func (x *GetUsageResponse) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
 type Webhook struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -39,7 +260,7 @@ type Webhook struct {
 
 func (x *Webhook) Reset() {
 	*x = Webhook{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[0]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -51,7 +272,7 @@ func (x *Webhook) String() string {
 func (*Webhook) ProtoMessage() {}
 
 func (x *Webhook) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[0]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -64,7 +285,7 @@ func (x *Webhook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
 func (*Webhook) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{0}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Webhook) GetId() string {
@@ -107,7 +328,7 @@ type CreateWebhookRequest struct {
 
 func (x *CreateWebhookRequest) Reset() {
 	*x = CreateWebhookRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[1]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -119,7 +340,7 @@ func (x *CreateWebhookRequest) String() string {
 func (*CreateWebhookRequest) ProtoMessage() {}
 
 func (x *CreateWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[1]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -132,7 +353,7 @@ func (x *CreateWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookRequest.ProtoReflect.Descriptor instead.
 func (*CreateWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{1}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CreateWebhookRequest) GetUrl() string {
@@ -160,7 +381,7 @@ type CreateWebhookResponse struct {
 
 func (x *CreateWebhookResponse) Reset() {
 	*x = CreateWebhookResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[2]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -172,7 +393,7 @@ func (x *CreateWebhookResponse) String() string {
 func (*CreateWebhookResponse) ProtoMessage() {}
 
 func (x *CreateWebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[2]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -185,7 +406,7 @@ func (x *CreateWebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookResponse.ProtoReflect.Descriptor instead.
 func (*CreateWebhookResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{2}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CreateWebhookResponse) GetWebhook() *Webhook {
@@ -210,7 +431,7 @@ type ListWebhooksRequest struct {
 
 func (x *ListWebhooksRequest) Reset() {
 	*x = ListWebhooksRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[3]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -222,7 +443,7 @@ func (x *ListWebhooksRequest) String() string {
 func (*ListWebhooksRequest) ProtoMessage() {}
 
 func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[3]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -235,7 +456,7 @@ func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhooksRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{3}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{6}
 }
 
 type ListWebhooksResponse struct {
@@ -247,7 +468,7 @@ type ListWebhooksResponse struct {
 
 func (x *ListWebhooksResponse) Reset() {
 	*x = ListWebhooksResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[4]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -259,7 +480,7 @@ func (x *ListWebhooksResponse) String() string {
 func (*ListWebhooksResponse) ProtoMessage() {}
 
 func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[4]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -272,7 +493,7 @@ func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhooksResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{4}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ListWebhooksResponse) GetWebhooks() []*Webhook {
@@ -291,7 +512,7 @@ type DeleteWebhookRequest struct {
 
 func (x *DeleteWebhookRequest) Reset() {
 	*x = DeleteWebhookRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[5]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -303,7 +524,7 @@ func (x *DeleteWebhookRequest) String() string {
 func (*DeleteWebhookRequest) ProtoMessage() {}
 
 func (x *DeleteWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[5]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -316,7 +537,7 @@ func (x *DeleteWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWebhookRequest.ProtoReflect.Descriptor instead.
 func (*DeleteWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{5}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *DeleteWebhookRequest) GetId() string {
@@ -334,7 +555,7 @@ type DeleteWebhookResponse struct {
 
 func (x *DeleteWebhookResponse) Reset() {
 	*x = DeleteWebhookResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[6]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -346,7 +567,7 @@ func (x *DeleteWebhookResponse) String() string {
 func (*DeleteWebhookResponse) ProtoMessage() {}
 
 func (x *DeleteWebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[6]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -359,7 +580,7 @@ func (x *DeleteWebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWebhookResponse.ProtoReflect.Descriptor instead.
 func (*DeleteWebhookResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{6}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{9}
 }
 
 type ListDeliveriesRequest struct {
@@ -373,7 +594,7 @@ type ListDeliveriesRequest struct {
 
 func (x *ListDeliveriesRequest) Reset() {
 	*x = ListDeliveriesRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[7]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -385,7 +606,7 @@ func (x *ListDeliveriesRequest) String() string {
 func (*ListDeliveriesRequest) ProtoMessage() {}
 
 func (x *ListDeliveriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[7]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -398,7 +619,7 @@ func (x *ListDeliveriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeliveriesRequest.ProtoReflect.Descriptor instead.
 func (*ListDeliveriesRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{7}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListDeliveriesRequest) GetId() string {
@@ -431,7 +652,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[8]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -443,7 +664,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[8]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -456,7 +677,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{8}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *Delivery) GetEventId() int64 {
@@ -510,7 +731,7 @@ type ListDeliveriesResponse struct {
 
 func (x *ListDeliveriesResponse) Reset() {
 	*x = ListDeliveriesResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[9]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -522,7 +743,7 @@ func (x *ListDeliveriesResponse) String() string {
 func (*ListDeliveriesResponse) ProtoMessage() {}
 
 func (x *ListDeliveriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[9]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -535,7 +756,7 @@ func (x *ListDeliveriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeliveriesResponse.ProtoReflect.Descriptor instead.
 func (*ListDeliveriesResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{9}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListDeliveriesResponse) GetDeliveries() []*Delivery {
@@ -553,7 +774,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[10]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -565,7 +786,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[10]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -578,7 +799,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{10}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{13}
 }
 
 type WhoAmIResponse struct {
@@ -592,7 +813,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[11]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -604,7 +825,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[11]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -617,7 +838,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{11}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WhoAmIResponse) GetUser() *User {
@@ -649,7 +870,7 @@ type User struct {
 
 func (x *User) Reset() {
 	*x = User{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[12]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -661,7 +882,7 @@ func (x *User) String() string {
 func (*User) ProtoMessage() {}
 
 func (x *User) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[12]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -674,7 +895,7 @@ func (x *User) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use User.ProtoReflect.Descriptor instead.
 func (*User) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{12}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *User) GetId() string {
@@ -730,7 +951,7 @@ type Token struct {
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[13]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -742,7 +963,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[13]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -755,7 +976,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{13}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *Token) GetId() string {
@@ -824,7 +1045,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[14]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -836,7 +1057,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[14]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -849,7 +1070,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{14}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -884,7 +1105,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[15]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -896,7 +1117,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[15]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -909,7 +1130,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{15}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CreateTokenResponse) GetToken() *Token {
@@ -934,7 +1155,7 @@ type ListTokensRequest struct {
 
 func (x *ListTokensRequest) Reset() {
 	*x = ListTokensRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[16]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -946,7 +1167,7 @@ func (x *ListTokensRequest) String() string {
 func (*ListTokensRequest) ProtoMessage() {}
 
 func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[16]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -959,7 +1180,7 @@ func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListTokensRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{16}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{19}
 }
 
 type ListTokensResponse struct {
@@ -971,7 +1192,7 @@ type ListTokensResponse struct {
 
 func (x *ListTokensResponse) Reset() {
 	*x = ListTokensResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[17]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -983,7 +1204,7 @@ func (x *ListTokensResponse) String() string {
 func (*ListTokensResponse) ProtoMessage() {}
 
 func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[17]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -996,7 +1217,7 @@ func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListTokensResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{17}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ListTokensResponse) GetTokens() []*Token {
@@ -1015,7 +1236,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[18]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1027,7 +1248,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[18]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1040,7 +1261,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{18}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *RevokeTokenRequest) GetId() string {
@@ -1058,7 +1279,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[19]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1070,7 +1291,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[19]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1083,7 +1304,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{19}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{22}
 }
 
 type CreateUserRequest struct {
@@ -1097,7 +1318,7 @@ type CreateUserRequest struct {
 
 func (x *CreateUserRequest) Reset() {
 	*x = CreateUserRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[20]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1109,7 +1330,7 @@ func (x *CreateUserRequest) String() string {
 func (*CreateUserRequest) ProtoMessage() {}
 
 func (x *CreateUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[20]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1122,7 +1343,7 @@ func (x *CreateUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserRequest.ProtoReflect.Descriptor instead.
 func (*CreateUserRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{20}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *CreateUserRequest) GetName() string {
@@ -1150,7 +1371,7 @@ type CreateUserResponse struct {
 
 func (x *CreateUserResponse) Reset() {
 	*x = CreateUserResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[21]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1162,7 +1383,7 @@ func (x *CreateUserResponse) String() string {
 func (*CreateUserResponse) ProtoMessage() {}
 
 func (x *CreateUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[21]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1175,7 +1396,7 @@ func (x *CreateUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserResponse.ProtoReflect.Descriptor instead.
 func (*CreateUserResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{21}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *CreateUserResponse) GetUser() *User {
@@ -1200,7 +1421,7 @@ type ListUsersRequest struct {
 
 func (x *ListUsersRequest) Reset() {
 	*x = ListUsersRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[22]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1212,7 +1433,7 @@ func (x *ListUsersRequest) String() string {
 func (*ListUsersRequest) ProtoMessage() {}
 
 func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[22]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1225,7 +1446,7 @@ func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersRequest.ProtoReflect.Descriptor instead.
 func (*ListUsersRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{22}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{25}
 }
 
 type ListUsersResponse struct {
@@ -1237,7 +1458,7 @@ type ListUsersResponse struct {
 
 func (x *ListUsersResponse) Reset() {
 	*x = ListUsersResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[23]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1249,7 +1470,7 @@ func (x *ListUsersResponse) String() string {
 func (*ListUsersResponse) ProtoMessage() {}
 
 func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[23]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1262,7 +1483,7 @@ func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersResponse.ProtoReflect.Descriptor instead.
 func (*ListUsersResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{23}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ListUsersResponse) GetUsers() []*User {
@@ -1282,7 +1503,7 @@ type DisableUserRequest struct {
 
 func (x *DisableUserRequest) Reset() {
 	*x = DisableUserRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[24]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1294,7 +1515,7 @@ func (x *DisableUserRequest) String() string {
 func (*DisableUserRequest) ProtoMessage() {}
 
 func (x *DisableUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[24]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1307,7 +1528,7 @@ func (x *DisableUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisableUserRequest.ProtoReflect.Descriptor instead.
 func (*DisableUserRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{24}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *DisableUserRequest) GetUser() string {
@@ -1330,7 +1551,7 @@ type DisableUserResponse struct {
 
 func (x *DisableUserResponse) Reset() {
 	*x = DisableUserResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[25]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1342,7 +1563,7 @@ func (x *DisableUserResponse) String() string {
 func (*DisableUserResponse) ProtoMessage() {}
 
 func (x *DisableUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[25]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1355,7 +1576,7 @@ func (x *DisableUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisableUserResponse.ProtoReflect.Descriptor instead.
 func (*DisableUserResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{25}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *DisableUserResponse) GetUser() *User {
@@ -1383,7 +1604,23 @@ var File_cocoonbox_v1_account_proto protoreflect.FileDescriptor
 
 const file_cocoonbox_v1_account_proto_rawDesc = "" +
 	"\n" +
-	"\x1acocoonbox/v1/account.proto\x12\fcocoonbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"~\n" +
+	"\x1acocoonbox/v1/account.proto\x12\fcocoonbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"p\n" +
+	"\x0fGetUsageRequest\x12\x0e\n" +
+	"\x02by\x18\x01 \x01(\tR\x02by\x120\n" +
+	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1b\n" +
+	"\tall_users\x18\x03 \x01(\bR\ballUsers\"\xe4\x01\n" +
+	"\bUsageRow\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05model\x18\x03 \x01(\tR\x05model\x12\x14\n" +
+	"\x05calls\x18\x04 \x01(\x03R\x05calls\x12!\n" +
+	"\finput_tokens\x18\x05 \x01(\x03R\vinputTokens\x12#\n" +
+	"\routput_tokens\x18\x06 \x01(\x03R\foutputTokens\x12#\n" +
+	"\rcached_tokens\x18\a \x01(\x03R\fcachedTokens\x12\x19\n" +
+	"\bcost_usd\x18\b \x01(\x01R\acostUsd\"p\n" +
+	"\x10GetUsageResponse\x12*\n" +
+	"\x04rows\x18\x01 \x03(\v2\x16.cocoonbox.v1.UsageRowR\x04rows\x120\n" +
+	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"~\n" +
 	"\aWebhook\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
@@ -1469,7 +1706,7 @@ const file_cocoonbox_v1_account_proto_rawDesc = "" +
 	"\x13DisableUserResponse\x12&\n" +
 	"\x04user\x18\x01 \x01(\v2\x12.cocoonbox.v1.UserR\x04user\x12%\n" +
 	"\x0etokens_revoked\x18\x02 \x01(\x05R\rtokensRevoked\x12%\n" +
-	"\x0eruns_cancelled\x18\x03 \x01(\x05R\rrunsCancelled2\xa9\a\n" +
+	"\x0eruns_cancelled\x18\x03 \x01(\x05R\rrunsCancelled2\xf4\a\n" +
 	"\x0eAccountService\x12C\n" +
 	"\x06WhoAmI\x12\x1b.cocoonbox.v1.WhoAmIRequest\x1a\x1c.cocoonbox.v1.WhoAmIResponse\x12R\n" +
 	"\vCreateToken\x12 .cocoonbox.v1.CreateTokenRequest\x1a!.cocoonbox.v1.CreateTokenResponse\x12O\n" +
@@ -1483,7 +1720,8 @@ const file_cocoonbox_v1_account_proto_rawDesc = "" +
 	"\rCreateWebhook\x12\".cocoonbox.v1.CreateWebhookRequest\x1a#.cocoonbox.v1.CreateWebhookResponse\x12U\n" +
 	"\fListWebhooks\x12!.cocoonbox.v1.ListWebhooksRequest\x1a\".cocoonbox.v1.ListWebhooksResponse\x12X\n" +
 	"\rDeleteWebhook\x12\".cocoonbox.v1.DeleteWebhookRequest\x1a#.cocoonbox.v1.DeleteWebhookResponse\x12[\n" +
-	"\x0eListDeliveries\x12#.cocoonbox.v1.ListDeliveriesRequest\x1a$.cocoonbox.v1.ListDeliveriesResponseB>Z<github.com/loomhand/cocoonbox/proto/cocoonbox/v1;cocoonboxv1b\x06proto3"
+	"\x0eListDeliveries\x12#.cocoonbox.v1.ListDeliveriesRequest\x1a$.cocoonbox.v1.ListDeliveriesResponse\x12I\n" +
+	"\bGetUsage\x12\x1d.cocoonbox.v1.GetUsageRequest\x1a\x1e.cocoonbox.v1.GetUsageResponseB>Z<github.com/loomhand/cocoonbox/proto/cocoonbox/v1;cocoonboxv1b\x06proto3"
 
 var (
 	file_cocoonbox_v1_account_proto_rawDescOnce sync.Once
@@ -1497,81 +1735,89 @@ func file_cocoonbox_v1_account_proto_rawDescGZIP() []byte {
 	return file_cocoonbox_v1_account_proto_rawDescData
 }
 
-var file_cocoonbox_v1_account_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_cocoonbox_v1_account_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_cocoonbox_v1_account_proto_goTypes = []any{
-	(*Webhook)(nil),                // 0: cocoonbox.v1.Webhook
-	(*CreateWebhookRequest)(nil),   // 1: cocoonbox.v1.CreateWebhookRequest
-	(*CreateWebhookResponse)(nil),  // 2: cocoonbox.v1.CreateWebhookResponse
-	(*ListWebhooksRequest)(nil),    // 3: cocoonbox.v1.ListWebhooksRequest
-	(*ListWebhooksResponse)(nil),   // 4: cocoonbox.v1.ListWebhooksResponse
-	(*DeleteWebhookRequest)(nil),   // 5: cocoonbox.v1.DeleteWebhookRequest
-	(*DeleteWebhookResponse)(nil),  // 6: cocoonbox.v1.DeleteWebhookResponse
-	(*ListDeliveriesRequest)(nil),  // 7: cocoonbox.v1.ListDeliveriesRequest
-	(*Delivery)(nil),               // 8: cocoonbox.v1.Delivery
-	(*ListDeliveriesResponse)(nil), // 9: cocoonbox.v1.ListDeliveriesResponse
-	(*WhoAmIRequest)(nil),          // 10: cocoonbox.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),         // 11: cocoonbox.v1.WhoAmIResponse
-	(*User)(nil),                   // 12: cocoonbox.v1.User
-	(*Token)(nil),                  // 13: cocoonbox.v1.Token
-	(*CreateTokenRequest)(nil),     // 14: cocoonbox.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),    // 15: cocoonbox.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),      // 16: cocoonbox.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),     // 17: cocoonbox.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),     // 18: cocoonbox.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),    // 19: cocoonbox.v1.RevokeTokenResponse
-	(*CreateUserRequest)(nil),      // 20: cocoonbox.v1.CreateUserRequest
-	(*CreateUserResponse)(nil),     // 21: cocoonbox.v1.CreateUserResponse
-	(*ListUsersRequest)(nil),       // 22: cocoonbox.v1.ListUsersRequest
-	(*ListUsersResponse)(nil),      // 23: cocoonbox.v1.ListUsersResponse
-	(*DisableUserRequest)(nil),     // 24: cocoonbox.v1.DisableUserRequest
-	(*DisableUserResponse)(nil),    // 25: cocoonbox.v1.DisableUserResponse
-	(*timestamppb.Timestamp)(nil),  // 26: google.protobuf.Timestamp
+	(*GetUsageRequest)(nil),        // 0: cocoonbox.v1.GetUsageRequest
+	(*UsageRow)(nil),               // 1: cocoonbox.v1.UsageRow
+	(*GetUsageResponse)(nil),       // 2: cocoonbox.v1.GetUsageResponse
+	(*Webhook)(nil),                // 3: cocoonbox.v1.Webhook
+	(*CreateWebhookRequest)(nil),   // 4: cocoonbox.v1.CreateWebhookRequest
+	(*CreateWebhookResponse)(nil),  // 5: cocoonbox.v1.CreateWebhookResponse
+	(*ListWebhooksRequest)(nil),    // 6: cocoonbox.v1.ListWebhooksRequest
+	(*ListWebhooksResponse)(nil),   // 7: cocoonbox.v1.ListWebhooksResponse
+	(*DeleteWebhookRequest)(nil),   // 8: cocoonbox.v1.DeleteWebhookRequest
+	(*DeleteWebhookResponse)(nil),  // 9: cocoonbox.v1.DeleteWebhookResponse
+	(*ListDeliveriesRequest)(nil),  // 10: cocoonbox.v1.ListDeliveriesRequest
+	(*Delivery)(nil),               // 11: cocoonbox.v1.Delivery
+	(*ListDeliveriesResponse)(nil), // 12: cocoonbox.v1.ListDeliveriesResponse
+	(*WhoAmIRequest)(nil),          // 13: cocoonbox.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),         // 14: cocoonbox.v1.WhoAmIResponse
+	(*User)(nil),                   // 15: cocoonbox.v1.User
+	(*Token)(nil),                  // 16: cocoonbox.v1.Token
+	(*CreateTokenRequest)(nil),     // 17: cocoonbox.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),    // 18: cocoonbox.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),      // 19: cocoonbox.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),     // 20: cocoonbox.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),     // 21: cocoonbox.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),    // 22: cocoonbox.v1.RevokeTokenResponse
+	(*CreateUserRequest)(nil),      // 23: cocoonbox.v1.CreateUserRequest
+	(*CreateUserResponse)(nil),     // 24: cocoonbox.v1.CreateUserResponse
+	(*ListUsersRequest)(nil),       // 25: cocoonbox.v1.ListUsersRequest
+	(*ListUsersResponse)(nil),      // 26: cocoonbox.v1.ListUsersResponse
+	(*DisableUserRequest)(nil),     // 27: cocoonbox.v1.DisableUserRequest
+	(*DisableUserResponse)(nil),    // 28: cocoonbox.v1.DisableUserResponse
+	(*timestamppb.Timestamp)(nil),  // 29: google.protobuf.Timestamp
 }
 var file_cocoonbox_v1_account_proto_depIdxs = []int32{
-	26, // 0: cocoonbox.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
-	0,  // 1: cocoonbox.v1.CreateWebhookResponse.webhook:type_name -> cocoonbox.v1.Webhook
-	0,  // 2: cocoonbox.v1.ListWebhooksResponse.webhooks:type_name -> cocoonbox.v1.Webhook
-	26, // 3: cocoonbox.v1.Delivery.at:type_name -> google.protobuf.Timestamp
-	8,  // 4: cocoonbox.v1.ListDeliveriesResponse.deliveries:type_name -> cocoonbox.v1.Delivery
-	12, // 5: cocoonbox.v1.WhoAmIResponse.user:type_name -> cocoonbox.v1.User
-	26, // 6: cocoonbox.v1.User.created_at:type_name -> google.protobuf.Timestamp
-	26, // 7: cocoonbox.v1.User.disabled_at:type_name -> google.protobuf.Timestamp
-	26, // 8: cocoonbox.v1.Token.created_at:type_name -> google.protobuf.Timestamp
-	26, // 9: cocoonbox.v1.Token.last_used_at:type_name -> google.protobuf.Timestamp
-	26, // 10: cocoonbox.v1.Token.expires_at:type_name -> google.protobuf.Timestamp
-	26, // 11: cocoonbox.v1.Token.revoked_at:type_name -> google.protobuf.Timestamp
-	13, // 12: cocoonbox.v1.CreateTokenResponse.token:type_name -> cocoonbox.v1.Token
-	13, // 13: cocoonbox.v1.ListTokensResponse.tokens:type_name -> cocoonbox.v1.Token
-	12, // 14: cocoonbox.v1.CreateUserResponse.user:type_name -> cocoonbox.v1.User
-	12, // 15: cocoonbox.v1.ListUsersResponse.users:type_name -> cocoonbox.v1.User
-	12, // 16: cocoonbox.v1.DisableUserResponse.user:type_name -> cocoonbox.v1.User
-	10, // 17: cocoonbox.v1.AccountService.WhoAmI:input_type -> cocoonbox.v1.WhoAmIRequest
-	14, // 18: cocoonbox.v1.AccountService.CreateToken:input_type -> cocoonbox.v1.CreateTokenRequest
-	16, // 19: cocoonbox.v1.AccountService.ListTokens:input_type -> cocoonbox.v1.ListTokensRequest
-	18, // 20: cocoonbox.v1.AccountService.RevokeToken:input_type -> cocoonbox.v1.RevokeTokenRequest
-	20, // 21: cocoonbox.v1.AccountService.CreateUser:input_type -> cocoonbox.v1.CreateUserRequest
-	22, // 22: cocoonbox.v1.AccountService.ListUsers:input_type -> cocoonbox.v1.ListUsersRequest
-	24, // 23: cocoonbox.v1.AccountService.DisableUser:input_type -> cocoonbox.v1.DisableUserRequest
-	1,  // 24: cocoonbox.v1.AccountService.CreateWebhook:input_type -> cocoonbox.v1.CreateWebhookRequest
-	3,  // 25: cocoonbox.v1.AccountService.ListWebhooks:input_type -> cocoonbox.v1.ListWebhooksRequest
-	5,  // 26: cocoonbox.v1.AccountService.DeleteWebhook:input_type -> cocoonbox.v1.DeleteWebhookRequest
-	7,  // 27: cocoonbox.v1.AccountService.ListDeliveries:input_type -> cocoonbox.v1.ListDeliveriesRequest
-	11, // 28: cocoonbox.v1.AccountService.WhoAmI:output_type -> cocoonbox.v1.WhoAmIResponse
-	15, // 29: cocoonbox.v1.AccountService.CreateToken:output_type -> cocoonbox.v1.CreateTokenResponse
-	17, // 30: cocoonbox.v1.AccountService.ListTokens:output_type -> cocoonbox.v1.ListTokensResponse
-	19, // 31: cocoonbox.v1.AccountService.RevokeToken:output_type -> cocoonbox.v1.RevokeTokenResponse
-	21, // 32: cocoonbox.v1.AccountService.CreateUser:output_type -> cocoonbox.v1.CreateUserResponse
-	23, // 33: cocoonbox.v1.AccountService.ListUsers:output_type -> cocoonbox.v1.ListUsersResponse
-	25, // 34: cocoonbox.v1.AccountService.DisableUser:output_type -> cocoonbox.v1.DisableUserResponse
-	2,  // 35: cocoonbox.v1.AccountService.CreateWebhook:output_type -> cocoonbox.v1.CreateWebhookResponse
-	4,  // 36: cocoonbox.v1.AccountService.ListWebhooks:output_type -> cocoonbox.v1.ListWebhooksResponse
-	6,  // 37: cocoonbox.v1.AccountService.DeleteWebhook:output_type -> cocoonbox.v1.DeleteWebhookResponse
-	9,  // 38: cocoonbox.v1.AccountService.ListDeliveries:output_type -> cocoonbox.v1.ListDeliveriesResponse
-	28, // [28:39] is the sub-list for method output_type
-	17, // [17:28] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	29, // 0: cocoonbox.v1.GetUsageRequest.since:type_name -> google.protobuf.Timestamp
+	1,  // 1: cocoonbox.v1.GetUsageResponse.rows:type_name -> cocoonbox.v1.UsageRow
+	29, // 2: cocoonbox.v1.GetUsageResponse.since:type_name -> google.protobuf.Timestamp
+	29, // 3: cocoonbox.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
+	3,  // 4: cocoonbox.v1.CreateWebhookResponse.webhook:type_name -> cocoonbox.v1.Webhook
+	3,  // 5: cocoonbox.v1.ListWebhooksResponse.webhooks:type_name -> cocoonbox.v1.Webhook
+	29, // 6: cocoonbox.v1.Delivery.at:type_name -> google.protobuf.Timestamp
+	11, // 7: cocoonbox.v1.ListDeliveriesResponse.deliveries:type_name -> cocoonbox.v1.Delivery
+	15, // 8: cocoonbox.v1.WhoAmIResponse.user:type_name -> cocoonbox.v1.User
+	29, // 9: cocoonbox.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	29, // 10: cocoonbox.v1.User.disabled_at:type_name -> google.protobuf.Timestamp
+	29, // 11: cocoonbox.v1.Token.created_at:type_name -> google.protobuf.Timestamp
+	29, // 12: cocoonbox.v1.Token.last_used_at:type_name -> google.protobuf.Timestamp
+	29, // 13: cocoonbox.v1.Token.expires_at:type_name -> google.protobuf.Timestamp
+	29, // 14: cocoonbox.v1.Token.revoked_at:type_name -> google.protobuf.Timestamp
+	16, // 15: cocoonbox.v1.CreateTokenResponse.token:type_name -> cocoonbox.v1.Token
+	16, // 16: cocoonbox.v1.ListTokensResponse.tokens:type_name -> cocoonbox.v1.Token
+	15, // 17: cocoonbox.v1.CreateUserResponse.user:type_name -> cocoonbox.v1.User
+	15, // 18: cocoonbox.v1.ListUsersResponse.users:type_name -> cocoonbox.v1.User
+	15, // 19: cocoonbox.v1.DisableUserResponse.user:type_name -> cocoonbox.v1.User
+	13, // 20: cocoonbox.v1.AccountService.WhoAmI:input_type -> cocoonbox.v1.WhoAmIRequest
+	17, // 21: cocoonbox.v1.AccountService.CreateToken:input_type -> cocoonbox.v1.CreateTokenRequest
+	19, // 22: cocoonbox.v1.AccountService.ListTokens:input_type -> cocoonbox.v1.ListTokensRequest
+	21, // 23: cocoonbox.v1.AccountService.RevokeToken:input_type -> cocoonbox.v1.RevokeTokenRequest
+	23, // 24: cocoonbox.v1.AccountService.CreateUser:input_type -> cocoonbox.v1.CreateUserRequest
+	25, // 25: cocoonbox.v1.AccountService.ListUsers:input_type -> cocoonbox.v1.ListUsersRequest
+	27, // 26: cocoonbox.v1.AccountService.DisableUser:input_type -> cocoonbox.v1.DisableUserRequest
+	4,  // 27: cocoonbox.v1.AccountService.CreateWebhook:input_type -> cocoonbox.v1.CreateWebhookRequest
+	6,  // 28: cocoonbox.v1.AccountService.ListWebhooks:input_type -> cocoonbox.v1.ListWebhooksRequest
+	8,  // 29: cocoonbox.v1.AccountService.DeleteWebhook:input_type -> cocoonbox.v1.DeleteWebhookRequest
+	10, // 30: cocoonbox.v1.AccountService.ListDeliveries:input_type -> cocoonbox.v1.ListDeliveriesRequest
+	0,  // 31: cocoonbox.v1.AccountService.GetUsage:input_type -> cocoonbox.v1.GetUsageRequest
+	14, // 32: cocoonbox.v1.AccountService.WhoAmI:output_type -> cocoonbox.v1.WhoAmIResponse
+	18, // 33: cocoonbox.v1.AccountService.CreateToken:output_type -> cocoonbox.v1.CreateTokenResponse
+	20, // 34: cocoonbox.v1.AccountService.ListTokens:output_type -> cocoonbox.v1.ListTokensResponse
+	22, // 35: cocoonbox.v1.AccountService.RevokeToken:output_type -> cocoonbox.v1.RevokeTokenResponse
+	24, // 36: cocoonbox.v1.AccountService.CreateUser:output_type -> cocoonbox.v1.CreateUserResponse
+	26, // 37: cocoonbox.v1.AccountService.ListUsers:output_type -> cocoonbox.v1.ListUsersResponse
+	28, // 38: cocoonbox.v1.AccountService.DisableUser:output_type -> cocoonbox.v1.DisableUserResponse
+	5,  // 39: cocoonbox.v1.AccountService.CreateWebhook:output_type -> cocoonbox.v1.CreateWebhookResponse
+	7,  // 40: cocoonbox.v1.AccountService.ListWebhooks:output_type -> cocoonbox.v1.ListWebhooksResponse
+	9,  // 41: cocoonbox.v1.AccountService.DeleteWebhook:output_type -> cocoonbox.v1.DeleteWebhookResponse
+	12, // 42: cocoonbox.v1.AccountService.ListDeliveries:output_type -> cocoonbox.v1.ListDeliveriesResponse
+	2,  // 43: cocoonbox.v1.AccountService.GetUsage:output_type -> cocoonbox.v1.GetUsageResponse
+	32, // [32:44] is the sub-list for method output_type
+	20, // [20:32] is the sub-list for method input_type
+	20, // [20:20] is the sub-list for extension type_name
+	20, // [20:20] is the sub-list for extension extendee
+	0,  // [0:20] is the sub-list for field type_name
 }
 
 func init() { file_cocoonbox_v1_account_proto_init() }
@@ -1585,7 +1831,7 @@ func file_cocoonbox_v1_account_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cocoonbox_v1_account_proto_rawDesc), len(file_cocoonbox_v1_account_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   26,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -33,6 +33,7 @@ const (
 	AccountService_ListWebhooks_FullMethodName   = "/cocoonbox.v1.AccountService/ListWebhooks"
 	AccountService_DeleteWebhook_FullMethodName  = "/cocoonbox.v1.AccountService/DeleteWebhook"
 	AccountService_ListDeliveries_FullMethodName = "/cocoonbox.v1.AccountService/ListDeliveries"
+	AccountService_GetUsage_FullMethodName       = "/cocoonbox.v1.AccountService/GetUsage"
 )
 
 // AccountServiceClient is the client API for AccountService service.
@@ -68,6 +69,9 @@ type AccountServiceClient interface {
 	DeleteWebhook(ctx context.Context, in *DeleteWebhookRequest, opts ...grpc.CallOption) (*DeleteWebhookResponse, error)
 	// ListDeliveries returns a webhook's newest delivery attempts, newest first.
 	ListDeliveries(ctx context.Context, in *ListDeliveriesRequest, opts ...grpc.CallOption) (*ListDeliveriesResponse, error)
+	// GetUsage sums the model calls of agent runs since a time, grouped by user, box, run or
+	// model: the caller's own calls, or everyone's for an admin who asks for all_users.
+	GetUsage(ctx context.Context, in *GetUsageRequest, opts ...grpc.CallOption) (*GetUsageResponse, error)
 }
 
 type accountServiceClient struct {
@@ -188,6 +192,16 @@ func (c *accountServiceClient) ListDeliveries(ctx context.Context, in *ListDeliv
 	return out, nil
 }
 
+func (c *accountServiceClient) GetUsage(ctx context.Context, in *GetUsageRequest, opts ...grpc.CallOption) (*GetUsageResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetUsageResponse)
+	err := c.cc.Invoke(ctx, AccountService_GetUsage_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AccountServiceServer is the server API for AccountService service.
 // All implementations must embed UnimplementedAccountServiceServer
 // for forward compatibility.
@@ -221,6 +235,9 @@ type AccountServiceServer interface {
 	DeleteWebhook(context.Context, *DeleteWebhookRequest) (*DeleteWebhookResponse, error)
 	// ListDeliveries returns a webhook's newest delivery attempts, newest first.
 	ListDeliveries(context.Context, *ListDeliveriesRequest) (*ListDeliveriesResponse, error)
+	// GetUsage sums the model calls of agent runs since a time, grouped by user, box, run or
+	// model: the caller's own calls, or everyone's for an admin who asks for all_users.
+	GetUsage(context.Context, *GetUsageRequest) (*GetUsageResponse, error)
 	mustEmbedUnimplementedAccountServiceServer()
 }
 
@@ -263,6 +280,9 @@ func (UnimplementedAccountServiceServer) DeleteWebhook(context.Context, *DeleteW
 }
 func (UnimplementedAccountServiceServer) ListDeliveries(context.Context, *ListDeliveriesRequest) (*ListDeliveriesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListDeliveries not implemented")
+}
+func (UnimplementedAccountServiceServer) GetUsage(context.Context, *GetUsageRequest) (*GetUsageResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetUsage not implemented")
 }
 func (UnimplementedAccountServiceServer) mustEmbedUnimplementedAccountServiceServer() {}
 func (UnimplementedAccountServiceServer) testEmbeddedByValue()                        {}
@@ -483,6 +503,24 @@ func _AccountService_ListDeliveries_Handler(srv interface{}, ctx context.Context
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AccountService_GetUsage_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetUsageRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AccountServiceServer).GetUsage(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AccountService_GetUsage_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AccountServiceServer).GetUsage(ctx, req.(*GetUsageRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AccountService_ServiceDesc is the grpc.ServiceDesc for AccountService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -533,6 +571,10 @@ var AccountService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListDeliveries",
 			Handler:    _AccountService_ListDeliveries_Handler,
+		},
+		{
+			MethodName: "GetUsage",
+			Handler:    _AccountService_GetUsage_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -47,7 +47,14 @@ type AgentRun struct {
 	StepsDone int32 `protobuf:"varint,12,opt,name=steps_done,json=stepsDone,proto3" json:"steps_done,omitempty"`
 	// result is what the agent said in its last step that said anything: its answer once the run
 	// succeeded. Filled where steps_done is.
-	Result        string `protobuf:"bytes,13,opt,name=result,proto3" json:"result,omitempty"`
+	Result string `protobuf:"bytes,13,opt,name=result,proto3" json:"result,omitempty"`
+	// max_tokens bounds the input and output tokens of all the run's model calls; 0 is no bound.
+	// A run that has used it stops before its next call, failed with an error starting
+	// "budget:".
+	MaxTokens int64 `protobuf:"varint,14,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
+	// tokens_used is the input and output tokens of the run's model calls so far, as the gateway
+	// reported them to the worker. Filled where steps_done is.
+	TokensUsed    int64 `protobuf:"varint,15,opt,name=tokens_used,json=tokensUsed,proto3" json:"tokens_used,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -171,6 +178,20 @@ func (x *AgentRun) GetResult() string {
 		return x.Result
 	}
 	return ""
+}
+
+func (x *AgentRun) GetMaxTokens() int64 {
+	if x != nil {
+		return x.MaxTokens
+	}
+	return 0
+}
+
+func (x *AgentRun) GetTokensUsed() int64 {
+	if x != nil {
+		return x.TokensUsed
+	}
+	return 0
 }
 
 // AgentStep is one model turn and the tool calls it made.
@@ -379,7 +400,9 @@ type StartRunRequest struct {
 	// model overrides the box's default model.
 	Model string `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
 	// max_steps bounds the run's model turns; 0 is the server's default.
-	MaxSteps      int32 `protobuf:"varint,4,opt,name=max_steps,json=maxSteps,proto3" json:"max_steps,omitempty"`
+	MaxSteps int32 `protobuf:"varint,4,opt,name=max_steps,json=maxSteps,proto3" json:"max_steps,omitempty"`
+	// max_tokens bounds the input and output tokens of all the run's model calls; 0 is no bound.
+	MaxTokens     int64 `protobuf:"varint,5,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -438,6 +461,13 @@ func (x *StartRunRequest) GetModel() string {
 func (x *StartRunRequest) GetMaxSteps() int32 {
 	if x != nil {
 		return x.MaxSteps
+	}
+	return 0
+}
+
+func (x *StartRunRequest) GetMaxTokens() int64 {
+	if x != nil {
+		return x.MaxTokens
 	}
 	return 0
 }
@@ -839,7 +869,7 @@ var File_cocoonbox_v1_agent_proto protoreflect.FileDescriptor
 
 const file_cocoonbox_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x18cocoonbox/v1/agent.proto\x12\fcocoonbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x91\x03\n" +
+	"\x18cocoonbox/v1/agent.proto\x12\fcocoonbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd1\x03\n" +
 	"\bAgentRun\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06box_id\x18\x02 \x01(\tR\x05boxId\x12\x14\n" +
@@ -856,7 +886,11 @@ const file_cocoonbox_v1_agent_proto_rawDesc = "" +
 	"\bprovider\x18\v \x01(\tR\bprovider\x12\x1d\n" +
 	"\n" +
 	"steps_done\x18\f \x01(\x05R\tstepsDone\x12\x16\n" +
-	"\x06result\x18\r \x01(\tR\x06result\"\xb8\x02\n" +
+	"\x06result\x18\r \x01(\tR\x06result\x12\x1d\n" +
+	"\n" +
+	"max_tokens\x18\x0e \x01(\x03R\tmaxTokens\x12\x1f\n" +
+	"\vtokens_used\x18\x0f \x01(\x03R\n" +
+	"tokensUsed\"\xb8\x02\n" +
 	"\tAgentStep\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x05R\x06number\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
@@ -875,12 +909,14 @@ const file_cocoonbox_v1_agent_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\bis_error\x18\x02 \x01(\bR\aisError\x12\x16\n" +
 	"\x06result\x18\x03 \x01(\tR\x06result\x12\x16\n" +
-	"\x06images\x18\x04 \x01(\x05R\x06images\"j\n" +
+	"\x06images\x18\x04 \x01(\x05R\x06images\"\x89\x01\n" +
 	"\x0fStartRunRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x12\x14\n" +
 	"\x05model\x18\x03 \x01(\tR\x05model\x12\x1b\n" +
-	"\tmax_steps\x18\x04 \x01(\x05R\bmaxSteps\"?\n" +
+	"\tmax_steps\x18\x04 \x01(\x05R\bmaxSteps\x12\x1d\n" +
+	"\n" +
+	"max_tokens\x18\x05 \x01(\x03R\tmaxTokens\"?\n" +
 	"\x12SendMessageRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\"\x15\n" +

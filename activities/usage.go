@@ -1,0 +1,219 @@
+package activities
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/loomhand/cocoonbox/internal/store"
+)
+
+// UsageLedger records what each model call of a run used, and answers what a run has spent
+// against its bound (internal/store).
+type UsageLedger interface {
+	RecordModelCall(ctx context.Context, c store.ModelCall) error
+	RunTokens(ctx context.Context, id string) (used, limit int64, err error)
+}
+
+// ErrTypeBudget is a run stopped by its token bound before a model call; permanent.
+const ErrTypeBudget = "Budget"
+
+// meter counts one step's model calls: it refuses a call once the run has spent its bound, and
+// records each call's usage as the gateway reported it in its answer (the worker holds the key
+// and sees the answer; the box's word is never taken for what it used).
+type meter struct {
+	ledger UsageLedger // nil: nothing is metered or bounded
+	call   store.ModelCall
+
+	mu      sync.Mutex
+	refusal string // why a call was refused for the budget; "" while none was
+}
+
+// allow refuses the call about to be made once the run's calls have used its bound, before the
+// gateway sees it. A ledger that cannot be read lets the call through: the bound is checked
+// again at the next call, and a step is not failed for the ledger's outage.
+func (m *meter) allow(ctx context.Context) error {
+	if m == nil || m.ledger == nil {
+		return nil
+	}
+	used, limit, err := m.ledger.RunTokens(ctx, m.call.RunID)
+	if err != nil || limit <= 0 || used < limit {
+		return nil
+	}
+	why := fmt.Sprintf("budget: run %s used %d of its %d tokens (max_tokens); the call was not made", m.call.RunID, used, limit)
+	m.mu.Lock()
+	m.refusal = why
+	m.mu.Unlock()
+	return refuse(http.StatusPaymentRequired, "%s", why)
+}
+
+// refused is the budget refusal of a call of the step, or "".
+func (m *meter) refused() string {
+	if m == nil {
+		return ""
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.refusal
+}
+
+// record writes one call to the ledger: the gateway's status (0 when it was not reached) and
+// the usage its answer reported. Best effort: the step goes on when the ledger is down, and the
+// failure is logged.
+func (m *meter) record(ctx context.Context, status int, u *usageScanner, took time.Duration) error {
+	if m == nil || m.ledger == nil {
+		return nil
+	}
+	c := m.call
+	c.Status, c.Latency = status, took
+	if u != nil {
+		u.finish()
+		c.InputTokens, c.OutputTokens, c.CachedTokens = u.input, u.output, u.cached
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	return m.ledger.RecordModelCall(ctx, c)
+}
+
+// Bounds of what usageScanner keeps of an answer.
+const (
+	maxUsageLine = 256 << 10 // an event line longer than this carries text, not usage: skipped
+	maxUsageBody = 1 << 20   // a JSON answer (not streamed) is read for its usage up to this
+)
+
+// usageScanner reads the usage the gateway reports as the answer streams through it: the
+// server-sent events of a streamed answer (OpenAI's last chunk carries usage; Anthropic's
+// message_start carries the input and message_delta the output so far), or a whole JSON answer.
+// It holds at most one event line, or the first maxUsageBody bytes of a JSON answer.
+type usageScanner struct {
+	line   []byte
+	skip   bool // the line under way is longer than maxUsageLine
+	body   bytes.Buffer
+	events bool // a "data:" line was seen: the answer is an event stream
+	done   bool
+	input  int64
+	output int64
+	cached int64
+}
+
+func (u *usageScanner) Write(p []byte) (int, error) {
+	n := len(p)
+	if u.body.Len() < maxUsageBody {
+		u.body.Write(p[:min(len(p), maxUsageBody-u.body.Len())])
+	}
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			u.add(p)
+			break
+		}
+		u.add(p[:i])
+		u.endLine()
+		p = p[i+1:]
+	}
+	return n, nil
+}
+
+func (u *usageScanner) add(p []byte) {
+	if u.skip {
+		return
+	}
+	if len(u.line)+len(p) > maxUsageLine {
+		u.line, u.skip = u.line[:0], true
+		return
+	}
+	u.line = append(u.line, p...)
+}
+
+func (u *usageScanner) endLine() {
+	line := bytes.TrimSpace(u.line)
+	skipped := u.skip
+	u.line, u.skip = u.line[:0], false
+	if skipped {
+		return
+	}
+	data, ok := bytes.CutPrefix(line, []byte("data:"))
+	if !ok {
+		return
+	}
+	u.events = true
+	if bytes.Contains(data, []byte(`"usage"`)) {
+		u.read(bytes.TrimSpace(data))
+	}
+}
+
+// finish reads what is left: a last line without its newline, or a JSON answer's usage.
+func (u *usageScanner) finish() {
+	if u.done {
+		return
+	}
+	u.done = true
+	if len(u.line) > 0 || u.skip {
+		u.endLine()
+	}
+	if !u.events && u.body.Len() < maxUsageBody {
+		u.read(u.body.Bytes())
+	}
+}
+
+// tokenUsage is a usage object of either protocol; absent fields stay nil.
+type tokenUsage struct {
+	PromptTokens        *int64 `json:"prompt_tokens"`
+	CompletionTokens    *int64 `json:"completion_tokens"`
+	PromptTokensDetails struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"prompt_tokens_details"`
+	InputTokens              *int64 `json:"input_tokens"`
+	OutputTokens             *int64 `json:"output_tokens"`
+	CacheReadInputTokens     int64  `json:"cache_read_input_tokens"`
+	CacheCreationInputTokens int64  `json:"cache_creation_input_tokens"`
+}
+
+// read takes the usage of one event or answer. A later report replaces an earlier one of the
+// same count (Anthropic's output so far grows with each message_delta).
+func (u *usageScanner) read(doc []byte) {
+	var ev struct {
+		Usage   *tokenUsage `json:"usage"`
+		Message *struct {
+			Usage *tokenUsage `json:"usage"`
+		} `json:"message"`
+	}
+	if json.Unmarshal(doc, &ev) != nil {
+		return
+	}
+	for _, t := range []*tokenUsage{ev.Usage, messageUsage(ev.Message)} {
+		switch {
+		case t == nil:
+		case t.PromptTokens != nil || t.CompletionTokens != nil: // OpenAI: the prompt includes the cached part
+			u.input, u.output, u.cached = deref(t.PromptTokens), deref(t.CompletionTokens), t.PromptTokensDetails.CachedTokens
+		default: // Anthropic: the input excludes what the cache served or took in
+			if t.InputTokens != nil {
+				u.input = *t.InputTokens + t.CacheReadInputTokens + t.CacheCreationInputTokens
+				u.cached = t.CacheReadInputTokens
+			}
+			if t.OutputTokens != nil {
+				u.output = *t.OutputTokens
+			}
+		}
+	}
+}
+
+func messageUsage(m *struct {
+	Usage *tokenUsage `json:"usage"`
+}) *tokenUsage {
+	if m == nil {
+		return nil
+	}
+	return m.Usage
+}
+
+func deref(p *int64) int64 {
+	if p == nil {
+		return 0
+	}
+	return max(*p, 0)
+}

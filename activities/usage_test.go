@@ -1,0 +1,130 @@
+package activities
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/loomhand/cocoonbox/agentvm/model/modeltest"
+	"github.com/loomhand/cocoonbox/internal/store"
+)
+
+// TestUsageScanner: the usage a gateway reports is read from its answer in either protocol,
+// streamed or whole, however the answer's bytes are cut.
+func TestUsageScanner(t *testing.T) {
+	gw := modeltest.NewServer(t, "")
+	for _, tc := range []struct {
+		name, path, body string
+	}{
+		{"openai streamed", "/v1/chat/completions", `{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`},
+		{"openai whole", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`},
+		{"anthropic streamed", "/v1/messages", `{"model":"m","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"hi"}]}`},
+		{"anthropic whole", "/v1/messages", `{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gw.Script(modeltest.Turn{Text: []string{"one ", "two ", "three"}, InputTokens: 1234, OutputTokens: 56})
+			req, err := http.NewRequest(http.MethodPost, gw.URL+tc.path, strings.NewReader(tc.body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Anthropic-Version", "2023-06-01")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			raw, err := io.ReadAll(resp.Body)
+			if err != nil || resp.StatusCode != http.StatusOK {
+				t.Fatalf("gateway: %d %s, %v", resp.StatusCode, raw, err)
+			}
+			for _, cut := range []int{1, 7, len(raw)} {
+				var u usageScanner
+				for b := raw; len(b) > 0; b = b[min(cut, len(b)):] {
+					_, _ = u.Write(b[:min(cut, len(b))])
+				}
+				u.finish()
+				if u.input != 1234 || u.output != 56 {
+					t.Fatalf("cut every %d bytes: %d in, %d out; want 1234 and 56 from %s", cut, u.input, u.output, raw)
+				}
+			}
+		})
+	}
+	t.Run("anthropic cache", func(t *testing.T) {
+		var u usageScanner
+		_, _ = io.WriteString(&u, "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":5,\"cache_read_input_tokens\":100,\"cache_creation_input_tokens\":20,\"output_tokens\":1}}}\n\n"+
+			"event: message_delta\ndata: {\"type\":\"message_delta\",\"usage\":{\"output_tokens\":9}}\n\n")
+		u.finish()
+		if u.input != 125 || u.cached != 100 || u.output != 9 {
+			t.Fatalf("%d in (%d cached), %d out; want 125 (100), 9", u.input, u.cached, u.output)
+		}
+	})
+	t.Run("a long text line", func(t *testing.T) {
+		var u usageScanner
+		_, _ = io.WriteString(&u, "data: {\"choices\":[{\"delta\":{\"content\":\""+strings.Repeat("x", maxUsageLine)+"\"}}],\"usage\":{\"prompt_tokens\":99}}\n")
+		_, _ = io.WriteString(&u, "data: {\"choices\":[],\"usage\":{\"prompt_tokens\":3,\"completion_tokens\":4,\"prompt_tokens_details\":{\"cached_tokens\":2}}}\n")
+		u.finish()
+		if u.input != 3 || u.output != 4 || u.cached != 2 {
+			t.Fatalf("%d in (%d cached), %d out; want 3 (2), 4: the over-long line is skipped", u.input, u.cached, u.output)
+		}
+	})
+}
+
+// ledger is a UsageLedger in memory, for the link tests (the store's own is TestUsageLedger's).
+type ledger struct {
+	mu    sync.Mutex
+	calls []store.ModelCall
+	limit int64
+}
+
+func (l *ledger) RecordModelCall(_ context.Context, c store.ModelCall) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.calls = append(l.calls, c)
+	return nil
+}
+
+func (l *ledger) RunTokens(context.Context, string) (used, limit int64, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for _, c := range l.calls {
+		used += c.InputTokens + c.OutputTokens
+	}
+	return used, l.limit, nil
+}
+
+// TestModelLinkMetering: a call the worker relays is recorded with the usage the gateway
+// reported; once the run's calls have used its bound, the next call is refused with 402 naming
+// the budget, before the gateway sees it.
+func TestModelLinkMetering(t *testing.T) {
+	gw := modeltest.NewServer(t, linkModelKey)
+	l := &ledger{limit: 12}
+	mt := &meter{ledger: l, call: store.ModelCall{RunID: "run_1", Step: 1, BoxID: "bx_0000000000000001", User: "usr_a", Model: "m"}}
+	gw.Script(modeltest.Reply("hello"), modeltest.Reply("again"))
+	if got := askThroughMeteredLink(t, gw, post("/v1/chat/completions", "", chatBody), mt); !strings.HasPrefix(got, "HTTP/1.1 200") {
+		t.Fatalf("the first call: %s", got)
+	}
+	l.mu.Lock()
+	calls := append([]store.ModelCall(nil), l.calls...)
+	l.mu.Unlock()
+	if len(calls) != 1 || calls[0].Status != 200 || calls[0].InputTokens != 10 || calls[0].OutputTokens != 5 ||
+		calls[0].RunID != "run_1" || calls[0].User != "usr_a" || calls[0].Model != "m" || calls[0].Latency <= 0 {
+		t.Fatalf("recorded %+v; want one call of 10 and 5 tokens", calls)
+	}
+	if mt.refused() != "" {
+		t.Fatalf("refused after the first call: %s", mt.refused())
+	}
+	got := askThroughMeteredLink(t, gw, post("/v1/chat/completions", "", chatBody), mt)
+	if !strings.HasPrefix(got, "HTTP/1.1 402") || !strings.Contains(got, "budget: run run_1 used 15 of its 12 tokens") {
+		t.Fatalf("the call over the bound: %s", got)
+	}
+	if n := len(gw.Requests()); n != 1 {
+		t.Fatalf("the gateway saw %d calls; want the first alone", n)
+	}
+	if !strings.HasPrefix(mt.refused(), "budget: ") {
+		t.Fatalf("the step's refusal: %q", mt.refused())
+	}
+}

@@ -1,0 +1,60 @@
+package boxsvc_test
+
+import (
+	"context"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/config"
+	"github.com/loomhand/cocoonbox/internal/store"
+)
+
+// TestUsageCosts: the ledger's tokens cost the configured prices, cached input at its own; a
+// user's groups cost the sum over their models; everyone's usage needs an admin.
+func TestUsageCosts(t *testing.T) {
+	e := newRunEnv(t)
+	ctx := context.Background()
+	e.svc.Agent.Prices = map[string]config.Price{
+		"m":  {Input: 2, CachedInput: 0.5, Output: 8},
+		"m2": {Input: 1, Output: 4},
+	}
+	for _, c := range []store.ModelCall{
+		{RunID: e.run, Step: 1, BoxID: e.box, User: e.ann, Model: "m", Status: 200, InputTokens: 1_000_000, CachedTokens: 400_000, OutputTokens: 100_000},
+		{RunID: e.run, Step: 2, BoxID: e.box, User: e.ann, Model: "m2", Status: 200, InputTokens: 500_000, OutputTokens: 0},
+		{RunID: e.run, Step: 3, BoxID: e.box, User: e.ann, Model: "unpriced", Status: 200, InputTokens: 9_000_000},
+	} {
+		if err := e.st.RecordModelCall(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ann := store.User{ID: e.ann}
+	byModel, _, err := e.svc.Usage(ctx, ann, store.UsageByModel, time.Time{}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	costs := map[string]float64{}
+	for _, r := range byModel {
+		costs[r.Key] = r.CostUSD
+	}
+	// m: 0.6M at 2 + 0.4M cached at 0.5 + 0.1M out at 8 = 1.2 + 0.2 + 0.8; m2: 0.5M at 1.
+	if !near(costs["m"], 2.2) || !near(costs["m2"], 0.5) || costs["unpriced"] != 0 {
+		t.Fatalf("costs by model: %v; want m 2.2, m2 0.5, unpriced 0", costs)
+	}
+	byUser, since, err := e.svc.Usage(ctx, ann, store.UsageByUser, time.Time{}, false)
+	if err != nil || len(byUser) != 1 || !near(byUser[0].CostUSD, 2.7) || time.Since(since) < 29*24*time.Hour {
+		t.Fatalf("by user: %+v since %v, %v; want one row costing 2.7 over the last 30 days", byUser, since, err)
+	}
+	if _, _, err := e.svc.Usage(ctx, ann, store.UsageByRun, time.Time{}, true); cocoonbox.ErrorCode(err) != cocoonbox.EForbidden {
+		t.Fatalf("everyone's usage as a user: %v; want forbidden", err)
+	}
+	if _, _, err := e.svc.Usage(ctx, ann, store.UsageByRun, time.Now().Add(time.Hour), false); cocoonbox.ErrorField(err) != "since" {
+		t.Fatalf("since in the future: %v; want an error naming since", err)
+	}
+	if rows, _, err := e.svc.Usage(ctx, store.User{ID: e.vic}, store.UsageByRun, time.Time{}, false); err != nil || len(rows) != 0 {
+		t.Fatalf("another user's view: %+v, %v; want nothing of ann's", rows, err)
+	}
+}
+
+func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }

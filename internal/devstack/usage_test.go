@@ -1,0 +1,95 @@
+package devstack_test
+
+import (
+	"encoding/json"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/agentvm"
+	"github.com/loomhand/cocoonbox/agentvm/model/modeltest"
+	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
+)
+
+// testRunUsage: over each protocol, a run's model calls are in the ledger with the usage the
+// scripted gateway reported, GetUsage and `cocoonbox usage --by run` show their sums, and a run
+// whose --max-tokens is below what its first call used stops with budget before its second
+// call, which the gateway never sees.
+func testRunUsage(t *testing.T, a *agentEnv, models *modeltest.Server) {
+	cli := buildCLI(t)
+	for _, provider := range []string{agentvm.ProviderOpenAI, agentvm.ProviderAnthropic} {
+		a.useProvider(provider)
+		tool := modeltest.Calls(modeltest.Call("shell", `{"command":"true"}`))
+		tool.InputTokens, tool.OutputTokens = 1200, 34
+		reply := modeltest.Reply("Done.")
+		reply.InputTokens, reply.OutputTokens = 1300, 5
+		models.Script(tool, reply)
+		run := a.start(t, "Run true.")
+		if got := a.waitRun(t, run.GetId(), 3*time.Minute, "succeeded", "failed"); got.GetState() != "succeeded" || got.GetTokensUsed() != 2539 {
+			t.Fatalf("%s run: %s %q, %d tokens used; want succeeded with 2539", provider, got.GetState(), got.GetError(), got.GetTokensUsed())
+		}
+		usage, err := a.acct.GetUsage(a.auth, &cbv1.GetUsageRequest{By: "run", Since: timestamppb.New(time.Now().Add(-time.Hour))})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var mine *cbv1.UsageRow
+		for _, r := range usage.GetRows() {
+			if r.GetKey() == run.GetId() {
+				mine = r
+			}
+		}
+		if mine == nil || mine.GetCalls() != 2 || mine.GetInputTokens() != 2500 || mine.GetOutputTokens() != 39 || mine.GetModel() != run.GetModel() {
+			t.Fatalf("%s run's usage: %v; want 2 calls, 2500 in and 39 out", provider, mine)
+		}
+
+		// The CLI shows the same sums.
+		cmd := exec.CommandContext(a.ctx, cli, "usage", "--by", "run", "--since", "1h", "-o", "json")
+		cmd.Env = []string{"HOME=" + t.TempDir(), "COCOONBOX_ENDPOINT=" + a.d.URLs().API, "COCOONBOX_TOKEN=" + a.token}
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("cocoonbox usage: %v\\n%s", err, out)
+		}
+		var shown struct {
+			Rows []struct {
+				Key          string `json:"key"`
+				Calls        string `json:"calls"`
+				InputTokens  string `json:"input_tokens"`
+				OutputTokens string `json:"output_tokens"`
+			} `json:"rows"`
+		}
+		if err := json.Unmarshal(out, &shown); err != nil {
+			t.Fatalf("cocoonbox usage -o json: %v\\n%s", err, out)
+		}
+		found := false
+		for _, r := range shown.Rows {
+			found = found || (r.Key == run.GetId() && r.Calls == "2" && r.InputTokens == "2500" && r.OutputTokens == "39")
+		}
+		if !found {
+			t.Fatalf("cocoonbox usage --by run does not show run %s with 2 calls, 2500 in, 39 out:\\n%s", run.GetId(), out)
+		}
+	}
+
+	// A bound the first call spends stops the run before the second.
+	a.useProvider(agentvm.ProviderOpenAI)
+	models.Script(modeltest.Calls(modeltest.Call("shell", `{"command":"true"}`)), modeltest.Reply("Never asked."))
+	before := len(models.Requests())
+	run, err := a.agents.StartRun(a.auth, &cbv1.StartRunRequest{Box: string(a.id), Task: "Run true.", MaxTokens: 12})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := a.waitRun(t, run.GetId(), 3*time.Minute, "succeeded", "failed", "cancelled")
+	if got.GetState() != string(cocoonbox.AgentRunFailed) || !strings.HasPrefix(got.GetError(), "budget: ") ||
+		got.GetMaxTokens() != 12 || got.GetTokensUsed() != 15 {
+		t.Fatalf("the bounded run: %s %q, %d of %d tokens; want failed with budget after 15 of 12", got.GetState(), got.GetError(), got.GetTokensUsed(), got.GetMaxTokens())
+	}
+	if n := len(models.Requests()) - before; n != 1 {
+		t.Fatalf("the gateway saw %d calls of the bounded run; want 1", n)
+	}
+	if _, err := a.agents.StartRun(a.auth, &cbv1.StartRunRequest{Box: string(a.id), Task: "x", MaxTokens: -1}); err == nil || !strings.Contains(err.Error(), "max_tokens") {
+		t.Fatalf("a negative bound: %v; want an error naming max_tokens", err)
+	}
+}

@@ -1,0 +1,30 @@
+-- Schema v15: what agent runs cost, and the bound a run may spend.
+--
+-- model_calls has one row per model call a worker relayed for a run's step (the worker holds the
+-- gateway key and sees each call's answer, so the counts are the gateway's own, not the box's
+-- word). Rows outlive their run and box (no foreign keys): a bill does not vanish with a delete.
+-- agent_runs.max_tokens bounds the input and output tokens of all the run's calls; 0 is no bound.
+
+-- +goose Up
+CREATE TABLE model_calls (
+    id            bigserial PRIMARY KEY,
+    at            timestamptz NOT NULL DEFAULT now(),
+    run_id        text NOT NULL,
+    step          integer NOT NULL,
+    box_id        text NOT NULL,
+    user_id       text NOT NULL,
+    model         text NOT NULL,
+    status        integer NOT NULL,
+    input_tokens  bigint NOT NULL DEFAULT 0 CHECK (input_tokens >= 0),
+    output_tokens bigint NOT NULL DEFAULT 0 CHECK (output_tokens >= 0),
+    cached_tokens bigint NOT NULL DEFAULT 0 CHECK (cached_tokens >= 0),
+    latency_ms    integer NOT NULL DEFAULT 0
+);
+CREATE INDEX model_calls_run_idx ON model_calls (run_id);
+CREATE INDEX model_calls_user_at_idx ON model_calls (user_id, at);
+CREATE INDEX model_calls_at_idx ON model_calls (at);
+ALTER TABLE agent_runs ADD COLUMN max_tokens bigint NOT NULL DEFAULT 0 CHECK (max_tokens >= 0);
+
+-- +goose Down
+ALTER TABLE agent_runs DROP COLUMN max_tokens;
+DROP TABLE model_calls;

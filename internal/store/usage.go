@@ -1,0 +1,153 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/loomhand/cocoonbox"
+)
+
+// ModelCall is one model call a worker relayed for a run's step, with the usage the gateway
+// reported in its answer.
+type ModelCall struct {
+	RunID  string
+	Step   int
+	BoxID  cocoonbox.BoxID
+	User   string // the run's starter, who is billed
+	Model  string
+	Status int // the gateway's HTTP status; 0 when it could not be reached
+	// InputTokens includes CachedTokens, the part of the prompt the provider read from its cache.
+	InputTokens, OutputTokens, CachedTokens int64
+	Latency                                 time.Duration
+}
+
+// RecordModelCall appends a model call to the ledger.
+func (q *Queries) RecordModelCall(ctx context.Context, c ModelCall) error {
+	_, err := q.db.Exec(ctx,
+		`INSERT INTO model_calls (run_id, step, box_id, user_id, model, status, input_tokens, output_tokens, cached_tokens, latency_ms)
+		 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+		c.RunID, c.Step, c.BoxID, c.User, c.Model, c.Status, max(c.InputTokens, 0), max(c.OutputTokens, 0),
+		max(c.CachedTokens, 0), c.Latency.Milliseconds())
+	if err != nil {
+		return fmt.Errorf("record model call of run %s: %w", c.RunID, mapErr(err))
+	}
+	return nil
+}
+
+// RunTokens is what run id has spent so far: the input and output tokens of its calls, and the
+// bound its starter set (0: none).
+func (q *Queries) RunTokens(ctx context.Context, id string) (used, limit int64, err error) {
+	err = q.db.QueryRow(ctx,
+		`SELECT coalesce((SELECT sum(input_tokens + output_tokens) FROM model_calls WHERE run_id = $1), 0)::bigint,
+		        max_tokens
+		   FROM agent_runs WHERE id = $1`, id).Scan(&used, &limit)
+	if err != nil {
+		return 0, 0, fmt.Errorf("tokens of run %s: %w", id, mapErr(err))
+	}
+	return used, limit, nil
+}
+
+// Usage groupings.
+const (
+	UsageByUser  = "user"
+	UsageByBox   = "box"
+	UsageByRun   = "run"
+	UsageByModel = "model"
+)
+
+// UsageFilter selects and groups the ledger's rows.
+type UsageFilter struct {
+	By    string    // one of the UsageBy groupings
+	Since time.Time // rows at or after it
+	User  string    // only this user's calls; "" for everyone's (admins)
+}
+
+// UsageRow is one group's sums. Model is the group's model when the rows are grouped by model or
+// by run (a run has one), else "".
+type UsageRow struct {
+	Key                                     string
+	Model                                   string
+	Calls                                   int64
+	InputTokens, OutputTokens, CachedTokens int64
+	// UserName is the user's name, for rows grouped by user.
+	UserName string
+}
+
+// Usage sums the ledger per group, largest total first.
+func (q *Queries) Usage(ctx context.Context, f UsageFilter) ([]UsageRow, error) {
+	var key, model string
+	switch f.By {
+	case UsageByUser:
+		key, model = "c.user_id", "''"
+	case UsageByBox:
+		key, model = "c.box_id", "''"
+	case UsageByRun:
+		key, model = "c.run_id", "min(c.model)"
+	case UsageByModel:
+		key, model = "c.model", "c.model"
+	default:
+		return nil, fmt.Errorf("usage: %w: %w", cocoonbox.Invalid("by", fmt.Sprintf("must be user, box, run or model, got %q", f.By)), ErrInvalid)
+	}
+	rows, err := q.db.Query(ctx, `SELECT `+key+`, `+model+`, count(*), sum(c.input_tokens)::bigint, sum(c.output_tokens)::bigint,
+		       sum(c.cached_tokens)::bigint, coalesce(min(u.name), '')
+		  FROM model_calls c LEFT JOIN users u ON u.id = c.user_id
+		 WHERE c.at >= $1 AND ($2 = '' OR c.user_id = $2)
+		 GROUP BY `+key+`
+		 ORDER BY sum(c.input_tokens + c.output_tokens) DESC, `+key,
+		f.Since, f.User)
+	if err != nil {
+		return nil, fmt.Errorf("usage: %w", mapErr(err))
+	}
+	defer rows.Close()
+	out := []UsageRow{}
+	for rows.Next() {
+		var r UsageRow
+		var name string
+		if err := rows.Scan(&r.Key, &r.Model, &r.Calls, &r.InputTokens, &r.OutputTokens, &r.CachedTokens, &name); err != nil {
+			return nil, fmt.Errorf("usage: %w", mapErr(err))
+		}
+		if f.By == UsageByUser {
+			r.UserName = name
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("usage: %w", mapErr(err))
+	}
+	return out, nil
+}
+
+// UsageByModelOf is f's groups split by model: a row per group and model, keyed by the group.
+func (q *Queries) UsageByModelOf(ctx context.Context, f UsageFilter) ([]UsageRow, error) {
+	var key string
+	switch f.By {
+	case UsageByUser:
+		key = "user_id"
+	case UsageByBox:
+		key = "box_id"
+	default:
+		return nil, fmt.Errorf("usage by model of: %w: %w", cocoonbox.Invalid("by", fmt.Sprintf("must be user or box, got %q", f.By)), ErrInvalid)
+	}
+	rows, err := q.db.Query(ctx, `SELECT `+key+`, model, count(*), sum(input_tokens)::bigint, sum(output_tokens)::bigint,
+		       sum(cached_tokens)::bigint
+		  FROM model_calls
+		 WHERE at >= $1 AND ($2 = '' OR user_id = $2)
+		 GROUP BY `+key+`, model`, f.Since, f.User)
+	if err != nil {
+		return nil, fmt.Errorf("usage by model of: %w", mapErr(err))
+	}
+	defer rows.Close()
+	var out []UsageRow
+	for rows.Next() {
+		var r UsageRow
+		if err := rows.Scan(&r.Key, &r.Model, &r.Calls, &r.InputTokens, &r.OutputTokens, &r.CachedTokens); err != nil {
+			return nil, fmt.Errorf("usage by model of: %w", mapErr(err))
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("usage by model of: %w", mapErr(err))
+	}
+	return out, nil
+}

@@ -1,0 +1,67 @@
+package store_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/store"
+	"github.com/loomhand/cocoonbox/internal/store/storetest"
+)
+
+// TestUsageLedger: model calls sum per run against the run's bound, and group by user, box, run
+// and model, a user's view holding only their own calls.
+func TestUsageLedger(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.New(t)
+	alice, bob := newUser(t, st, "alice"), newUser(t, st, "bob")
+	abox, bbox := newBox(t, st, alice, "dev").ID, newBox(t, st, bob, "dev").ID
+	for _, nr := range []store.NewAgentRun{
+		{ID: "run_a", BoxID: abox, Owner: alice, Task: "t", Provider: "openai", Model: "m1", MaxTokens: 100},
+		{ID: "run_b", BoxID: bbox, Owner: bob, Task: "t", Provider: "openai", Model: "m2"},
+	} {
+		if _, err := st.CreateAgentRun(ctx, nr); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := st.CreateAgentRun(ctx, store.NewAgentRun{ID: "run_c", BoxID: abox, Owner: alice, Task: "t", Model: "m1", MaxTokens: -1}); !errors.Is(err, store.ErrInvalid) || cocoonbox.ErrorField(err) != "max_tokens" {
+		t.Fatalf("a negative bound: %v", err)
+	}
+	if used, limit, err := st.RunTokens(ctx, "run_a"); err != nil || used != 0 || limit != 100 {
+		t.Fatalf("a run without calls: %d of %d, %v", used, limit, err)
+	}
+	for _, c := range []store.ModelCall{
+		{RunID: "run_a", Step: 1, BoxID: abox, User: alice, Model: "m1", Status: 200, InputTokens: 30, OutputTokens: 5, CachedTokens: 10, Latency: time.Second},
+		{RunID: "run_a", Step: 2, BoxID: abox, User: alice, Model: "m1", Status: 200, InputTokens: 40, OutputTokens: 7},
+		{RunID: "run_b", Step: 1, BoxID: bbox, User: bob, Model: "m2", Status: 200, InputTokens: 1000, OutputTokens: 1},
+		{RunID: "run_b", Step: 2, BoxID: bbox, User: bob, Model: "m2", Status: 529},
+	} {
+		if err := st.RecordModelCall(ctx, c); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if used, limit, err := st.RunTokens(ctx, "run_a"); err != nil || used != 82 || limit != 100 {
+		t.Fatalf("run_a spent %d of %d, %v; want 82 of 100", used, limit, err)
+	}
+	if _, _, err := st.RunTokens(ctx, "run_x"); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("an unknown run: %v", err)
+	}
+	all, err := st.Usage(ctx, store.UsageFilter{By: store.UsageByUser})
+	if err != nil || len(all) != 2 || all[0].UserName != "bob" || all[0].Calls != 2 || all[0].InputTokens != 1000 ||
+		all[1].UserName != "alice" || all[1].InputTokens != 70 || all[1].OutputTokens != 12 || all[1].CachedTokens != 10 {
+		t.Fatalf("by user: %+v, %v", all, err)
+	}
+	mine, err := st.Usage(ctx, store.UsageFilter{By: store.UsageByRun, User: alice})
+	if err != nil || len(mine) != 1 || mine[0].Key != "run_a" || mine[0].Model != "m1" || mine[0].Calls != 2 {
+		t.Fatalf("alice's runs: %+v, %v", mine, err)
+	}
+	if later, err := st.Usage(ctx, store.UsageFilter{By: store.UsageByModel, Since: time.Now().Add(time.Hour)}); err != nil || len(later) != 0 {
+		t.Fatalf("since an hour from now: %+v, %v", later, err)
+	}
+	if _, err := st.Usage(ctx, store.UsageFilter{By: "day"}); !errors.Is(err, store.ErrInvalid) || cocoonbox.ErrorField(err) != "by" {
+		t.Fatalf("grouped by day: %v", err)
+	}
+}
