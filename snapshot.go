@@ -70,11 +70,14 @@ type AgentRunState string
 
 // Agent run states.
 const (
-	AgentRunRunning   AgentRunState = "running"
-	AgentRunWaiting   AgentRunState = "waiting" // a person holds control of the desktop
-	AgentRunSucceeded AgentRunState = "succeeded"
-	AgentRunFailed    AgentRunState = "failed"
-	AgentRunCancelled AgentRunState = "cancelled"
+	AgentRunRunning AgentRunState = "running"
+	AgentRunWaiting AgentRunState = "waiting" // a person holds control of the desktop
+	// AgentRunWaitingForUser: the agent asked its starter a question (ask_user) and waits for the
+	// answer; the box may hibernate meanwhile.
+	AgentRunWaitingForUser AgentRunState = "waiting_for_user"
+	AgentRunSucceeded      AgentRunState = "succeeded"
+	AgentRunFailed         AgentRunState = "failed"
+	AgentRunCancelled      AgentRunState = "cancelled"
 )
 
 // AgentRun is one task given to a box's resident agent.

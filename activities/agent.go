@@ -45,6 +45,9 @@ type Agent struct {
 	Vault SecretOpener
 	// Usage is the ledger of model calls, which also bounds a run's tokens; nil meters nothing.
 	Usage UsageLedger
+	// Texts streams the model's text to the run's followers as the gateway sends it; nil
+	// streams nothing (followers see each step's text once it is recorded).
+	Texts RunTexts
 	// Gateway returns the operator's model gateway, read at each step: the worker's
 	// configuration, never a workflow's input.
 	Gateway func() Gateway
@@ -96,6 +99,9 @@ type StepResult struct {
 	DesktopRefused bool
 	// Controller is who held the desktop's control lease when the step started ("" for nobody).
 	Controller string
+	// Question is what the model asked the run's starter (ask_user): the run waits for the
+	// answer, the next step's message.
+	Question string
 }
 
 // RunStateInput is a run state to record.
@@ -181,7 +187,7 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 		LeaseSeq:            lease.Seq,
 		FreshScreenshot:     in.FreshScreenshot,
 	}
-	mt := &meter{ledger: a.Usage, call: store.ModelCall{RunID: in.RunID, Step: in.Step, BoxID: in.BoxID, User: run.Owner, Model: run.Model}}
+	mt := &meter{ledger: a.Usage, texts: a.Texts, call: store.ModelCall{RunID: in.RunID, Step: in.Step, BoxID: in.BoxID, User: run.Owner, Model: run.Model}}
 	if err := mt.allow(ctx); err != nil {
 		// Spent before the step: nothing is asked of the box.
 		return StepResult{}, newError(ErrTypeBudget, errors.New(mt.refused()))
@@ -212,7 +218,8 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 	}
 	return StepResult{Done: resp.GetDone(), Text: cut(resp.GetText(), maxStepText),
 		ToolCalls: len(resp.GetToolCalls()), Replayed: resp.GetReplayed(),
-		DesktopRefused: resp.GetDesktopRefused(), Controller: lease.Controller}, nil
+		DesktopRefused: resp.GetDesktopRefused(), Controller: lease.Controller,
+		Question: cut(resp.GetQuestion(), maxQuestion)}, nil
 }
 
 // authorizeRun returns the run's row once the database confirms the step may act for it: the
@@ -261,14 +268,17 @@ func (a *Agent) authorizeRun(ctx context.Context, in StepInput, gw Gateway) (sto
 	return run, nil
 }
 
-// SetRunState records the run's state, and the run's end as a run.finished event of its box
-// (which webhooks hear).
+// SetRunState records the run's state, and as an event of its box (which webhooks hear) the
+// run's end, run.finished, and a question it waits on, run.question.
 func (a *Agent) SetRunState(ctx context.Context, in RunStateInput) error {
 	if err := a.Runs.SetAgentRunState(ctx, in.RunID, in.State, in.Reason); err != nil {
 		return classify(fmt.Errorf("set run %s state: %w", in.RunID, err))
 	}
+	action := "run.finished"
 	switch in.State {
 	case cocoonbox.AgentRunSucceeded, cocoonbox.AgentRunFailed, cocoonbox.AgentRunCancelled:
+	case cocoonbox.AgentRunWaitingForUser:
+		action = "run.question"
 	default:
 		return nil
 	}
@@ -279,8 +289,8 @@ func (a *Agent) SetRunState(ctx context.Context, in RunStateInput) error {
 	detail, _ := json.Marshal(map[string]any{"run": in.RunID, "state": in.State, "reason": in.Reason})
 	// A retried activity may record the end twice; a webhook receiver dedups by event, and the
 	// run's own row has one state.
-	if err := a.Runs.AppendEvent(ctx, store.Event{Actor: run.Owner, BoxID: string(run.BoxID), Action: "run.finished", Detail: detail}); err != nil {
-		return classify(fmt.Errorf("record run %s end: %w", in.RunID, err))
+	if err := a.Runs.AppendEvent(ctx, store.Event{Actor: run.Owner, BoxID: string(run.BoxID), Action: action, Detail: detail}); err != nil {
+		return classify(fmt.Errorf("record run %s %s: %w", in.RunID, action, err))
 	}
 	return nil
 }
@@ -350,7 +360,8 @@ func sandboxError(err error) error {
 
 func stepRow(in StepInput, resp *agentvmv1.StepResponse) store.NewAgentStep {
 	p := store.StepPayload{Text: cut(resp.GetText(), maxStepText), Message: cut(in.Message, maxStepText),
-		Done: resp.GetDone(), StopReason: resp.GetStopReason(), Replayed: resp.GetReplayed()}
+		Done: resp.GetDone(), StopReason: resp.GetStopReason(), Replayed: resp.GetReplayed(),
+		Question: cut(resp.GetQuestion(), maxQuestion)}
 	var names []string
 	for _, tc := range resp.GetToolCalls() {
 		p.ToolCalls = append(p.ToolCalls, store.StepToolCall{Name: tc.GetName(), IsError: tc.GetIsError(), Images: tc.GetImages(), Result: cut(tc.GetResult(), 1<<10)})

@@ -28,6 +28,12 @@ func askThroughLink(t *testing.T, gw *modeltest.Server, request string) string {
 // askThroughMeteredLink is askThroughLink with the step's calls counted by mt.
 func askThroughMeteredLink(t *testing.T, gw *modeltest.Server, request string, mt *meter) string {
 	t.Helper()
+	return askThroughProvider(t, gw, ProviderOpenAI, request, mt)
+}
+
+// askThroughProvider is askThroughMeteredLink to a gateway of provider.
+func askThroughProvider(t *testing.T, gw *modeltest.Server, provider, request string, mt *meter) string {
+	t.Helper()
 	answer := make(chan string, 1)
 	var once sync.Once
 	agent := listen(t, func(c net.Conn) {
@@ -53,7 +59,11 @@ func askThroughMeteredLink(t *testing.T, gw *modeltest.Server, request string, m
 	})
 	box := &linkBox{ports: map[int]string{wire.LinkPort: agent}, open: map[int]int{}, dials: map[int]int{}}
 	a := &Agent{Link: &boxlink.Link{Sandbox: box}}
-	rt, err := Gateway{Provider: ProviderOpenAI, BaseURL: gw.OpenAIBaseURL()}.route(linkModelKey)
+	base := gw.OpenAIBaseURL()
+	if provider == ProviderAnthropic {
+		base = gw.AnthropicBaseURL()
+	}
+	rt, err := Gateway{Provider: provider, BaseURL: base}.route(linkModelKey)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,11 +23,16 @@ type UsageLedger interface {
 // ErrTypeBudget is a run stopped by its token bound before a model call; permanent.
 const ErrTypeBudget = "Budget"
 
+// maxQuestion bounds the question of a step the workflow and the run's row carry, in bytes (the
+// agent's own bound).
+const maxQuestion = 2000
+
 // meter counts one step's model calls: it refuses a call once the run has spent its bound, and
 // records each call's usage as the gateway reported it in its answer (the worker holds the key
 // and sees the answer; the box's word is never taken for what it used).
 type meter struct {
 	ledger UsageLedger // nil: nothing is metered or bounded
+	texts  RunTexts    // nil: the model's text is not streamed to followers
 	call   store.ModelCall
 
 	mu      sync.Mutex
@@ -90,6 +96,9 @@ const (
 // message_start carries the input and message_delta the output so far), or a whole JSON answer.
 // It holds at most one event line, or the first maxUsageBody bytes of a JSON answer.
 type usageScanner struct {
+	// onText, when set, is given the model's text as each event carrying some streams past.
+	onText func(string)
+
 	line   []byte
 	skip   bool // the line under way is longer than maxUsageLine
 	body   bytes.Buffer
@@ -141,8 +150,14 @@ func (u *usageScanner) endLine() {
 		return
 	}
 	u.events = true
+	data = bytes.TrimSpace(data)
 	if bytes.Contains(data, []byte(`"usage"`)) {
-		u.read(bytes.TrimSpace(data))
+		u.read(data)
+	}
+	if u.onText != nil && (bytes.Contains(data, []byte(`"content"`)) || bytes.Contains(data, []byte(`"text_delta"`))) {
+		if t := textDelta(data); t != "" {
+			u.onText(t)
+		}
 	}
 }
 
@@ -216,4 +231,88 @@ func deref(p *int64) int64 {
 		return 0
 	}
 	return max(*p, 0)
+}
+
+// textDelta is the model text an event carries: an OpenAI chunk's delta content, or an
+// Anthropic content_block_delta's text_delta.
+func textDelta(data []byte) string {
+	var ev struct {
+		Choices []struct {
+			Delta struct {
+				Content string `json:"content"`
+			} `json:"delta"`
+		} `json:"choices"`
+		Type  string `json:"type"`
+		Delta struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		} `json:"delta"`
+	}
+	if json.Unmarshal(data, &ev) != nil {
+		return ""
+	}
+	if ev.Type == "content_block_delta" && ev.Delta.Type == "text_delta" {
+		return ev.Delta.Text
+	}
+	var b strings.Builder
+	for _, c := range ev.Choices {
+		b.WriteString(c.Delta.Content)
+	}
+	return b.String()
+}
+
+// RunTexts publishes the model text of runs' steps as it streams, to the run's followers
+// (internal/store's NotifyRunText, which reaches every API server's WatchRun).
+type RunTexts interface {
+	NotifyRunText(ctx context.Context, t store.RunText) error
+}
+
+// textPump publishes one call's streamed text without holding up the relay: pieces that arrive
+// while a publish is under way go out together in the next one.
+type textPump struct {
+	mu      sync.Mutex
+	pending strings.Builder
+	wake    chan struct{}
+	done    chan struct{}
+}
+
+// newTextPump starts publishing the text added for run's step to to; close flushes and stops it.
+func newTextPump(ctx context.Context, to RunTexts, run string, step int, log func(error)) *textPump {
+	p := &textPump{wake: make(chan struct{}, 1), done: make(chan struct{})}
+	ctx = context.WithoutCancel(ctx)
+	go func() {
+		defer close(p.done)
+		for open := true; open; {
+			_, open = <-p.wake
+			p.mu.Lock()
+			text := p.pending.String()
+			p.pending.Reset()
+			p.mu.Unlock()
+			if text == "" {
+				continue
+			}
+			pctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			if err := to.NotifyRunText(pctx, store.RunText{Run: run, Step: step, Text: text}); err != nil {
+				log(err)
+			}
+			cancel()
+		}
+	}()
+	return p
+}
+
+func (p *textPump) add(text string) {
+	p.mu.Lock()
+	p.pending.WriteString(text)
+	p.mu.Unlock()
+	select {
+	case p.wake <- struct{}{}:
+	default: // a publish is due already; it takes this text too
+	}
+}
+
+// close publishes what is left and waits for it.
+func (p *textPump) close() {
+	close(p.wake)
+	<-p.done
 }

@@ -128,3 +128,52 @@ func TestModelLinkMetering(t *testing.T) {
 		t.Fatalf("the step's refusal: %q", mt.refused())
 	}
 }
+
+// texts is a RunTexts in memory.
+type texts struct {
+	mu  sync.Mutex
+	got []store.RunText
+}
+
+func (x *texts) NotifyRunText(_ context.Context, t store.RunText) error {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	x.got = append(x.got, t)
+	return nil
+}
+
+// TestModelLinkStreamsText: the model's text streams to the run's followers as the gateway sends
+// it, in either protocol, whole and in order, named by run and step; a tool call's arguments are
+// not text.
+func TestModelLinkStreamsText(t *testing.T) {
+	for _, tc := range []struct{ path, headers, body string }{
+		{"/v1/chat/completions", "", `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`},
+		{"/v1/messages", "Anthropic-Version: 2023-06-01\r\n", `{"model":"m","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"hi"}]}`},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			gw := modeltest.NewServer(t, linkModelKey)
+			x := &texts{}
+			mt := &meter{texts: x, call: store.ModelCall{RunID: "run_1", Step: 3}}
+			gw.Script(modeltest.Turn{Text: []string{"One, ", "two, ", "three."}, ToolCalls: []modeltest.ToolCall{{Name: "shell", Arguments: `{"command":"ls"}`}}})
+			provider := ProviderOpenAI
+			if tc.path == "/v1/messages" {
+				provider = ProviderAnthropic
+			}
+			if got := askThroughProvider(t, gw, provider, post(tc.path, tc.headers, tc.body), mt); !strings.HasPrefix(got, "HTTP/1.1 200") {
+				t.Fatalf("the call: %s", got)
+			}
+			x.mu.Lock()
+			defer x.mu.Unlock()
+			var all strings.Builder
+			for _, p := range x.got {
+				if p.Run != "run_1" || p.Step != 3 {
+					t.Fatalf("a piece of another run or step: %+v", p)
+				}
+				all.WriteString(p.Text)
+			}
+			if all.String() != "One, two, three." {
+				t.Fatalf("streamed %q in %d pieces; want \"One, two, three.\"", all.String(), len(x.got))
+			}
+		})
+	}
+}

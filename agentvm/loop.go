@@ -112,7 +112,12 @@ func (l *Loop) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1
 		conv = append(conv, model.Message{Role: model.RoleUser, Text: req.GetTask()})
 	}
 	if req.GetMessage() != "" {
-		conv = append(conv, model.Message{Role: model.RoleUser, Text: req.GetMessage()})
+		if id := pendingAsk(conv); id != "" {
+			// The answer to the question the last step ended with is that call's result.
+			conv = append(conv, model.Message{Role: model.RoleTool, ToolCallID: id, Text: Answered + req.GetMessage()})
+		} else {
+			conv = append(conv, model.Message{Role: model.RoleUser, Text: req.GetMessage()})
+		}
 	}
 	if req.GetFreshScreenshot() {
 		look, err := l.look(ctx)
@@ -132,6 +137,7 @@ func (l *Loop) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1
 	for _, t := range l.Tools {
 		mreq.Tools = append(mreq.Tools, model.Tool{Name: t.Name(), Description: t.Description(), Parameters: t.Schema()})
 	}
+	mreq.Tools = append(mreq.Tools, askUserTool)
 	reply, err := provider.Complete(ctx, mreq, nil)
 	if err != nil {
 		return nil, modelStatus(ctx, err)
@@ -146,7 +152,20 @@ func (l *Loop) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1
 	for _, call := range reply.ToolCalls {
 		var res tools.Result
 		var err error
-		if l.refuses(call.Name) {
+		if call.Name == AskUser {
+			q, refusal := question(call.Arguments)
+			if refusal == "" && resp.Question == "" {
+				// No result yet: the step ends with the question and the answer comes next step.
+				resp.Question = q
+				resp.ToolCalls = append(resp.ToolCalls, &agentvmv1.ToolCallResult{Id: call.ID, Name: call.Name,
+					Arguments: strings.ToValidUTF8(string(call.Arguments), "\uFFFD"), Result: "waiting for the person's answer"})
+				continue
+			}
+			if refusal == "" {
+				refusal = "ask_user: one question a turn; ask it all in the first call"
+			}
+			res = tools.Result{Text: refusal, IsError: true}
+		} else if l.refuses(call.Name) {
 			res = tools.Result{Text: RefusedWhileControlled, IsError: true}
 			resp.DesktopRefused = true
 		} else {

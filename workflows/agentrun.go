@@ -186,6 +186,12 @@ func (r *agentRun) loop(ctx workflow.Context, box string) (cocoonbox.AgentRunSta
 			return cocoonbox.AgentRunFailed, failure(err)
 		}
 		r.steps, r.text = step, res.Text
+		if res.Question != "" {
+			if state, reason, ended := r.ask(ctx, box, res.Question); ended {
+				return state, reason
+			}
+			continue
+		}
 		if res.Done && len(r.queue) == 0 { // a message that came during the last step gets a turn
 			return cocoonbox.AgentRunSucceeded, ""
 		}
@@ -214,6 +220,34 @@ func (r *agentRun) wait(ctx workflow.Context) (state cocoonbox.AgentRunState, re
 		return cocoonbox.AgentRunFailed, fmt.Sprintf("%s held the desktop for more than %v; start the run again when it is free", r.controller, MaxRunWait), true
 	}
 	r.look = true
+	r.setState(ctx, cocoonbox.AgentRunRunning, "")
+	return "", "", false
+}
+
+// MaxAnswerWait bounds how long a run waits for the answer to its agent's question. The box may
+// sleep meanwhile, so the wait costs no machine, only the run's place among its starter's runs.
+const MaxAnswerWait = 7 * 24 * time.Hour
+
+// ask holds the run in waiting_for_user until its starter answers the agent's question (any
+// message: SendMessage, `cocoonbox agent say`, MCP agent_message), which the next step carries to
+// the model as the question's result. The box is unpinned meanwhile, so it hibernates after its
+// idle period; the next step's wake brings it back. A cancel ends the wait, and so does
+// MaxAnswerWait without an answer.
+func (r *agentRun) ask(ctx workflow.Context, box, question string) (state cocoonbox.AgentRunState, reason string, ended bool) {
+	r.setState(ctx, cocoonbox.AgentRunWaitingForUser, question)
+	if err := workflow.SignalExternalWorkflow(ctx, box, "", SignalUnpin, PinSignal{Ref: r.in.RunID}).Get(ctx, nil); err != nil {
+		workflow.GetLogger(ctx).Warn("unpin the box while the run waits for an answer", "error", err)
+	}
+	answered, _ := workflow.AwaitWithTimeout(ctx, MaxAnswerWait, func() bool { return len(r.queue) > 0 || r.cancelled })
+	switch {
+	case r.cancelled || ctx.Err() != nil:
+		return cocoonbox.AgentRunCancelled, "", true
+	case !answered:
+		return cocoonbox.AgentRunFailed, fmt.Sprintf("nobody answered the agent's question within %v: %s", MaxAnswerWait, question), true
+	}
+	if err := workflow.SignalExternalWorkflow(ctx, box, "", SignalPin, PinSignal{Ref: r.in.RunID, Run: true}).Get(ctx, nil); err != nil {
+		return cocoonbox.AgentRunFailed, fmt.Sprintf("pin box %s again after the answer: %v", r.in.BoxID, err), true
+	}
 	r.setState(ctx, cocoonbox.AgentRunRunning, "")
 	return "", "", false
 }

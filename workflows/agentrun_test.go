@@ -3,6 +3,7 @@ package workflows
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -390,4 +391,59 @@ func TestAgentRunOrdersLegacyLeaseSignals(t *testing.T) {
 	require.NoError(t, e.GetWorkflowError())
 	require.Equal(t, 1, during, "the run still waited for usr_c")
 	require.Len(t, e.inputs, 2)
+}
+
+// TestAgentRunAsksAndWaits: a step that asks the person a question holds the run in
+// waiting_for_user with the question, unpins the box so it may sleep, and runs no step until the
+// answer, which the next step carries after pinning the box again.
+func TestAgentRunAsksAndWaits(t *testing.T) {
+	e := newRunEnv(t)
+	e.onStep(func(in activities.StepInput) (activities.StepResult, error) {
+		if in.Step == 1 {
+			return activities.StepResult{Question: "Blue or green?"}, nil
+		}
+		return activities.StepResult{Done: true, Text: "Painted it."}, nil
+	})
+	var during int
+	var pinsDuring []string
+	e.RegisterDelayedCallback(func() {
+		e.mu.Lock()
+		during, pinsDuring = len(e.inputs), slices.Clone(e.pins)
+		e.mu.Unlock()
+		e.SignalWorkflow(SignalRunMessage, RunMessageSignal{Text: "blue"})
+	}, 3*time.Hour)
+	e.ExecuteWorkflow(AgentRunWorkflow, testRun())
+	require.NoError(t, e.GetWorkflowError())
+	require.Equal(t, 1, during, "no step ran while the question waited")
+	require.Equal(t, []string{SignalPin, SignalUnpin}, pinsDuring, "the box is unpinned while the run waits")
+	require.Len(t, e.inputs, 2)
+	require.Equal(t, "blue", e.inputs[1].Message)
+	require.Equal(t, []string{SignalPin, SignalUnpin, SignalPin, SignalUnpin}, e.pins)
+	require.Equal(t, activities.RunStateInput{RunID: "run_1", State: cocoonbox.AgentRunWaitingForUser, Reason: "Blue or green?"}, e.states[0])
+	require.Equal(t, cocoonbox.AgentRunRunning, e.states[1].State)
+	require.Equal(t, cocoonbox.AgentRunSucceeded, e.states[2].State)
+}
+
+// TestAgentRunQuestionUnanswered: a question nobody answers within MaxAnswerWait fails the run,
+// saying so; a cancel while it waits cancels it.
+func TestAgentRunQuestionUnanswered(t *testing.T) {
+	e := newRunEnv(t)
+	e.onStep(func(activities.StepInput) (activities.StepResult, error) {
+		return activities.StepResult{Question: "Which file?"}, nil
+	})
+	e.ExecuteWorkflow(AgentRunWorkflow, testRun())
+	require.ErrorContains(t, e.GetWorkflowError(), "nobody answered")
+	last := e.states[len(e.states)-1]
+	require.Equal(t, cocoonbox.AgentRunFailed, last.State)
+	require.Contains(t, last.Reason, "nobody answered the agent's question within 168h0m0s: Which file?")
+
+	e = newRunEnv(t)
+	e.onStep(func(activities.StepInput) (activities.StepResult, error) {
+		return activities.StepResult{Question: "Which file?"}, nil
+	})
+	e.RegisterDelayedCallback(func() { e.SignalWorkflow(SignalRunCancel, RunCancelSignal{By: "usr_a"}) }, time.Hour)
+	e.ExecuteWorkflow(AgentRunWorkflow, testRun())
+	require.NoError(t, e.GetWorkflowError())
+	require.Equal(t, cocoonbox.AgentRunCancelled, e.states[len(e.states)-1].State)
+	require.Len(t, e.inputs, 1)
 }

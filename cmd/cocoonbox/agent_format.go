@@ -30,6 +30,9 @@ func writeRun(w io.Writer, r *cbv1.AgentRun) error {
 	kv("id", r.GetId())
 	kv("box", r.GetBoxId())
 	kv("state", r.GetState())
+	if r.GetQuestion() != "" {
+		kv("question", r.GetQuestion())
+	}
 	if r.GetError() != "" {
 		kv("error", r.GetError())
 	}
@@ -69,6 +72,9 @@ func writeStep(w io.Writer, s *cbv1.AgentStep) error {
 	fmt.Fprintf(&b, "step %d  %s\n", s.GetNumber(), s.GetSummary())
 	if m := s.GetMessage(); m != "" {
 		fmt.Fprintf(&b, "    you said: %s\n", oneLine(m, 100))
+	}
+	if q := s.GetQuestion(); q != "" {
+		fmt.Fprintf(&b, "    asked you: %s\n", oneLine(q, 200))
 	}
 	for _, tc := range s.GetToolCalls() {
 		fmt.Fprintf(&b, "    %s", tc.GetName())

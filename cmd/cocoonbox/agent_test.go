@@ -57,13 +57,16 @@ func TestAgentWatchJSON(t *testing.T) {
 		if err := protojson.Unmarshal([]byte(l), &last); err != nil {
 			t.Fatalf("line %q: %v", l, err)
 		}
-		if last.GetStep() != nil {
+		switch {
+		case last.GetStep() != nil:
 			kinds = append(kinds, "step")
-		} else {
+		case last.GetText() != nil:
+			kinds = append(kinds, "text")
+		default:
 			kinds = append(kinds, last.GetRun().GetState())
 		}
 	}
-	if got := strings.Join(kinds, " "); got != "step running waiting running step step succeeded" {
+	if got := strings.Join(kinds, " "); got != "step running waiting running waiting_for_user running step text text step succeeded" {
 		t.Fatalf("events %s\n%s", got, out)
 	}
 	if last.GetRun().GetResult() != sampleSteps()[2].GetText() || last.GetRun().GetStepsDone() != 3 {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -81,7 +82,25 @@ func eventWriter(p *printer) func(*cbv1.WatchRunEvent) error {
 		return func(e *cbv1.WatchRunEvent) error { return writeJSONLine(p.w, e) }
 	}
 	var state string
+	streaming := false // the model's text of a step is being printed as it comes
 	return func(e *cbv1.WatchRunEvent) error {
+		if t := e.GetText(); t != nil {
+			if !streaming {
+				streaming = true
+				if _, err := fmt.Fprintf(p.w, "step %d  ", t.GetStep()); err != nil {
+					return err
+				}
+			}
+			_, err := io.WriteString(p.w, oneLineStream(t.GetText()))
+			return err
+		}
+		if streaming {
+			// The step's own line follows: end the streamed one.
+			streaming = false
+			if _, err := fmt.Fprintln(p.w, "…"); err != nil {
+				return err
+			}
+		}
 		if st := e.GetStep(); st != nil {
 			return writeStep(p.w, st)
 		}
@@ -96,10 +115,27 @@ func eventWriter(p *printer) func(*cbv1.WatchRunEvent) error {
 		case state == "waiting":
 			_, err := fmt.Fprintln(p.w, "waiting: a person holds the desktop; the agent goes on when it is handed back")
 			return err
+		case state == "waiting_for_user":
+			_, err := fmt.Fprintf(p.w, "the agent asks: %s\n    answer with: cocoonbox agent say %s ANSWER\n", r.GetQuestion(), r.GetId())
+			return err
 		case prev != "":
 			_, err := fmt.Fprintf(p.w, "%s again\n", state)
 			return err
 		}
 		return nil
 	}
+}
+
+// oneLineStream is streamed model text on the one line it is printed on as it comes: line
+// breaks become spaces, and control characters (a model's text is untrusted) are dropped.
+func oneLineStream(s string) string {
+	return strings.Map(func(r rune) rune {
+		switch {
+		case r == '\n' || r == '\t':
+			return ' '
+		case r < ' ' || r == 0x7f || (r >= 0x80 && r < 0xa0):
+			return -1
+		}
+		return r
+	}, s)
 }

@@ -163,10 +163,19 @@ func (a *fakeAgent) WatchRun(r *cbv1.WatchRunRequest, stream cbv1.AgentService_W
 		running.State, running.EndedAt, running.StepsDone, running.Result = "running", nil, 1, "Let me look."
 		waiting := proto.Clone(running).(*cbv1.AgentRun)
 		waiting.State = "waiting"
+		asking := proto.Clone(running).(*cbv1.AgentRun)
+		asking.State, asking.Question = "waiting_for_user", "Which site?"
+		text := func(s string) func() error {
+			return func() error {
+				return send(&cbv1.WatchRunEvent{Event: &cbv1.WatchRunEvent_Text{Text: &cbv1.AgentText{Step: 3, Text: s}}})
+			}
+		}
 		for _, f := range []func() error{
 			func() error { return step(steps[0]) }, func() error { return state(running) },
 			func() error { return state(waiting) }, func() error { return state(running) },
-			func() error { return step(steps[1]) }, func() error { return step(steps[2]) }, func() error { return state(run) },
+			func() error { return state(asking) }, func() error { return state(running) },
+			func() error { return step(steps[1]) }, text("The page "), text("says\nhello\x1b[2J."),
+			func() error { return step(steps[2]) }, func() error { return state(run) },
 		} {
 			if err := f(); err != nil {
 				return err

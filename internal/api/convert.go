@@ -128,10 +128,27 @@ func secretProto(i vault.Info) *cbv1.Secret {
 func runProto(r boxsvc.Run) *cbv1.AgentRun {
 	return &cbv1.AgentRun{
 		Id: r.ID, BoxId: string(r.BoxID), Owner: r.Owner, Model: r.Model, Provider: r.Provider,
-		State: string(r.State), Task: r.Task, Error: r.Error, Steps: protoList(r.Steps, stepProto),
+		State: string(r.State), Task: r.Task, Error: runError(r.AgentRun), Steps: protoList(r.Steps, stepProto),
 		StepsDone: int32(r.StepsDone), Result: r.Result, CreatedAt: ts(r.CreatedAt), EndedAt: ts(r.EndedAt),
-		MaxTokens: r.MaxTokens, TokensUsed: r.TokensUsed,
+		MaxTokens: r.MaxTokens, TokensUsed: r.TokensUsed, Question: question(r.AgentRun),
 	}
+}
+
+// runError is why a run failed or waits on a person, from its row; a question is not an error.
+func runError(r store.AgentRun) string {
+	if r.State == cocoonbox.AgentRunWaitingForUser {
+		return ""
+	}
+	return r.Error
+}
+
+// question is what a run waiting for its starter's answer asked; the row keeps it as the
+// waiting state's reason.
+func question(r store.AgentRun) string {
+	if r.State == cocoonbox.AgentRunWaitingForUser {
+		return r.Error
+	}
+	return ""
 }
 
 func stepProto(s store.AgentStep) *cbv1.AgentStep {
@@ -139,6 +156,7 @@ func stepProto(s store.AgentStep) *cbv1.AgentStep {
 	out := &cbv1.AgentStep{
 		Number: int32(s.Step), Kind: s.Kind, Summary: s.Summary, At: ts(s.At),
 		Text: rec.Text, Message: rec.Message, Done: rec.Done, StopReason: rec.StopReason, Replayed: rec.Replayed,
+		Question: rec.Question,
 	}
 	for _, tc := range rec.ToolCalls {
 		out.ToolCalls = append(out.ToolCalls, &cbv1.AgentToolCall{Name: tc.Name, IsError: tc.IsError, Result: tc.Result, Images: tc.Images})
@@ -150,6 +168,9 @@ func stepProto(s store.AgentStep) *cbv1.AgentStep {
 func runEventProto(e boxsvc.RunEvent) *cbv1.WatchRunEvent {
 	if e.Step != nil {
 		return &cbv1.WatchRunEvent{Event: &cbv1.WatchRunEvent_Step{Step: stepProto(*e.Step)}}
+	}
+	if e.Text != nil {
+		return &cbv1.WatchRunEvent{Event: &cbv1.WatchRunEvent_Text{Text: &cbv1.AgentText{Step: int32(e.Text.Step), Text: e.Text.Text}}}
 	}
 	return &cbv1.WatchRunEvent{Event: &cbv1.WatchRunEvent_Run{Run: runProto(*e.Run)}}
 }

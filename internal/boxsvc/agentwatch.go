@@ -9,11 +9,12 @@ import (
 	"github.com/loomhand/cocoonbox/internal/store"
 )
 
-// RunEvent is one thing WatchRun reports: a recorded step, or the run (without its steps) as it
-// is now. Exactly one is set.
+// RunEvent is one thing WatchRun reports: a recorded step, the run (without its steps) as it
+// is now, or a piece of the model's text in a step not yet recorded. Exactly one is set.
 type RunEvent struct {
 	Step *store.AgentStep
 	Run  *Run
+	Text *store.RunText
 }
 
 // defaultRunWatchEvery is how often WatchRun reads the run when WatchEvery is not set: a step
@@ -40,6 +41,11 @@ func (s *Service) WatchRun(ctx context.Context, caller, runID string, send func(
 	// What was sent of each step: a retried step's row is replaced, and a follower hears the
 	// step again if it reads differently.
 	sent := map[int]string{}
+	recorded := 0 // the newest step recorded: text of it and before is in its step event
+	// The model's text streams while a step runs: subscribed before the first read, so a piece
+	// published after that read is not missed.
+	texts, unfollow := s.followText(runID)
+	defer unfollow()
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
@@ -68,6 +74,7 @@ func (s *Service) WatchRun(ctx context.Context, caller, runID string, send func(
 				return err
 			}
 			sent[steps[i].Step] = seen
+			recorded = max(recorded, steps[i].Step)
 		}
 		if last == nil || runChanged(*last, run) {
 			if err := send(RunEvent{Run: ref(s.withSteps(ctx, run, steps))}); err != nil {
@@ -78,10 +85,27 @@ func (s *Service) WatchRun(ctx context.Context, caller, runID string, send func(
 		if !run.EndedAt.IsZero() {
 			return nil
 		}
+		if err := s.relayText(ctx, texts, t.C, recorded, send); err != nil {
+			return err
+		}
+	}
+}
+
+// relayText sends the run's streamed text of steps after recorded until tick or ctx ends.
+func (s *Service) relayText(ctx context.Context, texts <-chan store.RunText, tick <-chan time.Time, recorded int, send func(RunEvent) error) error {
+	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-t.C:
+		case <-tick:
+			return nil
+		case piece := <-texts:
+			if piece.Step <= recorded {
+				continue // the step's event carried it whole
+			}
+			if err := send(RunEvent{Text: &piece}); err != nil {
+				return err
+			}
 		}
 	}
 }

@@ -66,6 +66,9 @@ func event(e boxsvc.RunEvent) string {
 	if e.Step != nil {
 		return fmt.Sprintf("step %d", e.Step.Step)
 	}
+	if e.Text != nil {
+		return fmt.Sprintf("text %d %q", e.Text.Step, e.Text.Text)
+	}
 	return fmt.Sprintf("run %s %d %q %q", e.Run.State, e.Run.StepsDone, e.Run.Result, e.Run.Error)
 }
 
@@ -129,6 +132,73 @@ func TestWatchRun(t *testing.T) {
 		return nil
 	}); err != nil || fmt.Sprint(seen) != `[step 1 step 2 step 3 run succeeded 3 "the site is up" ""]` {
 		t.Fatalf("watch of an ended run: %q, %v", seen, err)
+	}
+}
+
+// TestWatchRunStreamsText: the model's text a worker publishes for a step not yet recorded
+// reaches the run's followers as it comes; text of a step already recorded, and of other runs,
+// does not.
+func TestWatchRunStreamsText(t *testing.T) {
+	t.Parallel()
+	e := newRunEnv(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	e.step(t, 1, "looking")
+	events := make(chan string, 100)
+	go func() {
+		_ = e.svc.WatchRun(ctx, e.vic, e.run, func(ev boxsvc.RunEvent) error {
+			events <- event(ev)
+			return nil
+		})
+	}()
+	next := func(want string) {
+		t.Helper()
+		select {
+		case got := <-events:
+			if got != want {
+				t.Fatalf("event %q, want %q", got, want)
+			}
+		case <-ctx.Done():
+			t.Fatalf("no event; want %q", want)
+		}
+	}
+	next("step 1")
+	next(`run running 1 "looking" ""`)
+	// The hub listens from the first follower on; publish until the first piece arrives.
+	var first string
+	for first == "" {
+		if err := e.st.NotifyRunText(ctx, store.RunText{Run: e.run, Step: 2, Text: "The "}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case first = <-events:
+		case <-time.After(100 * time.Millisecond):
+		case <-ctx.Done():
+			t.Fatal("no streamed text reached the follower")
+		}
+	}
+	if first != `text 2 "The "` {
+		t.Fatalf("first streamed event %q", first)
+	}
+	for _, rt := range []store.RunText{{Run: "run_other", Step: 2, Text: "not mine"}, {Run: e.run, Step: 1, Text: "old"}, {Run: e.run, Step: 2, Text: "site is up."}} {
+		if err := e.st.NotifyRunText(ctx, rt); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for {
+		var got string
+		select {
+		case got = <-events:
+		case <-ctx.Done():
+			t.Fatal("step 2's next piece did not reach the follower")
+		}
+		if got == `text 2 "The "` {
+			continue // a repeat of the first piece, published before the hub heard it
+		}
+		if got != `text 2 "site is up."` {
+			t.Fatalf("event %q; want step 2's next piece alone", got)
+		}
+		break
 	}
 }
 

@@ -55,6 +55,7 @@ type Service struct {
 
 	execs, streams inflight // this process's share of Quota.Execs and Quota.Streams
 	touches        touches  // the touches held back (see touchEvery)
+	texts          textHub  // the runs' streamed model text, for WatchRun
 }
 
 // View is a box as a caller sees it: the workflow's status with the box's record and the

@@ -236,15 +236,22 @@ func TestAgentRuns(t *testing.T) {
 		testRunUsage(t, a, models)
 	})
 
+	t.Run("ask the user", func(t *testing.T) {
+		testAskUser(t, a, models)
+	})
+
 	t.Run("web app", func(t *testing.T) {
 		bin, err := exec.LookPath("chromium")
 		if err != nil {
 			t.Fatal("chromium is not installed: run make deps")
 		}
 		a.useProvider(agentvm.ProviderOpenAI)
+		// The answer streams slowly, so the panel shows it growing before the step is recorded.
+		reply := modeltest.Reply("Done ", "from ", "the ", "web.")
+		reply.Pace = 1500 * time.Millisecond
 		models.Script(
 			modeltest.Calls(modeltest.Call("shell", `{"command":"echo typed in the web app > /home/user/web.txt"}`)),
-			modeltest.Reply("Done from the web."))
+			reply)
 		page := openBrowser(t, a.ctx, bin)
 		if err := page.Navigate(a.d.URLs().API + "/"); err != nil {
 			t.Fatal(err)
@@ -266,6 +273,27 @@ func TestAgentRuns(t *testing.T) {
 			return el.Input("Write a file from the web app.")
 		})
 		click(t, page, "#agent-run", "")
+		// The model's text shows as it streams (WatchRun's text events), before its step is
+		// recorded.
+		var streamed struct {
+			Live  string
+			Steps int
+		}
+		if err := testutil.Poll(a.ctx, time.Minute, func() error {
+			if err := evalInto(page, `() => ({
+				live: document.querySelector('#agent-live').hidden ? '' : document.querySelector('#agent-live').textContent,
+				steps: document.querySelectorAll('#agent-steps > li').length,
+			})`, &streamed); err != nil {
+				return err
+			}
+			if !strings.HasPrefix(streamed.Live, "Done from") || streamed.Steps != 1 {
+				return fmt.Errorf("the live line shows %q beside %d steps; want the answer's first words beside step 1", streamed.Live, streamed.Steps)
+			}
+			return nil
+		}); err != nil {
+			saveScreens(t, page)
+			t.Fatal(err)
+		}
 		// The run's steps show beside the desktop as the workflow records them.
 		var shown struct {
 			State string

@@ -50,12 +50,14 @@ type AgentStep struct {
 // StepPayload is an agent step's payload (AgentStep.Payload): what a person or a tool reads about
 // the step. The step activity writes it; the API reads it.
 type StepPayload struct {
-	Text       string         `json:"text,omitempty"`
-	Message    string         `json:"message,omitempty"`
-	Done       bool           `json:"done,omitempty"`
-	StopReason string         `json:"stop_reason,omitempty"`
-	Replayed   bool           `json:"replayed,omitempty"`
-	ToolCalls  []StepToolCall `json:"tool_calls,omitempty"`
+	Text       string `json:"text,omitempty"`
+	Message    string `json:"message,omitempty"`
+	Done       bool   `json:"done,omitempty"`
+	StopReason string `json:"stop_reason,omitempty"`
+	Replayed   bool   `json:"replayed,omitempty"`
+	// Question is what the model asked the run's starter this step (ask_user).
+	Question  string         `json:"question,omitempty"`
+	ToolCalls []StepToolCall `json:"tool_calls,omitempty"`
 }
 
 // StepToolCall is one tool call a step recorded.

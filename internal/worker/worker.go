@@ -139,7 +139,7 @@ func New(opts Options) *Worker {
 	}
 	w.RegisterActivity(&activities.Agent{
 		Link: link,
-		Runs: opts.Store, Vault: vlt, Gateway: opts.Gateway, Wake: wakeBox(opts.Temporal), Usage: usageLedger(opts.Store),
+		Runs: opts.Store, Vault: vlt, Gateway: opts.Gateway, Wake: wakeBox(opts.Temporal), Usage: usageLedger(opts.Store), Texts: runTexts(opts.Store),
 	})
 	return out
 }
@@ -206,6 +206,14 @@ type snapshots struct{ *store.Store }
 func (s snapshots) BeginSnapshot(ctx context.Context, sn cocoonbox.Snapshot) (cocoonbox.Snapshot, error) {
 	return s.Store.BeginSnapshot(ctx, store.NewSnapshot{ID: sn.ID, BoxID: sn.BoxID, ParentID: sn.ParentID,
 		BaseID: sn.BaseID, ObjectKey: sn.ObjectKey, IndexKey: sn.IndexKey})
+}
+
+// runTexts is the store as the publisher of runs' streamed text, or nil without a store.
+func runTexts(s *store.Store) activities.RunTexts {
+	if s == nil {
+		return nil
+	}
+	return s
 }
 
 // usageLedger is the store as the agent's ledger, or nil (nothing metered) without a store.

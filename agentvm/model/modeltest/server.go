@@ -26,6 +26,10 @@ type Turn struct {
 	Body    string      // a raw fault body, sent instead of the protocol's error body
 	Header  http.Header // extra response headers, e.g. Retry-After
 
+	// Pace is the wait before each text delta of a streamed answer, as a model that thinks
+	// aloud slowly; 0 sends them at once.
+	Pace time.Duration
+
 	StopReason   string // overrides the protocol's natural stop/finish reason
 	InputTokens  int    // reported usage; defaults 10 and 5
 	OutputTokens int
@@ -317,6 +321,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	chunk(map[string]any{"role": "assistant", "content": "", "refusal": nil}, nil)
 	for _, d := range turn.Text {
+		time.Sleep(turn.Pace)
 		chunk(map[string]any{"content": d}, nil)
 	}
 	for i, c := range calls {
@@ -417,6 +422,7 @@ func (s *Server) messages(w http.ResponseWriter, r *http.Request) {
 		out.event("content_block_start", map[string]any{"type": "content_block_start", "index": index, "content_block": map[string]any{"type": "text", "text": ""}})
 		out.event("ping", map[string]any{"type": "ping"})
 		for _, d := range turn.Text {
+			time.Sleep(turn.Pace)
 			delta(index, map[string]any{"type": "text_delta", "text": d})
 		}
 		out.event("content_block_stop", map[string]any{"type": "content_block_stop", "index": index})

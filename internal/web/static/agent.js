@@ -1,7 +1,7 @@
 // The agent panel beside the desktop: give the box's agent a task, pick one of its latest runs,
-// and follow the selected run step by step by polling GetRun while it has not ended (WatchRun
-// would stream, but polling needs nothing beyond unary Connect/JSON). Every piece of run data
-// reaches the page through textContent, never as markup.
+// and follow the selected run step by step by polling GetRun while it has not ended, with the
+// model's text of the step under way streamed beside it (WatchRun's text events). Every piece of
+// run data reaches the page through textContent, never as markup.
 
 const $ = (id) => document.getElementById(id);
 
@@ -19,12 +19,13 @@ const notes = {
 
 // agentPanel wires the panel's controls once; call and report are the app's Connect caller and
 // error reporter. open(box) shows a box's runs, close() stops polling.
-export function agentPanel(call, report) {
+export function agentPanel(call, report, stream) {
   let box = null;   // the open box's ID
   let run = null;   // the selected run as last fetched
   let timer = null;
   let ticks = 0;
   let gen = 0;      // bumped on every open, close and selection: answers for an older one are dropped
+  let live = null;  // the selected run's text stream: { abort, step }
 
   const active = () => run && !ended.has(run.state);
 
@@ -72,6 +73,7 @@ export function agentPanel(call, report) {
   async function select(id) {
     const g = ++gen;
     run = null;
+    unfollow();
     $('agent-steps').replaceChildren();
     showRun(null);
     try {
@@ -82,6 +84,7 @@ export function agentPanel(call, report) {
       showRun(r);
       $('agent-steps').setAttribute('aria-busy', 'false');
       $('agent-runs').value = r.id;
+      if (active()) follow(r.id, g);
     } finally {
       if (g === gen) schedule(); // keep the run list fresh even when the run could not be read
     }
@@ -99,6 +102,7 @@ export function agentPanel(call, report) {
     let note = notes[state] || '';
     if (failed) note = r.error || 'The run failed.';
     else if (state === 'succeeded' && r.result) note = r.result; // the agent's answer, where the server says it
+    else if (state === 'waiting_for_user') note = 'The agent asks: ' + (r.question || '') + ' Answer below; it goes on with your answer.';
     set('agent-note', note, failed ? 'note bad' : 'note');
     set('agent-run-task', r ? r.task || '' : '');
     if (r) showSteps(r.steps || []);
@@ -168,8 +172,41 @@ export function agentPanel(call, report) {
     } catch (err) { report(err); } finally { button.disabled = false; }
   });
 
+  // follow streams the run's model text into the live line while the step is under way; a
+  // recorded step replaces it (the polled step carries the whole text). Best effort: without the
+  // stream the panel still shows every step.
+  function follow(id, g) {
+    const abort = new AbortController();
+    live = { abort, step: 0 };
+    const line = $('agent-live');
+    stream('AgentService/WatchRun', { runId: id }, (m) => {
+      if (g !== gen) return;
+      if (m.text) {
+        if (m.text.step !== live.step) {
+          live.step = m.text.step;
+          line.textContent = '';
+        }
+        line.textContent += m.text.text || '';
+        line.hidden = false;
+      } else if (m.step && m.step.number >= live.step) {
+        line.hidden = true;
+        line.textContent = '';
+      }
+    }, abort.signal).catch(() => {}).finally(() => {
+      if (g === gen) line.hidden = true;
+    });
+  }
+
+  function unfollow() {
+    if (live) live.abort.abort();
+    live = null;
+    $('agent-live').hidden = true;
+    $('agent-live').textContent = '';
+  }
+
   function close() {
     gen++;
+    unfollow();
     clearTimeout(timer);
     box = null;
     run = null;
@@ -215,6 +252,11 @@ function stepItem(s) {
     li.append(p);
   }
   if (s.text) li.append(el('p', 'text', s.text));
+  if (s.question) {
+    const p = el('p', 'message');
+    p.append(el('span', 'who', 'Asked you: '), s.question);
+    li.append(p);
+  }
   const calls = s.toolCalls || [];
   if (calls.length > 0) {
     const ul = el('ul', 'tools');

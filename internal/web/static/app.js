@@ -24,6 +24,43 @@ async function call(method, body = {}) {
   return data;
 }
 
+// stream makes one Connect server-streaming call (JSON messages in 5-byte envelopes) and gives
+// each message to onMessage until the stream ends, signal aborts it, or it fails (thrown).
+async function stream(method, body, onMessage, signal) {
+  const frame = new TextEncoder().encode(JSON.stringify(body));
+  const req = new Uint8Array(5 + frame.length);
+  new DataView(req.buffer).setUint32(1, frame.length);
+  req.set(frame, 5);
+  const res = await fetch('/cocoonbox.v1.' + method, {
+    method: 'POST', signal, body: req,
+    headers: { 'Content-Type': 'application/connect+json', 'Authorization': 'Bearer ' + localStorage.getItem(tokenKey) },
+  });
+  if (!res.ok) throw new Error(res.statusText);
+  const reader = res.body.getReader();
+  const text = new TextDecoder();
+  let buf = new Uint8Array(0);
+  for (;;) {
+    const { value, done } = await reader.read();
+    if (done) return;
+    const joined = new Uint8Array(buf.length + value.length);
+    joined.set(buf);
+    joined.set(value, buf.length);
+    buf = joined;
+    while (buf.length >= 5) {
+      const flags = buf[0];
+      const len = new DataView(buf.buffer, buf.byteOffset + 1, 4).getUint32(0);
+      if (buf.length < 5 + len) break;
+      const msg = JSON.parse(text.decode(buf.subarray(5, 5 + len)) || '{}');
+      buf = buf.subarray(5 + len);
+      if (flags & 2) { // the end of the stream, with its error if it failed
+        if (msg.error) throw new Error(msg.error.message || msg.error.code);
+        return;
+      }
+      onMessage(msg);
+    }
+  }
+}
+
 function show(section) {
   for (const s of ['signin', 'boxes', 'box']) $(s).hidden = s !== section;
 }
@@ -285,7 +322,7 @@ function closeBox() {
 }
 
 async function main() {
-  agent = agentPanel(call, report);
+  agent = agentPanel(call, report, stream);
   $('signin-form').addEventListener('submit', (e) => {
     e.preventDefault();
     signIn($('token').value.trim()).catch(report);

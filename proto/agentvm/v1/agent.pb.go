@@ -201,8 +201,11 @@ type StepResponse struct {
 	// desktop_refused is true when a tool call of this step was refused because a person holds
 	// the desktop (desktop_input_refused): the run waits for the hand-back.
 	DesktopRefused bool `protobuf:"varint,7,opt,name=desktop_refused,json=desktopRefused,proto3" json:"desktop_refused,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// question is what the model asked the person through ask_user this step; the run waits for
+	// the answer, which the next step's message carries to the model as that call's result.
+	Question      string `protobuf:"bytes,8,opt,name=question,proto3" json:"question,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *StepResponse) Reset() {
@@ -282,6 +285,13 @@ func (x *StepResponse) GetDesktopRefused() bool {
 		return x.DesktopRefused
 	}
 	return false
+}
+
+func (x *StepResponse) GetQuestion() string {
+	if x != nil {
+		return x.Question
+	}
+	return ""
 }
 
 // ToolCallResult is one tool call the model made and what it gave back.
@@ -2245,7 +2255,7 @@ const file_agentvm_v1_agent_proto_rawDesc = "" +
 	"\amessage\x18\v \x01(\tR\amessage\x122\n" +
 	"\x15desktop_input_refused\x18\f \x01(\bR\x13desktopInputRefused\x12)\n" +
 	"\x10fresh_screenshot\x18\r \x01(\bR\x0ffreshScreenshot\x12\x1b\n" +
-	"\tlease_seq\x18\x0e \x01(\x03R\bleaseSeqJ\x04\b\x06\x10\aR\aapi_key\"\xfd\x01\n" +
+	"\tlease_seq\x18\x0e \x01(\x03R\bleaseSeqJ\x04\b\x06\x10\aR\aapi_key\"\x99\x02\n" +
 	"\fStepResponse\x12\x1a\n" +
 	"\bmessages\x18\x01 \x01(\fR\bmessages\x12\x12\n" +
 	"\x04done\x18\x02 \x01(\bR\x04done\x12\x12\n" +
@@ -2255,7 +2265,8 @@ const file_agentvm_v1_agent_proto_rawDesc = "" +
 	"\breplayed\x18\x05 \x01(\bR\breplayed\x12\x1f\n" +
 	"\vstop_reason\x18\x06 \x01(\tR\n" +
 	"stopReason\x12'\n" +
-	"\x0fdesktop_refused\x18\a \x01(\bR\x0edesktopRefused\"\x9d\x01\n" +
+	"\x0fdesktop_refused\x18\a \x01(\bR\x0edesktopRefused\x12\x1a\n" +
+	"\bquestion\x18\b \x01(\tR\bquestion\"\x9d\x01\n" +
 	"\x0eToolCallResult\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +

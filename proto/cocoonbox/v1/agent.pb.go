@@ -29,7 +29,8 @@ type AgentRun struct {
 	BoxId string                 `protobuf:"bytes,2,opt,name=box_id,json=boxId,proto3" json:"box_id,omitempty"`
 	// model names the model the agent runs on, as the gateway knows it.
 	Model string `protobuf:"bytes,3,opt,name=model,proto3" json:"model,omitempty"`
-	// state is running, waiting (a person holds control), succeeded, failed or cancelled.
+	// state is running, waiting (a person holds control), waiting_for_user (the agent asked its
+	// starter a question: see question), succeeded, failed or cancelled.
 	State     string                 `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
 	Task      string                 `protobuf:"bytes,5,opt,name=task,proto3" json:"task,omitempty"`
 	Steps     []*AgentStep           `protobuf:"bytes,6,rep,name=steps,proto3" json:"steps,omitempty"`
@@ -54,7 +55,10 @@ type AgentRun struct {
 	MaxTokens int64 `protobuf:"varint,14,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
 	// tokens_used is the input and output tokens of the run's model calls so far, as the gateway
 	// reported them to the worker. Filled where steps_done is.
-	TokensUsed    int64 `protobuf:"varint,15,opt,name=tokens_used,json=tokensUsed,proto3" json:"tokens_used,omitempty"`
+	TokensUsed int64 `protobuf:"varint,15,opt,name=tokens_used,json=tokensUsed,proto3" json:"tokens_used,omitempty"`
+	// question is what the agent asked its starter, while the run is waiting_for_user: the run
+	// goes on when they answer (SendMessage), the answer being the question's result.
+	Question      string `protobuf:"bytes,16,opt,name=question,proto3" json:"question,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -194,6 +198,13 @@ func (x *AgentRun) GetTokensUsed() int64 {
 	return 0
 }
 
+func (x *AgentRun) GetQuestion() string {
+	if x != nil {
+		return x.Question
+	}
+	return ""
+}
+
 // AgentStep is one model turn and the tool calls it made.
 type AgentStep struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -215,7 +226,10 @@ type AgentStep struct {
 	StopReason string `protobuf:"bytes,9,opt,name=stop_reason,json=stopReason,proto3" json:"stop_reason,omitempty"`
 	// replayed is set when the step's answer was replayed from the agent's record rather than asked
 	// of the model again (a retried step).
-	Replayed      bool `protobuf:"varint,10,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	Replayed bool `protobuf:"varint,10,opt,name=replayed,proto3" json:"replayed,omitempty"`
+	// question is what the model asked the person this step (ask_user); the run waited for the
+	// answer, which the next step's message carries.
+	Question      string `protobuf:"bytes,11,opt,name=question,proto3" json:"question,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -318,6 +332,13 @@ func (x *AgentStep) GetReplayed() bool {
 		return x.Replayed
 	}
 	return false
+}
+
+func (x *AgentStep) GetQuestion() string {
+	if x != nil {
+		return x.Question
+	}
+	return ""
 }
 
 // AgentToolCall is one tool call of a step and how it went.
@@ -787,6 +808,7 @@ type WatchRunEvent struct {
 	//
 	//	*WatchRunEvent_Step
 	//	*WatchRunEvent_Run
+	//	*WatchRunEvent_Text
 	Event         isWatchRunEvent_Event `protobuf_oneof:"event"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -847,6 +869,15 @@ func (x *WatchRunEvent) GetRun() *AgentRun {
 	return nil
 }
 
+func (x *WatchRunEvent) GetText() *AgentText {
+	if x != nil {
+		if x, ok := x.Event.(*WatchRunEvent_Text); ok {
+			return x.Text
+		}
+	}
+	return nil
+}
+
 type isWatchRunEvent_Event interface {
 	isWatchRunEvent_Event()
 }
@@ -861,15 +892,77 @@ type WatchRunEvent_Run struct {
 	Run *AgentRun `protobuf:"bytes,2,opt,name=run,proto3,oneof"`
 }
 
+type WatchRunEvent_Text struct {
+	// text is a piece of the model's text in a step not yet recorded, as the gateway streamed
+	// it; the pieces of a step, joined, are its text, which its step event then carries whole.
+	// A follower may miss pieces (a slow reader, an API server that restarted), never the step.
+	Text *AgentText `protobuf:"bytes,3,opt,name=text,proto3,oneof"`
+}
+
 func (*WatchRunEvent_Step) isWatchRunEvent_Event() {}
 
 func (*WatchRunEvent_Run) isWatchRunEvent_Event() {}
+
+func (*WatchRunEvent_Text) isWatchRunEvent_Event() {}
+
+// AgentText is a piece of a step's model text, streamed.
+type AgentText struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Step          int32                  `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
+	Text          string                 `protobuf:"bytes,2,opt,name=text,proto3" json:"text,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentText) Reset() {
+	*x = AgentText{}
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentText) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentText) ProtoMessage() {}
+
+func (x *AgentText) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentText.ProtoReflect.Descriptor instead.
+func (*AgentText) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *AgentText) GetStep() int32 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *AgentText) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
 
 var File_cocoonbox_v1_agent_proto protoreflect.FileDescriptor
 
 const file_cocoonbox_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x18cocoonbox/v1/agent.proto\x12\fcocoonbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd1\x03\n" +
+	"\x18cocoonbox/v1/agent.proto\x12\fcocoonbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xed\x03\n" +
 	"\bAgentRun\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06box_id\x18\x02 \x01(\tR\x05boxId\x12\x14\n" +
@@ -890,7 +983,8 @@ const file_cocoonbox_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"max_tokens\x18\x0e \x01(\x03R\tmaxTokens\x12\x1f\n" +
 	"\vtokens_used\x18\x0f \x01(\x03R\n" +
-	"tokensUsed\"\xb8\x02\n" +
+	"tokensUsed\x12\x1a\n" +
+	"\bquestion\x18\x10 \x01(\tR\bquestion\"\xd4\x02\n" +
 	"\tAgentStep\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x05R\x06number\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
@@ -904,7 +998,8 @@ const file_cocoonbox_v1_agent_proto_rawDesc = "" +
 	"\vstop_reason\x18\t \x01(\tR\n" +
 	"stopReason\x12\x1a\n" +
 	"\breplayed\x18\n" +
-	" \x01(\bR\breplayed\"n\n" +
+	" \x01(\bR\breplayed\x12\x1a\n" +
+	"\bquestion\x18\v \x01(\tR\bquestion\"n\n" +
 	"\rAgentToolCall\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\bis_error\x18\x02 \x01(\bR\aisError\x12\x16\n" +
@@ -930,11 +1025,15 @@ const file_cocoonbox_v1_agent_proto_rawDesc = "" +
 	"\x10ListRunsResponse\x12*\n" +
 	"\x04runs\x18\x01 \x03(\v2\x16.cocoonbox.v1.AgentRunR\x04runs\"(\n" +
 	"\x0fWatchRunRequest\x12\x15\n" +
-	"\x06run_id\x18\x01 \x01(\tR\x05runId\"s\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\"\xa2\x01\n" +
 	"\rWatchRunEvent\x12-\n" +
 	"\x04step\x18\x01 \x01(\v2\x17.cocoonbox.v1.AgentStepH\x00R\x04step\x12*\n" +
-	"\x03run\x18\x02 \x01(\v2\x16.cocoonbox.v1.AgentRunH\x00R\x03runB\a\n" +
-	"\x05event2\xbe\x03\n" +
+	"\x03run\x18\x02 \x01(\v2\x16.cocoonbox.v1.AgentRunH\x00R\x03run\x12-\n" +
+	"\x04text\x18\x03 \x01(\v2\x17.cocoonbox.v1.AgentTextH\x00R\x04textB\a\n" +
+	"\x05event\"3\n" +
+	"\tAgentText\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\x05R\x04step\x12\x12\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text2\xbe\x03\n" +
 	"\fAgentService\x12A\n" +
 	"\bStartRun\x12\x1d.cocoonbox.v1.StartRunRequest\x1a\x16.cocoonbox.v1.AgentRun\x12R\n" +
 	"\vSendMessage\x12 .cocoonbox.v1.SendMessageRequest\x1a!.cocoonbox.v1.SendMessageResponse\x12C\n" +
@@ -955,7 +1054,7 @@ func file_cocoonbox_v1_agent_proto_rawDescGZIP() []byte {
 	return file_cocoonbox_v1_agent_proto_rawDescData
 }
 
-var file_cocoonbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 12)
+var file_cocoonbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
 var file_cocoonbox_v1_agent_proto_goTypes = []any{
 	(*AgentRun)(nil),              // 0: cocoonbox.v1.AgentRun
 	(*AgentStep)(nil),             // 1: cocoonbox.v1.AgentStep
@@ -969,34 +1068,36 @@ var file_cocoonbox_v1_agent_proto_goTypes = []any{
 	(*ListRunsResponse)(nil),      // 9: cocoonbox.v1.ListRunsResponse
 	(*WatchRunRequest)(nil),       // 10: cocoonbox.v1.WatchRunRequest
 	(*WatchRunEvent)(nil),         // 11: cocoonbox.v1.WatchRunEvent
-	(*timestamppb.Timestamp)(nil), // 12: google.protobuf.Timestamp
+	(*AgentText)(nil),             // 12: cocoonbox.v1.AgentText
+	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
 }
 var file_cocoonbox_v1_agent_proto_depIdxs = []int32{
 	1,  // 0: cocoonbox.v1.AgentRun.steps:type_name -> cocoonbox.v1.AgentStep
-	12, // 1: cocoonbox.v1.AgentRun.created_at:type_name -> google.protobuf.Timestamp
-	12, // 2: cocoonbox.v1.AgentRun.ended_at:type_name -> google.protobuf.Timestamp
-	12, // 3: cocoonbox.v1.AgentStep.at:type_name -> google.protobuf.Timestamp
+	13, // 1: cocoonbox.v1.AgentRun.created_at:type_name -> google.protobuf.Timestamp
+	13, // 2: cocoonbox.v1.AgentRun.ended_at:type_name -> google.protobuf.Timestamp
+	13, // 3: cocoonbox.v1.AgentStep.at:type_name -> google.protobuf.Timestamp
 	2,  // 4: cocoonbox.v1.AgentStep.tool_calls:type_name -> cocoonbox.v1.AgentToolCall
 	0,  // 5: cocoonbox.v1.ListRunsResponse.runs:type_name -> cocoonbox.v1.AgentRun
 	1,  // 6: cocoonbox.v1.WatchRunEvent.step:type_name -> cocoonbox.v1.AgentStep
 	0,  // 7: cocoonbox.v1.WatchRunEvent.run:type_name -> cocoonbox.v1.AgentRun
-	3,  // 8: cocoonbox.v1.AgentService.StartRun:input_type -> cocoonbox.v1.StartRunRequest
-	4,  // 9: cocoonbox.v1.AgentService.SendMessage:input_type -> cocoonbox.v1.SendMessageRequest
-	6,  // 10: cocoonbox.v1.AgentService.CancelRun:input_type -> cocoonbox.v1.CancelRunRequest
-	7,  // 11: cocoonbox.v1.AgentService.GetRun:input_type -> cocoonbox.v1.GetRunRequest
-	8,  // 12: cocoonbox.v1.AgentService.ListRuns:input_type -> cocoonbox.v1.ListRunsRequest
-	10, // 13: cocoonbox.v1.AgentService.WatchRun:input_type -> cocoonbox.v1.WatchRunRequest
-	0,  // 14: cocoonbox.v1.AgentService.StartRun:output_type -> cocoonbox.v1.AgentRun
-	5,  // 15: cocoonbox.v1.AgentService.SendMessage:output_type -> cocoonbox.v1.SendMessageResponse
-	0,  // 16: cocoonbox.v1.AgentService.CancelRun:output_type -> cocoonbox.v1.AgentRun
-	0,  // 17: cocoonbox.v1.AgentService.GetRun:output_type -> cocoonbox.v1.AgentRun
-	9,  // 18: cocoonbox.v1.AgentService.ListRuns:output_type -> cocoonbox.v1.ListRunsResponse
-	11, // 19: cocoonbox.v1.AgentService.WatchRun:output_type -> cocoonbox.v1.WatchRunEvent
-	14, // [14:20] is the sub-list for method output_type
-	8,  // [8:14] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	12, // 8: cocoonbox.v1.WatchRunEvent.text:type_name -> cocoonbox.v1.AgentText
+	3,  // 9: cocoonbox.v1.AgentService.StartRun:input_type -> cocoonbox.v1.StartRunRequest
+	4,  // 10: cocoonbox.v1.AgentService.SendMessage:input_type -> cocoonbox.v1.SendMessageRequest
+	6,  // 11: cocoonbox.v1.AgentService.CancelRun:input_type -> cocoonbox.v1.CancelRunRequest
+	7,  // 12: cocoonbox.v1.AgentService.GetRun:input_type -> cocoonbox.v1.GetRunRequest
+	8,  // 13: cocoonbox.v1.AgentService.ListRuns:input_type -> cocoonbox.v1.ListRunsRequest
+	10, // 14: cocoonbox.v1.AgentService.WatchRun:input_type -> cocoonbox.v1.WatchRunRequest
+	0,  // 15: cocoonbox.v1.AgentService.StartRun:output_type -> cocoonbox.v1.AgentRun
+	5,  // 16: cocoonbox.v1.AgentService.SendMessage:output_type -> cocoonbox.v1.SendMessageResponse
+	0,  // 17: cocoonbox.v1.AgentService.CancelRun:output_type -> cocoonbox.v1.AgentRun
+	0,  // 18: cocoonbox.v1.AgentService.GetRun:output_type -> cocoonbox.v1.AgentRun
+	9,  // 19: cocoonbox.v1.AgentService.ListRuns:output_type -> cocoonbox.v1.ListRunsResponse
+	11, // 20: cocoonbox.v1.AgentService.WatchRun:output_type -> cocoonbox.v1.WatchRunEvent
+	15, // [15:21] is the sub-list for method output_type
+	9,  // [9:15] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_cocoonbox_v1_agent_proto_init() }
@@ -1007,6 +1108,7 @@ func file_cocoonbox_v1_agent_proto_init() {
 	file_cocoonbox_v1_agent_proto_msgTypes[11].OneofWrappers = []any{
 		(*WatchRunEvent_Step)(nil),
 		(*WatchRunEvent_Run)(nil),
+		(*WatchRunEvent_Text)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1014,7 +1116,7 @@ func file_cocoonbox_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cocoonbox_v1_agent_proto_rawDesc), len(file_cocoonbox_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   12,
+			NumMessages:   13,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,9 +1,10 @@
--- Schema v15: what agent runs cost, and the bound a run may spend.
+-- Schema v15: what agent runs cost, the bound a run may spend, and runs waiting on a question.
 --
 -- model_calls has one row per model call a worker relayed for a run's step (the worker holds the
 -- gateway key and sees each call's answer, so the counts are the gateway's own, not the box's
 -- word). Rows outlive their run and box (no foreign keys): a bill does not vanish with a delete.
 -- agent_runs.max_tokens bounds the input and output tokens of all the run's calls; 0 is no bound.
+-- A run whose agent asked its starter a question (ask_user) is waiting_for_user until the answer.
 
 -- +goose Up
 CREATE TABLE model_calls (
@@ -24,7 +25,14 @@ CREATE INDEX model_calls_run_idx ON model_calls (run_id);
 CREATE INDEX model_calls_user_at_idx ON model_calls (user_id, at);
 CREATE INDEX model_calls_at_idx ON model_calls (at);
 ALTER TABLE agent_runs ADD COLUMN max_tokens bigint NOT NULL DEFAULT 0 CHECK (max_tokens >= 0);
+ALTER TABLE agent_runs DROP CONSTRAINT agent_runs_state_check,
+    ADD CONSTRAINT agent_runs_state_check
+    CHECK (state IN ('running', 'waiting', 'waiting_for_user', 'succeeded', 'failed', 'cancelled'));
 
 -- +goose Down
+UPDATE agent_runs SET state = 'waiting' WHERE state = 'waiting_for_user';
+ALTER TABLE agent_runs DROP CONSTRAINT agent_runs_state_check,
+    ADD CONSTRAINT agent_runs_state_check
+    CHECK (state IN ('running', 'waiting', 'succeeded', 'failed', 'cancelled'));
 ALTER TABLE agent_runs DROP COLUMN max_tokens;
 DROP TABLE model_calls;
