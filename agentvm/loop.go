@@ -137,7 +137,7 @@ func (l *Loop) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1
 	for _, t := range l.Tools {
 		mreq.Tools = append(mreq.Tools, model.Tool{Name: t.Name(), Description: t.Description(), Parameters: t.Schema()})
 	}
-	mreq.Tools = append(mreq.Tools, askUserTool)
+	mreq.Tools = append(mreq.Tools, askUserTool, scriptRunTool)
 	reply, err := provider.Complete(ctx, mreq, nil)
 	if err != nil {
 		return nil, modelStatus(ctx, err)
@@ -165,6 +165,10 @@ func (l *Loop) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1
 				refusal = "ask_user: one question a turn; ask it all in the first call"
 			}
 			res = tools.Result{Text: refusal, IsError: true}
+		} else if call.Name == ScriptRun {
+			var refused bool
+			res, refused, err = l.script(ctx, call.Arguments)
+			resp.DesktopRefused = resp.DesktopRefused || refused
 		} else if l.refuses(call.Name) {
 			res = tools.Result{Text: RefusedWhileControlled, IsError: true}
 			resp.DesktopRefused = true
@@ -251,6 +255,7 @@ const RefusedWhileControlled = "a person is in control of the desktop; wait for 
 // actsOnDesktop names the tools that act on what a person watching the desktop sees.
 var actsOnDesktop = map[string]bool{
 	"desktop_click": true, "desktop_move": true, "desktop_type": true, "desktop_key": true, "desktop_scroll": true,
+	"desktop_drag": true,
 	"browser_open": true, "browser_click": true, "browser_type": true,
 }
 

@@ -619,4 +619,8 @@ timeout 5 runuser -u user -- xwininfo -id "$w" | grep 'Map State'`)
 			t.Fatalf("box file after bad input: %q", got)
 		}
 	})
+
+	t.Run("computer verbs", func(t *testing.T) {
+		testComputerVerbs(t, a, models)
+	})
 }

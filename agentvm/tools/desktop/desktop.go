@@ -89,7 +89,7 @@ func New(cfg Config) *Desktop {
 // Tools returns the desktop tools.
 func (d *Desktop) Tools() []tools.Tool {
 	const xy = `"x":{"type":"integer","minimum":0,"description":"pixels from the screenshot's left edge"},"y":{"type":"integer","minimum":0,"description":"pixels from the screenshot's top edge"}`
-	return []tools.Tool{
+	return append([]tools.Tool{
 		tools.Func("desktop_screenshot", "Take a PNG screenshot of the whole desktop. Coordinates the other desktop tools take are pixels of this screenshot.",
 			`{"type":"object","properties":{},"additionalProperties":false}`, d.screenshot),
 		tools.Func("desktop_click", "Move the pointer to (x, y) on the desktop and click a mouse button (1 left, 2 middle, 3 right; default 1).",
@@ -102,7 +102,7 @@ func (d *Desktop) Tools() []tools.Tool {
 			`{"type":"object","properties":{"keys":{"type":"string"}},"required":["keys"],"additionalProperties":false}`, d.keyTool),
 		tools.Func("desktop_scroll", "Scroll the window under the pointer: dy steps down (negative up), dx steps right (negative left).",
 			`{"type":"object","properties":{"dx":{"type":"integer","minimum":-50,"maximum":50},"dy":{"type":"integer","minimum":-50,"maximum":50}},"additionalProperties":false}`, d.scrollTool),
-	}
+	}, d.reachTools()...)
 }
 
 // WindowManager names the window manager managing the display; "" while there is none, as in
