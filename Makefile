@@ -53,7 +53,7 @@ dev: deps image build ## install what is missing, build, and run the whole syste
 	$(BIN)/cocoonbox dev
 
 bench: deps image ## run the benchmarks (dev stack, local engine on gVisor) and write docs/benchmarks.md
-	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 90m ./internal/devstack/ ./internal/engine/ | tee bench.out
+	$(GO) test -run '^$$' -bench . -benchtime $(BENCHTIME) -timeout 90m ./internal/devstack/ ./internal/engine/ ./activities/ | tee bench.out
 	./scripts/benchtable.sh < bench.out > docs/benchmarks.md
 	@echo "wrote docs/benchmarks.md"
 

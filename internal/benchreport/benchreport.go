@@ -18,6 +18,17 @@ func Latency(b *testing.B, samples []time.Duration) {
 	report(b, len(samples), "ms", func(q float64) float64 { return float64(quantile(samples, q).Microseconds()) / 1000 })
 }
 
+// Taken reports latency samples a benchmark already took, in turn with others, as its
+// sub-benchmark name: the sub-benchmark runs nothing itself.
+func Taken(b *testing.B, name string, samples []time.Duration) {
+	b.Helper()
+	b.Run(name, func(b *testing.B) {
+		for b.Loop() {
+		}
+		Latency(b, samples)
+	})
+}
+
 // Throughput reports MB/s (10^6 bytes per second) for transfers of size bytes that took samples.
 // The quantiles are those of the transfer time, so p95 and p99 are the slow tail: the rate 95%
 // and 99% of runs reached.

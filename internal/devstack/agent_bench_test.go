@@ -59,16 +59,8 @@ func BenchmarkAgentStep(b *testing.B) {
 			run()
 		}
 	}
-	for _, c := range []struct {
-		name    string
-		samples []time.Duration
-	}{{"Step", steps}, {"RawAgentInfo", raws}} {
-		b.Run(c.name, func(b *testing.B) {
-			for b.Loop() { // the samples are taken; the sub-benchmark only reports them
-			}
-			benchreport.Latency(b, c.samples)
-		})
-	}
+	benchreport.Taken(b, "Step", steps)
+	benchreport.Taken(b, "RawAgentInfo", raws)
 }
 
 // agentLongRunSteps is the length of BenchmarkAgentLongRun's run: about what a desktop task takes.
