@@ -59,7 +59,8 @@ type Agent struct {
 	// nil means a net.Dialer with a 10 s timeout. Only the Gateway's host is dialed.
 	DialGateway func(ctx context.Context, network, addr string) (net.Conn, error)
 
-	prelinks prelinks // model links opened for the next steps of runs
+	prelinks prelinks   // model links opened for the next steps of runs
+	models   modelLists // the gateways' model lists, checked at a run's first step
 }
 
 // BoxLease is the box's desktop control lease as its workflow knows it: who holds it ("" for
@@ -172,6 +173,12 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 	if err != nil {
 		return StepResult{}, newError(ErrTypeInvalidArgument, fmt.Errorf("the worker's agent configuration: %w", err))
 	}
+	if in.Step == 1 {
+		// A model the gateway does not offer fails the run at once, naming the ones it does.
+		if err := a.checkModel(ctx, rt, run.Model); err != nil {
+			return StepResult{}, newError(ErrTypeInvalidArgument, err)
+		}
+	}
 	if err := a.Link.EnsureCredential(ctx, box); err != nil {
 		return StepResult{}, sandboxError(err)
 	}
@@ -186,6 +193,7 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 		DesktopInputRefused: lease.Controller != "",
 		LeaseSeq:            lease.Seq,
 		FreshScreenshot:     in.FreshScreenshot,
+		FallbackModels:      fallbacks(gw.FallbackModels, run.Model),
 	}
 	mt := &meter{ledger: a.Usage, texts: a.Texts, call: store.ModelCall{RunID: in.RunID, Step: in.Step, BoxID: in.BoxID, User: run.Owner, Model: run.Model}}
 	if err := mt.allow(ctx); err != nil {
@@ -362,6 +370,9 @@ func stepRow(in StepInput, resp *agentvmv1.StepResponse) store.NewAgentStep {
 	p := store.StepPayload{Text: cut(resp.GetText(), maxStepText), Message: cut(in.Message, maxStepText),
 		Done: resp.GetDone(), StopReason: resp.GetStopReason(), Replayed: resp.GetReplayed(),
 		Question: cut(resp.GetQuestion(), maxQuestion)}
+	for _, it := range resp.GetPlan() {
+		p.Plan = append(p.Plan, store.PlanItem{Text: cut(it.GetText(), 200), Status: it.GetStatus()})
+	}
 	var names []string
 	for _, tc := range resp.GetToolCalls() {
 		p.ToolCalls = append(p.ToolCalls, store.StepToolCall{Name: tc.GetName(), IsError: tc.GetIsError(), Images: tc.GetImages(), Result: cut(tc.GetResult(), 1<<10)})
@@ -391,4 +402,15 @@ func cut(s string, n int) string {
 		s = s[:len(s)-1]
 	}
 	return s + "…"
+}
+
+// fallbacks are a run's fallback models: the gateway's, without the run's own model.
+func fallbacks(all []string, model string) []string {
+	var out []string
+	for _, m := range all {
+		if m != model {
+			out = append(out, m)
+		}
+	}
+	return out
 }

@@ -37,6 +37,9 @@ type Gateway struct {
 	KeySecret string
 	// Models are the models runs may use; empty allows any.
 	Models []string
+	// FallbackModels are tried in order when a step's model still fails with an error worth
+	// another try (overloaded, 5xx) after the agent's retries.
+	FallbackModels []string
 }
 
 // boxGatewayHost is the host in the base URL the box's agent is given. Any host would do: every
@@ -49,6 +52,7 @@ type route struct {
 	boxBase   string // the base URL the agent's model client is given (plain http, over links)
 	path      string // the only path a box's request may name
 	target    string // the gateway URL requests are sent to
+	modelsURL string // the gateway's list of models (GET)
 	keyHeader string
 	key       string // the key header's value; never logged, never sent into the box
 	secret    string // the key itself, cut out of the gateway's answers
@@ -85,6 +89,11 @@ func (g Gateway) route(key string) (route, error) {
 		return route{}, fmt.Errorf("gateway provider must be %s or %s, not %q", ProviderOpenAI, ProviderAnthropic, g.Provider)
 	}
 	r.target = u.Scheme + "://" + u.Host + r.path
+	r.modelsURL = u.Scheme + "://" + u.Host + strings.TrimSuffix(r.path, "/chat/completions")
+	if g.Provider == ProviderAnthropic {
+		r.modelsURL = u.Scheme + "://" + u.Host + strings.TrimSuffix(r.path, "/messages")
+	}
+	r.modelsURL += "/models"
 	return r, nil
 }
 

@@ -13,11 +13,11 @@ import (
 	"github.com/loomhand/cocoonbox/internal/store"
 )
 
-// UsageLedger records what each model call of a run used, and answers what a run has spent
-// against its bound (internal/store).
+// UsageLedger records what each model call of a run used, and answers what a run and its
+// starter have spent against their bounds (internal/store).
 type UsageLedger interface {
 	RecordModelCall(ctx context.Context, c store.ModelCall) error
-	RunTokens(ctx context.Context, id string) (used, limit int64, err error)
+	RunSpend(ctx context.Context, id string) (store.Spend, error)
 }
 
 // ErrTypeBudget is a run stopped by its token bound before a model call; permanent.
@@ -39,18 +39,27 @@ type meter struct {
 	refusal string // why a call was refused for the budget; "" while none was
 }
 
-// allow refuses the call about to be made once the run's calls have used its bound, before the
-// gateway sees it. A ledger that cannot be read lets the call through: the bound is checked
-// again at the next call, and a step is not failed for the ledger's outage.
+// allow refuses the call about to be made once the run's calls have used its bound, or its
+// starter's runs their monthly budget, before the gateway sees it. A ledger that cannot be read
+// lets the call through: the bounds are checked again at the next call, and a step is not failed
+// for the ledger's outage.
 func (m *meter) allow(ctx context.Context) error {
 	if m == nil || m.ledger == nil {
 		return nil
 	}
-	used, limit, err := m.ledger.RunTokens(ctx, m.call.RunID)
-	if err != nil || limit <= 0 || used < limit {
+	sp, err := m.ledger.RunSpend(ctx, m.call.RunID)
+	var why string
+	switch {
+	case err != nil:
+		return nil
+	case sp.RunLimit > 0 && sp.RunUsed >= sp.RunLimit:
+		why = fmt.Sprintf("budget: run %s used %d of its %d tokens (max_tokens); the call was not made", m.call.RunID, sp.RunUsed, sp.RunLimit)
+	case sp.UserLimit > 0 && sp.UserUsed >= sp.UserLimit:
+		why = fmt.Sprintf("budget: the runs of user %s used %d of their %d tokens this month (the monthly budget an admin set); the call was not made",
+			m.call.User, sp.UserUsed, sp.UserLimit)
+	default:
 		return nil
 	}
-	why := fmt.Sprintf("budget: run %s used %d of its %d tokens (max_tokens); the call was not made", m.call.RunID, used, limit)
 	m.mu.Lock()
 	m.refusal = why
 	m.mu.Unlock()
@@ -79,6 +88,9 @@ func (m *meter) record(ctx context.Context, status int, u *usageScanner, took ti
 	if u != nil {
 		u.finish()
 		c.InputTokens, c.OutputTokens, c.CachedTokens = u.input, u.output, u.cached
+		if u.model != "" && len(u.model) <= 200 {
+			c.Model = u.model // a fallback answered, or the gateway names the model more exactly
+		}
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
@@ -107,6 +119,7 @@ type usageScanner struct {
 	input  int64
 	output int64
 	cached int64
+	model  string // the model the answer names, "" when it names none
 }
 
 func (u *usageScanner) Write(p []byte) (int, error) {
@@ -192,13 +205,21 @@ type tokenUsage struct {
 // same count (Anthropic's output so far grows with each message_delta).
 func (u *usageScanner) read(doc []byte) {
 	var ev struct {
+		Model   string      `json:"model"`
 		Usage   *tokenUsage `json:"usage"`
 		Message *struct {
+			Model string      `json:"model"`
 			Usage *tokenUsage `json:"usage"`
 		} `json:"message"`
 	}
 	if json.Unmarshal(doc, &ev) != nil {
 		return
+	}
+	// The model that answered, which a fallback makes another than the run's.
+	if ev.Message != nil && ev.Message.Model != "" {
+		u.model = ev.Message.Model
+	} else if ev.Model != "" {
+		u.model = ev.Model
 	}
 	for _, t := range []*tokenUsage{ev.Usage, messageUsage(ev.Message)} {
 		switch {
@@ -218,6 +239,7 @@ func (u *usageScanner) read(doc []byte) {
 }
 
 func messageUsage(m *struct {
+	Model string      `json:"model"`
 	Usage *tokenUsage `json:"usage"`
 }) *tokenUsage {
 	if m == nil {

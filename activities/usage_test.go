@@ -47,8 +47,8 @@ func TestUsageScanner(t *testing.T) {
 					_, _ = u.Write(b[:min(cut, len(b))])
 				}
 				u.finish()
-				if u.input != 1234 || u.output != 56 {
-					t.Fatalf("cut every %d bytes: %d in, %d out; want 1234 and 56 from %s", cut, u.input, u.output, raw)
+				if u.input != 1234 || u.output != 56 || u.model != "m" {
+					t.Fatalf("cut every %d bytes: %d in, %d out, model %q; want 1234 and 56 of m from %s", cut, u.input, u.output, u.model, raw)
 				}
 			}
 		})
@@ -87,13 +87,14 @@ func (l *ledger) RecordModelCall(_ context.Context, c store.ModelCall) error {
 	return nil
 }
 
-func (l *ledger) RunTokens(context.Context, string) (used, limit int64, err error) {
+func (l *ledger) RunSpend(context.Context, string) (store.Spend, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	s := store.Spend{RunLimit: l.limit}
 	for _, c := range l.calls {
-		used += c.InputTokens + c.OutputTokens
+		s.RunUsed += c.InputTokens + c.OutputTokens
 	}
-	return used, l.limit, nil
+	return s, nil
 }
 
 // TestModelLinkMetering: a call the worker relays is recorded with the usage the gateway

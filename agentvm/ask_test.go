@@ -74,3 +74,53 @@ func TestStepRefusesABadQuestion(t *testing.T) {
 	require.True(t, resp.ToolCalls[1].IsError)
 	require.Contains(t, resp.ToolCalls[1].Result, "one question a turn")
 }
+
+// TestStepShowsThePlan: a gui_plan call is the step's plan, whole, with a result the model reads;
+// a bad plan is an error result naming the item, and no plan.
+func TestStepShowsThePlan(t *testing.T) {
+	srv := modeltest.NewServer(t, testKey,
+		modeltest.Calls(modeltest.Call("gui_plan", `{"items":[{"text":"open the site","status":"done"},{"text":"log in","status":"doing"},{"text":"download the report","status":"todo"}]}`)),
+		modeltest.Calls(modeltest.Call("gui_plan", `{"items":[{"text":"open the site","status":"maybe"}]}`)))
+	var n atomic.Int32
+	loop := newLoop(t.TempDir(), &n)
+	resp, err := loop.Step(t.Context(), stepRequest(srv, agentvm.ProviderOpenAI, 1, nil))
+	require.NoError(t, err)
+	require.Len(t, resp.Plan, 3)
+	require.Equal(t, "log in", resp.Plan[1].Text)
+	require.Equal(t, "doing", resp.Plan[1].Status)
+	require.Equal(t, "plan shown: 3 items, 1 done or skipped", resp.ToolCalls[0].Result)
+
+	resp, err = loop.Step(t.Context(), stepRequest(srv, agentvm.ProviderOpenAI, 2, resp.Messages))
+	require.NoError(t, err)
+	require.Empty(t, resp.Plan)
+	require.True(t, resp.ToolCalls[0].IsError)
+	require.Contains(t, resp.ToolCalls[0].Result, "items[0].status: must be one of todo, doing, done, skipped")
+}
+
+// TestStepFallsBackToTheNextModel: a model still overloaded after the client's retries gives way
+// to the run's fallback models in order; the step says which model answered. A failure another
+// model would not change (a 400) is the step's error at once.
+func TestStepFallsBackToTheNextModel(t *testing.T) {
+	srv := modeltest.NewServer(t, testKey,
+		modeltest.Turn{Status: 529, Message: "overloaded"},
+		modeltest.Turn{Status: 503, Message: "down"},
+		modeltest.Reply("Answered by the second fallback."),
+		modeltest.Turn{Status: 400, Message: "bad request"})
+	var n atomic.Int32
+	loop := newLoop(t.TempDir(), &n)
+	req := stepRequest(srv, agentvm.ProviderAnthropic, 1, nil)
+	req.FallbackModels = []string{"fallback-1", "fallback-2", "fallback-3"}
+	resp, err := loop.Step(t.Context(), req)
+	require.NoError(t, err)
+	require.Equal(t, "fallback-2", resp.Model)
+	require.Equal(t, "Answered by the second fallback.", resp.Text)
+	var models []string
+	for _, r := range srv.Requests() {
+		models = append(models, r.JSON()["model"].(string))
+	}
+	require.Equal(t, []string{"test-model", "fallback-1", "fallback-2"}, models)
+
+	_, err = loop.Step(t.Context(), req)
+	require.Error(t, err)
+	require.Len(t, srv.Requests(), 4, "a 400 is not tried on another model")
+}

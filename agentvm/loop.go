@@ -137,14 +137,23 @@ func (l *Loop) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1
 	for _, t := range l.Tools {
 		mreq.Tools = append(mreq.Tools, model.Tool{Name: t.Name(), Description: t.Description(), Parameters: t.Schema()})
 	}
-	mreq.Tools = append(mreq.Tools, askUserTool, scriptRunTool)
+	mreq.Tools = append(mreq.Tools, askUserTool, scriptRunTool, guiPlanTool)
 	reply, err := provider.Complete(ctx, mreq, nil)
+	for _, fallback := range req.GetFallbackModels() {
+		if !retryable(err) || ctx.Err() != nil {
+			break
+		}
+		// The model is down or overloaded after every retry: the next one of the run's list.
+		mreq.Model = fallback
+		reply, err = provider.Complete(ctx, mreq, nil)
+	}
 	if err != nil {
 		return nil, modelStatus(ctx, err)
 	}
 	conv = append(conv, model.Message{Role: model.RoleAssistant, Text: reply.Text, ToolCalls: reply.ToolCalls})
 
 	resp := &agentvmv1.StepResponse{
+		Model:      mreq.Model,
 		Done:       len(reply.ToolCalls) == 0,
 		Text:       strings.ToValidUTF8(reply.Text, "\uFFFD"),
 		StopReason: reply.StopReason,
@@ -165,6 +174,13 @@ func (l *Loop) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1
 				refusal = "ask_user: one question a turn; ask it all in the first call"
 			}
 			res = tools.Result{Text: refusal, IsError: true}
+		} else if call.Name == GUIPlan {
+			items, refusal := plan(call.Arguments)
+			if refusal != "" {
+				res = tools.Result{Text: refusal, IsError: true}
+			} else {
+				resp.Plan, res = items, tools.Result{Text: planSummary(items)}
+			}
 		} else if call.Name == ScriptRun {
 			var refused bool
 			res, refused, err = l.script(ctx, call.Arguments)
@@ -327,6 +343,12 @@ func runTool(ctx context.Context, t tools.Tool, args json.RawMessage) (tools.Res
 }
 
 // modelStatus maps a failed model call to a gRPC status carrying the provider's message.
+// retryable says whether err is a model failure another model may not have (overloaded, 5xx).
+func retryable(err error) bool {
+	var me *model.Error
+	return errors.As(err, &me) && me.Retryable
+}
+
 func modelStatus(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return status.FromContextError(ctx.Err()).Err()

@@ -15,7 +15,7 @@ func adminCommand() *cli.Command {
 	return &cli.Command{
 		Name:        "admin",
 		Usage:       "operate the deployment: warm pools, nodes and users (an admin user's token), the keyring, backups (on a host)",
-		Subcommands: []*cli.Command{adminPoolsCommand(), adminNodesCommand(), adminDrainCommand(), adminUserCommand(), adminKeyringCommand(), adminBackupCommand(), adminRestoreCommand()},
+		Subcommands: []*cli.Command{adminPoolsCommand(), adminNodesCommand(), adminDrainCommand(), adminUserCommand(), adminBudgetCommand(), adminKeyringCommand(), adminBackupCommand(), adminRestoreCommand()},
 	}
 }
 

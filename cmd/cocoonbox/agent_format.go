@@ -50,6 +50,12 @@ func writeRun(w io.Writer, r *cbv1.AgentRun) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if len(r.GetPlan()) > 0 {
+		fmt.Fprintln(w, "\nplan:")
+		for _, it := range r.GetPlan() {
+			fmt.Fprintf(w, "  %s %s\n", planMark(it.GetStatus()), oneLine(it.GetText(), 200))
+		}
+	}
 	if len(r.GetSteps()) > 0 {
 		fmt.Fprintln(w)
 	}
@@ -126,4 +132,17 @@ func plural(n int, noun string) string {
 		return "1 " + noun
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// planMark is a plan item's status as a checkbox.
+func planMark(status string) string {
+	switch status {
+	case "done":
+		return "[x]"
+	case "doing":
+		return "[>]"
+	case "skipped":
+		return "[-]"
+	}
+	return "[ ]"
 }

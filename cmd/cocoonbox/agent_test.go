@@ -24,6 +24,12 @@ func TestAgentWatchText(t *testing.T) {
 	golden(t, "agent_ls_empty", []byte(runOK(t, "", "agent", "ls", "build-farm")))
 	golden(t, "usage_by_run", []byte(runOK(t, "", "usage", "--since", "2026-11-01")))
 	golden(t, "usage_by_user", []byte(runOK(t, "", "usage", "--by", "user", "--since", "2026-11-01")))
+	if got := runOK(t, "", "admin", "budget", "ann", "--tokens-per-month", "100000"); got != "ann: 100000 tokens a month; 12400 used this month\n" {
+		t.Errorf("admin budget: %q", got)
+	}
+	if got := runOK(t, "", "admin", "budget", "ann"); got != "ann: no budget; 12400 used this month\n" {
+		t.Errorf("admin budget without a flag: %q", got)
+	}
 }
 
 // TestUsageFlags: a bad --since is refused before the call, naming the flag; a bad --by is the

@@ -56,6 +56,9 @@ func sampleRuns() map[string]*cbv1.AgentRun {
 	}
 	ok := run("run_ok", "succeeded", "fix the site")
 	ok.StepsDone, ok.Result, ok.Steps = 3, sampleSteps()[2].GetText(), sampleSteps()
+	ok.MaxTokens, ok.TokensUsed = 20000, 12920
+	ok.Plan = []*cbv1.PlanItem{{Text: "find why the site is down", Status: "done"}, {Text: "restart nginx", Status: "done"},
+		{Text: "check it answers", Status: "skipped"}}
 	bad := run("run_bad", "failed", "break it")
 	bad.StepsDone, bad.Error = 1, "model: 400 the context is too long"
 	bad.Steps = sampleSteps()[:1]

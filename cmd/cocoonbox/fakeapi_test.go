@@ -548,6 +548,17 @@ func (f *fakeAPI) SetPolicyDefaults(_ context.Context, r *cbv1.SetPolicyDefaults
 	return p, nil
 }
 
+func (f *fakeAPI) SetBudget(_ context.Context, r *cbv1.SetBudgetRequest) (*cbv1.Budget, error) {
+	if r.GetUser() != "ann" {
+		return nil, status.Errorf(codes.NotFound, "user %s not found", r.GetUser())
+	}
+	b := &cbv1.Budget{User: "ann", TokensUsed: 12400}
+	if r.TokensPerMonth != nil {
+		b.TokensPerMonth = r.GetTokensPerMonth()
+	}
+	return b, nil
+}
+
 func (f *fakeAPI) GetUsage(_ context.Context, r *cbv1.GetUsageRequest) (*cbv1.GetUsageResponse, error) {
 	resp := &cbv1.GetUsageResponse{Since: r.GetSince()}
 	switch r.GetBy() {

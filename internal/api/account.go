@@ -287,3 +287,24 @@ func (a *accountService) GetUsage(ctx context.Context, req *cbv1.GetUsageRequest
 	}
 	return resp, nil
 }
+
+// SetBudget sets or reads a user's monthly token budget (admin only).
+func (a *accountService) SetBudget(ctx context.Context, req *cbv1.SetBudgetRequest) (*cbv1.Budget, error) {
+	if _, err := mustAdmin(ctx, "budgets are set by an admin"); err != nil {
+		return nil, err
+	}
+	u, err := a.userByRef(ctx, req.GetUser())
+	if err != nil {
+		return nil, err
+	}
+	if req.TokensPerMonth != nil {
+		if err := a.s.store.SetUserBudget(ctx, u.ID, req.GetTokensPerMonth()); err != nil {
+			return nil, err
+		}
+	}
+	b, err := a.s.store.UserBudget(ctx, u.ID)
+	if err != nil {
+		return nil, err
+	}
+	return &cbv1.Budget{User: u.Name, TokensPerMonth: b.TokensPerMonth, TokensUsed: b.TokensUsed}, nil
+}

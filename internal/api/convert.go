@@ -131,7 +131,12 @@ func runProto(r boxsvc.Run) *cbv1.AgentRun {
 		State: string(r.State), Task: r.Task, Error: runError(r.AgentRun), Steps: protoList(r.Steps, stepProto),
 		StepsDone: int32(r.StepsDone), Result: r.Result, CreatedAt: ts(r.CreatedAt), EndedAt: ts(r.EndedAt),
 		MaxTokens: r.MaxTokens, TokensUsed: r.TokensUsed, Question: question(r.AgentRun),
+		Plan: protoList(r.Plan, planProto),
 	}
+}
+
+func planProto(it store.PlanItem) *cbv1.PlanItem {
+	return &cbv1.PlanItem{Text: it.Text, Status: it.Status}
 }
 
 // runError is why a run failed or waits on a person, from its row; a question is not an error.
@@ -156,7 +161,7 @@ func stepProto(s store.AgentStep) *cbv1.AgentStep {
 	out := &cbv1.AgentStep{
 		Number: int32(s.Step), Kind: s.Kind, Summary: s.Summary, At: ts(s.At),
 		Text: rec.Text, Message: rec.Message, Done: rec.Done, StopReason: rec.StopReason, Replayed: rec.Replayed,
-		Question: rec.Question,
+		Question: rec.Question, Plan: protoList(rec.Plan, planProto),
 	}
 	for _, tc := range rec.ToolCalls {
 		out.ToolCalls = append(out.ToolCalls, &cbv1.AgentToolCall{Name: tc.Name, IsError: tc.IsError, Result: tc.Result, Images: tc.Images})

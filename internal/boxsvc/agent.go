@@ -44,6 +44,8 @@ type Run struct {
 	Result    string
 	// TokensUsed is what the run's model calls used so far, from the ledger (GetRun, WatchRun).
 	TokensUsed int64
+	// Plan is the checklist of the newest step that wrote one (GetRun, WatchRun).
+	Plan []store.PlanItem
 }
 
 // withSteps is run with what its recorded steps and the ledger tell about it. A ledger that
@@ -52,6 +54,9 @@ func (s *Service) withSteps(ctx context.Context, run store.AgentRun, steps []sto
 	r := Run{AgentRun: run, StepsDone: len(steps)}
 	for i := len(steps) - 1; i >= 0 && r.Result == ""; i-- {
 		r.Result = steps[i].Record().Text
+	}
+	for i := len(steps) - 1; i >= 0 && r.Plan == nil; i-- {
+		r.Plan = steps[i].Record().Plan
 	}
 	used, _, err := s.Store.RunTokens(ctx, run.ID)
 	if err != nil && s.Logger != nil {

@@ -72,6 +72,19 @@ func event(e boxsvc.RunEvent) string {
 	return fmt.Sprintf("run %s %d %q %q", e.Run.State, e.Run.StepsDone, e.Run.Result, e.Run.Error)
 }
 
+// expectEvent waits for the next event of a watch and fails the test unless it is want.
+func expectEvent(t *testing.T, ctx context.Context, events <-chan string, want string) {
+	t.Helper()
+	select {
+	case got := <-events:
+		if got != want {
+			t.Fatalf("event %q, want %q", got, want)
+		}
+	case <-ctx.Done():
+		t.Fatalf("no event; want %q", want)
+	}
+}
+
 // TestWatchRun follows a run from its recorded steps through new ones to its end: the steps
 // already there come first, then the run, then each change once, and the watch ends after the
 // final state.
@@ -90,17 +103,7 @@ func TestWatchRun(t *testing.T) {
 			return nil
 		})
 	}()
-	next := func(want string) {
-		t.Helper()
-		select {
-		case got := <-events:
-			if got != want {
-				t.Fatalf("event %q, want %q", got, want)
-			}
-		case <-ctx.Done():
-			t.Fatalf("no event; want %q", want)
-		}
-	}
+	next := func(want string) { t.Helper(); expectEvent(t, ctx, events, want) }
 	next("step 1")
 	next(`run running 1 "looking" ""`)
 	if err := e.st.SetAgentRunState(ctx, e.run, cocoonbox.AgentRunWaiting, ""); err != nil {
@@ -151,17 +154,7 @@ func TestWatchRunStreamsText(t *testing.T) {
 			return nil
 		})
 	}()
-	next := func(want string) {
-		t.Helper()
-		select {
-		case got := <-events:
-			if got != want {
-				t.Fatalf("event %q, want %q", got, want)
-			}
-		case <-ctx.Done():
-			t.Fatalf("no event; want %q", want)
-		}
-	}
+	next := func(want string) { t.Helper(); expectEvent(t, ctx, events, want) }
 	next("step 1")
 	next(`run running 1 "looking" ""`)
 	// The hub listens from the first follower on; publish until the first piece arrives.

@@ -23,6 +23,10 @@ type Agent struct {
 	KeySecret string `yaml:"key_secret" env:"COCOONBOX_AGENT_KEY_SECRET"`
 	// MaxSteps bounds a run; 0 is the workflow's default (50).
 	MaxSteps int `yaml:"max_steps" env:"COCOONBOX_AGENT_MAX_STEPS"`
+	// FallbackModels are tried in order when a step's model still fails with an error worth
+	// another try (overloaded, 5xx) after the agent's retries; each must be among Models when
+	// those are set.
+	FallbackModels []string `yaml:"fallback_models" env:"COCOONBOX_AGENT_FALLBACK_MODELS"`
 	// Prices are what the gateway charges per model, which turn the usage ledger's tokens into
 	// a cost (`cocoonbox usage`); a model without a price costs 0.
 	Prices map[string]Price `yaml:"prices"`
@@ -54,7 +58,7 @@ func DefaultAgent() Agent {
 // unset reports whether no file or variable set any of the section.
 func (a *Agent) unset() bool {
 	return a.Provider == "" && a.BaseURL == "" && a.Model == "" && len(a.Models) == 0 && a.KeySecret == "" && a.MaxSteps == 0 &&
-		len(a.Prices) == 0
+		len(a.Prices) == 0 && len(a.FallbackModels) == 0
 }
 
 // fill gives a section nobody set the defaults (DefaultAgent); a section set in part keeps only
@@ -83,6 +87,11 @@ func (a *Agent) Validate() error {
 	}
 	if a.MaxSteps < 0 {
 		return fmt.Errorf("config agent.max_steps: must not be negative, got %d", a.MaxSteps)
+	}
+	for _, m := range a.FallbackModels {
+		if len(a.Models) > 0 && !slices.Contains(a.Models, m) {
+			return fmt.Errorf("config agent.fallback_models: %q is not among agent.models", m)
+		}
 	}
 	for model, p := range a.Prices {
 		if p.Input < 0 || p.CachedInput < 0 || p.Output < 0 {

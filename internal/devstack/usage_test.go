@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/loomhand/cocoonbox"
@@ -93,5 +94,41 @@ func testRunUsage(t *testing.T, a *agentEnv, models *modeltest.Server) {
 	}
 	if _, err := a.agents.StartRun(a.auth, &cbv1.StartRunRequest{Box: string(a.id), Task: "x", MaxTokens: -1}); err == nil || !strings.Contains(err.Error(), "max_tokens") {
 		t.Fatalf("a negative bound: %v; want an error naming max_tokens", err)
+	}
+
+	// A user whose runs used their monthly budget: the next run stops before its first call.
+	budget, err := a.acct.SetBudget(a.auth, &cbv1.SetBudgetRequest{User: a.owner.Name, TokensPerMonth: proto.Int64(100)})
+	if err != nil || budget.GetTokensUsed() < 100 {
+		t.Fatalf("set a budget below this month's use: %v, %v", budget, err)
+	}
+	before = len(models.Requests())
+	run, err = a.agents.StartRun(a.auth, &cbv1.StartRunRequest{Box: string(a.id), Task: "Run true."})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = a.waitRun(t, run.GetId(), 3*time.Minute, "succeeded", "failed", "cancelled")
+	if got.GetState() != string(cocoonbox.AgentRunFailed) || !strings.HasPrefix(got.GetError(), "budget: the runs of user "+a.owner.ID) ||
+		len(models.Requests()) != before {
+		t.Fatalf("a run over its starter's monthly budget: %s %q after %d model calls", got.GetState(), got.GetError(), len(models.Requests())-before)
+	}
+	if _, err := a.acct.SetBudget(a.auth, &cbv1.SetBudgetRequest{User: a.owner.Name, TokensPerMonth: proto.Int64(0)}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A model this server allows but the gateway does not list fails the run at its first step,
+	// before any model call, naming the models the gateway has.
+	models.SetModels("scripted-1")
+	defer models.SetModels()
+	before = len(models.Requests())
+	run, err = a.agents.StartRun(a.auth, &cbv1.StartRunRequest{Box: string(a.id), Task: "Run true.", Model: "scripted-2"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got = a.waitRun(t, run.GetId(), 3*time.Minute, "succeeded", "failed", "cancelled")
+	if got.GetState() != string(cocoonbox.AgentRunFailed) || !strings.Contains(got.GetError(), `model "scripted-2" is not offered by the gateway (its GET /models lists scripted-1)`) {
+		t.Fatalf("a run on a model the gateway lacks: %s %q", got.GetState(), got.GetError())
+	}
+	if n := len(models.Requests()) - before; n != 0 {
+		t.Fatalf("%d model calls of a run on a model the gateway lacks; want none", n)
 	}
 }

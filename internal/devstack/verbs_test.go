@@ -13,7 +13,8 @@ import (
 	"github.com/loomhand/cocoonbox/agentvm/model/modeltest"
 )
 
-// testComputerVerbs: on the real XFCE desktop, a script_run of ten actions (one of which opens a
+// testComputerVerbs: on the real XFCE desktop, the model's gui_plan is the run's plan; a
+// script_run of ten actions (one of which opens a
 // terminal window) is one step and one model turn; desktop_windows lists the window with its
 // geometry; desktop_drag on its title bar moves it by the drag (the second listing says so); and
 // desktop_zoom returns a region at the screen's full resolution.
@@ -29,6 +30,7 @@ func testComputerVerbs(t *testing.T, a *agentEnv, models *modeltest.Server) {
 	}
 	before := len(models.Requests())
 	models.Script(
+		modeltest.Calls(modeltest.Call("gui_plan", `{"items":[{"text":"open a terminal","status":"doing"},{"text":"move it","status":"todo"}]}`)),
 		modeltest.Calls(modeltest.Call("script_run", `{"actions":[`+strings.Join(actions, ",")+`]}`)),
 		modeltest.Calls(modeltest.Call("desktop_windows", `{}`)),
 		modeltest.Calls(modeltest.Call("desktop_drag", `{"x1":350,"y1":175,"x2":650,"y2":475}`)),
@@ -37,11 +39,14 @@ func testComputerVerbs(t *testing.T, a *agentEnv, models *modeltest.Server) {
 		modeltest.Reply("Moved it."))
 	run := a.start(t, "Open a terminal and move it.")
 	got := a.waitRun(t, run.GetId(), 3*time.Minute, "succeeded", "failed", "cancelled")
-	if got.GetState() != string(cocoonbox.AgentRunSucceeded) || got.GetStepsDone() != 6 || len(models.Requests())-before != 6 {
-		t.Fatalf("the run: %s %q, %d steps, %d model calls; want 6 of each", got.GetState(), got.GetError(), got.GetStepsDone(), len(models.Requests())-before)
+	if got.GetState() != string(cocoonbox.AgentRunSucceeded) || got.GetStepsDone() != 7 || len(models.Requests())-before != 7 {
+		t.Fatalf("the run: %s %q, %d steps, %d model calls; want 7 of each", got.GetState(), got.GetError(), got.GetStepsDone(), len(models.Requests())-before)
+	}
+	if plan := got.GetPlan(); len(plan) != 2 || plan[0].GetText() != "open a terminal" || plan[0].GetStatus() != "doing" {
+		t.Fatalf("the run's plan: %v", plan)
 	}
 	script := toolResults(got, "script_run")
-	if len(script) != 1 || !strings.Contains(script[0], "10. desktop_move") || got.GetSteps()[0].GetToolCalls()[0].GetIsError() {
+	if len(script) != 1 || !strings.Contains(script[0], "10. desktop_move") || got.GetSteps()[1].GetToolCalls()[0].GetIsError() {
 		t.Fatalf("the script's one step: %q", script)
 	}
 	windows := toolResults(got, "desktop_windows")

@@ -58,6 +58,14 @@ type StepPayload struct {
 	// Question is what the model asked the run's starter this step (ask_user).
 	Question  string         `json:"question,omitempty"`
 	ToolCalls []StepToolCall `json:"tool_calls,omitempty"`
+	// Plan is the checklist the model wrote this step (gui_plan), whole.
+	Plan []PlanItem `json:"plan,omitempty"`
+}
+
+// PlanItem is one line of the model's plan: its text and todo, doing, done or skipped.
+type PlanItem struct {
+	Text   string `json:"text"`
+	Status string `json:"status"`
 }
 
 // StepToolCall is one tool call a step recorded.

@@ -151,3 +151,67 @@ func (q *Queries) UsageByModelOf(ctx context.Context, f UsageFilter) ([]UsageRow
 	}
 	return out, nil
 }
+
+// Spend is what a run and its starter have used of their bounds (0: no bound): the run's tokens
+// against its max_tokens, and the starter's tokens this calendar month (UTC) against their
+// monthly budget.
+type Spend struct {
+	RunUsed, RunLimit   int64
+	UserUsed, UserLimit int64
+}
+
+// RunSpend reads run id's Spend in one statement.
+func (q *Queries) RunSpend(ctx context.Context, id string) (Spend, error) {
+	var s Spend
+	err := q.db.QueryRow(ctx,
+		`SELECT coalesce((SELECT sum(input_tokens + output_tokens) FROM model_calls WHERE run_id = r.id), 0)::bigint,
+		        r.max_tokens,
+		        coalesce((SELECT sum(input_tokens + output_tokens) FROM model_calls
+		                   WHERE user_id = r.owner_id AND at >= date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'), 0)::bigint,
+		        coalesce((SELECT tokens_per_month FROM user_budgets WHERE user_id = r.owner_id), 0)
+		   FROM agent_runs r WHERE r.id = $1`, id).Scan(&s.RunUsed, &s.RunLimit, &s.UserUsed, &s.UserLimit)
+	if err != nil {
+		return Spend{}, fmt.Errorf("spend of run %s: %w", id, mapErr(err))
+	}
+	return s, nil
+}
+
+// Budget is a user's monthly token budget (0: none) and what their runs used this month.
+type Budget struct {
+	User           string
+	TokensPerMonth int64
+	TokensUsed     int64
+}
+
+// SetUserBudget sets the user's monthly token budget; 0 removes it. An unknown user is
+// ErrNotFound; a negative budget is ErrInvalid.
+func (q *Queries) SetUserBudget(ctx context.Context, userID string, tokensPerMonth int64) error {
+	var err error
+	switch {
+	case tokensPerMonth < 0:
+		return fmt.Errorf("set budget of %s: %w: %w", userID, cocoonbox.Invalid("tokens_per_month", "must be 0 (no budget) or more"), ErrInvalid)
+	case tokensPerMonth == 0:
+		_, err = q.db.Exec(ctx, `DELETE FROM user_budgets WHERE user_id = $1`, userID)
+	default:
+		_, err = q.db.Exec(ctx, `INSERT INTO user_budgets (user_id, tokens_per_month) VALUES ($1, $2)
+			ON CONFLICT (user_id) DO UPDATE SET tokens_per_month = $2, updated_at = now()`, userID, tokensPerMonth)
+	}
+	if err != nil {
+		return fmt.Errorf("set budget of %s: %w", userID, mapErr(err))
+	}
+	return nil
+}
+
+// UserBudget is the user's budget and their tokens this calendar month (UTC).
+func (q *Queries) UserBudget(ctx context.Context, userID string) (Budget, error) {
+	b := Budget{User: userID}
+	err := q.db.QueryRow(ctx,
+		`SELECT coalesce((SELECT tokens_per_month FROM user_budgets WHERE user_id = $1), 0),
+		        coalesce((SELECT sum(input_tokens + output_tokens) FROM model_calls
+		                   WHERE user_id = $1 AND at >= date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'), 0)::bigint`,
+		userID).Scan(&b.TokensPerMonth, &b.TokensUsed)
+	if err != nil {
+		return Budget{}, fmt.Errorf("budget of %s: %w", userID, mapErr(err))
+	}
+	return b, nil
+}

@@ -49,6 +49,27 @@ func TestUsageLedger(t *testing.T) {
 	if _, _, err := st.RunTokens(ctx, "run_x"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("an unknown run: %v", err)
 	}
+	if err := st.SetUserBudget(ctx, alice, 90); err != nil {
+		t.Fatal(err)
+	}
+	if sp, err := st.RunSpend(ctx, "run_a"); err != nil || sp != (store.Spend{RunUsed: 82, RunLimit: 100, UserUsed: 82, UserLimit: 90}) {
+		t.Fatalf("run_a's spend: %+v, %v", sp, err)
+	}
+	if b, err := st.UserBudget(ctx, alice); err != nil || b.TokensPerMonth != 90 || b.TokensUsed != 82 {
+		t.Fatalf("alice's budget: %+v, %v", b, err)
+	}
+	if err := st.SetUserBudget(ctx, alice, -1); !errors.Is(err, store.ErrInvalid) || cocoonbox.ErrorField(err) != "tokens_per_month" {
+		t.Fatalf("a negative budget: %v", err)
+	}
+	if err := st.SetUserBudget(ctx, "usr_nobody", 5); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("an unknown user's budget: %v", err)
+	}
+	if err := st.SetUserBudget(ctx, alice, 0); err != nil {
+		t.Fatal(err)
+	}
+	if sp, err := st.RunSpend(ctx, "run_b"); err != nil || sp.UserLimit != 0 || sp.UserUsed != 1001 || sp.RunLimit != 0 {
+		t.Fatalf("run_b's spend, no bounds: %+v, %v", sp, err)
+	}
 	all, err := st.Usage(ctx, store.UsageFilter{By: store.UsageByUser})
 	if err != nil || len(all) != 2 || all[0].UserName != "bob" || all[0].Calls != 2 || all[0].InputTokens != 1000 ||
 		all[1].UserName != "alice" || all[1].InputTokens != 70 || all[1].OutputTokens != 12 || all[1].CachedTokens != 10 {

@@ -59,7 +59,8 @@ type Options struct {
 
 // GatewayOf is the activities' view of an agent configuration.
 func GatewayOf(a config.Agent) activities.Gateway {
-	return activities.Gateway{Provider: a.Provider, BaseURL: a.BaseURL, KeySecret: a.KeySecret, Models: a.Models}
+	return activities.Gateway{Provider: a.Provider, BaseURL: a.BaseURL, KeySecret: a.KeySecret, Models: a.Models,
+		FallbackModels: a.FallbackModels}
 }
 
 // StaticGateway is a Gateway option for a configuration that never changes.

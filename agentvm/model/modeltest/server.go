@@ -90,6 +90,9 @@ type Server struct {
 
 	t  testing.TB
 	mu sync.Mutex
+	// models is what GET /v1/models lists; nil answers 404, as a gateway without the list.
+	models   []string
+	listings int
 	// script holds the turns not yet served; served counts IDs.
 	script   []Turn
 	served   int
@@ -104,6 +107,7 @@ func NewServer(t testing.TB, apiKey string, turns ...Turn) *Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.chatCompletions)
 	mux.HandleFunc("POST /v1/messages", s.messages)
+	mux.HandleFunc("GET /v1/models", s.listModels)
 	hs := httptest.NewServer(mux)
 	t.Cleanup(hs.Close)
 	s.URL = hs.URL
@@ -462,4 +466,41 @@ func anthropicError(w http.ResponseWriter, status int, msg string) {
 		typ = "overloaded_error"
 	}
 	writeJSON(w, status, map[string]any{"type": "error", "error": map[string]any{"type": typ, "message": msg}, "request_id": "req_modeltest"})
+}
+
+// Listings counts the GET /v1/models requests served.
+func (s *Server) Listings() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.listings
+}
+
+// SetModels makes GET /v1/models list ids, in both protocols' shape ({"data": [{"id": ...}]});
+// nil makes it answer 404 again.
+func (s *Server) SetModels(ids ...string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.models = ids
+}
+
+// listModels answers GET /v1/models for either protocol's key header.
+func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	ids := s.models
+	s.listings++ // not among Requests, which are the model calls
+	s.mu.Unlock()
+	if s.APIKey != "" && r.Header.Get("X-Api-Key") != s.APIKey && bearer(r.Header) != s.APIKey {
+		openAIError(w, http.StatusUnauthorized, "invalid api key")
+		return
+	}
+	if ids == nil {
+		http.NotFound(w, r)
+		return
+	}
+	data := make([]map[string]any, 0, len(ids))
+	for _, id := range ids {
+		data = append(data, map[string]any{"id": id, "object": "model", "type": "model"})
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": data, "has_more": false})
 }

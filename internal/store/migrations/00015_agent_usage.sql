@@ -5,6 +5,7 @@
 -- word). Rows outlive their run and box (no foreign keys): a bill does not vanish with a delete.
 -- agent_runs.max_tokens bounds the input and output tokens of all the run's calls; 0 is no bound.
 -- A run whose agent asked its starter a question (ask_user) is waiting_for_user until the answer.
+-- user_budgets bounds the tokens a user's runs may use in a calendar month (UTC), set by an admin.
 
 -- +goose Up
 CREATE TABLE model_calls (
@@ -25,6 +26,11 @@ CREATE INDEX model_calls_run_idx ON model_calls (run_id);
 CREATE INDEX model_calls_user_at_idx ON model_calls (user_id, at);
 CREATE INDEX model_calls_at_idx ON model_calls (at);
 ALTER TABLE agent_runs ADD COLUMN max_tokens bigint NOT NULL DEFAULT 0 CHECK (max_tokens >= 0);
+CREATE TABLE user_budgets (
+    user_id          text PRIMARY KEY REFERENCES users (id) ON DELETE CASCADE,
+    tokens_per_month bigint NOT NULL CHECK (tokens_per_month > 0),
+    updated_at       timestamptz NOT NULL DEFAULT now()
+);
 ALTER TABLE agent_runs DROP CONSTRAINT agent_runs_state_check,
     ADD CONSTRAINT agent_runs_state_check
     CHECK (state IN ('running', 'waiting', 'waiting_for_user', 'succeeded', 'failed', 'cancelled'));
@@ -35,4 +41,5 @@ ALTER TABLE agent_runs DROP CONSTRAINT agent_runs_state_check,
     ADD CONSTRAINT agent_runs_state_check
     CHECK (state IN ('running', 'waiting', 'succeeded', 'failed', 'cancelled'));
 ALTER TABLE agent_runs DROP COLUMN max_tokens;
+DROP TABLE user_budgets;
 DROP TABLE model_calls;

@@ -8,6 +8,7 @@ const $ = (id) => document.getElementById(id);
 // ended are the states a run does not leave; any other state is polled.
 const ended = new Set(['succeeded', 'failed', 'cancelled']);
 const pollMs = 1000;
+const planMarks = { todo: '☐', doing: '▶', done: '☑', skipped: '–' };
 const listEvery = 10; // polls between refreshes of the run list, to notice runs started elsewhere
 
 const notes = {
@@ -105,10 +106,25 @@ export function agentPanel(call, report, stream) {
     else if (state === 'waiting_for_user') note = 'The agent asks: ' + (r.question || '') + ' Answer below; it goes on with your answer.';
     set('agent-note', note, failed ? 'note bad' : 'note');
     set('agent-run-task', r ? r.task || '' : '');
+    showPlan(r ? r.plan || [] : []);
     if (r) showSteps(r.steps || []);
     const on = active();
     $('agent-cancel').hidden = !on;
     $('agent-message-form').hidden = !on;
+  }
+
+  // showPlan shows the agent's checklist (gui_plan) as it last wrote it.
+  function showPlan(items) {
+    const list = $('agent-plan');
+    const sig = JSON.stringify(items);
+    if (list.dataset.sig === sig) return;
+    list.dataset.sig = sig;
+    list.replaceChildren(...items.map((it) => {
+      const li = el('li', 'plan ' + (it.status || 'todo'));
+      li.append(el('span', 'mark', planMarks[it.status] || '☐'), ' ', it.text || '');
+      return li;
+    }));
+    list.hidden = items.length === 0;
   }
 
   // showSteps appends new steps and replaces changed ones, so the live region reads only news.

@@ -58,9 +58,12 @@ type StepRequest struct {
 	// lease_seq is the box's count of control-lease changes that desktop_input_refused reflects;
 	// the agent keeps the lease state of the highest sequence it was told (Step or
 	// SetDesktopLease), so an older word never undoes a newer one. 0: unordered (older callers).
-	LeaseSeq      int64 `protobuf:"varint,14,opt,name=lease_seq,json=leaseSeq,proto3" json:"lease_seq,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LeaseSeq int64 `protobuf:"varint,14,opt,name=lease_seq,json=leaseSeq,proto3" json:"lease_seq,omitempty"`
+	// fallback_models are tried in order, each with the model client's retries, when the model
+	// still fails with an error worth another try (overloaded, 5xx) after its own.
+	FallbackModels []string `protobuf:"bytes,15,rep,name=fallback_models,json=fallbackModels,proto3" json:"fallback_models,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *StepRequest) Reset() {
@@ -184,6 +187,13 @@ func (x *StepRequest) GetLeaseSeq() int64 {
 	return 0
 }
 
+func (x *StepRequest) GetFallbackModels() []string {
+	if x != nil {
+		return x.FallbackModels
+	}
+	return nil
+}
+
 type StepResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// messages is the conversation after this step, to send back with the next step.
@@ -203,7 +213,12 @@ type StepResponse struct {
 	DesktopRefused bool `protobuf:"varint,7,opt,name=desktop_refused,json=desktopRefused,proto3" json:"desktop_refused,omitempty"`
 	// question is what the model asked the person through ask_user this step; the run waits for
 	// the answer, which the next step's message carries to the model as that call's result.
-	Question      string `protobuf:"bytes,8,opt,name=question,proto3" json:"question,omitempty"`
+	Question string `protobuf:"bytes,8,opt,name=question,proto3" json:"question,omitempty"`
+	// plan is the checklist the model last wrote this step (gui_plan), whole; empty when it wrote
+	// none this step.
+	Plan []*PlanItem `protobuf:"bytes,9,rep,name=plan,proto3" json:"plan,omitempty"`
+	// model is the model that answered: the request's, or the fallback that did.
+	Model         string `protobuf:"bytes,10,opt,name=model,proto3" json:"model,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -294,6 +309,74 @@ func (x *StepResponse) GetQuestion() string {
 	return ""
 }
 
+func (x *StepResponse) GetPlan() []*PlanItem {
+	if x != nil {
+		return x.Plan
+	}
+	return nil
+}
+
+func (x *StepResponse) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+// PlanItem is one line of the model's plan.
+type PlanItem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Text  string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	// status is todo, doing, done or skipped.
+	Status        string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanItem) Reset() {
+	*x = PlanItem{}
+	mi := &file_agentvm_v1_agent_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanItem) ProtoMessage() {}
+
+func (x *PlanItem) ProtoReflect() protoreflect.Message {
+	mi := &file_agentvm_v1_agent_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanItem.ProtoReflect.Descriptor instead.
+func (*PlanItem) Descriptor() ([]byte, []int) {
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *PlanItem) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *PlanItem) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
 // ToolCallResult is one tool call the model made and what it gave back.
 type ToolCallResult struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -315,7 +398,7 @@ type ToolCallResult struct {
 
 func (x *ToolCallResult) Reset() {
 	*x = ToolCallResult{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[2]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -327,7 +410,7 @@ func (x *ToolCallResult) String() string {
 func (*ToolCallResult) ProtoMessage() {}
 
 func (x *ToolCallResult) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[2]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -340,7 +423,7 @@ func (x *ToolCallResult) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ToolCallResult.ProtoReflect.Descriptor instead.
 func (*ToolCallResult) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *ToolCallResult) GetId() string {
@@ -395,7 +478,7 @@ type CancelRequest struct {
 
 func (x *CancelRequest) Reset() {
 	*x = CancelRequest{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[3]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -407,7 +490,7 @@ func (x *CancelRequest) String() string {
 func (*CancelRequest) ProtoMessage() {}
 
 func (x *CancelRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[3]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -420,7 +503,7 @@ func (x *CancelRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRequest.ProtoReflect.Descriptor instead.
 func (*CancelRequest) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *CancelRequest) GetRunId() string {
@@ -440,7 +523,7 @@ type CancelResponse struct {
 
 func (x *CancelResponse) Reset() {
 	*x = CancelResponse{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[4]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -452,7 +535,7 @@ func (x *CancelResponse) String() string {
 func (*CancelResponse) ProtoMessage() {}
 
 func (x *CancelResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[4]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -465,7 +548,7 @@ func (x *CancelResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelResponse.ProtoReflect.Descriptor instead.
 func (*CancelResponse) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *CancelResponse) GetCancelled() bool {
@@ -492,7 +575,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[5]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -504,7 +587,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[5]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -517,7 +600,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ExecRequest) GetCommand() string {
@@ -564,7 +647,7 @@ type ExecOutput struct {
 
 func (x *ExecOutput) Reset() {
 	*x = ExecOutput{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[6]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -576,7 +659,7 @@ func (x *ExecOutput) String() string {
 func (*ExecOutput) ProtoMessage() {}
 
 func (x *ExecOutput) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[6]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -589,7 +672,7 @@ func (x *ExecOutput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecOutput.ProtoReflect.Descriptor instead.
 func (*ExecOutput) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ExecOutput) GetStdout() []byte {
@@ -635,7 +718,7 @@ type GetInfoRequest struct {
 
 func (x *GetInfoRequest) Reset() {
 	*x = GetInfoRequest{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[7]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -647,7 +730,7 @@ func (x *GetInfoRequest) String() string {
 func (*GetInfoRequest) ProtoMessage() {}
 
 func (x *GetInfoRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[7]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -660,7 +743,7 @@ func (x *GetInfoRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetInfoRequest.ProtoReflect.Descriptor instead.
 func (*GetInfoRequest) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 type InfoResponse struct {
@@ -680,7 +763,7 @@ type InfoResponse struct {
 
 func (x *InfoResponse) Reset() {
 	*x = InfoResponse{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[8]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -692,7 +775,7 @@ func (x *InfoResponse) String() string {
 func (*InfoResponse) ProtoMessage() {}
 
 func (x *InfoResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[8]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -705,7 +788,7 @@ func (x *InfoResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InfoResponse.ProtoReflect.Descriptor instead.
 func (*InfoResponse) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *InfoResponse) GetVersion() string {
@@ -739,7 +822,7 @@ type ScreenshotRequest struct {
 
 func (x *ScreenshotRequest) Reset() {
 	*x = ScreenshotRequest{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[9]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -751,7 +834,7 @@ func (x *ScreenshotRequest) String() string {
 func (*ScreenshotRequest) ProtoMessage() {}
 
 func (x *ScreenshotRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[9]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -764,7 +847,7 @@ func (x *ScreenshotRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScreenshotRequest.ProtoReflect.Descriptor instead.
 func (*ScreenshotRequest) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ScreenshotRequest) GetMaxWidth() int32 {
@@ -789,7 +872,7 @@ type ScreenshotResponse struct {
 
 func (x *ScreenshotResponse) Reset() {
 	*x = ScreenshotResponse{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[10]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -801,7 +884,7 @@ func (x *ScreenshotResponse) String() string {
 func (*ScreenshotResponse) ProtoMessage() {}
 
 func (x *ScreenshotResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[10]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -814,7 +897,7 @@ func (x *ScreenshotResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScreenshotResponse.ProtoReflect.Descriptor instead.
 func (*ScreenshotResponse) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ScreenshotResponse) GetPng() []byte {
@@ -866,7 +949,7 @@ type ClickRequest struct {
 
 func (x *ClickRequest) Reset() {
 	*x = ClickRequest{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[11]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -878,7 +961,7 @@ func (x *ClickRequest) String() string {
 func (*ClickRequest) ProtoMessage() {}
 
 func (x *ClickRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[11]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -891,7 +974,7 @@ func (x *ClickRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ClickRequest.ProtoReflect.Descriptor instead.
 func (*ClickRequest) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ClickRequest) GetX() int32 {
@@ -932,7 +1015,7 @@ type MoveRequest struct {
 
 func (x *MoveRequest) Reset() {
 	*x = MoveRequest{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[12]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -944,7 +1027,7 @@ func (x *MoveRequest) String() string {
 func (*MoveRequest) ProtoMessage() {}
 
 func (x *MoveRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[12]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -957,7 +1040,7 @@ func (x *MoveRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MoveRequest.ProtoReflect.Descriptor instead.
 func (*MoveRequest) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *MoveRequest) GetX() int32 {
@@ -984,7 +1067,7 @@ type TypeRequest struct {
 
 func (x *TypeRequest) Reset() {
 	*x = TypeRequest{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[13]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -996,7 +1079,7 @@ func (x *TypeRequest) String() string {
 func (*TypeRequest) ProtoMessage() {}
 
 func (x *TypeRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[13]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1009,7 +1092,7 @@ func (x *TypeRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TypeRequest.ProtoReflect.Descriptor instead.
 func (*TypeRequest) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *TypeRequest) GetText() string {
@@ -1029,7 +1112,7 @@ type KeyRequest struct {
 
 func (x *KeyRequest) Reset() {
 	*x = KeyRequest{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[14]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +1124,7 @@ func (x *KeyRequest) String() string {
 func (*KeyRequest) ProtoMessage() {}
 
 func (x *KeyRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[14]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +1137,7 @@ func (x *KeyRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KeyRequest.ProtoReflect.Descriptor instead.
 func (*KeyRequest) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *KeyRequest) GetKeys() string {
@@ -1076,7 +1159,7 @@ type ScrollRequest struct {
 
 func (x *ScrollRequest) Reset() {
 	*x = ScrollRequest{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[15]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1088,7 +1171,7 @@ func (x *ScrollRequest) String() string {
 func (*ScrollRequest) ProtoMessage() {}
 
 func (x *ScrollRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[15]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1101,7 +1184,7 @@ func (x *ScrollRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ScrollRequest.ProtoReflect.Descriptor instead.
 func (*ScrollRequest) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *ScrollRequest) GetX() int32 {
@@ -1140,7 +1223,7 @@ type DesktopResponse struct {
 
 func (x *DesktopResponse) Reset() {
 	*x = DesktopResponse{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[16]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1152,7 +1235,7 @@ func (x *DesktopResponse) String() string {
 func (*DesktopResponse) ProtoMessage() {}
 
 func (x *DesktopResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[16]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1165,7 +1248,7 @@ func (x *DesktopResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesktopResponse.ProtoReflect.Descriptor instead.
 func (*DesktopResponse) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 type StatRequest struct {
@@ -1178,7 +1261,7 @@ type StatRequest struct {
 
 func (x *StatRequest) Reset() {
 	*x = StatRequest{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[17]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1190,7 +1273,7 @@ func (x *StatRequest) String() string {
 func (*StatRequest) ProtoMessage() {}
 
 func (x *StatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[17]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1203,7 +1286,7 @@ func (x *StatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatRequest.ProtoReflect.Descriptor instead.
 func (*StatRequest) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StatRequest) GetPath() string {
@@ -1223,7 +1306,7 @@ type StatResponse struct {
 
 func (x *StatResponse) Reset() {
 	*x = StatResponse{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[18]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1235,7 +1318,7 @@ func (x *StatResponse) String() string {
 func (*StatResponse) ProtoMessage() {}
 
 func (x *StatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[18]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1248,7 +1331,7 @@ func (x *StatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatResponse.ProtoReflect.Descriptor instead.
 func (*StatResponse) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StatResponse) GetBytes() int64 {
@@ -1275,7 +1358,7 @@ type ExportRequest struct {
 
 func (x *ExportRequest) Reset() {
 	*x = ExportRequest{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[19]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1287,7 +1370,7 @@ func (x *ExportRequest) String() string {
 func (*ExportRequest) ProtoMessage() {}
 
 func (x *ExportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[19]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1300,7 +1383,7 @@ func (x *ExportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExportRequest.ProtoReflect.Descriptor instead.
 func (*ExportRequest) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ExportRequest) GetPath() string {
@@ -1320,7 +1403,7 @@ type Chunk struct {
 
 func (x *Chunk) Reset() {
 	*x = Chunk{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[20]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1332,7 +1415,7 @@ func (x *Chunk) String() string {
 func (*Chunk) ProtoMessage() {}
 
 func (x *Chunk) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[20]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1345,7 +1428,7 @@ func (x *Chunk) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Chunk.ProtoReflect.Descriptor instead.
 func (*Chunk) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Chunk) GetData() []byte {
@@ -1366,7 +1449,7 @@ type ImportRequest struct {
 
 func (x *ImportRequest) Reset() {
 	*x = ImportRequest{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[21]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1461,7 @@ func (x *ImportRequest) String() string {
 func (*ImportRequest) ProtoMessage() {}
 
 func (x *ImportRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[21]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1474,7 @@ func (x *ImportRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportRequest.ProtoReflect.Descriptor instead.
 func (*ImportRequest) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ImportRequest) GetPath() string {
@@ -1418,7 +1501,7 @@ type ImportResponse struct {
 
 func (x *ImportResponse) Reset() {
 	*x = ImportResponse{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[22]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1430,7 +1513,7 @@ func (x *ImportResponse) String() string {
 func (*ImportResponse) ProtoMessage() {}
 
 func (x *ImportResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[22]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1443,7 +1526,7 @@ func (x *ImportResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImportResponse.ProtoReflect.Descriptor instead.
 func (*ImportResponse) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ImportResponse) GetBytes() int64 {
@@ -1472,7 +1555,7 @@ type SetDesktopLeaseRequest struct {
 
 func (x *SetDesktopLeaseRequest) Reset() {
 	*x = SetDesktopLeaseRequest{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[23]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1484,7 +1567,7 @@ func (x *SetDesktopLeaseRequest) String() string {
 func (*SetDesktopLeaseRequest) ProtoMessage() {}
 
 func (x *SetDesktopLeaseRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[23]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1497,7 +1580,7 @@ func (x *SetDesktopLeaseRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetDesktopLeaseRequest.ProtoReflect.Descriptor instead.
 func (*SetDesktopLeaseRequest) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *SetDesktopLeaseRequest) GetHeld() bool {
@@ -1522,7 +1605,7 @@ type SetDesktopLeaseResponse struct {
 
 func (x *SetDesktopLeaseResponse) Reset() {
 	*x = SetDesktopLeaseResponse{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[24]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1534,7 +1617,7 @@ func (x *SetDesktopLeaseResponse) String() string {
 func (*SetDesktopLeaseResponse) ProtoMessage() {}
 
 func (x *SetDesktopLeaseResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[24]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1547,7 +1630,7 @@ func (x *SetDesktopLeaseResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SetDesktopLeaseResponse.ProtoReflect.Descriptor instead.
 func (*SetDesktopLeaseResponse) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{24}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{25}
 }
 
 // ProcessInput is one message of a Process call's input stream.
@@ -1570,7 +1653,7 @@ type ProcessInput struct {
 
 func (x *ProcessInput) Reset() {
 	*x = ProcessInput{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[25]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1582,7 +1665,7 @@ func (x *ProcessInput) String() string {
 func (*ProcessInput) ProtoMessage() {}
 
 func (x *ProcessInput) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[25]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1595,7 +1678,7 @@ func (x *ProcessInput) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessInput.ProtoReflect.Descriptor instead.
 func (*ProcessInput) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{25}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ProcessInput) GetStart() *ProcessStart {
@@ -1659,7 +1742,7 @@ type ProcessStart struct {
 
 func (x *ProcessStart) Reset() {
 	*x = ProcessStart{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[26]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1671,7 +1754,7 @@ func (x *ProcessStart) String() string {
 func (*ProcessStart) ProtoMessage() {}
 
 func (x *ProcessStart) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[26]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1684,7 +1767,7 @@ func (x *ProcessStart) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProcessStart.ProtoReflect.Descriptor instead.
 func (*ProcessStart) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{26}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ProcessStart) GetArgv() []string {
@@ -1746,7 +1829,7 @@ type WindowSize struct {
 
 func (x *WindowSize) Reset() {
 	*x = WindowSize{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[27]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1758,7 +1841,7 @@ func (x *WindowSize) String() string {
 func (*WindowSize) ProtoMessage() {}
 
 func (x *WindowSize) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[27]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1771,7 +1854,7 @@ func (x *WindowSize) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WindowSize.ProtoReflect.Descriptor instead.
 func (*WindowSize) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{27}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *WindowSize) GetRows() uint32 {
@@ -1798,7 +1881,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[28]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1810,7 +1893,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[28]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1823,7 +1906,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{28}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReadFileRequest) GetPath() string {
@@ -1844,7 +1927,7 @@ type FileData struct {
 
 func (x *FileData) Reset() {
 	*x = FileData{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[29]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1856,7 +1939,7 @@ func (x *FileData) String() string {
 func (*FileData) ProtoMessage() {}
 
 func (x *FileData) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[29]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1869,7 +1952,7 @@ func (x *FileData) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileData.ProtoReflect.Descriptor instead.
 func (*FileData) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{29}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *FileData) GetInfo() *FileInfo {
@@ -1904,7 +1987,7 @@ type WriteFileRequest struct {
 
 func (x *WriteFileRequest) Reset() {
 	*x = WriteFileRequest{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[30]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1916,7 +1999,7 @@ func (x *WriteFileRequest) String() string {
 func (*WriteFileRequest) ProtoMessage() {}
 
 func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[30]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1929,7 +2012,7 @@ func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileRequest) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{30}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *WriteFileRequest) GetPath() string {
@@ -1979,7 +2062,7 @@ type FileInfo struct {
 
 func (x *FileInfo) Reset() {
 	*x = FileInfo{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[31]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1991,7 +2074,7 @@ func (x *FileInfo) String() string {
 func (*FileInfo) ProtoMessage() {}
 
 func (x *FileInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[31]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2004,7 +2087,7 @@ func (x *FileInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FileInfo.ProtoReflect.Descriptor instead.
 func (*FileInfo) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{31}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *FileInfo) GetPath() string {
@@ -2061,7 +2144,7 @@ type ListFilesRequest struct {
 
 func (x *ListFilesRequest) Reset() {
 	*x = ListFilesRequest{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[32]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2073,7 +2156,7 @@ func (x *ListFilesRequest) String() string {
 func (*ListFilesRequest) ProtoMessage() {}
 
 func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[32]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2086,7 +2169,7 @@ func (x *ListFilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListFilesRequest.ProtoReflect.Descriptor instead.
 func (*ListFilesRequest) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{32}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *ListFilesRequest) GetPath() string {
@@ -2112,7 +2195,7 @@ type StatFileRequest struct {
 
 func (x *StatFileRequest) Reset() {
 	*x = StatFileRequest{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[33]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2124,7 +2207,7 @@ func (x *StatFileRequest) String() string {
 func (*StatFileRequest) ProtoMessage() {}
 
 func (x *StatFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[33]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2137,7 +2220,7 @@ func (x *StatFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatFileRequest.ProtoReflect.Descriptor instead.
 func (*StatFileRequest) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{33}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *StatFileRequest) GetPath() string {
@@ -2157,7 +2240,7 @@ type RemoveFileRequest struct {
 
 func (x *RemoveFileRequest) Reset() {
 	*x = RemoveFileRequest{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[34]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2169,7 +2252,7 @@ func (x *RemoveFileRequest) String() string {
 func (*RemoveFileRequest) ProtoMessage() {}
 
 func (x *RemoveFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[34]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2182,7 +2265,7 @@ func (x *RemoveFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveFileRequest.ProtoReflect.Descriptor instead.
 func (*RemoveFileRequest) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{34}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *RemoveFileRequest) GetPath() string {
@@ -2207,7 +2290,7 @@ type RemoveFileResponse struct {
 
 func (x *RemoveFileResponse) Reset() {
 	*x = RemoveFileResponse{}
-	mi := &file_agentvm_v1_agent_proto_msgTypes[35]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[36]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2219,7 +2302,7 @@ func (x *RemoveFileResponse) String() string {
 func (*RemoveFileResponse) ProtoMessage() {}
 
 func (x *RemoveFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_agentvm_v1_agent_proto_msgTypes[35]
+	mi := &file_agentvm_v1_agent_proto_msgTypes[36]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2232,14 +2315,14 @@ func (x *RemoveFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RemoveFileResponse.ProtoReflect.Descriptor instead.
 func (*RemoveFileResponse) Descriptor() ([]byte, []int) {
-	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{35}
+	return file_agentvm_v1_agent_proto_rawDescGZIP(), []int{36}
 }
 
 var File_agentvm_v1_agent_proto protoreflect.FileDescriptor
 
 const file_agentvm_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x16agentvm/v1/agent.proto\x12\x14cocoonbox.agentvm.v1\"\x91\x03\n" +
+	"\x16agentvm/v1/agent.proto\x12\x14cocoonbox.agentvm.v1\"\xba\x03\n" +
 	"\vStepRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x05R\x04step\x12\x1a\n" +
@@ -2255,7 +2338,8 @@ const file_agentvm_v1_agent_proto_rawDesc = "" +
 	"\amessage\x18\v \x01(\tR\amessage\x122\n" +
 	"\x15desktop_input_refused\x18\f \x01(\bR\x13desktopInputRefused\x12)\n" +
 	"\x10fresh_screenshot\x18\r \x01(\bR\x0ffreshScreenshot\x12\x1b\n" +
-	"\tlease_seq\x18\x0e \x01(\x03R\bleaseSeqJ\x04\b\x06\x10\aR\aapi_key\"\x99\x02\n" +
+	"\tlease_seq\x18\x0e \x01(\x03R\bleaseSeq\x12'\n" +
+	"\x0ffallback_models\x18\x0f \x03(\tR\x0efallbackModelsJ\x04\b\x06\x10\aR\aapi_key\"\xe3\x02\n" +
 	"\fStepResponse\x12\x1a\n" +
 	"\bmessages\x18\x01 \x01(\fR\bmessages\x12\x12\n" +
 	"\x04done\x18\x02 \x01(\bR\x04done\x12\x12\n" +
@@ -2266,7 +2350,13 @@ const file_agentvm_v1_agent_proto_rawDesc = "" +
 	"\vstop_reason\x18\x06 \x01(\tR\n" +
 	"stopReason\x12'\n" +
 	"\x0fdesktop_refused\x18\a \x01(\bR\x0edesktopRefused\x12\x1a\n" +
-	"\bquestion\x18\b \x01(\tR\bquestion\"\x9d\x01\n" +
+	"\bquestion\x18\b \x01(\tR\bquestion\x122\n" +
+	"\x04plan\x18\t \x03(\v2\x1e.cocoonbox.agentvm.v1.PlanItemR\x04plan\x12\x14\n" +
+	"\x05model\x18\n" +
+	" \x01(\tR\x05model\"6\n" +
+	"\bPlanItem\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\"\x9d\x01\n" +
 	"\x0eToolCallResult\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
@@ -2431,100 +2521,102 @@ func file_agentvm_v1_agent_proto_rawDescGZIP() []byte {
 	return file_agentvm_v1_agent_proto_rawDescData
 }
 
-var file_agentvm_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 38)
+var file_agentvm_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 39)
 var file_agentvm_v1_agent_proto_goTypes = []any{
 	(*StepRequest)(nil),             // 0: cocoonbox.agentvm.v1.StepRequest
 	(*StepResponse)(nil),            // 1: cocoonbox.agentvm.v1.StepResponse
-	(*ToolCallResult)(nil),          // 2: cocoonbox.agentvm.v1.ToolCallResult
-	(*CancelRequest)(nil),           // 3: cocoonbox.agentvm.v1.CancelRequest
-	(*CancelResponse)(nil),          // 4: cocoonbox.agentvm.v1.CancelResponse
-	(*ExecRequest)(nil),             // 5: cocoonbox.agentvm.v1.ExecRequest
-	(*ExecOutput)(nil),              // 6: cocoonbox.agentvm.v1.ExecOutput
-	(*GetInfoRequest)(nil),          // 7: cocoonbox.agentvm.v1.GetInfoRequest
-	(*InfoResponse)(nil),            // 8: cocoonbox.agentvm.v1.InfoResponse
-	(*ScreenshotRequest)(nil),       // 9: cocoonbox.agentvm.v1.ScreenshotRequest
-	(*ScreenshotResponse)(nil),      // 10: cocoonbox.agentvm.v1.ScreenshotResponse
-	(*ClickRequest)(nil),            // 11: cocoonbox.agentvm.v1.ClickRequest
-	(*MoveRequest)(nil),             // 12: cocoonbox.agentvm.v1.MoveRequest
-	(*TypeRequest)(nil),             // 13: cocoonbox.agentvm.v1.TypeRequest
-	(*KeyRequest)(nil),              // 14: cocoonbox.agentvm.v1.KeyRequest
-	(*ScrollRequest)(nil),           // 15: cocoonbox.agentvm.v1.ScrollRequest
-	(*DesktopResponse)(nil),         // 16: cocoonbox.agentvm.v1.DesktopResponse
-	(*StatRequest)(nil),             // 17: cocoonbox.agentvm.v1.StatRequest
-	(*StatResponse)(nil),            // 18: cocoonbox.agentvm.v1.StatResponse
-	(*ExportRequest)(nil),           // 19: cocoonbox.agentvm.v1.ExportRequest
-	(*Chunk)(nil),                   // 20: cocoonbox.agentvm.v1.Chunk
-	(*ImportRequest)(nil),           // 21: cocoonbox.agentvm.v1.ImportRequest
-	(*ImportResponse)(nil),          // 22: cocoonbox.agentvm.v1.ImportResponse
-	(*SetDesktopLeaseRequest)(nil),  // 23: cocoonbox.agentvm.v1.SetDesktopLeaseRequest
-	(*SetDesktopLeaseResponse)(nil), // 24: cocoonbox.agentvm.v1.SetDesktopLeaseResponse
-	(*ProcessInput)(nil),            // 25: cocoonbox.agentvm.v1.ProcessInput
-	(*ProcessStart)(nil),            // 26: cocoonbox.agentvm.v1.ProcessStart
-	(*WindowSize)(nil),              // 27: cocoonbox.agentvm.v1.WindowSize
-	(*ReadFileRequest)(nil),         // 28: cocoonbox.agentvm.v1.ReadFileRequest
-	(*FileData)(nil),                // 29: cocoonbox.agentvm.v1.FileData
-	(*WriteFileRequest)(nil),        // 30: cocoonbox.agentvm.v1.WriteFileRequest
-	(*FileInfo)(nil),                // 31: cocoonbox.agentvm.v1.FileInfo
-	(*ListFilesRequest)(nil),        // 32: cocoonbox.agentvm.v1.ListFilesRequest
-	(*StatFileRequest)(nil),         // 33: cocoonbox.agentvm.v1.StatFileRequest
-	(*RemoveFileRequest)(nil),       // 34: cocoonbox.agentvm.v1.RemoveFileRequest
-	(*RemoveFileResponse)(nil),      // 35: cocoonbox.agentvm.v1.RemoveFileResponse
-	nil,                             // 36: cocoonbox.agentvm.v1.ExecRequest.EnvEntry
-	nil,                             // 37: cocoonbox.agentvm.v1.ProcessStart.EnvEntry
+	(*PlanItem)(nil),                // 2: cocoonbox.agentvm.v1.PlanItem
+	(*ToolCallResult)(nil),          // 3: cocoonbox.agentvm.v1.ToolCallResult
+	(*CancelRequest)(nil),           // 4: cocoonbox.agentvm.v1.CancelRequest
+	(*CancelResponse)(nil),          // 5: cocoonbox.agentvm.v1.CancelResponse
+	(*ExecRequest)(nil),             // 6: cocoonbox.agentvm.v1.ExecRequest
+	(*ExecOutput)(nil),              // 7: cocoonbox.agentvm.v1.ExecOutput
+	(*GetInfoRequest)(nil),          // 8: cocoonbox.agentvm.v1.GetInfoRequest
+	(*InfoResponse)(nil),            // 9: cocoonbox.agentvm.v1.InfoResponse
+	(*ScreenshotRequest)(nil),       // 10: cocoonbox.agentvm.v1.ScreenshotRequest
+	(*ScreenshotResponse)(nil),      // 11: cocoonbox.agentvm.v1.ScreenshotResponse
+	(*ClickRequest)(nil),            // 12: cocoonbox.agentvm.v1.ClickRequest
+	(*MoveRequest)(nil),             // 13: cocoonbox.agentvm.v1.MoveRequest
+	(*TypeRequest)(nil),             // 14: cocoonbox.agentvm.v1.TypeRequest
+	(*KeyRequest)(nil),              // 15: cocoonbox.agentvm.v1.KeyRequest
+	(*ScrollRequest)(nil),           // 16: cocoonbox.agentvm.v1.ScrollRequest
+	(*DesktopResponse)(nil),         // 17: cocoonbox.agentvm.v1.DesktopResponse
+	(*StatRequest)(nil),             // 18: cocoonbox.agentvm.v1.StatRequest
+	(*StatResponse)(nil),            // 19: cocoonbox.agentvm.v1.StatResponse
+	(*ExportRequest)(nil),           // 20: cocoonbox.agentvm.v1.ExportRequest
+	(*Chunk)(nil),                   // 21: cocoonbox.agentvm.v1.Chunk
+	(*ImportRequest)(nil),           // 22: cocoonbox.agentvm.v1.ImportRequest
+	(*ImportResponse)(nil),          // 23: cocoonbox.agentvm.v1.ImportResponse
+	(*SetDesktopLeaseRequest)(nil),  // 24: cocoonbox.agentvm.v1.SetDesktopLeaseRequest
+	(*SetDesktopLeaseResponse)(nil), // 25: cocoonbox.agentvm.v1.SetDesktopLeaseResponse
+	(*ProcessInput)(nil),            // 26: cocoonbox.agentvm.v1.ProcessInput
+	(*ProcessStart)(nil),            // 27: cocoonbox.agentvm.v1.ProcessStart
+	(*WindowSize)(nil),              // 28: cocoonbox.agentvm.v1.WindowSize
+	(*ReadFileRequest)(nil),         // 29: cocoonbox.agentvm.v1.ReadFileRequest
+	(*FileData)(nil),                // 30: cocoonbox.agentvm.v1.FileData
+	(*WriteFileRequest)(nil),        // 31: cocoonbox.agentvm.v1.WriteFileRequest
+	(*FileInfo)(nil),                // 32: cocoonbox.agentvm.v1.FileInfo
+	(*ListFilesRequest)(nil),        // 33: cocoonbox.agentvm.v1.ListFilesRequest
+	(*StatFileRequest)(nil),         // 34: cocoonbox.agentvm.v1.StatFileRequest
+	(*RemoveFileRequest)(nil),       // 35: cocoonbox.agentvm.v1.RemoveFileRequest
+	(*RemoveFileResponse)(nil),      // 36: cocoonbox.agentvm.v1.RemoveFileResponse
+	nil,                             // 37: cocoonbox.agentvm.v1.ExecRequest.EnvEntry
+	nil,                             // 38: cocoonbox.agentvm.v1.ProcessStart.EnvEntry
 }
 var file_agentvm_v1_agent_proto_depIdxs = []int32{
-	2,  // 0: cocoonbox.agentvm.v1.StepResponse.tool_calls:type_name -> cocoonbox.agentvm.v1.ToolCallResult
-	36, // 1: cocoonbox.agentvm.v1.ExecRequest.env:type_name -> cocoonbox.agentvm.v1.ExecRequest.EnvEntry
-	26, // 2: cocoonbox.agentvm.v1.ProcessInput.start:type_name -> cocoonbox.agentvm.v1.ProcessStart
-	27, // 3: cocoonbox.agentvm.v1.ProcessInput.resize:type_name -> cocoonbox.agentvm.v1.WindowSize
-	37, // 4: cocoonbox.agentvm.v1.ProcessStart.env:type_name -> cocoonbox.agentvm.v1.ProcessStart.EnvEntry
-	27, // 5: cocoonbox.agentvm.v1.ProcessStart.tty:type_name -> cocoonbox.agentvm.v1.WindowSize
-	31, // 6: cocoonbox.agentvm.v1.FileData.info:type_name -> cocoonbox.agentvm.v1.FileInfo
-	0,  // 7: cocoonbox.agentvm.v1.Agents.Step:input_type -> cocoonbox.agentvm.v1.StepRequest
-	3,  // 8: cocoonbox.agentvm.v1.Agents.Cancel:input_type -> cocoonbox.agentvm.v1.CancelRequest
-	23, // 9: cocoonbox.agentvm.v1.Agents.SetDesktopLease:input_type -> cocoonbox.agentvm.v1.SetDesktopLeaseRequest
-	5,  // 10: cocoonbox.agentvm.v1.Session.Exec:input_type -> cocoonbox.agentvm.v1.ExecRequest
-	25, // 11: cocoonbox.agentvm.v1.Session.Process:input_type -> cocoonbox.agentvm.v1.ProcessInput
-	28, // 12: cocoonbox.agentvm.v1.Session.ReadFile:input_type -> cocoonbox.agentvm.v1.ReadFileRequest
-	30, // 13: cocoonbox.agentvm.v1.Session.WriteFile:input_type -> cocoonbox.agentvm.v1.WriteFileRequest
-	32, // 14: cocoonbox.agentvm.v1.Session.ListFiles:input_type -> cocoonbox.agentvm.v1.ListFilesRequest
-	33, // 15: cocoonbox.agentvm.v1.Session.StatFile:input_type -> cocoonbox.agentvm.v1.StatFileRequest
-	34, // 16: cocoonbox.agentvm.v1.Session.RemoveFile:input_type -> cocoonbox.agentvm.v1.RemoveFileRequest
-	9,  // 17: cocoonbox.agentvm.v1.Desktop.Screenshot:input_type -> cocoonbox.agentvm.v1.ScreenshotRequest
-	11, // 18: cocoonbox.agentvm.v1.Desktop.Click:input_type -> cocoonbox.agentvm.v1.ClickRequest
-	12, // 19: cocoonbox.agentvm.v1.Desktop.Move:input_type -> cocoonbox.agentvm.v1.MoveRequest
-	13, // 20: cocoonbox.agentvm.v1.Desktop.Type:input_type -> cocoonbox.agentvm.v1.TypeRequest
-	14, // 21: cocoonbox.agentvm.v1.Desktop.Key:input_type -> cocoonbox.agentvm.v1.KeyRequest
-	15, // 22: cocoonbox.agentvm.v1.Desktop.Scroll:input_type -> cocoonbox.agentvm.v1.ScrollRequest
-	17, // 23: cocoonbox.agentvm.v1.State.Stat:input_type -> cocoonbox.agentvm.v1.StatRequest
-	19, // 24: cocoonbox.agentvm.v1.State.Export:input_type -> cocoonbox.agentvm.v1.ExportRequest
-	21, // 25: cocoonbox.agentvm.v1.State.Import:input_type -> cocoonbox.agentvm.v1.ImportRequest
-	7,  // 26: cocoonbox.agentvm.v1.Info.Get:input_type -> cocoonbox.agentvm.v1.GetInfoRequest
-	1,  // 27: cocoonbox.agentvm.v1.Agents.Step:output_type -> cocoonbox.agentvm.v1.StepResponse
-	4,  // 28: cocoonbox.agentvm.v1.Agents.Cancel:output_type -> cocoonbox.agentvm.v1.CancelResponse
-	24, // 29: cocoonbox.agentvm.v1.Agents.SetDesktopLease:output_type -> cocoonbox.agentvm.v1.SetDesktopLeaseResponse
-	6,  // 30: cocoonbox.agentvm.v1.Session.Exec:output_type -> cocoonbox.agentvm.v1.ExecOutput
-	6,  // 31: cocoonbox.agentvm.v1.Session.Process:output_type -> cocoonbox.agentvm.v1.ExecOutput
-	29, // 32: cocoonbox.agentvm.v1.Session.ReadFile:output_type -> cocoonbox.agentvm.v1.FileData
-	31, // 33: cocoonbox.agentvm.v1.Session.WriteFile:output_type -> cocoonbox.agentvm.v1.FileInfo
-	31, // 34: cocoonbox.agentvm.v1.Session.ListFiles:output_type -> cocoonbox.agentvm.v1.FileInfo
-	31, // 35: cocoonbox.agentvm.v1.Session.StatFile:output_type -> cocoonbox.agentvm.v1.FileInfo
-	35, // 36: cocoonbox.agentvm.v1.Session.RemoveFile:output_type -> cocoonbox.agentvm.v1.RemoveFileResponse
-	10, // 37: cocoonbox.agentvm.v1.Desktop.Screenshot:output_type -> cocoonbox.agentvm.v1.ScreenshotResponse
-	16, // 38: cocoonbox.agentvm.v1.Desktop.Click:output_type -> cocoonbox.agentvm.v1.DesktopResponse
-	16, // 39: cocoonbox.agentvm.v1.Desktop.Move:output_type -> cocoonbox.agentvm.v1.DesktopResponse
-	16, // 40: cocoonbox.agentvm.v1.Desktop.Type:output_type -> cocoonbox.agentvm.v1.DesktopResponse
-	16, // 41: cocoonbox.agentvm.v1.Desktop.Key:output_type -> cocoonbox.agentvm.v1.DesktopResponse
-	16, // 42: cocoonbox.agentvm.v1.Desktop.Scroll:output_type -> cocoonbox.agentvm.v1.DesktopResponse
-	18, // 43: cocoonbox.agentvm.v1.State.Stat:output_type -> cocoonbox.agentvm.v1.StatResponse
-	20, // 44: cocoonbox.agentvm.v1.State.Export:output_type -> cocoonbox.agentvm.v1.Chunk
-	22, // 45: cocoonbox.agentvm.v1.State.Import:output_type -> cocoonbox.agentvm.v1.ImportResponse
-	8,  // 46: cocoonbox.agentvm.v1.Info.Get:output_type -> cocoonbox.agentvm.v1.InfoResponse
-	27, // [27:47] is the sub-list for method output_type
-	7,  // [7:27] is the sub-list for method input_type
-	7,  // [7:7] is the sub-list for extension type_name
-	7,  // [7:7] is the sub-list for extension extendee
-	0,  // [0:7] is the sub-list for field type_name
+	3,  // 0: cocoonbox.agentvm.v1.StepResponse.tool_calls:type_name -> cocoonbox.agentvm.v1.ToolCallResult
+	2,  // 1: cocoonbox.agentvm.v1.StepResponse.plan:type_name -> cocoonbox.agentvm.v1.PlanItem
+	37, // 2: cocoonbox.agentvm.v1.ExecRequest.env:type_name -> cocoonbox.agentvm.v1.ExecRequest.EnvEntry
+	27, // 3: cocoonbox.agentvm.v1.ProcessInput.start:type_name -> cocoonbox.agentvm.v1.ProcessStart
+	28, // 4: cocoonbox.agentvm.v1.ProcessInput.resize:type_name -> cocoonbox.agentvm.v1.WindowSize
+	38, // 5: cocoonbox.agentvm.v1.ProcessStart.env:type_name -> cocoonbox.agentvm.v1.ProcessStart.EnvEntry
+	28, // 6: cocoonbox.agentvm.v1.ProcessStart.tty:type_name -> cocoonbox.agentvm.v1.WindowSize
+	32, // 7: cocoonbox.agentvm.v1.FileData.info:type_name -> cocoonbox.agentvm.v1.FileInfo
+	0,  // 8: cocoonbox.agentvm.v1.Agents.Step:input_type -> cocoonbox.agentvm.v1.StepRequest
+	4,  // 9: cocoonbox.agentvm.v1.Agents.Cancel:input_type -> cocoonbox.agentvm.v1.CancelRequest
+	24, // 10: cocoonbox.agentvm.v1.Agents.SetDesktopLease:input_type -> cocoonbox.agentvm.v1.SetDesktopLeaseRequest
+	6,  // 11: cocoonbox.agentvm.v1.Session.Exec:input_type -> cocoonbox.agentvm.v1.ExecRequest
+	26, // 12: cocoonbox.agentvm.v1.Session.Process:input_type -> cocoonbox.agentvm.v1.ProcessInput
+	29, // 13: cocoonbox.agentvm.v1.Session.ReadFile:input_type -> cocoonbox.agentvm.v1.ReadFileRequest
+	31, // 14: cocoonbox.agentvm.v1.Session.WriteFile:input_type -> cocoonbox.agentvm.v1.WriteFileRequest
+	33, // 15: cocoonbox.agentvm.v1.Session.ListFiles:input_type -> cocoonbox.agentvm.v1.ListFilesRequest
+	34, // 16: cocoonbox.agentvm.v1.Session.StatFile:input_type -> cocoonbox.agentvm.v1.StatFileRequest
+	35, // 17: cocoonbox.agentvm.v1.Session.RemoveFile:input_type -> cocoonbox.agentvm.v1.RemoveFileRequest
+	10, // 18: cocoonbox.agentvm.v1.Desktop.Screenshot:input_type -> cocoonbox.agentvm.v1.ScreenshotRequest
+	12, // 19: cocoonbox.agentvm.v1.Desktop.Click:input_type -> cocoonbox.agentvm.v1.ClickRequest
+	13, // 20: cocoonbox.agentvm.v1.Desktop.Move:input_type -> cocoonbox.agentvm.v1.MoveRequest
+	14, // 21: cocoonbox.agentvm.v1.Desktop.Type:input_type -> cocoonbox.agentvm.v1.TypeRequest
+	15, // 22: cocoonbox.agentvm.v1.Desktop.Key:input_type -> cocoonbox.agentvm.v1.KeyRequest
+	16, // 23: cocoonbox.agentvm.v1.Desktop.Scroll:input_type -> cocoonbox.agentvm.v1.ScrollRequest
+	18, // 24: cocoonbox.agentvm.v1.State.Stat:input_type -> cocoonbox.agentvm.v1.StatRequest
+	20, // 25: cocoonbox.agentvm.v1.State.Export:input_type -> cocoonbox.agentvm.v1.ExportRequest
+	22, // 26: cocoonbox.agentvm.v1.State.Import:input_type -> cocoonbox.agentvm.v1.ImportRequest
+	8,  // 27: cocoonbox.agentvm.v1.Info.Get:input_type -> cocoonbox.agentvm.v1.GetInfoRequest
+	1,  // 28: cocoonbox.agentvm.v1.Agents.Step:output_type -> cocoonbox.agentvm.v1.StepResponse
+	5,  // 29: cocoonbox.agentvm.v1.Agents.Cancel:output_type -> cocoonbox.agentvm.v1.CancelResponse
+	25, // 30: cocoonbox.agentvm.v1.Agents.SetDesktopLease:output_type -> cocoonbox.agentvm.v1.SetDesktopLeaseResponse
+	7,  // 31: cocoonbox.agentvm.v1.Session.Exec:output_type -> cocoonbox.agentvm.v1.ExecOutput
+	7,  // 32: cocoonbox.agentvm.v1.Session.Process:output_type -> cocoonbox.agentvm.v1.ExecOutput
+	30, // 33: cocoonbox.agentvm.v1.Session.ReadFile:output_type -> cocoonbox.agentvm.v1.FileData
+	32, // 34: cocoonbox.agentvm.v1.Session.WriteFile:output_type -> cocoonbox.agentvm.v1.FileInfo
+	32, // 35: cocoonbox.agentvm.v1.Session.ListFiles:output_type -> cocoonbox.agentvm.v1.FileInfo
+	32, // 36: cocoonbox.agentvm.v1.Session.StatFile:output_type -> cocoonbox.agentvm.v1.FileInfo
+	36, // 37: cocoonbox.agentvm.v1.Session.RemoveFile:output_type -> cocoonbox.agentvm.v1.RemoveFileResponse
+	11, // 38: cocoonbox.agentvm.v1.Desktop.Screenshot:output_type -> cocoonbox.agentvm.v1.ScreenshotResponse
+	17, // 39: cocoonbox.agentvm.v1.Desktop.Click:output_type -> cocoonbox.agentvm.v1.DesktopResponse
+	17, // 40: cocoonbox.agentvm.v1.Desktop.Move:output_type -> cocoonbox.agentvm.v1.DesktopResponse
+	17, // 41: cocoonbox.agentvm.v1.Desktop.Type:output_type -> cocoonbox.agentvm.v1.DesktopResponse
+	17, // 42: cocoonbox.agentvm.v1.Desktop.Key:output_type -> cocoonbox.agentvm.v1.DesktopResponse
+	17, // 43: cocoonbox.agentvm.v1.Desktop.Scroll:output_type -> cocoonbox.agentvm.v1.DesktopResponse
+	19, // 44: cocoonbox.agentvm.v1.State.Stat:output_type -> cocoonbox.agentvm.v1.StatResponse
+	21, // 45: cocoonbox.agentvm.v1.State.Export:output_type -> cocoonbox.agentvm.v1.Chunk
+	23, // 46: cocoonbox.agentvm.v1.State.Import:output_type -> cocoonbox.agentvm.v1.ImportResponse
+	9,  // 47: cocoonbox.agentvm.v1.Info.Get:output_type -> cocoonbox.agentvm.v1.InfoResponse
+	28, // [28:48] is the sub-list for method output_type
+	8,  // [8:28] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_agentvm_v1_agent_proto_init() }
@@ -2538,7 +2630,7 @@ func file_agentvm_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_agentvm_v1_agent_proto_rawDesc), len(file_agentvm_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   38,
+			NumMessages:   39,
 			NumExtensions: 0,
 			NumServices:   5,
 		},

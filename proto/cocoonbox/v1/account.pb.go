@@ -25,6 +25,121 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+type SetBudgetRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// user is the user's name or ID.
+	User           string `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	TokensPerMonth *int64 `protobuf:"varint,2,opt,name=tokens_per_month,json=tokensPerMonth,proto3,oneof" json:"tokens_per_month,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *SetBudgetRequest) Reset() {
+	*x = SetBudgetRequest{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *SetBudgetRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*SetBudgetRequest) ProtoMessage() {}
+
+func (x *SetBudgetRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use SetBudgetRequest.ProtoReflect.Descriptor instead.
+func (*SetBudgetRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *SetBudgetRequest) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *SetBudgetRequest) GetTokensPerMonth() int64 {
+	if x != nil && x.TokensPerMonth != nil {
+		return *x.TokensPerMonth
+	}
+	return 0
+}
+
+type Budget struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	User  string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	// tokens_per_month is the budget; 0 is none.
+	TokensPerMonth int64 `protobuf:"varint,2,opt,name=tokens_per_month,json=tokensPerMonth,proto3" json:"tokens_per_month,omitempty"`
+	// tokens_used is what the user's runs used this calendar month (UTC).
+	TokensUsed    int64 `protobuf:"varint,3,opt,name=tokens_used,json=tokensUsed,proto3" json:"tokens_used,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Budget) Reset() {
+	*x = Budget{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Budget) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Budget) ProtoMessage() {}
+
+func (x *Budget) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Budget.ProtoReflect.Descriptor instead.
+func (*Budget) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *Budget) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
+}
+
+func (x *Budget) GetTokensPerMonth() int64 {
+	if x != nil {
+		return x.TokensPerMonth
+	}
+	return 0
+}
+
+func (x *Budget) GetTokensUsed() int64 {
+	if x != nil {
+		return x.TokensUsed
+	}
+	return 0
+}
+
 type GetUsageRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// by groups the calls: user, box, run or model. Required.
@@ -39,7 +154,7 @@ type GetUsageRequest struct {
 
 func (x *GetUsageRequest) Reset() {
 	*x = GetUsageRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[0]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -51,7 +166,7 @@ func (x *GetUsageRequest) String() string {
 func (*GetUsageRequest) ProtoMessage() {}
 
 func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[0]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -64,7 +179,7 @@ func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUsageRequest.ProtoReflect.Descriptor instead.
 func (*GetUsageRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{0}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *GetUsageRequest) GetBy() string {
@@ -110,7 +225,7 @@ type UsageRow struct {
 
 func (x *UsageRow) Reset() {
 	*x = UsageRow{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[1]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -122,7 +237,7 @@ func (x *UsageRow) String() string {
 func (*UsageRow) ProtoMessage() {}
 
 func (x *UsageRow) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[1]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -135,7 +250,7 @@ func (x *UsageRow) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UsageRow.ProtoReflect.Descriptor instead.
 func (*UsageRow) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{1}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *UsageRow) GetKey() string {
@@ -204,7 +319,7 @@ type GetUsageResponse struct {
 
 func (x *GetUsageResponse) Reset() {
 	*x = GetUsageResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[2]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -216,7 +331,7 @@ func (x *GetUsageResponse) String() string {
 func (*GetUsageResponse) ProtoMessage() {}
 
 func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[2]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -229,7 +344,7 @@ func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUsageResponse.ProtoReflect.Descriptor instead.
 func (*GetUsageResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{2}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *GetUsageResponse) GetRows() []*UsageRow {
@@ -260,7 +375,7 @@ type Webhook struct {
 
 func (x *Webhook) Reset() {
 	*x = Webhook{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[3]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -272,7 +387,7 @@ func (x *Webhook) String() string {
 func (*Webhook) ProtoMessage() {}
 
 func (x *Webhook) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[3]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -285,7 +400,7 @@ func (x *Webhook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
 func (*Webhook) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{3}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Webhook) GetId() string {
@@ -328,7 +443,7 @@ type CreateWebhookRequest struct {
 
 func (x *CreateWebhookRequest) Reset() {
 	*x = CreateWebhookRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[4]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -340,7 +455,7 @@ func (x *CreateWebhookRequest) String() string {
 func (*CreateWebhookRequest) ProtoMessage() {}
 
 func (x *CreateWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[4]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -353,7 +468,7 @@ func (x *CreateWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookRequest.ProtoReflect.Descriptor instead.
 func (*CreateWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{4}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *CreateWebhookRequest) GetUrl() string {
@@ -381,7 +496,7 @@ type CreateWebhookResponse struct {
 
 func (x *CreateWebhookResponse) Reset() {
 	*x = CreateWebhookResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[5]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -393,7 +508,7 @@ func (x *CreateWebhookResponse) String() string {
 func (*CreateWebhookResponse) ProtoMessage() {}
 
 func (x *CreateWebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[5]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -406,7 +521,7 @@ func (x *CreateWebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookResponse.ProtoReflect.Descriptor instead.
 func (*CreateWebhookResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{5}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateWebhookResponse) GetWebhook() *Webhook {
@@ -431,7 +546,7 @@ type ListWebhooksRequest struct {
 
 func (x *ListWebhooksRequest) Reset() {
 	*x = ListWebhooksRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[6]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -443,7 +558,7 @@ func (x *ListWebhooksRequest) String() string {
 func (*ListWebhooksRequest) ProtoMessage() {}
 
 func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[6]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -456,7 +571,7 @@ func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhooksRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{6}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{8}
 }
 
 type ListWebhooksResponse struct {
@@ -468,7 +583,7 @@ type ListWebhooksResponse struct {
 
 func (x *ListWebhooksResponse) Reset() {
 	*x = ListWebhooksResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[7]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -480,7 +595,7 @@ func (x *ListWebhooksResponse) String() string {
 func (*ListWebhooksResponse) ProtoMessage() {}
 
 func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[7]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -493,7 +608,7 @@ func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhooksResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{7}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListWebhooksResponse) GetWebhooks() []*Webhook {
@@ -512,7 +627,7 @@ type DeleteWebhookRequest struct {
 
 func (x *DeleteWebhookRequest) Reset() {
 	*x = DeleteWebhookRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[8]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -524,7 +639,7 @@ func (x *DeleteWebhookRequest) String() string {
 func (*DeleteWebhookRequest) ProtoMessage() {}
 
 func (x *DeleteWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[8]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -537,7 +652,7 @@ func (x *DeleteWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWebhookRequest.ProtoReflect.Descriptor instead.
 func (*DeleteWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{8}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DeleteWebhookRequest) GetId() string {
@@ -555,7 +670,7 @@ type DeleteWebhookResponse struct {
 
 func (x *DeleteWebhookResponse) Reset() {
 	*x = DeleteWebhookResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[9]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -567,7 +682,7 @@ func (x *DeleteWebhookResponse) String() string {
 func (*DeleteWebhookResponse) ProtoMessage() {}
 
 func (x *DeleteWebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[9]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -580,7 +695,7 @@ func (x *DeleteWebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWebhookResponse.ProtoReflect.Descriptor instead.
 func (*DeleteWebhookResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{9}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{11}
 }
 
 type ListDeliveriesRequest struct {
@@ -594,7 +709,7 @@ type ListDeliveriesRequest struct {
 
 func (x *ListDeliveriesRequest) Reset() {
 	*x = ListDeliveriesRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[10]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -606,7 +721,7 @@ func (x *ListDeliveriesRequest) String() string {
 func (*ListDeliveriesRequest) ProtoMessage() {}
 
 func (x *ListDeliveriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[10]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -619,7 +734,7 @@ func (x *ListDeliveriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeliveriesRequest.ProtoReflect.Descriptor instead.
 func (*ListDeliveriesRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{10}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListDeliveriesRequest) GetId() string {
@@ -652,7 +767,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[11]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -664,7 +779,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[11]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -677,7 +792,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{11}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Delivery) GetEventId() int64 {
@@ -731,7 +846,7 @@ type ListDeliveriesResponse struct {
 
 func (x *ListDeliveriesResponse) Reset() {
 	*x = ListDeliveriesResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[12]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -743,7 +858,7 @@ func (x *ListDeliveriesResponse) String() string {
 func (*ListDeliveriesResponse) ProtoMessage() {}
 
 func (x *ListDeliveriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[12]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -756,7 +871,7 @@ func (x *ListDeliveriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeliveriesResponse.ProtoReflect.Descriptor instead.
 func (*ListDeliveriesResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{12}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ListDeliveriesResponse) GetDeliveries() []*Delivery {
@@ -774,7 +889,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[13]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -786,7 +901,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[13]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -799,7 +914,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{13}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{15}
 }
 
 type WhoAmIResponse struct {
@@ -813,7 +928,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[14]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -825,7 +940,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[14]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -838,7 +953,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{14}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *WhoAmIResponse) GetUser() *User {
@@ -870,7 +985,7 @@ type User struct {
 
 func (x *User) Reset() {
 	*x = User{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[15]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -882,7 +997,7 @@ func (x *User) String() string {
 func (*User) ProtoMessage() {}
 
 func (x *User) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[15]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -895,7 +1010,7 @@ func (x *User) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use User.ProtoReflect.Descriptor instead.
 func (*User) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{15}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *User) GetId() string {
@@ -951,7 +1066,7 @@ type Token struct {
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[16]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -963,7 +1078,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[16]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -976,7 +1091,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{16}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Token) GetId() string {
@@ -1045,7 +1160,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[17]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1057,7 +1172,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[17]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1070,7 +1185,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{17}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -1105,7 +1220,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[18]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1117,7 +1232,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[18]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1130,7 +1245,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{18}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateTokenResponse) GetToken() *Token {
@@ -1155,7 +1270,7 @@ type ListTokensRequest struct {
 
 func (x *ListTokensRequest) Reset() {
 	*x = ListTokensRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[19]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1167,7 +1282,7 @@ func (x *ListTokensRequest) String() string {
 func (*ListTokensRequest) ProtoMessage() {}
 
 func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[19]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1180,7 +1295,7 @@ func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListTokensRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{19}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{21}
 }
 
 type ListTokensResponse struct {
@@ -1192,7 +1307,7 @@ type ListTokensResponse struct {
 
 func (x *ListTokensResponse) Reset() {
 	*x = ListTokensResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[20]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1204,7 +1319,7 @@ func (x *ListTokensResponse) String() string {
 func (*ListTokensResponse) ProtoMessage() {}
 
 func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[20]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1217,7 +1332,7 @@ func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListTokensResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{20}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *ListTokensResponse) GetTokens() []*Token {
@@ -1236,7 +1351,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[21]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1248,7 +1363,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[21]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1261,7 +1376,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{21}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *RevokeTokenRequest) GetId() string {
@@ -1279,7 +1394,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[22]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1291,7 +1406,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[22]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1304,7 +1419,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{22}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{24}
 }
 
 type CreateUserRequest struct {
@@ -1318,7 +1433,7 @@ type CreateUserRequest struct {
 
 func (x *CreateUserRequest) Reset() {
 	*x = CreateUserRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[23]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1330,7 +1445,7 @@ func (x *CreateUserRequest) String() string {
 func (*CreateUserRequest) ProtoMessage() {}
 
 func (x *CreateUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[23]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1343,7 +1458,7 @@ func (x *CreateUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserRequest.ProtoReflect.Descriptor instead.
 func (*CreateUserRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{23}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *CreateUserRequest) GetName() string {
@@ -1371,7 +1486,7 @@ type CreateUserResponse struct {
 
 func (x *CreateUserResponse) Reset() {
 	*x = CreateUserResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[24]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1383,7 +1498,7 @@ func (x *CreateUserResponse) String() string {
 func (*CreateUserResponse) ProtoMessage() {}
 
 func (x *CreateUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[24]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1396,7 +1511,7 @@ func (x *CreateUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserResponse.ProtoReflect.Descriptor instead.
 func (*CreateUserResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{24}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CreateUserResponse) GetUser() *User {
@@ -1421,7 +1536,7 @@ type ListUsersRequest struct {
 
 func (x *ListUsersRequest) Reset() {
 	*x = ListUsersRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[25]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1433,7 +1548,7 @@ func (x *ListUsersRequest) String() string {
 func (*ListUsersRequest) ProtoMessage() {}
 
 func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[25]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,7 +1561,7 @@ func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersRequest.ProtoReflect.Descriptor instead.
 func (*ListUsersRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{25}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{27}
 }
 
 type ListUsersResponse struct {
@@ -1458,7 +1573,7 @@ type ListUsersResponse struct {
 
 func (x *ListUsersResponse) Reset() {
 	*x = ListUsersResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[26]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1470,7 +1585,7 @@ func (x *ListUsersResponse) String() string {
 func (*ListUsersResponse) ProtoMessage() {}
 
 func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[26]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1483,7 +1598,7 @@ func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersResponse.ProtoReflect.Descriptor instead.
 func (*ListUsersResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{26}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ListUsersResponse) GetUsers() []*User {
@@ -1503,7 +1618,7 @@ type DisableUserRequest struct {
 
 func (x *DisableUserRequest) Reset() {
 	*x = DisableUserRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[27]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1515,7 +1630,7 @@ func (x *DisableUserRequest) String() string {
 func (*DisableUserRequest) ProtoMessage() {}
 
 func (x *DisableUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[27]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1528,7 +1643,7 @@ func (x *DisableUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisableUserRequest.ProtoReflect.Descriptor instead.
 func (*DisableUserRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{27}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *DisableUserRequest) GetUser() string {
@@ -1551,7 +1666,7 @@ type DisableUserResponse struct {
 
 func (x *DisableUserResponse) Reset() {
 	*x = DisableUserResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[28]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1563,7 +1678,7 @@ func (x *DisableUserResponse) String() string {
 func (*DisableUserResponse) ProtoMessage() {}
 
 func (x *DisableUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[28]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1576,7 +1691,7 @@ func (x *DisableUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisableUserResponse.ProtoReflect.Descriptor instead.
 func (*DisableUserResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{28}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DisableUserResponse) GetUser() *User {
@@ -1604,7 +1719,16 @@ var File_cocoonbox_v1_account_proto protoreflect.FileDescriptor
 
 const file_cocoonbox_v1_account_proto_rawDesc = "" +
 	"\n" +
-	"\x1acocoonbox/v1/account.proto\x12\fcocoonbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"p\n" +
+	"\x1acocoonbox/v1/account.proto\x12\fcocoonbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"j\n" +
+	"\x10SetBudgetRequest\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12-\n" +
+	"\x10tokens_per_month\x18\x02 \x01(\x03H\x00R\x0etokensPerMonth\x88\x01\x01B\x13\n" +
+	"\x11_tokens_per_month\"g\n" +
+	"\x06Budget\x12\x12\n" +
+	"\x04user\x18\x01 \x01(\tR\x04user\x12(\n" +
+	"\x10tokens_per_month\x18\x02 \x01(\x03R\x0etokensPerMonth\x12\x1f\n" +
+	"\vtokens_used\x18\x03 \x01(\x03R\n" +
+	"tokensUsed\"p\n" +
 	"\x0fGetUsageRequest\x12\x0e\n" +
 	"\x02by\x18\x01 \x01(\tR\x02by\x120\n" +
 	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1b\n" +
@@ -1706,7 +1830,7 @@ const file_cocoonbox_v1_account_proto_rawDesc = "" +
 	"\x13DisableUserResponse\x12&\n" +
 	"\x04user\x18\x01 \x01(\v2\x12.cocoonbox.v1.UserR\x04user\x12%\n" +
 	"\x0etokens_revoked\x18\x02 \x01(\x05R\rtokensRevoked\x12%\n" +
-	"\x0eruns_cancelled\x18\x03 \x01(\x05R\rrunsCancelled2\xf4\a\n" +
+	"\x0eruns_cancelled\x18\x03 \x01(\x05R\rrunsCancelled2\xb7\b\n" +
 	"\x0eAccountService\x12C\n" +
 	"\x06WhoAmI\x12\x1b.cocoonbox.v1.WhoAmIRequest\x1a\x1c.cocoonbox.v1.WhoAmIResponse\x12R\n" +
 	"\vCreateToken\x12 .cocoonbox.v1.CreateTokenRequest\x1a!.cocoonbox.v1.CreateTokenResponse\x12O\n" +
@@ -1721,7 +1845,8 @@ const file_cocoonbox_v1_account_proto_rawDesc = "" +
 	"\fListWebhooks\x12!.cocoonbox.v1.ListWebhooksRequest\x1a\".cocoonbox.v1.ListWebhooksResponse\x12X\n" +
 	"\rDeleteWebhook\x12\".cocoonbox.v1.DeleteWebhookRequest\x1a#.cocoonbox.v1.DeleteWebhookResponse\x12[\n" +
 	"\x0eListDeliveries\x12#.cocoonbox.v1.ListDeliveriesRequest\x1a$.cocoonbox.v1.ListDeliveriesResponse\x12I\n" +
-	"\bGetUsage\x12\x1d.cocoonbox.v1.GetUsageRequest\x1a\x1e.cocoonbox.v1.GetUsageResponseB>Z<github.com/loomhand/cocoonbox/proto/cocoonbox/v1;cocoonboxv1b\x06proto3"
+	"\bGetUsage\x12\x1d.cocoonbox.v1.GetUsageRequest\x1a\x1e.cocoonbox.v1.GetUsageResponse\x12A\n" +
+	"\tSetBudget\x12\x1e.cocoonbox.v1.SetBudgetRequest\x1a\x14.cocoonbox.v1.BudgetB>Z<github.com/loomhand/cocoonbox/proto/cocoonbox/v1;cocoonboxv1b\x06proto3"
 
 var (
 	file_cocoonbox_v1_account_proto_rawDescOnce sync.Once
@@ -1735,86 +1860,90 @@ func file_cocoonbox_v1_account_proto_rawDescGZIP() []byte {
 	return file_cocoonbox_v1_account_proto_rawDescData
 }
 
-var file_cocoonbox_v1_account_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_cocoonbox_v1_account_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
 var file_cocoonbox_v1_account_proto_goTypes = []any{
-	(*GetUsageRequest)(nil),        // 0: cocoonbox.v1.GetUsageRequest
-	(*UsageRow)(nil),               // 1: cocoonbox.v1.UsageRow
-	(*GetUsageResponse)(nil),       // 2: cocoonbox.v1.GetUsageResponse
-	(*Webhook)(nil),                // 3: cocoonbox.v1.Webhook
-	(*CreateWebhookRequest)(nil),   // 4: cocoonbox.v1.CreateWebhookRequest
-	(*CreateWebhookResponse)(nil),  // 5: cocoonbox.v1.CreateWebhookResponse
-	(*ListWebhooksRequest)(nil),    // 6: cocoonbox.v1.ListWebhooksRequest
-	(*ListWebhooksResponse)(nil),   // 7: cocoonbox.v1.ListWebhooksResponse
-	(*DeleteWebhookRequest)(nil),   // 8: cocoonbox.v1.DeleteWebhookRequest
-	(*DeleteWebhookResponse)(nil),  // 9: cocoonbox.v1.DeleteWebhookResponse
-	(*ListDeliveriesRequest)(nil),  // 10: cocoonbox.v1.ListDeliveriesRequest
-	(*Delivery)(nil),               // 11: cocoonbox.v1.Delivery
-	(*ListDeliveriesResponse)(nil), // 12: cocoonbox.v1.ListDeliveriesResponse
-	(*WhoAmIRequest)(nil),          // 13: cocoonbox.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),         // 14: cocoonbox.v1.WhoAmIResponse
-	(*User)(nil),                   // 15: cocoonbox.v1.User
-	(*Token)(nil),                  // 16: cocoonbox.v1.Token
-	(*CreateTokenRequest)(nil),     // 17: cocoonbox.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),    // 18: cocoonbox.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),      // 19: cocoonbox.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),     // 20: cocoonbox.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),     // 21: cocoonbox.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),    // 22: cocoonbox.v1.RevokeTokenResponse
-	(*CreateUserRequest)(nil),      // 23: cocoonbox.v1.CreateUserRequest
-	(*CreateUserResponse)(nil),     // 24: cocoonbox.v1.CreateUserResponse
-	(*ListUsersRequest)(nil),       // 25: cocoonbox.v1.ListUsersRequest
-	(*ListUsersResponse)(nil),      // 26: cocoonbox.v1.ListUsersResponse
-	(*DisableUserRequest)(nil),     // 27: cocoonbox.v1.DisableUserRequest
-	(*DisableUserResponse)(nil),    // 28: cocoonbox.v1.DisableUserResponse
-	(*timestamppb.Timestamp)(nil),  // 29: google.protobuf.Timestamp
+	(*SetBudgetRequest)(nil),       // 0: cocoonbox.v1.SetBudgetRequest
+	(*Budget)(nil),                 // 1: cocoonbox.v1.Budget
+	(*GetUsageRequest)(nil),        // 2: cocoonbox.v1.GetUsageRequest
+	(*UsageRow)(nil),               // 3: cocoonbox.v1.UsageRow
+	(*GetUsageResponse)(nil),       // 4: cocoonbox.v1.GetUsageResponse
+	(*Webhook)(nil),                // 5: cocoonbox.v1.Webhook
+	(*CreateWebhookRequest)(nil),   // 6: cocoonbox.v1.CreateWebhookRequest
+	(*CreateWebhookResponse)(nil),  // 7: cocoonbox.v1.CreateWebhookResponse
+	(*ListWebhooksRequest)(nil),    // 8: cocoonbox.v1.ListWebhooksRequest
+	(*ListWebhooksResponse)(nil),   // 9: cocoonbox.v1.ListWebhooksResponse
+	(*DeleteWebhookRequest)(nil),   // 10: cocoonbox.v1.DeleteWebhookRequest
+	(*DeleteWebhookResponse)(nil),  // 11: cocoonbox.v1.DeleteWebhookResponse
+	(*ListDeliveriesRequest)(nil),  // 12: cocoonbox.v1.ListDeliveriesRequest
+	(*Delivery)(nil),               // 13: cocoonbox.v1.Delivery
+	(*ListDeliveriesResponse)(nil), // 14: cocoonbox.v1.ListDeliveriesResponse
+	(*WhoAmIRequest)(nil),          // 15: cocoonbox.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),         // 16: cocoonbox.v1.WhoAmIResponse
+	(*User)(nil),                   // 17: cocoonbox.v1.User
+	(*Token)(nil),                  // 18: cocoonbox.v1.Token
+	(*CreateTokenRequest)(nil),     // 19: cocoonbox.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),    // 20: cocoonbox.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),      // 21: cocoonbox.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),     // 22: cocoonbox.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),     // 23: cocoonbox.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),    // 24: cocoonbox.v1.RevokeTokenResponse
+	(*CreateUserRequest)(nil),      // 25: cocoonbox.v1.CreateUserRequest
+	(*CreateUserResponse)(nil),     // 26: cocoonbox.v1.CreateUserResponse
+	(*ListUsersRequest)(nil),       // 27: cocoonbox.v1.ListUsersRequest
+	(*ListUsersResponse)(nil),      // 28: cocoonbox.v1.ListUsersResponse
+	(*DisableUserRequest)(nil),     // 29: cocoonbox.v1.DisableUserRequest
+	(*DisableUserResponse)(nil),    // 30: cocoonbox.v1.DisableUserResponse
+	(*timestamppb.Timestamp)(nil),  // 31: google.protobuf.Timestamp
 }
 var file_cocoonbox_v1_account_proto_depIdxs = []int32{
-	29, // 0: cocoonbox.v1.GetUsageRequest.since:type_name -> google.protobuf.Timestamp
-	1,  // 1: cocoonbox.v1.GetUsageResponse.rows:type_name -> cocoonbox.v1.UsageRow
-	29, // 2: cocoonbox.v1.GetUsageResponse.since:type_name -> google.protobuf.Timestamp
-	29, // 3: cocoonbox.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
-	3,  // 4: cocoonbox.v1.CreateWebhookResponse.webhook:type_name -> cocoonbox.v1.Webhook
-	3,  // 5: cocoonbox.v1.ListWebhooksResponse.webhooks:type_name -> cocoonbox.v1.Webhook
-	29, // 6: cocoonbox.v1.Delivery.at:type_name -> google.protobuf.Timestamp
-	11, // 7: cocoonbox.v1.ListDeliveriesResponse.deliveries:type_name -> cocoonbox.v1.Delivery
-	15, // 8: cocoonbox.v1.WhoAmIResponse.user:type_name -> cocoonbox.v1.User
-	29, // 9: cocoonbox.v1.User.created_at:type_name -> google.protobuf.Timestamp
-	29, // 10: cocoonbox.v1.User.disabled_at:type_name -> google.protobuf.Timestamp
-	29, // 11: cocoonbox.v1.Token.created_at:type_name -> google.protobuf.Timestamp
-	29, // 12: cocoonbox.v1.Token.last_used_at:type_name -> google.protobuf.Timestamp
-	29, // 13: cocoonbox.v1.Token.expires_at:type_name -> google.protobuf.Timestamp
-	29, // 14: cocoonbox.v1.Token.revoked_at:type_name -> google.protobuf.Timestamp
-	16, // 15: cocoonbox.v1.CreateTokenResponse.token:type_name -> cocoonbox.v1.Token
-	16, // 16: cocoonbox.v1.ListTokensResponse.tokens:type_name -> cocoonbox.v1.Token
-	15, // 17: cocoonbox.v1.CreateUserResponse.user:type_name -> cocoonbox.v1.User
-	15, // 18: cocoonbox.v1.ListUsersResponse.users:type_name -> cocoonbox.v1.User
-	15, // 19: cocoonbox.v1.DisableUserResponse.user:type_name -> cocoonbox.v1.User
-	13, // 20: cocoonbox.v1.AccountService.WhoAmI:input_type -> cocoonbox.v1.WhoAmIRequest
-	17, // 21: cocoonbox.v1.AccountService.CreateToken:input_type -> cocoonbox.v1.CreateTokenRequest
-	19, // 22: cocoonbox.v1.AccountService.ListTokens:input_type -> cocoonbox.v1.ListTokensRequest
-	21, // 23: cocoonbox.v1.AccountService.RevokeToken:input_type -> cocoonbox.v1.RevokeTokenRequest
-	23, // 24: cocoonbox.v1.AccountService.CreateUser:input_type -> cocoonbox.v1.CreateUserRequest
-	25, // 25: cocoonbox.v1.AccountService.ListUsers:input_type -> cocoonbox.v1.ListUsersRequest
-	27, // 26: cocoonbox.v1.AccountService.DisableUser:input_type -> cocoonbox.v1.DisableUserRequest
-	4,  // 27: cocoonbox.v1.AccountService.CreateWebhook:input_type -> cocoonbox.v1.CreateWebhookRequest
-	6,  // 28: cocoonbox.v1.AccountService.ListWebhooks:input_type -> cocoonbox.v1.ListWebhooksRequest
-	8,  // 29: cocoonbox.v1.AccountService.DeleteWebhook:input_type -> cocoonbox.v1.DeleteWebhookRequest
-	10, // 30: cocoonbox.v1.AccountService.ListDeliveries:input_type -> cocoonbox.v1.ListDeliveriesRequest
-	0,  // 31: cocoonbox.v1.AccountService.GetUsage:input_type -> cocoonbox.v1.GetUsageRequest
-	14, // 32: cocoonbox.v1.AccountService.WhoAmI:output_type -> cocoonbox.v1.WhoAmIResponse
-	18, // 33: cocoonbox.v1.AccountService.CreateToken:output_type -> cocoonbox.v1.CreateTokenResponse
-	20, // 34: cocoonbox.v1.AccountService.ListTokens:output_type -> cocoonbox.v1.ListTokensResponse
-	22, // 35: cocoonbox.v1.AccountService.RevokeToken:output_type -> cocoonbox.v1.RevokeTokenResponse
-	24, // 36: cocoonbox.v1.AccountService.CreateUser:output_type -> cocoonbox.v1.CreateUserResponse
-	26, // 37: cocoonbox.v1.AccountService.ListUsers:output_type -> cocoonbox.v1.ListUsersResponse
-	28, // 38: cocoonbox.v1.AccountService.DisableUser:output_type -> cocoonbox.v1.DisableUserResponse
-	5,  // 39: cocoonbox.v1.AccountService.CreateWebhook:output_type -> cocoonbox.v1.CreateWebhookResponse
-	7,  // 40: cocoonbox.v1.AccountService.ListWebhooks:output_type -> cocoonbox.v1.ListWebhooksResponse
-	9,  // 41: cocoonbox.v1.AccountService.DeleteWebhook:output_type -> cocoonbox.v1.DeleteWebhookResponse
-	12, // 42: cocoonbox.v1.AccountService.ListDeliveries:output_type -> cocoonbox.v1.ListDeliveriesResponse
-	2,  // 43: cocoonbox.v1.AccountService.GetUsage:output_type -> cocoonbox.v1.GetUsageResponse
-	32, // [32:44] is the sub-list for method output_type
-	20, // [20:32] is the sub-list for method input_type
+	31, // 0: cocoonbox.v1.GetUsageRequest.since:type_name -> google.protobuf.Timestamp
+	3,  // 1: cocoonbox.v1.GetUsageResponse.rows:type_name -> cocoonbox.v1.UsageRow
+	31, // 2: cocoonbox.v1.GetUsageResponse.since:type_name -> google.protobuf.Timestamp
+	31, // 3: cocoonbox.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
+	5,  // 4: cocoonbox.v1.CreateWebhookResponse.webhook:type_name -> cocoonbox.v1.Webhook
+	5,  // 5: cocoonbox.v1.ListWebhooksResponse.webhooks:type_name -> cocoonbox.v1.Webhook
+	31, // 6: cocoonbox.v1.Delivery.at:type_name -> google.protobuf.Timestamp
+	13, // 7: cocoonbox.v1.ListDeliveriesResponse.deliveries:type_name -> cocoonbox.v1.Delivery
+	17, // 8: cocoonbox.v1.WhoAmIResponse.user:type_name -> cocoonbox.v1.User
+	31, // 9: cocoonbox.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	31, // 10: cocoonbox.v1.User.disabled_at:type_name -> google.protobuf.Timestamp
+	31, // 11: cocoonbox.v1.Token.created_at:type_name -> google.protobuf.Timestamp
+	31, // 12: cocoonbox.v1.Token.last_used_at:type_name -> google.protobuf.Timestamp
+	31, // 13: cocoonbox.v1.Token.expires_at:type_name -> google.protobuf.Timestamp
+	31, // 14: cocoonbox.v1.Token.revoked_at:type_name -> google.protobuf.Timestamp
+	18, // 15: cocoonbox.v1.CreateTokenResponse.token:type_name -> cocoonbox.v1.Token
+	18, // 16: cocoonbox.v1.ListTokensResponse.tokens:type_name -> cocoonbox.v1.Token
+	17, // 17: cocoonbox.v1.CreateUserResponse.user:type_name -> cocoonbox.v1.User
+	17, // 18: cocoonbox.v1.ListUsersResponse.users:type_name -> cocoonbox.v1.User
+	17, // 19: cocoonbox.v1.DisableUserResponse.user:type_name -> cocoonbox.v1.User
+	15, // 20: cocoonbox.v1.AccountService.WhoAmI:input_type -> cocoonbox.v1.WhoAmIRequest
+	19, // 21: cocoonbox.v1.AccountService.CreateToken:input_type -> cocoonbox.v1.CreateTokenRequest
+	21, // 22: cocoonbox.v1.AccountService.ListTokens:input_type -> cocoonbox.v1.ListTokensRequest
+	23, // 23: cocoonbox.v1.AccountService.RevokeToken:input_type -> cocoonbox.v1.RevokeTokenRequest
+	25, // 24: cocoonbox.v1.AccountService.CreateUser:input_type -> cocoonbox.v1.CreateUserRequest
+	27, // 25: cocoonbox.v1.AccountService.ListUsers:input_type -> cocoonbox.v1.ListUsersRequest
+	29, // 26: cocoonbox.v1.AccountService.DisableUser:input_type -> cocoonbox.v1.DisableUserRequest
+	6,  // 27: cocoonbox.v1.AccountService.CreateWebhook:input_type -> cocoonbox.v1.CreateWebhookRequest
+	8,  // 28: cocoonbox.v1.AccountService.ListWebhooks:input_type -> cocoonbox.v1.ListWebhooksRequest
+	10, // 29: cocoonbox.v1.AccountService.DeleteWebhook:input_type -> cocoonbox.v1.DeleteWebhookRequest
+	12, // 30: cocoonbox.v1.AccountService.ListDeliveries:input_type -> cocoonbox.v1.ListDeliveriesRequest
+	2,  // 31: cocoonbox.v1.AccountService.GetUsage:input_type -> cocoonbox.v1.GetUsageRequest
+	0,  // 32: cocoonbox.v1.AccountService.SetBudget:input_type -> cocoonbox.v1.SetBudgetRequest
+	16, // 33: cocoonbox.v1.AccountService.WhoAmI:output_type -> cocoonbox.v1.WhoAmIResponse
+	20, // 34: cocoonbox.v1.AccountService.CreateToken:output_type -> cocoonbox.v1.CreateTokenResponse
+	22, // 35: cocoonbox.v1.AccountService.ListTokens:output_type -> cocoonbox.v1.ListTokensResponse
+	24, // 36: cocoonbox.v1.AccountService.RevokeToken:output_type -> cocoonbox.v1.RevokeTokenResponse
+	26, // 37: cocoonbox.v1.AccountService.CreateUser:output_type -> cocoonbox.v1.CreateUserResponse
+	28, // 38: cocoonbox.v1.AccountService.ListUsers:output_type -> cocoonbox.v1.ListUsersResponse
+	30, // 39: cocoonbox.v1.AccountService.DisableUser:output_type -> cocoonbox.v1.DisableUserResponse
+	7,  // 40: cocoonbox.v1.AccountService.CreateWebhook:output_type -> cocoonbox.v1.CreateWebhookResponse
+	9,  // 41: cocoonbox.v1.AccountService.ListWebhooks:output_type -> cocoonbox.v1.ListWebhooksResponse
+	11, // 42: cocoonbox.v1.AccountService.DeleteWebhook:output_type -> cocoonbox.v1.DeleteWebhookResponse
+	14, // 43: cocoonbox.v1.AccountService.ListDeliveries:output_type -> cocoonbox.v1.ListDeliveriesResponse
+	4,  // 44: cocoonbox.v1.AccountService.GetUsage:output_type -> cocoonbox.v1.GetUsageResponse
+	1,  // 45: cocoonbox.v1.AccountService.SetBudget:output_type -> cocoonbox.v1.Budget
+	33, // [33:46] is the sub-list for method output_type
+	20, // [20:33] is the sub-list for method input_type
 	20, // [20:20] is the sub-list for extension type_name
 	20, // [20:20] is the sub-list for extension extendee
 	0,  // [0:20] is the sub-list for field type_name
@@ -1825,13 +1954,14 @@ func file_cocoonbox_v1_account_proto_init() {
 	if File_cocoonbox_v1_account_proto != nil {
 		return
 	}
+	file_cocoonbox_v1_account_proto_msgTypes[0].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cocoonbox_v1_account_proto_rawDesc), len(file_cocoonbox_v1_account_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   29,
+			NumMessages:   31,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

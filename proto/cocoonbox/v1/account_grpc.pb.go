@@ -34,6 +34,7 @@ const (
 	AccountService_DeleteWebhook_FullMethodName  = "/cocoonbox.v1.AccountService/DeleteWebhook"
 	AccountService_ListDeliveries_FullMethodName = "/cocoonbox.v1.AccountService/ListDeliveries"
 	AccountService_GetUsage_FullMethodName       = "/cocoonbox.v1.AccountService/GetUsage"
+	AccountService_SetBudget_FullMethodName      = "/cocoonbox.v1.AccountService/SetBudget"
 )
 
 // AccountServiceClient is the client API for AccountService service.
@@ -72,6 +73,10 @@ type AccountServiceClient interface {
 	// GetUsage sums the model calls of agent runs since a time, grouped by user, box, run or
 	// model: the caller's own calls, or everyone's for an admin who asks for all_users.
 	GetUsage(ctx context.Context, in *GetUsageRequest, opts ...grpc.CallOption) (*GetUsageResponse, error)
+	// SetBudget sets a user's monthly token budget (admin only), or with tokens_per_month unset
+	// only reads it: their runs stop, failed with an error starting "budget:", before the model
+	// call after they used it in a calendar month (UTC). 0 removes the budget.
+	SetBudget(ctx context.Context, in *SetBudgetRequest, opts ...grpc.CallOption) (*Budget, error)
 }
 
 type accountServiceClient struct {
@@ -202,6 +207,16 @@ func (c *accountServiceClient) GetUsage(ctx context.Context, in *GetUsageRequest
 	return out, nil
 }
 
+func (c *accountServiceClient) SetBudget(ctx context.Context, in *SetBudgetRequest, opts ...grpc.CallOption) (*Budget, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Budget)
+	err := c.cc.Invoke(ctx, AccountService_SetBudget_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AccountServiceServer is the server API for AccountService service.
 // All implementations must embed UnimplementedAccountServiceServer
 // for forward compatibility.
@@ -238,6 +253,10 @@ type AccountServiceServer interface {
 	// GetUsage sums the model calls of agent runs since a time, grouped by user, box, run or
 	// model: the caller's own calls, or everyone's for an admin who asks for all_users.
 	GetUsage(context.Context, *GetUsageRequest) (*GetUsageResponse, error)
+	// SetBudget sets a user's monthly token budget (admin only), or with tokens_per_month unset
+	// only reads it: their runs stop, failed with an error starting "budget:", before the model
+	// call after they used it in a calendar month (UTC). 0 removes the budget.
+	SetBudget(context.Context, *SetBudgetRequest) (*Budget, error)
 	mustEmbedUnimplementedAccountServiceServer()
 }
 
@@ -283,6 +302,9 @@ func (UnimplementedAccountServiceServer) ListDeliveries(context.Context, *ListDe
 }
 func (UnimplementedAccountServiceServer) GetUsage(context.Context, *GetUsageRequest) (*GetUsageResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetUsage not implemented")
+}
+func (UnimplementedAccountServiceServer) SetBudget(context.Context, *SetBudgetRequest) (*Budget, error) {
+	return nil, status.Error(codes.Unimplemented, "method SetBudget not implemented")
 }
 func (UnimplementedAccountServiceServer) mustEmbedUnimplementedAccountServiceServer() {}
 func (UnimplementedAccountServiceServer) testEmbeddedByValue()                        {}
@@ -521,6 +543,24 @@ func _AccountService_GetUsage_Handler(srv interface{}, ctx context.Context, dec 
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AccountService_SetBudget_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(SetBudgetRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AccountServiceServer).SetBudget(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AccountService_SetBudget_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AccountServiceServer).SetBudget(ctx, req.(*SetBudgetRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AccountService_ServiceDesc is the grpc.ServiceDesc for AccountService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -575,6 +615,10 @@ var AccountService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetUsage",
 			Handler:    _AccountService_GetUsage_Handler,
+		},
+		{
+			MethodName: "SetBudget",
+			Handler:    _AccountService_SetBudget_Handler,
 		},
 	},
 	Streams:  []grpc.StreamDesc{},

@@ -58,7 +58,10 @@ type AgentRun struct {
 	TokensUsed int64 `protobuf:"varint,15,opt,name=tokens_used,json=tokensUsed,proto3" json:"tokens_used,omitempty"`
 	// question is what the agent asked its starter, while the run is waiting_for_user: the run
 	// goes on when they answer (SendMessage), the answer being the question's result.
-	Question      string `protobuf:"bytes,16,opt,name=question,proto3" json:"question,omitempty"`
+	Question string `protobuf:"bytes,16,opt,name=question,proto3" json:"question,omitempty"`
+	// plan is the checklist the agent last wrote (gui_plan), from its newest step that wrote one.
+	// Filled where steps_done is.
+	Plan          []*PlanItem `protobuf:"bytes,17,rep,name=plan,proto3" json:"plan,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -205,6 +208,67 @@ func (x *AgentRun) GetQuestion() string {
 	return ""
 }
 
+func (x *AgentRun) GetPlan() []*PlanItem {
+	if x != nil {
+		return x.Plan
+	}
+	return nil
+}
+
+// PlanItem is one line of an agent's plan.
+type PlanItem struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Text  string                 `protobuf:"bytes,1,opt,name=text,proto3" json:"text,omitempty"`
+	// status is todo, doing, done or skipped.
+	Status        string `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *PlanItem) Reset() {
+	*x = PlanItem{}
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[1]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *PlanItem) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*PlanItem) ProtoMessage() {}
+
+func (x *PlanItem) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[1]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use PlanItem.ProtoReflect.Descriptor instead.
+func (*PlanItem) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{1}
+}
+
+func (x *PlanItem) GetText() string {
+	if x != nil {
+		return x.Text
+	}
+	return ""
+}
+
+func (x *PlanItem) GetStatus() string {
+	if x != nil {
+		return x.Status
+	}
+	return ""
+}
+
 // AgentStep is one model turn and the tool calls it made.
 type AgentStep struct {
 	state  protoimpl.MessageState `protogen:"open.v1"`
@@ -229,14 +293,16 @@ type AgentStep struct {
 	Replayed bool `protobuf:"varint,10,opt,name=replayed,proto3" json:"replayed,omitempty"`
 	// question is what the model asked the person this step (ask_user); the run waited for the
 	// answer, which the next step's message carries.
-	Question      string `protobuf:"bytes,11,opt,name=question,proto3" json:"question,omitempty"`
+	Question string `protobuf:"bytes,11,opt,name=question,proto3" json:"question,omitempty"`
+	// plan is the checklist the model wrote this step (gui_plan), whole.
+	Plan          []*PlanItem `protobuf:"bytes,12,rep,name=plan,proto3" json:"plan,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AgentStep) Reset() {
 	*x = AgentStep{}
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[1]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -248,7 +314,7 @@ func (x *AgentStep) String() string {
 func (*AgentStep) ProtoMessage() {}
 
 func (x *AgentStep) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[1]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -261,7 +327,7 @@ func (x *AgentStep) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentStep.ProtoReflect.Descriptor instead.
 func (*AgentStep) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{1}
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *AgentStep) GetNumber() int32 {
@@ -341,6 +407,13 @@ func (x *AgentStep) GetQuestion() string {
 	return ""
 }
 
+func (x *AgentStep) GetPlan() []*PlanItem {
+	if x != nil {
+		return x.Plan
+	}
+	return nil
+}
+
 // AgentToolCall is one tool call of a step and how it went.
 type AgentToolCall struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -357,7 +430,7 @@ type AgentToolCall struct {
 
 func (x *AgentToolCall) Reset() {
 	*x = AgentToolCall{}
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[2]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -369,7 +442,7 @@ func (x *AgentToolCall) String() string {
 func (*AgentToolCall) ProtoMessage() {}
 
 func (x *AgentToolCall) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[2]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -382,7 +455,7 @@ func (x *AgentToolCall) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentToolCall.ProtoReflect.Descriptor instead.
 func (*AgentToolCall) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{2}
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AgentToolCall) GetName() string {
@@ -430,7 +503,7 @@ type StartRunRequest struct {
 
 func (x *StartRunRequest) Reset() {
 	*x = StartRunRequest{}
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[3]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -442,7 +515,7 @@ func (x *StartRunRequest) String() string {
 func (*StartRunRequest) ProtoMessage() {}
 
 func (x *StartRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[3]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -455,7 +528,7 @@ func (x *StartRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StartRunRequest.ProtoReflect.Descriptor instead.
 func (*StartRunRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{3}
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *StartRunRequest) GetBox() string {
@@ -503,7 +576,7 @@ type SendMessageRequest struct {
 
 func (x *SendMessageRequest) Reset() {
 	*x = SendMessageRequest{}
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[4]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -515,7 +588,7 @@ func (x *SendMessageRequest) String() string {
 func (*SendMessageRequest) ProtoMessage() {}
 
 func (x *SendMessageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[4]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -528,7 +601,7 @@ func (x *SendMessageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendMessageRequest.ProtoReflect.Descriptor instead.
 func (*SendMessageRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{4}
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *SendMessageRequest) GetRunId() string {
@@ -553,7 +626,7 @@ type SendMessageResponse struct {
 
 func (x *SendMessageResponse) Reset() {
 	*x = SendMessageResponse{}
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[5]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -565,7 +638,7 @@ func (x *SendMessageResponse) String() string {
 func (*SendMessageResponse) ProtoMessage() {}
 
 func (x *SendMessageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[5]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -578,7 +651,7 @@ func (x *SendMessageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SendMessageResponse.ProtoReflect.Descriptor instead.
 func (*SendMessageResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{5}
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{6}
 }
 
 type CancelRunRequest struct {
@@ -590,7 +663,7 @@ type CancelRunRequest struct {
 
 func (x *CancelRunRequest) Reset() {
 	*x = CancelRunRequest{}
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[6]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -602,7 +675,7 @@ func (x *CancelRunRequest) String() string {
 func (*CancelRunRequest) ProtoMessage() {}
 
 func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[6]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -615,7 +688,7 @@ func (x *CancelRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CancelRunRequest.ProtoReflect.Descriptor instead.
 func (*CancelRunRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{6}
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CancelRunRequest) GetRunId() string {
@@ -634,7 +707,7 @@ type GetRunRequest struct {
 
 func (x *GetRunRequest) Reset() {
 	*x = GetRunRequest{}
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[7]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -646,7 +719,7 @@ func (x *GetRunRequest) String() string {
 func (*GetRunRequest) ProtoMessage() {}
 
 func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[7]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -659,7 +732,7 @@ func (x *GetRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetRunRequest.ProtoReflect.Descriptor instead.
 func (*GetRunRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetRunRequest) GetRunId() string {
@@ -678,7 +751,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[8]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -690,7 +763,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[8]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -703,7 +776,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ListRunsRequest) GetBox() string {
@@ -722,7 +795,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[9]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -734,7 +807,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[9]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -747,7 +820,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListRunsResponse) GetRuns() []*AgentRun {
@@ -766,7 +839,7 @@ type WatchRunRequest struct {
 
 func (x *WatchRunRequest) Reset() {
 	*x = WatchRunRequest{}
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[10]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -778,7 +851,7 @@ func (x *WatchRunRequest) String() string {
 func (*WatchRunRequest) ProtoMessage() {}
 
 func (x *WatchRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[10]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -791,7 +864,7 @@ func (x *WatchRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunRequest.ProtoReflect.Descriptor instead.
 func (*WatchRunRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *WatchRunRequest) GetRunId() string {
@@ -816,7 +889,7 @@ type WatchRunEvent struct {
 
 func (x *WatchRunEvent) Reset() {
 	*x = WatchRunEvent{}
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[11]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -828,7 +901,7 @@ func (x *WatchRunEvent) String() string {
 func (*WatchRunEvent) ProtoMessage() {}
 
 func (x *WatchRunEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[11]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -841,7 +914,7 @@ func (x *WatchRunEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunEvent.ProtoReflect.Descriptor instead.
 func (*WatchRunEvent) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *WatchRunEvent) GetEvent() isWatchRunEvent_Event {
@@ -916,7 +989,7 @@ type AgentText struct {
 
 func (x *AgentText) Reset() {
 	*x = AgentText{}
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[12]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -928,7 +1001,7 @@ func (x *AgentText) String() string {
 func (*AgentText) ProtoMessage() {}
 
 func (x *AgentText) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[12]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -941,7 +1014,7 @@ func (x *AgentText) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentText.ProtoReflect.Descriptor instead.
 func (*AgentText) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AgentText) GetStep() int32 {
@@ -962,7 +1035,7 @@ var File_cocoonbox_v1_agent_proto protoreflect.FileDescriptor
 
 const file_cocoonbox_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x18cocoonbox/v1/agent.proto\x12\fcocoonbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xed\x03\n" +
+	"\x18cocoonbox/v1/agent.proto\x12\fcocoonbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x99\x04\n" +
 	"\bAgentRun\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06box_id\x18\x02 \x01(\tR\x05boxId\x12\x14\n" +
@@ -984,7 +1057,11 @@ const file_cocoonbox_v1_agent_proto_rawDesc = "" +
 	"max_tokens\x18\x0e \x01(\x03R\tmaxTokens\x12\x1f\n" +
 	"\vtokens_used\x18\x0f \x01(\x03R\n" +
 	"tokensUsed\x12\x1a\n" +
-	"\bquestion\x18\x10 \x01(\tR\bquestion\"\xd4\x02\n" +
+	"\bquestion\x18\x10 \x01(\tR\bquestion\x12*\n" +
+	"\x04plan\x18\x11 \x03(\v2\x16.cocoonbox.v1.PlanItemR\x04plan\"6\n" +
+	"\bPlanItem\x12\x12\n" +
+	"\x04text\x18\x01 \x01(\tR\x04text\x12\x16\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\"\x80\x03\n" +
 	"\tAgentStep\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x05R\x06number\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
@@ -999,7 +1076,8 @@ const file_cocoonbox_v1_agent_proto_rawDesc = "" +
 	"stopReason\x12\x1a\n" +
 	"\breplayed\x18\n" +
 	" \x01(\bR\breplayed\x12\x1a\n" +
-	"\bquestion\x18\v \x01(\tR\bquestion\"n\n" +
+	"\bquestion\x18\v \x01(\tR\bquestion\x12*\n" +
+	"\x04plan\x18\f \x03(\v2\x16.cocoonbox.v1.PlanItemR\x04plan\"n\n" +
 	"\rAgentToolCall\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\bis_error\x18\x02 \x01(\bR\aisError\x12\x16\n" +
@@ -1054,50 +1132,53 @@ func file_cocoonbox_v1_agent_proto_rawDescGZIP() []byte {
 	return file_cocoonbox_v1_agent_proto_rawDescData
 }
 
-var file_cocoonbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_cocoonbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
 var file_cocoonbox_v1_agent_proto_goTypes = []any{
 	(*AgentRun)(nil),              // 0: cocoonbox.v1.AgentRun
-	(*AgentStep)(nil),             // 1: cocoonbox.v1.AgentStep
-	(*AgentToolCall)(nil),         // 2: cocoonbox.v1.AgentToolCall
-	(*StartRunRequest)(nil),       // 3: cocoonbox.v1.StartRunRequest
-	(*SendMessageRequest)(nil),    // 4: cocoonbox.v1.SendMessageRequest
-	(*SendMessageResponse)(nil),   // 5: cocoonbox.v1.SendMessageResponse
-	(*CancelRunRequest)(nil),      // 6: cocoonbox.v1.CancelRunRequest
-	(*GetRunRequest)(nil),         // 7: cocoonbox.v1.GetRunRequest
-	(*ListRunsRequest)(nil),       // 8: cocoonbox.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),      // 9: cocoonbox.v1.ListRunsResponse
-	(*WatchRunRequest)(nil),       // 10: cocoonbox.v1.WatchRunRequest
-	(*WatchRunEvent)(nil),         // 11: cocoonbox.v1.WatchRunEvent
-	(*AgentText)(nil),             // 12: cocoonbox.v1.AgentText
-	(*timestamppb.Timestamp)(nil), // 13: google.protobuf.Timestamp
+	(*PlanItem)(nil),              // 1: cocoonbox.v1.PlanItem
+	(*AgentStep)(nil),             // 2: cocoonbox.v1.AgentStep
+	(*AgentToolCall)(nil),         // 3: cocoonbox.v1.AgentToolCall
+	(*StartRunRequest)(nil),       // 4: cocoonbox.v1.StartRunRequest
+	(*SendMessageRequest)(nil),    // 5: cocoonbox.v1.SendMessageRequest
+	(*SendMessageResponse)(nil),   // 6: cocoonbox.v1.SendMessageResponse
+	(*CancelRunRequest)(nil),      // 7: cocoonbox.v1.CancelRunRequest
+	(*GetRunRequest)(nil),         // 8: cocoonbox.v1.GetRunRequest
+	(*ListRunsRequest)(nil),       // 9: cocoonbox.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),      // 10: cocoonbox.v1.ListRunsResponse
+	(*WatchRunRequest)(nil),       // 11: cocoonbox.v1.WatchRunRequest
+	(*WatchRunEvent)(nil),         // 12: cocoonbox.v1.WatchRunEvent
+	(*AgentText)(nil),             // 13: cocoonbox.v1.AgentText
+	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
 }
 var file_cocoonbox_v1_agent_proto_depIdxs = []int32{
-	1,  // 0: cocoonbox.v1.AgentRun.steps:type_name -> cocoonbox.v1.AgentStep
-	13, // 1: cocoonbox.v1.AgentRun.created_at:type_name -> google.protobuf.Timestamp
-	13, // 2: cocoonbox.v1.AgentRun.ended_at:type_name -> google.protobuf.Timestamp
-	13, // 3: cocoonbox.v1.AgentStep.at:type_name -> google.protobuf.Timestamp
-	2,  // 4: cocoonbox.v1.AgentStep.tool_calls:type_name -> cocoonbox.v1.AgentToolCall
-	0,  // 5: cocoonbox.v1.ListRunsResponse.runs:type_name -> cocoonbox.v1.AgentRun
-	1,  // 6: cocoonbox.v1.WatchRunEvent.step:type_name -> cocoonbox.v1.AgentStep
-	0,  // 7: cocoonbox.v1.WatchRunEvent.run:type_name -> cocoonbox.v1.AgentRun
-	12, // 8: cocoonbox.v1.WatchRunEvent.text:type_name -> cocoonbox.v1.AgentText
-	3,  // 9: cocoonbox.v1.AgentService.StartRun:input_type -> cocoonbox.v1.StartRunRequest
-	4,  // 10: cocoonbox.v1.AgentService.SendMessage:input_type -> cocoonbox.v1.SendMessageRequest
-	6,  // 11: cocoonbox.v1.AgentService.CancelRun:input_type -> cocoonbox.v1.CancelRunRequest
-	7,  // 12: cocoonbox.v1.AgentService.GetRun:input_type -> cocoonbox.v1.GetRunRequest
-	8,  // 13: cocoonbox.v1.AgentService.ListRuns:input_type -> cocoonbox.v1.ListRunsRequest
-	10, // 14: cocoonbox.v1.AgentService.WatchRun:input_type -> cocoonbox.v1.WatchRunRequest
-	0,  // 15: cocoonbox.v1.AgentService.StartRun:output_type -> cocoonbox.v1.AgentRun
-	5,  // 16: cocoonbox.v1.AgentService.SendMessage:output_type -> cocoonbox.v1.SendMessageResponse
-	0,  // 17: cocoonbox.v1.AgentService.CancelRun:output_type -> cocoonbox.v1.AgentRun
-	0,  // 18: cocoonbox.v1.AgentService.GetRun:output_type -> cocoonbox.v1.AgentRun
-	9,  // 19: cocoonbox.v1.AgentService.ListRuns:output_type -> cocoonbox.v1.ListRunsResponse
-	11, // 20: cocoonbox.v1.AgentService.WatchRun:output_type -> cocoonbox.v1.WatchRunEvent
-	15, // [15:21] is the sub-list for method output_type
-	9,  // [9:15] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	2,  // 0: cocoonbox.v1.AgentRun.steps:type_name -> cocoonbox.v1.AgentStep
+	14, // 1: cocoonbox.v1.AgentRun.created_at:type_name -> google.protobuf.Timestamp
+	14, // 2: cocoonbox.v1.AgentRun.ended_at:type_name -> google.protobuf.Timestamp
+	1,  // 3: cocoonbox.v1.AgentRun.plan:type_name -> cocoonbox.v1.PlanItem
+	14, // 4: cocoonbox.v1.AgentStep.at:type_name -> google.protobuf.Timestamp
+	3,  // 5: cocoonbox.v1.AgentStep.tool_calls:type_name -> cocoonbox.v1.AgentToolCall
+	1,  // 6: cocoonbox.v1.AgentStep.plan:type_name -> cocoonbox.v1.PlanItem
+	0,  // 7: cocoonbox.v1.ListRunsResponse.runs:type_name -> cocoonbox.v1.AgentRun
+	2,  // 8: cocoonbox.v1.WatchRunEvent.step:type_name -> cocoonbox.v1.AgentStep
+	0,  // 9: cocoonbox.v1.WatchRunEvent.run:type_name -> cocoonbox.v1.AgentRun
+	13, // 10: cocoonbox.v1.WatchRunEvent.text:type_name -> cocoonbox.v1.AgentText
+	4,  // 11: cocoonbox.v1.AgentService.StartRun:input_type -> cocoonbox.v1.StartRunRequest
+	5,  // 12: cocoonbox.v1.AgentService.SendMessage:input_type -> cocoonbox.v1.SendMessageRequest
+	7,  // 13: cocoonbox.v1.AgentService.CancelRun:input_type -> cocoonbox.v1.CancelRunRequest
+	8,  // 14: cocoonbox.v1.AgentService.GetRun:input_type -> cocoonbox.v1.GetRunRequest
+	9,  // 15: cocoonbox.v1.AgentService.ListRuns:input_type -> cocoonbox.v1.ListRunsRequest
+	11, // 16: cocoonbox.v1.AgentService.WatchRun:input_type -> cocoonbox.v1.WatchRunRequest
+	0,  // 17: cocoonbox.v1.AgentService.StartRun:output_type -> cocoonbox.v1.AgentRun
+	6,  // 18: cocoonbox.v1.AgentService.SendMessage:output_type -> cocoonbox.v1.SendMessageResponse
+	0,  // 19: cocoonbox.v1.AgentService.CancelRun:output_type -> cocoonbox.v1.AgentRun
+	0,  // 20: cocoonbox.v1.AgentService.GetRun:output_type -> cocoonbox.v1.AgentRun
+	10, // 21: cocoonbox.v1.AgentService.ListRuns:output_type -> cocoonbox.v1.ListRunsResponse
+	12, // 22: cocoonbox.v1.AgentService.WatchRun:output_type -> cocoonbox.v1.WatchRunEvent
+	17, // [17:23] is the sub-list for method output_type
+	11, // [11:17] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_cocoonbox_v1_agent_proto_init() }
@@ -1105,7 +1186,7 @@ func file_cocoonbox_v1_agent_proto_init() {
 	if File_cocoonbox_v1_agent_proto != nil {
 		return
 	}
-	file_cocoonbox_v1_agent_proto_msgTypes[11].OneofWrappers = []any{
+	file_cocoonbox_v1_agent_proto_msgTypes[12].OneofWrappers = []any{
 		(*WatchRunEvent_Step)(nil),
 		(*WatchRunEvent_Run)(nil),
 		(*WatchRunEvent_Text)(nil),
@@ -1116,7 +1197,7 @@ func file_cocoonbox_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cocoonbox_v1_agent_proto_rawDesc), len(file_cocoonbox_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   14,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
