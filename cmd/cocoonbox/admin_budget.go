@@ -13,12 +13,14 @@ import (
 func adminBudgetCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "budget",
-		Usage:     "show or set a user's monthly token budget",
+		Usage:     "show or set a user's monthly budgets: model tokens and box-hours",
 		ArgsUsage: "USER",
 		Description: "A user's runs stop, failed with a budget error, before the model call after their runs\n" +
-			"used the budget in a calendar month (UTC). --tokens-per-month 0 removes it.",
+			"used their tokens in a calendar month (UTC); their creates and wakes are refused once their\n" +
+			"boxes ran their box-hours. 0 removes a budget.",
 		Flags: apiFlags(
 			&cli.Int64Flag{Name: "tokens-per-month", Usage: "set the budget to `N` input and output tokens a month (0: none)"},
+			&cli.Float64Flag{Name: "box-hours-per-month", Usage: "set the budget to `H` hours of running boxes a month (0: none)"},
 		),
 		Action: func(c *cli.Context) error {
 			args, err := positional(c, "USER", 1, 1)
@@ -33,6 +35,13 @@ func adminBudgetCommand() *cli.Command {
 				}
 				req.TokensPerMonth = &n
 			}
+			if c.IsSet("box-hours-per-month") {
+				h := c.Float64("box-hours-per-month")
+				if !(h >= 0) {
+					return usageError("--box-hours-per-month must be 0 or more")
+				}
+				req.BoxHoursPerMonth = &h
+			}
 			s, err := open(c)
 			if err != nil {
 				return err
@@ -43,11 +52,15 @@ func adminBudgetCommand() *cli.Command {
 				return apiError(err)
 			}
 			return s.out.result(b, func(w io.Writer) error {
-				limit := "no budget"
+				tokens, hours := "no budget", "no budget"
 				if b.GetTokensPerMonth() > 0 {
-					limit = fmt.Sprintf("%d tokens a month", b.GetTokensPerMonth())
+					tokens = fmt.Sprintf("%d a month", b.GetTokensPerMonth())
 				}
-				_, err := fmt.Fprintf(w, "%s: %s; %d used this month\n", b.GetUser(), limit, b.GetTokensUsed())
+				if b.GetBoxHoursPerMonth() > 0 {
+					hours = fmt.Sprintf("%g a month", b.GetBoxHoursPerMonth())
+				}
+				_, err := fmt.Fprintf(w, "%s\ntokens:     %s; %d used this month\nbox-hours:  %s; %.2f used this month\n",
+					b.GetUser(), tokens, b.GetTokensUsed(), hours, b.GetBoxHoursUsed())
 				return err
 			})
 		},

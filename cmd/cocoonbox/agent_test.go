@@ -24,10 +24,10 @@ func TestAgentWatchText(t *testing.T) {
 	golden(t, "agent_ls_empty", []byte(runOK(t, "", "agent", "ls", "build-farm")))
 	golden(t, "usage_by_run", []byte(runOK(t, "", "usage", "--since", "2026-11-01")))
 	golden(t, "usage_by_user", []byte(runOK(t, "", "usage", "--by", "user", "--since", "2026-11-01")))
-	if got := runOK(t, "", "admin", "budget", "ann", "--tokens-per-month", "100000"); got != "ann: 100000 tokens a month; 12400 used this month\n" {
+	if got := runOK(t, "", "admin", "budget", "ann", "--tokens-per-month", "100000", "--box-hours-per-month", "40.5"); got != "ann\ntokens:     100000 a month; 12400 used this month\nbox-hours:  40.5 a month; 3.25 used this month\n" {
 		t.Errorf("admin budget: %q", got)
 	}
-	if got := runOK(t, "", "admin", "budget", "ann"); got != "ann: no budget; 12400 used this month\n" {
+	if got := runOK(t, "", "admin", "budget", "ann"); got != "ann\ntokens:     no budget; 12400 used this month\nbox-hours:  no budget; 3.25 used this month\n" {
 		t.Errorf("admin budget without a flag: %q", got)
 	}
 }

@@ -552,9 +552,12 @@ func (f *fakeAPI) SetBudget(_ context.Context, r *cbv1.SetBudgetRequest) (*cbv1.
 	if r.GetUser() != "ann" {
 		return nil, status.Errorf(codes.NotFound, "user %s not found", r.GetUser())
 	}
-	b := &cbv1.Budget{User: "ann", TokensUsed: 12400}
+	b := &cbv1.Budget{User: "ann", TokensUsed: 12400, BoxHoursUsed: 3.25}
 	if r.TokensPerMonth != nil {
 		b.TokensPerMonth = r.GetTokensPerMonth()
+	}
+	if r.BoxHoursPerMonth != nil {
+		b.BoxHoursPerMonth = r.GetBoxHoursPerMonth()
 	}
 	return b, nil
 }

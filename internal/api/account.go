@@ -297,8 +297,8 @@ func (a *accountService) SetBudget(ctx context.Context, req *cbv1.SetBudgetReque
 	if err != nil {
 		return nil, err
 	}
-	if req.TokensPerMonth != nil {
-		if err := a.s.store.SetUserBudget(ctx, u.ID, req.GetTokensPerMonth()); err != nil {
+	if req.TokensPerMonth != nil || req.BoxHoursPerMonth != nil {
+		if err := a.s.store.SetUserBudget(ctx, u.ID, store.BudgetChange{TokensPerMonth: req.TokensPerMonth, BoxHoursPerMonth: req.BoxHoursPerMonth}); err != nil {
 			return nil, err
 		}
 	}
@@ -306,5 +306,6 @@ func (a *accountService) SetBudget(ctx context.Context, req *cbv1.SetBudgetReque
 	if err != nil {
 		return nil, err
 	}
-	return &cbv1.Budget{User: u.Name, TokensPerMonth: b.TokensPerMonth, TokensUsed: b.TokensUsed}, nil
+	return &cbv1.Budget{User: u.Name, TokensPerMonth: b.TokensPerMonth, TokensUsed: b.TokensUsed,
+		BoxHoursPerMonth: b.BoxHoursPerMonth, BoxHoursUsed: b.BoxHoursUsed}, nil
 }

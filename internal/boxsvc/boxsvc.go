@@ -102,6 +102,9 @@ func (s *Service) Create(ctx context.Context, owner string, req CreateRequest) (
 	if err := b.Validate(); err != nil {
 		return View{}, err
 	}
+	if err := s.withinBoxHours(ctx, func(ctx context.Context) (store.BoxHours, error) { return s.Store.BoxHoursOfUser(ctx, owner) }); err != nil {
+		return View{}, err
+	}
 	policy, err := s.PolicyDefaults(ctx, owner) // the server's, under the owner's own defaults
 	if err != nil {
 		return View{}, err

@@ -12,6 +12,9 @@ import (
 
 // Wake brings the box back if it sleeps (driver).
 func (s *Service) Wake(ctx context.Context, caller string, id cocoonbox.BoxID) (View, error) {
+	if err := s.withinBoxHours(ctx, func(ctx context.Context) (store.BoxHours, error) { return s.Store.BoxHoursOfBox(ctx, id) }); err != nil {
+		return View{}, err
+	}
 	return s.update(ctx, caller, id, cocoonbox.RoleDriver, workflows.UpdateWake, workflows.WakeInput{Reason: "requested by " + s.who(ctx, caller)})
 }
 

@@ -72,3 +72,18 @@ func (s *Service) costsBy(ctx context.Context, f store.UsageFilter) (map[string]
 	}
 	return out, nil
 }
+
+// withinBoxHours refuses a create or wake once the boxes of the owner that read names ran their
+// monthly box-hours budget. A budget that cannot be read lets it through: the next one checks
+// again, and a box is not kept asleep for the ledger's outage.
+func (s *Service) withinBoxHours(ctx context.Context, read func(context.Context) (store.BoxHours, error)) error {
+	if s.Store == nil {
+		return nil
+	}
+	h, err := read(ctx)
+	if err != nil || h.Limit <= 0 || h.Used < h.Limit {
+		return nil
+	}
+	return cocoonbox.Errorf(cocoonbox.EResourceExhausted,
+		"budget: the boxes of user %s ran %.2f of their %g box-hours this month (the monthly budget an admin set); running boxes go on, none is created or woken", h.Owner, h.Used, h.Limit)
+}

@@ -3,10 +3,12 @@ package boxsvc_test
 import (
 	"context"
 	"math"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/boxsvc"
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/store"
 )
@@ -58,3 +60,26 @@ func TestUsageCosts(t *testing.T) {
 }
 
 func near(a, b float64) bool { return math.Abs(a-b) < 1e-9 }
+
+// TestBoxHoursBudget: once the owner's boxes ran their monthly box-hours, a create and a wake
+// are refused as resource exhausted, saying so, before any workflow is asked.
+func TestBoxHoursBudget(t *testing.T) {
+	e := newRunEnv(t)
+	ctx := context.Background()
+	if err := e.st.SetBoxState(ctx, e.box, cocoonbox.BoxStateRunning, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	tiny := 1e-9 // hours: spent at once by the running box
+	if err := e.st.SetUserBudget(ctx, e.ann, store.BudgetChange{BoxHoursPerMonth: &tiny}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	_, err := e.svc.Wake(ctx, e.ann, e.box)
+	if cocoonbox.ErrorCode(err) != cocoonbox.EResourceExhausted || !strings.HasPrefix(cocoonbox.ErrorMessage(err), "budget: the boxes of user "+e.ann) {
+		t.Fatalf("a wake over the box-hours budget: %v", err)
+	}
+	if _, err := e.svc.Create(ctx, e.ann, boxsvc.CreateRequest{Name: "another"}); cocoonbox.ErrorCode(err) != cocoonbox.EResourceExhausted ||
+		!strings.HasPrefix(cocoonbox.ErrorMessage(err), "budget: ") {
+		t.Fatalf("a create over the box-hours budget: %v", err)
+	}
+}

@@ -264,6 +264,20 @@ func TestAgentRuns(t *testing.T) {
 			return el.Input(a.token)
 		})
 		click(t, page, "#signin-form button[type=submit]", "")
+		// The boxes page shows what the runs so far used, by model.
+		var usage []string
+		if err := testutil.Poll(a.ctx, 30*time.Second, func() error {
+			if err := evalInto(page, `() => [...document.querySelectorAll('#usage-list tr')].map(tr => tr.textContent)`, &usage); err != nil {
+				return err
+			}
+			if len(usage) == 0 || !strings.HasPrefix(usage[0], "scripted-1") {
+				return fmt.Errorf("the usage table shows %q", usage)
+			}
+			return nil
+		}); err != nil {
+			saveScreens(t, page)
+			t.Fatal(err)
+		}
 		click(t, page, "#box-list button", "^Open$")
 		step(t, "type the task", func() error {
 			el, err := page.Element("#agent-task")

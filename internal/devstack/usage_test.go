@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -112,6 +114,21 @@ func testRunUsage(t *testing.T, a *agentEnv, models *modeltest.Server) {
 		t.Fatalf("a run over its starter's monthly budget: %s %q after %d model calls", got.GetState(), got.GetError(), len(models.Requests())-before)
 	}
 	if _, err := a.acct.SetBudget(a.auth, &cbv1.SetBudgetRequest{User: a.owner.Name, TokensPerMonth: proto.Int64(0)}); err != nil {
+		t.Fatal(err)
+	}
+
+	// A box-hours budget the running box has used: no create and no wake, saying why.
+	hours, err := a.acct.SetBudget(a.auth, &cbv1.SetBudgetRequest{User: a.owner.Name, BoxHoursPerMonth: proto.Float64(1e-6)})
+	if err != nil || hours.GetBoxHoursUsed() <= 1e-6 {
+		t.Fatalf("set a box-hours budget below this month's use: %v, %v", hours, err)
+	}
+	if _, err := a.api.CreateBox(a.auth, &cbv1.CreateBoxRequest{Name: "over-budget", Size: "small"}); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "budget: the boxes of user") {
+		t.Fatalf("a create over the box-hours budget: %v", err)
+	}
+	if _, err := a.api.WakeBox(a.auth, &cbv1.WakeBoxRequest{Box: string(a.id)}); status.Code(err) != codes.ResourceExhausted {
+		t.Fatalf("a wake over the box-hours budget: %v", err)
+	}
+	if _, err := a.acct.SetBudget(a.auth, &cbv1.SetBudgetRequest{User: a.owner.Name, BoxHoursPerMonth: proto.Float64(0)}); err != nil {
 		t.Fatal(err)
 	}
 

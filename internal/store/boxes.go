@@ -148,7 +148,11 @@ func (q *Queries) StaleTransientBoxes(ctx context.Context, before time.Time, lim
 // on the new one; an empty sandbox ID keeps the current sandbox and token. Entering deleted stamps
 // deleted_at (the table requires both together) and drops the token, which dies with the sandbox.
 // A deleted box is final and is not updated. (SET expressions all see the row as it was.)
+// setBoxState also keeps the box's running time (box_runtime, boxes.running_since): a time
+// starts when the row says running and ends when it says a state of stoppedStates.
 const setBoxState = `
+WITH old AS (SELECT owner_id, running_since FROM boxes WHERE id = $1 AND deleted_at IS NULL),
+up AS (
 UPDATE boxes SET
     state = $2,
     last_error = NULLIF($4, ''),
@@ -165,8 +169,21 @@ UPDATE boxes SET
         ELSE '' END,
     sandbox_id = coalesce(NULLIF($3, ''), sandbox_id),
     deleted_at = CASE WHEN $2 = 'deleted' THEN now() END,
+    running_since = CASE
+        WHEN $2 = 'running' THEN coalesce(running_since, now())
+        WHEN $2 IN ` + stoppedStates + ` THEN NULL
+        ELSE running_since END,
     updated_at = now()
-WHERE id = $1 AND deleted_at IS NULL`
+WHERE id = $1 AND deleted_at IS NULL
+RETURNING id),
+ran AS (
+INSERT INTO box_runtime (box_id, user_id, started_at, ended_at)
+SELECT $1, old.owner_id, old.running_since, greatest(now(), old.running_since) FROM old, up
+ WHERE old.running_since IS NOT NULL AND $2 IN ` + stoppedStates + `)
+SELECT count(*) FROM up`
+
+// stoppedStates end a box's running time.
+const stoppedStates = `('hibernating', 'hibernated', 'deleting', 'deleted', 'failed')`
 
 // SetBoxState records that box id is now in state, with reason saying why when state is failed
 // (any other state clears the reason). sandboxID, when not empty, is the box's sandbox from now
@@ -177,11 +194,11 @@ func (q *Queries) SetBoxState(ctx context.Context, id cocoonbox.BoxID, state coc
 	if err := state.Validate(); err != nil {
 		return fmt.Errorf("set box %s state: %w: %w", id, err, ErrInvalid)
 	}
-	tag, err := q.db.Exec(ctx, setBoxState, id, state, sandboxID, reason)
-	if err != nil {
+	var n int
+	if err := q.db.QueryRow(ctx, setBoxState, id, state, sandboxID, reason).Scan(&n); err != nil {
 		return fmt.Errorf("set box %s state %s: %w", id, state, mapErr(err))
 	}
-	if tag.RowsAffected() == 0 {
+	if n == 0 {
 		if err := q.whyUnchanged(ctx, id, state == cocoonbox.BoxStateDeleted); err != nil {
 			return fmt.Errorf("set box %s state %s: %w", id, state, err)
 		}

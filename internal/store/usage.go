@@ -167,7 +167,7 @@ func (q *Queries) RunSpend(ctx context.Context, id string) (Spend, error) {
 		`SELECT coalesce((SELECT sum(input_tokens + output_tokens) FROM model_calls WHERE run_id = r.id), 0)::bigint,
 		        r.max_tokens,
 		        coalesce((SELECT sum(input_tokens + output_tokens) FROM model_calls
-		                   WHERE user_id = r.owner_id AND at >= date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'), 0)::bigint,
+		                   WHERE user_id = r.owner_id AND at >= `+monthStart+`), 0)::bigint,
 		        coalesce((SELECT tokens_per_month FROM user_budgets WHERE user_id = r.owner_id), 0)
 		   FROM agent_runs r WHERE r.id = $1`, id).Scan(&s.RunUsed, &s.RunLimit, &s.UserUsed, &s.UserLimit)
 	if err != nil {
@@ -176,40 +176,93 @@ func (q *Queries) RunSpend(ctx context.Context, id string) (Spend, error) {
 	return s, nil
 }
 
-// Budget is a user's monthly token budget (0: none) and what their runs used this month.
+// Budget is a user's monthly budgets (0: none) and what they used of them this calendar month
+// (UTC): their runs' tokens, and the hours their boxes ran.
 type Budget struct {
-	User           string
-	TokensPerMonth int64
-	TokensUsed     int64
+	User             string
+	TokensPerMonth   int64
+	TokensUsed       int64
+	BoxHoursPerMonth float64
+	BoxHoursUsed     float64
 }
 
-// SetUserBudget sets the user's monthly token budget; 0 removes it. An unknown user is
-// ErrNotFound; a negative budget is ErrInvalid.
-func (q *Queries) SetUserBudget(ctx context.Context, userID string, tokensPerMonth int64) error {
-	var err error
+// BudgetChange changes the budgets it names (nil: unchanged); 0 removes a budget.
+type BudgetChange struct {
+	TokensPerMonth   *int64
+	BoxHoursPerMonth *float64
+}
+
+// SetUserBudget changes the user's monthly budgets. An unknown user is ErrNotFound; a negative
+// budget is ErrInvalid naming it.
+func (q *Queries) SetUserBudget(ctx context.Context, userID string, c BudgetChange) error {
 	switch {
-	case tokensPerMonth < 0:
+	case c.TokensPerMonth != nil && *c.TokensPerMonth < 0:
 		return fmt.Errorf("set budget of %s: %w: %w", userID, cocoonbox.Invalid("tokens_per_month", "must be 0 (no budget) or more"), ErrInvalid)
-	case tokensPerMonth == 0:
-		_, err = q.db.Exec(ctx, `DELETE FROM user_budgets WHERE user_id = $1`, userID)
-	default:
-		_, err = q.db.Exec(ctx, `INSERT INTO user_budgets (user_id, tokens_per_month) VALUES ($1, $2)
-			ON CONFLICT (user_id) DO UPDATE SET tokens_per_month = $2, updated_at = now()`, userID, tokensPerMonth)
+	case c.BoxHoursPerMonth != nil && !(*c.BoxHoursPerMonth >= 0):
+		return fmt.Errorf("set budget of %s: %w: %w", userID, cocoonbox.Invalid("box_hours_per_month", "must be 0 (no budget) or more"), ErrInvalid)
 	}
+	_, err := q.db.Exec(ctx, `INSERT INTO user_budgets (user_id, tokens_per_month, box_hours_per_month)
+		VALUES ($1, coalesce($2::bigint, 0), coalesce($3::double precision, 0))
+		ON CONFLICT (user_id) DO UPDATE SET
+		    tokens_per_month = coalesce($2::bigint, user_budgets.tokens_per_month),
+		    box_hours_per_month = coalesce($3::double precision, user_budgets.box_hours_per_month),
+		    updated_at = now()`, userID, c.TokensPerMonth, c.BoxHoursPerMonth)
 	if err != nil {
 		return fmt.Errorf("set budget of %s: %w", userID, mapErr(err))
 	}
 	return nil
 }
 
-// UserBudget is the user's budget and their tokens this calendar month (UTC).
+// monthStart is the start of the calendar month (UTC) in SQL.
+const monthStart = `(date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC')`
+
+// boxHoursOf sums the hours the boxes of the user user (an SQL expression) ran this month, the
+// times under way included.
+func boxHoursOf(user string) string {
+	return `coalesce((SELECT sum(extract(epoch FROM ended_at - greatest(started_at, ` + monthStart + `)))
+	FROM box_runtime WHERE user_id = ` + user + ` AND ended_at > ` + monthStart + `), 0) / 3600 +
+	coalesce((SELECT sum(extract(epoch FROM now() - greatest(running_since, ` + monthStart + `)))
+	FROM boxes WHERE owner_id = ` + user + ` AND running_since IS NOT NULL AND deleted_at IS NULL), 0) / 3600`
+}
+
+// BoxHours is what a box's owner may still run: their box-hours this month and their budget
+// (0: none, and then the hours are not summed).
+type BoxHours struct {
+	Owner       string
+	Used, Limit float64
+}
+
+// BoxHoursOfBox is the BoxHours of box id's owner; an unknown box is ErrNotFound.
+func (q *Queries) BoxHoursOfBox(ctx context.Context, id cocoonbox.BoxID) (BoxHours, error) {
+	return q.boxHours(ctx, `FROM boxes x LEFT JOIN user_budgets b ON b.user_id = x.owner_id WHERE x.id = $1`, "x.owner_id", string(id))
+}
+
+// BoxHoursOfUser is the BoxHours of user id.
+func (q *Queries) BoxHoursOfUser(ctx context.Context, id string) (BoxHours, error) {
+	return q.boxHours(ctx, `FROM users x LEFT JOIN user_budgets b ON b.user_id = x.id WHERE x.id = $1`, "x.id", id)
+}
+
+func (q *Queries) boxHours(ctx context.Context, from, owner, arg string) (BoxHours, error) {
+	var h BoxHours
+	err := q.db.QueryRow(ctx, `SELECT `+owner+`, coalesce(b.box_hours_per_month, 0),
+		CASE WHEN coalesce(b.box_hours_per_month, 0) > 0 THEN (`+boxHoursOf(owner)+`)::double precision ELSE 0 END `+from,
+		arg).Scan(&h.Owner, &h.Limit, &h.Used)
+	if err != nil {
+		return BoxHours{}, fmt.Errorf("box-hours of %s: %w", arg, mapErr(err))
+	}
+	return h, nil
+}
+
+// UserBudget is the user's budgets and what they used of them this calendar month (UTC).
 func (q *Queries) UserBudget(ctx context.Context, userID string) (Budget, error) {
 	b := Budget{User: userID}
 	err := q.db.QueryRow(ctx,
 		`SELECT coalesce((SELECT tokens_per_month FROM user_budgets WHERE user_id = $1), 0),
 		        coalesce((SELECT sum(input_tokens + output_tokens) FROM model_calls
-		                   WHERE user_id = $1 AND at >= date_trunc('month', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'), 0)::bigint`,
-		userID).Scan(&b.TokensPerMonth, &b.TokensUsed)
+		                   WHERE user_id = $1 AND at >= `+monthStart+`), 0)::bigint,
+		        coalesce((SELECT box_hours_per_month FROM user_budgets WHERE user_id = $1), 0),
+		        (`+boxHoursOf("$1")+`)::double precision`,
+		userID).Scan(&b.TokensPerMonth, &b.TokensUsed, &b.BoxHoursPerMonth, &b.BoxHoursUsed)
 	if err != nil {
 		return Budget{}, fmt.Errorf("budget of %s: %w", userID, mapErr(err))
 	}

@@ -49,7 +49,7 @@ func TestUsageLedger(t *testing.T) {
 	if _, _, err := st.RunTokens(ctx, "run_x"); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("an unknown run: %v", err)
 	}
-	if err := st.SetUserBudget(ctx, alice, 90); err != nil {
+	if err := st.SetUserBudget(ctx, alice, store.BudgetChange{TokensPerMonth: ptr(int64(90))}); err != nil {
 		t.Fatal(err)
 	}
 	if sp, err := st.RunSpend(ctx, "run_a"); err != nil || sp != (store.Spend{RunUsed: 82, RunLimit: 100, UserUsed: 82, UserLimit: 90}) {
@@ -58,13 +58,13 @@ func TestUsageLedger(t *testing.T) {
 	if b, err := st.UserBudget(ctx, alice); err != nil || b.TokensPerMonth != 90 || b.TokensUsed != 82 {
 		t.Fatalf("alice's budget: %+v, %v", b, err)
 	}
-	if err := st.SetUserBudget(ctx, alice, -1); !errors.Is(err, store.ErrInvalid) || cocoonbox.ErrorField(err) != "tokens_per_month" {
+	if err := st.SetUserBudget(ctx, alice, store.BudgetChange{TokensPerMonth: ptr(int64(-1))}); !errors.Is(err, store.ErrInvalid) || cocoonbox.ErrorField(err) != "tokens_per_month" {
 		t.Fatalf("a negative budget: %v", err)
 	}
-	if err := st.SetUserBudget(ctx, "usr_nobody", 5); !errors.Is(err, store.ErrNotFound) {
+	if err := st.SetUserBudget(ctx, "usr_nobody", store.BudgetChange{TokensPerMonth: ptr(int64(5))}); !errors.Is(err, store.ErrNotFound) {
 		t.Fatalf("an unknown user's budget: %v", err)
 	}
-	if err := st.SetUserBudget(ctx, alice, 0); err != nil {
+	if err := st.SetUserBudget(ctx, alice, store.BudgetChange{TokensPerMonth: ptr(int64(0))}); err != nil {
 		t.Fatal(err)
 	}
 	if sp, err := st.RunSpend(ctx, "run_b"); err != nil || sp.UserLimit != 0 || sp.UserUsed != 1001 || sp.RunLimit != 0 {
@@ -84,5 +84,78 @@ func TestUsageLedger(t *testing.T) {
 	}
 	if _, err := st.Usage(ctx, store.UsageFilter{By: "day"}); !errors.Is(err, store.ErrInvalid) || cocoonbox.ErrorField(err) != "by" {
 		t.Fatalf("grouped by day: %v", err)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// TestBoxRuntime: a box's running time starts when its row says running and ends when it says
+// hibernated (or another stopped state), once; the owner's box-hours this month count the
+// times that ended and the one under way, beside the box-hours budget an admin set.
+func TestBoxRuntime(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.New(t)
+	alice := newUser(t, st, "alice")
+	box := newBox(t, st, alice, "dev").ID
+	for _, s := range []cocoonbox.BoxState{cocoonbox.BoxStateRunning, cocoonbox.BoxStateSnapshotting, cocoonbox.BoxStateRunning} {
+		if err := st.SetBoxState(ctx, box, s, "", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(50 * time.Millisecond)
+	running, err := st.UserBudget(ctx, alice)
+	if err != nil || running.BoxHoursUsed <= 0 {
+		t.Fatalf("a box under way: %+v, %v; want some hours", running, err)
+	}
+	for _, s := range []cocoonbox.BoxState{cocoonbox.BoxStateHibernating, cocoonbox.BoxStateHibernated} {
+		if err := st.SetBoxState(ctx, box, s, "", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stopped, err := st.UserBudget(ctx, alice)
+	if err != nil || stopped.BoxHoursUsed < running.BoxHoursUsed || stopped.BoxHoursUsed > running.BoxHoursUsed+1.0/3600 {
+		t.Fatalf("after the hibernate: %+v, %v; want the time it ran, once", stopped, err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if later, err := st.UserBudget(ctx, alice); err != nil || later.BoxHoursUsed != stopped.BoxHoursUsed {
+		t.Fatalf("a hibernated box's hours grew: %v then %v, %v", stopped.BoxHoursUsed, later.BoxHoursUsed, err)
+	}
+	if err := st.SetUserBudget(ctx, alice, store.BudgetChange{BoxHoursPerMonth: ptr(2.5)}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := st.UserBudget(ctx, alice); err != nil || b.BoxHoursPerMonth != 2.5 || b.TokensPerMonth != 0 {
+		t.Fatalf("alice's budget: %+v, %v", b, err)
+	}
+	if err := st.SetUserBudget(ctx, alice, store.BudgetChange{BoxHoursPerMonth: ptr(-1.0)}); cocoonbox.ErrorField(err) != "box_hours_per_month" {
+		t.Fatalf("a negative box-hours budget: %v", err)
+	}
+}
+
+// TestBoxHoursOfBox: a box's owner's box-hours and budget, read by the box.
+func TestBoxHoursOfBox(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.New(t)
+	alice := newUser(t, st, "alice")
+	box := newBox(t, st, alice, "dev").ID
+	if h, err := st.BoxHoursOfBox(ctx, box); err != nil || h.Owner != alice || h.Limit != 0 || h.Used != 0 {
+		t.Fatalf("no budget: %+v, %v", h, err)
+	}
+	if err := st.SetBoxState(ctx, box, cocoonbox.BoxStateRunning, "", ""); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.SetUserBudget(ctx, alice, store.BudgetChange{BoxHoursPerMonth: ptr(1.0)}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	if h, err := st.BoxHoursOfBox(ctx, box); err != nil || h.Limit != 1 || h.Used <= 0 {
+		t.Fatalf("a running box under a budget: %+v, %v", h, err)
+	}
+	if h, err := st.BoxHoursOfUser(ctx, alice); err != nil || h.Limit != 1 || h.Used <= 0 {
+		t.Fatalf("by user: %+v, %v", h, err)
+	}
+	if _, err := st.BoxHoursOfBox(ctx, cocoonbox.NewBoxID()); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("an unknown box: %v", err)
 	}
 }

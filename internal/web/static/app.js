@@ -128,6 +128,32 @@ async function listBoxes() {
     rows.append(tr);
   }
   show('boxes');
+  listUsage().catch(report);
+}
+
+// listUsage shows what the user's agent runs' model calls used in the last 30 days, by model.
+async function listUsage() {
+  const since = new Date(Date.now() - 30 * 24 * 3600 * 1000).toISOString();
+  const { rows = [] } = await call('AccountService/GetUsage', { by: 'model', since });
+  const list = $('usage-list');
+  list.replaceChildren();
+  for (const r of rows) {
+    const tr = document.createElement('tr');
+    for (const v of [r.key, r.calls, r.inputTokens, r.cachedTokens, r.outputTokens, Number(r.costUsd || 0).toFixed(4)]) {
+      const td = document.createElement('td');
+      td.textContent = String(v ?? 0);
+      tr.append(td);
+    }
+    list.append(tr);
+  }
+  if (rows.length === 0) {
+    const tr = document.createElement('tr');
+    const td = document.createElement('td');
+    td.colSpan = 6;
+    td.textContent = 'No model calls yet.';
+    tr.append(td);
+    list.append(tr);
+  }
 }
 
 function render(b) {

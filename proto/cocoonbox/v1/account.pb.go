@@ -28,10 +28,11 @@ const (
 type SetBudgetRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	// user is the user's name or ID.
-	User           string `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
-	TokensPerMonth *int64 `protobuf:"varint,2,opt,name=tokens_per_month,json=tokensPerMonth,proto3,oneof" json:"tokens_per_month,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	User             string   `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
+	TokensPerMonth   *int64   `protobuf:"varint,2,opt,name=tokens_per_month,json=tokensPerMonth,proto3,oneof" json:"tokens_per_month,omitempty"`
+	BoxHoursPerMonth *float64 `protobuf:"fixed64,3,opt,name=box_hours_per_month,json=boxHoursPerMonth,proto3,oneof" json:"box_hours_per_month,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *SetBudgetRequest) Reset() {
@@ -78,13 +79,25 @@ func (x *SetBudgetRequest) GetTokensPerMonth() int64 {
 	return 0
 }
 
+func (x *SetBudgetRequest) GetBoxHoursPerMonth() float64 {
+	if x != nil && x.BoxHoursPerMonth != nil {
+		return *x.BoxHoursPerMonth
+	}
+	return 0
+}
+
 type Budget struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	User  string                 `protobuf:"bytes,1,opt,name=user,proto3" json:"user,omitempty"`
 	// tokens_per_month is the budget; 0 is none.
 	TokensPerMonth int64 `protobuf:"varint,2,opt,name=tokens_per_month,json=tokensPerMonth,proto3" json:"tokens_per_month,omitempty"`
 	// tokens_used is what the user's runs used this calendar month (UTC).
-	TokensUsed    int64 `protobuf:"varint,3,opt,name=tokens_used,json=tokensUsed,proto3" json:"tokens_used,omitempty"`
+	TokensUsed int64 `protobuf:"varint,3,opt,name=tokens_used,json=tokensUsed,proto3" json:"tokens_used,omitempty"`
+	// box_hours_per_month is the budget of the hours the user's boxes run; 0 is none.
+	BoxHoursPerMonth float64 `protobuf:"fixed64,4,opt,name=box_hours_per_month,json=boxHoursPerMonth,proto3" json:"box_hours_per_month,omitempty"`
+	// box_hours_used is how long the user's boxes ran this calendar month (UTC), those running
+	// now included.
+	BoxHoursUsed  float64 `protobuf:"fixed64,5,opt,name=box_hours_used,json=boxHoursUsed,proto3" json:"box_hours_used,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -136,6 +149,20 @@ func (x *Budget) GetTokensPerMonth() int64 {
 func (x *Budget) GetTokensUsed() int64 {
 	if x != nil {
 		return x.TokensUsed
+	}
+	return 0
+}
+
+func (x *Budget) GetBoxHoursPerMonth() float64 {
+	if x != nil {
+		return x.BoxHoursPerMonth
+	}
+	return 0
+}
+
+func (x *Budget) GetBoxHoursUsed() float64 {
+	if x != nil {
+		return x.BoxHoursUsed
 	}
 	return 0
 }
@@ -1719,16 +1746,20 @@ var File_cocoonbox_v1_account_proto protoreflect.FileDescriptor
 
 const file_cocoonbox_v1_account_proto_rawDesc = "" +
 	"\n" +
-	"\x1acocoonbox/v1/account.proto\x12\fcocoonbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"j\n" +
+	"\x1acocoonbox/v1/account.proto\x12\fcocoonbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xb6\x01\n" +
 	"\x10SetBudgetRequest\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12-\n" +
-	"\x10tokens_per_month\x18\x02 \x01(\x03H\x00R\x0etokensPerMonth\x88\x01\x01B\x13\n" +
-	"\x11_tokens_per_month\"g\n" +
+	"\x10tokens_per_month\x18\x02 \x01(\x03H\x00R\x0etokensPerMonth\x88\x01\x01\x122\n" +
+	"\x13box_hours_per_month\x18\x03 \x01(\x01H\x01R\x10boxHoursPerMonth\x88\x01\x01B\x13\n" +
+	"\x11_tokens_per_monthB\x16\n" +
+	"\x14_box_hours_per_month\"\xbc\x01\n" +
 	"\x06Budget\x12\x12\n" +
 	"\x04user\x18\x01 \x01(\tR\x04user\x12(\n" +
 	"\x10tokens_per_month\x18\x02 \x01(\x03R\x0etokensPerMonth\x12\x1f\n" +
 	"\vtokens_used\x18\x03 \x01(\x03R\n" +
-	"tokensUsed\"p\n" +
+	"tokensUsed\x12-\n" +
+	"\x13box_hours_per_month\x18\x04 \x01(\x01R\x10boxHoursPerMonth\x12$\n" +
+	"\x0ebox_hours_used\x18\x05 \x01(\x01R\fboxHoursUsed\"p\n" +
 	"\x0fGetUsageRequest\x12\x0e\n" +
 	"\x02by\x18\x01 \x01(\tR\x02by\x120\n" +
 	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12\x1b\n" +

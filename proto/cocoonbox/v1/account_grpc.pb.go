@@ -73,9 +73,10 @@ type AccountServiceClient interface {
 	// GetUsage sums the model calls of agent runs since a time, grouped by user, box, run or
 	// model: the caller's own calls, or everyone's for an admin who asks for all_users.
 	GetUsage(ctx context.Context, in *GetUsageRequest, opts ...grpc.CallOption) (*GetUsageResponse, error)
-	// SetBudget sets a user's monthly token budget (admin only), or with tokens_per_month unset
-	// only reads it: their runs stop, failed with an error starting "budget:", before the model
-	// call after they used it in a calendar month (UTC). 0 removes the budget.
+	// SetBudget sets a user's monthly budgets (admin only), or with neither set only reads them.
+	// Their runs stop, failed with an error starting "budget:", before the model call after they
+	// used tokens_per_month in a calendar month (UTC); their creates and wakes are refused
+	// (resource_exhausted, "budget:") once their boxes ran box_hours_per_month. 0 removes one.
 	SetBudget(ctx context.Context, in *SetBudgetRequest, opts ...grpc.CallOption) (*Budget, error)
 }
 
@@ -253,9 +254,10 @@ type AccountServiceServer interface {
 	// GetUsage sums the model calls of agent runs since a time, grouped by user, box, run or
 	// model: the caller's own calls, or everyone's for an admin who asks for all_users.
 	GetUsage(context.Context, *GetUsageRequest) (*GetUsageResponse, error)
-	// SetBudget sets a user's monthly token budget (admin only), or with tokens_per_month unset
-	// only reads it: their runs stop, failed with an error starting "budget:", before the model
-	// call after they used it in a calendar month (UTC). 0 removes the budget.
+	// SetBudget sets a user's monthly budgets (admin only), or with neither set only reads them.
+	// Their runs stop, failed with an error starting "budget:", before the model call after they
+	// used tokens_per_month in a calendar month (UTC); their creates and wakes are refused
+	// (resource_exhausted, "budget:") once their boxes ran box_hours_per_month. 0 removes one.
 	SetBudget(context.Context, *SetBudgetRequest) (*Budget, error)
 	mustEmbedUnimplementedAccountServiceServer()
 }
