@@ -36,7 +36,8 @@ func (s *Store) AfterRestore(ctx context.Context, note string) (Restored, error)
 	err = s.InTx(ctx, func(q *Queries) error {
 		rows, err := q.db.Query(ctx,
 			`UPDATE boxes SET state = 'hibernated', sandbox_id = NULL, sandbox_token_ciphertext = NULL,
-			        sandbox_addr = '', sandbox_node = '', last_error = NULL, updated_at = now()
+			        sandbox_addr = '', sandbox_node = '', last_error = NULL, updated_at = now(),
+			        running_since = NULL -- how long it ran after the dump is not known: not billed
 			  WHERE deleted_at IS NULL RETURNING id`)
 		if err != nil {
 			return err

@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/store"
@@ -50,6 +51,15 @@ func TestAfterRestore(t *testing.T) {
 	}
 	if done, _ := st.AgentRunByID(ctx, "run_done"); done.State != cocoonbox.AgentRunSucceeded {
 		t.Fatalf("finished run after restore: %+v", done)
+	}
+	// The box ran when the dump was taken; asleep after the restore, it runs no more hours.
+	before, err := st.UserBudget(ctx, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(20 * time.Millisecond)
+	if after, err := st.UserBudget(ctx, alice); err != nil || after.BoxHoursUsed != before.BoxHoursUsed {
+		t.Fatalf("the restored box's hours grew while it slept: %v then %v, %v", before.BoxHoursUsed, after.BoxHoursUsed, err)
 	}
 	events, err := st.EventsForBox(ctx, string(running), 10)
 	if err != nil || len(events) == 0 || events[0].Action != "box.restored" {
