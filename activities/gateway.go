@@ -187,7 +187,7 @@ func (m *modelLinks) serve(ctx context.Context, link sandbox.Conn, br *bufio.Rea
 	defer func() { m.recordCall(ctx, resp.StatusCode, usage, sent) }()
 	if mt := m.meter; mt != nil && mt.texts != nil && resp.StatusCode == http.StatusOK {
 		// The run's followers read the model's text as it comes, not only once the step is done.
-		pump := newTextPump(ctx, mt.texts, mt.call.RunID, mt.call.Step, func(err error) {
+		pump := newTextPump(ctx, mt.texts, mt.call.RunID, mt.call.Step, m.route.secret, func(err error) {
 			m.log.Warn("stream run text", "run", mt.call.RunID, "error", err.Error())
 		})
 		usage.onText = pump.add

@@ -298,8 +298,10 @@ type textPump struct {
 	done    chan struct{}
 }
 
-// newTextPump starts publishing the text added for run's step to to; close flushes and stops it.
-func newTextPump(ctx context.Context, to RunTexts, run string, step int, log func(error)) *textPump {
+// newTextPump starts publishing the text added for run's step to to, with secret (the gateway
+// key, which followers must never read, as the box never does) cut out; close flushes and stops
+// it.
+func newTextPump(ctx context.Context, to RunTexts, run string, step int, secret string, log func(error)) *textPump {
 	p := &textPump{wake: make(chan struct{}, 1), done: make(chan struct{})}
 	ctx = context.WithoutCancel(ctx)
 	go func() {
@@ -310,6 +312,9 @@ func newTextPump(ctx context.Context, to RunTexts, run string, step int, log fun
 			text := p.pending.String()
 			p.pending.Reset()
 			p.mu.Unlock()
+			if secret != "" {
+				text = strings.ReplaceAll(text, secret, "[redacted]")
+			}
 			if text == "" {
 				continue
 			}

@@ -178,3 +178,20 @@ func TestModelLinkStreamsText(t *testing.T) {
 		})
 	}
 }
+
+// TestTextPumpCutsTheKey: the gateway key never reaches a run's followers in its streamed text.
+func TestTextPumpCutsTheKey(t *testing.T) {
+	x := &texts{}
+	p := newTextPump(context.Background(), x, "run_1", 1, "sk-secret-123", func(err error) { t.Error(err) })
+	p.add("your key is sk-secret-123, said the gateway")
+	p.close()
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var all strings.Builder
+	for _, piece := range x.got {
+		all.WriteString(piece.Text)
+	}
+	if strings.Contains(all.String(), "sk-secret-123") || !strings.Contains(all.String(), "[redacted]") {
+		t.Fatalf("streamed %q", all.String())
+	}
+}
