@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"go.temporal.io/sdk/activity"
+
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 )
 
@@ -13,6 +15,16 @@ type HibernateRecordedInput struct {
 	SandboxInput
 	// Record is the box row written before the engine is called (state hibernating).
 	Record SetStateInput
+	// Then, when set, is the box row (with its event) written once the engine has hibernated
+	// the sandbox: the hibernate's last row in the same local activity, a hop through the
+	// worker fewer again.
+	Then *SetStateInput
+}
+
+// HibernateRecordedResult says whether the row of in.Then was written. When it was not (or
+// was not asked for), the workflow writes it itself, with its retries.
+type HibernateRecordedResult struct {
+	Settled bool
 }
 
 // errNoRows is HibernateRecorded's answer when the worker gave it no store to write the row to.
@@ -23,9 +35,9 @@ var errNoRows = errors.New("this worker records no box rows")
 // cannot be written: the API reaches the sandbox of a box whose row says it runs without asking
 // its workflow, and an engine call on a sleeping sandbox would wake it behind the workflow. The
 // sandbox's token is read while the row is written.
-func (a *Sandbox) HibernateRecorded(ctx context.Context, in HibernateRecordedInput) error {
+func (a *Sandbox) HibernateRecorded(ctx context.Context, in HibernateRecordedInput) (HibernateRecordedResult, error) {
 	if a.Rows == nil {
-		return classify(errNoRows)
+		return HibernateRecordedResult{}, classify(errNoRows)
 	}
 	type refOrErr struct {
 		ref sandbox.SandboxRef
@@ -40,9 +52,20 @@ func (a *Sandbox) HibernateRecorded(ctx context.Context, in HibernateRecordedInp
 	r := <-read
 	switch {
 	case werr != nil:
-		return classify(fmt.Errorf("hibernate: record the box's state: %w", werr))
+		return HibernateRecordedResult{}, classify(fmt.Errorf("hibernate: record the box's state: %w", werr))
 	case r.err != nil:
-		return r.err
+		return HibernateRecordedResult{}, r.err
 	}
-	return a.call(ctx, r.ref, "hibernate", a.Client.Hibernate)
+	if err := a.call(ctx, r.ref, "hibernate", a.Client.Hibernate); err != nil {
+		return HibernateRecordedResult{}, err
+	}
+	if in.Then == nil {
+		return HibernateRecordedResult{}, nil
+	}
+	if err := a.Rows.setState(ctx, *in.Then); err != nil {
+		// The sandbox sleeps; the workflow writes the row again with its own retries.
+		activity.GetLogger(ctx).Warn("record the hibernated box", "box", in.BoxID, "error", err)
+		return HibernateRecordedResult{}, nil
+	}
+	return HibernateRecordedResult{Settled: true}, nil
 }

@@ -8,6 +8,7 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/sandbox/sandboxtest"
 )
 
@@ -59,9 +60,29 @@ func TestHibernateRecorded(t *testing.T) {
 		t.Fatalf("engine hibernates = %d, want 1", n)
 	}
 
+	// The hibernated row, when handed over, is written once the engine is done.
+	if err := f.Client(root).Wake(t.Context(), sandbox.SandboxRef{ID: claimed.SandboxID}); err != nil {
+		t.Fatalf("wake: %v", err)
+	}
+	then := SetStateInput{BoxID: box, State: cocoonbox.BoxStateHibernated, SandboxID: claimed.SandboxID,
+		Event: &EventInput{BoxID: box, Kind: "hibernated", Detail: "requested"}}
+	in.Then = &then
+	v, err = env.ExecuteActivity(a.HibernateRecorded, in)
+	var res HibernateRecordedResult
+	if err == nil {
+		err = v.Get(&res)
+	}
+	if err != nil || !res.Settled {
+		t.Fatalf("hibernate with the hibernated row: %+v, %v; want settled", res, err)
+	}
+	if got := rows.boxes[box].State; got != cocoonbox.BoxStateHibernated {
+		t.Fatalf("box row says %s, want hibernated", got)
+	}
+	in.Then = nil
+
 	// Without a store to write to, nothing is asked of the engine either.
 	a.Rows = nil
-	if _, err := env.ExecuteActivity(a.HibernateRecorded, in); err == nil || f.Calls("hibernate") != 1 {
+	if _, err := env.ExecuteActivity(a.HibernateRecorded, in); err == nil || f.Calls("hibernate") != 2 {
 		t.Fatalf("hibernate without rows: %v, engine hibernates %d", err, f.Calls("hibernate"))
 	}
 }

@@ -50,13 +50,17 @@ type box struct {
 	// recordsSleep is whether this run writes the hibernating row in the local activity that
 	// hibernates the sandbox (HibernateRecorded): version 3 of versionExplains.
 	recordsSleep bool
+	// sleepsInOne is whether that local activity also writes the hibernated row and its event,
+	// and the BoxState search attribute skips hibernating, which no one could see between the
+	// two upserts of one workflow task: version 4 of versionExplains.
+	sleepsInOne bool
 }
 
 // versionExplains marks the box workflow's explaining itself: an idle_warning event before an
 // idle hibernate, and the reason of every wake and requested hibernate in its events; its
-// version 2 also settles (box.settles), and its version 3 records the hibernating row with the
-// engine call (box.recordsSleep). Asked once when a run starts, so it costs a wake no
-// history.
+// version 2 also settles (box.settles), its version 3 records the hibernating row with the
+// engine call (box.recordsSleep) and its version 4 the hibernated row too (box.sleepsInOne).
+// Asked once when a run starts, so it costs a wake no history.
 const versionExplains = "explains"
 
 func newBox(ctx workflow.Context, in BoxWorkflowInput) *box {
@@ -83,8 +87,8 @@ func newBox(ctx workflow.Context, in BoxWorkflowInput) *box {
 
 // setup registers the query, the updates with their validators and the signals.
 func (w *box) setup(ctx workflow.Context) error {
-	v := workflow.GetVersion(ctx, versionExplains, workflow.DefaultVersion, 3)
-	w.explains, w.settles, w.recordsSleep = v >= 1, v >= 2, v >= 3
+	v := workflow.GetVersion(ctx, versionExplains, workflow.DefaultVersion, 4)
+	w.explains, w.settles, w.recordsSleep, w.sleepsInOne = v >= 1, v >= 2, v >= 3, v >= 4
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) {
 		return w.status(), nil
 	}); err != nil {

@@ -107,21 +107,27 @@ var envRows sync.Map // *testsuite.TestWorkflowEnvironment -> func(context.Conte
 
 // hibernates mocks a hibernate of the box's sandbox as the workflow makes it: HibernateRecorded,
 // whose row goes through the environment's SetState mock first (the activity writes it before
-// the engine call, and makes no engine call when it fails), then hibernate (nil: success). want
-// is the sandbox the call must name (nil: any).
+// the engine call, and makes no engine call when it fails), then hibernate (nil: success), then
+// the hibernated row when the workflow hands it over. want is the sandbox the call must name
+// (nil: any).
 func hibernates(env *testsuite.TestWorkflowEnvironment, want *activities.SandboxInput, hibernate func(activities.SandboxInput) error) *testsuite.MockCallWrapper {
 	v, _ := envRows.Load(env)
 	rows := v.(func(context.Context, activities.SetStateInput) error)
 	match := mock.MatchedBy(func(in activities.HibernateRecordedInput) bool { return want == nil || in.SandboxInput == *want })
 	return env.OnActivity(sb.HibernateRecorded, mock.Anything, match).Return(
-		func(ctx context.Context, in activities.HibernateRecordedInput) error {
+		func(ctx context.Context, in activities.HibernateRecordedInput) (activities.HibernateRecordedResult, error) {
 			if err := rows(ctx, in.Record); err != nil {
-				return fmt.Errorf("hibernate: record the box's state: %w", err)
+				return activities.HibernateRecordedResult{}, fmt.Errorf("hibernate: record the box's state: %w", err)
 			}
-			if hibernate == nil {
-				return nil
+			if hibernate != nil {
+				if err := hibernate(in.SandboxInput); err != nil {
+					return activities.HibernateRecordedResult{}, err
+				}
 			}
-			return hibernate(in.SandboxInput)
+			if in.Then == nil || rows(ctx, *in.Then) != nil {
+				return activities.HibernateRecordedResult{}, nil
+			}
+			return activities.HibernateRecordedResult{Settled: true}, nil
 		})
 }
 
@@ -248,6 +254,54 @@ func TestHibernateNeedsItsRow(t *testing.T) {
 	require.Equal(t, cocoonbox.BoxStateRunning, after.State)
 	require.Contains(t, after.LastError, "hibernate: record the box's state")
 	require.NotContains(t, *states, cocoonbox.BoxStateHibernated)
+}
+
+// TestHibernateSettlesInOneCall: the local activity that hibernates the sandbox writes the
+// hibernated row and its event too, so the workflow writes neither again; when that last write
+// fails (the sandbox sleeps), the workflow writes the row itself.
+func TestHibernateSettlesInOneCall(t *testing.T) {
+	t.Run("settled by the activity", func(t *testing.T) {
+		env, states, events := newEnvRecorded(t)
+		claimOK(env, 1, "sb-1")
+		hibernates(env, nil, nil).Once()
+		update(env, 0, UpdateCreate, CreateInput{})
+		hib := update(env, time.Second, UpdateHibernate, HibernateInput{})
+		deleteAt(env, 5*time.Minute)
+
+		env.ExecuteWorkflow(BoxWorkflow, input())
+		require.NoError(t, env.GetWorkflowError())
+		require.NoError(t, hib.err)
+		require.Equal(t, cocoonbox.BoxStateHibernated, hib.status.State)
+		require.Equal(t, 1, count(*states, cocoonbox.BoxStateHibernated), "states: %v", *states)
+		require.Equal(t, 1, count(*events, "hibernated: requested"), "events: %v", *events)
+		env.AssertActivityNumberOfCalls(t, "SetState", 3) // running, deleting, deleted
+	})
+	t.Run("the last row failed", func(t *testing.T) {
+		env, states, events := newEnvRecorded(t)
+		claimOK(env, 1, "sb-1")
+		env.OnActivity(sb.HibernateRecorded, mock.Anything, mock.Anything).Return(activities.HibernateRecordedResult{}, nil).Once()
+		update(env, 0, UpdateCreate, CreateInput{})
+		hib := update(env, time.Second, UpdateHibernate, HibernateInput{})
+		deleteAt(env, 5*time.Minute)
+
+		env.ExecuteWorkflow(BoxWorkflow, input())
+		require.NoError(t, env.GetWorkflowError())
+		require.NoError(t, hib.err)
+		require.Equal(t, cocoonbox.BoxStateHibernated, hib.status.State)
+		require.Equal(t, 1, count(*states, cocoonbox.BoxStateHibernated), "the workflow wrote the row: %v", *states)
+		require.Equal(t, 1, count(*events, "hibernated: requested"), "events: %v", *events)
+	})
+}
+
+// count is how many of xs equal x.
+func count[T comparable](xs []T, x T) int {
+	n := 0
+	for _, y := range xs {
+		if y == x {
+			n++
+		}
+	}
+	return n
 }
 
 func TestInvalidTransitionsRejected(t *testing.T) {

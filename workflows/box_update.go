@@ -236,7 +236,21 @@ func (w *box) hibernateLocked(ctx workflow.Context, why hibernateReason) error {
 	}
 	sb := activities.SandboxInput{BoxID: w.in.BoxID, SandboxID: w.st.SandboxID}
 	var err error
-	if w.recordsSleep {
+	if w.sleepsInOne {
+		// Both rows in the local activity that calls the engine; the search attribute is set
+		// once, to where the box ends (or stays).
+		var res activities.HibernateRecordedResult
+		then := w.row(cocoonbox.BoxStateHibernated, &activities.EventInput{BoxID: w.in.BoxID, Kind: "hibernated", Detail: string(why)})
+		err = w.quicklyOnNode(sandboxOptions(ctx, time.Minute), sandboxActs.HibernateRecorded,
+			activities.HibernateRecordedInput{SandboxInput: sb, Record: w.become(cocoonbox.BoxStateHibernating, nil), Then: &then}, &res)
+		if err == nil && res.Settled {
+			w.st.LastError = ""
+			w.become(cocoonbox.BoxStateHibernated, nil)
+			w.upsertState(ctx)
+			w.afterSleep(ctx, background)
+			return nil
+		}
+	} else if w.recordsSleep {
 		// The row says hibernating before the engine call, written by the same local activity
 		// (HibernateRecorded), which makes no engine call when the row cannot be written.
 		err = w.quicklyOnNode(sandboxOptions(ctx, time.Minute), sandboxActs.HibernateRecorded,
@@ -263,12 +277,17 @@ func (w *box) hibernateLocked(ctx workflow.Context, why hibernateReason) error {
 	}
 	w.st.LastError = ""
 	w.settle(ctx, cocoonbox.BoxStateHibernated, "hibernated", string(why))
+	w.afterSleep(ctx, background)
+	return nil
+}
+
+// afterSleep starts the background seal of a box that went to sleep, when it has one.
+func (w *box) afterSleep(ctx workflow.Context, background bool) {
 	if background && w.st.SandboxID != "" {
 		// The memory image stays on the engine's node; the seal, uploading while the box sleeps,
 		// is what survives the node's loss.
 		w.seal(ctx)
 	}
-	return nil
 }
 
 // delete releases the sandbox and records the box deleted; the workflow then completes.
@@ -489,6 +508,14 @@ func (w *box) record(ctx workflow.Context, s cocoonbox.BoxState, ev *activities.
 // enter moves the box to s and keeps the BoxState search attribute current, returning the box
 // row to write (with ev appended to the box's events in the same write when it is not nil).
 func (w *box) enter(ctx workflow.Context, s cocoonbox.BoxState, ev *activities.EventInput) activities.SetStateInput {
+	in := w.become(s, ev)
+	w.upsertState(ctx)
+	return in
+}
+
+// become is enter without the search attribute, for a state the box leaves within the same
+// workflow task.
+func (w *box) become(s cocoonbox.BoxState, ev *activities.EventInput) activities.SetStateInput {
 	w.st.State = s
 	w.gen++
 	switch s {
@@ -496,14 +523,23 @@ func (w *box) enter(ctx workflow.Context, s cocoonbox.BoxState, ev *activities.E
 		w.wakes++ // what a seal of the sleeping box holds is no longer all of it
 		w.st.Seal.Sealed = false
 	}
-	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchAttrBoxState.ValueSet(string(s))); err != nil {
-		workflow.GetLogger(ctx).Warn("upsert BoxState", "error", err)
-	}
+	return w.row(s, ev)
+}
+
+// row is the box row of state s, with ev appended to the box's events when it is not nil.
+func (w *box) row(s cocoonbox.BoxState, ev *activities.EventInput) activities.SetStateInput {
 	reason := ""
 	if s == cocoonbox.BoxStateFailed {
 		reason = w.st.LastError
 	}
 	return activities.SetStateInput{BoxID: w.in.BoxID, State: s, SandboxID: w.st.SandboxID, Reason: reason, Event: ev}
+}
+
+// upsertState keeps the BoxState search attribute at the box's state.
+func (w *box) upsertState(ctx workflow.Context) {
+	if err := workflow.UpsertTypedSearchAttributes(ctx, SearchAttrBoxState.ValueSet(string(w.st.State))); err != nil {
+		workflow.GetLogger(ctx).Warn("upsert BoxState", "error", err)
+	}
 }
 
 // event appends an audit event, best effort.

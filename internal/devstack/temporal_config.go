@@ -148,5 +148,9 @@ func dynamicConfig() dynamicconfig.StaticClient {
 		// Search attributes registered at start (and by tests) are visible at once, instead
 		// of after the cache refresh interval.
 		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): true,
+		// An activity scheduled by a workflow task goes back in the answer to that task when
+		// the worker polls its queue (the SDK asks for it), skipping a trip through matching:
+		// every agent step is one.
+		dynamicconfig.EnableActivityEagerExecution.Key(): true,
 	}
 }
