@@ -38,6 +38,8 @@ require (
 
 require github.com/hashicorp/yamux v0.1.2
 
+require github.com/godbus/dbus/v5 v5.2.2 // indirect
+
 require (
 	cel.dev/expr v0.25.3 // indirect
 	cloud.google.com/go v0.123.0 // indirect

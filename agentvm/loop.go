@@ -23,6 +23,17 @@ const (
 	ProviderAnthropic = "anthropic"
 )
 
+// ScreenFits are the image limits each provider documents, which a step's screenshots are
+// scaled to: an image past them is scaled down by the provider, and the model's coordinates
+// would then be in pixels of an image the agent never saw. Anthropic scales down an image whose
+// long edge is over 1568 pixels or that is over about 1.15 megapixels (and refuses one over
+// 2000 pixels in a request of many images); OpenAI fits an image in 2048×2048, then its short
+// side in 768 pixels.
+var ScreenFits = map[string]tools.Fit{
+	ProviderAnthropic: {MaxLongEdge: 1568, MaxPixels: 1_150_000},
+	ProviderOpenAI:    {MaxLongEdge: 2048, MaxShortEdge: 768},
+}
+
 // Loop runs the model's tool loop one step at a time: a step is one model turn plus the tool
 // calls it makes. It keeps no state between steps; the conversation travels in the requests.
 type Loop struct {
@@ -101,6 +112,7 @@ func (l *Loop) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1
 	if err != nil {
 		return nil, status.Error(codes.InvalidArgument, err.Error())
 	}
+	ctx = tools.WithFit(ctx, ScreenFits[req.GetProvider()])
 	conv, err := decodeConversation(req.GetMessages())
 	if err != nil {
 		return nil, status.Errorf(codes.InvalidArgument, "messages: %v", err)
@@ -197,12 +209,13 @@ func (l *Loop) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1
 		text := strings.ToValidUTF8(res.Text, "\uFFFD")
 		conv = append(conv, model.Message{Role: model.RoleTool, Text: text, ToolCallID: call.ID, Images: res.Images})
 		resp.ToolCalls = append(resp.ToolCalls, &agentvmv1.ToolCallResult{
-			Id:        call.ID,
-			Name:      call.Name,
-			Arguments: strings.ToValidUTF8(string(call.Arguments), "\uFFFD"),
-			Result:    text,
-			IsError:   res.IsError,
-			Images:    int32(len(res.Images)),
+			Id:         call.ID,
+			Name:       call.Name,
+			Arguments:  strings.ToValidUTF8(string(call.Arguments), "\uFFFD"),
+			Result:     text,
+			IsError:    res.IsError,
+			Images:     int32(len(res.Images)),
+			Thumbnails: thumbnails(res.Thumbs),
 		})
 	}
 	pruneImages(conv, orDefault(l.KeepImages, DefaultKeepImages))
@@ -210,6 +223,23 @@ func (l *Loop) Step(ctx context.Context, req *agentvmv1.StepRequest) (*agentvmv1
 		return nil, status.Errorf(codes.Internal, "encode conversation: %v", err)
 	}
 	return resp, nil
+}
+
+// Bounds of the thumbnails a tool call's result carries to the run's timeline.
+const (
+	MaxThumbnails     = 2
+	MaxThumbnailBytes = 128 << 10
+)
+
+// thumbnails are the newest MaxThumbnails of thumbs, those within MaxThumbnailBytes.
+func thumbnails(thumbs [][]byte) [][]byte {
+	var out [][]byte
+	for _, t := range thumbs[max(len(thumbs)-MaxThumbnails, 0):] {
+		if len(t) > 0 && len(t) <= MaxThumbnailBytes {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // DefaultKeepImages is how many images a conversation keeps when Loop.KeepImages is zero. A

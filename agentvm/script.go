@@ -75,7 +75,7 @@ func (l *Loop) script(ctx context.Context, args json.RawMessage) (res tools.Resu
 			}
 		}
 		fmt.Fprintf(&out, "%d. %s: %s\n", i+1, a.Tool, strings.TrimSpace(cutText(r.Text, 500)))
-		res.Images = append(res.Images, r.Images...)
+		res.Images, res.Thumbs = append(res.Images, r.Images...), append(res.Thumbs, r.Thumbs...)
 		if r.IsError {
 			fmt.Fprintf(&out, "stopped at action %d of %d: it failed\n", i+1, len(in.Actions))
 			failed = true
@@ -85,7 +85,7 @@ func (l *Loop) script(ctx context.Context, args json.RawMessage) (res tools.Resu
 	if shot, err := l.call(ctx, model.ToolCall{Name: screenshotTool, Arguments: json.RawMessage(`{}`)}); err != nil {
 		return tools.Result{}, refused, err
 	} else if !shot.IsError {
-		res.Images = append(res.Images, shot.Images...)
+		res.Images, res.Thumbs = append(res.Images, shot.Images...), append(res.Thumbs, shot.Thumbs...)
 		out.WriteString("the screenshot shows the desktop after the script\n")
 	}
 	res.Text, res.IsError = strings.TrimSpace(out.String()), failed

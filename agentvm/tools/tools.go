@@ -29,6 +29,9 @@ type Tool interface {
 type Result struct {
 	Text   string
 	Images [][]byte // PNG; screenshots, downscaled for the model
+	// Thumbs are small copies of Images (Thumb), kept with the run's steps for people looking
+	// over it; the model is not sent them.
+	Thumbs [][]byte
 	// IsError marks a result that reports a failure the model should react to.
 	IsError bool
 }

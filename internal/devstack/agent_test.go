@@ -637,4 +637,12 @@ timeout 5 runuser -u user -- xwininfo -id "$w" | grep 'Map State'`)
 	t.Run("computer verbs", func(t *testing.T) {
 		testComputerVerbs(t, a, models)
 	})
+
+	t.Run("screenshots scaled per provider", func(t *testing.T) {
+		testScreenScaling(t, a, models)
+	})
+
+	t.Run("accessibility tree", func(t *testing.T) {
+		testAccessibility(t, a, models)
+	})
 }

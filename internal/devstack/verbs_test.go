@@ -19,7 +19,9 @@ import (
 // geometry; desktop_drag on its title bar moves it by the drag (the second listing says so); and
 // desktop_zoom returns a region at the screen's full resolution.
 func testComputerVerbs(t *testing.T, a *agentEnv, models *modeltest.Server) {
-	a.useProvider(agentvm.ProviderOpenAI)
+	// Anthropic's image limits keep the 1280x800 screen as it is: the drag and zoom are checked
+	// in screen pixels (screenshots scaled per provider are testScreenScaling's).
+	a.useProvider(agentvm.ProviderAnthropic)
 	defer a.mustRun(t, "pkill -f 'title=drag-m[e]' || true") // the bracket keeps pkill from matching its own shell
 	actions := []string{
 		`{"tool":"shell","args":{"command":"DISPLAY=:0 setsid xfce4-terminal --disable-server --geometry=60x10+200+150 --title=drag-me >/dev/null 2>&1 </dev/null &"}}`,

@@ -5,11 +5,13 @@ package modeltest
 
 import (
 	"bytes"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -33,6 +35,10 @@ type Turn struct {
 	StopReason   string // overrides the protocol's natural stop/finish reason
 	InputTokens  int    // reported usage; defaults 10 and 5
 	OutputTokens int
+
+	// Answer, when set, makes the turn served from the request's body, as a model that looks
+	// at what it was sent (the screenshot it asked for); the rest of this Turn is unused.
+	Answer func(body []byte) Turn
 }
 
 // ToolCall is a scripted tool call; ID defaults to a protocol-shaped one.
@@ -172,6 +178,9 @@ func (s *Server) receive(w http.ResponseWriter, r *http.Request, authorized func
 	s.served++
 	n = s.served
 	s.mu.Unlock()
+	if turn.Answer != nil {
+		turn = turn.Answer(raw)
+	}
 
 	for k, vs := range turn.Header {
 		for _, v := range vs {
@@ -503,4 +512,51 @@ func (s *Server) listModels(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(map[string]any{"object": "list", "data": data, "has_more": false})
+}
+
+// Images returns the images a request's body carries, oldest first, in either protocol: OpenAI's
+// data URLs and Anthropic's base64 sources, wherever they sit in the conversation.
+func Images(body []byte) [][]byte {
+	var v any
+	if json.Unmarshal(body, &v) != nil {
+		return nil
+	}
+	var out [][]byte
+	var walk func(v any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			if v["type"] == "base64" {
+				if data, ok := v["data"].(string); ok {
+					if b, err := base64.StdEncoding.DecodeString(data); err == nil {
+						out = append(out, b)
+					}
+				}
+				return
+			}
+			if url, ok := v["url"].(string); ok && strings.HasPrefix(url, "data:image/") {
+				if _, data, ok := strings.Cut(url, ","); ok {
+					if b, err := base64.StdEncoding.DecodeString(data); err == nil {
+						out = append(out, b)
+					}
+				}
+				return
+			}
+			// Map order is random: walk the keys of a message in a fixed order.
+			keys := make([]string, 0, len(v))
+			for k := range v {
+				keys = append(keys, k)
+			}
+			slices.Sort(keys)
+			for _, k := range keys {
+				walk(v[k])
+			}
+		case []any:
+			for _, e := range v {
+				walk(e)
+			}
+		}
+	}
+	walk(v)
+	return out
 }

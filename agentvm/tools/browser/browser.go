@@ -9,7 +9,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"image"
 	"image/png"
 	"net/url"
 	"os"
@@ -418,19 +417,13 @@ func (b *Browser) screenshot(ctx context.Context, args json.RawMessage) (tools.R
 		if err != nil {
 			return failed("screenshot: decode: %v", err)
 		}
-		out, err := tools.EncodePNG(tools.Downscale(img, b.cfg.MaxWidth))
+		// Within the step's provider's limits too, or MaxWidth where no step set them.
+		small := tools.FitOf(ctx, tools.Fit{MaxWidth: b.cfg.MaxWidth}).Scale(img)
+		out, err := tools.EncodePNG(small)
 		if err != nil {
 			return failed("screenshot: %v", err)
 		}
-		w, h := bounds(img, b.cfg.MaxWidth)
-		return tools.Result{Text: fmt.Sprintf("screenshot %dx%d", w, h), Images: [][]byte{out}}
+		return tools.Result{Text: fmt.Sprintf("screenshot %dx%d", small.Bounds().Dx(), small.Bounds().Dy()), Images: [][]byte{out},
+			Thumbs: [][]byte{tools.Thumb(small)}}
 	})
-}
-
-func bounds(img image.Image, maxWidth int) (int, int) {
-	w, h := img.Bounds().Dx(), img.Bounds().Dy()
-	if w > maxWidth {
-		return maxWidth, h * maxWidth / w
-	}
-	return w, h
 }

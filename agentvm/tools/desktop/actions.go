@@ -3,6 +3,7 @@ package desktop
 import (
 	"context"
 	"fmt"
+	"image"
 	"strconv"
 	"strings"
 	"time"
@@ -42,6 +43,7 @@ type Shot struct {
 	// Width and Height are the image's; ScreenWidth and ScreenHeight the screen's.
 	Width, Height             int
 	ScreenWidth, ScreenHeight int
+	image                     image.Image // what PNG encodes, for its thumbnail
 }
 
 // Screenshot captures the screen as PNG, downscaled to maxWidth when that is smaller; 0 keeps
@@ -50,32 +52,34 @@ func (d *Desktop) Screenshot(ctx context.Context, maxWidth int) (Shot, error) {
 	if maxWidth < 0 {
 		return Shot{}, tools.Invalid("max_width", "must not be negative")
 	}
+	return d.ScreenshotFit(ctx, tools.Fit{MaxWidth: maxWidth})
+}
+
+// ScreenshotFit is Screenshot scaled to fit (the zero Fit keeps the full size).
+func (d *Desktop) ScreenshotFit(ctx context.Context, fit tools.Fit) (Shot, error) {
 	ctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
 	defer cancel()
 	img, err := d.cfg.Screen.Capture(ctx)
 	if err != nil {
 		return Shot{}, fmt.Errorf("desktop screenshot: %w", err)
 	}
-	small := img
-	if maxWidth > 0 {
-		small = tools.Downscale(img, maxWidth)
-	}
+	small := fit.Scale(img)
 	out, err := tools.EncodePNG(small)
 	if err != nil {
 		return Shot{}, fmt.Errorf("desktop screenshot: encode: %w", err)
 	}
 	b, sb := small.Bounds(), img.Bounds()
-	return Shot{PNG: out, Width: b.Dx(), Height: b.Dy(), ScreenWidth: sb.Dx(), ScreenHeight: sb.Dy()}, nil
+	return Shot{PNG: out, Width: b.Dx(), Height: b.Dy(), ScreenWidth: sb.Dx(), ScreenHeight: sb.Dy(), image: small}, nil
 }
 
 // Click moves the pointer to (x, y) and clicks button (ButtonLeft...), twice when double.
 func (d *Desktop) Click(ctx context.Context, x, y, button int, double bool) error {
-	return d.click(ctx, x, y, button, double, 0)
+	return d.click(ctx, x, y, button, double, tools.Fit{})
 }
 
 // Move moves the pointer to (x, y).
 func (d *Desktop) Move(ctx context.Context, x, y int) error {
-	return d.move(ctx, x, y, 0)
+	return d.move(ctx, x, y, tools.Fit{})
 }
 
 // Type types text at the keyboard focus, newlines included.
@@ -105,16 +109,16 @@ func (d *Desktop) Key(ctx context.Context, keys string) error {
 
 // Scroll moves the pointer to (x, y) and scrolls by dx, dy wheel steps (positive: right, down).
 func (d *Desktop) Scroll(ctx context.Context, x, y, dx, dy int) error {
-	return d.scroll(ctx, &x, &y, dx, dy, 0)
+	return d.scroll(ctx, &x, &y, dx, dy, tools.Fit{})
 }
 
-// click is Click with (x, y) in the pixels of a screenshot maxWidth wide at most (0: screen
+// click is Click with (x, y) in the pixels of a screenshot scaled to fit (the zero Fit: screen
 // pixels).
-func (d *Desktop) click(ctx context.Context, x, y, button int, double bool, maxWidth int) error {
+func (d *Desktop) click(ctx context.Context, x, y, button int, double bool, fit tools.Fit) error {
 	if button < ButtonLeft || button > ButtonRight {
 		return tools.Invalid("button", "must be 1 (left), 2 (middle) or 3 (right)")
 	}
-	sx, sy, err := d.locate(ctx, x, y, maxWidth)
+	sx, sy, err := d.locate(ctx, x, y, fit)
 	if err != nil {
 		return err
 	}
@@ -125,8 +129,8 @@ func (d *Desktop) click(ctx context.Context, x, y, button int, double bool, maxW
 	return d.input(ctx, d.cfg.Timeout, append(args, strconv.Itoa(button))...)
 }
 
-func (d *Desktop) move(ctx context.Context, x, y, maxWidth int) error {
-	sx, sy, err := d.locate(ctx, x, y, maxWidth)
+func (d *Desktop) move(ctx context.Context, x, y int, fit tools.Fit) error {
+	sx, sy, err := d.locate(ctx, x, y, fit)
 	if err != nil {
 		return err
 	}
@@ -134,7 +138,7 @@ func (d *Desktop) move(ctx context.Context, x, y, maxWidth int) error {
 }
 
 // scroll scrolls by dx, dy at (x, y), or where the pointer is when x and y are nil.
-func (d *Desktop) scroll(ctx context.Context, x, y *int, dx, dy, maxWidth int) error {
+func (d *Desktop) scroll(ctx context.Context, x, y *int, dx, dy int, fit tools.Fit) error {
 	if dx < -maxScrollSteps || dx > maxScrollSteps {
 		return tools.Invalid("dx", fmt.Sprintf("must be between %d and %d", -maxScrollSteps, maxScrollSteps))
 	}
@@ -146,7 +150,7 @@ func (d *Desktop) scroll(ctx context.Context, x, y *int, dx, dy, maxWidth int) e
 	}
 	var cmd []string
 	if x != nil && y != nil {
-		sx, sy, err := d.locate(ctx, *x, *y, maxWidth)
+		sx, sy, err := d.locate(ctx, *x, *y, fit)
 		if err != nil {
 			return err
 		}
@@ -173,9 +177,9 @@ func (d *Desktop) input(ctx context.Context, timeout time.Duration, args ...stri
 	return nil
 }
 
-// locate validates (x, y) and maps it to screen pixels. With maxWidth > 0 the point is in the
-// pixels of a screenshot at most maxWidth wide (the model's view), else in screen pixels.
-func (d *Desktop) locate(ctx context.Context, x, y, maxWidth int) (int, int, error) {
+// locate validates (x, y) and maps it to screen pixels: the point is in the pixels of a
+// screenshot scaled to fit (the model's view; the zero Fit: screen pixels).
+func (d *Desktop) locate(ctx context.Context, x, y int, fit tools.Fit) (int, int, error) {
 	if x < 0 {
 		return 0, 0, tools.Invalid("x", "must not be negative")
 	}
@@ -188,25 +192,14 @@ func (d *Desktop) locate(ctx context.Context, x, y, maxWidth int) (int, int, err
 	if err != nil {
 		return 0, 0, fmt.Errorf("desktop: %w", err)
 	}
-	vw, vh := w, h
-	if maxWidth > 0 {
-		vw, vh = scaled(w, h, maxWidth)
-	}
+	vw, vh := fit.Size(w, h)
 	if x >= vw {
 		return 0, 0, tools.Invalid("x", fmt.Sprintf("%d is off the screen (width %d)", x, vw))
 	}
 	if y >= vh {
 		return 0, 0, tools.Invalid("y", fmt.Sprintf("%d is off the screen (height %d)", y, vh))
 	}
-	return x * w / vw, y * h / vh, nil
-}
-
-// scaled is the size of a w×h screen's screenshot.
-func scaled(w, h, maxWidth int) (int, int) {
-	if w > maxWidth {
-		return maxWidth, max(h*maxWidth/w, 1)
-	}
-	return w, h
+	return tools.ToScreen(x, vw, w), tools.ToScreen(y, vh, h), nil
 }
 
 func wheel(v int, neg, pos string) string {

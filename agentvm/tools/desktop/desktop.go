@@ -50,8 +50,9 @@ type Config struct {
 	Run Runner
 	// Screen captures the display; nil reads Display over the X protocol.
 	Screen Screen
-	// MaxWidth is the widest screenshot handed to the model; wider screens are downscaled and
-	// the model's coordinates, given in screenshot pixels, are scaled back.
+	// MaxWidth is the widest screenshot the tools hand out where the caller set no Fit
+	// (tools.WithFit: the agent loop sets its model provider's); wider screens are downscaled
+	// and the coordinates the tools are given, in screenshot pixels, are scaled back.
 	MaxWidth int
 	// Timeout bounds each call (typing gets more, in proportion to the text).
 	Timeout time.Duration
@@ -103,6 +104,11 @@ func (d *Desktop) Tools() []tools.Tool {
 		tools.Func("desktop_scroll", "Scroll the window under the pointer: dy steps down (negative up), dx steps right (negative left).",
 			`{"type":"object","properties":{"dx":{"type":"integer","minimum":-50,"maximum":50},"dy":{"type":"integer","minimum":-50,"maximum":50}},"additionalProperties":false}`, d.scrollTool),
 	}, d.reachTools()...)
+}
+
+// fit is how the tools called under ctx scale screenshots: the caller's Fit, or MaxWidth.
+func (d *Desktop) fit(ctx context.Context) tools.Fit {
+	return tools.FitOf(ctx, tools.Fit{MaxWidth: d.cfg.MaxWidth})
 }
 
 // WindowManager names the window manager managing the display; "" while there is none, as in
@@ -164,11 +170,12 @@ func (d *Desktop) screenshot(ctx context.Context, args json.RawMessage) (tools.R
 	if err := tools.DecodeArgs(args, &a); err != nil {
 		return tools.Result{}, err
 	}
-	shot, err := d.Screenshot(ctx, d.cfg.MaxWidth)
+	shot, err := d.ScreenshotFit(ctx, d.fit(ctx))
 	if err != nil {
 		return result(err, "")
 	}
-	return tools.Result{Text: fmt.Sprintf("desktop %dx%d", shot.Width, shot.Height), Images: [][]byte{shot.PNG}}, nil
+	return tools.Result{Text: fmt.Sprintf("desktop %dx%d", shot.Width, shot.Height), Images: [][]byte{shot.PNG},
+		Thumbs: [][]byte{tools.Thumb(shot.image)}}, nil
 }
 
 func (d *Desktop) clickTool(ctx context.Context, args json.RawMessage) (tools.Result, error) {
@@ -187,7 +194,7 @@ func (d *Desktop) clickTool(ctx context.Context, args json.RawMessage) (tools.Re
 	if err := needXY(a.X, a.Y); err != nil {
 		return tools.Result{}, err
 	}
-	err := d.click(ctx, *a.X, *a.Y, button, false, d.cfg.MaxWidth)
+	err := d.click(ctx, *a.X, *a.Y, button, false, d.fit(ctx))
 	return result(err, fmt.Sprintf("clicked button %d at %d,%d", button, *a.X, *a.Y))
 }
 
@@ -202,7 +209,7 @@ func (d *Desktop) moveTool(ctx context.Context, args json.RawMessage) (tools.Res
 	if err := needXY(a.X, a.Y); err != nil {
 		return tools.Result{}, err
 	}
-	err := d.move(ctx, *a.X, *a.Y, d.cfg.MaxWidth)
+	err := d.move(ctx, *a.X, *a.Y, d.fit(ctx))
 	return result(err, fmt.Sprintf("moved the pointer to %d,%d", *a.X, *a.Y))
 }
 
@@ -238,6 +245,6 @@ func (d *Desktop) scrollTool(ctx context.Context, args json.RawMessage) (tools.R
 	if err := tools.DecodeArgs(args, &a); err != nil {
 		return tools.Result{}, err
 	}
-	err := d.scroll(ctx, nil, nil, a.DX, a.DY, d.cfg.MaxWidth)
+	err := d.scroll(ctx, nil, nil, a.DX, a.DY, d.fit(ctx))
 	return result(err, fmt.Sprintf("scrolled dx=%d dy=%d", a.DX, a.DY))
 }

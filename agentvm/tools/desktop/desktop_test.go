@@ -151,12 +151,13 @@ func TestInputCommands(t *testing.T) {
 }
 
 func TestScaledCoordinates(t *testing.T) {
-	// A 2560x1600 screen is shown to the model at 1280x800: its coordinates double.
+	// A 2560x1600 screen is shown to the model at 1280x800: its coordinates double, to the
+	// middle of the two screen pixels each of its pixels covers.
 	ts, rec := newDesktop(2560, 1600)
 	if _, err := ts["desktop_click"].Call(context.Background(), json.RawMessage(`{"x":100,"y":799}`)); err != nil {
 		t.Fatal(err)
 	}
-	if want := []string{"mousemove", "200", "1598", "click", "1"}; !reflect.DeepEqual(rec.calls[0], want) {
+	if want := []string{"mousemove", "201", "1599", "click", "1"}; !reflect.DeepEqual(rec.calls[0], want) {
 		t.Errorf("ran %q, want %q", rec.calls[0], want)
 	}
 	if _, err := ts["desktop_move"].Call(context.Background(), json.RawMessage(`{"x":1280,"y":0}`)); !errors.Is(err, tools.ErrInvalid) {

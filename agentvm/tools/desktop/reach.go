@@ -23,7 +23,7 @@ const maxWindows = 50
 // windowID is a line of xdotool search's output that names a window.
 var windowID = regexp.MustCompile(`(?m)^[0-9]+$`)
 
-// reachTools are desktop_drag, desktop_zoom and desktop_windows.
+// reachTools are desktop_drag, desktop_zoom, desktop_windows and desktop_accessibility.
 func (d *Desktop) reachTools() []tools.Tool {
 	return []tools.Tool{
 		tools.Func("desktop_drag", "Press the left mouse button at (x1, y1), move to (x2, y2) with the button held, and release it: drag a window by its title bar, a slider, a selection, a file onto a folder.",
@@ -32,6 +32,8 @@ func (d *Desktop) reachTools() []tools.Tool {
 			`{"type":"object","properties":{"x":{"type":"integer","minimum":0},"y":{"type":"integer","minimum":0},"width":{"type":"integer","minimum":1},"height":{"type":"integer","minimum":1}},"required":["x","y","width","height"],"additionalProperties":false}`, d.zoomTool),
 		tools.Func("desktop_windows", "List the desktop's visible windows: each one's title and geometry (x, y, width, height) in the screenshot's coordinates.",
 			`{"type":"object","properties":{},"additionalProperties":false}`, d.windowsTool),
+		tools.Func("desktop_accessibility", "List the accessibility tree of the focused window (or of the window whose title holds window): each element's role, name, box (x,y width x height, in the screenshot's coordinates) and states, such as push button \"Save\" 600,400 80x30 [focused]. Click the middle of an element's box to press it.",
+			`{"type":"object","properties":{"window":{"type":"string","maxLength":200,"description":"part of a window's title; the focused window when left out"}},"additionalProperties":false}`, d.accessibilityTool),
 	}
 }
 
@@ -50,19 +52,19 @@ func (d *Desktop) dragTool(ctx context.Context, args json.RawMessage) (tools.Res
 			return tools.Result{}, tools.Invalid(f.name, "is required")
 		}
 	}
-	err := d.Drag(ctx, *a.X1, *a.Y1, *a.X2, *a.Y2, d.cfg.MaxWidth)
+	err := d.Drag(ctx, *a.X1, *a.Y1, *a.X2, *a.Y2, d.fit(ctx))
 	return result(err, fmt.Sprintf("dragged from %d,%d to %d,%d", *a.X1, *a.Y1, *a.X2, *a.Y2))
 }
 
 // Drag presses the left button at (x1, y1), moves to (x2, y2) through a point between and
-// releases it; with maxWidth > 0 the points are in a screenshot at most maxWidth wide. Window
+// releases it; the points are in a screenshot scaled to fit (the zero Fit: screen pixels). Window
 // managers take a move only from motion with the button held, hence the pauses.
-func (d *Desktop) Drag(ctx context.Context, x1, y1, x2, y2, maxWidth int) error {
-	sx1, sy1, err := d.locate(ctx, x1, y1, maxWidth)
+func (d *Desktop) Drag(ctx context.Context, x1, y1, x2, y2 int, fit tools.Fit) error {
+	sx1, sy1, err := d.locate(ctx, x1, y1, fit)
 	if err != nil {
 		return fmt.Errorf("the drag's start (x1, y1): %w", err)
 	}
-	sx2, sy2, err := d.locate(ctx, x2, y2, maxWidth)
+	sx2, sy2, err := d.locate(ctx, x2, y2, fit)
 	if err != nil {
 		return fmt.Errorf("the drag's end (x2, y2): %w", err)
 	}
@@ -83,7 +85,7 @@ func (d *Desktop) zoomTool(ctx context.Context, args json.RawMessage) (tools.Res
 	if a.X == nil || a.Y == nil || a.Width == nil || a.Height == nil {
 		return tools.Result{}, tools.Invalid("x", "x, y, width and height are required")
 	}
-	png, r, err := d.Zoom(ctx, image.Rect(*a.X, *a.Y, *a.X+*a.Width, *a.Y+*a.Height), d.cfg.MaxWidth)
+	png, r, err := d.Zoom(ctx, image.Rect(*a.X, *a.Y, *a.X+*a.Width, *a.Y+*a.Height), d.fit(ctx))
 	if err != nil {
 		return result(err, "")
 	}
@@ -91,14 +93,13 @@ func (d *Desktop) zoomTool(ctx context.Context, args json.RawMessage) (tools.Res
 		*a.X, *a.Y, *a.Width, *a.Height, r.Dx(), r.Dy(), r.Min.X, r.Min.Y), Images: [][]byte{png}}, nil
 }
 
-// Zoom captures region (in a screenshot at most maxWidth wide, or screen pixels with maxWidth 0)
-// at the screen's full resolution, and says which screen pixels it holds.
-func (d *Desktop) Zoom(ctx context.Context, region image.Rectangle, maxWidth int) ([]byte, image.Rectangle, error) {
+// Zoom captures region (in a screenshot scaled to fit, or screen pixels with the zero Fit) at
+// the screen's full resolution, and says which screen pixels it holds.
+func (d *Desktop) Zoom(ctx context.Context, region image.Rectangle, fit tools.Fit) ([]byte, image.Rectangle, error) {
 	if region.Dx() <= 0 || region.Dy() <= 0 {
 		return nil, image.Rectangle{}, tools.Invalid("width", "width and height must be at least 1")
 	}
-	x0, y0, err := d.locate(ctx, region.Min.X, region.Min.Y, maxWidth)
-	if err != nil {
+	if _, _, err := d.locate(ctx, region.Min.X, region.Min.Y, fit); err != nil {
 		return nil, image.Rectangle{}, err
 	}
 	cctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
@@ -108,11 +109,10 @@ func (d *Desktop) Zoom(ctx context.Context, region image.Rectangle, maxWidth int
 		return nil, image.Rectangle{}, fmt.Errorf("desktop zoom: %w", err)
 	}
 	b := img.Bounds()
-	vw, vh := b.Dx(), b.Dy()
-	if maxWidth > 0 {
-		vw, vh = scaled(b.Dx(), b.Dy(), maxWidth)
-	}
-	// The far corner scales up by the same factor and is clipped to the screen.
+	vw, vh := fit.Size(b.Dx(), b.Dy())
+	// From the near edge of the region's first scaled pixel to the near edge of the one past
+	// it, clipped to the screen.
+	x0, y0 := region.Min.X*b.Dx()/vw, region.Min.Y*b.Dy()/vh
 	x1, y1 := min(region.Max.X*b.Dx()/vw, b.Dx()), min(region.Max.Y*b.Dy()/vh, b.Dy())
 	r := image.Rect(x0, y0, max(x1, x0+1), max(y1, y0+1)).Intersect(b)
 	crop := image.NewRGBA(image.Rect(0, 0, r.Dx(), r.Dy()))
@@ -146,7 +146,7 @@ func (d *Desktop) windowsTool(ctx context.Context, args json.RawMessage) (tools.
 	if err != nil {
 		return result(fmt.Errorf("desktop: %w", err), "")
 	}
-	vw, _ := scaled(w, h, d.cfg.MaxWidth)
+	vw, vh := d.fit(ctx).Size(w, h)
 	type view struct {
 		Title  string `json:"title"`
 		X      int    `json:"x"`
@@ -157,7 +157,9 @@ func (d *Desktop) windowsTool(ctx context.Context, args json.RawMessage) (tools.
 	out := []view{}
 	for _, win := range ws {
 		// Screen pixels to the screenshot's: the scale of locate, inverted.
-		out = append(out, view{Title: win.Title, X: win.X * vw / w, Y: win.Y * vw / w, Width: win.Width * vw / w, Height: win.Height * vw / w})
+		out = append(out, view{Title: win.Title,
+			X: tools.FromScreen(win.X, vw, w), Y: tools.FromScreen(win.Y, vh, h),
+			Width: tools.FromScreen(win.Width, vw, w), Height: tools.FromScreen(win.Height, vh, h)})
 	}
 	text, _ := json.Marshal(out)
 	return tools.Result{Text: string(text)}, nil

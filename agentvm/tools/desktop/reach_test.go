@@ -23,8 +23,8 @@ func TestDrag(t *testing.T) {
 	if err != nil || res.IsError {
 		t.Fatalf("drag: %+v, %v", res, err)
 	}
-	want := []string{"mousemove", "200", "20", "mousedown", "1", "sleep", "0.1", "mousemove", "400", "220", "sleep", "0.1",
-		"mousemove", "600", "420", "sleep", "0.1", "mouseup", "1"}
+	want := []string{"mousemove", "201", "21", "mousedown", "1", "sleep", "0.1", "mousemove", "401", "221", "sleep", "0.1",
+		"mousemove", "601", "421", "sleep", "0.1", "mouseup", "1"}
 	if len(rec.calls) != 1 || !reflect.DeepEqual(rec.calls[0], want) {
 		t.Fatalf("ran %q, want %q", rec.calls, want)
 	}

@@ -391,7 +391,10 @@ type ToolCallResult struct {
 	// react to).
 	IsError bool `protobuf:"varint,5,opt,name=is_error,json=isError,proto3" json:"is_error,omitempty"`
 	// images counts the images the result carried (screenshots); their bytes stay in messages.
-	Images        int32 `protobuf:"varint,6,opt,name=images,proto3" json:"images,omitempty"`
+	Images int32 `protobuf:"varint,6,opt,name=images,proto3" json:"images,omitempty"`
+	// thumbnails are small PNG copies of the newest of those images (tools.ThumbWidth wide), for
+	// the run's timeline; at most MaxThumbnails of at most MaxThumbnailBytes each.
+	Thumbnails    [][]byte `protobuf:"bytes,7,rep,name=thumbnails,proto3" json:"thumbnails,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -466,6 +469,13 @@ func (x *ToolCallResult) GetImages() int32 {
 		return x.Images
 	}
 	return 0
+}
+
+func (x *ToolCallResult) GetThumbnails() [][]byte {
+	if x != nil {
+		return x.Thumbnails
+	}
+	return nil
 }
 
 type CancelRequest struct {
@@ -2356,14 +2366,17 @@ const file_agentvm_v1_agent_proto_rawDesc = "" +
 	" \x01(\tR\x05model\"6\n" +
 	"\bPlanItem\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x16\n" +
-	"\x06status\x18\x02 \x01(\tR\x06status\"\x9d\x01\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\"\xbd\x01\n" +
 	"\x0eToolCallResult\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x1c\n" +
 	"\targuments\x18\x03 \x01(\tR\targuments\x12\x16\n" +
 	"\x06result\x18\x04 \x01(\tR\x06result\x12\x19\n" +
 	"\bis_error\x18\x05 \x01(\bR\aisError\x12\x16\n" +
-	"\x06images\x18\x06 \x01(\x05R\x06images\"&\n" +
+	"\x06images\x18\x06 \x01(\x05R\x06images\x12\x1e\n" +
+	"\n" +
+	"thumbnails\x18\a \x03(\fR\n" +
+	"thumbnails\"&\n" +
 	"\rCancelRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\".\n" +
 	"\x0eCancelResponse\x12\x1c\n" +
