@@ -144,6 +144,10 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 		if lease, err = whileHeartbeating(ctx, func(ctx context.Context) (BoxLease, error) {
 			return a.Wake(ctx, in.BoxID)
 		}); err != nil {
+			if cocoonbox.ErrorCode(err) == cocoonbox.EResourceExhausted {
+				// The owner's box-hours budget is used: no try will wake the box this month.
+				return StepResult{}, newError(ErrTypeBudget, fmt.Errorf("wake box %s: %w", in.BoxID, err))
+			}
 			return StepResult{}, classify(fmt.Errorf("wake box %s: %w", in.BoxID, err))
 		}
 	}
@@ -196,7 +200,7 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 		FallbackModels:      fallbacks(gw.FallbackModels, run.Model),
 	}
 	mt := &meter{ledger: a.Usage, texts: a.Texts, call: store.ModelCall{RunID: in.RunID, Step: in.Step, BoxID: in.BoxID, User: run.Owner, Model: run.Model}}
-	if err := mt.allow(ctx); err != nil {
+	if err := mt.begin(ctx); err != nil {
 		// Spent before the step: nothing is asked of the box.
 		return StepResult{}, newError(ErrTypeBudget, errors.New(mt.refused()))
 	}

@@ -37,6 +37,9 @@ type meter struct {
 
 	mu      sync.Mutex
 	refusal string // why a call was refused for the budget; "" while none was
+	// checked is set by a check that passed with no call made since: the step's first call
+	// follows the check at its start by moments, and reads the ledger once.
+	checked bool
 }
 
 // allow refuses the call about to be made once the run's calls have used its bound, or its
@@ -45,6 +48,13 @@ type meter struct {
 // for the ledger's outage.
 func (m *meter) allow(ctx context.Context) error {
 	if m == nil || m.ledger == nil {
+		return nil
+	}
+	m.mu.Lock()
+	fresh := m.checked
+	m.checked = false
+	m.mu.Unlock()
+	if fresh {
 		return nil
 	}
 	sp, err := m.ledger.RunSpend(ctx, m.call.RunID)
@@ -64,6 +74,20 @@ func (m *meter) allow(ctx context.Context) error {
 	m.refusal = why
 	m.mu.Unlock()
 	return refuse(http.StatusPaymentRequired, "%s", why)
+}
+
+// begin is allow at the start of a step, before anything is asked of the box; when it passes,
+// the step's first call takes its word instead of reading the ledger again.
+func (m *meter) begin(ctx context.Context) error {
+	if err := m.allow(ctx); err != nil {
+		return err
+	}
+	if m != nil {
+		m.mu.Lock()
+		m.checked = true
+		m.mu.Unlock()
+	}
+	return nil
 }
 
 // refused is the budget refusal of a call of the step, or "".
@@ -106,7 +130,8 @@ const (
 // usageScanner reads the usage the gateway reports as the answer streams through it: the
 // server-sent events of a streamed answer (OpenAI's last chunk carries usage; Anthropic's
 // message_start carries the input and message_delta the output so far), or a whole JSON answer.
-// It holds at most one event line, or the first maxUsageBody bytes of a JSON answer.
+// It holds at most one event line, or the first maxUsageBody bytes of a JSON answer (of an event
+// stream, only what came before its first event line).
 type usageScanner struct {
 	// onText, when set, is given the model's text as each event carrying some streams past.
 	onText func(string)
@@ -124,7 +149,8 @@ type usageScanner struct {
 
 func (u *usageScanner) Write(p []byte) (int, error) {
 	n := len(p)
-	if u.body.Len() < maxUsageBody {
+	if !u.events && u.body.Len() < maxUsageBody {
+		// Until the answer shows it is an event stream: then only its lines are read.
 		u.body.Write(p[:min(len(p), maxUsageBody-u.body.Len())])
 	}
 	for len(p) > 0 {
@@ -136,6 +162,9 @@ func (u *usageScanner) Write(p []byte) (int, error) {
 		u.add(p[:i])
 		u.endLine()
 		p = p[i+1:]
+	}
+	if u.events && u.body.Cap() > 0 {
+		u.body = bytes.Buffer{}
 	}
 	return n, nil
 }

@@ -46,6 +46,9 @@ func TestUsageScanner(t *testing.T) {
 				for b := raw; len(b) > 0; b = b[min(cut, len(b)):] {
 					_, _ = u.Write(b[:min(cut, len(b))])
 				}
+				if u.events && u.body.Len() > 0 {
+					t.Fatalf("cut every %d bytes: an event stream's %d bytes kept whole", cut, u.body.Len())
+				}
 				u.finish()
 				if u.input != 1234 || u.output != 56 || u.model != "m" {
 					t.Fatalf("cut every %d bytes: %d in, %d out, model %q; want 1234 and 56 of m from %s", cut, u.input, u.output, u.model, raw)
@@ -78,6 +81,7 @@ type ledger struct {
 	mu    sync.Mutex
 	calls []store.ModelCall
 	limit int64
+	reads int // RunSpend calls
 }
 
 func (l *ledger) RecordModelCall(_ context.Context, c store.ModelCall) error {
@@ -90,6 +94,7 @@ func (l *ledger) RecordModelCall(_ context.Context, c store.ModelCall) error {
 func (l *ledger) RunSpend(context.Context, string) (store.Spend, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.reads++
 	s := store.Spend{RunLimit: l.limit}
 	for _, c := range l.calls {
 		s.RunUsed += c.InputTokens + c.OutputTokens
@@ -127,6 +132,29 @@ func TestModelLinkMetering(t *testing.T) {
 	}
 	if !strings.HasPrefix(mt.refused(), "budget: ") {
 		t.Fatalf("the step's refusal: %q", mt.refused())
+	}
+}
+
+// TestMeterReadsOnce: the check at a step's start stands for its first call, moments later: the
+// ledger is read once for both, and again for every call after.
+func TestMeterReadsOnce(t *testing.T) {
+	gw := modeltest.NewServer(t, linkModelKey)
+	l := &ledger{limit: 1000}
+	mt := &meter{ledger: l, call: store.ModelCall{RunID: "run_1", Step: 1, BoxID: "bx_0000000000000001", User: "usr_a", Model: "m"}}
+	if err := mt.begin(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	gw.Script(modeltest.Reply("hello"), modeltest.Reply("again"))
+	for i, want := range []int{1, 2} {
+		if got := askThroughMeteredLink(t, gw, post("/v1/chat/completions", "", chatBody), mt); !strings.HasPrefix(got, "HTTP/1.1 200") {
+			t.Fatalf("call %d: %s", i+1, got)
+		}
+		l.mu.Lock()
+		reads := l.reads
+		l.mu.Unlock()
+		if reads != want {
+			t.Fatalf("after call %d the ledger was read %d times; want %d", i+1, reads, want)
+		}
 	}
 }
 

@@ -24,6 +24,7 @@ func TestAgentWatchText(t *testing.T) {
 	golden(t, "agent_ls_empty", []byte(runOK(t, "", "agent", "ls", "build-farm")))
 	golden(t, "usage_by_run", []byte(runOK(t, "", "usage", "--since", "2026-11-01")))
 	golden(t, "usage_by_user", []byte(runOK(t, "", "usage", "--by", "user", "--since", "2026-11-01")))
+	golden(t, "usage_by_box", []byte(runOK(t, "", "usage", "--by", "box", "--since", "2026-11-01")))
 	if got := runOK(t, "", "admin", "budget", "ann", "--tokens-per-month", "100000", "--box-hours-per-month", "40.5"); got != "ann\ntokens:     100000 a month; 12400 used this month\nbox-hours:  40.5 a month; 3.25 used this month\n" {
 		t.Errorf("admin budget: %q", got)
 	}

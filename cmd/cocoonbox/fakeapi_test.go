@@ -570,8 +570,15 @@ func (f *fakeAPI) GetUsage(_ context.Context, r *cbv1.GetUsageRequest) (*cbv1.Ge
 			{Key: "run_ok", Model: "gpt-x", Calls: 3, InputTokens: 12000, CachedTokens: 8000, OutputTokens: 900, CostUsd: 0.0215},
 			{Key: "run_bad", Model: "gpt-x", Calls: 1, InputTokens: 400, OutputTokens: 20, CostUsd: 0.00062},
 		}
-	case "user":
+	case "user", "box":
 		resp.Rows = []*cbv1.UsageRow{{Key: "us_ann", Name: "ann", Calls: 4, InputTokens: 12400, CachedTokens: 8000, OutputTokens: 920, CostUsd: 0.02212}}
+		if r.GetBy() == "box" {
+			resp.Rows = []*cbv1.UsageRow{{Key: "bx_0123456789abcdef", Calls: 4, InputTokens: 12400, CachedTokens: 8000, OutputTokens: 920, CostUsd: 0.02212}}
+		}
+		resp.Boxes = []*cbv1.BoxUsage{
+			{Box: "bx_0123456789abcdef", Name: "web", Owner: "us_ann", OwnerName: "ann", Hours: 3.25, Snapshots: 4, SnapshotBytes: 734003200},
+			{Box: "bx_fedcba9876543210", Name: "build", Owner: "us_ann", OwnerName: "ann", Hours: 0.5},
+		}
 	default:
 		return nil, status.Errorf(codes.InvalidArgument, "by: must be user, box, run or model, got %q", r.GetBy())
 	}

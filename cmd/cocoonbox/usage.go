@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 	"io"
 	"strconv"
@@ -16,10 +17,11 @@ import (
 func usageCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "usage",
-		Usage: "show what agent runs' model calls used and cost",
+		Usage: "show what agent runs' model calls and your boxes used and cost",
 		Description: "Sums the model calls of your agent runs, as the gateway reported them to the worker, by\n" +
 			"user, box, run or model. The cost is at the prices the operator configured (agent.prices);\n" +
-			"a model without one costs 0. An admin sees every user's with --all.",
+			"a model without one costs 0. By box or user it also shows the hours the boxes ran since\n" +
+			"then and what their snapshots store now. An admin sees every user's with --all.",
 		Flags: apiFlags(
 			&cli.StringFlag{Name: "by", Value: "run", Usage: "group by `user`, box, run or model"},
 			&cli.StringFlag{Name: "since", Value: "30d", Usage: "count calls of the last `AGE` (7d, 12h, 90m) or since a date (2026-12-01)"},
@@ -85,8 +87,49 @@ func writeUsage(w io.Writer, by string, resp *cbv1.GetUsageResponse) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if err := writeBoxUsage(w, by, resp.GetBoxes()); err != nil {
+		return err
+	}
 	_, err := fmt.Fprintf(w, "since %s\n", when(resp.GetSince()))
 	return err
+}
+
+// writeBoxUsage writes the boxes' running hours and stored snapshots after a blank line, a row
+// a box (by box) or a user (by user); other groupings leave them out.
+func writeBoxUsage(w io.Writer, by string, boxes []*cbv1.BoxUsage) error {
+	if len(boxes) == 0 || by != "box" && by != "user" {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := table(w)
+	if by == "box" {
+		row(tw, "BOX", "NAME", "HOURS RUN", "SNAPSHOTS", "STORED")
+		for _, b := range boxes {
+			row(tw, b.GetBox(), b.GetName(), fmt.Sprintf("%.2f", b.GetHours()), count(b.GetSnapshots()), humanBytes(b.GetSnapshotBytes()))
+		}
+		return tw.Flush()
+	}
+	type sums struct {
+		user            string
+		hours           float64
+		snapshots, size int64
+	}
+	var users []*sums
+	of := map[string]*sums{}
+	for _, b := range boxes {
+		s := of[b.GetOwner()]
+		if s == nil {
+			s = &sums{user: cmp.Or(b.GetOwnerName(), b.GetOwner())}
+			of[b.GetOwner()] = s
+			users = append(users, s)
+		}
+		s.hours, s.snapshots, s.size = s.hours+b.GetHours(), s.snapshots+b.GetSnapshots(), s.size+b.GetSnapshotBytes()
+	}
+	row(tw, "USER", "HOURS RUN", "SNAPSHOTS", "STORED")
+	for _, s := range users {
+		row(tw, s.user, fmt.Sprintf("%.2f", s.hours), count(s.snapshots), humanBytes(s.size))
+	}
+	return tw.Flush()
 }
 
 func count(n int64) string { return strconv.FormatInt(n, 10) }

@@ -263,8 +263,8 @@ func mustAdmin(ctx context.Context, refusal string) (Principal, error) {
 	return p, nil
 }
 
-// GetUsage sums the model calls of agent runs: the caller's own, or everyone's for an admin who
-// asks for all_users.
+// GetUsage sums the model calls of agent runs and the boxes' running hours and snapshot bytes:
+// the caller's own, or everyone's for an admin who asks for all_users.
 func (a *accountService) GetUsage(ctx context.Context, req *cbv1.GetUsageRequest) (*cbv1.GetUsageResponse, error) {
 	p, err := mustPrincipal(ctx)
 	if err != nil {
@@ -274,15 +274,21 @@ func (a *accountService) GetUsage(ctx context.Context, req *cbv1.GetUsageRequest
 	if req.GetSince() != nil {
 		since = req.GetSince().AsTime()
 	}
-	rows, from, err := a.s.boxes.Usage(ctx, p.User, req.GetBy(), since, req.GetAllUsers())
+	u, err := a.s.boxes.Usage(ctx, p.User, req.GetBy(), since, req.GetAllUsers())
 	if err != nil {
 		return nil, err
 	}
-	resp := &cbv1.GetUsageResponse{Since: timestamppb.New(from)}
-	for _, r := range rows {
+	resp := &cbv1.GetUsageResponse{Since: timestamppb.New(u.Since)}
+	for _, r := range u.Rows {
 		resp.Rows = append(resp.Rows, &cbv1.UsageRow{
 			Key: r.Key, Name: r.UserName, Model: r.Model, Calls: r.Calls,
 			InputTokens: r.InputTokens, OutputTokens: r.OutputTokens, CachedTokens: r.CachedTokens, CostUsd: r.CostUSD,
+		})
+	}
+	for _, b := range u.Boxes {
+		resp.Boxes = append(resp.Boxes, &cbv1.BoxUsage{
+			Box: b.Box, Name: b.Name, Owner: b.Owner, OwnerName: b.OwnerName,
+			Hours: b.Hours, Snapshots: b.Snapshots, SnapshotBytes: b.SnapshotBytes,
 		})
 	}
 	return resp, nil

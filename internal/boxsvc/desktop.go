@@ -8,6 +8,7 @@ import (
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxlink"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
+	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/workflows"
 )
 
@@ -125,6 +126,9 @@ func (s *Service) awake(ctx context.Context, caller string, id cocoonbox.BoxID, 
 	case slices.Contains(wakeable, st.State):
 		if !role.Allows(cocoonbox.RoleDriver) {
 			return sandbox.SandboxRef{}, cocoonbox.Errorf(cocoonbox.EConflict, "box %s is %s; a driver can wake it", id, st.State)
+		}
+		if err := s.withinBoxHours(ctx, func(ctx context.Context) (store.BoxHours, error) { return s.Store.BoxHoursOfBox(ctx, id) }); err != nil {
+			return sandbox.SandboxRef{}, err
 		}
 		if st, err = workflows.Wake(ctx, s.Temporal, id, "used by "+s.who(ctx, caller)); err != nil {
 			return sandbox.SandboxRef{}, err

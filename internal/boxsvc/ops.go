@@ -10,12 +10,21 @@ import (
 	"github.com/loomhand/cocoonbox/workflows"
 )
 
-// Wake brings the box back if it sleeps (driver).
+// Wake brings the box back if it sleeps (driver). A box whose row says it is up is not held to
+// its owner's box-hours budget, as nothing is started for it.
 func (s *Service) Wake(ctx context.Context, caller string, id cocoonbox.BoxID) (View, error) {
-	if err := s.withinBoxHours(ctx, func(ctx context.Context) (store.BoxHours, error) { return s.Store.BoxHoursOfBox(ctx, id) }); err != nil {
+	a, err := s.authorize(ctx, caller, id, cocoonbox.RoleDriver)
+	if err != nil {
 		return View{}, err
 	}
-	return s.update(ctx, caller, id, cocoonbox.RoleDriver, workflows.UpdateWake, workflows.WakeInput{Reason: "requested by " + s.who(ctx, caller)})
+	switch a.box.State {
+	case cocoonbox.BoxStateRunning, cocoonbox.BoxStateSnapshotting, cocoonbox.BoxStateWaking:
+	default:
+		if err := s.withinBoxHours(ctx, func(ctx context.Context) (store.BoxHours, error) { return s.Store.BoxHoursOfBox(ctx, id) }); err != nil {
+			return View{}, err
+		}
+	}
+	return s.send(ctx, a, caller, id, workflows.UpdateWake, workflows.WakeInput{Reason: "requested by " + s.who(ctx, caller)})
 }
 
 // Hibernate puts the box to sleep (driver).
@@ -151,8 +160,13 @@ func (s *Service) update(ctx context.Context, caller string, id cocoonbox.BoxID,
 	if err != nil {
 		return View{}, err
 	}
+	return s.send(ctx, a, caller, id, name, arg)
+}
+
+// send is update once the caller's access a is known.
+func (s *Service) send(ctx context.Context, a access, caller string, id cocoonbox.BoxID, name string, arg any) (View, error) {
 	var st workflows.Status
-	err = s.revived(ctx, id, func() (err error) {
+	err := s.revived(ctx, id, func() (err error) {
 		st, err = workflows.Update[workflows.Status](once(ctx, caller, name), s.Temporal, id, name, arg)
 		return err
 	})

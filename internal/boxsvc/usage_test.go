@@ -32,30 +32,33 @@ func TestUsageCosts(t *testing.T) {
 		}
 	}
 	ann := store.User{ID: e.ann}
-	byModel, _, err := e.svc.Usage(ctx, ann, store.UsageByModel, time.Time{}, false)
+	u, err := e.svc.Usage(ctx, ann, store.UsageByModel, time.Time{}, false)
 	if err != nil {
 		t.Fatal(err)
 	}
 	costs := map[string]float64{}
-	for _, r := range byModel {
+	for _, r := range u.Rows {
 		costs[r.Key] = r.CostUSD
 	}
 	// m: 0.6M at 2 + 0.4M cached at 0.5 + 0.1M out at 8 = 1.2 + 0.2 + 0.8; m2: 0.5M at 1.
 	if !near(costs["m"], 2.2) || !near(costs["m2"], 0.5) || costs["unpriced"] != 0 {
 		t.Fatalf("costs by model: %v; want m 2.2, m2 0.5, unpriced 0", costs)
 	}
-	byUser, since, err := e.svc.Usage(ctx, ann, store.UsageByUser, time.Time{}, false)
-	if err != nil || len(byUser) != 1 || !near(byUser[0].CostUSD, 2.7) || time.Since(since) < 29*24*time.Hour {
-		t.Fatalf("by user: %+v since %v, %v; want one row costing 2.7 over the last 30 days", byUser, since, err)
+	u, err = e.svc.Usage(ctx, ann, store.UsageByUser, time.Time{}, false)
+	if err != nil || len(u.Rows) != 1 || !near(u.Rows[0].CostUSD, 2.7) || time.Since(u.Since) < 29*24*time.Hour {
+		t.Fatalf("by user: %+v, %v; want one row costing 2.7 over the last 30 days", u, err)
 	}
-	if _, _, err := e.svc.Usage(ctx, ann, store.UsageByRun, time.Time{}, true); cocoonbox.ErrorCode(err) != cocoonbox.EForbidden {
+	if len(u.Boxes) != 1 || u.Boxes[0].Box != string(e.box) {
+		t.Fatalf("ann's boxes: %+v; want her box", u.Boxes)
+	}
+	if _, err := e.svc.Usage(ctx, ann, store.UsageByRun, time.Time{}, true); cocoonbox.ErrorCode(err) != cocoonbox.EForbidden {
 		t.Fatalf("everyone's usage as a user: %v; want forbidden", err)
 	}
-	if _, _, err := e.svc.Usage(ctx, ann, store.UsageByRun, time.Now().Add(time.Hour), false); cocoonbox.ErrorField(err) != "since" {
+	if _, err := e.svc.Usage(ctx, ann, store.UsageByRun, time.Now().Add(time.Hour), false); cocoonbox.ErrorField(err) != "since" {
 		t.Fatalf("since in the future: %v; want an error naming since", err)
 	}
-	if rows, _, err := e.svc.Usage(ctx, store.User{ID: e.vic}, store.UsageByRun, time.Time{}, false); err != nil || len(rows) != 0 {
-		t.Fatalf("another user's view: %+v, %v; want nothing of ann's", rows, err)
+	if u, err := e.svc.Usage(ctx, store.User{ID: e.vic}, store.UsageByRun, time.Time{}, false); err != nil || len(u.Rows) != 0 {
+		t.Fatalf("another user's view: %+v, %v; want nothing of ann's", u, err)
 	}
 }
 
@@ -74,9 +77,23 @@ func TestBoxHoursBudget(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(10 * time.Millisecond)
+	if err := e.st.SetBoxState(ctx, e.box, cocoonbox.BoxStateHibernated, "", ""); err != nil {
+		t.Fatal(err)
+	}
 	_, err := e.svc.Wake(ctx, e.ann, e.box)
 	if cocoonbox.ErrorCode(err) != cocoonbox.EResourceExhausted || !strings.HasPrefix(cocoonbox.ErrorMessage(err), "budget: the boxes of user "+e.ann) {
 		t.Fatalf("a wake over the box-hours budget: %v", err)
+	}
+	// Who may not wake the box learns nothing of its owner's budget.
+	stranger, err := e.st.CreateUser(ctx, store.NewUser{Name: "stranger"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.svc.Wake(ctx, stranger.ID, e.box); cocoonbox.ErrorCode(err) != cocoonbox.ENotFound {
+		t.Fatalf("a stranger's wake: %v; want not found", err)
+	}
+	if _, err := e.svc.Wake(ctx, e.vic, e.box); cocoonbox.ErrorCode(err) != cocoonbox.EForbidden {
+		t.Fatalf("a viewer's wake: %v; want forbidden", err)
 	}
 	if _, err := e.svc.Create(ctx, e.ann, boxsvc.CreateRequest{Name: "another"}); cocoonbox.ErrorCode(err) != cocoonbox.EResourceExhausted ||
 		!strings.HasPrefix(cocoonbox.ErrorMessage(err), "budget: ") {

@@ -273,6 +273,14 @@ func TestAgentRuns(t *testing.T) {
 			if len(usage) == 0 || !strings.HasPrefix(usage[0], "scripted-1") {
 				return fmt.Errorf("the usage table shows %q", usage)
 			}
+			// And the hours the box ran in them.
+			var boxes []string
+			if err := evalInto(page, `() => [...document.querySelectorAll('#box-usage-list tr')].map(tr => tr.textContent)`, &boxes); err != nil {
+				return err
+			}
+			if len(boxes) == 0 || !strings.HasPrefix(boxes[0], "desk") || strings.HasPrefix(boxes[0], "desk0.00") {
+				return fmt.Errorf("the box usage table shows %q", boxes)
+			}
 			return nil
 		}); err != nil {
 			saveScreens(t, page)

@@ -117,19 +117,42 @@ func testRunUsage(t *testing.T, a *agentEnv, models *modeltest.Server) {
 		t.Fatal(err)
 	}
 
-	// A box-hours budget the running box has used: no create and no wake, saying why.
+	// A box-hours budget the running box has used: no create, and no wake of the box once it
+	// sleeps, by a person or by a run's step, saying why; while it runs it goes on.
 	hours, err := a.acct.SetBudget(a.auth, &cbv1.SetBudgetRequest{User: a.owner.Name, BoxHoursPerMonth: proto.Float64(1e-6)})
 	if err != nil || hours.GetBoxHoursUsed() <= 1e-6 {
 		t.Fatalf("set a box-hours budget below this month's use: %v, %v", hours, err)
 	}
+	lift := func() {
+		if _, err := a.acct.SetBudget(a.auth, &cbv1.SetBudgetRequest{User: a.owner.Name, BoxHoursPerMonth: proto.Float64(0)}); err != nil {
+			t.Error(err)
+		}
+	}
+	defer lift()
 	if _, err := a.api.CreateBox(a.auth, &cbv1.CreateBoxRequest{Name: "over-budget", Size: "small"}); status.Code(err) != codes.ResourceExhausted || !strings.Contains(err.Error(), "budget: the boxes of user") {
 		t.Fatalf("a create over the box-hours budget: %v", err)
+	}
+	if _, err := a.api.WakeBox(a.auth, &cbv1.WakeBoxRequest{Box: string(a.id)}); err != nil {
+		t.Fatalf("a wake of the running box, which starts nothing: %v", err)
+	}
+	if _, err := a.api.HibernateBox(a.auth, &cbv1.HibernateBoxRequest{Box: string(a.id)}); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := a.api.WakeBox(a.auth, &cbv1.WakeBoxRequest{Box: string(a.id)}); status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("a wake over the box-hours budget: %v", err)
 	}
-	if _, err := a.acct.SetBudget(a.auth, &cbv1.SetBudgetRequest{User: a.owner.Name, BoxHoursPerMonth: proto.Float64(0)}); err != nil {
+	before = len(models.Requests())
+	run, err = a.agents.StartRun(a.auth, &cbv1.StartRunRequest{Box: string(a.id), Task: "Run true."})
+	if err != nil {
 		t.Fatal(err)
+	}
+	got = a.waitRun(t, run.GetId(), 3*time.Minute, "succeeded", "failed", "cancelled")
+	if got.GetState() != string(cocoonbox.AgentRunFailed) || !strings.Contains(got.GetError(), "budget: the boxes of user") || len(models.Requests()) != before {
+		t.Fatalf("a run on the sleeping box over the box-hours budget: %s %q after %d model calls", got.GetState(), got.GetError(), len(models.Requests())-before)
+	}
+	lift()
+	if b, err := a.api.WakeBox(a.auth, &cbv1.WakeBoxRequest{Box: string(a.id)}); err != nil || b.GetState() != string(cocoonbox.BoxStateRunning) {
+		t.Fatalf("the wake once the budget is lifted: %v, %v", b, err)
 	}
 
 	// A model this server allows but the gateway does not list fails the run at its first step,

@@ -232,6 +232,16 @@ type BoxHours struct {
 	Used, Limit float64
 }
 
+// Refusal is the error of a create or wake once the hours are used (resource_exhausted, naming
+// the budget), or nil while some are left or there is no budget.
+func (h BoxHours) Refusal() error {
+	if h.Limit <= 0 || h.Used < h.Limit {
+		return nil
+	}
+	return cocoonbox.Errorf(cocoonbox.EResourceExhausted,
+		"budget: the boxes of user %s ran %.2f of their %g box-hours this month (the monthly budget an admin set); running boxes go on, none is created or woken", h.Owner, h.Used, h.Limit)
+}
+
 // BoxHoursOfBox is the BoxHours of box id's owner; an unknown box is ErrNotFound.
 func (q *Queries) BoxHoursOfBox(ctx context.Context, id cocoonbox.BoxID) (BoxHours, error) {
 	return q.boxHours(ctx, `FROM boxes x LEFT JOIN user_budgets b ON b.user_id = x.owner_id WHERE x.id = $1`, "x.owner_id", string(id))

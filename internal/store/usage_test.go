@@ -159,3 +159,48 @@ func TestBoxHoursOfBox(t *testing.T) {
 		t.Fatalf("an unknown box: %v", err)
 	}
 }
+
+// TestBoxUsage: a box's hours are the time it ran since the window's start, and its snapshot
+// bytes what its complete snapshots hold; another user's boxes are not a user's.
+func TestBoxUsage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.New(t)
+	alice, bob := newUser(t, st, "alice"), newUser(t, st, "bob")
+	dev := newBox(t, st, alice, "dev").ID
+	newBox(t, st, bob, "other")
+	since := time.Now().Add(-time.Hour)
+	for _, s := range []cocoonbox.BoxState{cocoonbox.BoxStateRunning, cocoonbox.BoxStateHibernated} {
+		if err := st.SetBoxState(ctx, dev, s, "", ""); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, bytes := range []int64{1000, 234} {
+		s, err := st.BeginSnapshot(ctx, store.NewSnapshot{ID: snapID(i + 1), BoxID: dev, ObjectKey: "snapshots/" + snapID(i+1)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := st.CompleteSnapshot(ctx, s.ID, bytes, sum("box usage"), 3); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// One that never completed holds nothing.
+	if _, err := st.BeginSnapshot(ctx, store.NewSnapshot{ID: snapID(9), BoxID: dev, ObjectKey: "snapshots/" + snapID(9)}); err != nil {
+		t.Fatal(err)
+	}
+	use, err := st.BoxUsage(ctx, since, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(use) != 1 || use[0].Box != string(dev) || use[0].Name != "dev" || use[0].OwnerName != "alice" ||
+		use[0].Snapshots != 2 || use[0].SnapshotBytes != 1234 || use[0].Hours <= 0 || use[0].Hours > 1.0/60 {
+		t.Fatalf("alice's box usage: %+v", use)
+	}
+	all, err := st.BoxUsage(ctx, since, "")
+	if err != nil || len(all) != 2 || all[0].Box != string(dev) || all[1].Hours != 0 {
+		t.Fatalf("everyone's box usage: %+v, %v", all, err)
+	}
+	if later, err := st.BoxUsage(ctx, time.Now(), alice); err != nil || len(later) != 1 || later[0].Hours != 0 || later[0].SnapshotBytes != 1234 {
+		t.Fatalf("since now: %+v, %v; want no hours and the snapshots still stored", later, err)
+	}
+}

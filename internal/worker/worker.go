@@ -140,7 +140,7 @@ func New(opts Options) *Worker {
 	}
 	w.RegisterActivity(&activities.Agent{
 		Link: link,
-		Runs: opts.Store, Vault: vlt, Gateway: opts.Gateway, Wake: wakeBox(opts.Temporal), Usage: usageLedger(opts.Store), Texts: runTexts(opts.Store),
+		Runs: opts.Store, Vault: vlt, Gateway: opts.Gateway, Wake: wakeBox(opts.Temporal, opts.Store), Usage: usageLedger(opts.Store), Texts: runTexts(opts.Store),
 	})
 	return out
 }
@@ -148,10 +148,22 @@ func New(opts Options) *Worker {
 // wakeBox wakes a box through its workflow (a no-op when it runs), for the agent step activity:
 // an update cannot be sent from a workflow. A box without a workflow, or one whose state refuses
 // a wake (deleted), is a permanent failure of the step.
-func wakeBox(c client.Client) func(context.Context, cocoonbox.BoxID) (activities.BoxLease, error) {
+func wakeBox(c client.Client, st *store.Store) func(context.Context, cocoonbox.BoxID) (activities.BoxLease, error) {
 	return func(ctx context.Context, id cocoonbox.BoxID) (activities.BoxLease, error) {
-		st, err := workflows.Awake(ctx, c, id, "for an agent run's step")
-		return lease(st), err
+		if s, err := workflows.GetStatus(ctx, c, id); err == nil && workflows.Up(s.State) {
+			return lease(s), nil
+		}
+		// A sleeping box is woken for a step only within its owner's box-hours budget (a budget
+		// that cannot be read lets the wake through, as the API's does).
+		if st != nil {
+			if h, err := st.BoxHoursOfBox(ctx, id); err == nil {
+				if err := h.Refusal(); err != nil {
+					return activities.BoxLease{}, err
+				}
+			}
+		}
+		s, err := workflows.Wake(ctx, c, id, "for an agent run's step")
+		return lease(s), err
 	}
 }
 

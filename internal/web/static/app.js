@@ -102,58 +102,58 @@ function signOut() {
 async function listBoxes() {
   closeBox();
   const { boxes = [] } = await call('BoxService/ListBoxes');
-  const rows = $('box-list');
-  rows.replaceChildren();
-  for (const b of boxes) {
-    const tr = document.createElement('tr');
-    for (const v of [b.name, b.state, b.size, b.role]) {
-      const td = document.createElement('td');
-      td.textContent = v || '';
-      tr.append(td);
-    }
+  fillTable($('box-list'), boxes.map(b => {
     const open = document.createElement('button');
     open.textContent = 'Open';
     open.addEventListener('click', () => openBox(b.id).catch(report));
-    const td = document.createElement('td');
-    td.append(open);
-    tr.append(td);
-    rows.append(tr);
-  }
-  if (boxes.length === 0) {
-    const tr = document.createElement('tr');
-    const td = document.createElement('td');
-    td.colSpan = 5;
-    td.textContent = 'No boxes yet: create one above.';
-    tr.append(td);
-    rows.append(tr);
-  }
+    return [b.name, b.state, b.size, b.role, open];
+  }), 5, 'No boxes yet: create one above.');
   show('boxes');
   listUsage().catch(report);
 }
 
-// listUsage shows what the user's agent runs' model calls used in the last 30 days, by model.
+// listUsage shows what the user's agent runs' model calls used in the last 30 days, by model,
+// and the hours each box ran in them with what its snapshots store.
 async function listUsage() {
   const since = new Date(Date.now() - 30 * 24 * 3600 * 1000).toISOString();
-  const { rows = [] } = await call('AccountService/GetUsage', { by: 'model', since });
-  const list = $('usage-list');
-  list.replaceChildren();
-  for (const r of rows) {
+  const { rows = [], boxes = [] } = await call('AccountService/GetUsage', { by: 'model', since });
+  fillTable($('usage-list'), rows.map(r =>
+    [r.key, r.calls, r.inputTokens, r.cachedTokens, r.outputTokens, Number(r.costUsd || 0).toFixed(4)].map(v => String(v ?? 0))),
+  6, 'No model calls yet.');
+  fillTable($('box-usage-list'), boxes.map(b =>
+    [b.name, Number(b.hours || 0).toFixed(2), String(b.snapshots || 0), sizeText(Number(b.snapshotBytes || 0))]),
+  4, 'No boxes in these 30 days.');
+}
+
+// fillTable replaces the rows of tbody with one per cells (text or an element each), or one
+// row saying empty across span columns when there are none.
+function fillTable(tbody, rows, span, empty) {
+  tbody.replaceChildren();
+  for (const cells of rows) {
     const tr = document.createElement('tr');
-    for (const v of [r.key, r.calls, r.inputTokens, r.cachedTokens, r.outputTokens, Number(r.costUsd || 0).toFixed(4)]) {
+    for (const c of cells) {
       const td = document.createElement('td');
-      td.textContent = String(v ?? 0);
+      if (c instanceof Node) td.append(c); else td.textContent = c ?? '';
       tr.append(td);
     }
-    list.append(tr);
+    tbody.append(tr);
   }
   if (rows.length === 0) {
     const tr = document.createElement('tr');
     const td = document.createElement('td');
-    td.colSpan = 6;
-    td.textContent = 'No model calls yet.';
+    td.colSpan = span;
+    td.textContent = empty;
     tr.append(td);
-    list.append(tr);
+    tbody.append(tr);
   }
+}
+
+// sizeText writes a byte count in binary units, as the CLI does.
+function sizeText(n) {
+  const units = ['B', 'KiB', 'MiB', 'GiB', 'TiB'];
+  let i = 0;
+  while (n >= 1024 && i < units.length - 1) { n /= 1024; i++; }
+  return i === 0 ? n + ' B' : n.toFixed(1) + ' ' + units[i];
 }
 
 function render(b) {

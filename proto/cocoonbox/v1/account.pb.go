@@ -337,9 +337,12 @@ func (x *UsageRow) GetCostUsd() float64 {
 }
 
 type GetUsageResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Rows          []*UsageRow            `protobuf:"bytes,1,rep,name=rows,proto3" json:"rows,omitempty"`
-	Since         *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Rows  []*UsageRow            `protobuf:"bytes,1,rep,name=rows,proto3" json:"rows,omitempty"`
+	Since *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
+	// boxes are what the boxes in view used besides tokens: the hours each ran since since, and
+	// what its snapshots hold in the object store now. Boxes deleted before since are left out.
+	Boxes         []*BoxUsage `protobuf:"bytes,3,rep,name=boxes,proto3" json:"boxes,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -388,6 +391,107 @@ func (x *GetUsageResponse) GetSince() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *GetUsageResponse) GetBoxes() []*BoxUsage {
+	if x != nil {
+		return x.Boxes
+	}
+	return nil
+}
+
+type BoxUsage struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Box       string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	Owner     string                 `protobuf:"bytes,3,opt,name=owner,proto3" json:"owner,omitempty"`
+	OwnerName string                 `protobuf:"bytes,4,opt,name=owner_name,json=ownerName,proto3" json:"owner_name,omitempty"`
+	// hours is the time the box ran (its sandbox up, hibernated time not counted) since since.
+	Hours float64 `protobuf:"fixed64,5,opt,name=hours,proto3" json:"hours,omitempty"`
+	// snapshots and snapshot_bytes are its complete snapshots and their objects' bytes.
+	Snapshots     int64 `protobuf:"varint,6,opt,name=snapshots,proto3" json:"snapshots,omitempty"`
+	SnapshotBytes int64 `protobuf:"varint,7,opt,name=snapshot_bytes,json=snapshotBytes,proto3" json:"snapshot_bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BoxUsage) Reset() {
+	*x = BoxUsage{}
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BoxUsage) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BoxUsage) ProtoMessage() {}
+
+func (x *BoxUsage) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BoxUsage.ProtoReflect.Descriptor instead.
+func (*BoxUsage) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *BoxUsage) GetBox() string {
+	if x != nil {
+		return x.Box
+	}
+	return ""
+}
+
+func (x *BoxUsage) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *BoxUsage) GetOwner() string {
+	if x != nil {
+		return x.Owner
+	}
+	return ""
+}
+
+func (x *BoxUsage) GetOwnerName() string {
+	if x != nil {
+		return x.OwnerName
+	}
+	return ""
+}
+
+func (x *BoxUsage) GetHours() float64 {
+	if x != nil {
+		return x.Hours
+	}
+	return 0
+}
+
+func (x *BoxUsage) GetSnapshots() int64 {
+	if x != nil {
+		return x.Snapshots
+	}
+	return 0
+}
+
+func (x *BoxUsage) GetSnapshotBytes() int64 {
+	if x != nil {
+		return x.SnapshotBytes
+	}
+	return 0
+}
+
 type Webhook struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
@@ -402,7 +506,7 @@ type Webhook struct {
 
 func (x *Webhook) Reset() {
 	*x = Webhook{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[5]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -414,7 +518,7 @@ func (x *Webhook) String() string {
 func (*Webhook) ProtoMessage() {}
 
 func (x *Webhook) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[5]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -427,7 +531,7 @@ func (x *Webhook) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Webhook.ProtoReflect.Descriptor instead.
 func (*Webhook) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{5}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Webhook) GetId() string {
@@ -470,7 +574,7 @@ type CreateWebhookRequest struct {
 
 func (x *CreateWebhookRequest) Reset() {
 	*x = CreateWebhookRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[6]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -482,7 +586,7 @@ func (x *CreateWebhookRequest) String() string {
 func (*CreateWebhookRequest) ProtoMessage() {}
 
 func (x *CreateWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[6]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -495,7 +599,7 @@ func (x *CreateWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookRequest.ProtoReflect.Descriptor instead.
 func (*CreateWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{6}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *CreateWebhookRequest) GetUrl() string {
@@ -523,7 +627,7 @@ type CreateWebhookResponse struct {
 
 func (x *CreateWebhookResponse) Reset() {
 	*x = CreateWebhookResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[7]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -535,7 +639,7 @@ func (x *CreateWebhookResponse) String() string {
 func (*CreateWebhookResponse) ProtoMessage() {}
 
 func (x *CreateWebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[7]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -548,7 +652,7 @@ func (x *CreateWebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateWebhookResponse.ProtoReflect.Descriptor instead.
 func (*CreateWebhookResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{7}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *CreateWebhookResponse) GetWebhook() *Webhook {
@@ -573,7 +677,7 @@ type ListWebhooksRequest struct {
 
 func (x *ListWebhooksRequest) Reset() {
 	*x = ListWebhooksRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[8]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -585,7 +689,7 @@ func (x *ListWebhooksRequest) String() string {
 func (*ListWebhooksRequest) ProtoMessage() {}
 
 func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[8]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -598,7 +702,7 @@ func (x *ListWebhooksRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksRequest.ProtoReflect.Descriptor instead.
 func (*ListWebhooksRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{8}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{9}
 }
 
 type ListWebhooksResponse struct {
@@ -610,7 +714,7 @@ type ListWebhooksResponse struct {
 
 func (x *ListWebhooksResponse) Reset() {
 	*x = ListWebhooksResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[9]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -622,7 +726,7 @@ func (x *ListWebhooksResponse) String() string {
 func (*ListWebhooksResponse) ProtoMessage() {}
 
 func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[9]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -635,7 +739,7 @@ func (x *ListWebhooksResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListWebhooksResponse.ProtoReflect.Descriptor instead.
 func (*ListWebhooksResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{9}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ListWebhooksResponse) GetWebhooks() []*Webhook {
@@ -654,7 +758,7 @@ type DeleteWebhookRequest struct {
 
 func (x *DeleteWebhookRequest) Reset() {
 	*x = DeleteWebhookRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[10]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -666,7 +770,7 @@ func (x *DeleteWebhookRequest) String() string {
 func (*DeleteWebhookRequest) ProtoMessage() {}
 
 func (x *DeleteWebhookRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[10]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -679,7 +783,7 @@ func (x *DeleteWebhookRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWebhookRequest.ProtoReflect.Descriptor instead.
 func (*DeleteWebhookRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{10}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DeleteWebhookRequest) GetId() string {
@@ -697,7 +801,7 @@ type DeleteWebhookResponse struct {
 
 func (x *DeleteWebhookResponse) Reset() {
 	*x = DeleteWebhookResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[11]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -709,7 +813,7 @@ func (x *DeleteWebhookResponse) String() string {
 func (*DeleteWebhookResponse) ProtoMessage() {}
 
 func (x *DeleteWebhookResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[11]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -722,7 +826,7 @@ func (x *DeleteWebhookResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteWebhookResponse.ProtoReflect.Descriptor instead.
 func (*DeleteWebhookResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{11}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{12}
 }
 
 type ListDeliveriesRequest struct {
@@ -736,7 +840,7 @@ type ListDeliveriesRequest struct {
 
 func (x *ListDeliveriesRequest) Reset() {
 	*x = ListDeliveriesRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[12]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -748,7 +852,7 @@ func (x *ListDeliveriesRequest) String() string {
 func (*ListDeliveriesRequest) ProtoMessage() {}
 
 func (x *ListDeliveriesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[12]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -761,7 +865,7 @@ func (x *ListDeliveriesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeliveriesRequest.ProtoReflect.Descriptor instead.
 func (*ListDeliveriesRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{12}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ListDeliveriesRequest) GetId() string {
@@ -794,7 +898,7 @@ type Delivery struct {
 
 func (x *Delivery) Reset() {
 	*x = Delivery{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[13]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -806,7 +910,7 @@ func (x *Delivery) String() string {
 func (*Delivery) ProtoMessage() {}
 
 func (x *Delivery) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[13]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -819,7 +923,7 @@ func (x *Delivery) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delivery.ProtoReflect.Descriptor instead.
 func (*Delivery) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{13}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Delivery) GetEventId() int64 {
@@ -873,7 +977,7 @@ type ListDeliveriesResponse struct {
 
 func (x *ListDeliveriesResponse) Reset() {
 	*x = ListDeliveriesResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[14]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -885,7 +989,7 @@ func (x *ListDeliveriesResponse) String() string {
 func (*ListDeliveriesResponse) ProtoMessage() {}
 
 func (x *ListDeliveriesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[14]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -898,7 +1002,7 @@ func (x *ListDeliveriesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListDeliveriesResponse.ProtoReflect.Descriptor instead.
 func (*ListDeliveriesResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{14}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *ListDeliveriesResponse) GetDeliveries() []*Delivery {
@@ -916,7 +1020,7 @@ type WhoAmIRequest struct {
 
 func (x *WhoAmIRequest) Reset() {
 	*x = WhoAmIRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[15]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -928,7 +1032,7 @@ func (x *WhoAmIRequest) String() string {
 func (*WhoAmIRequest) ProtoMessage() {}
 
 func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[15]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -941,7 +1045,7 @@ func (x *WhoAmIRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIRequest.ProtoReflect.Descriptor instead.
 func (*WhoAmIRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{15}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{16}
 }
 
 type WhoAmIResponse struct {
@@ -955,7 +1059,7 @@ type WhoAmIResponse struct {
 
 func (x *WhoAmIResponse) Reset() {
 	*x = WhoAmIResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[16]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -967,7 +1071,7 @@ func (x *WhoAmIResponse) String() string {
 func (*WhoAmIResponse) ProtoMessage() {}
 
 func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[16]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -980,7 +1084,7 @@ func (x *WhoAmIResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WhoAmIResponse.ProtoReflect.Descriptor instead.
 func (*WhoAmIResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{16}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *WhoAmIResponse) GetUser() *User {
@@ -1012,7 +1116,7 @@ type User struct {
 
 func (x *User) Reset() {
 	*x = User{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[17]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1024,7 +1128,7 @@ func (x *User) String() string {
 func (*User) ProtoMessage() {}
 
 func (x *User) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[17]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1037,7 +1141,7 @@ func (x *User) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use User.ProtoReflect.Descriptor instead.
 func (*User) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{17}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *User) GetId() string {
@@ -1093,7 +1197,7 @@ type Token struct {
 
 func (x *Token) Reset() {
 	*x = Token{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[18]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1105,7 +1209,7 @@ func (x *Token) String() string {
 func (*Token) ProtoMessage() {}
 
 func (x *Token) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[18]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1118,7 +1222,7 @@ func (x *Token) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Token.ProtoReflect.Descriptor instead.
 func (*Token) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{18}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Token) GetId() string {
@@ -1187,7 +1291,7 @@ type CreateTokenRequest struct {
 
 func (x *CreateTokenRequest) Reset() {
 	*x = CreateTokenRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[19]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1199,7 +1303,7 @@ func (x *CreateTokenRequest) String() string {
 func (*CreateTokenRequest) ProtoMessage() {}
 
 func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[19]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1212,7 +1316,7 @@ func (x *CreateTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenRequest.ProtoReflect.Descriptor instead.
 func (*CreateTokenRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{19}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CreateTokenRequest) GetName() string {
@@ -1247,7 +1351,7 @@ type CreateTokenResponse struct {
 
 func (x *CreateTokenResponse) Reset() {
 	*x = CreateTokenResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[20]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1259,7 +1363,7 @@ func (x *CreateTokenResponse) String() string {
 func (*CreateTokenResponse) ProtoMessage() {}
 
 func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[20]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1272,7 +1376,7 @@ func (x *CreateTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateTokenResponse.ProtoReflect.Descriptor instead.
 func (*CreateTokenResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{20}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CreateTokenResponse) GetToken() *Token {
@@ -1297,7 +1401,7 @@ type ListTokensRequest struct {
 
 func (x *ListTokensRequest) Reset() {
 	*x = ListTokensRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[21]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1309,7 +1413,7 @@ func (x *ListTokensRequest) String() string {
 func (*ListTokensRequest) ProtoMessage() {}
 
 func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[21]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1322,7 +1426,7 @@ func (x *ListTokensRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensRequest.ProtoReflect.Descriptor instead.
 func (*ListTokensRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{21}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{22}
 }
 
 type ListTokensResponse struct {
@@ -1334,7 +1438,7 @@ type ListTokensResponse struct {
 
 func (x *ListTokensResponse) Reset() {
 	*x = ListTokensResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[22]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1346,7 +1450,7 @@ func (x *ListTokensResponse) String() string {
 func (*ListTokensResponse) ProtoMessage() {}
 
 func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[22]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1359,7 +1463,7 @@ func (x *ListTokensResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListTokensResponse.ProtoReflect.Descriptor instead.
 func (*ListTokensResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{22}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *ListTokensResponse) GetTokens() []*Token {
@@ -1378,7 +1482,7 @@ type RevokeTokenRequest struct {
 
 func (x *RevokeTokenRequest) Reset() {
 	*x = RevokeTokenRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[23]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1390,7 +1494,7 @@ func (x *RevokeTokenRequest) String() string {
 func (*RevokeTokenRequest) ProtoMessage() {}
 
 func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[23]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1403,7 +1507,7 @@ func (x *RevokeTokenRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenRequest.ProtoReflect.Descriptor instead.
 func (*RevokeTokenRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{23}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *RevokeTokenRequest) GetId() string {
@@ -1421,7 +1525,7 @@ type RevokeTokenResponse struct {
 
 func (x *RevokeTokenResponse) Reset() {
 	*x = RevokeTokenResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[24]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1433,7 +1537,7 @@ func (x *RevokeTokenResponse) String() string {
 func (*RevokeTokenResponse) ProtoMessage() {}
 
 func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[24]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1446,7 +1550,7 @@ func (x *RevokeTokenResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RevokeTokenResponse.ProtoReflect.Descriptor instead.
 func (*RevokeTokenResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{24}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{25}
 }
 
 type CreateUserRequest struct {
@@ -1460,7 +1564,7 @@ type CreateUserRequest struct {
 
 func (x *CreateUserRequest) Reset() {
 	*x = CreateUserRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[25]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1472,7 +1576,7 @@ func (x *CreateUserRequest) String() string {
 func (*CreateUserRequest) ProtoMessage() {}
 
 func (x *CreateUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[25]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1485,7 +1589,7 @@ func (x *CreateUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserRequest.ProtoReflect.Descriptor instead.
 func (*CreateUserRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{25}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *CreateUserRequest) GetName() string {
@@ -1513,7 +1617,7 @@ type CreateUserResponse struct {
 
 func (x *CreateUserResponse) Reset() {
 	*x = CreateUserResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[26]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1525,7 +1629,7 @@ func (x *CreateUserResponse) String() string {
 func (*CreateUserResponse) ProtoMessage() {}
 
 func (x *CreateUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[26]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1538,7 +1642,7 @@ func (x *CreateUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CreateUserResponse.ProtoReflect.Descriptor instead.
 func (*CreateUserResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{26}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *CreateUserResponse) GetUser() *User {
@@ -1563,7 +1667,7 @@ type ListUsersRequest struct {
 
 func (x *ListUsersRequest) Reset() {
 	*x = ListUsersRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[27]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1575,7 +1679,7 @@ func (x *ListUsersRequest) String() string {
 func (*ListUsersRequest) ProtoMessage() {}
 
 func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[27]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1588,7 +1692,7 @@ func (x *ListUsersRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersRequest.ProtoReflect.Descriptor instead.
 func (*ListUsersRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{27}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{28}
 }
 
 type ListUsersResponse struct {
@@ -1600,7 +1704,7 @@ type ListUsersResponse struct {
 
 func (x *ListUsersResponse) Reset() {
 	*x = ListUsersResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[28]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1612,7 +1716,7 @@ func (x *ListUsersResponse) String() string {
 func (*ListUsersResponse) ProtoMessage() {}
 
 func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[28]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1625,7 +1729,7 @@ func (x *ListUsersResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListUsersResponse.ProtoReflect.Descriptor instead.
 func (*ListUsersResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{28}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ListUsersResponse) GetUsers() []*User {
@@ -1645,7 +1749,7 @@ type DisableUserRequest struct {
 
 func (x *DisableUserRequest) Reset() {
 	*x = DisableUserRequest{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[29]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1657,7 +1761,7 @@ func (x *DisableUserRequest) String() string {
 func (*DisableUserRequest) ProtoMessage() {}
 
 func (x *DisableUserRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[29]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1670,7 +1774,7 @@ func (x *DisableUserRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisableUserRequest.ProtoReflect.Descriptor instead.
 func (*DisableUserRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{29}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *DisableUserRequest) GetUser() string {
@@ -1693,7 +1797,7 @@ type DisableUserResponse struct {
 
 func (x *DisableUserResponse) Reset() {
 	*x = DisableUserResponse{}
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[30]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1705,7 +1809,7 @@ func (x *DisableUserResponse) String() string {
 func (*DisableUserResponse) ProtoMessage() {}
 
 func (x *DisableUserResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_account_proto_msgTypes[30]
+	mi := &file_cocoonbox_v1_account_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1718,7 +1822,7 @@ func (x *DisableUserResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DisableUserResponse.ProtoReflect.Descriptor instead.
 func (*DisableUserResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{30}
+	return file_cocoonbox_v1_account_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *DisableUserResponse) GetUser() *User {
@@ -1772,10 +1876,20 @@ const file_cocoonbox_v1_account_proto_rawDesc = "" +
 	"\finput_tokens\x18\x05 \x01(\x03R\vinputTokens\x12#\n" +
 	"\routput_tokens\x18\x06 \x01(\x03R\foutputTokens\x12#\n" +
 	"\rcached_tokens\x18\a \x01(\x03R\fcachedTokens\x12\x19\n" +
-	"\bcost_usd\x18\b \x01(\x01R\acostUsd\"p\n" +
+	"\bcost_usd\x18\b \x01(\x01R\acostUsd\"\x9e\x01\n" +
 	"\x10GetUsageResponse\x12*\n" +
 	"\x04rows\x18\x01 \x03(\v2\x16.cocoonbox.v1.UsageRowR\x04rows\x120\n" +
-	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\"~\n" +
+	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12,\n" +
+	"\x05boxes\x18\x03 \x03(\v2\x16.cocoonbox.v1.BoxUsageR\x05boxes\"\xc0\x01\n" +
+	"\bBoxUsage\x12\x10\n" +
+	"\x03box\x18\x01 \x01(\tR\x03box\x12\x12\n" +
+	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
+	"\x05owner\x18\x03 \x01(\tR\x05owner\x12\x1d\n" +
+	"\n" +
+	"owner_name\x18\x04 \x01(\tR\townerName\x12\x14\n" +
+	"\x05hours\x18\x05 \x01(\x01R\x05hours\x12\x1c\n" +
+	"\tsnapshots\x18\x06 \x01(\x03R\tsnapshots\x12%\n" +
+	"\x0esnapshot_bytes\x18\a \x01(\x03R\rsnapshotBytes\"~\n" +
 	"\aWebhook\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x10\n" +
 	"\x03url\x18\x02 \x01(\tR\x03url\x12\x16\n" +
@@ -1891,93 +2005,95 @@ func file_cocoonbox_v1_account_proto_rawDescGZIP() []byte {
 	return file_cocoonbox_v1_account_proto_rawDescData
 }
 
-var file_cocoonbox_v1_account_proto_msgTypes = make([]protoimpl.MessageInfo, 31)
+var file_cocoonbox_v1_account_proto_msgTypes = make([]protoimpl.MessageInfo, 32)
 var file_cocoonbox_v1_account_proto_goTypes = []any{
 	(*SetBudgetRequest)(nil),       // 0: cocoonbox.v1.SetBudgetRequest
 	(*Budget)(nil),                 // 1: cocoonbox.v1.Budget
 	(*GetUsageRequest)(nil),        // 2: cocoonbox.v1.GetUsageRequest
 	(*UsageRow)(nil),               // 3: cocoonbox.v1.UsageRow
 	(*GetUsageResponse)(nil),       // 4: cocoonbox.v1.GetUsageResponse
-	(*Webhook)(nil),                // 5: cocoonbox.v1.Webhook
-	(*CreateWebhookRequest)(nil),   // 6: cocoonbox.v1.CreateWebhookRequest
-	(*CreateWebhookResponse)(nil),  // 7: cocoonbox.v1.CreateWebhookResponse
-	(*ListWebhooksRequest)(nil),    // 8: cocoonbox.v1.ListWebhooksRequest
-	(*ListWebhooksResponse)(nil),   // 9: cocoonbox.v1.ListWebhooksResponse
-	(*DeleteWebhookRequest)(nil),   // 10: cocoonbox.v1.DeleteWebhookRequest
-	(*DeleteWebhookResponse)(nil),  // 11: cocoonbox.v1.DeleteWebhookResponse
-	(*ListDeliveriesRequest)(nil),  // 12: cocoonbox.v1.ListDeliveriesRequest
-	(*Delivery)(nil),               // 13: cocoonbox.v1.Delivery
-	(*ListDeliveriesResponse)(nil), // 14: cocoonbox.v1.ListDeliveriesResponse
-	(*WhoAmIRequest)(nil),          // 15: cocoonbox.v1.WhoAmIRequest
-	(*WhoAmIResponse)(nil),         // 16: cocoonbox.v1.WhoAmIResponse
-	(*User)(nil),                   // 17: cocoonbox.v1.User
-	(*Token)(nil),                  // 18: cocoonbox.v1.Token
-	(*CreateTokenRequest)(nil),     // 19: cocoonbox.v1.CreateTokenRequest
-	(*CreateTokenResponse)(nil),    // 20: cocoonbox.v1.CreateTokenResponse
-	(*ListTokensRequest)(nil),      // 21: cocoonbox.v1.ListTokensRequest
-	(*ListTokensResponse)(nil),     // 22: cocoonbox.v1.ListTokensResponse
-	(*RevokeTokenRequest)(nil),     // 23: cocoonbox.v1.RevokeTokenRequest
-	(*RevokeTokenResponse)(nil),    // 24: cocoonbox.v1.RevokeTokenResponse
-	(*CreateUserRequest)(nil),      // 25: cocoonbox.v1.CreateUserRequest
-	(*CreateUserResponse)(nil),     // 26: cocoonbox.v1.CreateUserResponse
-	(*ListUsersRequest)(nil),       // 27: cocoonbox.v1.ListUsersRequest
-	(*ListUsersResponse)(nil),      // 28: cocoonbox.v1.ListUsersResponse
-	(*DisableUserRequest)(nil),     // 29: cocoonbox.v1.DisableUserRequest
-	(*DisableUserResponse)(nil),    // 30: cocoonbox.v1.DisableUserResponse
-	(*timestamppb.Timestamp)(nil),  // 31: google.protobuf.Timestamp
+	(*BoxUsage)(nil),               // 5: cocoonbox.v1.BoxUsage
+	(*Webhook)(nil),                // 6: cocoonbox.v1.Webhook
+	(*CreateWebhookRequest)(nil),   // 7: cocoonbox.v1.CreateWebhookRequest
+	(*CreateWebhookResponse)(nil),  // 8: cocoonbox.v1.CreateWebhookResponse
+	(*ListWebhooksRequest)(nil),    // 9: cocoonbox.v1.ListWebhooksRequest
+	(*ListWebhooksResponse)(nil),   // 10: cocoonbox.v1.ListWebhooksResponse
+	(*DeleteWebhookRequest)(nil),   // 11: cocoonbox.v1.DeleteWebhookRequest
+	(*DeleteWebhookResponse)(nil),  // 12: cocoonbox.v1.DeleteWebhookResponse
+	(*ListDeliveriesRequest)(nil),  // 13: cocoonbox.v1.ListDeliveriesRequest
+	(*Delivery)(nil),               // 14: cocoonbox.v1.Delivery
+	(*ListDeliveriesResponse)(nil), // 15: cocoonbox.v1.ListDeliveriesResponse
+	(*WhoAmIRequest)(nil),          // 16: cocoonbox.v1.WhoAmIRequest
+	(*WhoAmIResponse)(nil),         // 17: cocoonbox.v1.WhoAmIResponse
+	(*User)(nil),                   // 18: cocoonbox.v1.User
+	(*Token)(nil),                  // 19: cocoonbox.v1.Token
+	(*CreateTokenRequest)(nil),     // 20: cocoonbox.v1.CreateTokenRequest
+	(*CreateTokenResponse)(nil),    // 21: cocoonbox.v1.CreateTokenResponse
+	(*ListTokensRequest)(nil),      // 22: cocoonbox.v1.ListTokensRequest
+	(*ListTokensResponse)(nil),     // 23: cocoonbox.v1.ListTokensResponse
+	(*RevokeTokenRequest)(nil),     // 24: cocoonbox.v1.RevokeTokenRequest
+	(*RevokeTokenResponse)(nil),    // 25: cocoonbox.v1.RevokeTokenResponse
+	(*CreateUserRequest)(nil),      // 26: cocoonbox.v1.CreateUserRequest
+	(*CreateUserResponse)(nil),     // 27: cocoonbox.v1.CreateUserResponse
+	(*ListUsersRequest)(nil),       // 28: cocoonbox.v1.ListUsersRequest
+	(*ListUsersResponse)(nil),      // 29: cocoonbox.v1.ListUsersResponse
+	(*DisableUserRequest)(nil),     // 30: cocoonbox.v1.DisableUserRequest
+	(*DisableUserResponse)(nil),    // 31: cocoonbox.v1.DisableUserResponse
+	(*timestamppb.Timestamp)(nil),  // 32: google.protobuf.Timestamp
 }
 var file_cocoonbox_v1_account_proto_depIdxs = []int32{
-	31, // 0: cocoonbox.v1.GetUsageRequest.since:type_name -> google.protobuf.Timestamp
+	32, // 0: cocoonbox.v1.GetUsageRequest.since:type_name -> google.protobuf.Timestamp
 	3,  // 1: cocoonbox.v1.GetUsageResponse.rows:type_name -> cocoonbox.v1.UsageRow
-	31, // 2: cocoonbox.v1.GetUsageResponse.since:type_name -> google.protobuf.Timestamp
-	31, // 3: cocoonbox.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
-	5,  // 4: cocoonbox.v1.CreateWebhookResponse.webhook:type_name -> cocoonbox.v1.Webhook
-	5,  // 5: cocoonbox.v1.ListWebhooksResponse.webhooks:type_name -> cocoonbox.v1.Webhook
-	31, // 6: cocoonbox.v1.Delivery.at:type_name -> google.protobuf.Timestamp
-	13, // 7: cocoonbox.v1.ListDeliveriesResponse.deliveries:type_name -> cocoonbox.v1.Delivery
-	17, // 8: cocoonbox.v1.WhoAmIResponse.user:type_name -> cocoonbox.v1.User
-	31, // 9: cocoonbox.v1.User.created_at:type_name -> google.protobuf.Timestamp
-	31, // 10: cocoonbox.v1.User.disabled_at:type_name -> google.protobuf.Timestamp
-	31, // 11: cocoonbox.v1.Token.created_at:type_name -> google.protobuf.Timestamp
-	31, // 12: cocoonbox.v1.Token.last_used_at:type_name -> google.protobuf.Timestamp
-	31, // 13: cocoonbox.v1.Token.expires_at:type_name -> google.protobuf.Timestamp
-	31, // 14: cocoonbox.v1.Token.revoked_at:type_name -> google.protobuf.Timestamp
-	18, // 15: cocoonbox.v1.CreateTokenResponse.token:type_name -> cocoonbox.v1.Token
-	18, // 16: cocoonbox.v1.ListTokensResponse.tokens:type_name -> cocoonbox.v1.Token
-	17, // 17: cocoonbox.v1.CreateUserResponse.user:type_name -> cocoonbox.v1.User
-	17, // 18: cocoonbox.v1.ListUsersResponse.users:type_name -> cocoonbox.v1.User
-	17, // 19: cocoonbox.v1.DisableUserResponse.user:type_name -> cocoonbox.v1.User
-	15, // 20: cocoonbox.v1.AccountService.WhoAmI:input_type -> cocoonbox.v1.WhoAmIRequest
-	19, // 21: cocoonbox.v1.AccountService.CreateToken:input_type -> cocoonbox.v1.CreateTokenRequest
-	21, // 22: cocoonbox.v1.AccountService.ListTokens:input_type -> cocoonbox.v1.ListTokensRequest
-	23, // 23: cocoonbox.v1.AccountService.RevokeToken:input_type -> cocoonbox.v1.RevokeTokenRequest
-	25, // 24: cocoonbox.v1.AccountService.CreateUser:input_type -> cocoonbox.v1.CreateUserRequest
-	27, // 25: cocoonbox.v1.AccountService.ListUsers:input_type -> cocoonbox.v1.ListUsersRequest
-	29, // 26: cocoonbox.v1.AccountService.DisableUser:input_type -> cocoonbox.v1.DisableUserRequest
-	6,  // 27: cocoonbox.v1.AccountService.CreateWebhook:input_type -> cocoonbox.v1.CreateWebhookRequest
-	8,  // 28: cocoonbox.v1.AccountService.ListWebhooks:input_type -> cocoonbox.v1.ListWebhooksRequest
-	10, // 29: cocoonbox.v1.AccountService.DeleteWebhook:input_type -> cocoonbox.v1.DeleteWebhookRequest
-	12, // 30: cocoonbox.v1.AccountService.ListDeliveries:input_type -> cocoonbox.v1.ListDeliveriesRequest
-	2,  // 31: cocoonbox.v1.AccountService.GetUsage:input_type -> cocoonbox.v1.GetUsageRequest
-	0,  // 32: cocoonbox.v1.AccountService.SetBudget:input_type -> cocoonbox.v1.SetBudgetRequest
-	16, // 33: cocoonbox.v1.AccountService.WhoAmI:output_type -> cocoonbox.v1.WhoAmIResponse
-	20, // 34: cocoonbox.v1.AccountService.CreateToken:output_type -> cocoonbox.v1.CreateTokenResponse
-	22, // 35: cocoonbox.v1.AccountService.ListTokens:output_type -> cocoonbox.v1.ListTokensResponse
-	24, // 36: cocoonbox.v1.AccountService.RevokeToken:output_type -> cocoonbox.v1.RevokeTokenResponse
-	26, // 37: cocoonbox.v1.AccountService.CreateUser:output_type -> cocoonbox.v1.CreateUserResponse
-	28, // 38: cocoonbox.v1.AccountService.ListUsers:output_type -> cocoonbox.v1.ListUsersResponse
-	30, // 39: cocoonbox.v1.AccountService.DisableUser:output_type -> cocoonbox.v1.DisableUserResponse
-	7,  // 40: cocoonbox.v1.AccountService.CreateWebhook:output_type -> cocoonbox.v1.CreateWebhookResponse
-	9,  // 41: cocoonbox.v1.AccountService.ListWebhooks:output_type -> cocoonbox.v1.ListWebhooksResponse
-	11, // 42: cocoonbox.v1.AccountService.DeleteWebhook:output_type -> cocoonbox.v1.DeleteWebhookResponse
-	14, // 43: cocoonbox.v1.AccountService.ListDeliveries:output_type -> cocoonbox.v1.ListDeliveriesResponse
-	4,  // 44: cocoonbox.v1.AccountService.GetUsage:output_type -> cocoonbox.v1.GetUsageResponse
-	1,  // 45: cocoonbox.v1.AccountService.SetBudget:output_type -> cocoonbox.v1.Budget
-	33, // [33:46] is the sub-list for method output_type
-	20, // [20:33] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	32, // 2: cocoonbox.v1.GetUsageResponse.since:type_name -> google.protobuf.Timestamp
+	5,  // 3: cocoonbox.v1.GetUsageResponse.boxes:type_name -> cocoonbox.v1.BoxUsage
+	32, // 4: cocoonbox.v1.Webhook.created_at:type_name -> google.protobuf.Timestamp
+	6,  // 5: cocoonbox.v1.CreateWebhookResponse.webhook:type_name -> cocoonbox.v1.Webhook
+	6,  // 6: cocoonbox.v1.ListWebhooksResponse.webhooks:type_name -> cocoonbox.v1.Webhook
+	32, // 7: cocoonbox.v1.Delivery.at:type_name -> google.protobuf.Timestamp
+	14, // 8: cocoonbox.v1.ListDeliveriesResponse.deliveries:type_name -> cocoonbox.v1.Delivery
+	18, // 9: cocoonbox.v1.WhoAmIResponse.user:type_name -> cocoonbox.v1.User
+	32, // 10: cocoonbox.v1.User.created_at:type_name -> google.protobuf.Timestamp
+	32, // 11: cocoonbox.v1.User.disabled_at:type_name -> google.protobuf.Timestamp
+	32, // 12: cocoonbox.v1.Token.created_at:type_name -> google.protobuf.Timestamp
+	32, // 13: cocoonbox.v1.Token.last_used_at:type_name -> google.protobuf.Timestamp
+	32, // 14: cocoonbox.v1.Token.expires_at:type_name -> google.protobuf.Timestamp
+	32, // 15: cocoonbox.v1.Token.revoked_at:type_name -> google.protobuf.Timestamp
+	19, // 16: cocoonbox.v1.CreateTokenResponse.token:type_name -> cocoonbox.v1.Token
+	19, // 17: cocoonbox.v1.ListTokensResponse.tokens:type_name -> cocoonbox.v1.Token
+	18, // 18: cocoonbox.v1.CreateUserResponse.user:type_name -> cocoonbox.v1.User
+	18, // 19: cocoonbox.v1.ListUsersResponse.users:type_name -> cocoonbox.v1.User
+	18, // 20: cocoonbox.v1.DisableUserResponse.user:type_name -> cocoonbox.v1.User
+	16, // 21: cocoonbox.v1.AccountService.WhoAmI:input_type -> cocoonbox.v1.WhoAmIRequest
+	20, // 22: cocoonbox.v1.AccountService.CreateToken:input_type -> cocoonbox.v1.CreateTokenRequest
+	22, // 23: cocoonbox.v1.AccountService.ListTokens:input_type -> cocoonbox.v1.ListTokensRequest
+	24, // 24: cocoonbox.v1.AccountService.RevokeToken:input_type -> cocoonbox.v1.RevokeTokenRequest
+	26, // 25: cocoonbox.v1.AccountService.CreateUser:input_type -> cocoonbox.v1.CreateUserRequest
+	28, // 26: cocoonbox.v1.AccountService.ListUsers:input_type -> cocoonbox.v1.ListUsersRequest
+	30, // 27: cocoonbox.v1.AccountService.DisableUser:input_type -> cocoonbox.v1.DisableUserRequest
+	7,  // 28: cocoonbox.v1.AccountService.CreateWebhook:input_type -> cocoonbox.v1.CreateWebhookRequest
+	9,  // 29: cocoonbox.v1.AccountService.ListWebhooks:input_type -> cocoonbox.v1.ListWebhooksRequest
+	11, // 30: cocoonbox.v1.AccountService.DeleteWebhook:input_type -> cocoonbox.v1.DeleteWebhookRequest
+	13, // 31: cocoonbox.v1.AccountService.ListDeliveries:input_type -> cocoonbox.v1.ListDeliveriesRequest
+	2,  // 32: cocoonbox.v1.AccountService.GetUsage:input_type -> cocoonbox.v1.GetUsageRequest
+	0,  // 33: cocoonbox.v1.AccountService.SetBudget:input_type -> cocoonbox.v1.SetBudgetRequest
+	17, // 34: cocoonbox.v1.AccountService.WhoAmI:output_type -> cocoonbox.v1.WhoAmIResponse
+	21, // 35: cocoonbox.v1.AccountService.CreateToken:output_type -> cocoonbox.v1.CreateTokenResponse
+	23, // 36: cocoonbox.v1.AccountService.ListTokens:output_type -> cocoonbox.v1.ListTokensResponse
+	25, // 37: cocoonbox.v1.AccountService.RevokeToken:output_type -> cocoonbox.v1.RevokeTokenResponse
+	27, // 38: cocoonbox.v1.AccountService.CreateUser:output_type -> cocoonbox.v1.CreateUserResponse
+	29, // 39: cocoonbox.v1.AccountService.ListUsers:output_type -> cocoonbox.v1.ListUsersResponse
+	31, // 40: cocoonbox.v1.AccountService.DisableUser:output_type -> cocoonbox.v1.DisableUserResponse
+	8,  // 41: cocoonbox.v1.AccountService.CreateWebhook:output_type -> cocoonbox.v1.CreateWebhookResponse
+	10, // 42: cocoonbox.v1.AccountService.ListWebhooks:output_type -> cocoonbox.v1.ListWebhooksResponse
+	12, // 43: cocoonbox.v1.AccountService.DeleteWebhook:output_type -> cocoonbox.v1.DeleteWebhookResponse
+	15, // 44: cocoonbox.v1.AccountService.ListDeliveries:output_type -> cocoonbox.v1.ListDeliveriesResponse
+	4,  // 45: cocoonbox.v1.AccountService.GetUsage:output_type -> cocoonbox.v1.GetUsageResponse
+	1,  // 46: cocoonbox.v1.AccountService.SetBudget:output_type -> cocoonbox.v1.Budget
+	34, // [34:47] is the sub-list for method output_type
+	21, // [21:34] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_cocoonbox_v1_account_proto_init() }
@@ -1992,7 +2108,7 @@ func file_cocoonbox_v1_account_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cocoonbox_v1_account_proto_rawDesc), len(file_cocoonbox_v1_account_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   31,
+			NumMessages:   32,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
