@@ -1,10 +1,12 @@
 package activities
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"image/png"
 	"net"
 	"strings"
 	"unicode"
@@ -384,7 +386,37 @@ func stepRow(in StepInput, resp *agentvmv1.StepResponse) store.NewAgentStep {
 	}
 	payload, _ := json.Marshal(p) // plain strings and numbers: cannot fail
 	return store.NewAgentStep{RunID: in.RunID, Step: in.Step, Kind: "model_turn",
-		Summary: stepSummary(resp.GetText(), names), Payload: payload, Conversation: resp.GetMessages()}
+		Summary: stepSummary(resp.GetText(), names), Payload: payload, Conversation: resp.GetMessages(),
+		Images: thumbnails(resp)}
+}
+
+// Bounds of the thumbnails a step keeps: the agent's are 320 pixels wide.
+const (
+	maxStepImages     = 4
+	maxStepImageBytes = 128 << 10
+	maxStepImageSide  = 1280
+)
+
+// thumbnails are the screenshots' thumbnails a step's answer carries that are PNGs within the
+// bounds, at most maxStepImages: the box's word, so each is checked before it is kept and served.
+func thumbnails(resp *agentvmv1.StepResponse) [][]byte {
+	var out [][]byte
+	for _, tc := range resp.GetToolCalls() {
+		for _, b := range tc.GetThumbnails() {
+			if len(out) == maxStepImages {
+				return out
+			}
+			if len(b) > maxStepImageBytes {
+				continue
+			}
+			c, err := png.DecodeConfig(bytes.NewReader(b))
+			if err != nil || c.Width < 1 || c.Height < 1 || c.Width > maxStepImageSide || c.Height > maxStepImageSide {
+				continue
+			}
+			out = append(out, b)
+		}
+	}
+	return out
 }
 
 // stepSummary is the step's one line: the tools it called, else the first line of its text.

@@ -1,9 +1,12 @@
 package activities
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"image"
+	"image/png"
 	"strings"
 	"testing"
 
@@ -258,5 +261,31 @@ func TestAgentCancelStep(t *testing.T) {
 	}
 	if got := agent.Cancels(); len(got) != 1 || got[0] != "run_1" {
 		t.Fatalf("cancel calls: %v, want run_1 once", got)
+	}
+}
+
+// TestThumbnails: of the thumbnails a box's step answer carries, only PNGs within the bounds are
+// kept, at most maxStepImages: anything else is the box's word and dropped.
+func TestThumbnails(t *testing.T) {
+	var small, wide bytes.Buffer
+	if err := png.Encode(&small, image.NewRGBA(image.Rect(0, 0, 320, 200))); err != nil {
+		t.Fatal(err)
+	}
+	if err := png.Encode(&wide, image.NewRGBA(image.Rect(0, 0, maxStepImageSide+1, 10))); err != nil {
+		t.Fatal(err)
+	}
+	resp := &agentvmv1.StepResponse{ToolCalls: []*agentvmv1.ToolCallResult{
+		{Thumbnails: [][]byte{small.Bytes(), []byte("<svg onload=alert(1)>"), wide.Bytes()}},
+		{Thumbnails: [][]byte{append(bytes.Clone(small.Bytes()), make([]byte, maxStepImageBytes)...)}},
+		{Thumbnails: [][]byte{small.Bytes(), small.Bytes(), small.Bytes(), small.Bytes()}},
+	}}
+	got := thumbnails(resp)
+	if len(got) != maxStepImages {
+		t.Fatalf("kept %d thumbnails; want %d", len(got), maxStepImages)
+	}
+	for i, b := range got {
+		if !bytes.Equal(b, small.Bytes()) {
+			t.Fatalf("thumbnail %d is not the small PNG", i)
+		}
 	}
 }

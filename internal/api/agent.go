@@ -82,6 +82,19 @@ func (a *agentService) GetRun(ctx context.Context, req *cbv1.GetRunRequest) (*cb
 	return runProto(run), nil
 }
 
+// GetStepImages returns a step's screenshots as small PNGs (viewer).
+func (a *agentService) GetStepImages(ctx context.Context, req *cbv1.GetStepImagesRequest) (*cbv1.GetStepImagesResponse, error) {
+	svc, caller, err := a.s.boxCaller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	imgs, err := svc.StepImages(ctx, caller, req.GetRunId(), int(req.GetStep()))
+	if err != nil {
+		return nil, err
+	}
+	return &cbv1.GetStepImagesResponse{Images: imgs}, nil
+}
+
 // WatchRun streams a run's steps and state changes until it ends (viewer).
 func (a *agentService) WatchRun(req *cbv1.WatchRunRequest, stream cbv1.AgentService_WatchRunServer) error {
 	ctx := stream.Context()

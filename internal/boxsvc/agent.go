@@ -142,6 +142,21 @@ func (s *Service) GetRun(ctx context.Context, caller, runID string) (Run, error)
 	return r, nil
 }
 
+// StepImages returns the screenshots of a step of the run as small PNGs (viewer).
+func (s *Service) StepImages(ctx context.Context, caller, runID string, step int) ([][]byte, error) {
+	if step < 1 {
+		return nil, cocoonbox.Invalid("step", fmt.Sprintf("must be a step's number, from 1; got %d", step))
+	}
+	if _, err := s.run(ctx, caller, runID, cocoonbox.RoleViewer); err != nil {
+		return nil, err
+	}
+	imgs, err := s.Store.AgentStepImages(ctx, runID, step)
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, cocoonbox.Errorf(cocoonbox.ENotFound, "run %s has no step %d", runID, step)
+	}
+	return imgs, err
+}
+
 // ListRuns returns the box's runs, newest first (viewer).
 func (s *Service) ListRuns(ctx context.Context, caller string, id cocoonbox.BoxID) ([]Run, error) {
 	if _, err := s.authorize(ctx, caller, id, cocoonbox.RoleViewer); err != nil {

@@ -242,3 +242,35 @@ func TestWatchRunAccess(t *testing.T) {
 		t.Fatalf("cancelled: %v", err)
 	}
 }
+
+// TestStepImages: a viewer of the box reads a step's images in order; a step the run lacks and a
+// step number below 1 are refused, naming why; a stranger learns nothing of the run.
+func TestStepImages(t *testing.T) {
+	e := newRunEnv(t)
+	ctx := context.Background()
+	shots := [][]byte{[]byte("\x89PNG one"), []byte("\x89PNG two")}
+	if err := e.st.AppendAgentStep(ctx, store.NewAgentStep{RunID: e.run, Step: 1, Kind: "model_turn", Images: shots}); err != nil {
+		t.Fatal(err)
+	}
+	e.step(t, 2, "no images")
+	got, err := e.svc.StepImages(ctx, e.vic, e.run, 1)
+	if err != nil || len(got) != 2 || string(got[0]) != string(shots[0]) || string(got[1]) != string(shots[1]) {
+		t.Fatalf("step 1's images for a viewer: %q, %v", got, err)
+	}
+	if got, err := e.svc.StepImages(ctx, e.ann, e.run, 2); err != nil || len(got) != 0 {
+		t.Fatalf("step 2's images: %q, %v; want none", got, err)
+	}
+	if _, err := e.svc.StepImages(ctx, e.ann, e.run, 3); cocoonbox.ErrorCode(err) != cocoonbox.ENotFound {
+		t.Fatalf("a step the run lacks: %v", err)
+	}
+	if _, err := e.svc.StepImages(ctx, e.ann, e.run, 0); cocoonbox.ErrorField(err) != "step" {
+		t.Fatalf("step 0: %v; want an error naming step", err)
+	}
+	stranger, err := e.st.CreateUser(ctx, store.NewUser{Name: "stranger"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.svc.StepImages(ctx, stranger.ID, e.run, 1); cocoonbox.ErrorCode(err) != cocoonbox.ENotFound {
+		t.Fatalf("a stranger: %v; want not found", err)
+	}
+}

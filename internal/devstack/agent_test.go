@@ -250,7 +250,8 @@ func TestAgentRuns(t *testing.T) {
 		reply := modeltest.Reply("Done ", "from ", "the ", "web.")
 		reply.Pace = 1500 * time.Millisecond
 		models.Script(
-			modeltest.Calls(modeltest.Call("shell", `{"command":"echo typed in the web app > /home/user/web.txt"}`)),
+			modeltest.Calls(modeltest.Call("shell", `{"command":"echo typed in the web app > /home/user/web.txt"}`),
+				modeltest.Call("desktop_screenshot", `{}`)),
 			reply)
 		page := openBrowser(t, a.ctx, bin)
 		if err := page.Navigate(a.d.URLs().API + "/"); err != nil {
@@ -331,6 +332,20 @@ func TestAgentRuns(t *testing.T) {
 			if shown.State != string(cocoonbox.AgentRunSucceeded) || len(shown.Steps) != 2 ||
 				!strings.Contains(shown.Steps[0], "shell") || !strings.Contains(shown.Steps[1], "Done from the web.") {
 				return fmt.Errorf("the panel shows %+v", shown)
+			}
+			return nil
+		}); err != nil {
+			saveScreens(t, page)
+			t.Fatal(err)
+		}
+		// The first step's screenshot shows under it, as the small copy the worker kept.
+		var shots []int
+		if err := testutil.Poll(a.ctx, 30*time.Second, func() error {
+			if err := evalInto(page, `() => [...document.querySelectorAll('#agent-steps > li:first-child img.shot')].map(i => i.naturalWidth)`, &shots); err != nil {
+				return err
+			}
+			if len(shots) != 1 || shots[0] != 320 {
+				return fmt.Errorf("the first step shows screenshots %v wide; want one 320 wide", shots)
 			}
 			return nil
 		}); err != nil {

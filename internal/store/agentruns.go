@@ -93,6 +93,8 @@ type NewAgentStep struct {
 	Summary      string
 	Payload      json.RawMessage // nil is {}
 	Conversation []byte
+	// Images are the step's screenshots as small PNGs, checked by the caller (AgentStepImages).
+	Images [][]byte
 }
 
 const agentRunColumns = `id, box_id, owner_id, state, model, created_at, coalesce(ended_at, 'epoch'::timestamptz),
@@ -218,19 +220,38 @@ func (q *Queries) AppendAgentStep(ctx context.Context, s NewAgentStep) error {
 	// One statement, so the step and the clearing land together.
 	_, err := q.db.Exec(ctx,
 		`WITH up AS (
-		   INSERT INTO agent_steps (run_id, step, kind, summary, payload, conversation)
-		   VALUES ($1, $2, $3, $4, $5, $6)
+		   INSERT INTO agent_steps (run_id, step, kind, summary, payload, conversation, images)
+		   VALUES ($1, $2, $3, $4, $5, $6, $7)
 		   ON CONFLICT (run_id, step) DO UPDATE SET kind = excluded.kind, summary = excluded.summary,
-		     payload = excluded.payload, conversation = excluded.conversation
+		     payload = excluded.payload, conversation = excluded.conversation, images = excluded.images
 		   RETURNING 1
 		 )
 		 UPDATE agent_steps SET conversation = NULL
 		 WHERE run_id = $1 AND step < $2 - 1 AND conversation IS NOT NULL AND EXISTS (SELECT 1 FROM up)`,
-		s.RunID, s.Step, s.Kind, s.Summary, []byte(payload), s.Conversation)
+		s.RunID, s.Step, s.Kind, s.Summary, []byte(payload), s.Conversation, images(s.Images))
 	if err != nil {
 		return fmt.Errorf("append agent run %s step %d: %w", s.RunID, s.Step, mapErr(err))
 	}
 	return nil
+}
+
+// images is a step's images for its column: never NULL.
+func images(b [][]byte) [][]byte {
+	if b == nil {
+		return [][]byte{}
+	}
+	return b
+}
+
+// AgentStepImages returns the images of a step of the run, oldest first; a step the run does
+// not have is ErrNotFound.
+func (q *Queries) AgentStepImages(ctx context.Context, run string, step int) ([][]byte, error) {
+	var out [][]byte
+	err := q.db.QueryRow(ctx, `SELECT images FROM agent_steps WHERE run_id = $1 AND step = $2`, run, step).Scan(&out)
+	if err != nil {
+		return nil, fmt.Errorf("agent run %s step %d images: %w", run, step, mapErr(err))
+	}
+	return out, nil
 }
 
 // AgentSteps returns the run's steps in order, without their conversations.

@@ -142,7 +142,23 @@ export function agentPanel(call, report, stream) {
       li.dataset.sig = sig;
       if (old) old.replaceWith(li); else list.append(li);
       shown.set(key, li);
+      if (imageCount(s) > 0 && run) showShots(li, run.id, s.number).catch(report);
     }
+  }
+
+  // showShots adds the step's screenshots (small copies the worker kept) to its item.
+  async function showShots(li, runId, step) {
+    const g = gen;
+    const { images = [] } = await call('AgentService/GetStepImages', { runId, step });
+    if (g !== gen || images.length === 0) return;
+    const div = el('div', 'shots');
+    for (const b64 of images) {
+      const img = el('img', 'shot');
+      img.alt = 'Screenshot of step ' + step;
+      img.src = 'data:image/png;base64,' + b64;
+      div.append(img);
+    }
+    li.append(div);
   }
 
   $('agent-runs').addEventListener('change', (e) => select(e.target.value).catch(report));
@@ -288,6 +304,13 @@ function stepItem(s) {
     li.append(ul);
   }
   return li;
+}
+
+// imageCount is how many images the step's tool calls carried.
+function imageCount(s) {
+  let n = 0;
+  for (const c of s.toolCalls || []) n += Array.isArray(c.images) ? c.images.length : Number(c.images) || 0;
+  return n;
 }
 
 // set writes an element's text and class only when they differ from what it shows.

@@ -742,6 +742,104 @@ func (x *GetRunRequest) GetRunId() string {
 	return ""
 }
 
+type GetStepImagesRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	RunId string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	// step is the step's number, from 1.
+	Step          int32 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetStepImagesRequest) Reset() {
+	*x = GetStepImagesRequest{}
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetStepImagesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetStepImagesRequest) ProtoMessage() {}
+
+func (x *GetStepImagesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetStepImagesRequest.ProtoReflect.Descriptor instead.
+func (*GetStepImagesRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *GetStepImagesRequest) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *GetStepImagesRequest) GetStep() int32 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+type GetStepImagesResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// images are PNGs at most 320 pixels wide, in the order the step's tools took them.
+	Images        [][]byte `protobuf:"bytes,1,rep,name=images,proto3" json:"images,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetStepImagesResponse) Reset() {
+	*x = GetStepImagesResponse{}
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetStepImagesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetStepImagesResponse) ProtoMessage() {}
+
+func (x *GetStepImagesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetStepImagesResponse.ProtoReflect.Descriptor instead.
+func (*GetStepImagesResponse) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *GetStepImagesResponse) GetImages() [][]byte {
+	if x != nil {
+		return x.Images
+	}
+	return nil
+}
+
 type ListRunsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Box           string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
@@ -751,7 +849,7 @@ type ListRunsRequest struct {
 
 func (x *ListRunsRequest) Reset() {
 	*x = ListRunsRequest{}
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[9]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -763,7 +861,7 @@ func (x *ListRunsRequest) String() string {
 func (*ListRunsRequest) ProtoMessage() {}
 
 func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[9]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -776,7 +874,7 @@ func (x *ListRunsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsRequest.ProtoReflect.Descriptor instead.
 func (*ListRunsRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ListRunsRequest) GetBox() string {
@@ -795,7 +893,7 @@ type ListRunsResponse struct {
 
 func (x *ListRunsResponse) Reset() {
 	*x = ListRunsResponse{}
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[10]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -807,7 +905,7 @@ func (x *ListRunsResponse) String() string {
 func (*ListRunsResponse) ProtoMessage() {}
 
 func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[10]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -820,7 +918,7 @@ func (x *ListRunsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListRunsResponse.ProtoReflect.Descriptor instead.
 func (*ListRunsResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ListRunsResponse) GetRuns() []*AgentRun {
@@ -839,7 +937,7 @@ type WatchRunRequest struct {
 
 func (x *WatchRunRequest) Reset() {
 	*x = WatchRunRequest{}
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[11]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -851,7 +949,7 @@ func (x *WatchRunRequest) String() string {
 func (*WatchRunRequest) ProtoMessage() {}
 
 func (x *WatchRunRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[11]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -864,7 +962,7 @@ func (x *WatchRunRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunRequest.ProtoReflect.Descriptor instead.
 func (*WatchRunRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *WatchRunRequest) GetRunId() string {
@@ -889,7 +987,7 @@ type WatchRunEvent struct {
 
 func (x *WatchRunEvent) Reset() {
 	*x = WatchRunEvent{}
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[12]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -901,7 +999,7 @@ func (x *WatchRunEvent) String() string {
 func (*WatchRunEvent) ProtoMessage() {}
 
 func (x *WatchRunEvent) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[12]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -914,7 +1012,7 @@ func (x *WatchRunEvent) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchRunEvent.ProtoReflect.Descriptor instead.
 func (*WatchRunEvent) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *WatchRunEvent) GetEvent() isWatchRunEvent_Event {
@@ -989,7 +1087,7 @@ type AgentText struct {
 
 func (x *AgentText) Reset() {
 	*x = AgentText{}
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[13]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1001,7 +1099,7 @@ func (x *AgentText) String() string {
 func (*AgentText) ProtoMessage() {}
 
 func (x *AgentText) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_agent_proto_msgTypes[13]
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1014,7 +1112,7 @@ func (x *AgentText) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentText.ProtoReflect.Descriptor instead.
 func (*AgentText) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *AgentText) GetStep() int32 {
@@ -1097,7 +1195,12 @@ const file_cocoonbox_v1_agent_proto_rawDesc = "" +
 	"\x10CancelRunRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\"&\n" +
 	"\rGetRunRequest\x12\x15\n" +
-	"\x06run_id\x18\x01 \x01(\tR\x05runId\"#\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\"A\n" +
+	"\x14GetStepImagesRequest\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\x05R\x04step\"/\n" +
+	"\x15GetStepImagesResponse\x12\x16\n" +
+	"\x06images\x18\x01 \x03(\fR\x06images\"#\n" +
 	"\x0fListRunsRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\">\n" +
 	"\x10ListRunsResponse\x12*\n" +
@@ -1111,14 +1214,15 @@ const file_cocoonbox_v1_agent_proto_rawDesc = "" +
 	"\x05event\"3\n" +
 	"\tAgentText\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x05R\x04step\x12\x12\n" +
-	"\x04text\x18\x02 \x01(\tR\x04text2\xbe\x03\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text2\x98\x04\n" +
 	"\fAgentService\x12A\n" +
 	"\bStartRun\x12\x1d.cocoonbox.v1.StartRunRequest\x1a\x16.cocoonbox.v1.AgentRun\x12R\n" +
 	"\vSendMessage\x12 .cocoonbox.v1.SendMessageRequest\x1a!.cocoonbox.v1.SendMessageResponse\x12C\n" +
 	"\tCancelRun\x12\x1e.cocoonbox.v1.CancelRunRequest\x1a\x16.cocoonbox.v1.AgentRun\x12=\n" +
 	"\x06GetRun\x12\x1b.cocoonbox.v1.GetRunRequest\x1a\x16.cocoonbox.v1.AgentRun\x12I\n" +
 	"\bListRuns\x12\x1d.cocoonbox.v1.ListRunsRequest\x1a\x1e.cocoonbox.v1.ListRunsResponse\x12H\n" +
-	"\bWatchRun\x12\x1d.cocoonbox.v1.WatchRunRequest\x1a\x1b.cocoonbox.v1.WatchRunEvent0\x01B>Z<github.com/loomhand/cocoonbox/proto/cocoonbox/v1;cocoonboxv1b\x06proto3"
+	"\bWatchRun\x12\x1d.cocoonbox.v1.WatchRunRequest\x1a\x1b.cocoonbox.v1.WatchRunEvent0\x01\x12X\n" +
+	"\rGetStepImages\x12\".cocoonbox.v1.GetStepImagesRequest\x1a#.cocoonbox.v1.GetStepImagesResponseB>Z<github.com/loomhand/cocoonbox/proto/cocoonbox/v1;cocoonboxv1b\x06proto3"
 
 var (
 	file_cocoonbox_v1_agent_proto_rawDescOnce sync.Once
@@ -1132,7 +1236,7 @@ func file_cocoonbox_v1_agent_proto_rawDescGZIP() []byte {
 	return file_cocoonbox_v1_agent_proto_rawDescData
 }
 
-var file_cocoonbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 14)
+var file_cocoonbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
 var file_cocoonbox_v1_agent_proto_goTypes = []any{
 	(*AgentRun)(nil),              // 0: cocoonbox.v1.AgentRun
 	(*PlanItem)(nil),              // 1: cocoonbox.v1.PlanItem
@@ -1143,39 +1247,43 @@ var file_cocoonbox_v1_agent_proto_goTypes = []any{
 	(*SendMessageResponse)(nil),   // 6: cocoonbox.v1.SendMessageResponse
 	(*CancelRunRequest)(nil),      // 7: cocoonbox.v1.CancelRunRequest
 	(*GetRunRequest)(nil),         // 8: cocoonbox.v1.GetRunRequest
-	(*ListRunsRequest)(nil),       // 9: cocoonbox.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),      // 10: cocoonbox.v1.ListRunsResponse
-	(*WatchRunRequest)(nil),       // 11: cocoonbox.v1.WatchRunRequest
-	(*WatchRunEvent)(nil),         // 12: cocoonbox.v1.WatchRunEvent
-	(*AgentText)(nil),             // 13: cocoonbox.v1.AgentText
-	(*timestamppb.Timestamp)(nil), // 14: google.protobuf.Timestamp
+	(*GetStepImagesRequest)(nil),  // 9: cocoonbox.v1.GetStepImagesRequest
+	(*GetStepImagesResponse)(nil), // 10: cocoonbox.v1.GetStepImagesResponse
+	(*ListRunsRequest)(nil),       // 11: cocoonbox.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),      // 12: cocoonbox.v1.ListRunsResponse
+	(*WatchRunRequest)(nil),       // 13: cocoonbox.v1.WatchRunRequest
+	(*WatchRunEvent)(nil),         // 14: cocoonbox.v1.WatchRunEvent
+	(*AgentText)(nil),             // 15: cocoonbox.v1.AgentText
+	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
 }
 var file_cocoonbox_v1_agent_proto_depIdxs = []int32{
 	2,  // 0: cocoonbox.v1.AgentRun.steps:type_name -> cocoonbox.v1.AgentStep
-	14, // 1: cocoonbox.v1.AgentRun.created_at:type_name -> google.protobuf.Timestamp
-	14, // 2: cocoonbox.v1.AgentRun.ended_at:type_name -> google.protobuf.Timestamp
+	16, // 1: cocoonbox.v1.AgentRun.created_at:type_name -> google.protobuf.Timestamp
+	16, // 2: cocoonbox.v1.AgentRun.ended_at:type_name -> google.protobuf.Timestamp
 	1,  // 3: cocoonbox.v1.AgentRun.plan:type_name -> cocoonbox.v1.PlanItem
-	14, // 4: cocoonbox.v1.AgentStep.at:type_name -> google.protobuf.Timestamp
+	16, // 4: cocoonbox.v1.AgentStep.at:type_name -> google.protobuf.Timestamp
 	3,  // 5: cocoonbox.v1.AgentStep.tool_calls:type_name -> cocoonbox.v1.AgentToolCall
 	1,  // 6: cocoonbox.v1.AgentStep.plan:type_name -> cocoonbox.v1.PlanItem
 	0,  // 7: cocoonbox.v1.ListRunsResponse.runs:type_name -> cocoonbox.v1.AgentRun
 	2,  // 8: cocoonbox.v1.WatchRunEvent.step:type_name -> cocoonbox.v1.AgentStep
 	0,  // 9: cocoonbox.v1.WatchRunEvent.run:type_name -> cocoonbox.v1.AgentRun
-	13, // 10: cocoonbox.v1.WatchRunEvent.text:type_name -> cocoonbox.v1.AgentText
+	15, // 10: cocoonbox.v1.WatchRunEvent.text:type_name -> cocoonbox.v1.AgentText
 	4,  // 11: cocoonbox.v1.AgentService.StartRun:input_type -> cocoonbox.v1.StartRunRequest
 	5,  // 12: cocoonbox.v1.AgentService.SendMessage:input_type -> cocoonbox.v1.SendMessageRequest
 	7,  // 13: cocoonbox.v1.AgentService.CancelRun:input_type -> cocoonbox.v1.CancelRunRequest
 	8,  // 14: cocoonbox.v1.AgentService.GetRun:input_type -> cocoonbox.v1.GetRunRequest
-	9,  // 15: cocoonbox.v1.AgentService.ListRuns:input_type -> cocoonbox.v1.ListRunsRequest
-	11, // 16: cocoonbox.v1.AgentService.WatchRun:input_type -> cocoonbox.v1.WatchRunRequest
-	0,  // 17: cocoonbox.v1.AgentService.StartRun:output_type -> cocoonbox.v1.AgentRun
-	6,  // 18: cocoonbox.v1.AgentService.SendMessage:output_type -> cocoonbox.v1.SendMessageResponse
-	0,  // 19: cocoonbox.v1.AgentService.CancelRun:output_type -> cocoonbox.v1.AgentRun
-	0,  // 20: cocoonbox.v1.AgentService.GetRun:output_type -> cocoonbox.v1.AgentRun
-	10, // 21: cocoonbox.v1.AgentService.ListRuns:output_type -> cocoonbox.v1.ListRunsResponse
-	12, // 22: cocoonbox.v1.AgentService.WatchRun:output_type -> cocoonbox.v1.WatchRunEvent
-	17, // [17:23] is the sub-list for method output_type
-	11, // [11:17] is the sub-list for method input_type
+	11, // 15: cocoonbox.v1.AgentService.ListRuns:input_type -> cocoonbox.v1.ListRunsRequest
+	13, // 16: cocoonbox.v1.AgentService.WatchRun:input_type -> cocoonbox.v1.WatchRunRequest
+	9,  // 17: cocoonbox.v1.AgentService.GetStepImages:input_type -> cocoonbox.v1.GetStepImagesRequest
+	0,  // 18: cocoonbox.v1.AgentService.StartRun:output_type -> cocoonbox.v1.AgentRun
+	6,  // 19: cocoonbox.v1.AgentService.SendMessage:output_type -> cocoonbox.v1.SendMessageResponse
+	0,  // 20: cocoonbox.v1.AgentService.CancelRun:output_type -> cocoonbox.v1.AgentRun
+	0,  // 21: cocoonbox.v1.AgentService.GetRun:output_type -> cocoonbox.v1.AgentRun
+	12, // 22: cocoonbox.v1.AgentService.ListRuns:output_type -> cocoonbox.v1.ListRunsResponse
+	14, // 23: cocoonbox.v1.AgentService.WatchRun:output_type -> cocoonbox.v1.WatchRunEvent
+	10, // 24: cocoonbox.v1.AgentService.GetStepImages:output_type -> cocoonbox.v1.GetStepImagesResponse
+	18, // [18:25] is the sub-list for method output_type
+	11, // [11:18] is the sub-list for method input_type
 	11, // [11:11] is the sub-list for extension type_name
 	11, // [11:11] is the sub-list for extension extendee
 	0,  // [0:11] is the sub-list for field type_name
@@ -1186,7 +1294,7 @@ func file_cocoonbox_v1_agent_proto_init() {
 	if File_cocoonbox_v1_agent_proto != nil {
 		return
 	}
-	file_cocoonbox_v1_agent_proto_msgTypes[12].OneofWrappers = []any{
+	file_cocoonbox_v1_agent_proto_msgTypes[14].OneofWrappers = []any{
 		(*WatchRunEvent_Step)(nil),
 		(*WatchRunEvent_Run)(nil),
 		(*WatchRunEvent_Text)(nil),
@@ -1197,7 +1305,7 @@ func file_cocoonbox_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cocoonbox_v1_agent_proto_rawDesc), len(file_cocoonbox_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   14,
+			NumMessages:   16,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -19,12 +19,13 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AgentService_StartRun_FullMethodName    = "/cocoonbox.v1.AgentService/StartRun"
-	AgentService_SendMessage_FullMethodName = "/cocoonbox.v1.AgentService/SendMessage"
-	AgentService_CancelRun_FullMethodName   = "/cocoonbox.v1.AgentService/CancelRun"
-	AgentService_GetRun_FullMethodName      = "/cocoonbox.v1.AgentService/GetRun"
-	AgentService_ListRuns_FullMethodName    = "/cocoonbox.v1.AgentService/ListRuns"
-	AgentService_WatchRun_FullMethodName    = "/cocoonbox.v1.AgentService/WatchRun"
+	AgentService_StartRun_FullMethodName      = "/cocoonbox.v1.AgentService/StartRun"
+	AgentService_SendMessage_FullMethodName   = "/cocoonbox.v1.AgentService/SendMessage"
+	AgentService_CancelRun_FullMethodName     = "/cocoonbox.v1.AgentService/CancelRun"
+	AgentService_GetRun_FullMethodName        = "/cocoonbox.v1.AgentService/GetRun"
+	AgentService_ListRuns_FullMethodName      = "/cocoonbox.v1.AgentService/ListRuns"
+	AgentService_WatchRun_FullMethodName      = "/cocoonbox.v1.AgentService/WatchRun"
+	AgentService_GetStepImages_FullMethodName = "/cocoonbox.v1.AgentService/GetStepImages"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -49,6 +50,8 @@ type AgentServiceClient interface {
 	// and state change as it happens. The stream ends after the run's final state, or when the
 	// caller loses access to the box. Reading needs viewer.
 	WatchRun(ctx context.Context, in *WatchRunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchRunEvent], error)
+	// GetStepImages returns a step's screenshots as small PNGs (the run's timeline).
+	GetStepImages(ctx context.Context, in *GetStepImagesRequest, opts ...grpc.CallOption) (*GetStepImagesResponse, error)
 }
 
 type agentServiceClient struct {
@@ -128,6 +131,16 @@ func (c *agentServiceClient) WatchRun(ctx context.Context, in *WatchRunRequest, 
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentService_WatchRunClient = grpc.ServerStreamingClient[WatchRunEvent]
 
+func (c *agentServiceClient) GetStepImages(ctx context.Context, in *GetStepImagesRequest, opts ...grpc.CallOption) (*GetStepImagesResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(GetStepImagesResponse)
+	err := c.cc.Invoke(ctx, AgentService_GetStepImages_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -150,6 +163,8 @@ type AgentServiceServer interface {
 	// and state change as it happens. The stream ends after the run's final state, or when the
 	// caller loses access to the box. Reading needs viewer.
 	WatchRun(*WatchRunRequest, grpc.ServerStreamingServer[WatchRunEvent]) error
+	// GetStepImages returns a step's screenshots as small PNGs (the run's timeline).
+	GetStepImages(context.Context, *GetStepImagesRequest) (*GetStepImagesResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -177,6 +192,9 @@ func (UnimplementedAgentServiceServer) ListRuns(context.Context, *ListRunsReques
 }
 func (UnimplementedAgentServiceServer) WatchRun(*WatchRunRequest, grpc.ServerStreamingServer[WatchRunEvent]) error {
 	return status.Error(codes.Unimplemented, "method WatchRun not implemented")
+}
+func (UnimplementedAgentServiceServer) GetStepImages(context.Context, *GetStepImagesRequest) (*GetStepImagesResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetStepImages not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -300,6 +318,24 @@ func _AgentService_WatchRun_Handler(srv interface{}, stream grpc.ServerStream) e
 // This type alias is provided for backwards compatibility with existing code that references the prior non-generic stream type by name.
 type AgentService_WatchRunServer = grpc.ServerStreamingServer[WatchRunEvent]
 
+func _AgentService_GetStepImages_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetStepImagesRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).GetStepImages(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_GetStepImages_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).GetStepImages(ctx, req.(*GetStepImagesRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -326,6 +362,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "ListRuns",
 			Handler:    _AgentService_ListRuns_Handler,
+		},
+		{
+			MethodName: "GetStepImages",
+			Handler:    _AgentService_GetStepImages_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
