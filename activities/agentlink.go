@@ -56,6 +56,8 @@ type modelLinks struct {
 	// pre holds the links opened for this step as the one before it ended (prelinks), each
 	// keeper's first; nil when there are none.
 	pre chan sandbox.Conn
+	// answered, when set, is called once a model call's answer has reached the box.
+	answered func()
 
 	// slots holds one token per idle link or pipe, so at most maxGatewayPipes of them are
 	// live; a token is taken before dialing a link and given back when the link or its pipe
@@ -79,6 +81,11 @@ func (a *Agent) keepLinks(ctx context.Context, box boxlink.Box, runID string, st
 		slots:    make(chan struct{}, maxGatewayPipes),
 		preamble: linkPreamble(box, runID, step),
 		pre:      a.prelinks.take(box.Ref.ID, runID, step),
+		// The next step's link is dialed as soon as the model has answered: the dial (a runsc
+		// exec, 40 to 50 ms) then runs beside the step's tools and the workflow's turn, where
+		// opened as the step ended its model call waited for it. A step that was the last
+		// leaves one link unused, closed after prelinkTTL.
+		answered: func() { a.prelinks.open(a.Link.Sandbox, box, runID, step+1) },
 	}
 	for range idleLinks {
 		m.wg.Go(func() { m.keep(ctx) })

@@ -222,6 +222,9 @@ func (m *modelLinks) serve(ctx context.Context, link sandbox.Conn, br *bufio.Rea
 			"sandbox", m.ref.ID, "gateway", m.route.target, "status", resp.StatusCode)
 	}
 	_ = link.CloseWrite()
+	if m.answered != nil && resp.StatusCode/100 == 2 {
+		m.answered()
+	}
 }
 
 // recordCall writes one relayed call to the ledger; a failure is logged, the step goes on.

@@ -3,6 +3,7 @@ package activities
 import (
 	"bufio"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -15,6 +16,7 @@ import (
 	"github.com/loomhand/cocoonbox/agentvm/wire"
 	"github.com/loomhand/cocoonbox/internal/boxlink"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
+	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
 // askThroughLink is the box's root writing raw bytes on a model link instead of the agent: the
@@ -162,4 +164,85 @@ func FuzzReadLinkHead(f *testing.F) {
 		}
 		_ = checkEndpoint(req, "/v1/chat/completions")
 	})
+}
+
+// TestNextStepLinkOnAnswer: once a model call's answer has reached the box, a link for the run's
+// next step is dialed, before the step ends, so the next step's model call finds it waiting; an
+// answer that failed opens none.
+func TestNextStepLinkOnAnswer(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		turn modeltest.Turn
+		want bool
+	}{
+		{"answered", modeltest.Reply("hello"), true},
+		{"failed", modeltest.Fault(http.StatusBadRequest, "no"), false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			gw := modeltest.NewServer(t, linkModelKey, tc.turn)
+			var mu sync.Mutex
+			var firsts []string
+			answer := make(chan string, 1)
+			var once sync.Once
+			agent := listen(t, func(c net.Conn) {
+				br := bufio.NewReader(c)
+				line, err := br.ReadString('\n')
+				if err != nil {
+					return
+				}
+				mu.Lock()
+				firsts = append(firsts, strings.TrimSpace(line))
+				mu.Unlock()
+				if _, err := io.WriteString(c, "OK\n"); err != nil {
+					return
+				}
+				first := false
+				if strings.HasSuffix(strings.TrimSpace(line), " 1") {
+					once.Do(func() { first = true })
+				}
+				if !first {
+					_, _ = io.Copy(io.Discard, c)
+					return
+				}
+				if _, err := io.WriteString(c, post("/v1/chat/completions", "", chatBody)); err != nil {
+					return
+				}
+				got, _ := io.ReadAll(br)
+				answer <- string(got)
+			})
+			box := &linkBox{ports: map[int]string{wire.LinkPort: agent}, open: map[int]int{}, dials: map[int]int{}}
+			a := &Agent{Link: &boxlink.Link{Sandbox: box}}
+			rt, err := Gateway{Provider: ProviderOpenAI, BaseURL: gw.OpenAIBaseURL()}.route(linkModelKey)
+			if err != nil {
+				t.Fatal(err)
+			}
+			stop := a.keepLinks(t.Context(), boxlink.Box{Ref: sandbox.SandboxRef{ID: "sb_1", Token: "tok"}, Cred: "cred"}, "run_1", 1, rt, nil)
+			<-answer
+			stop() // the step ends: whatever its answer set off is under way
+			ch := a.prelinks.take("sb_1", "run_1", 2)
+			if !tc.want {
+				if ch != nil {
+					closeAll(ch)
+					t.Fatal("a failed answer opened a link for step 2")
+				}
+				return
+			}
+			if ch == nil {
+				t.Fatal("no link was opened for step 2")
+			}
+			defer closeAll(ch)
+			if err := testutil.Poll(t.Context(), testutil.WaitShort, func() error {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, l := range firsts {
+					if strings.HasSuffix(l, " run_1 2") {
+						return nil
+					}
+				}
+				return fmt.Errorf("the box saw no link for step 2; its links: %q", firsts)
+			}); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
 }
