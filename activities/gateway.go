@@ -20,6 +20,8 @@ import (
 const (
 	ProviderOpenAI    = "openai"
 	ProviderAnthropic = "anthropic"
+	// ProviderOpenAIResponses is OpenAI's Responses protocol (POST <base>/responses).
+	ProviderOpenAIResponses = "openai-responses"
 )
 
 // Gateway is the operator's model gateway, from the worker's own configuration: where every
@@ -27,8 +29,8 @@ const (
 // the key. No workflow or activity input names any of it, so whoever can start a workflow
 // cannot send a user's key elsewhere.
 type Gateway struct {
-	// Provider is the gateway's wire protocol: ProviderOpenAI (chat completions) or
-	// ProviderAnthropic (messages).
+	// Provider is the gateway's wire protocol: ProviderOpenAI (chat completions),
+	// ProviderOpenAIResponses (responses) or ProviderAnthropic (messages).
 	Provider string
 	// BaseURL is the gateway's URL as the provider's client takes it (https://api.openai.com/v1,
 	// https://api.anthropic.com); http only for a gateway on a trusted network, such as tests.
@@ -83,17 +85,23 @@ func (g Gateway) route(key string) (route, error) {
 		if key != "" {
 			r.key = "Bearer " + key
 		}
+	case ProviderOpenAIResponses:
+		r.path, r.keyHeader = base+"/responses", "Authorization"
+		if key != "" {
+			r.key = "Bearer " + key
+		}
 	case ProviderAnthropic:
 		r.path, r.keyHeader = base+"/v1/messages", "X-Api-Key"
 	default:
-		return route{}, fmt.Errorf("gateway provider must be %s or %s, not %q", ProviderOpenAI, ProviderAnthropic, g.Provider)
+		return route{}, fmt.Errorf("gateway provider must be %s, %s or %s, not %q", ProviderOpenAI, ProviderAnthropic, ProviderOpenAIResponses, g.Provider)
 	}
 	r.target = u.Scheme + "://" + u.Host + r.path
-	r.modelsURL = u.Scheme + "://" + u.Host + strings.TrimSuffix(r.path, "/chat/completions")
+	// The list of models is beside the endpoint: <base>/models, <base>/v1/models for anthropic.
+	models := base
 	if g.Provider == ProviderAnthropic {
-		r.modelsURL = u.Scheme + "://" + u.Host + strings.TrimSuffix(r.path, "/messages")
+		models += "/v1"
 	}
-	r.modelsURL += "/models"
+	r.modelsURL = u.Scheme + "://" + u.Host + models + "/models"
 	return r, nil
 }
 

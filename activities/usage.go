@@ -129,7 +129,8 @@ const (
 
 // usageScanner reads the usage the gateway reports as the answer streams through it: the
 // server-sent events of a streamed answer (OpenAI's last chunk carries usage; Anthropic's
-// message_start carries the input and message_delta the output so far), or a whole JSON answer.
+// message_start carries the input and message_delta the output so far; OpenAI responses'
+// response.completed carries it in its response), or a whole JSON answer.
 // It holds at most one event line, or the first maxUsageBody bytes of a JSON answer (of an event
 // stream, only what came before its first event line).
 type usageScanner struct {
@@ -196,7 +197,8 @@ func (u *usageScanner) endLine() {
 	if bytes.Contains(data, []byte(`"usage"`)) {
 		u.read(data)
 	}
-	if u.onText != nil && (bytes.Contains(data, []byte(`"content"`)) || bytes.Contains(data, []byte(`"text_delta"`))) {
+	if u.onText != nil && (bytes.Contains(data, []byte(`"content"`)) || bytes.Contains(data, []byte(`"text_delta"`)) ||
+		bytes.Contains(data, []byte(`"response.output_text.delta"`))) {
 		if t := textDelta(data); t != "" {
 			u.onText(t)
 		}
@@ -228,33 +230,43 @@ type tokenUsage struct {
 	OutputTokens             *int64 `json:"output_tokens"`
 	CacheReadInputTokens     int64  `json:"cache_read_input_tokens"`
 	CacheCreationInputTokens int64  `json:"cache_creation_input_tokens"`
+	// InputTokensDetails is OpenAI responses': its input_tokens include the cached part.
+	InputTokensDetails *struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	} `json:"input_tokens_details"`
+}
+
+// modelUsage is the model and usage an object of an answer names (Anthropic's message_start
+// message, a responses event's response).
+type modelUsage struct {
+	Model string      `json:"model"`
+	Usage *tokenUsage `json:"usage"`
 }
 
 // read takes the usage of one event or answer. A later report replaces an earlier one of the
 // same count (Anthropic's output so far grows with each message_delta).
 func (u *usageScanner) read(doc []byte) {
 	var ev struct {
-		Model   string      `json:"model"`
-		Usage   *tokenUsage `json:"usage"`
-		Message *struct {
-			Model string      `json:"model"`
-			Usage *tokenUsage `json:"usage"`
-		} `json:"message"`
+		modelUsage
+		Message  *modelUsage `json:"message"`
+		Response *modelUsage `json:"response"`
 	}
 	if json.Unmarshal(doc, &ev) != nil {
 		return
 	}
 	// The model that answered, which a fallback makes another than the run's.
-	if ev.Message != nil && ev.Message.Model != "" {
-		u.model = ev.Message.Model
-	} else if ev.Model != "" {
-		u.model = ev.Model
+	for _, m := range []*modelUsage{&ev.modelUsage, ev.Message, ev.Response} {
+		if m != nil && m.Model != "" {
+			u.model = m.Model
+		}
 	}
-	for _, t := range []*tokenUsage{ev.Usage, messageUsage(ev.Message)} {
+	for _, t := range []*tokenUsage{ev.Usage, usageOf(ev.Message), usageOf(ev.Response)} {
 		switch {
 		case t == nil:
 		case t.PromptTokens != nil || t.CompletionTokens != nil: // OpenAI: the prompt includes the cached part
 			u.input, u.output, u.cached = deref(t.PromptTokens), deref(t.CompletionTokens), t.PromptTokensDetails.CachedTokens
+		case t.InputTokensDetails != nil: // OpenAI responses: so does its input
+			u.input, u.output, u.cached = deref(t.InputTokens), deref(t.OutputTokens), max(t.InputTokensDetails.CachedTokens, 0)
 		default: // Anthropic: the input excludes what the cache served or took in
 			if t.InputTokens != nil {
 				u.input = *t.InputTokens + t.CacheReadInputTokens + t.CacheCreationInputTokens
@@ -267,10 +279,7 @@ func (u *usageScanner) read(doc []byte) {
 	}
 }
 
-func messageUsage(m *struct {
-	Model string      `json:"model"`
-	Usage *tokenUsage `json:"usage"`
-}) *tokenUsage {
+func usageOf(m *modelUsage) *tokenUsage {
 	if m == nil {
 		return nil
 	}
@@ -284,8 +293,8 @@ func deref(p *int64) int64 {
 	return max(*p, 0)
 }
 
-// textDelta is the model text an event carries: an OpenAI chunk's delta content, or an
-// Anthropic content_block_delta's text_delta.
+// textDelta is the model text an event carries: an OpenAI chunk's delta content, an Anthropic
+// content_block_delta's text_delta, or an OpenAI responses output_text delta.
 func textDelta(data []byte) string {
 	var ev struct {
 		Choices []struct {
@@ -293,17 +302,26 @@ func textDelta(data []byte) string {
 				Content string `json:"content"`
 			} `json:"delta"`
 		} `json:"choices"`
-		Type  string `json:"type"`
-		Delta struct {
-			Type string `json:"type"`
-			Text string `json:"text"`
-		} `json:"delta"`
+		Type  string          `json:"type"`
+		Delta json.RawMessage `json:"delta"` // an object (anthropic) or a string (responses)
 	}
 	if json.Unmarshal(data, &ev) != nil {
 		return ""
 	}
-	if ev.Type == "content_block_delta" && ev.Delta.Type == "text_delta" {
-		return ev.Delta.Text
+	switch ev.Type {
+	case "content_block_delta":
+		var d struct {
+			Type string `json:"type"`
+			Text string `json:"text"`
+		}
+		if json.Unmarshal(ev.Delta, &d) == nil && d.Type == "text_delta" {
+			return d.Text
+		}
+		return ""
+	case "response.output_text.delta":
+		var d string
+		_ = json.Unmarshal(ev.Delta, &d)
+		return d
 	}
 	var b strings.Builder
 	for _, c := range ev.Choices {

@@ -23,6 +23,8 @@ func TestUsageScanner(t *testing.T) {
 		{"openai whole", "/v1/chat/completions", `{"model":"m","messages":[{"role":"user","content":"hi"}]}`},
 		{"anthropic streamed", "/v1/messages", `{"model":"m","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"hi"}]}`},
 		{"anthropic whole", "/v1/messages", `{"model":"m","max_tokens":100,"messages":[{"role":"user","content":"hi"}]}`},
+		{"responses streamed", "/v1/responses", `{"model":"m","stream":true,"input":"hi"}`},
+		{"responses whole", "/v1/responses", `{"model":"m","input":"hi"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			gw.Script(modeltest.Turn{Text: []string{"one ", "two ", "three"}, InputTokens: 1234, OutputTokens: 56})
@@ -178,16 +180,14 @@ func TestModelLinkStreamsText(t *testing.T) {
 	for _, tc := range []struct{ path, headers, body string }{
 		{"/v1/chat/completions", "", `{"model":"m","stream":true,"messages":[{"role":"user","content":"hi"}]}`},
 		{"/v1/messages", "Anthropic-Version: 2023-06-01\r\n", `{"model":"m","max_tokens":100,"stream":true,"messages":[{"role":"user","content":"hi"}]}`},
+		{"/v1/responses", "", `{"model":"m","stream":true,"input":"hi"}`},
 	} {
 		t.Run(tc.path, func(t *testing.T) {
 			gw := modeltest.NewServer(t, linkModelKey)
 			x := &texts{}
 			mt := &meter{texts: x, call: store.ModelCall{RunID: "run_1", Step: 3}}
 			gw.Script(modeltest.Turn{Text: []string{"One, ", "two, ", "three."}, ToolCalls: []modeltest.ToolCall{{Name: "shell", Arguments: `{"command":"ls"}`}}})
-			provider := ProviderOpenAI
-			if tc.path == "/v1/messages" {
-				provider = ProviderAnthropic
-			}
+			provider := map[string]string{"/v1/chat/completions": ProviderOpenAI, "/v1/messages": ProviderAnthropic, "/v1/responses": ProviderOpenAIResponses}[tc.path]
 			if got := askThroughProvider(t, gw, provider, post(tc.path, tc.headers, tc.body), mt); !strings.HasPrefix(got, "HTTP/1.1 200") {
 				t.Fatalf("the call: %s", got)
 			}

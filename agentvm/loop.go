@@ -21,6 +21,8 @@ import (
 const (
 	ProviderOpenAI    = "openai"
 	ProviderAnthropic = "anthropic"
+	// ProviderOpenAIResponses is OpenAI's Responses protocol (POST /responses).
+	ProviderOpenAIResponses = "openai-responses"
 )
 
 // ScreenFits are the image limits each provider documents, which a step's screenshots are
@@ -30,8 +32,9 @@ const (
 // 2000 pixels in a request of many images); OpenAI fits an image in 2048×2048, then its short
 // side in 768 pixels.
 var ScreenFits = map[string]tools.Fit{
-	ProviderAnthropic: {MaxLongEdge: 1568, MaxPixels: 1_150_000},
-	ProviderOpenAI:    {MaxLongEdge: 2048, MaxShortEdge: 768},
+	ProviderAnthropic:       {MaxLongEdge: 1568, MaxPixels: 1_150_000},
+	ProviderOpenAI:          {MaxLongEdge: 2048, MaxShortEdge: 768},
+	ProviderOpenAIResponses: {MaxLongEdge: 2048, MaxShortEdge: 768},
 }
 
 // Loop runs the model's tool loop one step at a time: a step is one model turn plus the tool
@@ -89,8 +92,10 @@ func (l *Loop) newProvider(provider, baseURL string, hc *http.Client) (model.Pro
 		return model.NewOpenAI(baseURL, "", hc, l.ModelOptions...), nil
 	case ProviderAnthropic:
 		return model.NewAnthropic(baseURL, "", hc, l.ModelOptions...), nil
+	case ProviderOpenAIResponses:
+		return model.NewOpenAIResponses(baseURL, "", hc, l.ModelOptions...), nil
 	}
-	return nil, fmt.Errorf("provider must be %q or %q, not %q", ProviderOpenAI, ProviderAnthropic, provider)
+	return nil, fmt.Errorf("provider must be %q, %q or %q, not %q", ProviderOpenAI, ProviderAnthropic, ProviderOpenAIResponses, provider)
 }
 
 // Step runs one step. Bad requests are INVALID_ARGUMENT; model failures carry the provider's

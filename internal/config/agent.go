@@ -9,7 +9,8 @@ import (
 // Agent is the model gateway agent runs use. The gateway URL is the operator's: users pick a
 // model (among Models, when the list is not empty), never where the box's model calls go.
 type Agent struct {
-	// Provider is the gateway's wire protocol: openai (chat completions) or anthropic (messages).
+	// Provider is the gateway's wire protocol: openai (chat completions), openai-responses
+	// (responses) or anthropic (messages).
 	Provider string `yaml:"provider" env:"COCOONBOX_AGENT_PROVIDER"`
 	// BaseURL is the gateway's URL as the provider's client takes it, e.g.
 	// https://api.openai.com/v1 or https://api.anthropic.com.
@@ -75,8 +76,8 @@ func (a *Agent) Validate() error {
 	if a.unset() {
 		return nil
 	}
-	if a.Provider != "openai" && a.Provider != "anthropic" {
-		return fmt.Errorf("config agent.provider: must be openai or anthropic, got %q", a.Provider)
+	if a.Provider != "openai" && a.Provider != "anthropic" && a.Provider != "openai-responses" {
+		return fmt.Errorf("config agent.provider: must be openai, openai-responses or anthropic, got %q", a.Provider)
 	}
 	u, err := url.Parse(a.BaseURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {

@@ -161,7 +161,7 @@ func TestValidate(t *testing.T) {
 		{"bucket", func(c *config.Dev) { c.S3.Endpoint = "http://x"; c.S3.Bucket = "" }, "config s3.bucket"},
 		{"engine runtime", func(c *config.Dev) { c.EngineRuntime = "docker" }, "config engine_runtime: must be auto, gvisor or process"},
 		{"engine listen", func(c *config.Dev) { c.EngineListen = "x" }, "config engine_listen"},
-		{"agent provider", func(c *config.Dev) { c.Agent.Provider = "gemini" }, "config agent.provider: must be openai or anthropic"},
+		{"agent provider", func(c *config.Dev) { c.Agent.Provider = "gemini" }, "config agent.provider: must be openai, openai-responses or anthropic"},
 		{"agent base url", func(c *config.Dev) { c.Agent.BaseURL = "gateway:8080" }, "config agent.base_url: must be an http or https URL"},
 		{"agent model", func(c *config.Dev) { c.Agent.Models = []string{"a", "b"} }, `config agent.model: "gpt-4.1" is not among agent.models`},
 		{"agent steps", func(c *config.Dev) { c.Agent.MaxSteps = -1 }, "config agent.max_steps"},

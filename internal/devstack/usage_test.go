@@ -18,13 +18,15 @@ import (
 	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
 )
 
-// testRunUsage: over each protocol, a run's model calls are in the ledger with the usage the
+// testRunUsage: over each protocol (chat completions, messages, responses), a run's model calls are in the ledger with the usage the
 // scripted gateway reported, GetUsage and `cocoonbox usage --by run` show their sums, and a run
 // whose --max-tokens is below what its first call used stops with budget before its second
 // call, which the gateway never sees.
 func testRunUsage(t *testing.T, a *agentEnv, models *modeltest.Server) {
 	cli := buildCLI(t)
-	for _, provider := range []string{agentvm.ProviderOpenAI, agentvm.ProviderAnthropic} {
+	paths := map[string]string{agentvm.ProviderOpenAI: "/v1/chat/completions", agentvm.ProviderAnthropic: "/v1/messages",
+		agentvm.ProviderOpenAIResponses: "/v1/responses"}
+	for _, provider := range []string{agentvm.ProviderOpenAI, agentvm.ProviderAnthropic, agentvm.ProviderOpenAIResponses} {
 		a.useProvider(provider)
 		tool := modeltest.Calls(modeltest.Call("shell", `{"command":"true"}`))
 		tool.InputTokens, tool.OutputTokens = 1200, 34
@@ -47,6 +49,9 @@ func testRunUsage(t *testing.T, a *agentEnv, models *modeltest.Server) {
 		}
 		if mine == nil || mine.GetCalls() != 2 || mine.GetInputTokens() != 2500 || mine.GetOutputTokens() != 39 || mine.GetModel() != run.GetModel() {
 			t.Fatalf("%s run's usage: %v; want 2 calls, 2500 in and 39 out", provider, mine)
+		}
+		if reqs := models.Requests(); reqs[len(reqs)-1].Path != paths[provider] {
+			t.Fatalf("%s run's model calls went to %s; want %s", provider, reqs[len(reqs)-1].Path, paths[provider])
 		}
 
 		// The CLI shows the same sums.

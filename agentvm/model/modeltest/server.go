@@ -1,5 +1,5 @@
-// Package modeltest is a scripted model server for tests: it speaks the OpenAI chat-completions
-// and Anthropic messages wire formats (streamed and not), answers from a script of turns
+// Package modeltest is a scripted model server for tests: it speaks the OpenAI chat-completions,
+// OpenAI responses and Anthropic messages wire formats (streamed and not), answers from a script of turns
 // including faults, and records every request so tests can assert what the agent sent.
 package modeltest
 
@@ -113,6 +113,7 @@ func NewServer(t testing.TB, apiKey string, turns ...Turn) *Server {
 	mux := http.NewServeMux()
 	mux.HandleFunc("POST /v1/chat/completions", s.chatCompletions)
 	mux.HandleFunc("POST /v1/messages", s.messages)
+	mux.HandleFunc("POST /v1/responses", s.responses)
 	mux.HandleFunc("GET /v1/models", s.listModels)
 	hs := httptest.NewServer(mux)
 	t.Cleanup(hs.Close)
@@ -534,7 +535,11 @@ func Images(body []byte) [][]byte {
 				}
 				return
 			}
-			if url, ok := v["url"].(string); ok && strings.HasPrefix(url, "data:image/") {
+			url, ok := v["url"].(string) // chat completions: image_url {url}
+			if !ok && v["type"] == "input_image" {
+				url, ok = v["image_url"].(string) // responses: input_image {image_url}
+			}
+			if ok && strings.HasPrefix(url, "data:image/") {
 				if _, data, ok := strings.Cut(url, ","); ok {
 					if b, err := base64.StdEncoding.DecodeString(data); err == nil {
 						out = append(out, b)
