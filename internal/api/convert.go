@@ -126,13 +126,18 @@ func secretProto(i vault.Info) *cbv1.Secret {
 
 // runProto is a run with the steps it carries (GetRun's; none elsewhere).
 func runProto(r boxsvc.Run) *cbv1.AgentRun {
-	return &cbv1.AgentRun{
+	out := &cbv1.AgentRun{
 		Id: r.ID, BoxId: string(r.BoxID), Owner: r.Owner, Model: r.Model, Provider: r.Provider,
 		State: string(r.State), Task: r.Task, Error: runError(r.AgentRun), Steps: protoList(r.Steps, stepProto),
 		StepsDone: int32(r.StepsDone), Result: r.Result, CreatedAt: ts(r.CreatedAt), EndedAt: ts(r.EndedAt),
 		MaxTokens: r.MaxTokens, TokensUsed: r.TokensUsed, Question: question(r.AgentRun),
 		Plan: protoList(r.Plan, planProto),
 	}
+	for _, st := range out.Steps {
+		c := r.StepCosts[int(st.GetNumber())]
+		st.Tokens, st.CostUsd = c.Tokens, c.CostUSD
+	}
+	return out
 }
 
 func planProto(it store.PlanItem) *cbv1.PlanItem {

@@ -46,6 +46,14 @@ type Run struct {
 	TokensUsed int64
 	// Plan is the checklist of the newest step that wrote one (GetRun, WatchRun).
 	Plan []store.PlanItem
+	// StepCosts are what each step's model calls used and cost, by step number (GetRun).
+	StepCosts map[int]StepCost
+}
+
+// StepCost is what a step's model calls used, and their cost at the configured prices.
+type StepCost struct {
+	Tokens  int64
+	CostUSD float64
 }
 
 // withSteps is run with what its recorded steps and the ledger tell about it. A ledger that
@@ -139,7 +147,28 @@ func (s *Service) GetRun(ctx context.Context, caller, runID string) (Run, error)
 	}
 	r := s.withSteps(ctx, run, steps)
 	r.Steps = steps
+	r.StepCosts = s.stepCosts(ctx, runID)
 	return r, nil
+}
+
+// stepCosts is what each of the run's steps used and cost; nil, logged, when the ledger cannot
+// be read (the run itself was).
+func (s *Service) stepCosts(ctx context.Context, runID string) map[int]StepCost {
+	use, err := s.Store.RunStepUsage(ctx, runID)
+	if err != nil {
+		if s.Logger != nil {
+			s.Logger.Warn("read run usage by step", "run", runID, "err", err)
+		}
+		return nil
+	}
+	out := map[int]StepCost{}
+	for _, u := range use {
+		c := out[u.Step]
+		c.Tokens += u.InputTokens + u.OutputTokens
+		c.CostUSD += s.Agent.Prices[u.Model].Cost(u.InputTokens, u.CachedTokens, u.OutputTokens)
+		out[u.Step] = c
+	}
+	return out
 }
 
 // StepImages returns the screenshots of a step of the run as small PNGs (viewer).

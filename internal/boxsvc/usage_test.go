@@ -44,6 +44,15 @@ func TestUsageCosts(t *testing.T) {
 	if !near(costs["m"], 2.2) || !near(costs["m2"], 0.5) || costs["unpriced"] != 0 {
 		t.Fatalf("costs by model: %v; want m 2.2, m2 0.5, unpriced 0", costs)
 	}
+	// The run's steps each show what their calls used and cost.
+	run, err := e.svc.GetRun(ctx, e.ann, e.run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := run.StepCosts; len(c) != 3 || c[1].Tokens != 1_100_000 || !near(c[1].CostUSD, 2.2) ||
+		c[2].Tokens != 500_000 || !near(c[2].CostUSD, 0.5) || c[3].Tokens != 9_000_000 || c[3].CostUSD != 0 {
+		t.Fatalf("step costs: %+v", c)
+	}
 	u, err = e.svc.Usage(ctx, ann, store.UsageByUser, time.Time{}, false)
 	if err != nil || len(u.Rows) != 1 || !near(u.Rows[0].CostUSD, 2.7) || time.Since(u.Since) < 29*24*time.Hour {
 		t.Fatalf("by user: %+v, %v; want one row costing 2.7 over the last 30 days", u, err)

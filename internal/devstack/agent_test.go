@@ -329,8 +329,10 @@ func TestAgentRuns(t *testing.T) {
 			})`, &shown); err != nil {
 				return err
 			}
+			// Each step says what its model call used (the scripted gateway reports 10 and 5 tokens).
 			if shown.State != string(cocoonbox.AgentRunSucceeded) || len(shown.Steps) != 2 ||
-				!strings.Contains(shown.Steps[0], "shell") || !strings.Contains(shown.Steps[1], "Done from the web.") {
+				!strings.Contains(shown.Steps[0], "shell") || !strings.Contains(shown.Steps[1], "Done from the web.") ||
+				!strings.Contains(shown.Steps[0], "15 tokens") {
 				return fmt.Errorf("the panel shows %+v", shown)
 			}
 			return nil

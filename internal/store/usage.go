@@ -278,3 +278,32 @@ func (q *Queries) UserBudget(ctx context.Context, userID string) (Budget, error)
 	}
 	return b, nil
 }
+
+// StepUsage is what one step's calls of one model used.
+type StepUsage struct {
+	Step                                    int
+	Model                                   string
+	InputTokens, OutputTokens, CachedTokens int64
+}
+
+// RunStepUsage returns what the run's model calls used, by step and model, in step order.
+func (q *Queries) RunStepUsage(ctx context.Context, run string) ([]StepUsage, error) {
+	rows, err := q.db.Query(ctx, `SELECT step, model, sum(input_tokens)::bigint, sum(output_tokens)::bigint, sum(cached_tokens)::bigint
+		  FROM model_calls WHERE run_id = $1 GROUP BY step, model ORDER BY step, model`, run)
+	if err != nil {
+		return nil, fmt.Errorf("run %s usage by step: %w", run, mapErr(err))
+	}
+	defer rows.Close()
+	var out []StepUsage
+	for rows.Next() {
+		var u StepUsage
+		if err := rows.Scan(&u.Step, &u.Model, &u.InputTokens, &u.OutputTokens, &u.CachedTokens); err != nil {
+			return nil, fmt.Errorf("run %s usage by step: %w", run, mapErr(err))
+		}
+		out = append(out, u)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("run %s usage by step: %w", run, mapErr(err))
+	}
+	return out, nil
+}

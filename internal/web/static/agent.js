@@ -275,6 +275,11 @@ function stepItem(s) {
     t.dateTime = s.at;
     head.append(' ', t);
   }
+  const tokens = Number(s.tokens || 0);
+  if (tokens > 0) {
+    const cost = Number(s.costUsd || 0);
+    head.append(' ', el('span', 'cost', tokens + ' tokens' + (cost > 0 ? ', $' + cost.toFixed(4) : '')));
+  }
   li.append(head);
   // A step without tool calls is summed up by its text's first line: show the text alone.
   if (s.summary && !(s.text || '').trim().startsWith(s.summary)) li.append(el('p', 'summary', s.summary));

@@ -295,7 +295,11 @@ type AgentStep struct {
 	// answer, which the next step's message carries.
 	Question string `protobuf:"bytes,11,opt,name=question,proto3" json:"question,omitempty"`
 	// plan is the checklist the model wrote this step (gui_plan), whole.
-	Plan          []*PlanItem `protobuf:"bytes,12,rep,name=plan,proto3" json:"plan,omitempty"`
+	Plan []*PlanItem `protobuf:"bytes,12,rep,name=plan,proto3" json:"plan,omitempty"`
+	// tokens are the input and output tokens of the step's model calls, and cost_usd their cost
+	// at the operator's prices (agent.prices); set by GetRun.
+	Tokens        int64   `protobuf:"varint,13,opt,name=tokens,proto3" json:"tokens,omitempty"`
+	CostUsd       float64 `protobuf:"fixed64,14,opt,name=cost_usd,json=costUsd,proto3" json:"cost_usd,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -412,6 +416,20 @@ func (x *AgentStep) GetPlan() []*PlanItem {
 		return x.Plan
 	}
 	return nil
+}
+
+func (x *AgentStep) GetTokens() int64 {
+	if x != nil {
+		return x.Tokens
+	}
+	return 0
+}
+
+func (x *AgentStep) GetCostUsd() float64 {
+	if x != nil {
+		return x.CostUsd
+	}
+	return 0
 }
 
 // AgentToolCall is one tool call of a step and how it went.
@@ -1159,7 +1177,7 @@ const file_cocoonbox_v1_agent_proto_rawDesc = "" +
 	"\x04plan\x18\x11 \x03(\v2\x16.cocoonbox.v1.PlanItemR\x04plan\"6\n" +
 	"\bPlanItem\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x16\n" +
-	"\x06status\x18\x02 \x01(\tR\x06status\"\x80\x03\n" +
+	"\x06status\x18\x02 \x01(\tR\x06status\"\xb3\x03\n" +
 	"\tAgentStep\x12\x16\n" +
 	"\x06number\x18\x01 \x01(\x05R\x06number\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\tR\x04kind\x12\x18\n" +
@@ -1175,7 +1193,9 @@ const file_cocoonbox_v1_agent_proto_rawDesc = "" +
 	"\breplayed\x18\n" +
 	" \x01(\bR\breplayed\x12\x1a\n" +
 	"\bquestion\x18\v \x01(\tR\bquestion\x12*\n" +
-	"\x04plan\x18\f \x03(\v2\x16.cocoonbox.v1.PlanItemR\x04plan\"n\n" +
+	"\x04plan\x18\f \x03(\v2\x16.cocoonbox.v1.PlanItemR\x04plan\x12\x16\n" +
+	"\x06tokens\x18\r \x01(\x03R\x06tokens\x12\x19\n" +
+	"\bcost_usd\x18\x0e \x01(\x01R\acostUsd\"n\n" +
 	"\rAgentToolCall\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\bis_error\x18\x02 \x01(\bR\aisError\x12\x16\n" +
