@@ -28,9 +28,15 @@ type openAI struct {
 // hc uses a client without a total timeout.
 func NewOpenAI(baseURL, apiKey string, hc *http.Client, opts ...Option) Provider {
 	o := buildOptions(opts)
-	// The service is built from explicit options only, so no OPENAI_* variable of the
-	// agent's environment leaks into requests.
-	chat := openai.NewChatCompletionService(
+	chat := openai.NewChatCompletionService(openAIOptions(baseURL, apiKey, hc)...)
+	return &openAI{chat: chat, apiKey: apiKey, retry: o.retry}
+}
+
+// openAIOptions are the SDK options of both OpenAI protocols. The services are built from
+// explicit options only, so no OPENAI_* variable of the agent's environment leaks into
+// requests; the SDK never retries (Retry does) and every answer is checked by checkResponse.
+func openAIOptions(baseURL, apiKey string, hc *http.Client) []option.RequestOption {
+	return []option.RequestOption{
 		option.WithBaseURL(baseURL),
 		option.WithAPIKey(apiKey),
 		option.WithHTTPClient(httpClient(hc)),
@@ -39,8 +45,12 @@ func NewOpenAI(baseURL, apiKey string, hc *http.Client, opts ...Option) Provider
 			resp, err := next(req)
 			return checkResponse(req.Context(), apiKey, resp, err)
 		}),
-	)
-	return &openAI{chat: chat, apiKey: apiKey, retry: o.retry}
+	}
+}
+
+// dataURL is an image as a data URL, the form both OpenAI protocols take images in.
+func dataURL(img []byte) string {
+	return "data:" + mediaType(img) + ";base64," + base64.StdEncoding.EncodeToString(img)
 }
 
 func (p *openAI) Complete(ctx context.Context, req Request, onText func(string)) (Response, error) {
@@ -223,8 +233,7 @@ func openAIMessages(msgs []Message) ([]openai.ChatCompletionMessageParamUnion, e
 func imageParts(images [][]byte) []openai.ChatCompletionContentPartUnionParam {
 	parts := make([]openai.ChatCompletionContentPartUnionParam, 0, len(images))
 	for _, img := range images {
-		url := "data:" + mediaType(img) + ";base64," + base64.StdEncoding.EncodeToString(img)
-		parts = append(parts, openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: url}))
+		parts = append(parts, openai.ImageContentPart(openai.ChatCompletionContentPartImageImageURLParam{URL: dataURL(img)}))
 	}
 	return parts
 }

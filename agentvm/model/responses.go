@@ -3,14 +3,12 @@ package model
 import (
 	"cmp"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"strings"
 
 	"github.com/openai/openai-go/v3"
-	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/responses"
 )
 
@@ -29,16 +27,7 @@ type openAIResponses struct {
 // apiKey and hc are as NewOpenAI's.
 func NewOpenAIResponses(baseURL, apiKey string, hc *http.Client, opts ...Option) Provider {
 	o := buildOptions(opts)
-	svc := responses.NewResponseService(
-		option.WithBaseURL(baseURL),
-		option.WithAPIKey(apiKey),
-		option.WithHTTPClient(httpClient(hc)),
-		option.WithMaxRetries(0),
-		option.WithMiddleware(func(req *http.Request, next option.MiddlewareNext) (*http.Response, error) {
-			resp, err := next(req)
-			return checkResponse(req.Context(), apiKey, resp, err)
-		}),
-	)
+	svc := responses.NewResponseService(openAIOptions(baseURL, apiKey, hc)...)
 	return &openAIResponses{svc: svc, apiKey: apiKey, retry: o.retry}
 }
 
@@ -214,9 +203,8 @@ func inputText(s string) responses.ResponseInputContentUnionParam {
 func inputImages(images [][]byte) []responses.ResponseInputContentUnionParam {
 	out := make([]responses.ResponseInputContentUnionParam, 0, len(images))
 	for _, img := range images {
-		url := "data:" + mediaType(img) + ";base64," + base64.StdEncoding.EncodeToString(img)
 		out = append(out, responses.ResponseInputContentUnionParam{OfInputImage: &responses.ResponseInputImageParam{
-			ImageURL: openai.String(url), Detail: responses.ResponseInputImageDetailAuto,
+			ImageURL: openai.String(dataURL(img)), Detail: responses.ResponseInputImageDetailAuto,
 		}})
 	}
 	return out

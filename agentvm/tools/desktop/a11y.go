@@ -85,13 +85,10 @@ func (d *Desktop) accessibilityTool(ctx context.Context, args json.RawMessage) (
 	if err != nil {
 		return result(err, "")
 	}
-	sctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
-	defer cancel()
-	w, h, err := d.cfg.Screen.Size(sctx)
+	w, h, vw, vh, err := d.view(ctx)
 	if err != nil {
-		return result(fmt.Errorf("desktop: %w", err), "")
+		return result(err, "")
 	}
-	vw, vh := d.fit(ctx).Size(w, h)
 	var b strings.Builder
 	fmt.Fprintf(&b, "window %q; boxes are x,y width x height in screenshot pixels\n", title)
 	for _, e := range els {
@@ -276,16 +273,11 @@ func (t *a11yTree) walk(ref a11yRef, depth int) error {
 // AccessibilityBus reads the address of the display's accessibility bus from the root window's
 // AT_SPI_BUS property, which at-spi2-core's bus launcher sets.
 func (s xScreen) AccessibilityBus(ctx context.Context) (string, error) {
-	c, err := s.dial(ctx)
+	c, done, err := s.open(ctx)
 	if err != nil {
 		return "", err
 	}
-	stop := context.AfterFunc(ctx, c.Close)
-	defer func() {
-		if stop() {
-			c.Close()
-		}
-	}()
+	defer done()
 	const name = "AT_SPI_BUS"
 	a, err := xproto.InternAtom(c, true, uint16(len(name)), name).Reply()
 	if err != nil {

@@ -116,6 +116,20 @@ func (s xScreen) dial(ctx context.Context) (*xgb.Conn, error) {
 	}
 }
 
+// open dials the display for one request under ctx: done closes the connection, which ctx's
+// end closes first (a Reply waiting past the deadline is unblocked).
+func (s xScreen) open(ctx context.Context) (c *xgb.Conn, done func(), err error) {
+	if c, err = s.dial(ctx); err != nil {
+		return nil, nil, err
+	}
+	stop := context.AfterFunc(ctx, c.Close)
+	return c, func() {
+		if stop() {
+			c.Close()
+		}
+	}, nil
+}
+
 // Size is the root window's size in pixels.
 func (s xScreen) Size(ctx context.Context) (int, int, error) {
 	c, err := s.dial(ctx)
@@ -129,17 +143,11 @@ func (s xScreen) Size(ctx context.Context) (int, int, error) {
 
 // Capture grabs the whole root window.
 func (s xScreen) Capture(ctx context.Context) (image.Image, error) {
-	c, err := s.dial(ctx)
+	c, done, err := s.open(ctx)
 	if err != nil {
 		return nil, err
 	}
-	// Closing the connection unblocks a Reply waiting past the deadline.
-	stop := context.AfterFunc(ctx, c.Close)
-	defer func() {
-		if stop() {
-			c.Close()
-		}
-	}()
+	defer done()
 	setup := xproto.Setup(c)
 	root := setup.DefaultScreen(c)
 	f := pixelFormat{MSBFirst: setup.ImageByteOrder == xproto.ImageOrderMSBFirst}
@@ -172,16 +180,11 @@ func (s xScreen) Capture(ctx context.Context) (image.Image, error) {
 // carries the manager's _NET_WM_NAME. It is "" while no manager has announced itself, as while
 // a desktop session starts (a window mapped then stays invisible until one does).
 func (s xScreen) WindowManager(ctx context.Context) (string, error) {
-	c, err := s.dial(ctx)
+	c, done, err := s.open(ctx)
 	if err != nil {
 		return "", err
 	}
-	stop := context.AfterFunc(ctx, c.Close)
-	defer func() {
-		if stop() {
-			c.Close()
-		}
-	}()
+	defer done()
 	atom := func(name string) (xproto.Atom, error) {
 		r, err := xproto.InternAtom(c, false, uint16(len(name)), name).Reply()
 		if err != nil {

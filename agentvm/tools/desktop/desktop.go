@@ -106,6 +106,17 @@ func (d *Desktop) Tools() []tools.Tool {
 	}, d.reachTools()...)
 }
 
+// view is the screen's size and the size of its screenshots under ctx's fit.
+func (d *Desktop) view(ctx context.Context) (w, h, vw, vh int, err error) {
+	sctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
+	defer cancel()
+	if w, h, err = d.cfg.Screen.Size(sctx); err != nil {
+		return 0, 0, 0, 0, fmt.Errorf("desktop: %w", err)
+	}
+	vw, vh = d.fit(ctx).Size(w, h)
+	return w, h, vw, vh, nil
+}
+
 // fit is how the tools called under ctx scale screenshots: the caller's Fit, or MaxWidth.
 func (d *Desktop) fit(ctx context.Context) tools.Fit {
 	return tools.FitOf(ctx, tools.Fit{MaxWidth: d.cfg.MaxWidth})

@@ -140,13 +140,10 @@ func (d *Desktop) windowsTool(ctx context.Context, args json.RawMessage) (tools.
 	if err != nil {
 		return result(err, "")
 	}
-	sctx, cancel := context.WithTimeout(ctx, d.cfg.Timeout)
-	defer cancel()
-	w, h, err := d.cfg.Screen.Size(sctx)
+	w, h, vw, vh, err := d.view(ctx)
 	if err != nil {
-		return result(fmt.Errorf("desktop: %w", err), "")
+		return result(err, "")
 	}
-	vw, vh := d.fit(ctx).Size(w, h)
 	type view struct {
 		Title  string `json:"title"`
 		X      int    `json:"x"`
