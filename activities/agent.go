@@ -224,7 +224,9 @@ func (a *Agent) Step(ctx context.Context, in StepInput) (StepResult, error) {
 		return StepResult{}, agentError(ctx, err)
 	}
 	if !resp.GetDone() && ctx.Err() == nil {
-		// The run's next step will want a link for its model call first thing.
+		// The run's next step will want a link for its model call first thing. Opened already
+		// when the model answered (keepLinks), unless the agent answered the step from its
+		// journal without a model call; open does nothing the second time.
 		a.prelinks.open(a.Link.Sandbox, box, in.RunID, in.Step+1)
 	}
 	if err := a.Runs.AppendAgentStep(ctx, stepRow(in, resp)); err != nil {
