@@ -16,7 +16,8 @@ import (
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 )
 
-// checkpoint is a saved disk of a sandbox that new sandboxes can start from.
+// checkpoint is a saved disk of a sandbox, with its memory when asked (a fork), that new
+// sandboxes can start from.
 type checkpoint struct {
 	// mu is held shared while a claim copies the checkpoint's disk and exclusively by delete,
 	// so a checkpoint is never removed under a copy.
@@ -27,7 +28,7 @@ type checkpoint struct {
 
 func (ck *checkpoint) body() sandbox.Checkpoint {
 	r := ck.rec
-	return sandbox.Checkpoint{ID: r.ID, Name: r.Name, SandboxID: r.SandboxID, Key: r.Key, Tenant: r.Tenant, CreatedAt: r.CreatedAt.UTC()}
+	return sandbox.Checkpoint{ID: r.ID, Name: r.Name, SandboxID: r.SandboxID, Key: r.Key, Tenant: r.Tenant, CreatedAt: r.CreatedAt.UTC(), Memory: r.Memory}
 }
 
 var checkpointNameRe = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9._:/-]{0,62}$`)
@@ -47,11 +48,18 @@ func (e *Engine) handleCheckpoint(w http.ResponseWriter, r *http.Request, c call
 	if req.Token == "" && !asOperator {
 		return invalid("token: the sandbox's token is required")
 	}
+	var forker runtime.Forker
+	if req.Memory {
+		var ok bool
+		if forker, ok = e.rt.(runtime.Forker); !ok {
+			return invalid("memory: the %s runtime cannot checkpoint a sandbox's memory (Info's checkpoint_memory is false)", e.rt.Name())
+		}
+	}
 	b, err := e.boxByToken(r.PathValue("id"), req.Token, asOperator)
 	if err != nil {
 		return err
 	}
-	ck, err := e.takeCheckpoint(r.Context(), b, c, req.Name)
+	ck, err := e.takeCheckpoint(r.Context(), b, c, req.Name, forker)
 	if err != nil {
 		return err
 	}
@@ -59,10 +67,17 @@ func (e *Engine) handleCheckpoint(w http.ResponseWriter, r *http.Request, c call
 	return nil
 }
 
-func (e *Engine) takeCheckpoint(ctx context.Context, b *box, c caller, name string) (*checkpoint, error) {
+// takeCheckpoint saves b's disk, and its memory through forker when that is not nil.
+func (e *Engine) takeCheckpoint(ctx context.Context, b *box, c caller, name string, forker runtime.Forker) (*checkpoint, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	done, err := e.holdDisk(ctx, b, func() { cancel(errPreempted) })
+	var done func()
+	var err error
+	if forker != nil {
+		done, err = e.holdForMemory(b)
+	} else {
+		done, err = e.holdDisk(ctx, b, func() { cancel(errPreempted) })
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -77,8 +92,13 @@ func (e *Engine) takeCheckpoint(ctx context.Context, b *box, c caller, name stri
 	if !r.Hibernated {
 		defer b.freeze()() // the runtime pauses a running box for the copy
 	}
-	err = e.rt.Snapshot(ctx, r.ID, dir)
-	e.metrics.observe("snapshot", time.Since(t0), err)
+	if forker != nil {
+		err = forker.SnapshotMemory(ctx, r.ID, dir)
+		e.metrics.observe("snapshot_memory", time.Since(t0), err)
+	} else {
+		err = e.rt.Snapshot(ctx, r.ID, dir)
+		e.metrics.observe("snapshot", time.Since(t0), err)
+	}
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		if errors.Is(context.Cause(ctx), errPreempted) {
@@ -87,7 +107,7 @@ func (e *Engine) takeCheckpoint(ctx context.Context, b *box, c caller, name stri
 		return nil, e.runtimeError(ctx, b, "checkpoint", err)
 	}
 	ck := &checkpoint{rec: checkpointRecord{
-		ID: id, Name: name, SandboxID: r.ID, Key: r.Key, Tenant: c.tenant, CreatedAt: e.now(),
+		ID: id, Name: name, SandboxID: r.ID, Key: r.Key, Tenant: c.tenant, CreatedAt: e.now(), Memory: forker != nil,
 	}}
 	if err := writeJSONFile(e.checkpointMeta(id), ck.rec); err != nil {
 		_ = os.RemoveAll(dir)
@@ -121,6 +141,21 @@ func (e *Engine) holdDisk(ctx context.Context, b *box, cancel func()) (done func
 	}
 	b.op.RUnlock()
 	return e.use(ctx, b, "checkpoint", cancel)
+}
+
+// holdForMemory holds b for a copy with its memory as a hibernate holds it: every relay and
+// command of the box ends first (runsc cannot save a box holding host sockets; viewers and
+// agent links connect again), and nothing wakes, hibernates or releases it under the copy.
+func (e *Engine) holdForMemory(b *box) (done func(), err error) {
+	unlock := b.lockLifecycle()
+	b.mu.Lock()
+	gone := b.gone
+	b.mu.Unlock()
+	if gone {
+		unlock()
+		return nil, errUnknownSandbox
+	}
+	return unlock, nil
 }
 
 // checkpointFor returns the checkpoint id if the caller may see it.
@@ -186,7 +221,12 @@ func (e *Engine) claimFromCheckpoint(ctx context.Context, c caller, ck *checkpoi
 		e.discard(ctx, b)
 		return nil, err
 	}
-	if err := e.start(ctx, b, rootfs); err != nil {
+	if ck.rec.Memory {
+		err = e.restore(ctx, b, rootfs, e.checkpointDir(ck.rec.ID))
+	} else {
+		err = e.start(ctx, b, rootfs)
+	}
+	if err != nil {
 		return nil, err
 	}
 	if err := e.finishClaim(b, c, ttl, claimRef, ck.rec.ID); err != nil {

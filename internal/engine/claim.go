@@ -217,6 +217,27 @@ func (e *Engine) start(ctx context.Context, b *box, rootfs string) error {
 	return nil
 }
 
+// restore is start for a claim from a checkpoint with memory: the box goes on from the
+// checkpoint's processes (runtime.Forker.Restore) instead of booting.
+func (e *Engine) restore(ctx context.Context, b *box, rootfs, src string) error {
+	forker, ok := e.rt.(runtime.Forker)
+	if !ok {
+		e.discard(ctx, b)
+		return newError(kindConflict, "the checkpoint holds memory, which the %s runtime cannot restore", e.rt.Name())
+	}
+	r, _ := b.snapshot()
+	sctx, cancel := lifecycleCtx(ctx)
+	defer cancel()
+	t0 := time.Now()
+	err := forker.Restore(sctx, e.spec(r, rootfs), src)
+	e.metrics.observe("restore_fork", time.Since(t0), err)
+	if err != nil {
+		e.discard(ctx, b)
+		return &apiError{kind: kindUnavailable, msg: "could not restore a sandbox from the checkpoint; retry later", err: err}
+	}
+	return nil
+}
+
 // finishClaim turns a started box into a claimed sandbox: a fresh token, the lease, the owner.
 func (e *Engine) finishClaim(b *box, c caller, ttl time.Duration, claimRef, fromCheckpoint string) error {
 	now := e.now()

@@ -6,6 +6,7 @@ import (
 	"slices"
 
 	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/internal/engine/runtime"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 )
 
@@ -19,13 +20,14 @@ func (e *Engine) handleInfo(w http.ResponseWriter, _ *http.Request, _ caller) er
 
 func (e *Engine) info() sandbox.Info {
 	caps := e.rt.Capabilities()
+	_, forks := e.rt.(runtime.Forker)
 	out := sandbox.Info{
 		Pools:         e.poolInfos(),
 		AdvertiseAddr: e.ownerAddr,
 		Runtime:       e.rt.Name(),
 		Capabilities: &sandbox.Capabilities{
 			MemoryHibernate:  caps.MemoryHibernate,
-			CheckpointMemory: false, // checkpoints are runtime.Snapshot: the disk, not the processes
+			CheckpointMemory: forks, // asked for by memory: true; a checkpoint without it is the disk alone
 			AgentRelay:       false, // /agent answers 501; cocoonbox reaches its agent through the ports relay
 			Lanes:            e.lanes(),
 			Isolation:        caps.Isolation,

@@ -71,6 +71,7 @@ type checkpointRecord struct {
 	Key       sandbox.PoolKey `json:"key"`
 	Tenant    string          `json:"tenant,omitempty"`
 	CreatedAt time.Time       `json:"created_at"`
+	Memory    bool            `json:"memory,omitempty"` // the checkpoint holds a memory image beside the disk
 }
 
 func (e *Engine) recordPath(id string) string {

@@ -92,6 +92,15 @@ type DiskPorter interface {
 	ImportCheckpointDisk(ctx context.Context, r io.Reader, layers []DiskExport, key PoolKey, name string) (Checkpoint, error)
 }
 
+// MemoryCheckpointer is an engine that can checkpoint a sandbox with its processes and memory
+// (Info's CheckpointMemory says so), so that sandboxes claimed from the checkpoint go on from
+// that moment: a fork. Found by type assertion.
+type MemoryCheckpointer interface {
+	// CheckpointMemory is Checkpoint with the sandbox's memory. A running sandbox is paused
+	// only for the copy; a hibernated one stays asleep.
+	CheckpointMemory(ctx context.Context, sb SandboxRef, name string) (Checkpoint, error)
+}
+
 // EgressSetter is an engine that can change a networked sandbox's egress policy while it lives
 // (the local engine; upstream sandboxd fixes a sandbox's lane at claim). Found by type assertion.
 type EgressSetter interface {

@@ -20,11 +20,12 @@ import (
 )
 
 var (
-	_ Client       = (*HTTP)(nil)
-	_ DiskPorter   = (*HTTP)(nil)
-	_ EgressSetter = (*HTTP)(nil)
-	_ NodeClaimer  = (*HTTP)(nil)
-	_ NodeDialer   = (*HTTP)(nil)
+	_ Client             = (*HTTP)(nil)
+	_ DiskPorter         = (*HTTP)(nil)
+	_ EgressSetter       = (*HTTP)(nil)
+	_ NodeClaimer        = (*HTTP)(nil)
+	_ NodeDialer         = (*HTTP)(nil)
+	_ MemoryCheckpointer = (*HTTP)(nil)
 )
 
 // HTTP is the Client of the sandboxd HTTP API. It is safe for concurrent use.
@@ -358,6 +359,15 @@ func (c *HTTP) Checkpoint(ctx context.Context, sb SandboxRef, name string) (Chec
 	err := c.do(ctx, call{op: "checkpoint " + sb.ID, method: http.MethodPost, addr: sb.Addr,
 		path: sandboxPath(sb.ID, "checkpoint"), token: c.token,
 		body: CheckpointRequest{Token: sb.Token, Name: name}, out: &out})
+	return out.Checkpoint, err
+}
+
+// CheckpointMemory implements MemoryCheckpointer.
+func (c *HTTP) CheckpointMemory(ctx context.Context, sb SandboxRef, name string) (Checkpoint, error) {
+	var out CheckpointResponse
+	err := c.do(ctx, call{op: "checkpoint " + sb.ID + " with memory", method: http.MethodPost, addr: sb.Addr,
+		path: sandboxPath(sb.ID, "checkpoint"), token: c.token,
+		body: CheckpointRequest{Token: sb.Token, Name: name, Memory: true}, out: &out})
 	return out.Checkpoint, err
 }
 

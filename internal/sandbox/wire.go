@@ -171,6 +171,10 @@ type ExecResult struct {
 type CheckpointRequest struct {
 	Token string `json:"token"`
 	Name  string `json:"name,omitempty"`
+	// Memory asks for the sandbox's processes and memory beside its disk, so that a claim from
+	// the checkpoint goes on from it (a fork); without it the local engine saves the disk only,
+	// which is what a snapshot exports. Only an engine whose Info says CheckpointMemory takes it.
+	Memory bool `json:"memory,omitempty"`
 }
 
 // Checkpoint is a captured sandbox state that new sandboxes can be claimed from.
@@ -181,6 +185,8 @@ type Checkpoint struct {
 	Key       PoolKey   `json:"key"`
 	Tenant    string    `json:"tenant,omitempty"` // the creating tenant; absent for root
 	CreatedAt time.Time `json:"created_at"`
+	// Memory: the checkpoint holds the sandbox's processes, and a claim from it resumes them.
+	Memory bool `json:"memory,omitempty"`
 }
 
 // CheckpointResponse is the 200 body of POST /v1/sandboxes/{id}/checkpoint.

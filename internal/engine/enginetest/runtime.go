@@ -13,13 +13,17 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"sync"
 	"time"
 
 	"github.com/loomhand/cocoonbox/internal/engine/runtime"
 )
 
-var _ runtime.Runtime = (*Runtime)(nil)
+var (
+	_ runtime.Runtime = (*Runtime)(nil)
+	_ runtime.Forker  = (*Runtime)(nil)
+)
 
 // Op names a Runtime method for the fault knobs.
 type Op string
@@ -374,6 +378,47 @@ func (f *Runtime) Snapshot(ctx context.Context, id, dst string) error {
 		return runtime.ErrNotFound
 	}
 	return copyDir(filepath.Join(b.spec.Dir, "disk"), filepath.Join(dst, "disk"))
+}
+
+// SnapshotMemory implements runtime.Forker: Snapshot, with the box's counter beside the disk.
+// Like runsc, it refuses a box holding connections.
+func (f *Runtime) SnapshotMemory(ctx context.Context, id, dst string) error {
+	f.mu.Lock()
+	b := f.boxes[id]
+	var mem, conns int
+	if b != nil {
+		mem, conns = b.mem, len(b.conns)
+	}
+	f.mu.Unlock()
+	switch {
+	case b == nil:
+		return runtime.ErrNotFound
+	case conns > 0:
+		return fmt.Errorf("snapshot box %s with memory: cannot save endpoint with bound host socket (%d open)", id, conns)
+	}
+	if err := f.Snapshot(ctx, id, dst); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dst, "memory"), []byte(strconv.Itoa(mem)), 0o600)
+}
+
+// Restore implements runtime.Forker: Start, with the counter of src's memory.
+func (f *Runtime) Restore(ctx context.Context, spec runtime.Spec, src string) error {
+	b, err := os.ReadFile(filepath.Join(src, "memory"))
+	if err != nil {
+		return fmt.Errorf("restore box %s: %w", spec.ID, err)
+	}
+	mem, err := strconv.Atoi(string(b))
+	if err != nil {
+		return fmt.Errorf("restore box %s: %w", spec.ID, err)
+	}
+	if err := f.Start(ctx, spec); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.boxes[spec.ID].mem = mem
+	f.mu.Unlock()
+	return nil
 }
 
 // Seed implements runtime.Runtime: it copies src/disk into the new box's disk, refusing files

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -212,20 +213,35 @@ func (g *gvisor) box(id string) (*gbox, error) {
 
 // Start implements Runtime.
 func (g *gvisor) Start(ctx context.Context, spec Spec) error {
+	spec, err := g.prepare(ctx, spec)
+	if err != nil {
+		return fmt.Errorf("start box %s: %w", spec.ID, err)
+	}
+	if err := g.spawn(ctx, spec.Dir, "run", "--detach", "--bundle", spec.Dir, spec.ID); err != nil {
+		_ = g.deleteSandbox(context.WithoutCancel(ctx), spec.ID)
+		return fmt.Errorf("start box %s: %w", spec.ID, err)
+	}
+	return g.answers(ctx, spec)
+}
+
+// prepare makes everything a new sandbox of spec needs before runsc runs or restores it: its
+// address, directories, root mount, network namespace and bundle. It returns spec with the
+// address it was given.
+func (g *gvisor) prepare(ctx context.Context, spec Spec) (Spec, error) {
 	if err := checkSpec(spec); err != nil {
-		return fmt.Errorf("start box: %w", err)
+		return spec, err
 	}
 	if spec.Net != nil {
 		if !g.net.cfg.Enabled() {
-			return fmt.Errorf("start box %s: %w", spec.ID, ErrNoNetwork)
+			return spec, ErrNoNetwork
 		}
 		if err := spec.Net.Egress.Validate(); err != nil {
-			return fmt.Errorf("start box %s: %w", spec.ID, err)
+			return spec, err
 		}
 		if !spec.Net.Addr.IsValid() {
 			addr, err := g.allocAddr(spec.ID)
 			if err != nil {
-				return fmt.Errorf("start box %s: %w", spec.ID, err)
+				return spec, err
 			}
 			n := *spec.Net
 			n.Addr = addr
@@ -233,42 +249,40 @@ func (g *gvisor) Start(ctx context.Context, spec Spec) error {
 		}
 	}
 	if st, ok, err := g.state(ctx, spec.ID); err != nil {
-		return fmt.Errorf("start box %s: %w", spec.ID, err)
+		return spec, err
 	} else if ok && st.Status == "running" {
-		return fmt.Errorf("start box %s: already running", spec.ID)
+		return spec, errors.New("already running")
 	}
 	// A sandbox left created or stopped by a crash would hold the id; a memory image from
 	// before is stale once the box boots afresh from its disk.
 	if err := g.deleteSandbox(ctx, spec.ID); err != nil {
-		return fmt.Errorf("start box %s: %w", spec.ID, err)
+		return spec, err
 	}
 	_ = os.RemoveAll(filepath.Join(spec.Dir, checkpointDir))
 	_ = os.RemoveAll(filepath.Join(spec.Dir, checkpointDir+".restoring"))
 	if err := prepareDir(spec); err != nil {
-		return fmt.Errorf("start box %s: %w", spec.ID, err)
+		return spec, err
 	}
 	if err := g.index.put(spec.ID, spec.Dir); err != nil {
-		return fmt.Errorf("start box %s: %w", spec.ID, err)
+		return spec, err
 	}
 	g.mu.Lock()
 	g.boxes[spec.ID] = &gbox{spec: spec, relays: map[relayed]bool{}}
 	g.mu.Unlock()
 	if err := mountOverlay(spec); err != nil {
-		return fmt.Errorf("start box %s: %w", spec.ID, err)
+		return spec, err
 	}
 	if spec.Net != nil {
 		if err := g.net.setup(ctx, spec, false); err != nil {
-			return fmt.Errorf("start box %s: %w", spec.ID, err)
+			return spec, err
 		}
 	}
-	if err := writeBundle(spec); err != nil {
-		return fmt.Errorf("start box %s: %w", spec.ID, err)
-	}
-	if err := g.spawn(ctx, spec.Dir, "run", "--detach", "--bundle", spec.Dir, spec.ID); err != nil {
-		_ = g.deleteSandbox(context.WithoutCancel(ctx), spec.ID)
-		return fmt.Errorf("start box %s: %w", spec.ID, err)
-	}
-	// The box is ready when its init runs a command: callers may exec as soon as Start returns.
+	return spec, writeBundle(spec)
+}
+
+// answers waits until the new sandbox's init runs a command, so callers may exec as soon as
+// Start or Restore returns; a sandbox that never answers is removed.
+func (g *gvisor) answers(ctx context.Context, spec Spec) error {
 	if _, err := g.Exec(ctx, spec.ID, ExecRequest{Argv: []string{"true"}}); err != nil {
 		_ = g.deleteSandbox(context.WithoutCancel(ctx), spec.ID)
 		return fmt.Errorf("start box %s: init does not answer: %w (console: %s)", spec.ID, err,

@@ -115,6 +115,20 @@ type ReadyKeeper interface {
 	KeepReady(id string, keep bool)
 }
 
+// Forker is a runtime that can copy a box with its memory, so new boxes go on from the moment
+// of the copy with the processes, windows and open files the box had (gvisor: runsc checkpoint
+// with --leave-running, and runsc restore under a new id).
+type Forker interface {
+	// SnapshotMemory is Snapshot with the box's memory image beside its disk in dst. A running
+	// box is paused for the copy and goes on; a hibernated one stays asleep, its image copied.
+	// It fails, changing nothing, while a Dial connection or an Exec of the box is open (runsc
+	// cannot save a box holding host sockets).
+	SnapshotMemory(ctx context.Context, id, dst string) error
+	// Restore starts a new box from src, a directory SnapshotMemory wrote, whose disk Seed has
+	// put in spec.Dir: its processes go on from the copy under spec's id, address and limits.
+	Restore(ctx context.Context, spec Spec, src string) error
+}
+
 // ExecRequest is one command run in a box.
 type ExecRequest struct {
 	Argv   []string
