@@ -138,6 +138,9 @@ type Box struct {
 	Reason    string // why the box failed, when State is failed
 	CreatedAt time.Time
 	UpdatedAt time.Time
+	// Parent is the box this one was forked from, at ForkedAt; empty for a box created afresh.
+	Parent   BoxID
+	ForkedAt time.Time
 }
 
 // ValidateBoxName reports whether name is a usable box name: 1–63 characters of letters, digits,

@@ -112,6 +112,7 @@ func (w *box) setup(ctx workflow.Context) error {
 		{UpdateRecreate, w.recreate, w.validateRecreate},
 		{UpdateControlConn, w.controlConn, w.validateControlConn},
 		{UpdateMove, w.move, w.validateMove},
+		{UpdateFork, w.fork, w.validateFork},
 	}
 	for _, u := range updates {
 		if err := workflow.SetUpdateHandlerWithOptions(ctx, u.name, u.handler,
@@ -165,6 +166,7 @@ func (w *box) signals() []signal {
 		{SignalUnpin, applySignal(w.unpin)},
 		{SignalControlClosed, applySignal(w.controlClosed)},
 		{SignalSandboxLost, applySignal(w.sandboxLost)},
+		{SignalForkClaimed, applySignal(w.forkClaimed)},
 	}
 }
 
@@ -251,11 +253,11 @@ func (w *box) run(ctx workflow.Context) error {
 }
 
 // nextTimer is the earliest of the idle deadline, the lease renewal, the expiry of a viewer
-// count, the next periodic seal, the idle warning and the control lease's idle deadline; zero
-// when none counts.
+// count, the next periodic seal, the idle warning, the control lease's idle deadline and the
+// end of a fork checkpoint; zero when none counts.
 func (w *box) nextTimer() time.Time {
 	next := w.idleDeadline()
-	for _, t := range []time.Time{w.renewAt(), w.viewersExpire(), w.sealDue(), w.idleWarnAt(), w.leaseIdleDeadline()} {
+	for _, t := range []time.Time{w.renewAt(), w.viewersExpire(), w.sealDue(), w.idleWarnAt(), w.leaseIdleDeadline(), w.forksDue()} {
 		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
 			next = t
 		}
@@ -322,6 +324,11 @@ func (w *box) onTimer(ctx workflow.Context) error {
 	w.releaseIdleLease(ctx)
 	if r := w.renewAt(); !r.IsZero() && !now.Before(r) {
 		if _, err := w.operate(ctx, byTimer, w.renewLocked); err != nil && isCanceled(err) {
+			return err
+		}
+	}
+	if d := w.forksDue(); !d.IsZero() && !now.Before(d) {
+		if _, err := w.operate(ctx, byTimer, func(ctx workflow.Context) error { w.dropForks(ctx); return nil }); err != nil && isCanceled(err) {
 			return err
 		}
 	}

@@ -39,6 +39,7 @@ var refusals = map[string]map[cocoonbox.BoxState]string{
 	UpdateHibernate:   {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted, cocoonbox.BoxStateFailed: "a failed box (wake it first)"},
 	UpdateSnapshot:    {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted, cocoonbox.BoxStateFailed: "a failed box (wake it first)"},
 	UpdateMove:        {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted, cocoonbox.BoxStateFailed: "a failed box (its next wake places it anew)"},
+	UpdateFork:        {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted, cocoonbox.BoxStateFailed: "a failed box (wake it first)"},
 }
 
 // allowed is every lifecycle update's validator: it rejects a message that cannot apply to the
@@ -127,11 +128,15 @@ func (w *box) create(ctx workflow.Context, _ CreateInput) (Status, error) {
 		err := w.quickly(storeOptions(ctx), storeActs.RecordBox, activities.RecordBoxInput{
 			BoxID: w.in.BoxID, Owner: w.in.Owner, Name: w.in.Name, Size: w.in.Size,
 		}, nil)
-		if err == nil {
+		switch {
+		case err != nil:
+		case w.in.Fork != nil:
+			err = w.claimFork(ctx)
+		default:
 			err = w.claimNewWithin(ctx, cmp.Or(w.in.CreateWait, DefaultCreateWait))
-		}
-		if err == nil {
-			err = w.waitReady(ctx)
+			if err == nil {
+				err = w.waitReady(ctx)
+			}
 		}
 		if err != nil {
 			w.fail(ctx, err)
@@ -318,6 +323,12 @@ func (w *box) delete(ctx workflow.Context, in DeleteInput) (Status, error) {
 			return err
 		}
 		w.st.SandboxID = ""
+		// The workflow ends here, and its timers with it: a fork checkpoint still kept goes now
+		// (a fork claiming from it at this moment finishes first; one yet to start fails).
+		for i := range w.st.Forks {
+			w.st.Forks[i].Until = time.Time{}
+		}
+		w.dropForks(ctx)
 		w.setState(ctx, cocoonbox.BoxStateDeleted)
 		w.deleted = true
 		return nil

@@ -46,6 +46,11 @@ const (
 	// whichever API replica serves it; SignalControlClosed gives it back.
 	UpdateControlConn   = "control-connection"
 	SignalControlClosed = "control-closed"
+	// UpdateFork checkpoints the box with its memory for new boxes to be claimed from
+	// (ForkInput, ForkResult); each fork's workflow sends SignalForkClaimed once it has its
+	// sandbox, so the checkpoint goes as soon as no fork needs it.
+	UpdateFork        = "fork"
+	SignalForkClaimed = "fork-claimed"
 	// SignalSandboxLost says the node that held the box's sandbox is lost (SandboxLostSignal).
 	SignalSandboxLost = "sandbox-lost"
 	SignalTouch       = "touch"
@@ -134,9 +139,57 @@ type BoxWorkflowInput struct {
 	// image not built, no capacity) before the box fails with the reason; 0 is
 	// DefaultCreateWait.
 	CreateWait time.Duration
+	// Fork says the box is a fork: its create claims its sandbox from the parent's checkpoint
+	// with memory instead of from the template. Nil for a box created afresh.
+	Fork *ForkOrigin `json:",omitempty"`
 	// State is the compact state a previous run carried over; nil on the first run.
 	State *BoxCarriedState
 }
+
+// ForkOrigin is where a fork comes from: its parent box and the checkpoint the parent's fork
+// update took, on the parent's node.
+type ForkOrigin struct {
+	Parent       cocoonbox.BoxID
+	CheckpointID string
+	Node         string `json:",omitempty"`
+	At           time.Time
+}
+
+// ForkInput is the fork update's argument: how many boxes will be claimed from the checkpoint,
+// and the fork's ID, which names the checkpoint so a retried activity finds the one it made.
+type ForkInput struct {
+	ForkID string
+	Count  int
+	By     string `json:",omitempty"` // who asked, for the box's events
+}
+
+// ForkResult is the fork update's answer.
+type ForkResult struct {
+	Status       Status
+	CheckpointID string
+	Node         string `json:",omitempty"`
+	At           time.Time
+	// Paused is how long the box was paused for the copy (zero for a hibernated box).
+	Paused time.Duration
+}
+
+// ForkClaimedSignal tells a box that one of its forks claimed its sandbox from CheckpointID (or
+// gave up on it).
+type ForkClaimedSignal struct {
+	CheckpointID string
+}
+
+// ForkCheckpoint is a checkpoint a fork update took, kept until Pending forks have claimed from
+// it or Until, whichever is first.
+type ForkCheckpoint struct {
+	ID      string
+	Node    string `json:",omitempty"`
+	Pending int
+	Until   time.Time
+}
+
+// MaxForks bounds the forks of one fork update.
+const MaxForks = 8
 
 // BoxCarriedState is what one run of the box workflow hands the next on continue-as-new. It holds
 // references only, never secrets or bytes.
@@ -183,6 +236,8 @@ type BoxCarriedState struct {
 	// Node is the registered node that holds the box's sandbox, as its claim or restore said;
 	// "" when none is named (or the claim predates the field).
 	Node string `json:",omitempty"`
+	// Forks are the checkpoints of fork updates still kept for their forks.
+	Forks []ForkCheckpoint `json:",omitempty"`
 }
 
 // ControlConn is a control connection of the desktop: its ID, the API process (a viewer report

@@ -26,6 +26,7 @@ func boxCommand() *cli.Command {
 			boxSnapshotsCommand(),
 			boxRestoreCommand(),
 			boxRecreateCommand(),
+			boxForkCommand(),
 			boxRmCommand(),
 			boxExecCommand(),
 			boxShellCommand(),

@@ -13,7 +13,7 @@ func boxLsCommand() *cli.Command {
 		Name:    "ls",
 		Aliases: []string{"list"},
 		Usage:   "list your boxes and the boxes shared with you",
-		Flags:   apiFlags(),
+		Flags:   apiFlags(&cli.BoolFlag{Name: "tree", Usage: "show each fork under the box it was forked from"}),
 		Action: func(c *cli.Context) error {
 			if _, err := positional(c, "", 0, 0); err != nil {
 				return err
@@ -27,7 +27,11 @@ func boxLsCommand() *cli.Command {
 			if err != nil {
 				return apiError(err)
 			}
-			return listResult(s.out, resp.GetBoxes(), func(w io.Writer) error { return writeBoxes(w, resp.GetBoxes()) })
+			write := writeBoxes
+			if c.Bool("tree") {
+				write = writeBoxTree
+			}
+			return listResult(s.out, resp.GetBoxes(), func(w io.Writer) error { return write(w, resp.GetBoxes()) })
 		},
 	}
 }

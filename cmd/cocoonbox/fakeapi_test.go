@@ -101,6 +101,21 @@ func sampleBoxes() []*cbv1.Box {
 	}
 }
 
+// sampleForks are a box, two forks of it, a fork of a fork, and a fork whose parent is gone.
+func sampleForks() []*cbv1.Box {
+	fork := func(id, name, parent string, at time.Duration) *cbv1.Box {
+		return &cbv1.Box{Id: id, Name: name, Owner: "us_ann", Size: "medium", State: "running", Role: "owner",
+			CreatedAt: timestamppb.New(t0.Add(at)), Parent: parent, ForkedAt: timestamppb.New(t0.Add(at))}
+	}
+	return []*cbv1.Box{
+		fork("bx_00000000000000d4", "desk-fork-1-fork-1", "bx_00000000000000b2", 3*time.Minute),
+		fork("bx_00000000000000c3", "desk-fork-2", "bx_00000000000000a1", 2*time.Minute),
+		fork("bx_00000000000000b2", "desk-fork-1", "bx_00000000000000a1", time.Minute),
+		fork("bx_00000000000000e5", "old-fork-1", "bx_00000000000000ff", -time.Hour),
+		{Id: "bx_00000000000000a1", Name: "desk", Owner: "us_ann", Size: "medium", State: "running", Role: "owner", CreatedAt: timestamppb.New(t0)},
+	}
+}
+
 func sampleSnapshots() []*cbv1.Snapshot {
 	return []*cbv1.Snapshot{
 		{Id: "sn_0002", BoxId: "bx_00000000000000a1", ParentId: "sn_0001", BaseId: "sn_0001", Depth: 1, State: "complete", Bytes: 734003200, Sha256: "ab12", Files: 48211, CreatedAt: timestamppb.New(t0.Add(-time.Hour))},

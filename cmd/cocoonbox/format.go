@@ -62,6 +62,44 @@ func writeBoxes(w io.Writer, boxes []*cbv1.Box) error {
 	return tw.Flush()
 }
 
+// writeBoxTree is `box ls --tree`: each fork under its parent (forks of a box the list does
+// not hold, such as a deleted one, stay at the top, naming it).
+func writeBoxTree(w io.Writer, boxes []*cbv1.Box) error {
+	if len(boxes) == 0 {
+		return writeBoxes(w, boxes)
+	}
+	listed := map[string]bool{}
+	children := map[string][]*cbv1.Box{}
+	for _, b := range boxes {
+		listed[b.GetId()] = true
+	}
+	var roots []*cbv1.Box
+	for _, b := range boxes {
+		if p := b.GetParent(); p != "" && listed[p] {
+			children[p] = append(children[p], b)
+		} else {
+			roots = append(roots, b)
+		}
+	}
+	tw := table(w)
+	row(tw, "ID", "NAME", "STATE", "SIZE", "ROLE", "CREATED")
+	var walk func(b *cbv1.Box, indent string)
+	walk = func(b *cbv1.Box, indent string) {
+		name := indent + b.GetName()
+		if p := b.GetParent(); p != "" && !listed[p] {
+			name += " (fork of " + p + ")"
+		}
+		row(tw, b.GetId(), name, boxState(b), b.GetSize(), b.GetRole(), when(b.GetCreatedAt()))
+		for _, c := range children[b.GetId()] {
+			walk(c, strings.Replace(indent, "└─ ", "   ", 1)+"└─ ")
+		}
+	}
+	for _, b := range roots {
+		walk(b, "")
+	}
+	return tw.Flush()
+}
+
 // boxState is the state, flagged when the last operation failed.
 func boxState(b *cbv1.Box) string {
 	if b.GetLastError() != "" && b.GetState() != "failed" {
@@ -110,6 +148,9 @@ func writeBox(w io.Writer, b *cbv1.Box) error {
 			r.GetSnapshotId(), when(r.GetTakenAt()), when(r.GetAt())))
 	}
 	kv("created", when(b.GetCreatedAt()))
+	if p := b.GetParent(); p != "" {
+		kv("forked from", fmt.Sprintf("%s at %s", p, when(b.GetForkedAt())))
+	}
 	return tw.Flush()
 }
 

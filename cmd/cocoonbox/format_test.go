@@ -46,6 +46,8 @@ func TestFormats(t *testing.T) {
 	}{
 		{"box_ls", func(w io.Writer) error { return writeBoxes(w, sampleBoxes()) }},
 		{"box_ls_empty", func(w io.Writer) error { return writeBoxes(w, nil) }},
+		{"box_ls_tree", func(w io.Writer) error { return writeBoxTree(w, sampleForks()) }},
+		{"box_show_fork", func(w io.Writer) error { return writeBox(w, sampleForks()[1]) }},
 		{"box_show", func(w io.Writer) error { return writeBox(w, sampleBoxes()[0]) }},
 		{"box_show_failed", func(w io.Writer) error { return writeBox(w, sampleBoxes()[1]) }},
 		{"box_line", func(w io.Writer) error { return boxLine(w, sampleBoxes()[1]) }},

@@ -52,6 +52,8 @@ func boxProto(v boxsvc.View) *cbv1.Box {
 		RestoredFrom: restoredProto(v.RestoredFrom),
 		Start:        v.Start,
 		Waiting:      v.Waiting,
+		Parent:       string(v.Parent),
+		ForkedAt:     ts(v.ForkedAt),
 	}
 }
 

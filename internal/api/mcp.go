@@ -247,6 +247,29 @@ func (s *Server) mcpTools() []mcpTool {
 			return toBoxJSON(v), err
 		}),
 	}, {
+		tool: mcp.NewTool("box_fork",
+			mcp.WithDescription("Copy a running or hibernated box with its disk and memory into new boxes that go on "+
+				"from this moment: the same open windows and running processes, each fork with a machine ID of its own. "+
+				"The box is paused only for the copy. Use forks to try several approaches from one state. Returns the forks."),
+			boxArg(),
+			mcp.WithInteger("count", mcp.Min(1), mcp.Max(workflows.MaxForks), mcp.DefaultNumber(1), mcp.Description("How many forks (default 1).")),
+			mcp.WithString("name", mcp.Description("The forks' name prefix: they are called NAME-1, NAME-2, …; default the box's name followed by -fork.")),
+			mcp.WithDestructiveHintAnnotation(false),
+		),
+		run: s.onBox(func(ctx context.Context, caller string, id cocoonbox.BoxID, req mcp.CallToolRequest) (any, error) {
+			views, err := s.boxes.Fork(ctx, caller, id, boxsvc.ForkRequest{Count: req.GetInt("count", 1), Name: req.GetString("name", "")})
+			out := make([]boxJSON, 0, len(views))
+			for _, v := range views {
+				if v.BoxID != "" {
+					out = append(out, toBoxJSON(v))
+				}
+			}
+			if err != nil {
+				return nil, err
+			}
+			return map[string]any{"forks": out}, nil
+		}),
+	}, {
 		tool: mcp.NewTool("box_events",
 			mcp.WithDescription("What happened to a box, oldest first: who did what, why it slept or woke (idle, "+
 				"requested by a user), its seals and restores, a warning before an idle hibernate, agent runs ending. "+
@@ -451,6 +474,8 @@ type boxJSON struct {
 	Network      string             `json:"network,omitempty"`
 	NetworkAllow []string           `json:"network_allow,omitempty"`
 	Policy       policyJSON         `json:"policy"`
+	Parent       cocoonbox.BoxID    `json:"parent,omitempty"`
+	ForkedAt     time.Time          `json:"forked_at,omitzero"`
 }
 
 type policyJSON struct {
@@ -506,7 +531,7 @@ func toBoxJSON(v boxsvc.View) boxJSON {
 	return boxJSON{
 		ID: v.BoxID, Name: v.Name, State: v.State, Size: v.Size, Owner: v.Owner, Role: v.Role,
 		CreatedAt: v.CreatedAt, IdleDeadline: v.IdleDeadline, LastSnapshot: v.LastSnapshot, LastError: v.LastError,
-		Seal: v.Seal, RestoredFrom: v.RestoredFrom.SnapshotID,
+		Seal: v.Seal, RestoredFrom: v.RestoredFrom.SnapshotID, Parent: v.Parent, ForkedAt: v.ForkedAt,
 		Network: v.Policy.Network.Policy, NetworkAllow: v.Policy.Network.Allow,
 		Policy: policyJSON{IdleSeconds: p.GetIdleSeconds(), Durable: p.GetDurable(), SnapshotEverySeconds: p.GetSnapshotEverySeconds(),
 			KeepSnapshots: p.GetKeepSnapshots()},

@@ -54,6 +54,7 @@ func TestMCPToolSchemas(t *testing.T) {
 		"box_wake":       {[]string{"box"}, []string{"box"}},
 		"box_port_url":   {[]string{"box", "port"}, []string{"box", "port"}},
 		"box_hibernate":  {[]string{"box"}, []string{"box"}},
+		"box_fork":       {[]string{"box", "count", "name"}, []string{"box"}},
 		"box_events":     {[]string{"box", "after_id", "limit"}, []string{"box"}},
 		"box_policy":     {[]string{"box", "idle", "durable", "snapshot_every", "keep_snapshots", "lease_idle"}, []string{"box"}},
 		"box_exec":       {[]string{"box", "argv", "cwd", "timeout_seconds"}, []string{"box", "argv"}},

@@ -72,10 +72,14 @@ type View struct {
 	Size      cocoonbox.Size
 	CreatedAt time.Time
 	Role      cocoonbox.Role
+	// Parent is the box this one was forked from, at ForkedAt; empty for a box created afresh.
+	Parent   cocoonbox.BoxID
+	ForkedAt time.Time
 }
 
 func view(a access, st workflows.Status) View {
-	return View{Status: st, Name: a.box.Name, Owner: a.box.Owner, Size: a.box.Size, CreatedAt: a.box.CreatedAt, Role: a.role}
+	return View{Status: st, Name: a.box.Name, Owner: a.box.Owner, Size: a.box.Size, CreatedAt: a.box.CreatedAt, Role: a.role,
+		Parent: a.box.Parent, ForkedAt: a.box.ForkedAt}
 }
 
 // CreateRequest describes a new box. ID may be set by the caller to make create idempotent: a
@@ -193,6 +197,7 @@ func (s *Service) List(ctx context.Context, caller string) ([]View, error) {
 		out = append(out, View{
 			Status: workflows.Status{BoxID: r.ID, State: r.State, SandboxID: r.SandboxID, LastError: r.Reason},
 			Name:   r.Name, Owner: r.Owner, Size: r.Size, CreatedAt: r.CreatedAt, Role: r.Role,
+			Parent: r.Parent, ForkedAt: r.ForkedAt,
 		})
 	}
 	return out, nil

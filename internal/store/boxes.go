@@ -25,14 +25,22 @@ type NewBox struct {
 	Owner string // user ID
 	Name  string
 	Size  cocoonbox.Size
+	// Parent and ForkedAt are a fork's lineage; empty for a box created afresh.
+	Parent   cocoonbox.BoxID
+	ForkedAt time.Time
 }
 
 const boxColumns = `id, owner_id, name, size, state, coalesce(sandbox_id, ''), coalesce(last_error, ''),
-	created_at, updated_at, deleted_at`
+	created_at, updated_at, deleted_at, coalesce(parent_id, ''), forked_at`
 
 func scanBox(row interface{ Scan(...any) error }, b *Box) error {
-	return row.Scan(&b.ID, &b.Owner, &b.Name, &b.Size, &b.State, &b.SandboxID, &b.Reason,
-		&b.CreatedAt, &b.UpdatedAt, &b.DeletedAt)
+	var forkedAt *time.Time
+	err := row.Scan(&b.ID, &b.Owner, &b.Name, &b.Size, &b.State, &b.SandboxID, &b.Reason,
+		&b.CreatedAt, &b.UpdatedAt, &b.DeletedAt, &b.Parent, &forkedAt)
+	if forkedAt != nil {
+		b.ForkedAt = *forkedAt
+	}
+	return err
 }
 
 // CreateBox adds a box in state creating. It is idempotent, because the workflow's create
@@ -52,9 +60,10 @@ func (q *Queries) CreateBox(ctx context.Context, nb NewBox) (Box, error) {
 	// ON CONFLICT names the primary key only, so a taken (owner, name) still fails as a unique
 	// violation, while a repeated ID returns no row and is compared below.
 	err := scanBox(q.db.QueryRow(ctx,
-		`INSERT INTO boxes (id, owner_id, name, size, state) VALUES ($1, $2, $3, $4, 'creating')
+		`INSERT INTO boxes (id, owner_id, name, size, state, parent_id, forked_at)
+		 VALUES ($1, $2, $3, $4, 'creating', nullif($5, ''), $6)
 		 ON CONFLICT (id) DO NOTHING RETURNING `+boxColumns,
-		nb.ID, nb.Owner, nb.Name, nb.Size,
+		nb.ID, nb.Owner, nb.Name, nb.Size, nb.Parent, forkedAt(nb.ForkedAt),
 	), &b)
 	if err == nil {
 		return b, nil
@@ -73,6 +82,14 @@ func (q *Queries) CreateBox(ctx context.Context, nb NewBox) (Box, error) {
 		return Box{}, fmt.Errorf("create box %s: %w: the box was deleted and its ID is not reused", nb.ID, ErrConflict)
 	}
 	return b, nil
+}
+
+// forkedAt is t for its column: NULL when the box is not a fork.
+func forkedAt(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
 }
 
 // BoxByID returns the box with id, deleted or not, or ErrNotFound.

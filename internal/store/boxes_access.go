@@ -33,7 +33,7 @@ func (q *Queries) BoxByOwnerName(ctx context.Context, ownerID, name string) (Box
 const boxesForUser = `
 SELECT ` + boxColumns + `, role FROM (
     SELECT b.id, b.owner_id, b.name, b.size, b.state, b.sandbox_id, b.last_error,
-           b.created_at, b.updated_at, b.deleted_at,
+           b.created_at, b.updated_at, b.deleted_at, b.parent_id, b.forked_at,
            CASE WHEN b.owner_id = $1 THEN 'owner' ELSE s.role END AS role
     FROM boxes b
     LEFT JOIN shares s ON s.box_id = b.id AND s.user_id = $1 AND ` + activeShare + `

@@ -334,3 +334,28 @@ func TestStaleTransientBoxes(t *testing.T) {
 		t.Fatalf("limit 1: %d rows, %v", len(got), err)
 	}
 }
+
+// TestBoxLineage: a fork's row names its parent and when it was forked, read back by every
+// query of boxes; a box created afresh names none.
+func TestBoxLineage(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.New(t)
+	alice := newUser(t, st, "alice")
+	parent := newBox(t, st, alice, "dev")
+	at := time.Date(2026, 12, 6, 7, 0, 0, 0, time.UTC)
+	fork, err := st.CreateBox(ctx, store.NewBox{ID: cocoonbox.NewBoxID(), Owner: alice, Name: "dev-fork-1", Size: cocoonbox.SizeSmall, Parent: parent.ID, ForkedAt: at})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fork.Parent != parent.ID || !fork.ForkedAt.Equal(at) || parent.Parent != "" || !parent.ForkedAt.IsZero() {
+		t.Fatalf("fork %s at %v, parent %q at %v", fork.Parent, fork.ForkedAt, parent.Parent, parent.ForkedAt)
+	}
+	if got, err := st.BoxByID(ctx, fork.ID); err != nil || got.Parent != parent.ID || !got.ForkedAt.Equal(at) {
+		t.Fatalf("BoxByID = %+v, %v", got, err)
+	}
+	list, err := st.ListBoxesForUser(ctx, alice)
+	if err != nil || len(list) != 2 || list[0].Parent != parent.ID || list[1].Parent != "" {
+		t.Fatalf("ListBoxesForUser = %+v, %v", list, err)
+	}
+}

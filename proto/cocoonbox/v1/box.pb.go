@@ -1646,7 +1646,11 @@ type Box struct {
 	Waiting string `protobuf:"bytes,20,opt,name=waiting,proto3" json:"waiting,omitempty"`
 	// events, in a WatchBox stream to a driver, are the box's events since the stream's previous
 	// message (the first message carries none); empty elsewhere.
-	Events        []*BoxEvent `protobuf:"bytes,21,rep,name=events,proto3" json:"events,omitempty"`
+	Events []*BoxEvent `protobuf:"bytes,21,rep,name=events,proto3" json:"events,omitempty"`
+	// parent is the box this one was forked from (ForkBox), at forked_at; empty for a box created
+	// afresh.
+	Parent        string                 `protobuf:"bytes,22,opt,name=parent,proto3" json:"parent,omitempty"`
+	ForkedAt      *timestamppb.Timestamp `protobuf:"bytes,23,opt,name=forked_at,json=forkedAt,proto3" json:"forked_at,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1824,6 +1828,20 @@ func (x *Box) GetWaiting() string {
 func (x *Box) GetEvents() []*BoxEvent {
 	if x != nil {
 		return x.Events
+	}
+	return nil
+}
+
+func (x *Box) GetParent() string {
+	if x != nil {
+		return x.Parent
+	}
+	return ""
+}
+
+func (x *Box) GetForkedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ForkedAt
 	}
 	return nil
 }
@@ -3267,6 +3285,114 @@ func (x *RecreateBoxRequest) GetBox() string {
 	return ""
 }
 
+type ForkBoxRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Box   string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
+	// count is how many forks, 1 to 8; 0 means 1.
+	Count int32 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	// name is the forks' name prefix: they are called name-1, name-2, … (the first numbers free
+	// among the caller's boxes); empty means the box's name followed by -fork.
+	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkBoxRequest) Reset() {
+	*x = ForkBoxRequest{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[49]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkBoxRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkBoxRequest) ProtoMessage() {}
+
+func (x *ForkBoxRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[49]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkBoxRequest.ProtoReflect.Descriptor instead.
+func (*ForkBoxRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{49}
+}
+
+func (x *ForkBoxRequest) GetBox() string {
+	if x != nil {
+		return x.Box
+	}
+	return ""
+}
+
+func (x *ForkBoxRequest) GetCount() int32 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *ForkBoxRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+type ForkBoxResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// boxes are the forks, running (or failed, saying why), in the order of their names.
+	Boxes         []*Box `protobuf:"bytes,1,rep,name=boxes,proto3" json:"boxes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ForkBoxResponse) Reset() {
+	*x = ForkBoxResponse{}
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[50]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ForkBoxResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ForkBoxResponse) ProtoMessage() {}
+
+func (x *ForkBoxResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[50]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ForkBoxResponse.ProtoReflect.Descriptor instead.
+func (*ForkBoxResponse) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{50}
+}
+
+func (x *ForkBoxResponse) GetBoxes() []*Box {
+	if x != nil {
+		return x.Boxes
+	}
+	return nil
+}
+
 type WatchBoxRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Box           string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
@@ -3276,7 +3402,7 @@ type WatchBoxRequest struct {
 
 func (x *WatchBoxRequest) Reset() {
 	*x = WatchBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[49]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[51]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3288,7 +3414,7 @@ func (x *WatchBoxRequest) String() string {
 func (*WatchBoxRequest) ProtoMessage() {}
 
 func (x *WatchBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[49]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[51]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3301,7 +3427,7 @@ func (x *WatchBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WatchBoxRequest.ProtoReflect.Descriptor instead.
 func (*WatchBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{49}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{51}
 }
 
 func (x *WatchBoxRequest) GetBox() string {
@@ -3330,7 +3456,7 @@ type ExecRequest struct {
 
 func (x *ExecRequest) Reset() {
 	*x = ExecRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[50]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[52]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3342,7 +3468,7 @@ func (x *ExecRequest) String() string {
 func (*ExecRequest) ProtoMessage() {}
 
 func (x *ExecRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[50]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[52]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3355,7 +3481,7 @@ func (x *ExecRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecRequest.ProtoReflect.Descriptor instead.
 func (*ExecRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{50}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{52}
 }
 
 func (x *ExecRequest) GetBox() string {
@@ -3414,7 +3540,7 @@ type ExecResponse struct {
 
 func (x *ExecResponse) Reset() {
 	*x = ExecResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[51]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[53]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3426,7 +3552,7 @@ func (x *ExecResponse) String() string {
 func (*ExecResponse) ProtoMessage() {}
 
 func (x *ExecResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[51]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[53]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3439,7 +3565,7 @@ func (x *ExecResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ExecResponse.ProtoReflect.Descriptor instead.
 func (*ExecResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{51}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{53}
 }
 
 func (x *ExecResponse) GetExitCode() int32 {
@@ -3474,7 +3600,7 @@ type ReadFileRequest struct {
 
 func (x *ReadFileRequest) Reset() {
 	*x = ReadFileRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[52]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[54]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3486,7 +3612,7 @@ func (x *ReadFileRequest) String() string {
 func (*ReadFileRequest) ProtoMessage() {}
 
 func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[52]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[54]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3499,7 +3625,7 @@ func (x *ReadFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadFileRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{52}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{54}
 }
 
 func (x *ReadFileRequest) GetBox() string {
@@ -3527,7 +3653,7 @@ type ReadFileResponse struct {
 
 func (x *ReadFileResponse) Reset() {
 	*x = ReadFileResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[53]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[55]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3539,7 +3665,7 @@ func (x *ReadFileResponse) String() string {
 func (*ReadFileResponse) ProtoMessage() {}
 
 func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[53]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[55]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3552,7 +3678,7 @@ func (x *ReadFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadFileResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{53}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{55}
 }
 
 func (x *ReadFileResponse) GetContent() []byte {
@@ -3584,7 +3710,7 @@ type WriteFileRequest struct {
 
 func (x *WriteFileRequest) Reset() {
 	*x = WriteFileRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[54]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[56]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3596,7 +3722,7 @@ func (x *WriteFileRequest) String() string {
 func (*WriteFileRequest) ProtoMessage() {}
 
 func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[54]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[56]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3609,7 +3735,7 @@ func (x *WriteFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileRequest.ProtoReflect.Descriptor instead.
 func (*WriteFileRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{54}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{56}
 }
 
 func (x *WriteFileRequest) GetBox() string {
@@ -3649,7 +3775,7 @@ type WriteFileResponse struct {
 
 func (x *WriteFileResponse) Reset() {
 	*x = WriteFileResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[55]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[57]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3661,7 +3787,7 @@ func (x *WriteFileResponse) String() string {
 func (*WriteFileResponse) ProtoMessage() {}
 
 func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[55]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[57]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3674,7 +3800,7 @@ func (x *WriteFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use WriteFileResponse.ProtoReflect.Descriptor instead.
 func (*WriteFileResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{55}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{57}
 }
 
 func (x *WriteFileResponse) GetBytes() int64 {
@@ -3701,7 +3827,7 @@ type Share struct {
 
 func (x *Share) Reset() {
 	*x = Share{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[56]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[58]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3713,7 +3839,7 @@ func (x *Share) String() string {
 func (*Share) ProtoMessage() {}
 
 func (x *Share) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[56]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[58]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3726,7 +3852,7 @@ func (x *Share) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Share.ProtoReflect.Descriptor instead.
 func (*Share) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{56}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{58}
 }
 
 func (x *Share) GetBoxId() string {
@@ -3786,7 +3912,7 @@ type ShareBoxRequest struct {
 
 func (x *ShareBoxRequest) Reset() {
 	*x = ShareBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[57]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[59]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3798,7 +3924,7 @@ func (x *ShareBoxRequest) String() string {
 func (*ShareBoxRequest) ProtoMessage() {}
 
 func (x *ShareBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[57]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[59]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3811,7 +3937,7 @@ func (x *ShareBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShareBoxRequest.ProtoReflect.Descriptor instead.
 func (*ShareBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{57}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{59}
 }
 
 func (x *ShareBoxRequest) GetBox() string {
@@ -3853,7 +3979,7 @@ type UnshareBoxRequest struct {
 
 func (x *UnshareBoxRequest) Reset() {
 	*x = UnshareBoxRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[58]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[60]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3865,7 +3991,7 @@ func (x *UnshareBoxRequest) String() string {
 func (*UnshareBoxRequest) ProtoMessage() {}
 
 func (x *UnshareBoxRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[58]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[60]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3878,7 +4004,7 @@ func (x *UnshareBoxRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnshareBoxRequest.ProtoReflect.Descriptor instead.
 func (*UnshareBoxRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{58}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{60}
 }
 
 func (x *UnshareBoxRequest) GetBox() string {
@@ -3903,7 +4029,7 @@ type UnshareBoxResponse struct {
 
 func (x *UnshareBoxResponse) Reset() {
 	*x = UnshareBoxResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[59]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[61]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3915,7 +4041,7 @@ func (x *UnshareBoxResponse) String() string {
 func (*UnshareBoxResponse) ProtoMessage() {}
 
 func (x *UnshareBoxResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[59]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[61]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3928,7 +4054,7 @@ func (x *UnshareBoxResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UnshareBoxResponse.ProtoReflect.Descriptor instead.
 func (*UnshareBoxResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{59}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{61}
 }
 
 type ListSharesRequest struct {
@@ -3940,7 +4066,7 @@ type ListSharesRequest struct {
 
 func (x *ListSharesRequest) Reset() {
 	*x = ListSharesRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[60]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[62]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3952,7 +4078,7 @@ func (x *ListSharesRequest) String() string {
 func (*ListSharesRequest) ProtoMessage() {}
 
 func (x *ListSharesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[60]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[62]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -3965,7 +4091,7 @@ func (x *ListSharesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSharesRequest.ProtoReflect.Descriptor instead.
 func (*ListSharesRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{60}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{62}
 }
 
 func (x *ListSharesRequest) GetBox() string {
@@ -3984,7 +4110,7 @@ type ListSharesResponse struct {
 
 func (x *ListSharesResponse) Reset() {
 	*x = ListSharesResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[61]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[63]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -3996,7 +4122,7 @@ func (x *ListSharesResponse) String() string {
 func (*ListSharesResponse) ProtoMessage() {}
 
 func (x *ListSharesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[61]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[63]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4009,7 +4135,7 @@ func (x *ListSharesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ListSharesResponse.ProtoReflect.Descriptor instead.
 func (*ListSharesResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{61}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{63}
 }
 
 func (x *ListSharesResponse) GetShares() []*Share {
@@ -4028,7 +4154,7 @@ type TakeOverRequest struct {
 
 func (x *TakeOverRequest) Reset() {
 	*x = TakeOverRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[62]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[64]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4040,7 +4166,7 @@ func (x *TakeOverRequest) String() string {
 func (*TakeOverRequest) ProtoMessage() {}
 
 func (x *TakeOverRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[62]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[64]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4053,7 +4179,7 @@ func (x *TakeOverRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TakeOverRequest.ProtoReflect.Descriptor instead.
 func (*TakeOverRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{62}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{64}
 }
 
 func (x *TakeOverRequest) GetBox() string {
@@ -4072,7 +4198,7 @@ type HandBackRequest struct {
 
 func (x *HandBackRequest) Reset() {
 	*x = HandBackRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[63]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[65]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4084,7 +4210,7 @@ func (x *HandBackRequest) String() string {
 func (*HandBackRequest) ProtoMessage() {}
 
 func (x *HandBackRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[63]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[65]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4097,7 +4223,7 @@ func (x *HandBackRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HandBackRequest.ProtoReflect.Descriptor instead.
 func (*HandBackRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{63}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{65}
 }
 
 func (x *HandBackRequest) GetBox() string {
@@ -4126,7 +4252,7 @@ type DesktopTicketRequest struct {
 
 func (x *DesktopTicketRequest) Reset() {
 	*x = DesktopTicketRequest{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[64]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[66]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4138,7 +4264,7 @@ func (x *DesktopTicketRequest) String() string {
 func (*DesktopTicketRequest) ProtoMessage() {}
 
 func (x *DesktopTicketRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[64]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[66]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4151,7 +4277,7 @@ func (x *DesktopTicketRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesktopTicketRequest.ProtoReflect.Descriptor instead.
 func (*DesktopTicketRequest) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{64}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{66}
 }
 
 func (x *DesktopTicketRequest) GetBox() string {
@@ -4194,7 +4320,7 @@ type DesktopTicketResponse struct {
 
 func (x *DesktopTicketResponse) Reset() {
 	*x = DesktopTicketResponse{}
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[65]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[67]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -4206,7 +4332,7 @@ func (x *DesktopTicketResponse) String() string {
 func (*DesktopTicketResponse) ProtoMessage() {}
 
 func (x *DesktopTicketResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_cocoonbox_v1_box_proto_msgTypes[65]
+	mi := &file_cocoonbox_v1_box_proto_msgTypes[67]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -4219,7 +4345,7 @@ func (x *DesktopTicketResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DesktopTicketResponse.ProtoReflect.Descriptor instead.
 func (*DesktopTicketResponse) Descriptor() ([]byte, []int) {
-	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{65}
+	return file_cocoonbox_v1_box_proto_rawDescGZIP(), []int{67}
 }
 
 func (x *DesktopTicketResponse) GetTicket() string {
@@ -4371,7 +4497,7 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x14SetPortPublicRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\x12\x12\n" +
 	"\x04port\x18\x02 \x01(\x05R\x04port\x12\x16\n" +
-	"\x06public\x18\x03 \x01(\bR\x06public\"\xb0\x05\n" +
+	"\x06public\x18\x03 \x01(\bR\x06public\"\x81\x06\n" +
 	"\x03Box\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -4398,7 +4524,9 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\rrestored_from\x18\x12 \x01(\v2\x1a.cocoonbox.v1.RestoredFromR\frestoredFrom\x12\x14\n" +
 	"\x05start\x18\x13 \x01(\tR\x05start\x12\x18\n" +
 	"\awaiting\x18\x14 \x01(\tR\awaiting\x12.\n" +
-	"\x06events\x18\x15 \x03(\v2\x16.cocoonbox.v1.BoxEventR\x06events\"\x92\x01\n" +
+	"\x06events\x18\x15 \x03(\v2\x16.cocoonbox.v1.BoxEventR\x06events\x12\x16\n" +
+	"\x06parent\x18\x16 \x01(\tR\x06parent\x127\n" +
+	"\tforked_at\x18\x17 \x01(\v2\x1a.google.protobuf.TimestampR\bforkedAt\"\x92\x01\n" +
 	"\fRestoredFrom\x12\x1f\n" +
 	"\vsnapshot_id\x18\x01 \x01(\tR\n" +
 	"snapshotId\x125\n" +
@@ -4504,7 +4632,13 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x0fSetPoolsRequest\x12,\n" +
 	"\x05pools\x18\x01 \x03(\v2\x16.cocoonbox.v1.WarmPoolR\x05pools\"&\n" +
 	"\x12RecreateBoxRequest\x12\x10\n" +
-	"\x03box\x18\x01 \x01(\tR\x03box\"#\n" +
+	"\x03box\x18\x01 \x01(\tR\x03box\"L\n" +
+	"\x0eForkBoxRequest\x12\x10\n" +
+	"\x03box\x18\x01 \x01(\tR\x03box\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x05R\x05count\x12\x12\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\":\n" +
+	"\x0fForkBoxResponse\x12'\n" +
+	"\x05boxes\x18\x01 \x03(\v2\x11.cocoonbox.v1.BoxR\x05boxes\"#\n" +
 	"\x0fWatchBoxRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\"\xf2\x01\n" +
 	"\vExecRequest\x12\x10\n" +
@@ -4570,7 +4704,7 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x06ticket\x18\x01 \x01(\tR\x06ticket\x129\n" +
 	"\n" +
 	"expires_at\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\texpiresAt\x12\x10\n" +
-	"\x03url\x18\x03 \x01(\tR\x03url2\x8c\x15\n" +
+	"\x03url\x18\x03 \x01(\tR\x03url2\xd4\x15\n" +
 	"\n" +
 	"BoxService\x12>\n" +
 	"\tCreateBox\x12\x1e.cocoonbox.v1.CreateBoxRequest\x1a\x11.cocoonbox.v1.Box\x128\n" +
@@ -4583,7 +4717,8 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\rListSnapshots\x12\".cocoonbox.v1.ListSnapshotsRequest\x1a#.cocoonbox.v1.ListSnapshotsResponse\x12@\n" +
 	"\n" +
 	"RestoreBox\x12\x1f.cocoonbox.v1.RestoreBoxRequest\x1a\x11.cocoonbox.v1.Box\x12B\n" +
-	"\vRecreateBox\x12 .cocoonbox.v1.RecreateBoxRequest\x1a\x11.cocoonbox.v1.Box\x12L\n" +
+	"\vRecreateBox\x12 .cocoonbox.v1.RecreateBoxRequest\x1a\x11.cocoonbox.v1.Box\x12F\n" +
+	"\aForkBox\x12\x1c.cocoonbox.v1.ForkBoxRequest\x1a\x1d.cocoonbox.v1.ForkBoxResponse\x12L\n" +
 	"\tListPools\x12\x1e.cocoonbox.v1.ListPoolsRequest\x1a\x1f.cocoonbox.v1.ListPoolsResponse\x12J\n" +
 	"\bSetPools\x12\x1d.cocoonbox.v1.SetPoolsRequest\x1a\x1f.cocoonbox.v1.ListPoolsResponse\x12L\n" +
 	"\tListNodes\x12\x1e.cocoonbox.v1.ListNodesRequest\x1a\x1f.cocoonbox.v1.ListNodesResponse\x12?\n" +
@@ -4629,7 +4764,7 @@ func file_cocoonbox_v1_box_proto_rawDescGZIP() []byte {
 	return file_cocoonbox_v1_box_proto_rawDescData
 }
 
-var file_cocoonbox_v1_box_proto_msgTypes = make([]protoimpl.MessageInfo, 69)
+var file_cocoonbox_v1_box_proto_msgTypes = make([]protoimpl.MessageInfo, 71)
 var file_cocoonbox_v1_box_proto_goTypes = []any{
 	(*ShellRequest)(nil),             // 0: cocoonbox.v1.ShellRequest
 	(*ShellStart)(nil),               // 1: cocoonbox.v1.ShellStart
@@ -4680,140 +4815,146 @@ var file_cocoonbox_v1_box_proto_goTypes = []any{
 	(*Node)(nil),                     // 46: cocoonbox.v1.Node
 	(*SetPoolsRequest)(nil),          // 47: cocoonbox.v1.SetPoolsRequest
 	(*RecreateBoxRequest)(nil),       // 48: cocoonbox.v1.RecreateBoxRequest
-	(*WatchBoxRequest)(nil),          // 49: cocoonbox.v1.WatchBoxRequest
-	(*ExecRequest)(nil),              // 50: cocoonbox.v1.ExecRequest
-	(*ExecResponse)(nil),             // 51: cocoonbox.v1.ExecResponse
-	(*ReadFileRequest)(nil),          // 52: cocoonbox.v1.ReadFileRequest
-	(*ReadFileResponse)(nil),         // 53: cocoonbox.v1.ReadFileResponse
-	(*WriteFileRequest)(nil),         // 54: cocoonbox.v1.WriteFileRequest
-	(*WriteFileResponse)(nil),        // 55: cocoonbox.v1.WriteFileResponse
-	(*Share)(nil),                    // 56: cocoonbox.v1.Share
-	(*ShareBoxRequest)(nil),          // 57: cocoonbox.v1.ShareBoxRequest
-	(*UnshareBoxRequest)(nil),        // 58: cocoonbox.v1.UnshareBoxRequest
-	(*UnshareBoxResponse)(nil),       // 59: cocoonbox.v1.UnshareBoxResponse
-	(*ListSharesRequest)(nil),        // 60: cocoonbox.v1.ListSharesRequest
-	(*ListSharesResponse)(nil),       // 61: cocoonbox.v1.ListSharesResponse
-	(*TakeOverRequest)(nil),          // 62: cocoonbox.v1.TakeOverRequest
-	(*HandBackRequest)(nil),          // 63: cocoonbox.v1.HandBackRequest
-	(*DesktopTicketRequest)(nil),     // 64: cocoonbox.v1.DesktopTicketRequest
-	(*DesktopTicketResponse)(nil),    // 65: cocoonbox.v1.DesktopTicketResponse
-	nil,                              // 66: cocoonbox.v1.ShellStart.EnvEntry
-	nil,                              // 67: cocoonbox.v1.Node.WarmEntry
-	nil,                              // 68: cocoonbox.v1.ExecRequest.EnvEntry
-	(*timestamppb.Timestamp)(nil),    // 69: google.protobuf.Timestamp
+	(*ForkBoxRequest)(nil),           // 49: cocoonbox.v1.ForkBoxRequest
+	(*ForkBoxResponse)(nil),          // 50: cocoonbox.v1.ForkBoxResponse
+	(*WatchBoxRequest)(nil),          // 51: cocoonbox.v1.WatchBoxRequest
+	(*ExecRequest)(nil),              // 52: cocoonbox.v1.ExecRequest
+	(*ExecResponse)(nil),             // 53: cocoonbox.v1.ExecResponse
+	(*ReadFileRequest)(nil),          // 54: cocoonbox.v1.ReadFileRequest
+	(*ReadFileResponse)(nil),         // 55: cocoonbox.v1.ReadFileResponse
+	(*WriteFileRequest)(nil),         // 56: cocoonbox.v1.WriteFileRequest
+	(*WriteFileResponse)(nil),        // 57: cocoonbox.v1.WriteFileResponse
+	(*Share)(nil),                    // 58: cocoonbox.v1.Share
+	(*ShareBoxRequest)(nil),          // 59: cocoonbox.v1.ShareBoxRequest
+	(*UnshareBoxRequest)(nil),        // 60: cocoonbox.v1.UnshareBoxRequest
+	(*UnshareBoxResponse)(nil),       // 61: cocoonbox.v1.UnshareBoxResponse
+	(*ListSharesRequest)(nil),        // 62: cocoonbox.v1.ListSharesRequest
+	(*ListSharesResponse)(nil),       // 63: cocoonbox.v1.ListSharesResponse
+	(*TakeOverRequest)(nil),          // 64: cocoonbox.v1.TakeOverRequest
+	(*HandBackRequest)(nil),          // 65: cocoonbox.v1.HandBackRequest
+	(*DesktopTicketRequest)(nil),     // 66: cocoonbox.v1.DesktopTicketRequest
+	(*DesktopTicketResponse)(nil),    // 67: cocoonbox.v1.DesktopTicketResponse
+	nil,                              // 68: cocoonbox.v1.ShellStart.EnvEntry
+	nil,                              // 69: cocoonbox.v1.Node.WarmEntry
+	nil,                              // 70: cocoonbox.v1.ExecRequest.EnvEntry
+	(*timestamppb.Timestamp)(nil),    // 71: google.protobuf.Timestamp
 }
 var file_cocoonbox_v1_box_proto_depIdxs = []int32{
 	1,  // 0: cocoonbox.v1.ShellRequest.start:type_name -> cocoonbox.v1.ShellStart
 	2,  // 1: cocoonbox.v1.ShellRequest.resize:type_name -> cocoonbox.v1.WindowSize
-	66, // 2: cocoonbox.v1.ShellStart.env:type_name -> cocoonbox.v1.ShellStart.EnvEntry
+	68, // 2: cocoonbox.v1.ShellStart.env:type_name -> cocoonbox.v1.ShellStart.EnvEntry
 	2,  // 3: cocoonbox.v1.ShellStart.tty:type_name -> cocoonbox.v1.WindowSize
 	7,  // 4: cocoonbox.v1.FileChunk.info:type_name -> cocoonbox.v1.FileInfo
-	69, // 5: cocoonbox.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
+	71, // 5: cocoonbox.v1.FileInfo.modified_at:type_name -> google.protobuf.Timestamp
 	14, // 6: cocoonbox.v1.ListEventsResponse.events:type_name -> cocoonbox.v1.BoxEvent
-	69, // 7: cocoonbox.v1.BoxEvent.at:type_name -> google.protobuf.Timestamp
+	71, // 7: cocoonbox.v1.BoxEvent.at:type_name -> google.protobuf.Timestamp
 	22, // 8: cocoonbox.v1.ListPortsResponse.ports:type_name -> cocoonbox.v1.Port
-	69, // 9: cocoonbox.v1.Box.idle_deadline:type_name -> google.protobuf.Timestamp
-	69, // 10: cocoonbox.v1.Box.created_at:type_name -> google.protobuf.Timestamp
+	71, // 9: cocoonbox.v1.Box.idle_deadline:type_name -> google.protobuf.Timestamp
+	71, // 10: cocoonbox.v1.Box.created_at:type_name -> google.protobuf.Timestamp
 	18, // 11: cocoonbox.v1.Box.policy:type_name -> cocoonbox.v1.BoxPolicy
 	25, // 12: cocoonbox.v1.Box.restored_from:type_name -> cocoonbox.v1.RestoredFrom
 	14, // 13: cocoonbox.v1.Box.events:type_name -> cocoonbox.v1.BoxEvent
-	69, // 14: cocoonbox.v1.RestoredFrom.taken_at:type_name -> google.protobuf.Timestamp
-	69, // 15: cocoonbox.v1.RestoredFrom.at:type_name -> google.protobuf.Timestamp
-	24, // 16: cocoonbox.v1.ListBoxesResponse.boxes:type_name -> cocoonbox.v1.Box
-	69, // 17: cocoonbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
-	33, // 18: cocoonbox.v1.ListSnapshotsResponse.snapshots:type_name -> cocoonbox.v1.Snapshot
-	38, // 19: cocoonbox.v1.ListPoolsResponse.pools:type_name -> cocoonbox.v1.WarmPool
-	44, // 20: cocoonbox.v1.NodeDrain.failed:type_name -> cocoonbox.v1.DrainFailure
-	46, // 21: cocoonbox.v1.ListNodesResponse.nodes:type_name -> cocoonbox.v1.Node
-	67, // 22: cocoonbox.v1.Node.warm:type_name -> cocoonbox.v1.Node.WarmEntry
-	69, // 23: cocoonbox.v1.Node.heartbeat_at:type_name -> google.protobuf.Timestamp
-	43, // 24: cocoonbox.v1.Node.drain:type_name -> cocoonbox.v1.NodeDrain
-	38, // 25: cocoonbox.v1.SetPoolsRequest.pools:type_name -> cocoonbox.v1.WarmPool
-	68, // 26: cocoonbox.v1.ExecRequest.env:type_name -> cocoonbox.v1.ExecRequest.EnvEntry
-	69, // 27: cocoonbox.v1.Share.expires_at:type_name -> google.protobuf.Timestamp
-	69, // 28: cocoonbox.v1.Share.created_at:type_name -> google.protobuf.Timestamp
-	69, // 29: cocoonbox.v1.ShareBoxRequest.expires_at:type_name -> google.protobuf.Timestamp
-	56, // 30: cocoonbox.v1.ListSharesResponse.shares:type_name -> cocoonbox.v1.Share
-	69, // 31: cocoonbox.v1.DesktopTicketResponse.expires_at:type_name -> google.protobuf.Timestamp
-	26, // 32: cocoonbox.v1.BoxService.CreateBox:input_type -> cocoonbox.v1.CreateBoxRequest
-	27, // 33: cocoonbox.v1.BoxService.GetBox:input_type -> cocoonbox.v1.GetBoxRequest
-	28, // 34: cocoonbox.v1.BoxService.ListBoxes:input_type -> cocoonbox.v1.ListBoxesRequest
-	30, // 35: cocoonbox.v1.BoxService.DeleteBox:input_type -> cocoonbox.v1.DeleteBoxRequest
-	31, // 36: cocoonbox.v1.BoxService.WakeBox:input_type -> cocoonbox.v1.WakeBoxRequest
-	32, // 37: cocoonbox.v1.BoxService.HibernateBox:input_type -> cocoonbox.v1.HibernateBoxRequest
-	34, // 38: cocoonbox.v1.BoxService.SnapshotBox:input_type -> cocoonbox.v1.SnapshotBoxRequest
-	35, // 39: cocoonbox.v1.BoxService.ListSnapshots:input_type -> cocoonbox.v1.ListSnapshotsRequest
-	37, // 40: cocoonbox.v1.BoxService.RestoreBox:input_type -> cocoonbox.v1.RestoreBoxRequest
-	48, // 41: cocoonbox.v1.BoxService.RecreateBox:input_type -> cocoonbox.v1.RecreateBoxRequest
-	39, // 42: cocoonbox.v1.BoxService.ListPools:input_type -> cocoonbox.v1.ListPoolsRequest
-	47, // 43: cocoonbox.v1.BoxService.SetPools:input_type -> cocoonbox.v1.SetPoolsRequest
-	41, // 44: cocoonbox.v1.BoxService.ListNodes:input_type -> cocoonbox.v1.ListNodesRequest
-	42, // 45: cocoonbox.v1.BoxService.DrainNode:input_type -> cocoonbox.v1.DrainNodeRequest
-	16, // 46: cocoonbox.v1.BoxService.GetPolicyDefaults:input_type -> cocoonbox.v1.GetPolicyDefaultsRequest
-	17, // 47: cocoonbox.v1.BoxService.SetPolicyDefaults:input_type -> cocoonbox.v1.SetPolicyDefaultsRequest
-	49, // 48: cocoonbox.v1.BoxService.WatchBox:input_type -> cocoonbox.v1.WatchBoxRequest
-	12, // 49: cocoonbox.v1.BoxService.ListEvents:input_type -> cocoonbox.v1.ListEventsRequest
-	50, // 50: cocoonbox.v1.BoxService.Exec:input_type -> cocoonbox.v1.ExecRequest
-	52, // 51: cocoonbox.v1.BoxService.ReadFile:input_type -> cocoonbox.v1.ReadFileRequest
-	54, // 52: cocoonbox.v1.BoxService.WriteFile:input_type -> cocoonbox.v1.WriteFileRequest
-	57, // 53: cocoonbox.v1.BoxService.ShareBox:input_type -> cocoonbox.v1.ShareBoxRequest
-	58, // 54: cocoonbox.v1.BoxService.UnshareBox:input_type -> cocoonbox.v1.UnshareBoxRequest
-	60, // 55: cocoonbox.v1.BoxService.ListShares:input_type -> cocoonbox.v1.ListSharesRequest
-	62, // 56: cocoonbox.v1.BoxService.TakeOver:input_type -> cocoonbox.v1.TakeOverRequest
-	63, // 57: cocoonbox.v1.BoxService.HandBack:input_type -> cocoonbox.v1.HandBackRequest
-	64, // 58: cocoonbox.v1.BoxService.DesktopTicket:input_type -> cocoonbox.v1.DesktopTicketRequest
-	20, // 59: cocoonbox.v1.BoxService.ListPorts:input_type -> cocoonbox.v1.ListPortsRequest
-	19, // 60: cocoonbox.v1.BoxService.SetBoxNetwork:input_type -> cocoonbox.v1.SetBoxNetworkRequest
-	15, // 61: cocoonbox.v1.BoxService.SetPolicy:input_type -> cocoonbox.v1.SetPolicyRequest
-	23, // 62: cocoonbox.v1.BoxService.SetPortPublic:input_type -> cocoonbox.v1.SetPortPublicRequest
-	0,  // 63: cocoonbox.v1.BoxService.Shell:input_type -> cocoonbox.v1.ShellRequest
-	4,  // 64: cocoonbox.v1.BoxService.DownloadFile:input_type -> cocoonbox.v1.DownloadFileRequest
-	6,  // 65: cocoonbox.v1.BoxService.UploadFile:input_type -> cocoonbox.v1.UploadFileRequest
-	8,  // 66: cocoonbox.v1.BoxService.ListFiles:input_type -> cocoonbox.v1.ListFilesRequest
-	9,  // 67: cocoonbox.v1.BoxService.StatFile:input_type -> cocoonbox.v1.StatFileRequest
-	10, // 68: cocoonbox.v1.BoxService.RemoveFile:input_type -> cocoonbox.v1.RemoveFileRequest
-	24, // 69: cocoonbox.v1.BoxService.CreateBox:output_type -> cocoonbox.v1.Box
-	24, // 70: cocoonbox.v1.BoxService.GetBox:output_type -> cocoonbox.v1.Box
-	29, // 71: cocoonbox.v1.BoxService.ListBoxes:output_type -> cocoonbox.v1.ListBoxesResponse
-	24, // 72: cocoonbox.v1.BoxService.DeleteBox:output_type -> cocoonbox.v1.Box
-	24, // 73: cocoonbox.v1.BoxService.WakeBox:output_type -> cocoonbox.v1.Box
-	24, // 74: cocoonbox.v1.BoxService.HibernateBox:output_type -> cocoonbox.v1.Box
-	33, // 75: cocoonbox.v1.BoxService.SnapshotBox:output_type -> cocoonbox.v1.Snapshot
-	36, // 76: cocoonbox.v1.BoxService.ListSnapshots:output_type -> cocoonbox.v1.ListSnapshotsResponse
-	24, // 77: cocoonbox.v1.BoxService.RestoreBox:output_type -> cocoonbox.v1.Box
-	24, // 78: cocoonbox.v1.BoxService.RecreateBox:output_type -> cocoonbox.v1.Box
-	40, // 79: cocoonbox.v1.BoxService.ListPools:output_type -> cocoonbox.v1.ListPoolsResponse
-	40, // 80: cocoonbox.v1.BoxService.SetPools:output_type -> cocoonbox.v1.ListPoolsResponse
-	45, // 81: cocoonbox.v1.BoxService.ListNodes:output_type -> cocoonbox.v1.ListNodesResponse
-	46, // 82: cocoonbox.v1.BoxService.DrainNode:output_type -> cocoonbox.v1.Node
-	18, // 83: cocoonbox.v1.BoxService.GetPolicyDefaults:output_type -> cocoonbox.v1.BoxPolicy
-	18, // 84: cocoonbox.v1.BoxService.SetPolicyDefaults:output_type -> cocoonbox.v1.BoxPolicy
-	24, // 85: cocoonbox.v1.BoxService.WatchBox:output_type -> cocoonbox.v1.Box
-	13, // 86: cocoonbox.v1.BoxService.ListEvents:output_type -> cocoonbox.v1.ListEventsResponse
-	51, // 87: cocoonbox.v1.BoxService.Exec:output_type -> cocoonbox.v1.ExecResponse
-	53, // 88: cocoonbox.v1.BoxService.ReadFile:output_type -> cocoonbox.v1.ReadFileResponse
-	55, // 89: cocoonbox.v1.BoxService.WriteFile:output_type -> cocoonbox.v1.WriteFileResponse
-	56, // 90: cocoonbox.v1.BoxService.ShareBox:output_type -> cocoonbox.v1.Share
-	59, // 91: cocoonbox.v1.BoxService.UnshareBox:output_type -> cocoonbox.v1.UnshareBoxResponse
-	61, // 92: cocoonbox.v1.BoxService.ListShares:output_type -> cocoonbox.v1.ListSharesResponse
-	24, // 93: cocoonbox.v1.BoxService.TakeOver:output_type -> cocoonbox.v1.Box
-	24, // 94: cocoonbox.v1.BoxService.HandBack:output_type -> cocoonbox.v1.Box
-	65, // 95: cocoonbox.v1.BoxService.DesktopTicket:output_type -> cocoonbox.v1.DesktopTicketResponse
-	21, // 96: cocoonbox.v1.BoxService.ListPorts:output_type -> cocoonbox.v1.ListPortsResponse
-	24, // 97: cocoonbox.v1.BoxService.SetBoxNetwork:output_type -> cocoonbox.v1.Box
-	24, // 98: cocoonbox.v1.BoxService.SetPolicy:output_type -> cocoonbox.v1.Box
-	22, // 99: cocoonbox.v1.BoxService.SetPortPublic:output_type -> cocoonbox.v1.Port
-	3,  // 100: cocoonbox.v1.BoxService.Shell:output_type -> cocoonbox.v1.ShellResponse
-	5,  // 101: cocoonbox.v1.BoxService.DownloadFile:output_type -> cocoonbox.v1.FileChunk
-	7,  // 102: cocoonbox.v1.BoxService.UploadFile:output_type -> cocoonbox.v1.FileInfo
-	7,  // 103: cocoonbox.v1.BoxService.ListFiles:output_type -> cocoonbox.v1.FileInfo
-	7,  // 104: cocoonbox.v1.BoxService.StatFile:output_type -> cocoonbox.v1.FileInfo
-	11, // 105: cocoonbox.v1.BoxService.RemoveFile:output_type -> cocoonbox.v1.RemoveFileResponse
-	69, // [69:106] is the sub-list for method output_type
-	32, // [32:69] is the sub-list for method input_type
-	32, // [32:32] is the sub-list for extension type_name
-	32, // [32:32] is the sub-list for extension extendee
-	0,  // [0:32] is the sub-list for field type_name
+	71, // 14: cocoonbox.v1.Box.forked_at:type_name -> google.protobuf.Timestamp
+	71, // 15: cocoonbox.v1.RestoredFrom.taken_at:type_name -> google.protobuf.Timestamp
+	71, // 16: cocoonbox.v1.RestoredFrom.at:type_name -> google.protobuf.Timestamp
+	24, // 17: cocoonbox.v1.ListBoxesResponse.boxes:type_name -> cocoonbox.v1.Box
+	71, // 18: cocoonbox.v1.Snapshot.created_at:type_name -> google.protobuf.Timestamp
+	33, // 19: cocoonbox.v1.ListSnapshotsResponse.snapshots:type_name -> cocoonbox.v1.Snapshot
+	38, // 20: cocoonbox.v1.ListPoolsResponse.pools:type_name -> cocoonbox.v1.WarmPool
+	44, // 21: cocoonbox.v1.NodeDrain.failed:type_name -> cocoonbox.v1.DrainFailure
+	46, // 22: cocoonbox.v1.ListNodesResponse.nodes:type_name -> cocoonbox.v1.Node
+	69, // 23: cocoonbox.v1.Node.warm:type_name -> cocoonbox.v1.Node.WarmEntry
+	71, // 24: cocoonbox.v1.Node.heartbeat_at:type_name -> google.protobuf.Timestamp
+	43, // 25: cocoonbox.v1.Node.drain:type_name -> cocoonbox.v1.NodeDrain
+	38, // 26: cocoonbox.v1.SetPoolsRequest.pools:type_name -> cocoonbox.v1.WarmPool
+	24, // 27: cocoonbox.v1.ForkBoxResponse.boxes:type_name -> cocoonbox.v1.Box
+	70, // 28: cocoonbox.v1.ExecRequest.env:type_name -> cocoonbox.v1.ExecRequest.EnvEntry
+	71, // 29: cocoonbox.v1.Share.expires_at:type_name -> google.protobuf.Timestamp
+	71, // 30: cocoonbox.v1.Share.created_at:type_name -> google.protobuf.Timestamp
+	71, // 31: cocoonbox.v1.ShareBoxRequest.expires_at:type_name -> google.protobuf.Timestamp
+	58, // 32: cocoonbox.v1.ListSharesResponse.shares:type_name -> cocoonbox.v1.Share
+	71, // 33: cocoonbox.v1.DesktopTicketResponse.expires_at:type_name -> google.protobuf.Timestamp
+	26, // 34: cocoonbox.v1.BoxService.CreateBox:input_type -> cocoonbox.v1.CreateBoxRequest
+	27, // 35: cocoonbox.v1.BoxService.GetBox:input_type -> cocoonbox.v1.GetBoxRequest
+	28, // 36: cocoonbox.v1.BoxService.ListBoxes:input_type -> cocoonbox.v1.ListBoxesRequest
+	30, // 37: cocoonbox.v1.BoxService.DeleteBox:input_type -> cocoonbox.v1.DeleteBoxRequest
+	31, // 38: cocoonbox.v1.BoxService.WakeBox:input_type -> cocoonbox.v1.WakeBoxRequest
+	32, // 39: cocoonbox.v1.BoxService.HibernateBox:input_type -> cocoonbox.v1.HibernateBoxRequest
+	34, // 40: cocoonbox.v1.BoxService.SnapshotBox:input_type -> cocoonbox.v1.SnapshotBoxRequest
+	35, // 41: cocoonbox.v1.BoxService.ListSnapshots:input_type -> cocoonbox.v1.ListSnapshotsRequest
+	37, // 42: cocoonbox.v1.BoxService.RestoreBox:input_type -> cocoonbox.v1.RestoreBoxRequest
+	48, // 43: cocoonbox.v1.BoxService.RecreateBox:input_type -> cocoonbox.v1.RecreateBoxRequest
+	49, // 44: cocoonbox.v1.BoxService.ForkBox:input_type -> cocoonbox.v1.ForkBoxRequest
+	39, // 45: cocoonbox.v1.BoxService.ListPools:input_type -> cocoonbox.v1.ListPoolsRequest
+	47, // 46: cocoonbox.v1.BoxService.SetPools:input_type -> cocoonbox.v1.SetPoolsRequest
+	41, // 47: cocoonbox.v1.BoxService.ListNodes:input_type -> cocoonbox.v1.ListNodesRequest
+	42, // 48: cocoonbox.v1.BoxService.DrainNode:input_type -> cocoonbox.v1.DrainNodeRequest
+	16, // 49: cocoonbox.v1.BoxService.GetPolicyDefaults:input_type -> cocoonbox.v1.GetPolicyDefaultsRequest
+	17, // 50: cocoonbox.v1.BoxService.SetPolicyDefaults:input_type -> cocoonbox.v1.SetPolicyDefaultsRequest
+	51, // 51: cocoonbox.v1.BoxService.WatchBox:input_type -> cocoonbox.v1.WatchBoxRequest
+	12, // 52: cocoonbox.v1.BoxService.ListEvents:input_type -> cocoonbox.v1.ListEventsRequest
+	52, // 53: cocoonbox.v1.BoxService.Exec:input_type -> cocoonbox.v1.ExecRequest
+	54, // 54: cocoonbox.v1.BoxService.ReadFile:input_type -> cocoonbox.v1.ReadFileRequest
+	56, // 55: cocoonbox.v1.BoxService.WriteFile:input_type -> cocoonbox.v1.WriteFileRequest
+	59, // 56: cocoonbox.v1.BoxService.ShareBox:input_type -> cocoonbox.v1.ShareBoxRequest
+	60, // 57: cocoonbox.v1.BoxService.UnshareBox:input_type -> cocoonbox.v1.UnshareBoxRequest
+	62, // 58: cocoonbox.v1.BoxService.ListShares:input_type -> cocoonbox.v1.ListSharesRequest
+	64, // 59: cocoonbox.v1.BoxService.TakeOver:input_type -> cocoonbox.v1.TakeOverRequest
+	65, // 60: cocoonbox.v1.BoxService.HandBack:input_type -> cocoonbox.v1.HandBackRequest
+	66, // 61: cocoonbox.v1.BoxService.DesktopTicket:input_type -> cocoonbox.v1.DesktopTicketRequest
+	20, // 62: cocoonbox.v1.BoxService.ListPorts:input_type -> cocoonbox.v1.ListPortsRequest
+	19, // 63: cocoonbox.v1.BoxService.SetBoxNetwork:input_type -> cocoonbox.v1.SetBoxNetworkRequest
+	15, // 64: cocoonbox.v1.BoxService.SetPolicy:input_type -> cocoonbox.v1.SetPolicyRequest
+	23, // 65: cocoonbox.v1.BoxService.SetPortPublic:input_type -> cocoonbox.v1.SetPortPublicRequest
+	0,  // 66: cocoonbox.v1.BoxService.Shell:input_type -> cocoonbox.v1.ShellRequest
+	4,  // 67: cocoonbox.v1.BoxService.DownloadFile:input_type -> cocoonbox.v1.DownloadFileRequest
+	6,  // 68: cocoonbox.v1.BoxService.UploadFile:input_type -> cocoonbox.v1.UploadFileRequest
+	8,  // 69: cocoonbox.v1.BoxService.ListFiles:input_type -> cocoonbox.v1.ListFilesRequest
+	9,  // 70: cocoonbox.v1.BoxService.StatFile:input_type -> cocoonbox.v1.StatFileRequest
+	10, // 71: cocoonbox.v1.BoxService.RemoveFile:input_type -> cocoonbox.v1.RemoveFileRequest
+	24, // 72: cocoonbox.v1.BoxService.CreateBox:output_type -> cocoonbox.v1.Box
+	24, // 73: cocoonbox.v1.BoxService.GetBox:output_type -> cocoonbox.v1.Box
+	29, // 74: cocoonbox.v1.BoxService.ListBoxes:output_type -> cocoonbox.v1.ListBoxesResponse
+	24, // 75: cocoonbox.v1.BoxService.DeleteBox:output_type -> cocoonbox.v1.Box
+	24, // 76: cocoonbox.v1.BoxService.WakeBox:output_type -> cocoonbox.v1.Box
+	24, // 77: cocoonbox.v1.BoxService.HibernateBox:output_type -> cocoonbox.v1.Box
+	33, // 78: cocoonbox.v1.BoxService.SnapshotBox:output_type -> cocoonbox.v1.Snapshot
+	36, // 79: cocoonbox.v1.BoxService.ListSnapshots:output_type -> cocoonbox.v1.ListSnapshotsResponse
+	24, // 80: cocoonbox.v1.BoxService.RestoreBox:output_type -> cocoonbox.v1.Box
+	24, // 81: cocoonbox.v1.BoxService.RecreateBox:output_type -> cocoonbox.v1.Box
+	50, // 82: cocoonbox.v1.BoxService.ForkBox:output_type -> cocoonbox.v1.ForkBoxResponse
+	40, // 83: cocoonbox.v1.BoxService.ListPools:output_type -> cocoonbox.v1.ListPoolsResponse
+	40, // 84: cocoonbox.v1.BoxService.SetPools:output_type -> cocoonbox.v1.ListPoolsResponse
+	45, // 85: cocoonbox.v1.BoxService.ListNodes:output_type -> cocoonbox.v1.ListNodesResponse
+	46, // 86: cocoonbox.v1.BoxService.DrainNode:output_type -> cocoonbox.v1.Node
+	18, // 87: cocoonbox.v1.BoxService.GetPolicyDefaults:output_type -> cocoonbox.v1.BoxPolicy
+	18, // 88: cocoonbox.v1.BoxService.SetPolicyDefaults:output_type -> cocoonbox.v1.BoxPolicy
+	24, // 89: cocoonbox.v1.BoxService.WatchBox:output_type -> cocoonbox.v1.Box
+	13, // 90: cocoonbox.v1.BoxService.ListEvents:output_type -> cocoonbox.v1.ListEventsResponse
+	53, // 91: cocoonbox.v1.BoxService.Exec:output_type -> cocoonbox.v1.ExecResponse
+	55, // 92: cocoonbox.v1.BoxService.ReadFile:output_type -> cocoonbox.v1.ReadFileResponse
+	57, // 93: cocoonbox.v1.BoxService.WriteFile:output_type -> cocoonbox.v1.WriteFileResponse
+	58, // 94: cocoonbox.v1.BoxService.ShareBox:output_type -> cocoonbox.v1.Share
+	61, // 95: cocoonbox.v1.BoxService.UnshareBox:output_type -> cocoonbox.v1.UnshareBoxResponse
+	63, // 96: cocoonbox.v1.BoxService.ListShares:output_type -> cocoonbox.v1.ListSharesResponse
+	24, // 97: cocoonbox.v1.BoxService.TakeOver:output_type -> cocoonbox.v1.Box
+	24, // 98: cocoonbox.v1.BoxService.HandBack:output_type -> cocoonbox.v1.Box
+	67, // 99: cocoonbox.v1.BoxService.DesktopTicket:output_type -> cocoonbox.v1.DesktopTicketResponse
+	21, // 100: cocoonbox.v1.BoxService.ListPorts:output_type -> cocoonbox.v1.ListPortsResponse
+	24, // 101: cocoonbox.v1.BoxService.SetBoxNetwork:output_type -> cocoonbox.v1.Box
+	24, // 102: cocoonbox.v1.BoxService.SetPolicy:output_type -> cocoonbox.v1.Box
+	22, // 103: cocoonbox.v1.BoxService.SetPortPublic:output_type -> cocoonbox.v1.Port
+	3,  // 104: cocoonbox.v1.BoxService.Shell:output_type -> cocoonbox.v1.ShellResponse
+	5,  // 105: cocoonbox.v1.BoxService.DownloadFile:output_type -> cocoonbox.v1.FileChunk
+	7,  // 106: cocoonbox.v1.BoxService.UploadFile:output_type -> cocoonbox.v1.FileInfo
+	7,  // 107: cocoonbox.v1.BoxService.ListFiles:output_type -> cocoonbox.v1.FileInfo
+	7,  // 108: cocoonbox.v1.BoxService.StatFile:output_type -> cocoonbox.v1.FileInfo
+	11, // 109: cocoonbox.v1.BoxService.RemoveFile:output_type -> cocoonbox.v1.RemoveFileResponse
+	72, // [72:110] is the sub-list for method output_type
+	34, // [34:72] is the sub-list for method input_type
+	34, // [34:34] is the sub-list for extension type_name
+	34, // [34:34] is the sub-list for extension extendee
+	0,  // [0:34] is the sub-list for field type_name
 }
 
 func init() { file_cocoonbox_v1_box_proto_init() }
@@ -4829,7 +4970,7 @@ func file_cocoonbox_v1_box_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cocoonbox_v1_box_proto_rawDesc), len(file_cocoonbox_v1_box_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   69,
+			NumMessages:   71,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

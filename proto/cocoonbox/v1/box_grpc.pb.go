@@ -29,6 +29,7 @@ const (
 	BoxService_ListSnapshots_FullMethodName     = "/cocoonbox.v1.BoxService/ListSnapshots"
 	BoxService_RestoreBox_FullMethodName        = "/cocoonbox.v1.BoxService/RestoreBox"
 	BoxService_RecreateBox_FullMethodName       = "/cocoonbox.v1.BoxService/RecreateBox"
+	BoxService_ForkBox_FullMethodName           = "/cocoonbox.v1.BoxService/ForkBox"
 	BoxService_ListPools_FullMethodName         = "/cocoonbox.v1.BoxService/ListPools"
 	BoxService_SetPools_FullMethodName          = "/cocoonbox.v1.BoxService/SetPools"
 	BoxService_ListNodes_FullMethodName         = "/cocoonbox.v1.BoxService/ListNodes"
@@ -92,6 +93,10 @@ type BoxServiceClient interface {
 	// RecreateBox starts a lost box (failed: its sandbox is gone and it has no snapshot) again from
 	// its template, empty (admin). Nothing else ever brings a lost box back empty.
 	RecreateBox(ctx context.Context, in *RecreateBoxRequest, opts ...grpc.CallOption) (*Box, error)
+	// ForkBox copies a running or hibernated box with its disk and memory into new boxes of the
+	// caller's that go on from that moment (windows, processes), each with a machine ID of its
+	// own; the box is paused only for the copy (admin). Forks count toward the caller's quota.
+	ForkBox(ctx context.Context, in *ForkBoxRequest, opts ...grpc.CallOption) (*ForkBoxResponse, error)
 	// ListPools shows the engine's warm pools: boxes booted ahead of creates, per template, size
 	// and network lane (operators: an admin user's token).
 	ListPools(ctx context.Context, in *ListPoolsRequest, opts ...grpc.CallOption) (*ListPoolsResponse, error)
@@ -275,6 +280,16 @@ func (c *boxServiceClient) RecreateBox(ctx context.Context, in *RecreateBoxReque
 	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
 	out := new(Box)
 	err := c.cc.Invoke(ctx, BoxService_RecreateBox_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *boxServiceClient) ForkBox(ctx context.Context, in *ForkBoxRequest, opts ...grpc.CallOption) (*ForkBoxResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ForkBoxResponse)
+	err := c.cc.Invoke(ctx, BoxService_ForkBox_FullMethodName, in, out, cOpts...)
 	if err != nil {
 		return nil, err
 	}
@@ -618,6 +633,10 @@ type BoxServiceServer interface {
 	// RecreateBox starts a lost box (failed: its sandbox is gone and it has no snapshot) again from
 	// its template, empty (admin). Nothing else ever brings a lost box back empty.
 	RecreateBox(context.Context, *RecreateBoxRequest) (*Box, error)
+	// ForkBox copies a running or hibernated box with its disk and memory into new boxes of the
+	// caller's that go on from that moment (windows, processes), each with a machine ID of its
+	// own; the box is paused only for the copy (admin). Forks count toward the caller's quota.
+	ForkBox(context.Context, *ForkBoxRequest) (*ForkBoxResponse, error)
 	// ListPools shows the engine's warm pools: boxes booted ahead of creates, per template, size
 	// and network lane (operators: an admin user's token).
 	ListPools(context.Context, *ListPoolsRequest) (*ListPoolsResponse, error)
@@ -736,6 +755,9 @@ func (UnimplementedBoxServiceServer) RestoreBox(context.Context, *RestoreBoxRequ
 }
 func (UnimplementedBoxServiceServer) RecreateBox(context.Context, *RecreateBoxRequest) (*Box, error) {
 	return nil, status.Error(codes.Unimplemented, "method RecreateBox not implemented")
+}
+func (UnimplementedBoxServiceServer) ForkBox(context.Context, *ForkBoxRequest) (*ForkBoxResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ForkBox not implemented")
 }
 func (UnimplementedBoxServiceServer) ListPools(context.Context, *ListPoolsRequest) (*ListPoolsResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method ListPools not implemented")
@@ -1015,6 +1037,24 @@ func _BoxService_RecreateBox_Handler(srv interface{}, ctx context.Context, dec f
 	}
 	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
 		return srv.(BoxServiceServer).RecreateBox(ctx, req.(*RecreateBoxRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _BoxService_ForkBox_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ForkBoxRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(BoxServiceServer).ForkBox(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: BoxService_ForkBox_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(BoxServiceServer).ForkBox(ctx, req.(*ForkBoxRequest))
 	}
 	return interceptor(ctx, in, info, handler)
 }
@@ -1508,6 +1548,10 @@ var BoxService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "RecreateBox",
 			Handler:    _BoxService_RecreateBox_Handler,
+		},
+		{
+			MethodName: "ForkBox",
+			Handler:    _BoxService_ForkBox_Handler,
 		},
 		{
 			MethodName: "ListPools",

@@ -1,0 +1,25 @@
+package api
+
+import (
+	"context"
+
+	"github.com/loomhand/cocoonbox/internal/boxsvc"
+	cbv1 "github.com/loomhand/cocoonbox/proto/cocoonbox/v1"
+)
+
+// ForkBox copies the box with its memory into new boxes of the caller's (admin).
+func (b *boxService) ForkBox(ctx context.Context, req *cbv1.ForkBoxRequest) (*cbv1.ForkBoxResponse, error) {
+	svc, caller, id, err := b.s.resolveBox(ctx, req.GetBox())
+	if err != nil {
+		return nil, err
+	}
+	views, err := svc.Fork(ctx, caller, id, boxsvc.ForkRequest{Count: int(req.GetCount()), Name: req.GetName()})
+	if err != nil {
+		return nil, err
+	}
+	out := &cbv1.ForkBoxResponse{}
+	for _, v := range views {
+		out.Boxes = append(out.Boxes, boxProto(v))
+	}
+	return out, nil
+}

@@ -1,0 +1,147 @@
+package workflows
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"go.temporal.io/sdk/temporal"
+	"go.temporal.io/sdk/workflow"
+
+	"github.com/loomhand/cocoonbox"
+	"github.com/loomhand/cocoonbox/activities"
+)
+
+// Forks: the source box's workflow takes a checkpoint of the box with its memory (fork), the
+// front door starts one box workflow per fork with a ForkOrigin, and each of those claims its
+// sandbox from the checkpoint (claimFork) and then tells the source (SignalForkClaimed). The
+// source keeps the checkpoint until every fork has claimed from it or ForkCheckpointTTL has
+// passed, so a front door that dies between the two steps leaves nothing behind for long.
+
+// ForkCheckpointTTL is how long the parent keeps a fork's checkpoint for its forks.
+const ForkCheckpointTTL = activities.ForkCheckpointTTL
+
+// fork checkpoints the box, running or hibernated, with its memory.
+func (w *box) fork(ctx workflow.Context, in ForkInput) (ForkResult, error) {
+	var res ForkResult
+	st, err := w.operate(ctx, byUser, func(ctx workflow.Context) error {
+		if err := w.allowed(UpdateFork); err != nil {
+			return err
+		}
+		if s := w.st.State; s != cocoonbox.BoxStateRunning && s != cocoonbox.BoxStateHibernated {
+			return transitionError(UpdateFork, "a box that is "+string(s))
+		}
+		if w.st.SandboxID == "" {
+			return transitionError(UpdateFork, "a box whose sandbox is gone (wake it first)")
+		}
+		var out activities.ForkCheckpointResult
+		err := workflow.ExecuteActivity(sandboxOptions(ctx, 5*time.Minute), snapActs.CheckpointForFork, activities.ForkCheckpointInput{
+			BoxID: w.in.BoxID, SandboxID: w.st.SandboxID, Name: ForkCheckpointName(in.ForkID),
+		}).Get(ctx, &out)
+		if err != nil {
+			return err
+		}
+		now := workflow.Now(ctx)
+		w.st.Forks = append(w.st.Forks, ForkCheckpoint{ID: out.ID, Node: out.Node, Pending: in.Count, Until: now.Add(ForkCheckpointTTL)})
+		detail := fmt.Sprintf("%d fork(s) from checkpoint %s", in.Count, out.ID)
+		if in.By != "" {
+			detail += " for " + in.By
+		}
+		if out.Paused > 0 {
+			detail += fmt.Sprintf(", the box paused %s", out.Paused.Round(time.Millisecond))
+		}
+		w.event(ctx, "forked", detail)
+		res = ForkResult{CheckpointID: out.ID, Node: out.Node, At: now, Paused: out.Paused}
+		return nil
+	})
+	res.Status = st
+	return res, err
+}
+
+func (w *box) validateFork(in ForkInput) error {
+	if in.Count < 1 || in.Count > MaxForks {
+		return temporal.NewApplicationError(fmt.Sprintf("count: must be from 1 to %d, got %d", MaxForks, in.Count), activities.ErrTypeInvalidArgument)
+	}
+	if in.ForkID == "" {
+		return temporal.NewApplicationError("fork_id: is required", activities.ErrTypeInvalidArgument)
+	}
+	return w.allowed(UpdateFork)
+}
+
+// ForkCheckpointName names the checkpoint of fork id on the engine, so a retried checkpoint
+// activity finds the one an earlier try made.
+func ForkCheckpointName(id string) string { return "fork:" + id }
+
+// forkClaimed counts a fork's claim from checkpoint s; once none is pending, the checkpoint is
+// due to go at the next timer.
+func (w *box) forkClaimed(ctx workflow.Context, s ForkClaimedSignal) {
+	for i := range w.st.Forks {
+		if f := &w.st.Forks[i]; f.ID == s.CheckpointID {
+			if f.Pending--; f.Pending <= 0 {
+				f.Until = workflow.Now(ctx)
+			}
+		}
+	}
+}
+
+// forksDue is when the next fork checkpoint is due to go; zero when none is kept.
+func (w *box) forksDue() time.Time {
+	var due time.Time
+	for _, f := range w.st.Forks {
+		if due.IsZero() || f.Until.Before(due) {
+			due = f.Until
+		}
+	}
+	return due
+}
+
+// dropForks deletes the fork checkpoints that are due. One that cannot be deleted now is tried
+// again a minute later.
+func (w *box) dropForks(ctx workflow.Context) {
+	now := workflow.Now(ctx)
+	w.st.Forks = slices.DeleteFunc(w.st.Forks, func(f ForkCheckpoint) bool {
+		if now.Before(f.Until) {
+			return false
+		}
+		err := workflow.ExecuteActivity(sandboxOptions(ctx, time.Minute), snapActs.DropForkCheckpoint,
+			activities.DropForkCheckpointInput{CheckpointID: f.ID, Node: f.Node}).Get(ctx, nil)
+		if err != nil {
+			workflow.GetLogger(ctx).Warn("delete a fork checkpoint", "checkpoint", f.ID, "error", err)
+		}
+		return err == nil
+	})
+	for i := range w.st.Forks {
+		if f := &w.st.Forks[i]; !now.Before(f.Until) {
+			f.Until = now.Add(time.Minute)
+		}
+	}
+}
+
+// claimFork claims the fork's first sandbox from its parent's checkpoint (the activity also
+// waits until it answers with the box's credential and gives it an identity of its own), then
+// tells the parent the checkpoint is no longer needed for it, whatever the claim's outcome.
+func (w *box) claimFork(ctx workflow.Context) error {
+	from := w.in.Fork
+	attempt := w.st.Attempt + 1
+	var res activities.ClaimResult
+	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 5 * time.Minute,
+		HeartbeatTimeout:    sandboxHeartbeatTimeout,
+		RetryPolicy:         retryPolicy(),
+	}), snapActs.ClaimFork, activities.ClaimForkInput{
+		BoxID: w.in.BoxID, Attempt: attempt, CheckpointID: from.CheckpointID, Node: from.Node,
+		TTL: w.in.Policy.LeaseTTL, Network: w.in.Policy.Network,
+	}).Get(ctx, &res)
+	// Best effort: the parent may be gone, and its checkpoint expires anyway.
+	_ = workflow.SignalExternalWorkflow(ctx, BoxWorkflowID(from.Parent), "", SignalForkClaimed,
+		ForkClaimedSignal{CheckpointID: from.CheckpointID}).Get(ctx, nil)
+	if err != nil {
+		return err
+	}
+	w.st.Attempt = attempt
+	w.st.SandboxID, w.st.Node = res.SandboxID, res.Node
+	w.st.Start = "fork"
+	w.leased(workflow.Now(ctx), res.Deadline)
+	w.event(ctx, "forked_from", fmt.Sprintf("%s at %s", from.Parent, from.At.UTC().Format(time.RFC3339)))
+	return nil
+}
