@@ -37,13 +37,14 @@ func boxForkCommand() *cli.Command {
 			if err != nil {
 				return apiError(err)
 			}
-			return listResult(s.out, resp.GetBoxes(), func(w io.Writer) error {
+			return s.out.result(resp, func(w io.Writer) error {
 				for _, b := range resp.GetBoxes() {
 					if err := boxLine(w, b); err != nil {
 						return err
 					}
 				}
-				return nil
+				_, err := fmt.Fprintf(w, "%s was paused %d ms for the copy\n", args[0], resp.GetPausedMs())
+				return err
 			})
 		},
 	}

@@ -13,12 +13,12 @@ func (b *boxService) ForkBox(ctx context.Context, req *cbv1.ForkBoxRequest) (*cb
 	if err != nil {
 		return nil, err
 	}
-	views, err := svc.Fork(ctx, caller, id, boxsvc.ForkRequest{Count: int(req.GetCount()), Name: req.GetName()})
+	forked, err := svc.Fork(ctx, caller, id, boxsvc.ForkRequest{Count: int(req.GetCount()), Name: req.GetName()})
 	if err != nil {
 		return nil, err
 	}
-	out := &cbv1.ForkBoxResponse{}
-	for _, v := range views {
+	out := &cbv1.ForkBoxResponse{PausedMs: forked.Paused.Milliseconds()}
+	for _, v := range forked.Boxes {
 		out.Boxes = append(out.Boxes, boxProto(v))
 	}
 	return out, nil

@@ -257,17 +257,15 @@ func (s *Server) mcpTools() []mcpTool {
 			mcp.WithDestructiveHintAnnotation(false),
 		),
 		run: s.onBox(func(ctx context.Context, caller string, id cocoonbox.BoxID, req mcp.CallToolRequest) (any, error) {
-			views, err := s.boxes.Fork(ctx, caller, id, boxsvc.ForkRequest{Count: req.GetInt("count", 1), Name: req.GetString("name", "")})
-			out := make([]boxJSON, 0, len(views))
-			for _, v := range views {
-				if v.BoxID != "" {
-					out = append(out, toBoxJSON(v))
-				}
-			}
+			forked, err := s.boxes.Fork(ctx, caller, id, boxsvc.ForkRequest{Count: req.GetInt("count", 1), Name: req.GetString("name", "")})
 			if err != nil {
 				return nil, err
 			}
-			return map[string]any{"forks": out}, nil
+			out := make([]boxJSON, 0, len(forked.Boxes))
+			for _, v := range forked.Boxes {
+				out = append(out, toBoxJSON(v))
+			}
+			return map[string]any{"forks": out, "paused_ms": forked.Paused.Milliseconds()}, nil
 		}),
 	}, {
 		tool: mcp.NewTool("box_events",

@@ -20,37 +20,44 @@ type ForkRequest struct {
 	Name  string // the forks are named Name-1, Name-2, … (the first numbers free); "" is the box's name + "-fork"
 }
 
+// Forked is what a fork made: the forks, in the order of their names, and how long the box was
+// paused for the copy (at most: the engine call that paused it).
+type Forked struct {
+	Boxes  []View
+	Paused time.Duration
+}
+
 // Fork copies the box, running or hibernated, with its disk and its memory into new boxes of
 // the caller's, which go on from that moment: the windows the box had open, its processes and
 // what they held. The box is paused only for the copy. Each fork gets an identity of its own
 // (machine ID, SSH host keys), counts toward the caller's quota and records its parent. It
 // takes the role that could copy everything out of the box anyway: admin (the owner's).
-func (s *Service) Fork(ctx context.Context, caller string, id cocoonbox.BoxID, req ForkRequest) ([]View, error) {
+func (s *Service) Fork(ctx context.Context, caller string, id cocoonbox.BoxID, req ForkRequest) (Forked, error) {
 	count := cmp.Or(req.Count, 1)
 	if count < 1 || count > workflows.MaxForks {
-		return nil, cocoonbox.Invalid("count", fmt.Sprintf("must be from 1 to %d, got %d", workflows.MaxForks, req.Count))
+		return Forked{}, cocoonbox.Invalid("count", fmt.Sprintf("must be from 1 to %d, got %d", workflows.MaxForks, req.Count))
 	}
 	a, err := s.authorize(ctx, caller, id, cocoonbox.RoleAdmin)
 	if err != nil {
-		return nil, err
+		return Forked{}, err
 	}
 	prefix := req.Name
 	if prefix == "" {
 		prefix = forkPrefix(a.box.Name)
 	}
 	if err := cocoonbox.ValidateBoxName(prefix + "-" + strconv.Itoa(workflows.MaxForks)); err != nil {
-		return nil, err
+		return Forked{}, err
 	}
 	if err := s.withinBoxHours(ctx, func(ctx context.Context) (store.BoxHours, error) { return s.Store.BoxHoursOfUser(ctx, caller) }); err != nil {
-		return nil, err
+		return Forked{}, err
 	}
 	policy, err := s.revivedPolicy(ctx, a.box.Owner, id)
 	if err != nil {
-		return nil, err
+		return Forked{}, err
 	}
 	names, err := s.forkNames(ctx, caller, prefix, count)
 	if err != nil {
-		return nil, err
+		return Forked{}, err
 	}
 	// The forks' rows first, inside the caller's quota, so a fork that would not fit is refused
 	// before the box is paused for a checkpoint no one would use.
@@ -68,7 +75,7 @@ func (s *Service) Fork(ctx context.Context, caller string, id cocoonbox.BoxID, r
 		}, quota)
 		if err != nil {
 			drop()
-			return nil, err
+			return Forked{}, err
 		}
 		rows = append(rows, row)
 	}
@@ -80,7 +87,7 @@ func (s *Service) Fork(ctx context.Context, caller string, id cocoonbox.BoxID, r
 	})
 	if err != nil {
 		drop()
-		return nil, err
+		return Forked{}, err
 	}
 	owner := s.who(ctx, caller)
 	origin := &workflows.ForkOrigin{Parent: id, CheckpointID: res.CheckpointID, Node: res.Node, At: res.At}
@@ -110,12 +117,13 @@ func (s *Service) Fork(ctx context.Context, caller string, id cocoonbox.BoxID, r
 		ids[i] = string(r.ID)
 	}
 	s.audit(ctx, caller, id, "fork", map[string]any{"forks": ids, "checkpoint": res.CheckpointID, "paused_ms": res.Paused.Milliseconds()})
+	out := Forked{Boxes: views, Paused: res.Paused}
 	for i, err := range errs {
 		if err != nil {
-			return views, fmt.Errorf("fork %s (%s): %w", rows[i].Name, rows[i].ID, err)
+			return out, fmt.Errorf("fork %s (%s): %w", rows[i].Name, rows[i].ID, err)
 		}
 	}
-	return views, nil
+	return out, nil
 }
 
 // forkPrefix is the default name of a box's forks, cut so that "-N" fits after it.

@@ -70,8 +70,8 @@ func TestForkDesktop(t *testing.T) {
 		t.Fatalf("fork: %v", err)
 	}
 	forks := resp.GetBoxes()
-	if len(forks) != 3 {
-		t.Fatalf("fork gave %d boxes, want 3", len(forks))
+	if len(forks) != 3 || resp.GetPausedMs() <= 0 {
+		t.Fatalf("fork gave %d boxes, the source paused %d ms; want 3 and a pause", len(forks), resp.GetPausedMs())
 	}
 	ids := map[string]string{sourceID: "the source"}
 	for i, f := range forks {
@@ -114,7 +114,7 @@ func TestForkDesktop(t *testing.T) {
 			t.Fatalf("fork %d: desktop: %v", i, err)
 		}
 	}
-	t.Logf("3 forks of %s go on from counter %d with window %s", e.id, before, strings.TrimSpace(window))
+	t.Logf("3 forks of %s go on from counter %d with window %s; the source paused at most %d ms", e.id, before, strings.TrimSpace(window), resp.GetPausedMs())
 
 	first := boxOf(e, cocoonbox.BoxID(forks[0].GetId()))
 	first.mustRun(t, "echo mine > /home/user/only-first")

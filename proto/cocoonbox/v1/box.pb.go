@@ -3350,8 +3350,10 @@ func (x *ForkBoxRequest) GetName() string {
 
 type ForkBoxResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
-	// boxes are the forks, running (or failed, saying why), in the order of their names.
-	Boxes         []*Box `protobuf:"bytes,1,rep,name=boxes,proto3" json:"boxes,omitempty"`
+	// boxes are the forks, running, in the order of their names.
+	Boxes []*Box `protobuf:"bytes,1,rep,name=boxes,proto3" json:"boxes,omitempty"`
+	// paused_ms is how long the box was paused for the copy, at most.
+	PausedMs      int64 `protobuf:"varint,2,opt,name=paused_ms,json=pausedMs,proto3" json:"paused_ms,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3391,6 +3393,13 @@ func (x *ForkBoxResponse) GetBoxes() []*Box {
 		return x.Boxes
 	}
 	return nil
+}
+
+func (x *ForkBoxResponse) GetPausedMs() int64 {
+	if x != nil {
+		return x.PausedMs
+	}
+	return 0
 }
 
 type WatchBoxRequest struct {
@@ -4636,9 +4645,10 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x0eForkBoxRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x05R\x05count\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\":\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\"W\n" +
 	"\x0fForkBoxResponse\x12'\n" +
-	"\x05boxes\x18\x01 \x03(\v2\x11.cocoonbox.v1.BoxR\x05boxes\"#\n" +
+	"\x05boxes\x18\x01 \x03(\v2\x11.cocoonbox.v1.BoxR\x05boxes\x12\x1b\n" +
+	"\tpaused_ms\x18\x02 \x01(\x03R\bpausedMs\"#\n" +
 	"\x0fWatchBoxRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\"\xf2\x01\n" +
 	"\vExecRequest\x12\x10\n" +
