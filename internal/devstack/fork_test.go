@@ -21,7 +21,8 @@ import (
 // through the API while someone watches it: each fork shows the window on its own desktop and has the counter going on
 // from the fork point, none sees what another writes, each has a machine ID of its own, the
 // source's checkpoint is gone once they claimed from it, and they work on once the source is
-// deleted. A fork that would pass the caller's quota is refused before the box is touched.
+// deleted. A fork that would pass the caller's quota is refused before the box is touched, and
+// a fork of a hibernated fork comes from its hibernate image.
 func TestForkDesktop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
@@ -146,11 +147,34 @@ func TestForkDesktop(t *testing.T) {
 		t.Fatalf("after a refused fork the owner has %d boxes (%v), want 4", len(list), err)
 	}
 
+	// A fork of a hibernated fork comes from its hibernate image and leaves it asleep.
+	if v, err := e.d.Boxes.Hibernate(ctx, e.owner.ID, first.id); err != nil || v.State != cocoonbox.BoxStateHibernated {
+		t.Fatalf("hibernate the first fork: %+v, %v", v.State, err)
+	}
+	again, err := e.d.Boxes.Fork(ctx, e.owner.ID, first.id, boxsvc.ForkRequest{})
+	if err != nil || len(again.Boxes) != 1 || again.Boxes[0].Parent != first.id || again.Boxes[0].Name != "desk-fork-1-fork-1" {
+		t.Fatalf("fork of the hibernated first fork: %+v, %v", again.Boxes, err)
+	}
+	grand := boxOf(e, again.Boxes[0].BoxID)
+	if got := grand.mustRun(t, "cat /home/user/only-first; kill -0 "+pid+" && echo alive"); got != "mine\nalive\n" {
+		t.Fatalf("the fork of a hibernated fork holds %q", got)
+	}
+	if v, err := e.d.Boxes.Get(ctx, e.owner.ID, first.id); err != nil || v.State != cocoonbox.BoxStateHibernated {
+		t.Fatalf("the hibernated fork after a fork of it: %+v, %v", v.State, err)
+	}
+	forks = append(forks, &cbv1.Box{Id: string(grand.id)})
+
 	if v, err := e.d.Boxes.Delete(ctx, e.owner.ID, e.id); err != nil || v.State != cocoonbox.BoxStateDeleted {
 		t.Fatalf("delete the source: %+v, %v", v.State, err)
 	}
 	for i, f := range forks {
 		b := boxOf(e, cocoonbox.BoxID(f.GetId()))
+		if v, err := e.d.Boxes.Get(ctx, e.owner.ID, b.id); err != nil || v.Parent == "" || v.ForkedAt.IsZero() {
+			t.Fatalf("fork %d: parent %q at %v, %v", i, v.Parent, v.ForkedAt, err)
+		}
+		if i == 0 {
+			continue // asleep: an exec through the engine would wake it behind its workflow
+		}
 		at := b.count()
 		if err := testutil.Poll(ctx, testutil.WaitShort, func() error {
 			if n := b.count(); n <= at {
@@ -159,9 +183,6 @@ func TestForkDesktop(t *testing.T) {
 			return nil
 		}); err != nil {
 			t.Fatalf("fork %d after its source was deleted: %v", i, err)
-		}
-		if v, err := e.d.Boxes.Get(ctx, e.owner.ID, b.id); err != nil || v.Parent != source.id || v.ForkedAt.IsZero() {
-			t.Fatalf("fork %d: parent %q at %v, %v", i, v.Parent, v.ForkedAt, err)
 		}
 	}
 }
