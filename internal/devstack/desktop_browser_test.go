@@ -139,6 +139,41 @@ func TestDesktopInBrowser(t *testing.T) {
 		t.Fatalf("second control connection: %s", resp)
 	}
 	t.Logf("box pointer at %v through view mode, at %v after take over", before, at)
+
+	// Fork: the app opens the fork, whose desktop shows the same screen, and lists it as a fork.
+	click(t, page, "#fork", "")
+	var name string
+	if err := testutil.Poll(e.ctx, time.Minute, func() error {
+		if err := evalInto(page, `() => document.getElementById("box-name").textContent`, &name); err != nil {
+			return err
+		}
+		if name != "desk-fork-1" {
+			return fmt.Errorf("the page shows box %q", name)
+		}
+		var forked canvasStats
+		if err := evalInto(page, canvasStatsJS, &forked); err != nil {
+			return err
+		}
+		if forked.W != 1280 || forked.H != 800 || forked.Lit < 0.5 || forked.Colors < 8 {
+			return fmt.Errorf("the fork's canvas %+v", forked)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	click(t, page, "#back", "")
+	if err := testutil.Poll(e.ctx, testutil.WaitShort, func() error {
+		var rows string
+		if err := evalInto(page, `() => document.getElementById("box-list").textContent`, &rows); err != nil {
+			return err
+		}
+		if !strings.Contains(rows, "desk-fork-1 (fork of desk)") {
+			return fmt.Errorf("the box list reads %q", rows)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestDesktopViewersAndSession opens two view connections and one control connection to a

@@ -102,11 +102,13 @@ function signOut() {
 async function listBoxes() {
   closeBox();
   const { boxes = [] } = await call('BoxService/ListBoxes');
+  const names = new Map(boxes.map(b => [b.id, b.name]));
   fillTable($('box-list'), boxes.map(b => {
     const open = document.createElement('button');
     open.textContent = 'Open';
     open.addEventListener('click', () => openBox(b.id).catch(report));
-    return [b.name, b.state, b.size, b.role, open];
+    const name = b.parent ? b.name + ' (fork of ' + (names.get(b.parent) || b.parent) + ')' : b.name;
+    return [name, b.state, b.size, b.role, open];
   }), 5, 'No boxes yet: create one above.');
   show('boxes');
   listUsage().catch(report);
@@ -169,6 +171,8 @@ function render(b) {
   $('handback').hidden = !mine;
   $('wake').disabled = b.state === 'running';
   $('hibernate').disabled = b.state !== 'running';
+  $('fork').hidden = b.role !== 'owner' && b.role !== 'admin';
+  $('fork').disabled = b.state !== 'running' && b.state !== 'hibernated';
   const banner = bannerText(b);
   $('box-banner').textContent = banner;
   $('box-banner').hidden = banner === '';
@@ -368,6 +372,12 @@ async function main() {
   busy($('snapshot'), async () => {
     const s = await call('BoxService/SnapshotBox', { box: current.id });
     report('snapshot ' + s.id + ' complete');
+  });
+  busy($('fork'), async () => {
+    const r = await call('BoxService/ForkBox', { box: current.id, count: 1 });
+    const f = r.boxes[0];
+    await openBox(f.id);
+    report(f.name + ' is a fork of this box as it was a moment ago (it paused ' + (r.pausedMs || 0) + ' ms for the copy)');
   });
   busy($('takeover'), async () => { render(await call('BoxService/TakeOver', { box: current.id })); await connect(true); });
   busy($('handback'), async () => { render(await call('BoxService/HandBack', { box: current.id })); await connect(false); });
