@@ -42,9 +42,11 @@ type SecretOpener interface {
 // the key is added to the box's model calls on their way to the gateway (see Gateway).
 type Agent struct {
 	// Link reaches the box's agent: its sandbox, credential and version.
-	Link  *boxlink.Link
-	Runs  AgentRunStore
-	Vault SecretOpener
+	Link *boxlink.Link
+	Runs AgentRunStore
+	// Attempts is the store of best-of-N runs, for their judge; nil judges none.
+	Attempts AttemptsStore
+	Vault    SecretOpener
 	// Usage is the ledger of model calls, which also bounds a run's tokens; nil meters nothing.
 	Usage UsageLedger
 	// Texts streams the model's text to the run's followers as the gateway sends it; nil

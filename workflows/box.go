@@ -113,6 +113,7 @@ func (w *box) setup(ctx workflow.Context) error {
 		{UpdateControlConn, w.controlConn, w.validateControlConn},
 		{UpdateMove, w.move, w.validateMove},
 		{UpdateFork, w.fork, w.validateFork},
+		{UpdateAdopt, w.adopt, w.validateAdopt},
 	}
 	for _, u := range updates {
 		if err := workflow.SetUpdateHandlerWithOptions(ctx, u.name, u.handler,

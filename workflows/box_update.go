@@ -39,6 +39,7 @@ var refusals = map[string]map[cocoonbox.BoxState]string{
 	UpdateHibernate:   {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted, cocoonbox.BoxStateFailed: "a failed box (wake it first)"},
 	UpdateSnapshot:    {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted, cocoonbox.BoxStateFailed: "a failed box (wake it first)"},
 	UpdateMove:        {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted, cocoonbox.BoxStateFailed: "a failed box (its next wake places it anew)"},
+	UpdateAdopt:       {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted},
 	UpdateFork:        {cocoonbox.BoxStateCreating: stillCreating, cocoonbox.BoxStateDeleting: beingDeleted, cocoonbox.BoxStateFailed: "a failed box (wake it first)"},
 }
 

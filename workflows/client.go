@@ -291,3 +291,30 @@ func Awake(ctx context.Context, c client.Client, id cocoonbox.BoxID, reason stri
 func Up(s cocoonbox.BoxState) bool {
 	return s == cocoonbox.BoxStateRunning || s == cocoonbox.BoxStateSnapshotting
 }
+
+// StartAttempts starts best-of-N run in.ID.
+func StartAttempts(ctx context.Context, c client.Client, in AttemptsInput) error {
+	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: AttemptsWorkflowID(in.ID), TaskQueue: TaskQueue},
+		AttemptsWorkflow, in)
+	if err != nil {
+		return DomainError(fmt.Errorf("start attempts %s: %w", in.ID, err))
+	}
+	return nil
+}
+
+// AnswerAttempts sends best-of-N run id its user's answer (UpdateAccept with an AcceptInput, or
+// UpdateDiscard) and returns where it ended.
+func AnswerAttempts(ctx context.Context, c client.Client, id, name string, arg any) (AttemptsStatus, error) {
+	h, err := c.UpdateWorkflow(ctx, client.UpdateWorkflowOptions{
+		UpdateID: updateID(ctx), WorkflowID: AttemptsWorkflowID(id), UpdateName: name, Args: []any{arg},
+		WaitForStage: client.WorkflowUpdateStageCompleted,
+	})
+	var st AttemptsStatus
+	if err == nil {
+		err = h.Get(ctx, &st)
+	}
+	if err != nil {
+		return st, DomainError(fmt.Errorf("%s attempts %s: %w", name, id, err))
+	}
+	return st, nil
+}

@@ -145,3 +145,63 @@ func (w *box) claimFork(ctx workflow.Context) error {
 	w.event(ctx, "forked_from", fmt.Sprintf("%s at %s", from.Parent, from.At.UTC().Format(time.RFC3339)))
 	return nil
 }
+
+// adopt replaces the box's state with box From's, as a checkpoint with memory of it: the
+// accepted attempt of a best-of-N run. The box's sandbox is swapped for one claimed from the
+// checkpoint (the old one released once the new one answers); a failed adopt leaves the box as
+// it was.
+func (w *box) adopt(ctx workflow.Context, in AdoptInput) (Status, error) {
+	return w.operate(ctx, byUser, func(ctx workflow.Context) error {
+		if err := w.allowed(UpdateAdopt); err != nil {
+			return err
+		}
+		if err := w.awaitSeal(ctx); err != nil {
+			return err
+		}
+		before := w.st.State
+		w.setState(ctx, cocoonbox.BoxStateRestoring)
+		attempt := w.st.Attempt + 1
+		var res activities.ClaimResult
+		err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			StartToCloseTimeout: 5 * time.Minute,
+			HeartbeatTimeout:    sandboxHeartbeatTimeout,
+			RetryPolicy:         retryPolicy(),
+		}), snapActs.ClaimFork, activities.ClaimForkInput{
+			BoxID: w.in.BoxID, Attempt: attempt, CheckpointID: in.CheckpointID, Node: in.Node,
+			TTL: w.in.Policy.LeaseTTL, Network: w.in.Policy.Network,
+		}).Get(ctx, &res)
+		_ = workflow.SignalExternalWorkflow(ctx, BoxWorkflowID(in.From), "", SignalForkClaimed,
+			ForkClaimedSignal{CheckpointID: in.CheckpointID}).Get(ctx, nil)
+		if err != nil {
+			w.st.LastError = "adopt: " + reason(err)
+			w.setState(ctx, before)
+			return err
+		}
+		w.st.Attempt = attempt
+		old := w.st.SandboxID
+		w.st.SandboxID, w.st.Node = res.SandboxID, res.Node
+		w.st.MoveFrom = ""
+		w.leased(workflow.Now(ctx), res.Deadline)
+		w.event(ctx, "adopted", "the state of "+string(in.From))
+		if old != "" && old != res.SandboxID {
+			err := workflow.ExecuteActivity(sandboxOptions(ctx, time.Minute), sandboxActs.Release,
+				activities.SandboxInput{BoxID: w.in.BoxID, SandboxID: old}).Get(ctx, nil)
+			if err != nil {
+				workflow.GetLogger(ctx).Warn("release the replaced sandbox", "sandbox", old, "error", err)
+			}
+		}
+		w.st.LastError = ""
+		w.setState(ctx, cocoonbox.BoxStateRunning)
+		return nil
+	})
+}
+
+func (w *box) validateAdopt(in AdoptInput) error {
+	if in.CheckpointID == "" {
+		return temporal.NewApplicationError("checkpoint_id: is required", activities.ErrTypeInvalidArgument)
+	}
+	if err := in.From.Validate(); err != nil {
+		return temporal.NewApplicationError(err.Error(), activities.ErrTypeInvalidArgument)
+	}
+	return w.allowed(UpdateAdopt)
+}

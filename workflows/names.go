@@ -548,3 +548,61 @@ type RunLeaseSignal struct {
 type RunCancelSignal struct {
 	By string
 }
+
+// AttemptsIDPrefix starts the ID of a best-of-N run (AttemptsWorkflow).
+const AttemptsIDPrefix = "att_"
+
+// AttemptsWorkflowID is the workflow ID of best-of-N run id.
+func AttemptsWorkflowID(id string) string { return "attempts/" + id }
+
+// Messages of a best-of-N run: accept the judge's pick or another attempt (AcceptInput), or
+// discard them all.
+const (
+	UpdateAccept  = "accept"
+	UpdateDiscard = "discard"
+	QueryAttempts = "attempts"
+)
+
+// AttemptsInput is a best-of-N run: Task run on each of Forks (forks of BoxID the front door
+// made) as run Runs[i]. The front door wrote its row first; the workflow reads the forks and
+// runs it acts on from that row, never from this input alone.
+type AttemptsInput struct {
+	ID       string
+	BoxID    cocoonbox.BoxID
+	Owner    string
+	Task     string
+	System   string
+	Model    string
+	MaxSteps int
+	Forks    []cocoonbox.BoxID
+	Runs     []string
+}
+
+// AcceptInput accepts attempt Choice (1-based; 0 is the judge's pick): its box's state replaces
+// the box the attempts forked from, and every fork is deleted.
+type AcceptInput struct {
+	Choice int
+	By     string `json:",omitempty"`
+}
+
+// AttemptsStatus is where a best-of-N run is: its state (store.Attempts*), the judge's pick and
+// the attempt chosen.
+type AttemptsStatus struct {
+	State  string
+	Winner int
+	Reason string
+	Chosen int
+	Error  string `json:",omitempty"`
+}
+
+// UpdateAdopt replaces a box's state with a checkpoint of another box (AdoptInput): the accepted
+// attempt of a best-of-N run.
+const UpdateAdopt = "adopt"
+
+// AdoptInput names the checkpoint (with memory) of box From the box's new sandbox is claimed
+// from, on node Node.
+type AdoptInput struct {
+	From         cocoonbox.BoxID
+	CheckpointID string
+	Node         string `json:",omitempty"`
+}

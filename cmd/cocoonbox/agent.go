@@ -20,6 +20,8 @@ func agentCommand() *cli.Command {
 			agentShowCommand(),
 			agentSayCommand(),
 			agentCancelCommand(),
+			agentAcceptCommand(),
+			agentDiscardCommand(),
 		},
 		Action: groupAction,
 	}

@@ -39,10 +39,15 @@ func agentRunCommand() *cli.Command {
 		Usage: "give a box's agent a task and follow its steps",
 		Description: "Prints the run's ID, then each step as the agent takes it, until the run ends. Ctrl-C stops\n" +
 			"following; the run goes on. With --detach only the run's ID is printed. With --output json\n" +
-			"each line is one JSON event, as agent watch prints them (--detach: the run).",
+			"each line is one JSON event, as agent watch prints them (--detach: the run).\n\n" +
+			"With --attempts N the box is forked N ways and the task runs on each fork; a judge then picks\n" +
+			"the attempt that did best. The box is unchanged until the pick is accepted (--accept, or\n" +
+			"agent accept later, which deletes the forks).",
 		ArgsUsage: "BOX TASK...",
 		Flags: apiFlags(append(runFlags(),
-			&cli.BoolFlag{Name: "detach", Aliases: []string{"d"}, Usage: "start the run and return at once"})...),
+			&cli.BoolFlag{Name: "detach", Aliases: []string{"d"}, Usage: "start the run and return at once"},
+			&cli.IntFlag{Name: "attempts", Usage: "run the task on `N` forks of the box (2 to 8) and let a judge pick the best"},
+			&cli.BoolFlag{Name: "accept", Usage: "with --attempts: give the box the state of the judge's pick at once"})...),
 		Action: func(c *cli.Context) error {
 			args, err := positional(c, "BOX TASK...", 2, -1)
 			if err != nil {
@@ -53,6 +58,9 @@ func agentRunCommand() *cli.Command {
 				return err
 			}
 			defer s.Close()
+			if c.IsSet("attempts") {
+				return runAttempts(c, s, agent, args)
+			}
 			run, err := startRun(c, agent, args)
 			if err != nil {
 				return err

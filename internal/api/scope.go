@@ -33,6 +33,7 @@ var readRoutes = map[string]bool{
 	"/cocoonbox.v1.AgentService/ListRuns":      true,
 	"/cocoonbox.v1.AgentService/WatchRun":      true,
 	"/cocoonbox.v1.AgentService/GetStepImages": true,
+	"/cocoonbox.v1.AgentService/GetAttempts":   true,
 	"/cocoonbox.v1.VaultService/ListSecrets":   true,
 	routeDesktop + modeView:                    true,
 	routeOperator:                              true,

@@ -80,28 +80,11 @@ func (s *Service) StartRun(ctx context.Context, caller string, id cocoonbox.BoxI
 	if _, err := s.authorize(ctx, caller, id, cocoonbox.RoleDriver); err != nil {
 		return Run{}, err
 	}
-	if req.MaxSteps < 0 || req.MaxSteps > MaxRunSteps {
-		return Run{}, cocoonbox.Invalid("max_steps", fmt.Sprintf("must be between 1 and %d, or 0 for the default", MaxRunSteps))
+	req, err := s.checkRun(req)
+	if err != nil {
+		return Run{}, err
 	}
-	if req.MaxTokens < 0 {
-		return Run{}, cocoonbox.Invalid("max_tokens", fmt.Sprintf("must be 0 (no bound) or more, got %d", req.MaxTokens))
-	}
-	req = withDefaults(req, s.Agent)
-	switch {
-	case strings.TrimSpace(req.Task) == "":
-		return Run{}, cocoonbox.Invalid("task", "is required")
-	case len(req.Task) > maxTaskBytes:
-		return Run{}, cocoonbox.Invalid("task", fmt.Sprintf("is longer than %d bytes", maxTaskBytes))
-	case s.Agent.Provider == "" || s.Agent.BaseURL == "":
-		return Run{}, cocoonbox.Errorf(cocoonbox.EUnavailable, "agent runs are not configured on this server: its configuration needs agent.provider and agent.base_url")
-	case req.Model == "":
-		return Run{}, cocoonbox.Invalid("model", "is required: this server has no default model")
-	case len(s.Agent.Models) > 0 && !slices.Contains(s.Agent.Models, req.Model):
-		return Run{}, cocoonbox.Invalid("model", fmt.Sprintf("%q is not offered here; choose one of %s", req.Model, strings.Join(s.Agent.Models, ", ")))
-	}
-	b := make([]byte, 16)
-	rand.Read(b) // never fails since Go 1.24
-	runID := workflows.RunIDPrefix + hex.EncodeToString(b)
+	runID := workflows.RunIDPrefix + randomHex()
 	run, err := s.Store.CreateAgentRunWithin(ctx, store.NewAgentRun{ID: runID, BoxID: id, Owner: caller,
 		Task: req.Task, Provider: s.Agent.Provider, Model: req.Model, MaxTokens: req.MaxTokens}, s.Quota.Runs)
 	if errors.Is(err, store.ErrQuota) {
@@ -123,6 +106,38 @@ func (s *Service) StartRun(ctx context.Context, caller string, id cocoonbox.BoxI
 	}
 	s.audit(ctx, caller, id, "agent.start", map[string]any{"run": runID, "model": req.Model})
 	return Run{AgentRun: run}, nil
+}
+
+// checkRun checks a run's request against this server's agent configuration and fills in its
+// defaults.
+func (s *Service) checkRun(req RunRequest) (RunRequest, error) {
+	if req.MaxSteps < 0 || req.MaxSteps > MaxRunSteps {
+		return req, cocoonbox.Invalid("max_steps", fmt.Sprintf("must be between 1 and %d, or 0 for the default", MaxRunSteps))
+	}
+	if req.MaxTokens < 0 {
+		return req, cocoonbox.Invalid("max_tokens", fmt.Sprintf("must be 0 (no bound) or more, got %d", req.MaxTokens))
+	}
+	req = withDefaults(req, s.Agent)
+	switch {
+	case strings.TrimSpace(req.Task) == "":
+		return req, cocoonbox.Invalid("task", "is required")
+	case len(req.Task) > maxTaskBytes:
+		return req, cocoonbox.Invalid("task", fmt.Sprintf("is longer than %d bytes", maxTaskBytes))
+	case s.Agent.Provider == "" || s.Agent.BaseURL == "":
+		return req, cocoonbox.Errorf(cocoonbox.EUnavailable, "agent runs are not configured on this server: its configuration needs agent.provider and agent.base_url")
+	case req.Model == "":
+		return req, cocoonbox.Invalid("model", "is required: this server has no default model")
+	case len(s.Agent.Models) > 0 && !slices.Contains(s.Agent.Models, req.Model):
+		return req, cocoonbox.Invalid("model", fmt.Sprintf("%q is not offered here; choose one of %s", req.Model, strings.Join(s.Agent.Models, ", ")))
+	}
+	return req, nil
+}
+
+// randomHex is 16 random bytes in hex, for IDs.
+func randomHex() string {
+	b := make([]byte, 16)
+	rand.Read(b) // never fails since Go 1.24
+	return hex.EncodeToString(b)
 }
 
 func withDefaults(r RunRequest, d config.Agent) RunRequest {

@@ -104,6 +104,7 @@ func New(opts Options) *Worker {
 	w.RegisterWorkflow(workflows.BoxWorkflow)
 	w.RegisterWorkflow(workflows.SnapshotWorkflow)
 	w.RegisterWorkflow(workflows.AgentRunWorkflow)
+	w.RegisterWorkflow(workflows.AttemptsWorkflow)
 	w.RegisterWorkflow(workflows.WebhookWorkflow)
 	w.RegisterWorkflow(workflows.DrainWorkflow)
 	w.RegisterActivity(&activities.Webhooks{Store: opts.Store, Open: opts.Keys.Open, Client: activities.WebhookClient(opts.WebhooksAllowPrivate)})
@@ -141,8 +142,38 @@ func New(opts Options) *Worker {
 	w.RegisterActivity(&activities.Agent{
 		Link: link,
 		Runs: opts.Store, Vault: vlt, Gateway: opts.Gateway, Wake: wakeBox(opts.Temporal, opts.Store), Usage: usageLedger(opts.Store), Texts: runTexts(opts.Store),
+		Attempts: opts.Store,
 	})
+	w.RegisterActivity(&activities.Attempts{Store: opts.Store, Adopt: adoptBox(opts.Temporal), DeleteBox: deleteBox(opts.Temporal)})
 	return out
+}
+
+// adoptBox gives box the state of box from: a checkpoint with memory of from (its fork update),
+// then box's adopt update. Both updates carry IDs made from key, so a retried activity gets the
+// answers of the updates its first try sent.
+func adoptBox(c client.Client) func(ctx context.Context, box, from cocoonbox.BoxID, key string) error {
+	return func(ctx context.Context, box, from cocoonbox.BoxID, key string) error {
+		res, err := workflows.Update[workflows.ForkResult](workflows.WithUpdateID(ctx, key+"/fork"), c, from, workflows.UpdateFork,
+			workflows.ForkInput{ForkID: key, Count: 1, By: "its best-of-N run"})
+		if err != nil {
+			return err
+		}
+		_, err = workflows.Update[workflows.Status](workflows.WithUpdateID(ctx, key+"/adopt"), c, box, workflows.UpdateAdopt,
+			workflows.AdoptInput{From: from, CheckpointID: res.CheckpointID, Node: res.Node})
+		return err
+	}
+}
+
+// deleteBox deletes a box and its snapshots through its workflow; one already deleted, or whose
+// workflow is gone, is done.
+func deleteBox(c client.Client) func(ctx context.Context, box cocoonbox.BoxID) error {
+	return func(ctx context.Context, box cocoonbox.BoxID) error {
+		_, err := workflows.Update[workflows.Status](ctx, c, box, workflows.UpdateDelete, workflows.DeleteInput{PurgeSnapshots: true})
+		if err != nil && (workflows.Missing(err) || cocoonbox.ErrorCode(err) == cocoonbox.ENotFound) {
+			return nil
+		}
+		return err
+	}
 }
 
 // wakeBox wakes a box through its workflow (a no-op when it runs), for the agent step activity:

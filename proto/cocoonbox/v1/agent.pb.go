@@ -1147,6 +1147,432 @@ func (x *AgentText) GetText() string {
 	return ""
 }
 
+type StartAttemptsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Box   string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
+	Task  string                 `protobuf:"bytes,2,opt,name=task,proto3" json:"task,omitempty"`
+	// attempts is how many forks run the task, 2 to 8.
+	Attempts      int32  `protobuf:"varint,3,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	Model         string `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	MaxSteps      int32  `protobuf:"varint,5,opt,name=max_steps,json=maxSteps,proto3" json:"max_steps,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StartAttemptsRequest) Reset() {
+	*x = StartAttemptsRequest{}
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StartAttemptsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StartAttemptsRequest) ProtoMessage() {}
+
+func (x *StartAttemptsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StartAttemptsRequest.ProtoReflect.Descriptor instead.
+func (*StartAttemptsRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *StartAttemptsRequest) GetBox() string {
+	if x != nil {
+		return x.Box
+	}
+	return ""
+}
+
+func (x *StartAttemptsRequest) GetTask() string {
+	if x != nil {
+		return x.Task
+	}
+	return ""
+}
+
+func (x *StartAttemptsRequest) GetAttempts() int32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
+}
+
+func (x *StartAttemptsRequest) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *StartAttemptsRequest) GetMaxSteps() int32 {
+	if x != nil {
+		return x.MaxSteps
+	}
+	return 0
+}
+
+type GetAttemptsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetAttemptsRequest) Reset() {
+	*x = GetAttemptsRequest{}
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetAttemptsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetAttemptsRequest) ProtoMessage() {}
+
+func (x *GetAttemptsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetAttemptsRequest.ProtoReflect.Descriptor instead.
+func (*GetAttemptsRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{17}
+}
+
+func (x *GetAttemptsRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+type AcceptAttemptsRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	// choice is the attempt to accept, from 1; 0 is the judge's pick.
+	Choice        int32 `protobuf:"varint,2,opt,name=choice,proto3" json:"choice,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AcceptAttemptsRequest) Reset() {
+	*x = AcceptAttemptsRequest{}
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[18]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AcceptAttemptsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AcceptAttemptsRequest) ProtoMessage() {}
+
+func (x *AcceptAttemptsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[18]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AcceptAttemptsRequest.ProtoReflect.Descriptor instead.
+func (*AcceptAttemptsRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{18}
+}
+
+func (x *AcceptAttemptsRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *AcceptAttemptsRequest) GetChoice() int32 {
+	if x != nil {
+		return x.Choice
+	}
+	return 0
+}
+
+type DiscardAttemptsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiscardAttemptsRequest) Reset() {
+	*x = DiscardAttemptsRequest{}
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[19]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiscardAttemptsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiscardAttemptsRequest) ProtoMessage() {}
+
+func (x *DiscardAttemptsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[19]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiscardAttemptsRequest.ProtoReflect.Descriptor instead.
+func (*DiscardAttemptsRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{19}
+}
+
+func (x *DiscardAttemptsRequest) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+// Attempts is a best-of-N run.
+type Attempts struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	BoxId string                 `protobuf:"bytes,2,opt,name=box_id,json=boxId,proto3" json:"box_id,omitempty"`
+	Task  string                 `protobuf:"bytes,3,opt,name=task,proto3" json:"task,omitempty"`
+	Model string                 `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	// state is running, judging, judged (the pick waits to be accepted), accepting, accepted,
+	// failed or discarded.
+	State    string     `protobuf:"bytes,5,opt,name=state,proto3" json:"state,omitempty"`
+	Attempts []*Attempt `protobuf:"bytes,6,rep,name=attempts,proto3" json:"attempts,omitempty"`
+	// winner is the judge's pick, from 1; 0 before the judge.
+	Winner int32 `protobuf:"varint,7,opt,name=winner,proto3" json:"winner,omitempty"`
+	// reason is the judge's, in one sentence.
+	Reason string `protobuf:"bytes,8,opt,name=reason,proto3" json:"reason,omitempty"`
+	// chosen is the attempt accepted, from 1.
+	Chosen        int32                  `protobuf:"varint,9,opt,name=chosen,proto3" json:"chosen,omitempty"`
+	Error         string                 `protobuf:"bytes,10,opt,name=error,proto3" json:"error,omitempty"`
+	CreatedAt     *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=created_at,json=createdAt,proto3" json:"created_at,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Attempts) Reset() {
+	*x = Attempts{}
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Attempts) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Attempts) ProtoMessage() {}
+
+func (x *Attempts) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Attempts.ProtoReflect.Descriptor instead.
+func (*Attempts) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{20}
+}
+
+func (x *Attempts) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *Attempts) GetBoxId() string {
+	if x != nil {
+		return x.BoxId
+	}
+	return ""
+}
+
+func (x *Attempts) GetTask() string {
+	if x != nil {
+		return x.Task
+	}
+	return ""
+}
+
+func (x *Attempts) GetModel() string {
+	if x != nil {
+		return x.Model
+	}
+	return ""
+}
+
+func (x *Attempts) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *Attempts) GetAttempts() []*Attempt {
+	if x != nil {
+		return x.Attempts
+	}
+	return nil
+}
+
+func (x *Attempts) GetWinner() int32 {
+	if x != nil {
+		return x.Winner
+	}
+	return 0
+}
+
+func (x *Attempts) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Attempts) GetChosen() int32 {
+	if x != nil {
+		return x.Chosen
+	}
+	return 0
+}
+
+func (x *Attempts) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
+func (x *Attempts) GetCreatedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.CreatedAt
+	}
+	return nil
+}
+
+// Attempt is one attempt of a best-of-N run: its fork and its run.
+type Attempt struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Number int32                  `protobuf:"varint,1,opt,name=number,proto3" json:"number,omitempty"`
+	BoxId  string                 `protobuf:"bytes,2,opt,name=box_id,json=boxId,proto3" json:"box_id,omitempty"`
+	RunId  string                 `protobuf:"bytes,3,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	State  string                 `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
+	// result is what the attempt's agent said last.
+	Result        string `protobuf:"bytes,5,opt,name=result,proto3" json:"result,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Attempt) Reset() {
+	*x = Attempt{}
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Attempt) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Attempt) ProtoMessage() {}
+
+func (x *Attempt) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Attempt.ProtoReflect.Descriptor instead.
+func (*Attempt) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *Attempt) GetNumber() int32 {
+	if x != nil {
+		return x.Number
+	}
+	return 0
+}
+
+func (x *Attempt) GetBoxId() string {
+	if x != nil {
+		return x.BoxId
+	}
+	return ""
+}
+
+func (x *Attempt) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *Attempt) GetState() string {
+	if x != nil {
+		return x.State
+	}
+	return ""
+}
+
+func (x *Attempt) GetResult() string {
+	if x != nil {
+		return x.Result
+	}
+	return ""
+}
+
 var File_cocoonbox_v1_agent_proto protoreflect.FileDescriptor
 
 const file_cocoonbox_v1_agent_proto_rawDesc = "" +
@@ -1234,7 +1660,40 @@ const file_cocoonbox_v1_agent_proto_rawDesc = "" +
 	"\x05event\"3\n" +
 	"\tAgentText\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x05R\x04step\x12\x12\n" +
-	"\x04text\x18\x02 \x01(\tR\x04text2\x98\x04\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\"\x8b\x01\n" +
+	"\x14StartAttemptsRequest\x12\x10\n" +
+	"\x03box\x18\x01 \x01(\tR\x03box\x12\x12\n" +
+	"\x04task\x18\x02 \x01(\tR\x04task\x12\x1a\n" +
+	"\battempts\x18\x03 \x01(\x05R\battempts\x12\x14\n" +
+	"\x05model\x18\x04 \x01(\tR\x05model\x12\x1b\n" +
+	"\tmax_steps\x18\x05 \x01(\x05R\bmaxSteps\"$\n" +
+	"\x12GetAttemptsRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"?\n" +
+	"\x15AcceptAttemptsRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x16\n" +
+	"\x06choice\x18\x02 \x01(\x05R\x06choice\"(\n" +
+	"\x16DiscardAttemptsRequest\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\"\xbd\x02\n" +
+	"\bAttempts\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
+	"\x06box_id\x18\x02 \x01(\tR\x05boxId\x12\x12\n" +
+	"\x04task\x18\x03 \x01(\tR\x04task\x12\x14\n" +
+	"\x05model\x18\x04 \x01(\tR\x05model\x12\x14\n" +
+	"\x05state\x18\x05 \x01(\tR\x05state\x121\n" +
+	"\battempts\x18\x06 \x03(\v2\x15.cocoonbox.v1.AttemptR\battempts\x12\x16\n" +
+	"\x06winner\x18\a \x01(\x05R\x06winner\x12\x16\n" +
+	"\x06reason\x18\b \x01(\tR\x06reason\x12\x16\n" +
+	"\x06chosen\x18\t \x01(\x05R\x06chosen\x12\x14\n" +
+	"\x05error\x18\n" +
+	" \x01(\tR\x05error\x129\n" +
+	"\n" +
+	"created_at\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tcreatedAt\"}\n" +
+	"\aAttempt\x12\x16\n" +
+	"\x06number\x18\x01 \x01(\x05R\x06number\x12\x15\n" +
+	"\x06box_id\x18\x02 \x01(\tR\x05boxId\x12\x15\n" +
+	"\x06run_id\x18\x03 \x01(\tR\x05runId\x12\x14\n" +
+	"\x05state\x18\x04 \x01(\tR\x05state\x12\x16\n" +
+	"\x06result\x18\x05 \x01(\tR\x06result2\xce\x06\n" +
 	"\fAgentService\x12A\n" +
 	"\bStartRun\x12\x1d.cocoonbox.v1.StartRunRequest\x1a\x16.cocoonbox.v1.AgentRun\x12R\n" +
 	"\vSendMessage\x12 .cocoonbox.v1.SendMessageRequest\x1a!.cocoonbox.v1.SendMessageResponse\x12C\n" +
@@ -1242,7 +1701,11 @@ const file_cocoonbox_v1_agent_proto_rawDesc = "" +
 	"\x06GetRun\x12\x1b.cocoonbox.v1.GetRunRequest\x1a\x16.cocoonbox.v1.AgentRun\x12I\n" +
 	"\bListRuns\x12\x1d.cocoonbox.v1.ListRunsRequest\x1a\x1e.cocoonbox.v1.ListRunsResponse\x12H\n" +
 	"\bWatchRun\x12\x1d.cocoonbox.v1.WatchRunRequest\x1a\x1b.cocoonbox.v1.WatchRunEvent0\x01\x12X\n" +
-	"\rGetStepImages\x12\".cocoonbox.v1.GetStepImagesRequest\x1a#.cocoonbox.v1.GetStepImagesResponseB>Z<github.com/loomhand/cocoonbox/proto/cocoonbox/v1;cocoonboxv1b\x06proto3"
+	"\rGetStepImages\x12\".cocoonbox.v1.GetStepImagesRequest\x1a#.cocoonbox.v1.GetStepImagesResponse\x12K\n" +
+	"\rStartAttempts\x12\".cocoonbox.v1.StartAttemptsRequest\x1a\x16.cocoonbox.v1.Attempts\x12G\n" +
+	"\vGetAttempts\x12 .cocoonbox.v1.GetAttemptsRequest\x1a\x16.cocoonbox.v1.Attempts\x12M\n" +
+	"\x0eAcceptAttempts\x12#.cocoonbox.v1.AcceptAttemptsRequest\x1a\x16.cocoonbox.v1.Attempts\x12O\n" +
+	"\x0fDiscardAttempts\x12$.cocoonbox.v1.DiscardAttemptsRequest\x1a\x16.cocoonbox.v1.AttemptsB>Z<github.com/loomhand/cocoonbox/proto/cocoonbox/v1;cocoonboxv1b\x06proto3"
 
 var (
 	file_cocoonbox_v1_agent_proto_rawDescOnce sync.Once
@@ -1256,57 +1719,73 @@ func file_cocoonbox_v1_agent_proto_rawDescGZIP() []byte {
 	return file_cocoonbox_v1_agent_proto_rawDescData
 }
 
-var file_cocoonbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_cocoonbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_cocoonbox_v1_agent_proto_goTypes = []any{
-	(*AgentRun)(nil),              // 0: cocoonbox.v1.AgentRun
-	(*PlanItem)(nil),              // 1: cocoonbox.v1.PlanItem
-	(*AgentStep)(nil),             // 2: cocoonbox.v1.AgentStep
-	(*AgentToolCall)(nil),         // 3: cocoonbox.v1.AgentToolCall
-	(*StartRunRequest)(nil),       // 4: cocoonbox.v1.StartRunRequest
-	(*SendMessageRequest)(nil),    // 5: cocoonbox.v1.SendMessageRequest
-	(*SendMessageResponse)(nil),   // 6: cocoonbox.v1.SendMessageResponse
-	(*CancelRunRequest)(nil),      // 7: cocoonbox.v1.CancelRunRequest
-	(*GetRunRequest)(nil),         // 8: cocoonbox.v1.GetRunRequest
-	(*GetStepImagesRequest)(nil),  // 9: cocoonbox.v1.GetStepImagesRequest
-	(*GetStepImagesResponse)(nil), // 10: cocoonbox.v1.GetStepImagesResponse
-	(*ListRunsRequest)(nil),       // 11: cocoonbox.v1.ListRunsRequest
-	(*ListRunsResponse)(nil),      // 12: cocoonbox.v1.ListRunsResponse
-	(*WatchRunRequest)(nil),       // 13: cocoonbox.v1.WatchRunRequest
-	(*WatchRunEvent)(nil),         // 14: cocoonbox.v1.WatchRunEvent
-	(*AgentText)(nil),             // 15: cocoonbox.v1.AgentText
-	(*timestamppb.Timestamp)(nil), // 16: google.protobuf.Timestamp
+	(*AgentRun)(nil),               // 0: cocoonbox.v1.AgentRun
+	(*PlanItem)(nil),               // 1: cocoonbox.v1.PlanItem
+	(*AgentStep)(nil),              // 2: cocoonbox.v1.AgentStep
+	(*AgentToolCall)(nil),          // 3: cocoonbox.v1.AgentToolCall
+	(*StartRunRequest)(nil),        // 4: cocoonbox.v1.StartRunRequest
+	(*SendMessageRequest)(nil),     // 5: cocoonbox.v1.SendMessageRequest
+	(*SendMessageResponse)(nil),    // 6: cocoonbox.v1.SendMessageResponse
+	(*CancelRunRequest)(nil),       // 7: cocoonbox.v1.CancelRunRequest
+	(*GetRunRequest)(nil),          // 8: cocoonbox.v1.GetRunRequest
+	(*GetStepImagesRequest)(nil),   // 9: cocoonbox.v1.GetStepImagesRequest
+	(*GetStepImagesResponse)(nil),  // 10: cocoonbox.v1.GetStepImagesResponse
+	(*ListRunsRequest)(nil),        // 11: cocoonbox.v1.ListRunsRequest
+	(*ListRunsResponse)(nil),       // 12: cocoonbox.v1.ListRunsResponse
+	(*WatchRunRequest)(nil),        // 13: cocoonbox.v1.WatchRunRequest
+	(*WatchRunEvent)(nil),          // 14: cocoonbox.v1.WatchRunEvent
+	(*AgentText)(nil),              // 15: cocoonbox.v1.AgentText
+	(*StartAttemptsRequest)(nil),   // 16: cocoonbox.v1.StartAttemptsRequest
+	(*GetAttemptsRequest)(nil),     // 17: cocoonbox.v1.GetAttemptsRequest
+	(*AcceptAttemptsRequest)(nil),  // 18: cocoonbox.v1.AcceptAttemptsRequest
+	(*DiscardAttemptsRequest)(nil), // 19: cocoonbox.v1.DiscardAttemptsRequest
+	(*Attempts)(nil),               // 20: cocoonbox.v1.Attempts
+	(*Attempt)(nil),                // 21: cocoonbox.v1.Attempt
+	(*timestamppb.Timestamp)(nil),  // 22: google.protobuf.Timestamp
 }
 var file_cocoonbox_v1_agent_proto_depIdxs = []int32{
 	2,  // 0: cocoonbox.v1.AgentRun.steps:type_name -> cocoonbox.v1.AgentStep
-	16, // 1: cocoonbox.v1.AgentRun.created_at:type_name -> google.protobuf.Timestamp
-	16, // 2: cocoonbox.v1.AgentRun.ended_at:type_name -> google.protobuf.Timestamp
+	22, // 1: cocoonbox.v1.AgentRun.created_at:type_name -> google.protobuf.Timestamp
+	22, // 2: cocoonbox.v1.AgentRun.ended_at:type_name -> google.protobuf.Timestamp
 	1,  // 3: cocoonbox.v1.AgentRun.plan:type_name -> cocoonbox.v1.PlanItem
-	16, // 4: cocoonbox.v1.AgentStep.at:type_name -> google.protobuf.Timestamp
+	22, // 4: cocoonbox.v1.AgentStep.at:type_name -> google.protobuf.Timestamp
 	3,  // 5: cocoonbox.v1.AgentStep.tool_calls:type_name -> cocoonbox.v1.AgentToolCall
 	1,  // 6: cocoonbox.v1.AgentStep.plan:type_name -> cocoonbox.v1.PlanItem
 	0,  // 7: cocoonbox.v1.ListRunsResponse.runs:type_name -> cocoonbox.v1.AgentRun
 	2,  // 8: cocoonbox.v1.WatchRunEvent.step:type_name -> cocoonbox.v1.AgentStep
 	0,  // 9: cocoonbox.v1.WatchRunEvent.run:type_name -> cocoonbox.v1.AgentRun
 	15, // 10: cocoonbox.v1.WatchRunEvent.text:type_name -> cocoonbox.v1.AgentText
-	4,  // 11: cocoonbox.v1.AgentService.StartRun:input_type -> cocoonbox.v1.StartRunRequest
-	5,  // 12: cocoonbox.v1.AgentService.SendMessage:input_type -> cocoonbox.v1.SendMessageRequest
-	7,  // 13: cocoonbox.v1.AgentService.CancelRun:input_type -> cocoonbox.v1.CancelRunRequest
-	8,  // 14: cocoonbox.v1.AgentService.GetRun:input_type -> cocoonbox.v1.GetRunRequest
-	11, // 15: cocoonbox.v1.AgentService.ListRuns:input_type -> cocoonbox.v1.ListRunsRequest
-	13, // 16: cocoonbox.v1.AgentService.WatchRun:input_type -> cocoonbox.v1.WatchRunRequest
-	9,  // 17: cocoonbox.v1.AgentService.GetStepImages:input_type -> cocoonbox.v1.GetStepImagesRequest
-	0,  // 18: cocoonbox.v1.AgentService.StartRun:output_type -> cocoonbox.v1.AgentRun
-	6,  // 19: cocoonbox.v1.AgentService.SendMessage:output_type -> cocoonbox.v1.SendMessageResponse
-	0,  // 20: cocoonbox.v1.AgentService.CancelRun:output_type -> cocoonbox.v1.AgentRun
-	0,  // 21: cocoonbox.v1.AgentService.GetRun:output_type -> cocoonbox.v1.AgentRun
-	12, // 22: cocoonbox.v1.AgentService.ListRuns:output_type -> cocoonbox.v1.ListRunsResponse
-	14, // 23: cocoonbox.v1.AgentService.WatchRun:output_type -> cocoonbox.v1.WatchRunEvent
-	10, // 24: cocoonbox.v1.AgentService.GetStepImages:output_type -> cocoonbox.v1.GetStepImagesResponse
-	18, // [18:25] is the sub-list for method output_type
-	11, // [11:18] is the sub-list for method input_type
-	11, // [11:11] is the sub-list for extension type_name
-	11, // [11:11] is the sub-list for extension extendee
-	0,  // [0:11] is the sub-list for field type_name
+	21, // 11: cocoonbox.v1.Attempts.attempts:type_name -> cocoonbox.v1.Attempt
+	22, // 12: cocoonbox.v1.Attempts.created_at:type_name -> google.protobuf.Timestamp
+	4,  // 13: cocoonbox.v1.AgentService.StartRun:input_type -> cocoonbox.v1.StartRunRequest
+	5,  // 14: cocoonbox.v1.AgentService.SendMessage:input_type -> cocoonbox.v1.SendMessageRequest
+	7,  // 15: cocoonbox.v1.AgentService.CancelRun:input_type -> cocoonbox.v1.CancelRunRequest
+	8,  // 16: cocoonbox.v1.AgentService.GetRun:input_type -> cocoonbox.v1.GetRunRequest
+	11, // 17: cocoonbox.v1.AgentService.ListRuns:input_type -> cocoonbox.v1.ListRunsRequest
+	13, // 18: cocoonbox.v1.AgentService.WatchRun:input_type -> cocoonbox.v1.WatchRunRequest
+	9,  // 19: cocoonbox.v1.AgentService.GetStepImages:input_type -> cocoonbox.v1.GetStepImagesRequest
+	16, // 20: cocoonbox.v1.AgentService.StartAttempts:input_type -> cocoonbox.v1.StartAttemptsRequest
+	17, // 21: cocoonbox.v1.AgentService.GetAttempts:input_type -> cocoonbox.v1.GetAttemptsRequest
+	18, // 22: cocoonbox.v1.AgentService.AcceptAttempts:input_type -> cocoonbox.v1.AcceptAttemptsRequest
+	19, // 23: cocoonbox.v1.AgentService.DiscardAttempts:input_type -> cocoonbox.v1.DiscardAttemptsRequest
+	0,  // 24: cocoonbox.v1.AgentService.StartRun:output_type -> cocoonbox.v1.AgentRun
+	6,  // 25: cocoonbox.v1.AgentService.SendMessage:output_type -> cocoonbox.v1.SendMessageResponse
+	0,  // 26: cocoonbox.v1.AgentService.CancelRun:output_type -> cocoonbox.v1.AgentRun
+	0,  // 27: cocoonbox.v1.AgentService.GetRun:output_type -> cocoonbox.v1.AgentRun
+	12, // 28: cocoonbox.v1.AgentService.ListRuns:output_type -> cocoonbox.v1.ListRunsResponse
+	14, // 29: cocoonbox.v1.AgentService.WatchRun:output_type -> cocoonbox.v1.WatchRunEvent
+	10, // 30: cocoonbox.v1.AgentService.GetStepImages:output_type -> cocoonbox.v1.GetStepImagesResponse
+	20, // 31: cocoonbox.v1.AgentService.StartAttempts:output_type -> cocoonbox.v1.Attempts
+	20, // 32: cocoonbox.v1.AgentService.GetAttempts:output_type -> cocoonbox.v1.Attempts
+	20, // 33: cocoonbox.v1.AgentService.AcceptAttempts:output_type -> cocoonbox.v1.Attempts
+	20, // 34: cocoonbox.v1.AgentService.DiscardAttempts:output_type -> cocoonbox.v1.Attempts
+	24, // [24:35] is the sub-list for method output_type
+	13, // [13:24] is the sub-list for method input_type
+	13, // [13:13] is the sub-list for extension type_name
+	13, // [13:13] is the sub-list for extension extendee
+	0,  // [0:13] is the sub-list for field type_name
 }
 
 func init() { file_cocoonbox_v1_agent_proto_init() }
@@ -1325,7 +1804,7 @@ func file_cocoonbox_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cocoonbox_v1_agent_proto_rawDesc), len(file_cocoonbox_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   16,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

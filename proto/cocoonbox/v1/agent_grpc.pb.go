@@ -19,13 +19,17 @@ import (
 const _ = grpc.SupportPackageIsVersion9
 
 const (
-	AgentService_StartRun_FullMethodName      = "/cocoonbox.v1.AgentService/StartRun"
-	AgentService_SendMessage_FullMethodName   = "/cocoonbox.v1.AgentService/SendMessage"
-	AgentService_CancelRun_FullMethodName     = "/cocoonbox.v1.AgentService/CancelRun"
-	AgentService_GetRun_FullMethodName        = "/cocoonbox.v1.AgentService/GetRun"
-	AgentService_ListRuns_FullMethodName      = "/cocoonbox.v1.AgentService/ListRuns"
-	AgentService_WatchRun_FullMethodName      = "/cocoonbox.v1.AgentService/WatchRun"
-	AgentService_GetStepImages_FullMethodName = "/cocoonbox.v1.AgentService/GetStepImages"
+	AgentService_StartRun_FullMethodName        = "/cocoonbox.v1.AgentService/StartRun"
+	AgentService_SendMessage_FullMethodName     = "/cocoonbox.v1.AgentService/SendMessage"
+	AgentService_CancelRun_FullMethodName       = "/cocoonbox.v1.AgentService/CancelRun"
+	AgentService_GetRun_FullMethodName          = "/cocoonbox.v1.AgentService/GetRun"
+	AgentService_ListRuns_FullMethodName        = "/cocoonbox.v1.AgentService/ListRuns"
+	AgentService_WatchRun_FullMethodName        = "/cocoonbox.v1.AgentService/WatchRun"
+	AgentService_GetStepImages_FullMethodName   = "/cocoonbox.v1.AgentService/GetStepImages"
+	AgentService_StartAttempts_FullMethodName   = "/cocoonbox.v1.AgentService/StartAttempts"
+	AgentService_GetAttempts_FullMethodName     = "/cocoonbox.v1.AgentService/GetAttempts"
+	AgentService_AcceptAttempts_FullMethodName  = "/cocoonbox.v1.AgentService/AcceptAttempts"
+	AgentService_DiscardAttempts_FullMethodName = "/cocoonbox.v1.AgentService/DiscardAttempts"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -52,6 +56,17 @@ type AgentServiceClient interface {
 	WatchRun(ctx context.Context, in *WatchRunRequest, opts ...grpc.CallOption) (grpc.ServerStreamingClient[WatchRunEvent], error)
 	// GetStepImages returns a step's screenshots as small PNGs (the run's timeline).
 	GetStepImages(ctx context.Context, in *GetStepImagesRequest, opts ...grpc.CallOption) (*GetStepImagesResponse, error)
+	// StartAttempts runs a task best-of-N: the box is forked N ways (2 to 8), the task runs on
+	// each fork as its own run, then a judge (a model call given the task and each attempt's steps
+	// and final screen) picks one. Nothing changes on the box until the pick is accepted (admin).
+	StartAttempts(ctx context.Context, in *StartAttemptsRequest, opts ...grpc.CallOption) (*Attempts, error)
+	// GetAttempts returns a best-of-N run: its attempts, the judge's pick and why (viewer).
+	GetAttempts(ctx context.Context, in *GetAttemptsRequest, opts ...grpc.CallOption) (*Attempts, error)
+	// AcceptAttempts gives the box the state of the judge's pick, or of the attempt chosen, and
+	// deletes every fork; it returns once done (admin).
+	AcceptAttempts(ctx context.Context, in *AcceptAttemptsRequest, opts ...grpc.CallOption) (*Attempts, error)
+	// DiscardAttempts deletes every fork and leaves the box as it was (admin).
+	DiscardAttempts(ctx context.Context, in *DiscardAttemptsRequest, opts ...grpc.CallOption) (*Attempts, error)
 }
 
 type agentServiceClient struct {
@@ -141,6 +156,46 @@ func (c *agentServiceClient) GetStepImages(ctx context.Context, in *GetStepImage
 	return out, nil
 }
 
+func (c *agentServiceClient) StartAttempts(ctx context.Context, in *StartAttemptsRequest, opts ...grpc.CallOption) (*Attempts, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Attempts)
+	err := c.cc.Invoke(ctx, AgentService_StartAttempts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) GetAttempts(ctx context.Context, in *GetAttemptsRequest, opts ...grpc.CallOption) (*Attempts, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Attempts)
+	err := c.cc.Invoke(ctx, AgentService_GetAttempts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) AcceptAttempts(ctx context.Context, in *AcceptAttemptsRequest, opts ...grpc.CallOption) (*Attempts, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Attempts)
+	err := c.cc.Invoke(ctx, AgentService_AcceptAttempts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+func (c *agentServiceClient) DiscardAttempts(ctx context.Context, in *DiscardAttemptsRequest, opts ...grpc.CallOption) (*Attempts, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(Attempts)
+	err := c.cc.Invoke(ctx, AgentService_DiscardAttempts_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -165,6 +220,17 @@ type AgentServiceServer interface {
 	WatchRun(*WatchRunRequest, grpc.ServerStreamingServer[WatchRunEvent]) error
 	// GetStepImages returns a step's screenshots as small PNGs (the run's timeline).
 	GetStepImages(context.Context, *GetStepImagesRequest) (*GetStepImagesResponse, error)
+	// StartAttempts runs a task best-of-N: the box is forked N ways (2 to 8), the task runs on
+	// each fork as its own run, then a judge (a model call given the task and each attempt's steps
+	// and final screen) picks one. Nothing changes on the box until the pick is accepted (admin).
+	StartAttempts(context.Context, *StartAttemptsRequest) (*Attempts, error)
+	// GetAttempts returns a best-of-N run: its attempts, the judge's pick and why (viewer).
+	GetAttempts(context.Context, *GetAttemptsRequest) (*Attempts, error)
+	// AcceptAttempts gives the box the state of the judge's pick, or of the attempt chosen, and
+	// deletes every fork; it returns once done (admin).
+	AcceptAttempts(context.Context, *AcceptAttemptsRequest) (*Attempts, error)
+	// DiscardAttempts deletes every fork and leaves the box as it was (admin).
+	DiscardAttempts(context.Context, *DiscardAttemptsRequest) (*Attempts, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -195,6 +261,18 @@ func (UnimplementedAgentServiceServer) WatchRun(*WatchRunRequest, grpc.ServerStr
 }
 func (UnimplementedAgentServiceServer) GetStepImages(context.Context, *GetStepImagesRequest) (*GetStepImagesResponse, error) {
 	return nil, status.Error(codes.Unimplemented, "method GetStepImages not implemented")
+}
+func (UnimplementedAgentServiceServer) StartAttempts(context.Context, *StartAttemptsRequest) (*Attempts, error) {
+	return nil, status.Error(codes.Unimplemented, "method StartAttempts not implemented")
+}
+func (UnimplementedAgentServiceServer) GetAttempts(context.Context, *GetAttemptsRequest) (*Attempts, error) {
+	return nil, status.Error(codes.Unimplemented, "method GetAttempts not implemented")
+}
+func (UnimplementedAgentServiceServer) AcceptAttempts(context.Context, *AcceptAttemptsRequest) (*Attempts, error) {
+	return nil, status.Error(codes.Unimplemented, "method AcceptAttempts not implemented")
+}
+func (UnimplementedAgentServiceServer) DiscardAttempts(context.Context, *DiscardAttemptsRequest) (*Attempts, error) {
+	return nil, status.Error(codes.Unimplemented, "method DiscardAttempts not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -336,6 +414,78 @@ func _AgentService_GetStepImages_Handler(srv interface{}, ctx context.Context, d
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_StartAttempts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(StartAttemptsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).StartAttempts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_StartAttempts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).StartAttempts(ctx, req.(*StartAttemptsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_GetAttempts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(GetAttemptsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).GetAttempts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_GetAttempts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).GetAttempts(ctx, req.(*GetAttemptsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_AcceptAttempts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(AcceptAttemptsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).AcceptAttempts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_AcceptAttempts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).AcceptAttempts(ctx, req.(*AcceptAttemptsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
+func _AgentService_DiscardAttempts_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(DiscardAttemptsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).DiscardAttempts(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_DiscardAttempts_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).DiscardAttempts(ctx, req.(*DiscardAttemptsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -366,6 +516,22 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "GetStepImages",
 			Handler:    _AgentService_GetStepImages_Handler,
+		},
+		{
+			MethodName: "StartAttempts",
+			Handler:    _AgentService_StartAttempts_Handler,
+		},
+		{
+			MethodName: "GetAttempts",
+			Handler:    _AgentService_GetAttempts_Handler,
+		},
+		{
+			MethodName: "AcceptAttempts",
+			Handler:    _AgentService_AcceptAttempts_Handler,
+		},
+		{
+			MethodName: "DiscardAttempts",
+			Handler:    _AgentService_DiscardAttempts_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
