@@ -292,10 +292,10 @@ func Up(s cocoonbox.BoxState) bool {
 	return s == cocoonbox.BoxStateRunning || s == cocoonbox.BoxStateSnapshotting
 }
 
-// StartAttempts starts best-of-N run in.ID.
+// StartAttempts starts best-of-N run in.ID; a second start of the same ID finds the first.
 func StartAttempts(ctx context.Context, c client.Client, in AttemptsInput) error {
-	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: AttemptsWorkflowID(in.ID), TaskQueue: TaskQueue},
-		AttemptsWorkflow, in)
+	_, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{ID: AttemptsWorkflowID(in.ID), TaskQueue: TaskQueue,
+		WorkflowIDConflictPolicy: enumspb.WORKFLOW_ID_CONFLICT_POLICY_USE_EXISTING}, AttemptsWorkflow, in)
 	if err != nil {
 		return DomainError(fmt.Errorf("start attempts %s: %w", in.ID, err))
 	}

@@ -24,6 +24,7 @@ func runAttempts(c *cli.Context, s *session, agent cbv1.AgentServiceClient, args
 	stop := s.out.progress(fmt.Sprintf("forking %s %d ways", args[0], n))
 	att, err := agent.StartAttempts(c.Context, &cbv1.StartAttemptsRequest{
 		Box: args[0], Task: strings.Join(args[1:], " "), Attempts: int32(n), Model: c.String("model"), MaxSteps: int32(c.Int("max-steps")),
+		RequestId: requestID(),
 	})
 	stop()
 	if err != nil {

@@ -32,7 +32,7 @@ func boxForkCommand() *cli.Command {
 			}
 			defer s.Close()
 			stop := s.out.progress(fmt.Sprintf("forking %s %d way(s)", args[0], c.Int("count")))
-			resp, err := boxes.ForkBox(c.Context, &cbv1.ForkBoxRequest{Box: args[0], Count: int32(c.Int("count")), Name: c.String("name")})
+			resp, err := boxes.ForkBox(c.Context, &cbv1.ForkBoxRequest{Box: args[0], Count: int32(c.Int("count")), Name: c.String("name"), RequestId: requestID()})
 			stop()
 			if err != nil {
 				return apiError(err)

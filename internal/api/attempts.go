@@ -13,6 +13,9 @@ func (a *agentService) StartAttempts(ctx context.Context, req *cbv1.StartAttempt
 	if err != nil {
 		return nil, err
 	}
+	if ctx, err = withRequest(ctx, req.GetRequestId()); err != nil {
+		return nil, err
+	}
 	v, err := svc.StartAttempts(ctx, caller, id, boxsvc.RunRequest{Task: req.GetTask(), Model: req.GetModel(), MaxSteps: int(req.GetMaxSteps())}, int(req.GetAttempts()))
 	if err != nil {
 		return nil, err

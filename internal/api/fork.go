@@ -13,6 +13,9 @@ func (b *boxService) ForkBox(ctx context.Context, req *cbv1.ForkBoxRequest) (*cb
 	if err != nil {
 		return nil, err
 	}
+	if ctx, err = withRequest(ctx, req.GetRequestId()); err != nil {
+		return nil, err
+	}
 	forked, err := svc.Fork(ctx, caller, id, boxsvc.ForkRequest{Count: int(req.GetCount()), Name: req.GetName()})
 	if err != nil {
 		return nil, err

@@ -2,6 +2,8 @@ package boxsvc
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 
 	"github.com/loomhand/cocoonbox"
@@ -36,10 +38,10 @@ func (s *Service) StartAttempts(ctx context.Context, caller string, id cocoonbox
 		s.dropForks(ctx, caller, forked.Boxes)
 		return AttemptsView{}, err
 	}
-	attID := workflows.AttemptsIDPrefix + randomHex()
+	attID := workflows.AttemptsIDPrefix + requestHex(ctx, caller, "attempts/"+string(id))
 	in := workflows.AttemptsInput{ID: attID, BoxID: id, Owner: caller, Task: req.Task, System: req.System, Model: req.Model, MaxSteps: req.MaxSteps}
 	for _, f := range forked.Boxes {
-		runID := workflows.RunIDPrefix + randomHex()
+		runID := workflows.RunIDPrefix + requestHex(ctx, caller, "run/"+string(f.BoxID))
 		if _, err := s.Store.CreateAgentRunWithin(ctx, store.NewAgentRun{ID: runID, BoxID: f.BoxID, Owner: caller,
 			Task: req.Task, Provider: s.Agent.Provider, Model: req.Model, MaxTokens: req.MaxTokens}, s.Quota.Runs); err != nil {
 			s.dropForks(ctx, caller, forked.Boxes)
@@ -57,6 +59,17 @@ func (s *Service) StartAttempts(ctx context.Context, caller string, id cocoonbox
 	}
 	s.audit(ctx, caller, id, "agent.attempts", map[string]any{"attempts": attID, "forks": in.Forks, "model": req.Model})
 	return s.attemptsView(ctx, att), nil
+}
+
+// requestHex is randomHex, or, for a request that has an ID, 16 bytes derived from it and what
+// (so a request sent again names the same things).
+func requestHex(ctx context.Context, caller, what string) string {
+	req, _ := ctx.Value(requestIDKey{}).(string)
+	if req == "" {
+		return randomHex()
+	}
+	sum := sha256.Sum256([]byte(caller + "\x00" + what + "\x00" + req))
+	return hex.EncodeToString(sum[:16])
 }
 
 // dropForks deletes the forks of a best-of-N run that could not start.

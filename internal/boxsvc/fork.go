@@ -3,7 +3,10 @@ package boxsvc
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -59,6 +62,7 @@ func (s *Service) Fork(ctx context.Context, caller string, id cocoonbox.BoxID, r
 	if err != nil {
 		return Forked{}, err
 	}
+	names = slices.Clip(names)
 	// The forks' rows first, inside the caller's quota, so a fork that would not fit is refused
 	// before the box is paused for a checkpoint no one would use.
 	now := time.Now()
@@ -69,14 +73,20 @@ func (s *Service) Fork(ctx context.Context, caller string, id cocoonbox.BoxID, r
 		}
 	}
 	quota := store.BoxQuota{Boxes: s.Quota.Boxes, VCPUs: s.Quota.VCPUs, MemoryMB: s.Quota.MemoryMB}
-	for _, name := range names {
+	for k := range count {
+		fid := forkID(ctx, caller, id, k)
+		if row, err := s.Store.BoxByID(ctx, fid); err == nil && row.Owner == caller && row.Parent == id {
+			rows = append(rows, row) // a fork the first send of this request made
+			continue
+		}
 		row, err := s.Store.CreateBoxWithin(ctx, store.NewBox{
-			ID: cocoonbox.NewBoxID(), Owner: caller, Name: name, Size: a.box.Size, Parent: id, ForkedAt: now,
+			ID: fid, Owner: caller, Name: names[0], Size: a.box.Size, Parent: id, ForkedAt: now,
 		}, quota)
 		if err != nil {
 			drop()
 			return Forked{}, err
 		}
+		names = names[1:]
 		rows = append(rows, row)
 	}
 	var res workflows.ForkResult
@@ -124,6 +134,17 @@ func (s *Service) Fork(ctx context.Context, caller string, id cocoonbox.BoxID, r
 		}
 	}
 	return out, nil
+}
+
+// forkID is the box ID of fork k of source: derived from the request's ID when it has one (a
+// request sent again makes, and finds, the same forks), else random.
+func forkID(ctx context.Context, caller string, source cocoonbox.BoxID, k int) cocoonbox.BoxID {
+	req, _ := ctx.Value(requestIDKey{}).(string)
+	if req == "" {
+		return cocoonbox.NewBoxID()
+	}
+	sum := sha256.Sum256([]byte(caller + "\x00" + string(source) + "\x00" + req + "\x00" + strconv.Itoa(k)))
+	return cocoonbox.BoxID("bx_" + hex.EncodeToString(sum[:8]))
 }
 
 // forkPrefix is the default name of a box's forks, cut so that "-N" fits after it.

@@ -66,9 +66,19 @@ func TestForkDesktop(t *testing.T) {
 		t.Fatal(err)
 	}
 	auth := metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+e.token)
-	resp, err := e.api.ForkBox(auth, &cbv1.ForkBoxRequest{Box: string(e.id), Count: 3})
+	resp, err := e.api.ForkBox(auth, &cbv1.ForkBoxRequest{Box: string(e.id), Count: 3, RequestId: "fork-test-1"})
 	if err != nil {
 		t.Fatalf("fork: %v", err)
+	}
+	// Sent again (its answer lost, say), the same request finds the same forks.
+	again, err := e.api.ForkBox(auth, &cbv1.ForkBoxRequest{Box: string(e.id), Count: 3, RequestId: "fork-test-1"})
+	if err != nil || len(again.GetBoxes()) != 3 {
+		t.Fatalf("the fork sent again: %v, %v", again.GetBoxes(), err)
+	}
+	for i, b := range again.GetBoxes() {
+		if b.GetId() != resp.GetBoxes()[i].GetId() || b.GetState() != string(cocoonbox.BoxStateRunning) {
+			t.Fatalf("the fork sent again gave %s (%s), the first %s", b.GetId(), b.GetState(), resp.GetBoxes()[i].GetId())
+		}
 	}
 	forks := resp.GetBoxes()
 	if len(forks) != 3 || resp.GetPausedMs() <= 0 {
@@ -151,11 +161,11 @@ func TestForkDesktop(t *testing.T) {
 	if v, err := e.d.Boxes.Hibernate(ctx, e.owner.ID, first.id); err != nil || v.State != cocoonbox.BoxStateHibernated {
 		t.Fatalf("hibernate the first fork: %+v, %v", v.State, err)
 	}
-	again, err := e.d.Boxes.Fork(ctx, e.owner.ID, first.id, boxsvc.ForkRequest{})
-	if err != nil || len(again.Boxes) != 1 || again.Boxes[0].Parent != first.id || again.Boxes[0].Name != "desk-fork-1-fork-1" {
-		t.Fatalf("fork of the hibernated first fork: %+v, %v", again.Boxes, err)
+	deeper, err := e.d.Boxes.Fork(ctx, e.owner.ID, first.id, boxsvc.ForkRequest{})
+	if err != nil || len(deeper.Boxes) != 1 || deeper.Boxes[0].Parent != first.id || deeper.Boxes[0].Name != "desk-fork-1-fork-1" {
+		t.Fatalf("fork of the hibernated first fork: %+v, %v", deeper.Boxes, err)
 	}
-	grand := boxOf(e, again.Boxes[0].BoxID)
+	grand := boxOf(e, deeper.Boxes[0].BoxID)
 	if got := grand.mustRun(t, "cat /home/user/only-first; kill -0 "+pid+" && echo alive"); got != "mine\nalive\n" {
 		t.Fatalf("the fork of a hibernated fork holds %q", got)
 	}

@@ -1152,9 +1152,11 @@ type StartAttemptsRequest struct {
 	Box   string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
 	Task  string                 `protobuf:"bytes,2,opt,name=task,proto3" json:"task,omitempty"`
 	// attempts is how many forks run the task, 2 to 8.
-	Attempts      int32  `protobuf:"varint,3,opt,name=attempts,proto3" json:"attempts,omitempty"`
-	Model         string `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
-	MaxSteps      int32  `protobuf:"varint,5,opt,name=max_steps,json=maxSteps,proto3" json:"max_steps,omitempty"`
+	Attempts int32  `protobuf:"varint,3,opt,name=attempts,proto3" json:"attempts,omitempty"`
+	Model    string `protobuf:"bytes,4,opt,name=model,proto3" json:"model,omitempty"`
+	MaxSteps int32  `protobuf:"varint,5,opt,name=max_steps,json=maxSteps,proto3" json:"max_steps,omitempty"`
+	// request_id, when set, makes a retried start find the attempts (and forks) the first made.
+	RequestId     string `protobuf:"bytes,6,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1222,6 +1224,13 @@ func (x *StartAttemptsRequest) GetMaxSteps() int32 {
 		return x.MaxSteps
 	}
 	return 0
+}
+
+func (x *StartAttemptsRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
+	}
+	return ""
 }
 
 type GetAttemptsRequest struct {
@@ -1660,13 +1669,15 @@ const file_cocoonbox_v1_agent_proto_rawDesc = "" +
 	"\x05event\"3\n" +
 	"\tAgentText\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x05R\x04step\x12\x12\n" +
-	"\x04text\x18\x02 \x01(\tR\x04text\"\x8b\x01\n" +
+	"\x04text\x18\x02 \x01(\tR\x04text\"\xaa\x01\n" +
 	"\x14StartAttemptsRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x12\x1a\n" +
 	"\battempts\x18\x03 \x01(\x05R\battempts\x12\x14\n" +
 	"\x05model\x18\x04 \x01(\tR\x05model\x12\x1b\n" +
-	"\tmax_steps\x18\x05 \x01(\x05R\bmaxSteps\"$\n" +
+	"\tmax_steps\x18\x05 \x01(\x05R\bmaxSteps\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x06 \x01(\tR\trequestId\"$\n" +
 	"\x12GetAttemptsRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\"?\n" +
 	"\x15AcceptAttemptsRequest\x12\x0e\n" +

@@ -3292,7 +3292,9 @@ type ForkBoxRequest struct {
 	Count int32 `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
 	// name is the forks' name prefix: they are called name-1, name-2, … (the first numbers free
 	// among the caller's boxes); empty means the box's name followed by -fork.
-	Name          string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	Name string `protobuf:"bytes,3,opt,name=name,proto3" json:"name,omitempty"`
+	// request_id, when set, makes a retried fork make (and find) the same forks.
+	RequestId     string `protobuf:"bytes,4,opt,name=request_id,json=requestId,proto3" json:"request_id,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -3344,6 +3346,13 @@ func (x *ForkBoxRequest) GetCount() int32 {
 func (x *ForkBoxRequest) GetName() string {
 	if x != nil {
 		return x.Name
+	}
+	return ""
+}
+
+func (x *ForkBoxRequest) GetRequestId() string {
+	if x != nil {
+		return x.RequestId
 	}
 	return ""
 }
@@ -4641,11 +4650,13 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x0fSetPoolsRequest\x12,\n" +
 	"\x05pools\x18\x01 \x03(\v2\x16.cocoonbox.v1.WarmPoolR\x05pools\"&\n" +
 	"\x12RecreateBoxRequest\x12\x10\n" +
-	"\x03box\x18\x01 \x01(\tR\x03box\"L\n" +
+	"\x03box\x18\x01 \x01(\tR\x03box\"k\n" +
 	"\x0eForkBoxRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\x12\x14\n" +
 	"\x05count\x18\x02 \x01(\x05R\x05count\x12\x12\n" +
-	"\x04name\x18\x03 \x01(\tR\x04name\"W\n" +
+	"\x04name\x18\x03 \x01(\tR\x04name\x12\x1d\n" +
+	"\n" +
+	"request_id\x18\x04 \x01(\tR\trequestId\"W\n" +
 	"\x0fForkBoxResponse\x12'\n" +
 	"\x05boxes\x18\x01 \x03(\v2\x11.cocoonbox.v1.BoxR\x05boxes\x12\x1b\n" +
 	"\tpaused_ms\x18\x02 \x01(\x03R\bpausedMs\"#\n" +
