@@ -13,7 +13,10 @@ import (
 	"github.com/loomhand/cocoonbox/activities"
 )
 
-var agentActs *activities.Agent
+var (
+	agentActs *activities.Agent
+	recActs   *activities.Recorder
+)
 
 // ErrTypeRunFailed is the ApplicationError type an agent run fails with; its message is the
 // reason a person reads (the model's refusal, the step limit, a box that is gone).
@@ -125,7 +128,9 @@ func (r *agentRun) setup(ctx workflow.Context) {
 // run is the script: pin, step until an end, record the end, unpin.
 func (r *agentRun) run(ctx workflow.Context) (AgentRunResult, error) {
 	box := BoxWorkflowID(r.in.BoxID)
+	stopRecording := r.record(ctx)
 	state, reason := r.loop(ctx, box)
+	stopRecording()
 	if errors.Is(ctx.Err(), workflow.ErrCanceled) {
 		state, reason = cocoonbox.AgentRunCancelled, "" // the workflow itself was cancelled
 	}
@@ -151,6 +156,26 @@ func (r *agentRun) run(ctx workflow.Context) (AgentRunResult, error) {
 		return res, temporal.NewNonRetryableApplicationError(reason, ErrTypeRunFailed, nil)
 	}
 	return res, nil
+}
+
+// record starts recording the box's desktop when the run asks for it, and returns what stops it
+// and waits for its last chunk.
+func (r *agentRun) record(ctx workflow.Context) (stop func()) {
+	if !r.in.Record {
+		return func() {}
+	}
+	rctx, cancel := workflow.WithCancel(ctx)
+	f := workflow.ExecuteActivity(workflow.WithActivityOptions(rctx, workflow.ActivityOptions{
+		StartToCloseTimeout: 24 * time.Hour, HeartbeatTimeout: 30 * time.Second, WaitForCancellation: true,
+		RetryPolicy: &temporal.RetryPolicy{InitialInterval: time.Second, MaximumInterval: 10 * time.Second, NonRetryableErrorTypes: activities.NonRetryableErrorTypes()},
+	}), recActs.RecordDesktop, activities.RecordInput{RunID: r.in.RunID, BoxID: r.in.BoxID})
+	return func() {
+		cancel()
+		dctx, _ := workflow.NewDisconnectedContext(ctx)
+		if err := f.Get(dctx, nil); err != nil && !temporal.IsCanceledError(err) {
+			workflow.GetLogger(ctx).Warn("recording of the run", "error", err)
+		}
+	}
 }
 
 // loop pins the box and runs steps; it answers the run's final state and, for failed, why.

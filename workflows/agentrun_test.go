@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/activity"
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
@@ -446,4 +447,43 @@ func TestAgentRunQuestionUnanswered(t *testing.T) {
 	require.NoError(t, e.GetWorkflowError())
 	require.Equal(t, cocoonbox.AgentRunCancelled, e.states[len(e.states)-1].State)
 	require.Len(t, e.inputs, 1)
+}
+
+// TestAgentRunRecords: a run asked to record starts recording before its first step and
+// cancels the recorder once its last step is done.
+func TestAgentRunRecords(t *testing.T) {
+	e := newRunEnv(t)
+	rec := &activities.Recorder{}
+	e.RegisterActivity(rec)
+	var order []string
+	note := func(s string) {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		order = append(order, s)
+	}
+	e.onStep(func(in activities.StepInput) (activities.StepResult, error) {
+		note("step")
+		return activities.StepResult{Done: in.Step == 2}, nil
+	})
+	cancelled := make(chan struct{})
+	e.SetOnActivityCanceledListener(func(info *activity.Info) {
+		if info.ActivityType.Name == "RecordDesktop" {
+			note("cancel recording")
+			close(cancelled)
+		}
+	})
+	e.OnActivity(rec.RecordDesktop, mock.Anything, activities.RecordInput{RunID: "run_1", BoxID: testBox}).Return(
+		func(context.Context, activities.RecordInput) error {
+			note("record")
+			<-cancelled // records until the run cancels it
+			return nil
+		})
+	in := testRun()
+	in.Record = true
+	e.ExecuteWorkflow(AgentRunWorkflow, in)
+	require.NoError(t, e.GetWorkflowError())
+	require.Equal(t, cocoonbox.AgentRunSucceeded, e.finalState(t).State)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	require.Equal(t, []string{"record", "step", "step", "cancel recording"}, order)
 }

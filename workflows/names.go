@@ -521,6 +521,8 @@ type AgentRunInput struct {
 	System   string
 	Model    string
 	MaxSteps int // 0 is DefaultAgentMaxSteps
+	// Record records the box's desktop while the run goes (RecordDesktop).
+	Record bool `json:",omitempty"`
 }
 
 // AgentRunResult is how a run ended.

@@ -15,6 +15,7 @@ func runFlags() []cli.Flag {
 		&cli.StringFlag{Name: "model", Aliases: []string{"m"}, Usage: "the model to run on (default: the server's)"},
 		&cli.IntFlag{Name: "max-steps", Usage: "stop the run after this many model turns (default: the server's)"},
 		&cli.Int64Flag{Name: "max-tokens", Usage: "stop the run before a model call once its calls used this many input and output tokens (default: no bound)"},
+		&cli.BoolFlag{Name: "record", Usage: "record the box's desktop while the run goes, to replay beside its steps (box recordings)"},
 	}
 }
 
@@ -28,7 +29,7 @@ func startRun(c *cli.Context, agent cbv1.AgentServiceClient, args []string) (*cb
 	}
 	run, err := agent.StartRun(c.Context, &cbv1.StartRunRequest{
 		Box: args[0], Task: strings.Join(args[1:], " "), Model: c.String("model"), MaxSteps: int32(c.Int("max-steps")),
-		MaxTokens: c.Int64("max-tokens"),
+		MaxTokens: c.Int64("max-tokens"), Record: c.Bool("record"),
 	})
 	return run, apiError(err)
 }

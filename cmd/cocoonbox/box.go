@@ -38,6 +38,7 @@ func boxCommand() *cli.Command {
 			boxHandBackCommand(),
 			boxPolicyCommand(),
 			boxEventsCommand(),
+			boxRecordingsCommand(),
 			boxShareCommand(),
 			boxUnshareCommand(),
 			boxSharesCommand(),

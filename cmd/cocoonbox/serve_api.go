@@ -11,6 +11,7 @@ import (
 	"github.com/loomhand/cocoonbox/internal/app"
 	"github.com/loomhand/cocoonbox/internal/config"
 	"github.com/loomhand/cocoonbox/internal/health"
+	"github.com/loomhand/cocoonbox/internal/objstore"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/secrets"
 	"github.com/loomhand/cocoonbox/internal/store"
@@ -89,6 +90,14 @@ func serveAPI(ctx context.Context, cfg config.API, logger *slog.Logger, ready fu
 	var start health.Startup
 	boxes := app.Boxes(parts, cfg.Agent, cfg.Quota, cfg.BoxNetwork, cfg.BoxPolicy)
 	boxes.CreateWait = cfg.CreateWait
+	if cfg.S3.Bucket != "" {
+		if boxes.Recordings, err = objstore.NewS3(ctx, objstore.Config{
+			Endpoint: cfg.S3.Endpoint, Region: cfg.S3.Region, Bucket: cfg.S3.Bucket,
+			AccessKey: cfg.S3.AccessKey, SecretKey: cfg.S3.SecretKey, PathStyle: cfg.S3.PathStyle,
+		}, nil); err != nil {
+			return fmt.Errorf("s3: %w", err)
+		}
+	}
 	srv := app.API(parts, boxes, app.APIOptions{
 		MaxDesktopConns: cfg.MaxDesktopConnections, PreviewDomain: cfg.PreviewDomain, Starting: start.Err,
 	})

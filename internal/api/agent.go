@@ -20,7 +20,7 @@ func (a *agentService) StartRun(ctx context.Context, req *cbv1.StartRunRequest) 
 	if err != nil {
 		return nil, err
 	}
-	run, err := svc.StartRun(ctx, caller, id, boxsvc.RunRequest{Task: req.GetTask(), Model: req.GetModel(), MaxSteps: int(req.GetMaxSteps()), MaxTokens: req.GetMaxTokens()})
+	run, err := svc.StartRun(ctx, caller, id, boxsvc.RunRequest{Task: req.GetTask(), Model: req.GetModel(), MaxSteps: int(req.GetMaxSteps()), MaxTokens: req.GetMaxTokens(), Record: req.GetRecord()})
 	if err != nil {
 		return nil, err
 	}

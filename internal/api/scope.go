@@ -28,15 +28,16 @@ var readRoutes = map[string]bool{
 	"/cocoonbox.v1.BoxService/ListNodes":          true,
 	"/cocoonbox.v1.BoxService/GetPolicyDefaults":  true,
 	// DesktopTicket in view mode; a control ticket is routeDesktop+modeControl, checked by it.
-	"/cocoonbox.v1.BoxService/DesktopTicket":   true,
-	"/cocoonbox.v1.AgentService/GetRun":        true,
-	"/cocoonbox.v1.AgentService/ListRuns":      true,
-	"/cocoonbox.v1.AgentService/WatchRun":      true,
-	"/cocoonbox.v1.AgentService/GetStepImages": true,
-	"/cocoonbox.v1.AgentService/GetAttempts":   true,
-	"/cocoonbox.v1.VaultService/ListSecrets":   true,
-	routeDesktop + modeView:                    true,
-	routeOperator:                              true,
+	"/cocoonbox.v1.BoxService/DesktopTicket":    true,
+	"/cocoonbox.v1.AgentService/GetRun":         true,
+	"/cocoonbox.v1.AgentService/ListRuns":       true,
+	"/cocoonbox.v1.AgentService/WatchRun":       true,
+	"/cocoonbox.v1.AgentService/GetStepImages":  true,
+	"/cocoonbox.v1.AgentService/GetAttempts":    true,
+	"/cocoonbox.v1.AgentService/ListRecordings": true,
+	"/cocoonbox.v1.VaultService/ListSecrets":    true,
+	routeDesktop + modeView:                     true,
+	routeOperator:                               true,
 }
 
 // scopes are the token scopes CreateToken accepts.

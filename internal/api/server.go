@@ -145,6 +145,8 @@ func New(opts Options) *Server {
 	s.mux.HandleFunc("GET /v1/boxes/{id}/desktop", s.serveDesktop)
 	s.mux.HandleFunc("GET /v1/boxes/{id}/terminal", s.serveTerminal)
 	s.mux.HandleFunc("GET /v1/boxes/{id}/files/{path...}", s.serveFile)
+	s.mux.HandleFunc("GET /v1/runs/{id}/recording", s.serveReplay)
+	s.mux.HandleFunc("GET /v1/runs/{id}/recording/{seq}", s.serveReplay)
 	s.mux.HandleFunc("PUT /v1/boxes/{id}/files/{path...}", s.serveFile)
 	s.mux.HandleFunc("GET /v1/boxes/{id}/ports/{port}", s.servePort)
 	s.mux.HandleFunc("/v1/boxes/{id}/ports/{port}/{path...}", s.servePreview)

@@ -32,6 +32,8 @@ type RunRequest struct {
 	MaxSteps int // 0 is Agent.MaxSteps
 	// MaxTokens bounds the input and output tokens of the run's model calls; 0 is no bound.
 	MaxTokens int64
+	// Record records the box's desktop while the run goes, for replay beside its steps.
+	Record bool
 }
 
 // Run is an agent run with its steps (GetRun) or without (the others).
@@ -95,7 +97,7 @@ func (s *Service) StartRun(ctx context.Context, caller string, id cocoonbox.BoxI
 	}
 	err = workflows.StartRun(ctx, s.Temporal, workflows.AgentRunInput{
 		RunID: runID, BoxID: id, Owner: caller, Task: req.Task, System: req.System, Model: req.Model,
-		MaxSteps: req.MaxSteps,
+		MaxSteps: req.MaxSteps, Record: req.Record,
 	})
 	if err != nil {
 		// The run never started: say so on its row rather than leave it running forever.

@@ -19,6 +19,7 @@ import (
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/internal/boxlink"
 	"github.com/loomhand/cocoonbox/internal/config"
+	"github.com/loomhand/cocoonbox/internal/objstore"
 	"github.com/loomhand/cocoonbox/internal/store"
 	"github.com/loomhand/cocoonbox/workflows"
 )
@@ -35,7 +36,10 @@ var DefaultPolicy = workflows.Policy{
 type Service struct {
 	Temporal client.Client
 	Store    *store.Store
-	Policy   workflows.Policy // applied to new boxes
+	// Recordings is the bucket runs' desktop recordings are read from; nil refuses replays as
+	// not configured.
+	Recordings objstore.Store
+	Policy     workflows.Policy // applied to new boxes
 	// CreateWait bounds how long a create waits for the engine to hand out a sandbox before the
 	// box fails with the reason; 0 is workflows.DefaultCreateWait.
 	CreateWait time.Duration

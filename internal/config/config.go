@@ -172,6 +172,8 @@ type Dev struct {
 	Agent Agent `yaml:"agent"`
 	// Quota bounds what each user may hold and run at once.
 	Quota Quota `yaml:"quota"`
+	// Recordings is how long runs' desktop recordings are kept.
+	Recordings Recordings `yaml:"recordings"`
 	// BoxNetwork is the egress policy of a box whose create names none: none or internet.
 	BoxNetwork string `yaml:"box_network" env:"COCOONBOX_BOX_NETWORK"`
 	// PreviewDomain serves each box port's preview on a host of its own under it (see API);
@@ -266,6 +268,9 @@ type API struct {
 	Postgres Postgres `yaml:"postgres"`
 	// Sandbox is the engine exec and file calls reach boxes through (after the API's own checks).
 	Sandbox Sandbox `yaml:"sandbox"`
+	// S3 is the workers' bucket, where the API reads runs' desktop recordings for replay; with no
+	// bucket set, replays are refused as not configured.
+	S3 S3 `yaml:"s3"`
 	// Keyring is the master key file that seals sandbox tokens and vault keys; the same file as
 	// the workers'. Empty means <home>/keys/master.key.
 	Keyring string `yaml:"keyring" env:"COCOONBOX_KEYRING"`
@@ -355,6 +360,8 @@ type Worker struct {
 	// NodeDeadAfter is how long a node's heartbeat may be silent before the node is marked lost;
 	// 0 is nodes.DefaultDeadAfter.
 	NodeDeadAfter time.Duration `yaml:"node_dead_after" env:"COCOONBOX_NODE_DEAD_AFTER"`
+	// Recordings is how long runs' desktop recordings are kept.
+	Recordings Recordings `yaml:"recordings"`
 }
 
 // HealthOff is the HealthListen that serves no health endpoint.
@@ -417,6 +424,7 @@ func DefaultDev(env Lookup) Dev {
 		Temporal:         Temporal{Namespace: DefaultNamespace},
 		S3:               S3{Region: DefaultRegion, Bucket: DefaultBucket, PathStyle: true},
 		Quota:            DefaultQuota(),
+		Recordings:       DefaultRecordings(),
 		Pools:            []Pool{{Size: string(cocoonbox.SizeSmall), Warm: 2}},
 	}
 }
@@ -517,7 +525,7 @@ func DefaultWorker(env Lookup) Worker {
 	return Worker{Home: defaultHome(env), LogLevel: "info",
 		Temporal: Temporal{Address: DefaultTemporalListen, Namespace: DefaultNamespace},
 		S3:       S3{Region: DefaultRegion, Bucket: DefaultBucket, PathStyle: true}, Template: DefaultBoxTemplate,
-		HealthListen: DefaultWorkerHealthListen}
+		HealthListen: DefaultWorkerHealthListen, Recordings: DefaultRecordings()}
 }
 
 // KeyringPath returns the keyring file: Keyring, or <home>/keys/master.key when it is empty,

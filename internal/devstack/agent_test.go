@@ -667,6 +667,7 @@ timeout 5 runuser -u user -- xwininfo -id "$w" | grep 'Map State'`)
 		testScreenScaling(t, a, models)
 	})
 
+	t.Run("recorded run replays", func(t *testing.T) { testRecordedReplay(t, a, models) })
 	t.Run("accessibility tree", func(t *testing.T) {
 		testAccessibility(t, a, models)
 	})

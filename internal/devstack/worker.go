@@ -36,6 +36,7 @@ func (d *Dev) startWorker() error {
 	d.parts = app.Parts{Temporal: d.Temporal, Store: d.Store, Keys: keys, Sandbox: sb, Logger: d.log}
 	d.Boxes = app.Boxes(d.parts, d.cfg.Agent, d.cfg.Quota, d.cfg.DefaultBoxNetwork(), d.cfg.BoxPolicy)
 	d.Boxes.CreateWait = d.cfg.CreateWait
+	d.Boxes.Recordings = d.Blobs
 	if d.cfg.NoWorker {
 		return nil
 	}
@@ -70,7 +71,9 @@ func (d *Dev) startWorker() error {
 	}
 	beat := worker.StartHeartbeat(h)
 	reseal := worker.StartResealer(&worker.Resealer{Store: d.Store, Keys: keys, Logger: d.log.With("component", "reseal")})
-	d.stopHooks = func() { beat(); rec(); hooks(); reseal() }
+	keep := worker.StartRecordingRetention(&worker.RecordingRetention{Store: d.Store, Blobs: d.Blobs, Keep: d.cfg.Recordings,
+		Logger: d.log.With("component", "recordings")})
+	d.stopHooks = func() { beat(); rec(); hooks(); reseal(); keep() }
 	return nil
 }
 

@@ -8,6 +8,7 @@ package objstore
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"time"
 )
@@ -56,4 +57,10 @@ type Info struct {
 	ETag string
 	// LastModified is when the object was last written.
 	LastModified time.Time
+}
+
+// RecordingKey is where chunk seq of a run's desktop recording lives in the bucket: written by
+// the worker's recorder, read by the API's replay.
+func RecordingKey(runID string, seq int) string {
+	return fmt.Sprintf("recordings/%s/%06d.gz", runID, seq)
 }

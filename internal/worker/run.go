@@ -110,6 +110,7 @@ func Start(ctx context.Context, cfg config.Worker, logger *slog.Logger, intercep
 	r.w = w
 	hooks := StartDispatcher(&Dispatcher{Temporal: r.tc, Store: st, RetryFirst: cfg.Webhooks.RetryFirst, Logger: logger.With("component", "webhooks")})
 	rec := StartReconciler(&Reconciler{Temporal: r.tc, Store: st, Engine: engine, Logger: logger.With("component", "reconciler")})
+	keep := StartRecordingRetention(&RecordingRetention{Store: st, Blobs: blobs, Keep: cfg.Recordings, Logger: logger.With("component", "recordings")})
 	beat := func() {}
 	if cfg.Node != "" {
 		tc := r.tc
@@ -120,7 +121,7 @@ func Start(ctx context.Context, cfg config.Worker, logger *slog.Logger, intercep
 			}})
 	}
 	reseal := StartResealer(&Resealer{Store: st, Keys: keys, Logger: logger.With("component", "reseal")})
-	r.hooks = func() { beat(); rec(); hooks(); reseal() }
+	r.hooks = func() { beat(); rec(); keep(); hooks(); reseal() }
 	return r, nil
 }
 

@@ -145,6 +145,9 @@ func New(opts Options) *Worker {
 		Attempts: opts.Store,
 	})
 	w.RegisterActivity(&activities.Attempts{Store: opts.Store, Adopt: adoptBox(opts.Temporal), DeleteBox: deleteBox(opts.Temporal)})
+	wake := wakeBox(opts.Temporal, opts.Store)
+	w.RegisterActivity(&activities.Recorder{Client: opts.Sandbox, Tokens: tok, Blobs: opts.Blobs, Store: opts.Store,
+		Wake: func(ctx context.Context, id cocoonbox.BoxID) error { _, err := wake(ctx, id); return err }})
 	return out
 }
 

@@ -2,10 +2,11 @@
 // window, even while the server is unreachable (its API calls then fail and say so). It never
 // stores an API answer, a desktop stream or a box's preview: only the files listed here, fetched
 // again from the network first whenever the network answers.
-const CACHE = "cocoonbox-shell-v2";
+const CACHE = "cocoonbox-shell-v3";
 const SHELL = ["/", "index.html", "app.js", "agent.js", "style.css", "manifest.webmanifest",
   "icon-180.png", "icon-192.png", "icon-512.png",
-  "terminal.html", "terminal.js", "xterm/xterm.mjs", "xterm/xterm.css", "xterm/addon-fit.mjs"];
+  "terminal.html", "terminal.js", "xterm/xterm.mjs", "xterm/xterm.css", "xterm/addon-fit.mjs",
+  "replay.html", "replay.js"];
 
 self.addEventListener("install", (event) => {
   event.waitUntil(caches.open(CACHE).then((c) => c.addAll(SHELL)).then(() => self.skipWaiting()));

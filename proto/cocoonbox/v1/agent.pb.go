@@ -514,7 +514,10 @@ type StartRunRequest struct {
 	// max_steps bounds the run's model turns; 0 is the server's default.
 	MaxSteps int32 `protobuf:"varint,4,opt,name=max_steps,json=maxSteps,proto3" json:"max_steps,omitempty"`
 	// max_tokens bounds the input and output tokens of all the run's model calls; 0 is no bound.
-	MaxTokens     int64 `protobuf:"varint,5,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
+	MaxTokens int64 `protobuf:"varint,5,opt,name=max_tokens,json=maxTokens,proto3" json:"max_tokens,omitempty"`
+	// record records the box's desktop while the run goes, for replay beside its steps
+	// (GET /v1/runs/{id}/recording; the web app's replay page).
+	Record        bool `protobuf:"varint,6,opt,name=record,proto3" json:"record,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -582,6 +585,13 @@ func (x *StartRunRequest) GetMaxTokens() int64 {
 		return x.MaxTokens
 	}
 	return 0
+}
+
+func (x *StartRunRequest) GetRecord() bool {
+	if x != nil {
+		return x.Record
+	}
+	return false
 }
 
 type SendMessageRequest struct {
@@ -1582,6 +1592,181 @@ func (x *Attempt) GetResult() string {
 	return ""
 }
 
+type ListRecordingsRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Box           string                 `protobuf:"bytes,1,opt,name=box,proto3" json:"box,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRecordingsRequest) Reset() {
+	*x = ListRecordingsRequest{}
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRecordingsRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRecordingsRequest) ProtoMessage() {}
+
+func (x *ListRecordingsRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRecordingsRequest.ProtoReflect.Descriptor instead.
+func (*ListRecordingsRequest) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ListRecordingsRequest) GetBox() string {
+	if x != nil {
+		return x.Box
+	}
+	return ""
+}
+
+type ListRecordingsResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Recordings    []*Recording           `protobuf:"bytes,1,rep,name=recordings,proto3" json:"recordings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ListRecordingsResponse) Reset() {
+	*x = ListRecordingsResponse{}
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ListRecordingsResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ListRecordingsResponse) ProtoMessage() {}
+
+func (x *ListRecordingsResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ListRecordingsResponse.ProtoReflect.Descriptor instead.
+func (*ListRecordingsResponse) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *ListRecordingsResponse) GetRecordings() []*Recording {
+	if x != nil {
+		return x.Recordings
+	}
+	return nil
+}
+
+// Recording is a run's recorded desktop, replayed at /replay.html#/run/{run_id}.
+type Recording struct {
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	RunId     string                 `protobuf:"bytes,1,opt,name=run_id,json=runId,proto3" json:"run_id,omitempty"`
+	BoxId     string                 `protobuf:"bytes,2,opt,name=box_id,json=boxId,proto3" json:"box_id,omitempty"`
+	StartedAt *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=started_at,json=startedAt,proto3" json:"started_at,omitempty"`
+	// ended_at is unset while the run still records.
+	EndedAt *timestamppb.Timestamp `protobuf:"bytes,4,opt,name=ended_at,json=endedAt,proto3" json:"ended_at,omitempty"`
+	Chunks  int32                  `protobuf:"varint,5,opt,name=chunks,proto3" json:"chunks,omitempty"`
+	// bytes is what the recording stores, compressed.
+	Bytes         int64 `protobuf:"varint,6,opt,name=bytes,proto3" json:"bytes,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Recording) Reset() {
+	*x = Recording{}
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[24]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Recording) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Recording) ProtoMessage() {}
+
+func (x *Recording) ProtoReflect() protoreflect.Message {
+	mi := &file_cocoonbox_v1_agent_proto_msgTypes[24]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Recording.ProtoReflect.Descriptor instead.
+func (*Recording) Descriptor() ([]byte, []int) {
+	return file_cocoonbox_v1_agent_proto_rawDescGZIP(), []int{24}
+}
+
+func (x *Recording) GetRunId() string {
+	if x != nil {
+		return x.RunId
+	}
+	return ""
+}
+
+func (x *Recording) GetBoxId() string {
+	if x != nil {
+		return x.BoxId
+	}
+	return ""
+}
+
+func (x *Recording) GetStartedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedAt
+	}
+	return nil
+}
+
+func (x *Recording) GetEndedAt() *timestamppb.Timestamp {
+	if x != nil {
+		return x.EndedAt
+	}
+	return nil
+}
+
+func (x *Recording) GetChunks() int32 {
+	if x != nil {
+		return x.Chunks
+	}
+	return 0
+}
+
+func (x *Recording) GetBytes() int64 {
+	if x != nil {
+		return x.Bytes
+	}
+	return 0
+}
+
 var File_cocoonbox_v1_agent_proto protoreflect.FileDescriptor
 
 const file_cocoonbox_v1_agent_proto_rawDesc = "" +
@@ -1635,14 +1820,15 @@ const file_cocoonbox_v1_agent_proto_rawDesc = "" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12\x19\n" +
 	"\bis_error\x18\x02 \x01(\bR\aisError\x12\x16\n" +
 	"\x06result\x18\x03 \x01(\tR\x06result\x12\x16\n" +
-	"\x06images\x18\x04 \x01(\x05R\x06images\"\x89\x01\n" +
+	"\x06images\x18\x04 \x01(\x05R\x06images\"\xa1\x01\n" +
 	"\x0fStartRunRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\x12\x12\n" +
 	"\x04task\x18\x02 \x01(\tR\x04task\x12\x14\n" +
 	"\x05model\x18\x03 \x01(\tR\x05model\x12\x1b\n" +
 	"\tmax_steps\x18\x04 \x01(\x05R\bmaxSteps\x12\x1d\n" +
 	"\n" +
-	"max_tokens\x18\x05 \x01(\x03R\tmaxTokens\"?\n" +
+	"max_tokens\x18\x05 \x01(\x03R\tmaxTokens\x12\x16\n" +
+	"\x06record\x18\x06 \x01(\bR\x06record\"?\n" +
 	"\x12SendMessageRequest\x12\x15\n" +
 	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x12\n" +
 	"\x04text\x18\x02 \x01(\tR\x04text\"\x15\n" +
@@ -1704,7 +1890,21 @@ const file_cocoonbox_v1_agent_proto_rawDesc = "" +
 	"\x06box_id\x18\x02 \x01(\tR\x05boxId\x12\x15\n" +
 	"\x06run_id\x18\x03 \x01(\tR\x05runId\x12\x14\n" +
 	"\x05state\x18\x04 \x01(\tR\x05state\x12\x16\n" +
-	"\x06result\x18\x05 \x01(\tR\x06result2\xce\x06\n" +
+	"\x06result\x18\x05 \x01(\tR\x06result\")\n" +
+	"\x15ListRecordingsRequest\x12\x10\n" +
+	"\x03box\x18\x01 \x01(\tR\x03box\"Q\n" +
+	"\x16ListRecordingsResponse\x127\n" +
+	"\n" +
+	"recordings\x18\x01 \x03(\v2\x17.cocoonbox.v1.RecordingR\n" +
+	"recordings\"\xd9\x01\n" +
+	"\tRecording\x12\x15\n" +
+	"\x06run_id\x18\x01 \x01(\tR\x05runId\x12\x15\n" +
+	"\x06box_id\x18\x02 \x01(\tR\x05boxId\x129\n" +
+	"\n" +
+	"started_at\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\tstartedAt\x125\n" +
+	"\bended_at\x18\x04 \x01(\v2\x1a.google.protobuf.TimestampR\aendedAt\x12\x16\n" +
+	"\x06chunks\x18\x05 \x01(\x05R\x06chunks\x12\x14\n" +
+	"\x05bytes\x18\x06 \x01(\x03R\x05bytes2\xab\a\n" +
 	"\fAgentService\x12A\n" +
 	"\bStartRun\x12\x1d.cocoonbox.v1.StartRunRequest\x1a\x16.cocoonbox.v1.AgentRun\x12R\n" +
 	"\vSendMessage\x12 .cocoonbox.v1.SendMessageRequest\x1a!.cocoonbox.v1.SendMessageResponse\x12C\n" +
@@ -1716,7 +1916,8 @@ const file_cocoonbox_v1_agent_proto_rawDesc = "" +
 	"\rStartAttempts\x12\".cocoonbox.v1.StartAttemptsRequest\x1a\x16.cocoonbox.v1.Attempts\x12G\n" +
 	"\vGetAttempts\x12 .cocoonbox.v1.GetAttemptsRequest\x1a\x16.cocoonbox.v1.Attempts\x12M\n" +
 	"\x0eAcceptAttempts\x12#.cocoonbox.v1.AcceptAttemptsRequest\x1a\x16.cocoonbox.v1.Attempts\x12O\n" +
-	"\x0fDiscardAttempts\x12$.cocoonbox.v1.DiscardAttemptsRequest\x1a\x16.cocoonbox.v1.AttemptsB>Z<github.com/loomhand/cocoonbox/proto/cocoonbox/v1;cocoonboxv1b\x06proto3"
+	"\x0fDiscardAttempts\x12$.cocoonbox.v1.DiscardAttemptsRequest\x1a\x16.cocoonbox.v1.Attempts\x12[\n" +
+	"\x0eListRecordings\x12#.cocoonbox.v1.ListRecordingsRequest\x1a$.cocoonbox.v1.ListRecordingsResponseB>Z<github.com/loomhand/cocoonbox/proto/cocoonbox/v1;cocoonboxv1b\x06proto3"
 
 var (
 	file_cocoonbox_v1_agent_proto_rawDescOnce sync.Once
@@ -1730,7 +1931,7 @@ func file_cocoonbox_v1_agent_proto_rawDescGZIP() []byte {
 	return file_cocoonbox_v1_agent_proto_rawDescData
 }
 
-var file_cocoonbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_cocoonbox_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_cocoonbox_v1_agent_proto_goTypes = []any{
 	(*AgentRun)(nil),               // 0: cocoonbox.v1.AgentRun
 	(*PlanItem)(nil),               // 1: cocoonbox.v1.PlanItem
@@ -1754,14 +1955,17 @@ var file_cocoonbox_v1_agent_proto_goTypes = []any{
 	(*DiscardAttemptsRequest)(nil), // 19: cocoonbox.v1.DiscardAttemptsRequest
 	(*Attempts)(nil),               // 20: cocoonbox.v1.Attempts
 	(*Attempt)(nil),                // 21: cocoonbox.v1.Attempt
-	(*timestamppb.Timestamp)(nil),  // 22: google.protobuf.Timestamp
+	(*ListRecordingsRequest)(nil),  // 22: cocoonbox.v1.ListRecordingsRequest
+	(*ListRecordingsResponse)(nil), // 23: cocoonbox.v1.ListRecordingsResponse
+	(*Recording)(nil),              // 24: cocoonbox.v1.Recording
+	(*timestamppb.Timestamp)(nil),  // 25: google.protobuf.Timestamp
 }
 var file_cocoonbox_v1_agent_proto_depIdxs = []int32{
 	2,  // 0: cocoonbox.v1.AgentRun.steps:type_name -> cocoonbox.v1.AgentStep
-	22, // 1: cocoonbox.v1.AgentRun.created_at:type_name -> google.protobuf.Timestamp
-	22, // 2: cocoonbox.v1.AgentRun.ended_at:type_name -> google.protobuf.Timestamp
+	25, // 1: cocoonbox.v1.AgentRun.created_at:type_name -> google.protobuf.Timestamp
+	25, // 2: cocoonbox.v1.AgentRun.ended_at:type_name -> google.protobuf.Timestamp
 	1,  // 3: cocoonbox.v1.AgentRun.plan:type_name -> cocoonbox.v1.PlanItem
-	22, // 4: cocoonbox.v1.AgentStep.at:type_name -> google.protobuf.Timestamp
+	25, // 4: cocoonbox.v1.AgentStep.at:type_name -> google.protobuf.Timestamp
 	3,  // 5: cocoonbox.v1.AgentStep.tool_calls:type_name -> cocoonbox.v1.AgentToolCall
 	1,  // 6: cocoonbox.v1.AgentStep.plan:type_name -> cocoonbox.v1.PlanItem
 	0,  // 7: cocoonbox.v1.ListRunsResponse.runs:type_name -> cocoonbox.v1.AgentRun
@@ -1769,34 +1973,39 @@ var file_cocoonbox_v1_agent_proto_depIdxs = []int32{
 	0,  // 9: cocoonbox.v1.WatchRunEvent.run:type_name -> cocoonbox.v1.AgentRun
 	15, // 10: cocoonbox.v1.WatchRunEvent.text:type_name -> cocoonbox.v1.AgentText
 	21, // 11: cocoonbox.v1.Attempts.attempts:type_name -> cocoonbox.v1.Attempt
-	22, // 12: cocoonbox.v1.Attempts.created_at:type_name -> google.protobuf.Timestamp
-	4,  // 13: cocoonbox.v1.AgentService.StartRun:input_type -> cocoonbox.v1.StartRunRequest
-	5,  // 14: cocoonbox.v1.AgentService.SendMessage:input_type -> cocoonbox.v1.SendMessageRequest
-	7,  // 15: cocoonbox.v1.AgentService.CancelRun:input_type -> cocoonbox.v1.CancelRunRequest
-	8,  // 16: cocoonbox.v1.AgentService.GetRun:input_type -> cocoonbox.v1.GetRunRequest
-	11, // 17: cocoonbox.v1.AgentService.ListRuns:input_type -> cocoonbox.v1.ListRunsRequest
-	13, // 18: cocoonbox.v1.AgentService.WatchRun:input_type -> cocoonbox.v1.WatchRunRequest
-	9,  // 19: cocoonbox.v1.AgentService.GetStepImages:input_type -> cocoonbox.v1.GetStepImagesRequest
-	16, // 20: cocoonbox.v1.AgentService.StartAttempts:input_type -> cocoonbox.v1.StartAttemptsRequest
-	17, // 21: cocoonbox.v1.AgentService.GetAttempts:input_type -> cocoonbox.v1.GetAttemptsRequest
-	18, // 22: cocoonbox.v1.AgentService.AcceptAttempts:input_type -> cocoonbox.v1.AcceptAttemptsRequest
-	19, // 23: cocoonbox.v1.AgentService.DiscardAttempts:input_type -> cocoonbox.v1.DiscardAttemptsRequest
-	0,  // 24: cocoonbox.v1.AgentService.StartRun:output_type -> cocoonbox.v1.AgentRun
-	6,  // 25: cocoonbox.v1.AgentService.SendMessage:output_type -> cocoonbox.v1.SendMessageResponse
-	0,  // 26: cocoonbox.v1.AgentService.CancelRun:output_type -> cocoonbox.v1.AgentRun
-	0,  // 27: cocoonbox.v1.AgentService.GetRun:output_type -> cocoonbox.v1.AgentRun
-	12, // 28: cocoonbox.v1.AgentService.ListRuns:output_type -> cocoonbox.v1.ListRunsResponse
-	14, // 29: cocoonbox.v1.AgentService.WatchRun:output_type -> cocoonbox.v1.WatchRunEvent
-	10, // 30: cocoonbox.v1.AgentService.GetStepImages:output_type -> cocoonbox.v1.GetStepImagesResponse
-	20, // 31: cocoonbox.v1.AgentService.StartAttempts:output_type -> cocoonbox.v1.Attempts
-	20, // 32: cocoonbox.v1.AgentService.GetAttempts:output_type -> cocoonbox.v1.Attempts
-	20, // 33: cocoonbox.v1.AgentService.AcceptAttempts:output_type -> cocoonbox.v1.Attempts
-	20, // 34: cocoonbox.v1.AgentService.DiscardAttempts:output_type -> cocoonbox.v1.Attempts
-	24, // [24:35] is the sub-list for method output_type
-	13, // [13:24] is the sub-list for method input_type
-	13, // [13:13] is the sub-list for extension type_name
-	13, // [13:13] is the sub-list for extension extendee
-	0,  // [0:13] is the sub-list for field type_name
+	25, // 12: cocoonbox.v1.Attempts.created_at:type_name -> google.protobuf.Timestamp
+	24, // 13: cocoonbox.v1.ListRecordingsResponse.recordings:type_name -> cocoonbox.v1.Recording
+	25, // 14: cocoonbox.v1.Recording.started_at:type_name -> google.protobuf.Timestamp
+	25, // 15: cocoonbox.v1.Recording.ended_at:type_name -> google.protobuf.Timestamp
+	4,  // 16: cocoonbox.v1.AgentService.StartRun:input_type -> cocoonbox.v1.StartRunRequest
+	5,  // 17: cocoonbox.v1.AgentService.SendMessage:input_type -> cocoonbox.v1.SendMessageRequest
+	7,  // 18: cocoonbox.v1.AgentService.CancelRun:input_type -> cocoonbox.v1.CancelRunRequest
+	8,  // 19: cocoonbox.v1.AgentService.GetRun:input_type -> cocoonbox.v1.GetRunRequest
+	11, // 20: cocoonbox.v1.AgentService.ListRuns:input_type -> cocoonbox.v1.ListRunsRequest
+	13, // 21: cocoonbox.v1.AgentService.WatchRun:input_type -> cocoonbox.v1.WatchRunRequest
+	9,  // 22: cocoonbox.v1.AgentService.GetStepImages:input_type -> cocoonbox.v1.GetStepImagesRequest
+	16, // 23: cocoonbox.v1.AgentService.StartAttempts:input_type -> cocoonbox.v1.StartAttemptsRequest
+	17, // 24: cocoonbox.v1.AgentService.GetAttempts:input_type -> cocoonbox.v1.GetAttemptsRequest
+	18, // 25: cocoonbox.v1.AgentService.AcceptAttempts:input_type -> cocoonbox.v1.AcceptAttemptsRequest
+	19, // 26: cocoonbox.v1.AgentService.DiscardAttempts:input_type -> cocoonbox.v1.DiscardAttemptsRequest
+	22, // 27: cocoonbox.v1.AgentService.ListRecordings:input_type -> cocoonbox.v1.ListRecordingsRequest
+	0,  // 28: cocoonbox.v1.AgentService.StartRun:output_type -> cocoonbox.v1.AgentRun
+	6,  // 29: cocoonbox.v1.AgentService.SendMessage:output_type -> cocoonbox.v1.SendMessageResponse
+	0,  // 30: cocoonbox.v1.AgentService.CancelRun:output_type -> cocoonbox.v1.AgentRun
+	0,  // 31: cocoonbox.v1.AgentService.GetRun:output_type -> cocoonbox.v1.AgentRun
+	12, // 32: cocoonbox.v1.AgentService.ListRuns:output_type -> cocoonbox.v1.ListRunsResponse
+	14, // 33: cocoonbox.v1.AgentService.WatchRun:output_type -> cocoonbox.v1.WatchRunEvent
+	10, // 34: cocoonbox.v1.AgentService.GetStepImages:output_type -> cocoonbox.v1.GetStepImagesResponse
+	20, // 35: cocoonbox.v1.AgentService.StartAttempts:output_type -> cocoonbox.v1.Attempts
+	20, // 36: cocoonbox.v1.AgentService.GetAttempts:output_type -> cocoonbox.v1.Attempts
+	20, // 37: cocoonbox.v1.AgentService.AcceptAttempts:output_type -> cocoonbox.v1.Attempts
+	20, // 38: cocoonbox.v1.AgentService.DiscardAttempts:output_type -> cocoonbox.v1.Attempts
+	23, // 39: cocoonbox.v1.AgentService.ListRecordings:output_type -> cocoonbox.v1.ListRecordingsResponse
+	28, // [28:40] is the sub-list for method output_type
+	16, // [16:28] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_cocoonbox_v1_agent_proto_init() }
@@ -1815,7 +2024,7 @@ func file_cocoonbox_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_cocoonbox_v1_agent_proto_rawDesc), len(file_cocoonbox_v1_agent_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   22,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

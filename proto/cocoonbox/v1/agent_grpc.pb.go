@@ -30,6 +30,7 @@ const (
 	AgentService_GetAttempts_FullMethodName     = "/cocoonbox.v1.AgentService/GetAttempts"
 	AgentService_AcceptAttempts_FullMethodName  = "/cocoonbox.v1.AgentService/AcceptAttempts"
 	AgentService_DiscardAttempts_FullMethodName = "/cocoonbox.v1.AgentService/DiscardAttempts"
+	AgentService_ListRecordings_FullMethodName  = "/cocoonbox.v1.AgentService/ListRecordings"
 )
 
 // AgentServiceClient is the client API for AgentService service.
@@ -67,6 +68,8 @@ type AgentServiceClient interface {
 	AcceptAttempts(ctx context.Context, in *AcceptAttemptsRequest, opts ...grpc.CallOption) (*Attempts, error)
 	// DiscardAttempts deletes every fork and leaves the box as it was (admin).
 	DiscardAttempts(ctx context.Context, in *DiscardAttemptsRequest, opts ...grpc.CallOption) (*Attempts, error)
+	// ListRecordings lists the recorded runs of the box, newest first (viewer).
+	ListRecordings(ctx context.Context, in *ListRecordingsRequest, opts ...grpc.CallOption) (*ListRecordingsResponse, error)
 }
 
 type agentServiceClient struct {
@@ -196,6 +199,16 @@ func (c *agentServiceClient) DiscardAttempts(ctx context.Context, in *DiscardAtt
 	return out, nil
 }
 
+func (c *agentServiceClient) ListRecordings(ctx context.Context, in *ListRecordingsRequest, opts ...grpc.CallOption) (*ListRecordingsResponse, error) {
+	cOpts := append([]grpc.CallOption{grpc.StaticMethod()}, opts...)
+	out := new(ListRecordingsResponse)
+	err := c.cc.Invoke(ctx, AgentService_ListRecordings_FullMethodName, in, out, cOpts...)
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // AgentServiceServer is the server API for AgentService service.
 // All implementations must embed UnimplementedAgentServiceServer
 // for forward compatibility.
@@ -231,6 +244,8 @@ type AgentServiceServer interface {
 	AcceptAttempts(context.Context, *AcceptAttemptsRequest) (*Attempts, error)
 	// DiscardAttempts deletes every fork and leaves the box as it was (admin).
 	DiscardAttempts(context.Context, *DiscardAttemptsRequest) (*Attempts, error)
+	// ListRecordings lists the recorded runs of the box, newest first (viewer).
+	ListRecordings(context.Context, *ListRecordingsRequest) (*ListRecordingsResponse, error)
 	mustEmbedUnimplementedAgentServiceServer()
 }
 
@@ -273,6 +288,9 @@ func (UnimplementedAgentServiceServer) AcceptAttempts(context.Context, *AcceptAt
 }
 func (UnimplementedAgentServiceServer) DiscardAttempts(context.Context, *DiscardAttemptsRequest) (*Attempts, error) {
 	return nil, status.Error(codes.Unimplemented, "method DiscardAttempts not implemented")
+}
+func (UnimplementedAgentServiceServer) ListRecordings(context.Context, *ListRecordingsRequest) (*ListRecordingsResponse, error) {
+	return nil, status.Error(codes.Unimplemented, "method ListRecordings not implemented")
 }
 func (UnimplementedAgentServiceServer) mustEmbedUnimplementedAgentServiceServer() {}
 func (UnimplementedAgentServiceServer) testEmbeddedByValue()                      {}
@@ -486,6 +504,24 @@ func _AgentService_DiscardAttempts_Handler(srv interface{}, ctx context.Context,
 	return interceptor(ctx, in, info, handler)
 }
 
+func _AgentService_ListRecordings_Handler(srv interface{}, ctx context.Context, dec func(interface{}) error, interceptor grpc.UnaryServerInterceptor) (interface{}, error) {
+	in := new(ListRecordingsRequest)
+	if err := dec(in); err != nil {
+		return nil, err
+	}
+	if interceptor == nil {
+		return srv.(AgentServiceServer).ListRecordings(ctx, in)
+	}
+	info := &grpc.UnaryServerInfo{
+		Server:     srv,
+		FullMethod: AgentService_ListRecordings_FullMethodName,
+	}
+	handler := func(ctx context.Context, req interface{}) (interface{}, error) {
+		return srv.(AgentServiceServer).ListRecordings(ctx, req.(*ListRecordingsRequest))
+	}
+	return interceptor(ctx, in, info, handler)
+}
+
 // AgentService_ServiceDesc is the grpc.ServiceDesc for AgentService service.
 // It's only intended for direct use with grpc.RegisterService,
 // and not to be introspected or modified (even as a copy)
@@ -532,6 +568,10 @@ var AgentService_ServiceDesc = grpc.ServiceDesc{
 		{
 			MethodName: "DiscardAttempts",
 			Handler:    _AgentService_DiscardAttempts_Handler,
+		},
+		{
+			MethodName: "ListRecordings",
+			Handler:    _AgentService_ListRecordings_Handler,
 		},
 	},
 	Streams: []grpc.StreamDesc{
