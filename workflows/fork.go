@@ -117,24 +117,30 @@ func (w *box) dropForks(ctx workflow.Context) {
 	}
 }
 
-// claimFork claims the fork's first sandbox from its parent's checkpoint (the activity also
-// waits until it answers with the box's credential and gives it an identity of its own), then
-// tells the parent the checkpoint is no longer needed for it, whatever the claim's outcome.
-func (w *box) claimFork(ctx workflow.Context) error {
-	from := w.in.Fork
-	attempt := w.st.Attempt + 1
+// claimFromCheckpoint claims the box's next sandbox (claim attempt attempt) from box from's
+// checkpoint with memory, then tells from that the checkpoint is no longer needed for it,
+// whatever the claim's outcome (best effort: from may be gone, and its checkpoint expires).
+func (w *box) claimFromCheckpoint(ctx workflow.Context, attempt int, from cocoonbox.BoxID, checkpointID, node string) (activities.ClaimResult, error) {
 	var res activities.ClaimResult
 	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 5 * time.Minute,
 		HeartbeatTimeout:    sandboxHeartbeatTimeout,
 		RetryPolicy:         retryPolicy(),
 	}), snapActs.ClaimFork, activities.ClaimForkInput{
-		BoxID: w.in.BoxID, Attempt: attempt, CheckpointID: from.CheckpointID, Node: from.Node,
+		BoxID: w.in.BoxID, Attempt: attempt, CheckpointID: checkpointID, Node: node,
 		TTL: w.in.Policy.LeaseTTL, Network: w.in.Policy.Network,
 	}).Get(ctx, &res)
-	// Best effort: the parent may be gone, and its checkpoint expires anyway.
-	_ = workflow.SignalExternalWorkflow(ctx, BoxWorkflowID(from.Parent), "", SignalForkClaimed,
-		ForkClaimedSignal{CheckpointID: from.CheckpointID}).Get(ctx, nil)
+	_ = workflow.SignalExternalWorkflow(ctx, BoxWorkflowID(from), "", SignalForkClaimed,
+		ForkClaimedSignal{CheckpointID: checkpointID}).Get(ctx, nil)
+	return res, err
+}
+
+// claimFork claims the fork's first sandbox from its parent's checkpoint; the activity also
+// waits until it answers with the box's credential and gives it an identity of its own.
+func (w *box) claimFork(ctx workflow.Context) error {
+	from := w.in.Fork
+	attempt := w.st.Attempt + 1
+	res, err := w.claimFromCheckpoint(ctx, attempt, from.Parent, from.CheckpointID, from.Node)
 	if err != nil {
 		return err
 	}
@@ -161,17 +167,7 @@ func (w *box) adopt(ctx workflow.Context, in AdoptInput) (Status, error) {
 		before := w.st.State
 		w.setState(ctx, cocoonbox.BoxStateRestoring)
 		attempt := w.st.Attempt + 1
-		var res activities.ClaimResult
-		err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-			StartToCloseTimeout: 5 * time.Minute,
-			HeartbeatTimeout:    sandboxHeartbeatTimeout,
-			RetryPolicy:         retryPolicy(),
-		}), snapActs.ClaimFork, activities.ClaimForkInput{
-			BoxID: w.in.BoxID, Attempt: attempt, CheckpointID: in.CheckpointID, Node: in.Node,
-			TTL: w.in.Policy.LeaseTTL, Network: w.in.Policy.Network,
-		}).Get(ctx, &res)
-		_ = workflow.SignalExternalWorkflow(ctx, BoxWorkflowID(in.From), "", SignalForkClaimed,
-			ForkClaimedSignal{CheckpointID: in.CheckpointID}).Get(ctx, nil)
+		res, err := w.claimFromCheckpoint(ctx, attempt, in.From, in.CheckpointID, in.Node)
 		if err != nil {
 			w.st.LastError = "adopt: " + reason(err)
 			w.setState(ctx, before)
