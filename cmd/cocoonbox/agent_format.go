@@ -47,6 +47,9 @@ func writeRun(w io.Writer, r *cbv1.AgentRun) error {
 	}
 	kv("created", when(r.GetCreatedAt()))
 	kv("ended", when(r.GetEndedAt()))
+	if rec := r.GetRecording(); rec != nil {
+		kv("recording", fmt.Sprintf("%s in %d chunks; replay at /replay.html#/run/%s", humanBytes(rec.GetBytes()), rec.GetChunks(), r.GetId()))
+	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}

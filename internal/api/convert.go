@@ -139,6 +139,9 @@ func runProto(r boxsvc.Run) *cbv1.AgentRun {
 		c := r.StepCosts[int(st.GetNumber())]
 		st.Tokens, st.CostUsd = c.Tokens, c.CostUSD
 	}
+	if r.Recording != nil {
+		out.Recording = recordingProto(*r.Recording)
+	}
 	return out
 }
 

@@ -50,6 +50,8 @@ type Run struct {
 	Plan []store.PlanItem
 	// StepCosts are what each step's model calls used and cost, by step number (GetRun).
 	StepCosts map[int]StepCost
+	// Recording is the run's recorded desktop, when it was recorded (GetRun).
+	Recording *store.Recording
 }
 
 // StepCost is what a step's model calls used, and their cost at the configured prices.
@@ -165,6 +167,11 @@ func (s *Service) GetRun(ctx context.Context, caller, runID string) (Run, error)
 	r := s.withSteps(ctx, run, steps)
 	r.Steps = steps
 	r.StepCosts = s.stepCosts(ctx, runID)
+	if rec, err := s.Store.RecordingOfRun(ctx, runID); err == nil {
+		r.Recording = &rec
+	} else if !errors.Is(err, store.ErrNotFound) && s.Logger != nil {
+		s.Logger.Warn("read the run's recording", "run", runID, "err", err)
+	}
 	return r, nil
 }
 

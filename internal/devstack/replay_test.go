@@ -73,6 +73,9 @@ func testRecordedReplay(t *testing.T, a *agentEnv, models *modeltest.Server) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	if got, err := a.agents.GetRun(a.auth, &cbv1.GetRunRequest{RunId: run.GetId()}); err != nil || got.GetRecording().GetChunks() != int32(chunks) {
+		t.Fatalf("the run's recording as GetRun says: %v, %v", got.GetRecording(), err)
+	}
 	for seq := range chunks {
 		if _, err := a.d.Blobs.Stat(a.ctx, objstore.RecordingKey(run.GetId(), seq)); err != nil {
 			t.Fatalf("chunk %d of the recording: %v", seq, err)

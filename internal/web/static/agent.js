@@ -106,6 +106,9 @@ export function agentPanel(call, report, stream) {
     else if (state === 'waiting_for_user') note = 'The agent asks: ' + (r.question || '') + ' Answer below; it goes on with your answer.';
     set('agent-note', note, failed ? 'note bad' : 'note');
     set('agent-run-task', r ? r.task || '' : '');
+    const replay = r && r.recording ? '/replay.html#/run/' + r.id : '';
+    $('agent-replay').hidden = !replay;
+    if (replay && $('agent-replay').getAttribute('href') !== replay) $('agent-replay').href = replay;
     showPlan(r ? r.plan || [] : []);
     if (r) showSteps(r.steps || []);
     const on = active();

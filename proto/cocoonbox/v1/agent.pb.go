@@ -61,7 +61,10 @@ type AgentRun struct {
 	Question string `protobuf:"bytes,16,opt,name=question,proto3" json:"question,omitempty"`
 	// plan is the checklist the agent last wrote (gui_plan), from its newest step that wrote one.
 	// Filled where steps_done is.
-	Plan          []*PlanItem `protobuf:"bytes,17,rep,name=plan,proto3" json:"plan,omitempty"`
+	Plan []*PlanItem `protobuf:"bytes,17,rep,name=plan,proto3" json:"plan,omitempty"`
+	// recording is the run's recorded desktop, when it was recorded (StartRunRequest.record);
+	// GetRun fills it. It replays at /replay.html#/run/{id}.
+	Recording     *Recording `protobuf:"bytes,18,opt,name=recording,proto3" json:"recording,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -211,6 +214,13 @@ func (x *AgentRun) GetQuestion() string {
 func (x *AgentRun) GetPlan() []*PlanItem {
 	if x != nil {
 		return x.Plan
+	}
+	return nil
+}
+
+func (x *AgentRun) GetRecording() *Recording {
+	if x != nil {
+		return x.Recording
 	}
 	return nil
 }
@@ -1771,7 +1781,7 @@ var File_cocoonbox_v1_agent_proto protoreflect.FileDescriptor
 
 const file_cocoonbox_v1_agent_proto_rawDesc = "" +
 	"\n" +
-	"\x18cocoonbox/v1/agent.proto\x12\fcocoonbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x99\x04\n" +
+	"\x18cocoonbox/v1/agent.proto\x12\fcocoonbox.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xd0\x04\n" +
 	"\bAgentRun\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x15\n" +
 	"\x06box_id\x18\x02 \x01(\tR\x05boxId\x12\x14\n" +
@@ -1794,7 +1804,8 @@ const file_cocoonbox_v1_agent_proto_rawDesc = "" +
 	"\vtokens_used\x18\x0f \x01(\x03R\n" +
 	"tokensUsed\x12\x1a\n" +
 	"\bquestion\x18\x10 \x01(\tR\bquestion\x12*\n" +
-	"\x04plan\x18\x11 \x03(\v2\x16.cocoonbox.v1.PlanItemR\x04plan\"6\n" +
+	"\x04plan\x18\x11 \x03(\v2\x16.cocoonbox.v1.PlanItemR\x04plan\x125\n" +
+	"\trecording\x18\x12 \x01(\v2\x17.cocoonbox.v1.RecordingR\trecording\"6\n" +
 	"\bPlanItem\x12\x12\n" +
 	"\x04text\x18\x01 \x01(\tR\x04text\x12\x16\n" +
 	"\x06status\x18\x02 \x01(\tR\x06status\"\xb3\x03\n" +
@@ -1965,47 +1976,48 @@ var file_cocoonbox_v1_agent_proto_depIdxs = []int32{
 	25, // 1: cocoonbox.v1.AgentRun.created_at:type_name -> google.protobuf.Timestamp
 	25, // 2: cocoonbox.v1.AgentRun.ended_at:type_name -> google.protobuf.Timestamp
 	1,  // 3: cocoonbox.v1.AgentRun.plan:type_name -> cocoonbox.v1.PlanItem
-	25, // 4: cocoonbox.v1.AgentStep.at:type_name -> google.protobuf.Timestamp
-	3,  // 5: cocoonbox.v1.AgentStep.tool_calls:type_name -> cocoonbox.v1.AgentToolCall
-	1,  // 6: cocoonbox.v1.AgentStep.plan:type_name -> cocoonbox.v1.PlanItem
-	0,  // 7: cocoonbox.v1.ListRunsResponse.runs:type_name -> cocoonbox.v1.AgentRun
-	2,  // 8: cocoonbox.v1.WatchRunEvent.step:type_name -> cocoonbox.v1.AgentStep
-	0,  // 9: cocoonbox.v1.WatchRunEvent.run:type_name -> cocoonbox.v1.AgentRun
-	15, // 10: cocoonbox.v1.WatchRunEvent.text:type_name -> cocoonbox.v1.AgentText
-	21, // 11: cocoonbox.v1.Attempts.attempts:type_name -> cocoonbox.v1.Attempt
-	25, // 12: cocoonbox.v1.Attempts.created_at:type_name -> google.protobuf.Timestamp
-	24, // 13: cocoonbox.v1.ListRecordingsResponse.recordings:type_name -> cocoonbox.v1.Recording
-	25, // 14: cocoonbox.v1.Recording.started_at:type_name -> google.protobuf.Timestamp
-	25, // 15: cocoonbox.v1.Recording.ended_at:type_name -> google.protobuf.Timestamp
-	4,  // 16: cocoonbox.v1.AgentService.StartRun:input_type -> cocoonbox.v1.StartRunRequest
-	5,  // 17: cocoonbox.v1.AgentService.SendMessage:input_type -> cocoonbox.v1.SendMessageRequest
-	7,  // 18: cocoonbox.v1.AgentService.CancelRun:input_type -> cocoonbox.v1.CancelRunRequest
-	8,  // 19: cocoonbox.v1.AgentService.GetRun:input_type -> cocoonbox.v1.GetRunRequest
-	11, // 20: cocoonbox.v1.AgentService.ListRuns:input_type -> cocoonbox.v1.ListRunsRequest
-	13, // 21: cocoonbox.v1.AgentService.WatchRun:input_type -> cocoonbox.v1.WatchRunRequest
-	9,  // 22: cocoonbox.v1.AgentService.GetStepImages:input_type -> cocoonbox.v1.GetStepImagesRequest
-	16, // 23: cocoonbox.v1.AgentService.StartAttempts:input_type -> cocoonbox.v1.StartAttemptsRequest
-	17, // 24: cocoonbox.v1.AgentService.GetAttempts:input_type -> cocoonbox.v1.GetAttemptsRequest
-	18, // 25: cocoonbox.v1.AgentService.AcceptAttempts:input_type -> cocoonbox.v1.AcceptAttemptsRequest
-	19, // 26: cocoonbox.v1.AgentService.DiscardAttempts:input_type -> cocoonbox.v1.DiscardAttemptsRequest
-	22, // 27: cocoonbox.v1.AgentService.ListRecordings:input_type -> cocoonbox.v1.ListRecordingsRequest
-	0,  // 28: cocoonbox.v1.AgentService.StartRun:output_type -> cocoonbox.v1.AgentRun
-	6,  // 29: cocoonbox.v1.AgentService.SendMessage:output_type -> cocoonbox.v1.SendMessageResponse
-	0,  // 30: cocoonbox.v1.AgentService.CancelRun:output_type -> cocoonbox.v1.AgentRun
-	0,  // 31: cocoonbox.v1.AgentService.GetRun:output_type -> cocoonbox.v1.AgentRun
-	12, // 32: cocoonbox.v1.AgentService.ListRuns:output_type -> cocoonbox.v1.ListRunsResponse
-	14, // 33: cocoonbox.v1.AgentService.WatchRun:output_type -> cocoonbox.v1.WatchRunEvent
-	10, // 34: cocoonbox.v1.AgentService.GetStepImages:output_type -> cocoonbox.v1.GetStepImagesResponse
-	20, // 35: cocoonbox.v1.AgentService.StartAttempts:output_type -> cocoonbox.v1.Attempts
-	20, // 36: cocoonbox.v1.AgentService.GetAttempts:output_type -> cocoonbox.v1.Attempts
-	20, // 37: cocoonbox.v1.AgentService.AcceptAttempts:output_type -> cocoonbox.v1.Attempts
-	20, // 38: cocoonbox.v1.AgentService.DiscardAttempts:output_type -> cocoonbox.v1.Attempts
-	23, // 39: cocoonbox.v1.AgentService.ListRecordings:output_type -> cocoonbox.v1.ListRecordingsResponse
-	28, // [28:40] is the sub-list for method output_type
-	16, // [16:28] is the sub-list for method input_type
-	16, // [16:16] is the sub-list for extension type_name
-	16, // [16:16] is the sub-list for extension extendee
-	0,  // [0:16] is the sub-list for field type_name
+	24, // 4: cocoonbox.v1.AgentRun.recording:type_name -> cocoonbox.v1.Recording
+	25, // 5: cocoonbox.v1.AgentStep.at:type_name -> google.protobuf.Timestamp
+	3,  // 6: cocoonbox.v1.AgentStep.tool_calls:type_name -> cocoonbox.v1.AgentToolCall
+	1,  // 7: cocoonbox.v1.AgentStep.plan:type_name -> cocoonbox.v1.PlanItem
+	0,  // 8: cocoonbox.v1.ListRunsResponse.runs:type_name -> cocoonbox.v1.AgentRun
+	2,  // 9: cocoonbox.v1.WatchRunEvent.step:type_name -> cocoonbox.v1.AgentStep
+	0,  // 10: cocoonbox.v1.WatchRunEvent.run:type_name -> cocoonbox.v1.AgentRun
+	15, // 11: cocoonbox.v1.WatchRunEvent.text:type_name -> cocoonbox.v1.AgentText
+	21, // 12: cocoonbox.v1.Attempts.attempts:type_name -> cocoonbox.v1.Attempt
+	25, // 13: cocoonbox.v1.Attempts.created_at:type_name -> google.protobuf.Timestamp
+	24, // 14: cocoonbox.v1.ListRecordingsResponse.recordings:type_name -> cocoonbox.v1.Recording
+	25, // 15: cocoonbox.v1.Recording.started_at:type_name -> google.protobuf.Timestamp
+	25, // 16: cocoonbox.v1.Recording.ended_at:type_name -> google.protobuf.Timestamp
+	4,  // 17: cocoonbox.v1.AgentService.StartRun:input_type -> cocoonbox.v1.StartRunRequest
+	5,  // 18: cocoonbox.v1.AgentService.SendMessage:input_type -> cocoonbox.v1.SendMessageRequest
+	7,  // 19: cocoonbox.v1.AgentService.CancelRun:input_type -> cocoonbox.v1.CancelRunRequest
+	8,  // 20: cocoonbox.v1.AgentService.GetRun:input_type -> cocoonbox.v1.GetRunRequest
+	11, // 21: cocoonbox.v1.AgentService.ListRuns:input_type -> cocoonbox.v1.ListRunsRequest
+	13, // 22: cocoonbox.v1.AgentService.WatchRun:input_type -> cocoonbox.v1.WatchRunRequest
+	9,  // 23: cocoonbox.v1.AgentService.GetStepImages:input_type -> cocoonbox.v1.GetStepImagesRequest
+	16, // 24: cocoonbox.v1.AgentService.StartAttempts:input_type -> cocoonbox.v1.StartAttemptsRequest
+	17, // 25: cocoonbox.v1.AgentService.GetAttempts:input_type -> cocoonbox.v1.GetAttemptsRequest
+	18, // 26: cocoonbox.v1.AgentService.AcceptAttempts:input_type -> cocoonbox.v1.AcceptAttemptsRequest
+	19, // 27: cocoonbox.v1.AgentService.DiscardAttempts:input_type -> cocoonbox.v1.DiscardAttemptsRequest
+	22, // 28: cocoonbox.v1.AgentService.ListRecordings:input_type -> cocoonbox.v1.ListRecordingsRequest
+	0,  // 29: cocoonbox.v1.AgentService.StartRun:output_type -> cocoonbox.v1.AgentRun
+	6,  // 30: cocoonbox.v1.AgentService.SendMessage:output_type -> cocoonbox.v1.SendMessageResponse
+	0,  // 31: cocoonbox.v1.AgentService.CancelRun:output_type -> cocoonbox.v1.AgentRun
+	0,  // 32: cocoonbox.v1.AgentService.GetRun:output_type -> cocoonbox.v1.AgentRun
+	12, // 33: cocoonbox.v1.AgentService.ListRuns:output_type -> cocoonbox.v1.ListRunsResponse
+	14, // 34: cocoonbox.v1.AgentService.WatchRun:output_type -> cocoonbox.v1.WatchRunEvent
+	10, // 35: cocoonbox.v1.AgentService.GetStepImages:output_type -> cocoonbox.v1.GetStepImagesResponse
+	20, // 36: cocoonbox.v1.AgentService.StartAttempts:output_type -> cocoonbox.v1.Attempts
+	20, // 37: cocoonbox.v1.AgentService.GetAttempts:output_type -> cocoonbox.v1.Attempts
+	20, // 38: cocoonbox.v1.AgentService.AcceptAttempts:output_type -> cocoonbox.v1.Attempts
+	20, // 39: cocoonbox.v1.AgentService.DiscardAttempts:output_type -> cocoonbox.v1.Attempts
+	23, // 40: cocoonbox.v1.AgentService.ListRecordings:output_type -> cocoonbox.v1.ListRecordingsResponse
+	29, // [29:41] is the sub-list for method output_type
+	17, // [17:29] is the sub-list for method input_type
+	17, // [17:17] is the sub-list for extension type_name
+	17, // [17:17] is the sub-list for extension extendee
+	0,  // [0:17] is the sub-list for field type_name
 }
 
 func init() { file_cocoonbox_v1_agent_proto_init() }
