@@ -25,7 +25,7 @@ func TestMCPTools(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
 	}
-	d, ctx, _, _ := newBoxEnv(t, boxConfig(t), 4*time.Minute)
+	d, ctx, owner, _ := newBoxEnv(t, boxConfig(t), 4*time.Minute)
 	cli, err := config.LoadCLI(d.Bootstrap().CLIConfig, config.MapEnv(nil))
 	if err != nil || cli.Token == "" {
 		t.Fatalf("cli config: %+v, %v", cli, err)
@@ -52,7 +52,7 @@ func TestMCPTools(t *testing.T) {
 		names = append(names, tool.Name)
 	}
 	slices.Sort(names)
-	want := []string{"agent_message", "agent_run", "agent_status", "box_click", "box_create", "box_events", "box_exec", "box_hibernate",
+	want := []string{"agent_message", "agent_run", "agent_status", "box_click", "box_create", "box_events", "box_exec", "box_fork", "box_hibernate",
 		"box_key", "box_list", "box_policy", "box_port_url", "box_read_file", "box_screenshot", "box_snapshot", "box_type", "box_wake", "box_write_file"}
 	if !slices.Equal(names, want) {
 		t.Fatalf("tools = %v, want %v", names, want)
@@ -99,6 +99,26 @@ func TestMCPTools(t *testing.T) {
 	mcpCall(ctx, t, c, "box_read_file", map[string]any{"box": "agent", "path": "/root/notes/hello.txt"}, &file)
 	if file.Content == nil || *file.Content != content || file.Mode != "0600" || file.Size != len(content) {
 		t.Fatalf("box_read_file = %+v, want %q mode 0600", file, content)
+	}
+
+	// A fork goes on from the box: the file just written is in it.
+	var forked struct {
+		Forks []struct {
+			ID     cocoonbox.BoxID
+			State  cocoonbox.BoxState
+			Parent cocoonbox.BoxID
+		}
+	}
+	mcpCall(ctx, t, c, "box_fork", map[string]any{"box": "agent"}, &forked)
+	if len(forked.Forks) != 1 || forked.Forks[0].State != cocoonbox.BoxStateRunning || forked.Forks[0].Parent != box.ID {
+		t.Fatalf("box_fork = %+v, want one running fork of %s", forked, box.ID)
+	}
+	mcpCall(ctx, t, c, "box_read_file", map[string]any{"box": string(forked.Forks[0].ID), "path": "/root/notes/hello.txt"}, &file)
+	if file.Content == nil || *file.Content != content {
+		t.Fatalf("box_read_file in the fork = %+v, want %q", file, content)
+	}
+	if _, err := d.Boxes.Delete(ctx, owner.ID, forked.Forks[0].ID); err != nil {
+		t.Fatal(err)
 	}
 
 	mcpCall(ctx, t, c, "box_hibernate", map[string]any{"box": "agent"}, &box)
