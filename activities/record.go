@@ -3,6 +3,7 @@ package activities
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"compress/gzip"
 	"context"
 	"encoding/binary"
@@ -174,7 +175,7 @@ func (rec *recording) session(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	every, chunkEvery := cmpDuration(rec.r.Every, 100*time.Millisecond), cmpDuration(rec.r.ChunkEvery, 2*time.Second)
+	every, chunkEvery := cmp.Or(rec.r.Every, 100*time.Millisecond), cmp.Or(rec.r.ChunkEvery, 2*time.Second)
 	if _, err := conn.Write(viewerSetup(w, h)); err != nil {
 		return err
 	}
@@ -280,11 +281,4 @@ func updateRequest(incremental bool, w, h uint16) []byte {
 	}
 	b = binary.BigEndian.AppendUint16(b, w)
 	return binary.BigEndian.AppendUint16(b, h)
-}
-
-func cmpDuration(d, def time.Duration) time.Duration {
-	if d > 0 {
-		return d
-	}
-	return def
 }

@@ -61,8 +61,8 @@ func (s *Service) StartAttempts(ctx context.Context, caller string, id cocoonbox
 	return s.attemptsView(ctx, att), nil
 }
 
-// requestHex is randomHex, or, for a request that has an ID, 16 bytes derived from it and what
-// (so a request sent again names the same things).
+// requestHex is randomHex, or, for a request that has an ID, 16 bytes derived from it, the
+// caller and what (so a request sent again names the same things: forks, attempts, runs).
 func requestHex(ctx context.Context, caller, what string) string {
 	req, _ := ctx.Value(requestIDKey{}).(string)
 	if req == "" {

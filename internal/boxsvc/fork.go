@@ -3,10 +3,7 @@ package boxsvc
 import (
 	"cmp"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -62,7 +59,6 @@ func (s *Service) Fork(ctx context.Context, caller string, id cocoonbox.BoxID, r
 	if err != nil {
 		return Forked{}, err
 	}
-	names = slices.Clip(names)
 	// The forks' rows first, inside the caller's quota, so a fork that would not fit is refused
 	// before the box is paused for a checkpoint no one would use.
 	now := time.Now()
@@ -139,12 +135,7 @@ func (s *Service) Fork(ctx context.Context, caller string, id cocoonbox.BoxID, r
 // forkID is the box ID of fork k of source: derived from the request's ID when it has one (a
 // request sent again makes, and finds, the same forks), else random.
 func forkID(ctx context.Context, caller string, source cocoonbox.BoxID, k int) cocoonbox.BoxID {
-	req, _ := ctx.Value(requestIDKey{}).(string)
-	if req == "" {
-		return cocoonbox.NewBoxID()
-	}
-	sum := sha256.Sum256([]byte(caller + "\x00" + string(source) + "\x00" + req + "\x00" + strconv.Itoa(k)))
-	return cocoonbox.BoxID("bx_" + hex.EncodeToString(sum[:8]))
+	return cocoonbox.BoxID("bx_" + requestHex(ctx, caller, "fork/"+string(source)+"/"+strconv.Itoa(k))[:16])
 }
 
 // forkPrefix is the default name of a box's forks, cut so that "-N" fits after it.

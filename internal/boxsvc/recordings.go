@@ -43,7 +43,7 @@ func (s *Service) ListRecordings(ctx context.Context, caller string, id cocoonbo
 // GetReplay returns a run's recording with its markers (viewer on the run's box): each step's
 // end, and each take-over and hand-back of the desktop while it recorded.
 func (s *Service) GetReplay(ctx context.Context, caller, runID string) (Replay, error) {
-	run, err := s.GetRun(ctx, caller, runID)
+	run, err := s.run(ctx, caller, runID, cocoonbox.RoleViewer)
 	if err != nil {
 		return Replay{}, err
 	}
@@ -51,9 +51,13 @@ func (s *Service) GetReplay(ctx context.Context, caller, runID string) (Replay, 
 	if err != nil {
 		return Replay{}, err
 	}
+	steps, err := s.Store.AgentSteps(ctx, runID)
+	if err != nil {
+		return Replay{}, fmt.Errorf("read run steps: %w", err)
+	}
 	out := Replay{Recording: rec}
 	since := func(t time.Time) int64 { return max(t.Sub(rec.StartedAt).Milliseconds(), 0) }
-	for _, st := range run.Steps {
+	for _, st := range steps {
 		out.Markers = append(out.Markers, Marker{At: since(st.At), Kind: "step", Step: st.Step, Label: fmt.Sprintf("step %d", st.Step)})
 	}
 	events, err := s.Store.BoxEvents(ctx, string(run.BoxID), 0, MaxEvents)
