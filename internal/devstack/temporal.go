@@ -16,6 +16,7 @@ import (
 	enumspb "go.temporal.io/api/enums/v1"
 	"go.temporal.io/api/operatorservice/v1"
 	"go.temporal.io/api/workflowservice/v1"
+	"go.temporal.io/server/common/dynamicconfig"
 	"go.temporal.io/server/temporal"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -85,6 +86,10 @@ type Temporal struct {
 	conn    *grpc.ClientConn
 	logFile *os.File
 	lock    *os.File
+	// dc is the server's dynamic config; settling is the timer that turns a setting of it
+	// off once the search attributes are everywhere (searchAttributesSettled).
+	dc       *dynamicconfig.MemoryClient
+	settling *time.Timer
 
 	stopOnce sync.Once
 	stopErr  error
@@ -173,6 +178,7 @@ func StartTemporal(ctx context.Context, opts TemporalOptions) (_ *Temporal, retE
 	}
 
 	res.release()
+	t.dc = dynamicConfig()
 	slogger := newServerLogger(logger)
 	t.logger = slogger
 	serverOpts := []temporal.ServerOption{
@@ -180,7 +186,7 @@ func StartTemporal(ctx context.Context, opts TemporalOptions) (_ *Temporal, retE
 		temporal.ForServices(temporal.DefaultServices),
 		temporal.WithStaticHosts(staticHosts(t.addr, ports)),
 		temporal.WithLogger(slogger),
-		temporal.WithDynamicConfigClient(dynamicConfig()),
+		temporal.WithDynamicConfigClient(t.dc),
 	}
 	if t.tls != nil {
 		serverOpts = append(serverOpts, temporal.WithTLSConfigFactory(t.tls.provider()))
@@ -369,6 +375,9 @@ func (t *Temporal) Stop() error {
 // after a failed start.
 func (t *Temporal) stop() error {
 	var errs []error
+	if t.settling != nil {
+		t.settling.Stop()
+	}
 	if t.ui != nil {
 		t.ui.stop()
 	}

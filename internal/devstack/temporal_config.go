@@ -142,15 +142,40 @@ func staticHosts(frontendAddr string, ports servicePorts) map[primitives.Service
 	}
 }
 
-// dynamicConfig holds the few settings a dev server wants unlike production.
-func dynamicConfig() dynamicconfig.StaticClient {
-	return dynamicconfig.StaticClient{
-		// Search attributes registered at start (and by tests) are visible at once, instead
-		// of after the cache refresh interval.
-		dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key(): true,
-		// An activity scheduled by a workflow task goes back in the answer to that task when
-		// the worker polls its queue (the SDK asks for it), skipping a trip through matching:
-		// every agent step is one.
-		dynamicconfig.EnableActivityEagerExecution.Key(): true,
+// dynamicConfig holds the few settings a dev server wants unlike production. It is a memory
+// client because one of them changes once the server is up (see searchAttributesSettled).
+func dynamicConfig() *dynamicconfig.MemoryClient {
+	dc := dynamicconfig.NewMemoryClient()
+	// Search attributes registered at start are visible at once, instead of after the
+	// namespace registry's next refresh: each service reads the namespace from its store on
+	// every use of a search attribute, under one lock, until searchAttributesSettled.
+	dc.OverrideSetting(dynamicconfig.ForceSearchAttributesCacheRefreshOnRead, true)
+	// An activity scheduled by a workflow task goes back in the answer to that task when
+	// the worker polls its queue (the SDK asks for it), skipping a trip through matching:
+	// every agent step is one.
+	dc.OverrideSetting(dynamicconfig.EnableActivityEagerExecution, true)
+	// Each service reads the namespaces again this often (2 s by default; a few rows of
+	// SQLite), so search attributes added at start reach them soon.
+	dc.OverrideSetting(dynamicconfig.NamespaceCacheRefreshInterval, namespaceRefresh)
+	return dc
+}
+
+// namespaceRefresh is how often the services read the namespaces; namespaceRefreshes is how
+// long after registering search attributes every service has read them again, many times over.
+const (
+	namespaceRefresh   = 250 * time.Millisecond
+	namespaceRefreshes = 16 * namespaceRefresh
+)
+
+// searchAttributesSettled ends the reads of the namespace from the store on every use of a
+// search attribute (each start, upsert and visibility record paid one, serialized under one
+// lock: a box workflow's update took several milliseconds longer). When the start added search
+// attributes, that waits until the registries have refreshed; the start does not.
+func (t *Temporal) searchAttributesSettled(added bool) {
+	settle := func() { t.dc.OverrideSetting(dynamicconfig.ForceSearchAttributesCacheRefreshOnRead, false) }
+	if !added {
+		settle()
+		return
 	}
+	t.settling = time.AfterFunc(namespaceRefreshes, settle)
 }

@@ -29,12 +29,19 @@ func (t *Temporal) register(ctx context.Context) error {
 	if err := retry(ctx, func() error { return t.registerNamespace(ctx) }); err != nil {
 		return fmt.Errorf("register namespace %s: %w", t.opts.Namespace, err)
 	}
-	if len(t.opts.SearchAttributes) == 0 {
-		return nil
+	added := false
+	if len(t.opts.SearchAttributes) > 0 {
+		err := retry(ctx, func() error {
+			// A try that failed may have added them all the same.
+			a, err := t.registerSearchAttributes(ctx)
+			added = added || a || err != nil
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("register search attributes: %w", err)
+		}
 	}
-	if err := retry(ctx, func() error { return t.registerSearchAttributes(ctx) }); err != nil {
-		return fmt.Errorf("register search attributes: %w", err)
-	}
+	t.searchAttributesSettled(added)
 	return nil
 }
 
@@ -64,20 +71,22 @@ func (t *Temporal) registerNamespace(ctx context.Context) error {
 	return err
 }
 
-func (t *Temporal) registerSearchAttributes(ctx context.Context) error {
+// registerSearchAttributes adds the search attributes the namespace lacks, saying whether
+// there were any.
+func (t *Temporal) registerSearchAttributes(ctx context.Context) (added bool, err error) {
 	list, err := t.operator().ListSearchAttributes(ctx,
 		&operatorservice.ListSearchAttributesRequest{Namespace: t.opts.Namespace})
 	if err != nil {
-		return err
+		return false, err
 	}
 	have := maps.Clone(list.GetSystemAttributes())
 	maps.Copy(have, list.GetCustomAttributes())
 	names, wrong := worker.MissingSearchAttributes(have, t.opts.SearchAttributes)
 	if len(wrong) > 0 {
-		return permanent(fmt.Errorf("search attributes of the wrong type: %s", strings.Join(wrong, ", ")))
+		return false, permanent(fmt.Errorf("search attributes of the wrong type: %s", strings.Join(wrong, ", ")))
 	}
 	if len(names) == 0 {
-		return nil
+		return false, nil
 	}
 	missing := map[string]enumspb.IndexedValueType{}
 	for _, name := range names {
@@ -87,7 +96,7 @@ func (t *Temporal) registerSearchAttributes(ctx context.Context) error {
 		Namespace:        t.opts.Namespace,
 		SearchAttributes: missing,
 	})
-	return err
+	return err == nil, err
 }
 
 // permanentError stops retry: the condition will not change by waiting.

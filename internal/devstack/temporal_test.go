@@ -23,6 +23,7 @@ import (
 	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/worker"
 	"go.temporal.io/sdk/workflow"
+	"go.temporal.io/server/common/dynamicconfig"
 	servertemporal "go.temporal.io/server/temporal"
 
 	"github.com/loomhand/cocoonbox/internal/tclient"
@@ -123,6 +124,21 @@ func TestTemporalRunsWorkflowAndKeepsStateAcrossRestart(t *testing.T) {
 	if err := run.Get(ctx, &got); err != nil || got != "hello box" {
 		t.Fatalf("workflow result = %q, %v; want %q", got, err, "hello box")
 	}
+	// Once the services have read the search attributes, they stop reading the namespace
+	// from the store on every use of one; a start with them still works and is found by them.
+	testutil.Eventually(t, testutil.WaitShort, "the search attributes settled", func() bool { return !tp.readsSearchAttributes() })
+	settled, err := c.ExecuteWorkflow(ctx, client.StartWorkflowOptions{
+		ID:                    "greet-2",
+		TaskQueue:             testTaskQueue,
+		TypedSearchAttributes: temporal.NewSearchAttributes(owner.ValueSet("bob")),
+	}, "Greet", "settled")
+	if err != nil {
+		t.Fatalf("start workflow once settled: %v", err)
+	}
+	if err := settled.Get(ctx, &got); err != nil {
+		t.Fatalf("workflow result once settled: %v", err)
+	}
+	listedBy(ctx, t, c, tp.Namespace(), `Owner = "bob"`)
 	w.Stop()
 
 	sa, err := c.OperatorService().ListSearchAttributes(ctx,
@@ -165,6 +181,9 @@ func TestTemporalRunsWorkflowAndKeepsStateAcrossRestart(t *testing.T) {
 	opts.Retention = 72 * time.Hour
 	tp2, warm := startTestTemporal(ctx, t, opts)
 	t.Logf("restart: %v, rss after restart: %s", warm, rss())
+	if tp2.readsSearchAttributes() {
+		t.Errorf("a restart with every search attribute registered still reads them from the store on each use")
+	}
 	c2 := dialTest(t, tp2)
 	desc, err := c2.DescribeWorkflowExecution(ctx, "greet-1", run.GetRunID())
 	if err != nil {
@@ -175,20 +194,7 @@ func TestTemporalRunsWorkflowAndKeepsStateAcrossRestart(t *testing.T) {
 	}
 	// Visibility lives in the same file and is written asynchronously; the first start had
 	// plenty of time, but poll rather than trust that.
-	if err := testutil.Poll(ctx, 0, func() error {
-		resp, err := c2.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{
-			Namespace: tp2.Namespace(), Query: `Owner = "alice"`,
-		})
-		if err != nil {
-			return err
-		}
-		if n := len(resp.GetExecutions()); n != 1 {
-			return errors.New("want 1 execution owned by alice, have " + strconv.Itoa(n))
-		}
-		return nil
-	}); err != nil {
-		t.Errorf("list workflows by Owner after restart: %v", err)
-	}
+	listedBy(ctx, t, c2, tp2.Namespace(), `Owner = "alice"`)
 	ns, err := c2.WorkflowService().DescribeNamespace(ctx,
 		&workflowservice.DescribeNamespaceRequest{Namespace: tp2.Namespace()})
 	if err != nil {
@@ -362,4 +368,28 @@ func rss() string {
 		}
 	}
 	return "unknown"
+}
+
+// listedBy waits until query lists exactly one workflow.
+func listedBy(ctx context.Context, t *testing.T, c client.Client, namespace, query string) {
+	t.Helper()
+	if err := testutil.Poll(ctx, 0, func() error {
+		resp, err := c.ListWorkflow(ctx, &workflowservice.ListWorkflowExecutionsRequest{Namespace: namespace, Query: query})
+		if err != nil {
+			return err
+		}
+		if n := len(resp.GetExecutions()); n != 1 {
+			return errors.New("want 1 execution, have " + strconv.Itoa(n))
+		}
+		return nil
+	}); err != nil {
+		t.Errorf("list workflows where %s: %v", query, err)
+	}
+}
+
+// readsSearchAttributes reports whether the services still read the namespace from the store
+// on every use of a search attribute.
+func (t *Temporal) readsSearchAttributes() bool {
+	cvs := t.dc.GetValue(dynamicconfig.ForceSearchAttributesCacheRefreshOnRead.Key())
+	return len(cvs) > 0 && cvs[0].Value == true
 }
