@@ -41,6 +41,10 @@ func (a *Attempts) SetAttemptsState(ctx context.Context, in AttemptsStateInput) 
 type AdoptAttemptInput struct {
 	ID     string
 	Choice int
+	// Try counts the accepts of the run whose adopt failed before this one. The updates an
+	// accept sends are keyed by it: a box workflow answers an update sent again with the same
+	// ID with its first outcome, and a later accept must be sent anew.
+	Try int `json:",omitempty"`
 }
 
 // AdoptAttempt gives the run's box the state of the chosen attempt's fork, as the run's row
@@ -54,12 +58,20 @@ func (a *Attempts) AdoptAttempt(ctx context.Context, in AdoptAttemptInput) error
 		return classify(cocoonbox.Invalid("choice", fmt.Sprintf("must be an attempt from 1 to %d, got %d", len(att.Forks), in.Choice)))
 	}
 	_, err = whileHeartbeating(ctx, func(ctx context.Context) (struct{}, error) {
-		return struct{}{}, a.Adopt(ctx, att.BoxID, att.Forks[in.Choice-1], "adopt-"+att.ID)
+		return struct{}{}, a.Adopt(ctx, att.BoxID, att.Forks[in.Choice-1], adoptKey(att.ID, in.Try))
 	})
 	if err != nil {
 		return classify(fmt.Errorf("adopt attempt %d: %w", in.Choice, err))
 	}
 	return nil
+}
+
+// adoptKey keys the updates of accept try of run id (the first keeps the key it always had).
+func adoptKey(id string, try int) string {
+	if try == 0 {
+		return "adopt-" + id
+	}
+	return fmt.Sprintf("adopt-%s/%d", id, try)
 }
 
 // DropForksInput names the best-of-N run whose forks go.

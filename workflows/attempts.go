@@ -1,6 +1,7 @@
 package workflows
 
 import (
+	"cmp"
 	"fmt"
 	"time"
 
@@ -40,6 +41,10 @@ type attempts struct {
 	st      AttemptsStatus
 	accept  *AcceptInput // the user's answer, once it came
 	discard bool
+	// refused counts the accepts whose adopt failed: each sends the run back to judged.
+	refused int
+	// refusal is the error type of the last adopt that failed, the accept's answer.
+	refusal string
 }
 
 func (a *attempts) setup(ctx workflow.Context) error {
@@ -54,7 +59,7 @@ func (a *attempts) setup(ctx workflow.Context) error {
 	}
 	if err := workflow.SetUpdateHandlerWithOptions(ctx, UpdateAccept, func(ctx workflow.Context, in AcceptInput) (AttemptsStatus, error) {
 		a.accept = &in
-		return a.settled(ctx)
+		return a.settled(ctx, a.refused)
 	}, workflow.UpdateHandlerOptions{Validator: func(in AcceptInput) error {
 		if in.Choice < 0 || in.Choice > len(a.in.Forks) {
 			return temporal.NewApplicationError(fmt.Sprintf("choice: must be an attempt from 1 to %d, or 0 for the judge's pick", len(a.in.Forks)), activities.ErrTypeInvalidArgument)
@@ -65,20 +70,26 @@ func (a *attempts) setup(ctx workflow.Context) error {
 	}
 	return workflow.SetUpdateHandlerWithOptions(ctx, UpdateDiscard, func(ctx workflow.Context, _ struct{}) (AttemptsStatus, error) {
 		a.discard = true
-		return a.settled(ctx)
+		return a.settled(ctx, a.refused)
 	}, workflow.UpdateHandlerOptions{Validator: func(struct{}) error { return waiting() }})
 }
 
-// settled waits until the run has acted on the user's answer.
-func (a *attempts) settled(ctx workflow.Context) (AttemptsStatus, error) {
+// settled waits until the run has acted on the user's answer: it ended, or the accept given
+// when refused accepts had been counted failed and the run waits for another answer.
+func (a *attempts) settled(ctx workflow.Context, refused int) (AttemptsStatus, error) {
 	err := workflow.Await(ctx, func() bool {
-		return a.st.State == cocoonbox.AttemptsAccepted || a.st.State == cocoonbox.AttemptsDiscarded || a.st.State == cocoonbox.AttemptsFailed
+		return a.refused > refused || a.st.State == cocoonbox.AttemptsAccepted ||
+			a.st.State == cocoonbox.AttemptsDiscarded || a.st.State == cocoonbox.AttemptsFailed
 	})
-	if a.st.State == cocoonbox.AttemptsFailed {
-		return a.st, temporal.NewApplicationError(a.st.Error, ErrTypeInvalidTransition)
+	if a.refused > refused || a.st.State == cocoonbox.AttemptsFailed {
+		return a.st, temporal.NewApplicationError(a.st.Error, cmp.Or(a.refusal, ErrTypeInvalidTransition))
 	}
 	return a.st, err
 }
+
+// versionAcceptAgain marks the attempts' going back to judged when an accept's adopt fails,
+// keeping their forks for another answer; before it the run ended failed there.
+const versionAcceptAgain = "accept-again"
 
 func (a *attempts) run(ctx workflow.Context) (AttemptsStatus, error) {
 	futures := make([]workflow.ChildWorkflowFuture, len(a.in.Runs))
@@ -108,33 +119,47 @@ func (a *attempts) run(ctx workflow.Context) (AttemptsStatus, error) {
 	}
 	a.st.Winner, a.st.Reason = verdict.Winner, verdict.Reason
 	a.st.State = cocoonbox.AttemptsJudged // the judge's activity recorded it
-	if ok, err := workflow.AwaitWithTimeout(ctx, AttemptsWait, func() bool { return a.accept != nil || a.discard }); err != nil {
-		return a.st, err
-	} else if !ok {
-		a.discard = true
+	return a.answered(ctx, workflow.Now(ctx).Add(AttemptsWait))
+}
+
+// answered waits until deadline for the user's answer and acts on it. An accept whose adopt
+// fails leaves the box as it was and the run judged, its forks kept, for another answer.
+func (a *attempts) answered(ctx workflow.Context, deadline time.Time) (AttemptsStatus, error) {
+	for {
+		if ok, err := workflow.AwaitWithTimeout(ctx, deadline.Sub(workflow.Now(ctx)), func() bool { return a.accept != nil || a.discard }); err != nil {
+			return a.st, err
+		} else if !ok {
+			a.discard = true
+		}
+		if a.discard {
+			a.dropForks(ctx)
+			a.setState(ctx, cocoonbox.AttemptsDiscarded, 0, "")
+			return a.st, nil
+		}
+		choice := a.accept.Choice
+		if choice == 0 {
+			choice = a.st.Winner
+		}
+		a.setState(ctx, cocoonbox.AttemptsAccepting, choice, "")
+		err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
+			StartToCloseTimeout: 10 * time.Minute, HeartbeatTimeout: sandboxHeartbeatTimeout, RetryPolicy: retryPolicy(),
+		}), attemptActs.AdoptAttempt, activities.AdoptAttemptInput{ID: a.in.ID, Choice: choice, Try: a.refused}).Get(ctx, nil)
+		if err == nil {
+			a.dropForks(ctx)
+			a.st.Error = ""
+			a.setState(ctx, cocoonbox.AttemptsAccepted, choice, "")
+			return a.st, nil
+		}
+		a.st.Error, a.refusal = "accept: "+reason(err), errorType(err)
+		if workflow.GetVersion(ctx, versionAcceptAgain, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+			a.setState(ctx, cocoonbox.AttemptsFailed, choice, a.st.Error)
+			return a.st, nil
+		}
+		// The box is as it was (a failed adopt changes nothing) and every fork stays.
+		a.accept = nil
+		a.setState(ctx, cocoonbox.AttemptsJudged, choice, a.st.Error)
+		a.refused++
 	}
-	if a.discard {
-		a.dropForks(ctx)
-		a.setState(ctx, cocoonbox.AttemptsDiscarded, 0, "")
-		return a.st, nil
-	}
-	choice := a.accept.Choice
-	if choice == 0 {
-		choice = a.st.Winner
-	}
-	a.setState(ctx, cocoonbox.AttemptsAccepting, choice, "")
-	err = workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout: 10 * time.Minute, HeartbeatTimeout: sandboxHeartbeatTimeout, RetryPolicy: retryPolicy(),
-	}), attemptActs.AdoptAttempt, activities.AdoptAttemptInput{ID: a.in.ID, Choice: choice}).Get(ctx, nil)
-	if err != nil {
-		// The box is as it was (a failed adopt changes nothing); the forks stay for another try.
-		a.st.Error = "accept: " + reason(err)
-		a.setState(ctx, cocoonbox.AttemptsFailed, choice, a.st.Error)
-		return a.st, nil
-	}
-	a.dropForks(ctx)
-	a.setState(ctx, cocoonbox.AttemptsAccepted, choice, "")
-	return a.st, nil
 }
 
 // attemptSystem tells the agent of attempt n of total that it is one of several, so attempts

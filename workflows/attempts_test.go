@@ -3,11 +3,13 @@ package workflows
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/loomhand/cocoonbox"
@@ -79,6 +81,56 @@ func TestAttemptsAcceptTheJudgesPick(t *testing.T) {
 	require.Equal(t, []int{2}, adopted)
 	require.Equal(t, AttemptsStatus{State: cocoonbox.AttemptsAccepted, Winner: 2, Reason: "r", Chosen: 2}, out)
 	require.Equal(t, []string{cocoonbox.AttemptsJudging, cocoonbox.AttemptsAccepting, cocoonbox.AttemptsAccepted}, *states)
+	env.AssertExpectations(t)
+}
+
+// TestAttemptsAcceptAgainAfterAFailedAdopt: an accept whose adopt fails answers why and leaves
+// the run judged with every fork; another accept then adopts its choice and the forks go.
+func TestAttemptsAcceptAgainAfterAFailedAdopt(t *testing.T) {
+	env, states := attemptsEnv(t, func() (activities.JudgeResult, error) { return activities.JudgeResult{Winner: 2, Reason: "r"}, nil })
+	var adopted []int
+	env.OnActivity(att.AdoptAttempt, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.AdoptAttemptInput) error {
+			adopted = append(adopted, in.Choice)
+			if in.Try != len(adopted)-1 {
+				t.Errorf("accept %d sent as try %d", len(adopted), in.Try)
+			}
+			if len(adopted) == 1 {
+				return temporal.NewNonRetryableApplicationError("no sandbox free on the node", activities.ErrTypeNoCapacity, nil)
+			}
+			return nil
+		}).Twice()
+	env.OnActivity(att.DropForks, mock.Anything, activities.DropForksInput{ID: "att_1"}).Return(nil).Once()
+	var first error
+	var between AttemptsStatus
+	accept := func(choice int, answer *error) {
+		env.UpdateWorkflow(UpdateAccept, fmt.Sprintf("a%d", choice), &testsuite.TestUpdateCallback{
+			OnReject: func(err error) { t.Errorf("accept %d rejected: %v", choice, err) }, OnAccept: func() {},
+			OnComplete: func(_ any, err error) {
+				if answer != nil {
+					*answer = err
+				}
+			},
+		}, AcceptInput{Choice: choice})
+	}
+	env.RegisterDelayedCallback(func() { accept(0, &first) }, time.Hour)
+	env.RegisterDelayedCallback(func() {
+		v, err := env.QueryWorkflow(QueryAttempts)
+		require.NoError(t, err)
+		require.NoError(t, v.Get(&between))
+		accept(3, nil)
+	}, 2*time.Hour)
+	env.ExecuteWorkflow(AttemptsWorkflow, attemptsInput())
+	require.NoError(t, env.GetWorkflowError())
+	var out AttemptsStatus
+	require.NoError(t, env.GetWorkflowResult(&out))
+	require.ErrorContains(t, first, "no sandbox free on the node")
+	require.Equal(t, cocoonbox.AttemptsJudged, between.State)
+	require.Contains(t, between.Error, "no sandbox free on the node")
+	require.Equal(t, []int{2, 3}, adopted)
+	require.Equal(t, AttemptsStatus{State: cocoonbox.AttemptsAccepted, Winner: 2, Reason: "r", Chosen: 3}, out)
+	require.Equal(t, []string{cocoonbox.AttemptsJudging, cocoonbox.AttemptsAccepting, cocoonbox.AttemptsJudged,
+		cocoonbox.AttemptsAccepting, cocoonbox.AttemptsAccepted}, *states)
 	env.AssertExpectations(t)
 }
 
