@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 
 	"github.com/loomhand/cocoonbox"
@@ -40,20 +41,22 @@ func (s *Service) StartAttempts(ctx context.Context, caller string, id cocoonbox
 	}
 	attID := workflows.AttemptsIDPrefix + requestHex(ctx, caller, "attempts/"+string(id))
 	in := workflows.AttemptsInput{ID: attID, BoxID: id, Owner: caller, Task: req.Task, System: req.System, Model: req.Model, MaxSteps: req.MaxSteps}
+	var runs []store.NewAgentRun
 	for _, f := range forked.Boxes {
 		runID := workflows.RunIDPrefix + requestHex(ctx, caller, "run/"+string(f.BoxID))
-		if _, err := s.Store.CreateAgentRunWithin(ctx, store.NewAgentRun{ID: runID, BoxID: f.BoxID, Owner: caller,
-			Task: req.Task, Provider: s.Agent.Provider, Model: req.Model, MaxTokens: req.MaxTokens}, s.Quota.Runs); err != nil {
-			s.dropForks(ctx, caller, forked.Boxes)
-			return AttemptsView{}, err
-		}
+		runs = append(runs, store.NewAgentRun{ID: runID, BoxID: f.BoxID, Owner: caller,
+			Task: req.Task, Provider: s.Agent.Provider, Model: req.Model, MaxTokens: req.MaxTokens})
 		in.Forks, in.Runs = append(in.Forks, f.BoxID), append(in.Runs, runID)
 	}
-	att, err := s.Store.CreateAttempts(ctx, store.Attempts{ID: attID, BoxID: id, Owner: caller, Task: req.Task, Model: req.Model, Forks: in.Forks, Runs: in.Runs})
-	if err == nil {
-		err = workflows.StartAttempts(ctx, s.Temporal, in)
-	}
+	// The runs and the attempts' row are written together inside the runs quota, or none is.
+	att, err := s.Store.CreateAttemptsWithin(ctx, store.Attempts{ID: attID, BoxID: id, Owner: caller, Task: req.Task,
+		Model: req.Model, Forks: in.Forks, Runs: in.Runs}, runs, s.Quota.Runs)
 	if err != nil {
+		s.dropForks(ctx, caller, forked.Boxes)
+		return AttemptsView{}, err
+	}
+	if err := workflows.StartAttempts(ctx, s.Temporal, in); err != nil {
+		s.unstarted(ctx, att)
 		s.dropForks(ctx, caller, forked.Boxes)
 		return AttemptsView{}, err
 	}
@@ -70,6 +73,19 @@ func requestHex(ctx context.Context, caller, what string) string {
 	}
 	sum := sha256.Sum256([]byte(caller + "\x00" + what + "\x00" + req))
 	return hex.EncodeToString(sum[:16])
+}
+
+// unstarted says on the rows of a best-of-N run whose workflow never started that it failed,
+// rather than leave them running forever (counted in the runs quota).
+func (s *Service) unstarted(ctx context.Context, att store.Attempts) {
+	ctx = context.WithoutCancel(ctx)
+	err := s.Store.SetAttemptsState(ctx, att.ID, cocoonbox.AttemptsFailed, 0, "could not start")
+	for _, run := range att.Runs {
+		err = errors.Join(err, s.Store.SetAgentRunState(ctx, run, cocoonbox.AgentRunFailed, "could not start"))
+	}
+	if err != nil && s.Logger != nil {
+		s.Logger.Warn("record unstarted attempts", "attempts", att.ID, "err", err)
+	}
 }
 
 // dropForks deletes the forks of a best-of-N run that could not start.

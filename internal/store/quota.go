@@ -104,34 +104,71 @@ func (q *Queries) checkBoxQuota(ctx context.Context, nb NewBox, quota BoxQuota) 
 func (s *Store) CreateAgentRunWithin(ctx context.Context, nr NewAgentRun, maxRuns int) (AgentRun, error) {
 	var r AgentRun
 	err := s.InTx(ctx, func(q *Queries) error {
-		if err := lockOwner(ctx, q, nr.Owner); err != nil {
-			return err
+		runs, err := createRunsWithin(ctx, q, []NewAgentRun{nr}, maxRuns)
+		if err == nil {
+			r = runs[0]
 		}
-		if _, err := q.AgentRunByID(ctx, nr.ID); !errors.Is(err, ErrNotFound) {
-			if err != nil {
-				return err
-			}
-			r, err = q.CreateAgentRun(ctx, nr)
-			return err
-		}
-		if maxRuns > 0 {
-			var n int
-			if err := q.db.QueryRow(ctx,
-				`SELECT count(*) FROM agent_runs WHERE owner_id = $1 AND ended_at IS NULL`, nr.Owner).Scan(&n); err != nil {
-				return fmt.Errorf("count runs of %s: %w", nr.Owner, mapErr(err))
-			}
-			if n >= maxRuns {
-				return fmt.Errorf("%w: %w", ErrQuota, cocoonbox.QuotaReached("concurrent agent runs per user", maxRuns))
-			}
-		}
-		var err error
-		r, err = q.CreateAgentRun(ctx, nr)
 		return err
 	})
 	if err != nil {
 		return AgentRun{}, fmt.Errorf("create agent run %s: %w", nr.ID, err)
 	}
 	return r, nil
+}
+
+// CreateAttemptsWithin records a best-of-N run and the runs of its attempts in one
+// transaction, all or none, inside the owner's quota of maxRuns runs that have not ended (the
+// runs that exist already, from a request sent again, are not counted twice).
+func (s *Store) CreateAttemptsWithin(ctx context.Context, a Attempts, runs []NewAgentRun, maxRuns int) (Attempts, error) {
+	var out Attempts
+	err := s.InTx(ctx, func(q *Queries) error {
+		if _, err := createRunsWithin(ctx, q, runs, maxRuns); err != nil {
+			return err
+		}
+		var err error
+		out, err = q.CreateAttempts(ctx, a)
+		return err
+	})
+	return out, err
+}
+
+// createRunsWithin creates the runs (of one owner) that do not exist yet, refusing them all
+// when they would take the owner past maxRuns runs that have not ended.
+func createRunsWithin(ctx context.Context, q *Queries, runs []NewAgentRun, maxRuns int) ([]AgentRun, error) {
+	if len(runs) == 0 {
+		return nil, nil
+	}
+	owner := runs[0].Owner
+	if err := lockOwner(ctx, q, owner); err != nil {
+		return nil, err
+	}
+	fresh := 0
+	for _, nr := range runs {
+		if _, err := q.AgentRunByID(ctx, nr.ID); errors.Is(err, ErrNotFound) {
+			fresh++
+		} else if err != nil {
+			return nil, err
+		}
+	}
+	if maxRuns > 0 && fresh > 0 {
+		var n int
+		if err := q.db.QueryRow(ctx,
+			`SELECT count(*) FROM agent_runs WHERE owner_id = $1 AND ended_at IS NULL`, owner).Scan(&n); err != nil {
+			return nil, fmt.Errorf("count runs of %s: %w", owner, mapErr(err))
+		}
+		if n+fresh > maxRuns {
+			return nil, fmt.Errorf("%w: %w", ErrQuota, cocoonbox.QuotaReached("concurrent agent runs per user", maxRuns))
+		}
+	}
+	out := make([]AgentRun, 0, len(runs))
+	for _, nr := range runs {
+		r, err := q.CreateAgentRun(ctx, nr)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, r)
+	}
+	return out, nil
 }
 
 // DropUnstartedBox removes the row of a box whose workflow never started (its create was

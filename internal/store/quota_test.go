@@ -120,3 +120,49 @@ func TestCreateAgentRunWithin(t *testing.T) {
 		t.Fatalf("after a run ended: %v", err)
 	}
 }
+
+// TestCreateAttemptsWithin: the runs of a best-of-N run are created all together or not at all:
+// past the runs quota none is left behind (running, with no workflow), and a request sent again
+// is not counted twice.
+func TestCreateAttemptsWithin(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	st := storetest.New(t)
+	ann := newUser(t, st, "ann")
+	box := newBox(t, st, ann, "dev")
+	forks := []store.Box{newBox(t, st, ann, "f1"), newBox(t, st, ann, "f2"), newBox(t, st, ann, "f3")}
+	if _, err := st.CreateAgentRunWithin(ctx, store.NewAgentRun{ID: "run_0", BoxID: box.ID, Owner: ann, Task: "t", Provider: "openai", Model: "m"}, 3); err != nil {
+		t.Fatal(err)
+	}
+	attempts := func(id string, n int) error {
+		a := store.Attempts{ID: id, BoxID: box.ID, Owner: ann, Task: "t", Model: "m"}
+		var runs []store.NewAgentRun
+		for i := range n {
+			runID := fmt.Sprintf("run_%s_%d", id, i)
+			a.Forks, a.Runs = append(a.Forks, forks[i].ID), append(a.Runs, runID)
+			runs = append(runs, store.NewAgentRun{ID: runID, BoxID: forks[i].ID, Owner: ann, Task: "t", Provider: "openai", Model: "m"})
+		}
+		_, err := st.CreateAttemptsWithin(ctx, a, runs, 3)
+		return err
+	}
+	if err := attempts("att_3", 3); !errors.Is(err, store.ErrQuota) || cocoonbox.ErrorMessage(err) != "quota: concurrent agent runs per user (3) reached" {
+		t.Fatalf("three attempts beside a run, quota 3: %v", err)
+	}
+	for i := range 3 {
+		if _, err := st.AgentRunByID(ctx, fmt.Sprintf("run_att_3_%d", i)); !errors.Is(err, store.ErrNotFound) {
+			t.Errorf("run %d of the refused attempts: %v, want not found", i, err)
+		}
+	}
+	if _, err := st.AttemptsByID(ctx, "att_3"); !errors.Is(err, store.ErrNotFound) {
+		t.Errorf("the refused attempts' row: %v, want not found", err)
+	}
+	if err := attempts("att_2", 2); err != nil {
+		t.Fatalf("two attempts beside a run, quota 3: %v", err)
+	}
+	if err := attempts("att_2", 2); err != nil {
+		t.Fatalf("the same two attempts again: %v", err)
+	}
+	if a, err := st.AttemptsByID(ctx, "att_2"); err != nil || len(a.Runs) != 2 || a.State != cocoonbox.AttemptsRunning {
+		t.Fatalf("attempts row: %+v, %v", a, err)
+	}
+}
