@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -129,8 +130,37 @@ func (sc *stackScan) close(t testing.TB, d *devstack.Dev) error {
 		}
 		sc.mu.Unlock()
 		report(t, s.hits)
+		if t.Failed() {
+			sc.tellWarnings(t)
+		}
 	}
 	return err
+}
+
+// maxWarnings is how many of a failed test's stack warnings and errors it prints, the newest.
+const maxWarnings = 30
+
+// tellWarnings prints the newest warnings and errors of the stack's own logs, which a failed
+// test's output otherwise lacks (the logs go with the test's temporary directory).
+func (sc *stackScan) tellWarnings(t testing.TB) {
+	t.Helper()
+	sc.mu.Lock()
+	defer sc.mu.Unlock()
+	for what, path := range sc.logs {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		var lines []string
+		for line := range strings.Lines(string(b)) {
+			if strings.Contains(line, `"level":"WARN"`) || strings.Contains(line, `"level":"ERROR"`) {
+				lines = append(lines, strings.TrimSpace(line))
+			}
+		}
+		if len(lines) > 0 {
+			t.Logf("%s, its newest warnings and errors:\n%s", what, strings.Join(lines[max(0, len(lines)-maxWarnings):], "\n"))
+		}
+	}
 }
 
 // sweep collects the secrets of the running stack and scans its Temporal histories for them.
