@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"go.temporal.io/sdk/activity"
+
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/image/boxinit/boxproto"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
@@ -73,12 +75,14 @@ type ClaimForkInput struct {
 	Node         string // the node whose engine holds the checkpoint; "" for the worker's own
 	TTL          time.Duration
 	Network      cocoonbox.Network
+	// Name is the box's name, from which its hostname comes (see Hostname).
+	Name string `json:",omitempty"`
 }
 
 // ClaimFork claims the fork's sandbox from the checkpoint (adopting one an earlier try claimed
 // under the same claim_ref), waits until it answers with the fork's own agent credential, gives
-// it an identity of its own (cocoonbox-init reseed: a new machine ID and SSH host keys) and
-// only then records its token as the box's.
+// it an identity of its own (cocoonbox-init reseed: a new machine ID, SSH host keys and its
+// hostname) and only then records its token as the box's.
 func (a *Snapshots) ClaimFork(ctx context.Context, in ClaimForkInput) (ClaimResult, error) {
 	if err := in.BoxID.Validate(); err != nil {
 		return ClaimResult{}, classify(err)
@@ -115,7 +119,7 @@ func (a *Snapshots) ClaimFork(ctx context.Context, in ClaimForkInput) (ClaimResu
 	readyCtx, cancel := context.WithTimeout(ctx, restoreReadyTimeout)
 	err = readyWithCredential(readyCtx, eng.Client, got.SandboxRef, a.PollInterval, in.BoxID, a.Credentials)
 	if err == nil {
-		err = reseed(readyCtx, eng.Client, got.SandboxRef)
+		err = reseed(readyCtx, eng.Client, got.SandboxRef, Hostname(in.Name, in.BoxID))
 	}
 	cancel()
 	if err != nil {
@@ -138,17 +142,47 @@ func ClaimForkGone(checkpointID string) error {
 // fork whose create has not claimed by then fails, saying so.
 const ForkCheckpointTTL = 10 * time.Minute
 
-// reseed runs cocoonbox-init reseed in a fork, so it does not share its parent's machine ID or
-// SSH host keys.
-func reseed(ctx context.Context, c sandbox.Client, ref sandbox.SandboxRef) error {
-	res, err := c.Exec(ctx, ref, sandbox.ExecRequest{Argv: []string{boxproto.InitPath, "reseed"}, TimeoutSeconds: 60})
+// reseed runs cocoonbox-init reseed in a fork, so it does not share its parent's machine ID,
+// SSH host keys or hostname.
+func reseed(ctx context.Context, c sandbox.Client, ref sandbox.SandboxRef, hostname string) error {
+	res, err := c.Exec(ctx, ref, sandbox.ExecRequest{Argv: []string{boxproto.InitPath, "reseed", hostname}, TimeoutSeconds: 60})
 	switch {
 	case err != nil:
 		return fmt.Errorf("reseed: %w", err)
 	case res.ExitCode != 0:
 		return fmt.Errorf("reseed: exit %d: %.200s", res.ExitCode, strings.TrimSpace(res.Stderr))
+	case res.Stderr != "":
+		activity.GetLogger(ctx).Warn("reseed a fork", "sandbox", ref.ID, "stderr", fmt.Sprintf("%.200s", strings.TrimSpace(res.Stderr)))
 	}
 	return nil
+}
+
+// Hostname is the hostname of a box named name: the name in lowercase with each run of
+// characters a DNS label cannot hold turned into one hyphen, at most 63 of them; "box-" and
+// the end of its ID when nothing is left.
+func Hostname(name string, id cocoonbox.BoxID) string {
+	var b strings.Builder
+	hyphen := false
+	for _, r := range strings.ToLower(name) {
+		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' {
+			if hyphen && b.Len() > 0 {
+				b.WriteByte('-')
+			}
+			b.WriteRune(r)
+			hyphen = false
+			continue
+		}
+		hyphen = true
+	}
+	h := b.String()
+	if len(h) > 63 {
+		h = strings.TrimRight(h[:63], "-")
+	}
+	if h == "" {
+		s := string(id)
+		h = "box-" + s[max(0, len(s)-8):]
+	}
+	return h
 }
 
 // DropForkCheckpointInput names a fork checkpoint no fork needs any more.

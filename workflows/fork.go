@@ -128,7 +128,7 @@ func (w *box) claimFromCheckpoint(ctx workflow.Context, attempt int, from cocoon
 		RetryPolicy:         retryPolicy(),
 	}), snapActs.ClaimFork, activities.ClaimForkInput{
 		BoxID: w.in.BoxID, Attempt: attempt, CheckpointID: checkpointID, Node: node,
-		TTL: w.in.Policy.LeaseTTL, Network: w.in.Policy.Network,
+		TTL: w.in.Policy.LeaseTTL, Network: w.in.Policy.Network, Name: w.in.Name,
 	}).Get(ctx, &res)
 	_ = workflow.SignalExternalWorkflow(ctx, BoxWorkflowID(from), "", SignalForkClaimed,
 		ForkClaimedSignal{CheckpointID: checkpointID}).Get(ctx, nil)

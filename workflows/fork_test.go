@@ -73,7 +73,7 @@ func TestForkClaimsFromParent(t *testing.T) {
 		in.Fork = &ForkOrigin{Parent: "bx_00000000000000aa", CheckpointID: "ck_1", Node: "node-a", At: at}
 		env.OnActivity(snap.ClaimFork, mock.Anything, mock.Anything).Return(
 			func(_ context.Context, got activities.ClaimForkInput) (activities.ClaimResult, error) {
-				require.Equal(t, activities.ClaimForkInput{BoxID: testBox, Attempt: 1, CheckpointID: "ck_1", Node: "node-a"}, got)
+				require.Equal(t, activities.ClaimForkInput{BoxID: testBox, Attempt: 1, CheckpointID: "ck_1", Node: "node-a", Name: "dev"}, got)
 				if fails {
 					return activities.ClaimResult{}, activities.ClaimForkGone("ck_1")
 				}

@@ -95,6 +95,22 @@ func serveConn(nc net.Conn, r *reaper) {
 		runCredential(c, req)
 		return
 	}
+	if h, ok := reseedHostname(req.Argv); ok {
+		// Only the init may set the hostname; the rest of the reseed runs as a command. An
+		// init started without the capability (a box booted before it was given) lets the
+		// command say the hostname stays.
+		err := checkHostname(h)
+		if err == nil {
+			if err = setHostname(h); errors.Is(err, syscall.EPERM) {
+				err = nil
+			}
+		}
+		if err != nil {
+			c.frame(boxproto.TypeStderr, []byte("cocoonbox-init: reseed: "+err.Error()+"\n"))
+			c.finish(boxproto.TypeExit, boxproto.Exit{Code: 1})
+			return
+		}
+	}
 	cwd := req.Cwd
 	if cwd == "" {
 		cwd = "/"

@@ -8,6 +8,8 @@ import (
 	"sync"
 	"syscall"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/loomhand/cocoonbox/image/boxinit/boxproto"
 )
 
@@ -27,6 +29,10 @@ func serveInit() error {
 		if err := setupNamespaces(); err != nil {
 			return fmt.Errorf("set up box: %w", err)
 		}
+	} else if err := dropBounding(unix.CAP_SYS_ADMIN); err != nil {
+		// Under gVisor the engine gives the init CAP_SYS_ADMIN to set a fork's hostname;
+		// nothing it starts may have it.
+		return fmt.Errorf("set up box: %w", err)
 	}
 	_ = os.Unsetenv(setupEnv)
 

@@ -14,7 +14,7 @@
 //	cocoonbox-init relay tcp N  pipe stdio to 127.0.0.1:N inside the box (the ports relay)
 //	cocoonbox-init relay mux    serve many relays over stdio, one yamux stream each (see relayMux)
 //	cocoonbox-init credential PATH  write $COCOONBOX_CRED to PATH (the init runs it itself)
-//	cocoonbox-init reseed       give a forked box an identity of its own (see reseed)
+//	cocoonbox-init reseed [HOSTNAME]  give a forked box an identity of its own (see reseed)
 //
 // A relay reports boxproto.RelayOK or RelayFailed as its first output byte, then passes bytes
 // both ways and passes EOF each way with shutdown(2), so half-close works through it.
@@ -40,9 +40,11 @@ func main() {
 	case len(args) == 2 && args[0] == "credential":
 		err = credentialCommand(args[1])
 	case len(args) == 1 && args[0] == "reseed":
-		err = reseed()
+		err = reseed("")
+	case len(args) == 2 && args[0] == "reseed":
+		err = reseed(args[1])
 	default:
-		err = fmt.Errorf("usage: cocoonbox-init [init | relay init | relay tcp PORT | relay mux | credential PATH | reseed]")
+		err = fmt.Errorf("usage: cocoonbox-init [init | relay init | relay tcp PORT | relay mux | credential PATH | reseed [HOSTNAME]]")
 	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "cocoonbox-init:", err)

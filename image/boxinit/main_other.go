@@ -11,3 +11,4 @@ func serveInit() error           { return errLinuxOnly }
 func relayInit() error           { return errLinuxOnly }
 func relayTCP(port string) error { return errLinuxOnly }
 func relayMux() error            { return errLinuxOnly }
+func setHostname(string) error   { return errLinuxOnly }

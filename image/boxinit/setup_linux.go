@@ -99,11 +99,20 @@ func dropCapabilities() error {
 		if keptCaps[c] {
 			continue
 		}
-		// The bounding set is per thread, and any Go thread may be the one that forks.
-		_, _, errno := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0)
-		if errno != 0 && errno != syscall.EINVAL {
-			return fmt.Errorf("drop capability %d: %w", c, errno)
+		if err := dropBounding(c); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+// dropBounding takes capability c out of the bounding set: no command the init starts has it,
+// while the init keeps it.
+func dropBounding(c int) error {
+	// The bounding set is per thread, and any Go thread may be the one that forks.
+	_, _, errno := syscall.AllThreadsSyscall(syscall.SYS_PRCTL, unix.PR_CAPBSET_DROP, uintptr(c), 0)
+	if errno != 0 && errno != syscall.EINVAL {
+		return fmt.Errorf("drop capability %d: %w", c, errno)
 	}
 	return nil
 }
@@ -129,3 +138,6 @@ func loopbackUp() error {
 	}
 	return nil
 }
+
+// setHostname sets the kernel's hostname: the init's own capability, which nothing it starts has.
+func setHostname(h string) error { return unix.Sethostname([]byte(h)) }

@@ -18,11 +18,12 @@ import (
 )
 
 // TestForkDesktop forks a desktop box that has a window open and a counter running, three ways
-// through the API while someone watches it: each fork shows the window on its own desktop and has the counter going on
-// from the fork point, none sees what another writes, each has a machine ID of its own, the
-// source's checkpoint is gone once they claimed from it, and they work on once the source is
-// deleted. A fork that would pass the caller's quota is refused before the box is touched, and
-// a fork of a hibernated fork comes from its hibernate image.
+// through the API while someone watches it: each fork shows the window on its own desktop and
+// has the counter going on from the fork point, none sees what another writes, each has a
+// machine ID and a hostname of its own, the source's checkpoint is gone once they claimed from
+// it, and they work on once the source is deleted. A fork that would pass the caller's quota is
+// refused before the box is touched, and a fork of a hibernated fork comes from its hibernate
+// image.
 func TestForkDesktop(t *testing.T) {
 	if testing.Short() {
 		t.Skip("integration test")
@@ -113,6 +114,12 @@ func TestForkDesktop(t *testing.T) {
 			t.Fatalf("fork %d: machine ID %q, the same as %s's", i, mid, other)
 		}
 		ids[mid] = f.GetName()
+		// Its hostname is its own name, in the kernel and resolving to the box, as a program
+		// started after the fork sees it.
+		want := "desk-fork-" + strconv.Itoa(i+1)
+		if got := strings.TrimSpace(b.mustRun(t, "hostname; cat /etc/hostname; getent hosts $(hostname) | awk '{print $1}'")); got != want+"\n"+want+"\n127.0.1.1" {
+			t.Fatalf("fork %d: hostname, /etc/hostname and its address: %q, want %s twice and 127.0.1.1", i, got, want)
+		}
 		// Its own desktop, through the edge, shows a frame.
 		e.id, e.ref = cocoonbox.BoxID(f.GetId()), sandbox.SandboxRef{}
 		c, err := e.open(ctx, false)

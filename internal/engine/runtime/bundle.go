@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/loomhand/cocoonbox/image/boxinit/boxproto"
 )
@@ -132,8 +133,11 @@ func writeBundle(spec Spec) error {
 	s.Process.Args = []string{boxproto.InitPath}
 	s.Process.Env = boxEnv(spec)
 	s.Process.Cwd = "/"
+	// The init alone also holds CAP_SYS_ADMIN, to set the hostname of a forked box; it takes it
+	// out of the bounding set before it starts anything (cocoonbox-init).
+	initCaps := append(slices.Clone(boxCaps), "CAP_SYS_ADMIN")
 	s.Process.Capabilities = map[string][]string{
-		"bounding": boxCaps, "effective": boxCaps, "permitted": boxCaps,
+		"bounding": initCaps, "effective": initCaps, "permitted": initCaps,
 	}
 	s.Process.Rlimits = []ociRlimit{{Type: "RLIMIT_NOFILE", Hard: 1 << 20, Soft: 1 << 20}}
 	s.Linux.CgroupsPath = cgroupPath(spec.ID)

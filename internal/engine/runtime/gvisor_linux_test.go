@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -11,6 +12,9 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/loomhand/cocoonbox/image/boxinit/boxproto"
 	"github.com/loomhand/cocoonbox/internal/testutil"
 )
 
@@ -56,6 +60,23 @@ func TestGVisorExec(t *testing.T) {
 		}
 	}
 	t.Logf("exec round trip: %v", time.Since(t0)/n)
+
+	// Root in the box has not the capability the init keeps to set a fork's hostname, and
+	// cannot set it; the init sets it when asked to reseed the box.
+	var caps uint64
+	if _, err := fmt.Sscanf(e.sh(t, b.ID, "grep CapEff /proc/self/status"), "CapEff:\t%x", &caps); err != nil ||
+		caps&(1<<unix.CAP_SYS_ADMIN) != 0 || caps&(1<<unix.CAP_CHOWN) == 0 {
+		t.Fatalf("root's capabilities in the box: %x, %v; want CAP_CHOWN and not CAP_SYS_ADMIN", caps, err)
+	}
+	if got := e.sh(t, b.ID, "hostname other 2>/dev/null && echo renamed; hostname"); got != "box\n" {
+		t.Fatalf("root set the hostname: %q", got)
+	}
+	if _, errOut, code, err := e.exec(b.ID, boxproto.InitPath, "reseed", "renamed-box"); err != nil || code != 0 {
+		t.Fatalf("reseed: exit %d, %v: %s", code, err, errOut)
+	}
+	if got := e.sh(t, b.ID, "hostname; cat /etc/hostname"); got != "renamed-box\nrenamed-box\n" {
+		t.Fatalf("hostname after the reseed: %q", got)
+	}
 
 	// A file written in the box lands in its disk on the host.
 	e.sh(t, b.ID, "echo on-disk > /root/file")
