@@ -121,6 +121,8 @@ type Policy struct {
 	// connection open (taking the lease counts as having one) before the box releases it, so a
 	// lease nobody uses never keeps the agent's runs waiting; 0 is DefaultLeaseIdle.
 	LeaseIdle time.Duration
+	// RecordRuns records the desktop of every agent run on the box, as a run's --record does.
+	RecordRuns bool `json:",omitempty"`
 }
 
 // BoxWorkflowInput starts (or continues) a box's entity workflow.
@@ -334,6 +336,7 @@ type SetPolicyInput struct {
 	KeepSnapshots    *int           `json:",omitempty"`
 	SnapshotEvery    *time.Duration `json:",omitempty"`
 	LeaseIdle        *time.Duration `json:",omitempty"`
+	RecordRuns       *bool          `json:",omitempty"`
 }
 
 // ApplyTo sets the fields of p that in carries.
@@ -353,12 +356,15 @@ func (in SetPolicyInput) ApplyTo(p *Policy) {
 	if in.KeepSnapshots != nil {
 		p.KeepSnapshots = *in.KeepSnapshots
 	}
+	if in.RecordRuns != nil {
+		p.RecordRuns = *in.RecordRuns
+	}
 }
 
 // SetAll is the input that sets every field of the policy to p's (but its network).
 func SetAll(p Policy) SetPolicyInput {
 	return SetPolicyInput{IdleAfter: &p.IdleAfter, LeaseTTL: &p.LeaseTTL, DurableHibernate: &p.DurableHibernate,
-		KeepSnapshots: &p.KeepSnapshots, SnapshotEvery: &p.SnapshotEvery, LeaseIdle: &p.LeaseIdle}
+		KeepSnapshots: &p.KeepSnapshots, SnapshotEvery: &p.SnapshotEvery, LeaseIdle: &p.LeaseIdle, RecordRuns: &p.RecordRuns}
 }
 
 // RecreateInput is the recreate update's argument.

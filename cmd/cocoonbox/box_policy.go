@@ -20,18 +20,20 @@ func policyFlags() []cli.Flag {
 		&cli.DurationFlag{Name: "snapshot-every", DefaultText: "unchanged", Usage: "seal a running box this long after its last snapshot when it was active (5m to 720h; 0: never by itself)"},
 		&cli.IntFlag{Name: "keep", DefaultText: "unchanged", Usage: "how many complete snapshots to keep (1 to 1000; pinned ones besides)"},
 		&cli.DurationFlag{Name: "lease-idle", DefaultText: "unchanged", Usage: "how long the desktop's control lease outlives its holder's last control connection (30s to 24h)"},
+		&cli.BoolFlag{Name: "record-runs", DefaultText: "unchanged; new boxes do not", Usage: "record the desktop of every agent run, for replay beside its steps"},
+		&cli.BoolFlag{Name: "no-record-runs", DefaultText: "unchanged", Usage: "record only the runs started with --record"},
 	}
 }
 
 // policyFields is what the policy flags set: nil where a flag is not given.
 type policyFields struct {
 	idle, snapshotEvery, leaseIdle *int64
-	durable                        *bool
+	durable, recordRuns            *bool
 	keep                           *int32
 }
 
 func (f policyFields) empty() bool {
-	return f.idle == nil && f.snapshotEvery == nil && f.leaseIdle == nil && f.durable == nil && f.keep == nil
+	return f.idle == nil && f.snapshotEvery == nil && f.leaseIdle == nil && f.durable == nil && f.keep == nil && f.recordRuns == nil
 }
 
 // readPolicyFlags reads the policy flags of the command cmd names in its errors.
@@ -51,15 +53,20 @@ func readPolicyFlags(c *cli.Context, cmd string) (policyFields, error) {
 		n := int64(v / time.Second)
 		*d.to = &n
 	}
-	switch {
-	case c.IsSet("durable") && c.IsSet("no-durable"):
-		return f, usageError("%s: give --durable or --no-durable, not both", cmd)
-	case c.IsSet("durable"):
-		v := c.Bool("durable")
-		f.durable = &v
-	case c.IsSet("no-durable"):
-		v := !c.Bool("no-durable")
-		f.durable = &v
+	for _, d := range []struct {
+		name string
+		to   **bool
+	}{{"durable", &f.durable}, {"record-runs", &f.recordRuns}} {
+		switch {
+		case c.IsSet(d.name) && c.IsSet("no-"+d.name):
+			return f, usageError("%s: give --%s or --no-%s, not both", cmd, d.name, d.name)
+		case c.IsSet(d.name):
+			v := c.Bool(d.name)
+			*d.to = &v
+		case c.IsSet("no-" + d.name):
+			v := !c.Bool("no-" + d.name)
+			*d.to = &v
+		}
 	}
 	if c.IsSet("keep") {
 		n := int32(c.Int("keep"))
@@ -68,12 +75,12 @@ func readPolicyFlags(c *cli.Context, cmd string) (policyFields, error) {
 	return f, nil
 }
 
-const policyArgs = "[--idle D] [--snapshot-every D] [--durable | --no-durable] [--keep N] [--lease-idle D]"
+const policyArgs = "[--idle D] [--snapshot-every D] [--durable | --no-durable] [--keep N] [--lease-idle D] [--record-runs | --no-record-runs]"
 
 func boxPolicyCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "policy",
-		Usage:     "show or change how a box behaves on its own: idle hibernate and snapshots",
+		Usage:     "show or change how a box behaves on its own: idle hibernate, snapshots, recording runs",
 		ArgsUsage: "BOX",
 		Description: "Without flags, shows the box's policy. A change needs the admin role; what is not given\n" +
 			"stays as it is. `cocoonbox policy default` sets what your new boxes start with.\n\n" +
@@ -99,7 +106,7 @@ func boxPolicyCommand() *cli.Command {
 				b, err = boxes.GetBox(c.Context, &cbv1.GetBoxRequest{Box: args[0]})
 			} else {
 				b, err = boxes.SetPolicy(c.Context, &cbv1.SetPolicyRequest{Box: args[0], IdleSeconds: f.idle, Durable: f.durable,
-					KeepSnapshots: f.keep, SnapshotEverySeconds: f.snapshotEvery, LeaseIdleSeconds: f.leaseIdle})
+					KeepSnapshots: f.keep, SnapshotEverySeconds: f.snapshotEvery, LeaseIdleSeconds: f.leaseIdle, RecordRuns: f.recordRuns})
 			}
 			if err != nil {
 				return apiError(err)
@@ -140,7 +147,7 @@ func policyCommand() *cli.Command {
 					p, err = boxes.GetPolicyDefaults(c.Context, &cbv1.GetPolicyDefaultsRequest{})
 				} else {
 					p, err = boxes.SetPolicyDefaults(c.Context, &cbv1.SetPolicyDefaultsRequest{IdleSeconds: f.idle, Durable: f.durable,
-						KeepSnapshots: f.keep, SnapshotEverySeconds: f.snapshotEvery, LeaseIdleSeconds: f.leaseIdle})
+						KeepSnapshots: f.keep, SnapshotEverySeconds: f.snapshotEvery, LeaseIdleSeconds: f.leaseIdle, RecordRuns: f.recordRuns})
 				}
 				if err != nil {
 					return apiError(err)
@@ -181,6 +188,9 @@ func policyLine(p *cbv1.BoxPolicy) string {
 		parts = append(parts, "lease idle "+wholeDuration(n))
 	}
 	parts = append(parts, fmt.Sprintf("keep %d snapshots", p.GetKeepSnapshots()))
+	if p.GetRecordRuns() {
+		parts = append(parts, "records every agent run")
+	}
 	return strings.Join(parts, ", ")
 }
 

@@ -426,7 +426,7 @@ func (b *boxService) SetPolicy(ctx context.Context, req *cbv1.SetPolicyRequest) 
 	if err != nil {
 		return nil, err
 	}
-	c := policyChange(req.IdleSeconds, req.Durable, req.KeepSnapshots, req.SnapshotEverySeconds, req.LeaseIdleSeconds)
+	c := policyChange(req.IdleSeconds, req.Durable, req.KeepSnapshots, req.SnapshotEverySeconds, req.LeaseIdleSeconds, req.RecordRuns)
 	v, err := svc.ChangePolicy(ctx, caller, id, c)
 	if err != nil {
 		return nil, err
@@ -493,8 +493,8 @@ func poolsProto(pools []boxsvc.Pool) *cbv1.ListPoolsResponse {
 }
 
 // policyChange is a request's optional policy fields as a change.
-func policyChange(idle *int64, durable *bool, keep *int32, every, leaseIdle *int64) boxsvc.PolicyChange {
-	c := boxsvc.PolicyChange{IdleSeconds: idle, Durable: durable, SnapshotEverySeconds: every, LeaseIdleSeconds: leaseIdle}
+func policyChange(idle *int64, durable *bool, keep *int32, every, leaseIdle *int64, record *bool) boxsvc.PolicyChange {
+	c := boxsvc.PolicyChange{IdleSeconds: idle, Durable: durable, SnapshotEverySeconds: every, LeaseIdleSeconds: leaseIdle, RecordRuns: record}
 	if keep != nil {
 		n := int(*keep)
 		c.KeepSnapshots = &n
@@ -521,7 +521,7 @@ func (b *boxService) SetPolicyDefaults(ctx context.Context, req *cbv1.SetPolicyD
 	if err != nil {
 		return nil, err
 	}
-	c := policyChange(req.IdleSeconds, req.Durable, req.KeepSnapshots, req.SnapshotEverySeconds, req.LeaseIdleSeconds)
+	c := policyChange(req.IdleSeconds, req.Durable, req.KeepSnapshots, req.SnapshotEverySeconds, req.LeaseIdleSeconds, req.RecordRuns)
 	pol, err := b.s.boxes.SetPolicyDefaults(ctx, p.User.ID, c)
 	if err != nil {
 		return nil, err

@@ -70,7 +70,8 @@ func policyProto(p workflows.Policy) *cbv1.BoxPolicy {
 		keep = workflows.DefaultKeepSnapshots
 	}
 	return &cbv1.BoxPolicy{IdleSeconds: int64(p.IdleAfter / time.Second), Durable: p.DurableHibernate, KeepSnapshots: int32(keep),
-		SnapshotEverySeconds: int64(p.SnapshotEvery / time.Second), LeaseIdleSeconds: int64(cmp.Or(p.LeaseIdle, workflows.DefaultLeaseIdle) / time.Second)}
+		SnapshotEverySeconds: int64(p.SnapshotEvery / time.Second), LeaseIdleSeconds: int64(cmp.Or(p.LeaseIdle, workflows.DefaultLeaseIdle) / time.Second),
+		RecordRuns: p.RecordRuns}
 }
 
 func snapshotProto(s cocoonbox.Snapshot) *cbv1.Snapshot {

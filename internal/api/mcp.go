@@ -300,6 +300,7 @@ func (s *Server) mcpTools() []mcpTool {
 			mcp.WithString("snapshot_every", mcp.Description(`Seal a running box this long after its last snapshot when it was active, e.g. "1h" (5m to 720h); "0" never by itself.`)),
 			mcp.WithString("lease_idle", mcp.Description(`How long the desktop's control lease outlives its holder's last control connection, e.g. "5m" (30s to 24h).`)),
 			mcp.WithInteger("keep_snapshots", mcp.Min(1), mcp.Max(boxsvc.MaxKeepSnapshots), mcp.Description("How many complete snapshots to keep (pinned ones besides).")),
+			mcp.WithBoolean("record_runs", mcp.Description("Record the desktop of every agent run on the box, for replay beside its steps.")),
 			mcp.WithDestructiveHintAnnotation(false), mcp.WithIdempotentHintAnnotation(true),
 		),
 		run: s.onBox(func(ctx context.Context, caller string, id cocoonbox.BoxID, req mcp.CallToolRequest) (any, error) {
@@ -481,6 +482,7 @@ type policyJSON struct {
 	Durable              bool  `json:"durable"`
 	SnapshotEverySeconds int64 `json:"snapshot_every_seconds"`
 	KeepSnapshots        int32 `json:"keep_snapshots"`
+	RecordRuns           bool  `json:"record_runs,omitempty"`
 }
 
 // mcpPolicyChange reads box_policy's arguments, refusing one it does not know.
@@ -504,12 +506,16 @@ func mcpPolicyChange(args map[string]any) (boxsvc.PolicyChange, error) {
 			default:
 				c.LeaseIdleSeconds = &n
 			}
-		case "durable":
+		case "durable", "record_runs":
 			b, ok := v.(bool)
 			if !ok {
-				return c, cocoonbox.Invalid("durable", fmt.Sprintf("must be true or false, got %v", v))
+				return c, cocoonbox.Invalid(k, fmt.Sprintf("must be true or false, got %v", v))
 			}
-			c.Durable = &b
+			if k == "durable" {
+				c.Durable = &b
+			} else {
+				c.RecordRuns = &b
+			}
 		case "keep_snapshots":
 			f, ok := v.(float64)
 			if !ok || f != float64(int(f)) {
@@ -518,7 +524,7 @@ func mcpPolicyChange(args map[string]any) (boxsvc.PolicyChange, error) {
 			n := int(f)
 			c.KeepSnapshots = &n
 		default:
-			return c, cocoonbox.Invalid(k, "is not a policy field (idle, durable, snapshot_every, keep_snapshots, lease_idle)")
+			return c, cocoonbox.Invalid(k, "is not a policy field (idle, durable, snapshot_every, keep_snapshots, lease_idle, record_runs)")
 		}
 	}
 	return c, nil
@@ -532,7 +538,7 @@ func toBoxJSON(v boxsvc.View) boxJSON {
 		Seal: v.Seal, RestoredFrom: v.RestoredFrom.SnapshotID, Parent: v.Parent, ForkedAt: v.ForkedAt,
 		Network: v.Policy.Network.Policy, NetworkAllow: v.Policy.Network.Allow,
 		Policy: policyJSON{IdleSeconds: p.GetIdleSeconds(), Durable: p.GetDurable(), SnapshotEverySeconds: p.GetSnapshotEverySeconds(),
-			KeepSnapshots: p.GetKeepSnapshots()},
+			KeepSnapshots: p.GetKeepSnapshots(), RecordRuns: p.GetRecordRuns()},
 	}
 }
 

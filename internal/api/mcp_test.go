@@ -56,7 +56,7 @@ func TestMCPToolSchemas(t *testing.T) {
 		"box_hibernate":  {[]string{"box"}, []string{"box"}},
 		"box_fork":       {[]string{"box", "count", "name"}, []string{"box"}},
 		"box_events":     {[]string{"box", "after_id", "limit"}, []string{"box"}},
-		"box_policy":     {[]string{"box", "idle", "durable", "snapshot_every", "keep_snapshots", "lease_idle"}, []string{"box"}},
+		"box_policy":     {[]string{"box", "idle", "durable", "snapshot_every", "keep_snapshots", "lease_idle", "record_runs"}, []string{"box"}},
 		"box_exec":       {[]string{"box", "argv", "cwd", "timeout_seconds"}, []string{"box", "argv"}},
 		"box_read_file":  {[]string{"box", "path"}, []string{"box", "path"}},
 		"box_write_file": {[]string{"box", "path", "content", "mode"}, []string{"box", "path", "content"}},

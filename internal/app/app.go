@@ -54,6 +54,7 @@ func Boxes(p Parts, agent config.Agent, quota config.Quota, network string, defa
 	if defaults.LeaseIdle > 0 {
 		policy.LeaseIdle = defaults.LeaseIdle
 	}
+	policy.RecordRuns = defaults.RecordRuns
 	return &boxsvc.Service{
 		Temporal: p.Temporal, Store: p.Store, Policy: policy,
 		Link: &boxlink.Link{

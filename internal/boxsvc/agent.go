@@ -88,6 +88,9 @@ func (s *Service) StartRun(ctx context.Context, caller string, id cocoonbox.BoxI
 	if err != nil {
 		return Run{}, err
 	}
+	if !req.Record {
+		req.Record = s.recordsRuns(ctx, id)
+	}
 	runID := workflows.RunIDPrefix + randomHex()
 	run, err := s.Store.CreateAgentRunWithin(ctx, store.NewAgentRun{ID: runID, BoxID: id, Owner: caller,
 		Task: req.Task, Provider: s.Agent.Provider, Model: req.Model, MaxTokens: req.MaxTokens}, s.Quota.Runs)

@@ -29,11 +29,13 @@ type PolicyChange struct {
 	KeepSnapshots        *int
 	SnapshotEverySeconds *int64 // 0: never seal a running box by itself
 	LeaseIdleSeconds     *int64 // how long a control lease outlives its holder's last connection
+	RecordRuns           *bool  // record the desktop of every agent run on the box
 }
 
 // empty reports whether c changes nothing.
 func (c PolicyChange) empty() bool {
-	return c.IdleSeconds == nil && c.Durable == nil && c.KeepSnapshots == nil && c.SnapshotEverySeconds == nil && c.LeaseIdleSeconds == nil
+	return c.IdleSeconds == nil && c.Durable == nil && c.KeepSnapshots == nil && c.SnapshotEverySeconds == nil &&
+		c.LeaseIdleSeconds == nil && c.RecordRuns == nil
 }
 
 // Validate names the first field of c a box cannot take.
@@ -63,14 +65,14 @@ func (c PolicyChange) Validate() error {
 		return err
 	}
 	if c.empty() {
-		return cocoonbox.Invalid("policy", "name at least one of idle_seconds, durable, keep_snapshots, snapshot_every_seconds and lease_idle_seconds to change")
+		return cocoonbox.Invalid("policy", "name at least one of idle_seconds, durable, keep_snapshots, snapshot_every_seconds, lease_idle_seconds and record_runs to change")
 	}
 	return nil
 }
 
 // input is the setpolicy update that makes c's changes.
 func (c PolicyChange) input() workflows.SetPolicyInput {
-	in := workflows.SetPolicyInput{DurableHibernate: c.Durable, KeepSnapshots: c.KeepSnapshots}
+	in := workflows.SetPolicyInput{DurableHibernate: c.Durable, KeepSnapshots: c.KeepSnapshots, RecordRuns: c.RecordRuns}
 	in.IdleAfter, in.SnapshotEvery, in.LeaseIdle = durationOf(c.IdleSeconds), durationOf(c.SnapshotEverySeconds), durationOf(c.LeaseIdleSeconds)
 	return in
 }

@@ -80,6 +80,20 @@ func (s *Service) revivedPolicy(ctx context.Context, owner string, id cocoonbox.
 	return p, err
 }
 
+// recordsRuns reports whether the box's policy, as its row keeps it, records every agent run.
+// A row that cannot be read records nothing more (logged): the run itself goes ahead.
+func (s *Service) recordsRuns(ctx context.Context, id cocoonbox.BoxID) bool {
+	kept, err := s.Store.BoxPolicy(ctx, id)
+	var p workflows.Policy
+	if err == nil && len(kept) > 2 {
+		err = json.Unmarshal(kept, &p)
+	}
+	if err != nil && s.Logger != nil {
+		s.Logger.Warn("read the box's policy for its run", "box", id, "err", err)
+	}
+	return p.RecordRuns
+}
+
 // keepPolicy copies the box's policy onto its row, for revive (best effort, logged: a row
 // without it revives with the owner's defaults).
 func (s *Service) keepPolicy(ctx context.Context, id cocoonbox.BoxID, p workflows.Policy) {

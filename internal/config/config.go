@@ -211,13 +211,14 @@ type Webhooks struct {
 }
 
 // BoxPolicy is the server's default policy for new boxes; a field left out keeps the built-in
-// default (idle 15m, durable, snapshot every 30m, keep 5, lease idle 2m).
+// default (idle 15m, durable, snapshot every 30m, keep 5, lease idle 2m, runs not recorded).
 type BoxPolicy struct {
 	Idle          *time.Duration `yaml:"idle"` // 0: never hibernate by itself
 	Durable       *bool          `yaml:"durable"`
 	SnapshotEvery *time.Duration `yaml:"snapshot_every"` // 0: never seal a running box by itself
 	Keep          int            `yaml:"keep"`
 	LeaseIdle     time.Duration  `yaml:"lease_idle"`
+	RecordRuns    bool           `yaml:"record_runs"` // record the desktop of every agent run
 }
 
 // validate names the first field of p no box can take.

@@ -668,6 +668,7 @@ timeout 5 runuser -u user -- xwininfo -id "$w" | grep 'Map State'`)
 	})
 
 	t.Run("recorded run replays", func(t *testing.T) { testRecordedReplay(t, a, models) })
+	t.Run("a box that records every run", func(t *testing.T) { testRecordsEveryRun(t, a, models) })
 	t.Run("accessibility tree", func(t *testing.T) {
 		testAccessibility(t, a, models)
 	})

@@ -87,10 +87,10 @@ func TestBoxPolicy(t *testing.T) {
 	}
 	mine := &cbv1.BoxPolicy{IdleSeconds: 3600, Durable: true, SnapshotEverySeconds: 1800, KeepSnapshots: 7, LeaseIdleSeconds: 120}
 	same("the defaults", def, mine)
-	if _, err := e.box.SetPolicyDefaults(as, &cbv1.SetPolicyDefaultsRequest{Durable: proto.Bool(false)}); err != nil {
+	if _, err := e.box.SetPolicyDefaults(as, &cbv1.SetPolicyDefaultsRequest{Durable: proto.Bool(false), RecordRuns: proto.Bool(true)}); err != nil {
 		t.Fatal(err)
 	}
-	mine.Durable = false
+	mine.Durable, mine.RecordRuns = false, true
 	if def, err = e.box.GetPolicyDefaults(as, &cbv1.GetPolicyDefaultsRequest{}); err != nil {
 		t.Fatal(err)
 	}

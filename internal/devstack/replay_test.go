@@ -201,3 +201,42 @@ func meanColor(img image.Image) [3]float64 {
 func colorDistance(a, b [3]float64) float64 {
 	return math.Sqrt((a[0]-b[0])*(a[0]-b[0]) + (a[1]-b[1])*(a[1]-b[1]) + (a[2]-b[2])*(a[2]-b[2]))
 }
+
+// testRecordsEveryRun: with the box's policy recording every run, a run started without
+// --record is recorded; with it off again, the next is not.
+func testRecordsEveryRun(t *testing.T, a *agentEnv, models *modeltest.Server) {
+	a.useProvider(agentvm.ProviderOpenAI)
+	policy := func(on bool) {
+		t.Helper()
+		b, err := a.api.SetPolicy(a.auth, &cbv1.SetPolicyRequest{Box: string(a.id), RecordRuns: &on})
+		if err != nil || b.GetPolicy().GetRecordRuns() != on {
+			t.Fatalf("set record_runs %v: %v, %v", on, b.GetPolicy(), err)
+		}
+	}
+	run := func() string {
+		t.Helper()
+		models.Script(modeltest.Reply("Nothing to do."))
+		r, err := a.agents.StartRun(a.auth, &cbv1.StartRunRequest{Box: string(a.id), Task: "Say so."})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.waitRun(t, r.GetId(), time.Minute, string(cocoonbox.AgentRunSucceeded))
+		return r.GetId()
+	}
+	policy(true)
+	recorded := run()
+	if err := testutil.Poll(a.ctx, time.Minute, func() error {
+		rec, err := a.d.Store.RecordingOfRun(a.ctx, recorded)
+		if err == nil && rec.Ended == nil {
+			err = errors.New("the recording has not ended")
+		}
+		return err
+	}); err != nil {
+		t.Fatalf("a run on a box that records every run: %v", err)
+	}
+	policy(false)
+	plain := run()
+	if _, err := a.d.Store.RecordingOfRun(a.ctx, plain); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("a run once the box records no more: %v, want no recording", err)
+	}
+}

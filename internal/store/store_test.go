@@ -244,8 +244,8 @@ func TestMigrations(t *testing.T) {
 		t.Fatalf("reopen: %v", err)
 	}
 	defer st.Close()
-	if v, err := st.SchemaVersion(ctx); err != nil || v != 19 {
-		t.Errorf("SchemaVersion = %d, %v; want 19", v, err)
+	if v, err := st.SchemaVersion(ctx); err != nil || v != 20 {
+		t.Errorf("SchemaVersion = %d, %v; want 20", v, err)
 	}
 	if n, err := st.CountUsers(ctx); err != nil || n != 1 {
 		t.Errorf("after reopen: %d users, %v", n, err)

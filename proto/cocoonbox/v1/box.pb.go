@@ -1033,8 +1033,11 @@ type SetPolicyRequest struct {
 	// lease_idle_seconds is how long the desktop's control lease outlives its holder's last
 	// control connection before the box releases it: 30 to 86400.
 	LeaseIdleSeconds *int64 `protobuf:"varint,6,opt,name=lease_idle_seconds,json=leaseIdleSeconds,proto3,oneof" json:"lease_idle_seconds,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// record_runs records the desktop of every agent run on the box, for replay beside its steps
+	// (as StartRunRequest.record does for one run).
+	RecordRuns    *bool `protobuf:"varint,7,opt,name=record_runs,json=recordRuns,proto3,oneof" json:"record_runs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *SetPolicyRequest) Reset() {
@@ -1109,6 +1112,13 @@ func (x *SetPolicyRequest) GetLeaseIdleSeconds() int64 {
 	return 0
 }
 
+func (x *SetPolicyRequest) GetRecordRuns() bool {
+	if x != nil && x.RecordRuns != nil {
+		return *x.RecordRuns
+	}
+	return false
+}
+
 type GetPolicyDefaultsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	unknownFields protoimpl.UnknownFields
@@ -1153,6 +1163,7 @@ type SetPolicyDefaultsRequest struct {
 	KeepSnapshots        *int32                 `protobuf:"varint,3,opt,name=keep_snapshots,json=keepSnapshots,proto3,oneof" json:"keep_snapshots,omitempty"`
 	SnapshotEverySeconds *int64                 `protobuf:"varint,4,opt,name=snapshot_every_seconds,json=snapshotEverySeconds,proto3,oneof" json:"snapshot_every_seconds,omitempty"`
 	LeaseIdleSeconds     *int64                 `protobuf:"varint,5,opt,name=lease_idle_seconds,json=leaseIdleSeconds,proto3,oneof" json:"lease_idle_seconds,omitempty"`
+	RecordRuns           *bool                  `protobuf:"varint,6,opt,name=record_runs,json=recordRuns,proto3,oneof" json:"record_runs,omitempty"`
 	unknownFields        protoimpl.UnknownFields
 	sizeCache            protoimpl.SizeCache
 }
@@ -1222,6 +1233,13 @@ func (x *SetPolicyDefaultsRequest) GetLeaseIdleSeconds() int64 {
 	return 0
 }
 
+func (x *SetPolicyDefaultsRequest) GetRecordRuns() bool {
+	if x != nil && x.RecordRuns != nil {
+		return *x.RecordRuns
+	}
+	return false
+}
+
 // BoxPolicy is how a box behaves on its own.
 type BoxPolicy struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1236,8 +1254,10 @@ type BoxPolicy struct {
 	SnapshotEverySeconds int64 `protobuf:"varint,4,opt,name=snapshot_every_seconds,json=snapshotEverySeconds,proto3" json:"snapshot_every_seconds,omitempty"`
 	// lease_idle_seconds is how long the control lease outlives its holder's last connection.
 	LeaseIdleSeconds int64 `protobuf:"varint,5,opt,name=lease_idle_seconds,json=leaseIdleSeconds,proto3" json:"lease_idle_seconds,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// record_runs says every agent run on the box records its desktop.
+	RecordRuns    bool `protobuf:"varint,6,opt,name=record_runs,json=recordRuns,proto3" json:"record_runs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *BoxPolicy) Reset() {
@@ -1303,6 +1323,13 @@ func (x *BoxPolicy) GetLeaseIdleSeconds() int64 {
 		return x.LeaseIdleSeconds
 	}
 	return 0
+}
+
+func (x *BoxPolicy) GetRecordRuns() bool {
+	if x != nil {
+		return x.RecordRuns
+	}
+	return false
 }
 
 type SetBoxNetworkRequest struct {
@@ -4464,39 +4491,47 @@ const file_cocoonbox_v1_box_proto_rawDesc = "" +
 	"\x05actor\x18\x02 \x01(\tR\x05actor\x12\x16\n" +
 	"\x06action\x18\x03 \x01(\tR\x06action\x12\x16\n" +
 	"\x06detail\x18\x04 \x01(\tR\x06detail\x12*\n" +
-	"\x02at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\xe7\x02\n" +
+	"\x02at\x18\x05 \x01(\v2\x1a.google.protobuf.TimestampR\x02at\"\x9d\x03\n" +
 	"\x10SetPolicyRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\x12&\n" +
 	"\fidle_seconds\x18\x02 \x01(\x03H\x00R\vidleSeconds\x88\x01\x01\x12\x1d\n" +
 	"\adurable\x18\x03 \x01(\bH\x01R\adurable\x88\x01\x01\x12*\n" +
 	"\x0ekeep_snapshots\x18\x04 \x01(\x05H\x02R\rkeepSnapshots\x88\x01\x01\x129\n" +
 	"\x16snapshot_every_seconds\x18\x05 \x01(\x03H\x03R\x14snapshotEverySeconds\x88\x01\x01\x121\n" +
-	"\x12lease_idle_seconds\x18\x06 \x01(\x03H\x04R\x10leaseIdleSeconds\x88\x01\x01B\x0f\n" +
+	"\x12lease_idle_seconds\x18\x06 \x01(\x03H\x04R\x10leaseIdleSeconds\x88\x01\x01\x12$\n" +
+	"\vrecord_runs\x18\a \x01(\bH\x05R\n" +
+	"recordRuns\x88\x01\x01B\x0f\n" +
 	"\r_idle_secondsB\n" +
 	"\n" +
 	"\b_durableB\x11\n" +
 	"\x0f_keep_snapshotsB\x19\n" +
 	"\x17_snapshot_every_secondsB\x15\n" +
-	"\x13_lease_idle_seconds\"\x1a\n" +
-	"\x18GetPolicyDefaultsRequest\"\xdd\x02\n" +
+	"\x13_lease_idle_secondsB\x0e\n" +
+	"\f_record_runs\"\x1a\n" +
+	"\x18GetPolicyDefaultsRequest\"\x93\x03\n" +
 	"\x18SetPolicyDefaultsRequest\x12&\n" +
 	"\fidle_seconds\x18\x01 \x01(\x03H\x00R\vidleSeconds\x88\x01\x01\x12\x1d\n" +
 	"\adurable\x18\x02 \x01(\bH\x01R\adurable\x88\x01\x01\x12*\n" +
 	"\x0ekeep_snapshots\x18\x03 \x01(\x05H\x02R\rkeepSnapshots\x88\x01\x01\x129\n" +
 	"\x16snapshot_every_seconds\x18\x04 \x01(\x03H\x03R\x14snapshotEverySeconds\x88\x01\x01\x121\n" +
-	"\x12lease_idle_seconds\x18\x05 \x01(\x03H\x04R\x10leaseIdleSeconds\x88\x01\x01B\x0f\n" +
+	"\x12lease_idle_seconds\x18\x05 \x01(\x03H\x04R\x10leaseIdleSeconds\x88\x01\x01\x12$\n" +
+	"\vrecord_runs\x18\x06 \x01(\bH\x05R\n" +
+	"recordRuns\x88\x01\x01B\x0f\n" +
 	"\r_idle_secondsB\n" +
 	"\n" +
 	"\b_durableB\x11\n" +
 	"\x0f_keep_snapshotsB\x19\n" +
 	"\x17_snapshot_every_secondsB\x15\n" +
-	"\x13_lease_idle_seconds\"\xd3\x01\n" +
+	"\x13_lease_idle_secondsB\x0e\n" +
+	"\f_record_runs\"\xf4\x01\n" +
 	"\tBoxPolicy\x12!\n" +
 	"\fidle_seconds\x18\x01 \x01(\x03R\vidleSeconds\x12\x18\n" +
 	"\adurable\x18\x02 \x01(\bR\adurable\x12%\n" +
 	"\x0ekeep_snapshots\x18\x03 \x01(\x05R\rkeepSnapshots\x124\n" +
 	"\x16snapshot_every_seconds\x18\x04 \x01(\x03R\x14snapshotEverySeconds\x12,\n" +
-	"\x12lease_idle_seconds\x18\x05 \x01(\x03R\x10leaseIdleSeconds\"g\n" +
+	"\x12lease_idle_seconds\x18\x05 \x01(\x03R\x10leaseIdleSeconds\x12\x1f\n" +
+	"\vrecord_runs\x18\x06 \x01(\bR\n" +
+	"recordRuns\"g\n" +
 	"\x14SetBoxNetworkRequest\x12\x10\n" +
 	"\x03box\x18\x01 \x01(\tR\x03box\x12\x18\n" +
 	"\anetwork\x18\x02 \x01(\tR\anetwork\x12#\n" +
