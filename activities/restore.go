@@ -31,6 +31,10 @@ type RestoreSnapshotInput struct {
 	// object streams from S3 into the engine beside it; "" (or a node no longer placeable)
 	// places the box here.
 	Node string
+	// Reseed gives the restored box an identity of its own (cocoonbox-init reseed, its hostname
+	// from Name): a fork restored from its parent's disk, which has its parent's.
+	Reseed bool   `json:",omitempty"`
+	Name   string `json:",omitempty"`
 }
 
 // PlaceRestoreInput asks where a restored box of this size and network goes.
@@ -116,7 +120,7 @@ func (a *Snapshots) RestoreSnapshot(ctx context.Context, in RestoreSnapshotInput
 				return RestoreSnapshotResult{}, err
 			}
 			if ok {
-				return a.settle(ctx, e, in.BoxID, snap, found.ID, got)
+				return a.settle(ctx, e, in, snap, found.ID, got)
 			}
 			eng, ck = e, found
 			break
@@ -126,7 +130,7 @@ func (a *Snapshots) RestoreSnapshot(ctx context.Context, in RestoreSnapshotInput
 			return RestoreSnapshotResult{}, err
 		}
 		if ok {
-			return a.settle(ctx, e, in.BoxID, snap, "", got)
+			return a.settle(ctx, e, in, snap, "", got)
 		}
 	}
 	if ck.ID == "" {
@@ -154,16 +158,20 @@ func (a *Snapshots) RestoreSnapshot(ctx context.Context, in RestoreSnapshotInput
 		_ = eng.Release(relCtx, got.SandboxRef) // a box never runs on a wider policy than its own
 		return RestoreSnapshotResult{}, classify(fmt.Errorf("restore snapshot %s: %w", snap.ID, err))
 	}
-	return a.settle(ctx, eng, in.BoxID, snap, ck.ID, got)
+	return a.settle(ctx, eng, in, snap, ck.ID, got)
 }
 
-// settle waits until the sandbox restored on eng answers and only then records its token as the
-// box's: until that moment the box's current sandbox keeps its own token, so a restore that
-// fails leaves the box fully usable. A sandbox that never answers is released.
-func (a *Snapshots) settle(ctx context.Context, eng nodeEngine, boxID cocoonbox.BoxID, snap cocoonbox.Snapshot, ckID string, got sandbox.Claimed) (RestoreSnapshotResult, error) {
-	snapID := snap.ID
+// settle waits until the sandbox restored on eng answers (and is reseeded when in says so) and
+// only then records its token as the box's: until that moment the box's current sandbox keeps
+// its own token, so a restore that fails leaves the box fully usable. A sandbox that never
+// answers is released.
+func (a *Snapshots) settle(ctx context.Context, eng nodeEngine, in RestoreSnapshotInput, snap cocoonbox.Snapshot, ckID string, got sandbox.Claimed) (RestoreSnapshotResult, error) {
+	snapID, boxID := snap.ID, in.BoxID
 	readyCtx, cancel := context.WithTimeout(ctx, restoreReadyTimeout)
 	err := readyWithCredential(readyCtx, eng.Client, got.SandboxRef, a.PollInterval, boxID, a.Credentials)
+	if err == nil && in.Reseed {
+		err = reseed(readyCtx, eng.Client, got.SandboxRef, Hostname(in.Name, boxID))
+	}
 	cancel()
 	if err != nil {
 		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)

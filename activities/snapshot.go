@@ -258,7 +258,17 @@ func (a *Snapshots) UploadSnapshot(ctx context.Context, in UploadSnapshotInput) 
 		return UploadSnapshotResult{}, classify(fmt.Errorf("checkpoint sandbox %s: %w", in.SandboxID, err))
 	}
 	defer dropCheckpoint(ctx, eng, ck.ID)
+	logger(ctx).Info("snapshot checkpointed", "snapshot", in.SnapshotID, "checkpoint", time.Since(t0).Round(time.Millisecond))
+	return a.storeDisk(ctx, porter, row, ck.ID, ck.CreatedAt, baseIndex)
+}
 
+// storeDisk streams the disk of checkpoint ckID from porter into the object of snapshot row
+// (against baseIndex when it is not nil: only what changed), verifies it, and writes the index
+// of the tree and the manifest (created: when the disk was taken) beside it, heartbeating its
+// progress.
+func (a *Snapshots) storeDisk(ctx context.Context, porter sandbox.DiskPorter, row cocoonbox.Snapshot, ckID string,
+	created time.Time, baseIndex []byte) (UploadSnapshotResult, error) {
+	key := SnapshotObjectKey(row.BoxID, row.ID)
 	var progress atomic.Int64
 	phase := atomic.Pointer[string]{}
 	setPhase := func(p string) { phase.Store(&p) }
@@ -266,10 +276,10 @@ func (a *Snapshots) UploadSnapshot(ctx context.Context, in UploadSnapshotInput) 
 	details := func() any { return uploadProgress{Phase: *phase.Load(), Bytes: progress.Load()} }
 	return withHeartbeats(ctx, details, func(ctx context.Context) (UploadSnapshotResult, error) {
 		t1 := time.Now()
-		ex, err := a.upload(ctx, porter, ck.ID, baseIndex, key, &progress)
+		ex, err := a.upload(ctx, porter, ckID, baseIndex, key, &progress)
 		if err != nil && baseIndex != nil && errors.Is(err, sandbox.ErrInvalid) {
 			// The engine refused the base index: the next attempt is a full snapshot.
-			if ferr := a.Store.MakeSnapshotFull(ctx, in.SnapshotID); ferr != nil {
+			if ferr := a.Store.MakeSnapshotFull(ctx, row.ID); ferr != nil {
 				return UploadSnapshotResult{}, classify(ferr)
 			}
 		}
@@ -284,16 +294,16 @@ func (a *Snapshots) UploadSnapshot(ctx context.Context, in UploadSnapshotInput) 
 		}
 		if row.IndexKey != "" {
 			var idx bytes.Buffer
-			if _, err := porter.CheckpointDiskIndex(ctx, ck.ID, &idx); err != nil {
-				return UploadSnapshotResult{}, classify(fmt.Errorf("read the index of checkpoint %s: %w", ck.ID, err))
+			if _, err := porter.CheckpointDiskIndex(ctx, ckID, &idx); err != nil {
+				return UploadSnapshotResult{}, classify(fmt.Errorf("read the index of checkpoint %s: %w", ckID, err))
 			}
 			if err := a.Blobs.Put(ctx, row.IndexKey, bytes.NewReader(idx.Bytes()), int64(idx.Len())); err != nil {
 				return UploadSnapshotResult{}, classify(fmt.Errorf("store index %s: %w", row.IndexKey, err))
 			}
 		}
 		m := snapshot.Manifest{
-			Version: snapshot.FormatVersion, SnapshotID: in.SnapshotID, BoxID: string(in.BoxID),
-			ParentID: row.ParentID, Created: ck.CreatedAt, Bytes: ex.Bytes, SHA256: ex.SHA256, Files: ex.Files,
+			Version: snapshot.FormatVersion, SnapshotID: row.ID, BoxID: string(row.BoxID),
+			ParentID: row.ParentID, Created: created, Bytes: ex.Bytes, SHA256: ex.SHA256, Files: ex.Files,
 			Deleted: ex.Deleted,
 		}
 		if baseIndex != nil {
@@ -302,9 +312,8 @@ func (a *Snapshots) UploadSnapshot(ctx context.Context, in UploadSnapshotInput) 
 		if err := a.putManifest(ctx, m); err != nil {
 			return UploadSnapshotResult{}, err
 		}
-		logger(ctx).Info("snapshot uploaded", "snapshot", in.SnapshotID, "base", m.BaseID, "bytes", ex.Bytes, "files", ex.Files,
-			"checkpoint", t1.Sub(t0).Round(time.Millisecond), "upload", t2.Sub(t1).Round(time.Millisecond),
-			"verify", time.Since(t2).Round(time.Millisecond))
+		logger(ctx).Info("snapshot uploaded", "snapshot", row.ID, "base", m.BaseID, "bytes", ex.Bytes, "files", ex.Files,
+			"upload", t2.Sub(t1).Round(time.Millisecond), "verify", time.Since(t2).Round(time.Millisecond))
 		return UploadSnapshotResult{Bytes: ex.Bytes, SHA256: ex.SHA256, Files: ex.Files}, nil
 	})
 }

@@ -121,26 +121,55 @@ func (w *box) dropForks(ctx workflow.Context) {
 // checkpoint with memory, then tells from that the checkpoint is no longer needed for it,
 // whatever the claim's outcome (best effort: from may be gone, and its checkpoint expires).
 func (w *box) claimFromCheckpoint(ctx workflow.Context, attempt int, from cocoonbox.BoxID, checkpointID, node string) (activities.ClaimResult, error) {
+	res, err := w.claimWithMemory(ctx, attempt, checkpointID, node, retryPolicy())
+	w.doneWith(ctx, from, checkpointID)
+	return res, err
+}
+
+// claimWithMemory claims the box's next sandbox from a checkpoint with memory, retrying as
+// retry says.
+func (w *box) claimWithMemory(ctx workflow.Context, attempt int, checkpointID, node string, retry *temporal.RetryPolicy) (activities.ClaimResult, error) {
 	var res activities.ClaimResult
 	err := workflow.ExecuteActivity(workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
 		StartToCloseTimeout: 5 * time.Minute,
 		HeartbeatTimeout:    sandboxHeartbeatTimeout,
-		RetryPolicy:         retryPolicy(),
+		RetryPolicy:         retry,
 	}), snapActs.ClaimFork, activities.ClaimForkInput{
 		BoxID: w.in.BoxID, Attempt: attempt, CheckpointID: checkpointID, Node: node,
 		TTL: w.in.Policy.LeaseTTL, Network: w.in.Policy.Network, Name: w.in.Name,
 	}).Get(ctx, &res)
-	_ = workflow.SignalExternalWorkflow(ctx, BoxWorkflowID(from), "", SignalForkClaimed,
-		ForkClaimedSignal{CheckpointID: checkpointID}).Get(ctx, nil)
 	return res, err
 }
 
+// doneWith tells box from that this box no longer needs its checkpoint (best effort).
+func (w *box) doneWith(ctx workflow.Context, from cocoonbox.BoxID, checkpointID string) {
+	_ = workflow.SignalExternalWorkflow(ctx, BoxWorkflowID(from), "", SignalForkClaimed,
+		ForkClaimedSignal{CheckpointID: checkpointID}).Get(ctx, nil)
+}
+
+// versionForkElsewhere marks a fork's going to a node with room through a snapshot of its disk
+// when its parent's node has none; before it, the claim there was tried again until it failed.
+const versionForkElsewhere = "fork-elsewhere"
+
 // claimFork claims the fork's first sandbox from its parent's checkpoint; the activity also
-// waits until it answers with the box's credential and gives it an identity of its own.
+// waits until it answers with the box's credential and gives it an identity of its own. When
+// the parent's node has no room for it, the fork gets its parent's disk on another node
+// instead (forkElsewhere), without the memory, and says so.
 func (w *box) claimFork(ctx workflow.Context) error {
 	from := w.in.Fork
 	attempt := w.st.Attempt + 1
-	res, err := w.claimFromCheckpoint(ctx, attempt, from.Parent, from.CheckpointID, from.Node)
+	retry := retryPolicy()
+	elsewhere := workflow.GetVersion(ctx, versionForkElsewhere, workflow.DefaultVersion, 1) >= 1
+	if elsewhere {
+		retry.NonRetryableErrorTypes = append(slices.Clone(retry.NonRetryableErrorTypes), activities.ErrTypeNoCapacity)
+	}
+	res, err := w.claimWithMemory(ctx, attempt, from.CheckpointID, from.Node, retry)
+	if elsewhere && errorType(err) == activities.ErrTypeNoCapacity {
+		err = w.forkElsewhere(ctx, reason(err))
+		w.doneWith(ctx, from.Parent, from.CheckpointID)
+		return err
+	}
+	w.doneWith(ctx, from.Parent, from.CheckpointID)
 	if err != nil {
 		return err
 	}
@@ -149,6 +178,52 @@ func (w *box) claimFork(ctx workflow.Context) error {
 	w.st.Start = "fork"
 	w.leased(workflow.Now(ctx), res.Deadline)
 	w.event(ctx, "forked_from", fmt.Sprintf("%s at %s", from.Parent, from.At.UTC().Format(time.RFC3339)))
+	return nil
+}
+
+// forkElsewhere gives a fork whose parent's node had no room for it (why) its parent's disk on
+// a node that has: the disk of the fork's checkpoint becomes the fork's first snapshot,
+// uploaded from the parent's node and verified, which is restored where placement puts it, with
+// the fork's own identity. The memory stays behind: its programs start afresh, as after a boot.
+func (w *box) forkElsewhere(ctx workflow.Context, why string) error {
+	from := w.in.Fork
+	id, err := newSnapshotID(ctx)
+	if err != nil {
+		return err
+	}
+	var snap cocoonbox.Snapshot
+	err = workflow.ExecuteActivity(storeOptions(ctx), snapActs.BeginSnapshot,
+		activities.BeginSnapshotInput{BoxID: w.in.BoxID, SnapshotID: id}).Get(ctx, &snap)
+	var up activities.UploadSnapshotResult
+	if err == nil {
+		in := activities.UploadForkDiskInput{BoxID: w.in.BoxID, SnapshotID: id, CheckpointID: from.CheckpointID, Node: from.Node, At: from.At}
+		taken := false
+		if from.Node != "" {
+			taken, err = onNodeQueue(streamOptions(ctx), from.Node, snapActs.UploadForkDisk, in, &up)
+		}
+		if !taken {
+			err = workflow.ExecuteActivity(streamOptions(ctx), snapActs.UploadForkDisk, in).Get(ctx, &up)
+		}
+	}
+	if err == nil {
+		err = workflow.ExecuteActivity(storeOptions(ctx), snapActs.CompleteSnapshot,
+			activities.CompleteSnapshotInput{SnapshotID: id, UploadSnapshotResult: up}).Get(ctx, &snap)
+	}
+	if err != nil {
+		dctx, _ := workflow.NewDisconnectedContext(ctx)
+		if ferr := workflow.ExecuteActivity(cleanupOptions(dctx), snapActs.FailSnapshot,
+			activities.SnapshotRef{BoxID: w.in.BoxID, SnapshotID: id}).Get(dctx, nil); ferr != nil {
+			workflow.GetLogger(ctx).Error("clean up the fork's snapshot", "snapshot", id, "error", ferr)
+		}
+		return err
+	}
+	var res activities.RestoreSnapshotResult
+	if err := w.restoreAs(ctx, id, true, &res); err != nil {
+		return err
+	}
+	w.st.Start = "fork"
+	w.event(ctx, "forked_without_memory", fmt.Sprintf("from %s at %s: its node had no room (%s), so this fork has its disk "+
+		"(snapshot %s) on node %s, and its programs started afresh", from.Parent, from.At.UTC().Format(time.RFC3339), why, id, res.Node))
 	return nil
 }
 

@@ -2,11 +2,14 @@ package workflows
 
 import (
 	"context"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/mock"
 	"github.com/stretchr/testify/require"
+	"go.temporal.io/sdk/temporal"
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/loomhand/cocoonbox"
@@ -102,4 +105,61 @@ func TestForkClaimsFromParent(t *testing.T) {
 		require.Equal(t, cocoonbox.BoxStateRunning, create.status.State)
 		require.Equal(t, "sb-9", create.status.SandboxID)
 	}
+}
+
+// TestForkElsewhereWhenParentNodeFull: a fork whose parent's node has no room is not claimed
+// there again: the disk of its checkpoint becomes its first snapshot, uploaded on the parent's
+// node, which is restored where placement puts it with the fork's own identity; the parent is
+// told only once the upload is done, and the fork's events say it has no memory.
+func TestForkElsewhereWhenParentNodeFull(t *testing.T) {
+	env, _, events := newEnvRecorded(t)
+	at := time.Date(2026, 12, 6, 7, 0, 0, 0, time.UTC)
+	in := input()
+	in.Fork = &ForkOrigin{Parent: "bx_00000000000000aa", CheckpointID: "ck_1", Node: "node-a", At: at}
+	var order []string
+	env.OnActivity(snap.ClaimFork, mock.Anything, mock.Anything).Return(
+		func(context.Context, activities.ClaimForkInput) (activities.ClaimResult, error) {
+			order = append(order, "claim")
+			return activities.ClaimResult{}, temporal.NewApplicationError("no capacity: node-a runs its 1 sandbox", activities.ErrTypeNoCapacity)
+		})
+	env.OnActivity(snap.BeginSnapshot, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.BeginSnapshotInput) (cocoonbox.Snapshot, error) {
+			return cocoonbox.Snapshot{ID: in.SnapshotID, BoxID: in.BoxID}, nil
+		})
+	env.OnActivity(snap.UploadForkDisk, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, got activities.UploadForkDiskInput) (activities.UploadSnapshotResult, error) {
+			order = append(order, "upload")
+			require.Equal(t, "ck_1", got.CheckpointID)
+			require.Equal(t, "node-a", got.Node)
+			require.Equal(t, at, got.At)
+			return activities.UploadSnapshotResult{Bytes: 1, SHA256: "x", Files: 1}, nil
+		})
+	env.OnActivity(snap.CompleteSnapshot, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, in activities.CompleteSnapshotInput) (cocoonbox.Snapshot, error) {
+			return cocoonbox.Snapshot{ID: in.SnapshotID, BoxID: testBox, State: cocoonbox.SnapshotComplete}, nil
+		})
+	env.OnActivity(snap.RestoreSnapshot, mock.Anything, mock.Anything).Return(
+		func(_ context.Context, got activities.RestoreSnapshotInput) (activities.RestoreSnapshotResult, error) {
+			order = append(order, "restore")
+			require.True(t, got.Reseed)
+			require.Equal(t, "dev", got.Name)
+			return activities.RestoreSnapshotResult{SnapshotID: got.SnapshotID, SandboxID: "sb-b", Node: "node-b", Deadline: env.Now().Add(time.Hour)}, nil
+		})
+	env.OnSignalExternalWorkflow(mock.Anything, BoxWorkflowID("bx_00000000000000aa"), "", SignalForkClaimed, mock.Anything).Return(
+		func(_, _, _, _ string, arg any) error {
+			order = append(order, "told "+arg.(ForkClaimedSignal).CheckpointID)
+			return nil
+		})
+	create := update(env, 0, UpdateCreate, CreateInput{})
+	deleteAt(env, 10*time.Minute)
+
+	env.ExecuteWorkflow(BoxWorkflow, in)
+	require.NoError(t, env.GetWorkflowError())
+	require.NoError(t, create.err)
+	require.Equal(t, cocoonbox.BoxStateRunning, create.status.State)
+	require.Equal(t, "sb-b", create.status.SandboxID)
+	require.Equal(t, []string{"claim", "upload", "restore", "told ck_1"}, order, "one claim there, not retried; the parent told after the upload")
+	require.True(t, slices.ContainsFunc(*events, func(e string) bool {
+		return strings.HasPrefix(e, "forked_without_memory: from bx_00000000000000aa") && strings.Contains(e, "on node node-b")
+	}), "events %q", *events)
 }

@@ -216,10 +216,19 @@ func (w *box) restore(ctx workflow.Context, in RestoreInput) (Status, error) {
 // restoreFrom swaps the box's sandbox for one restored from snapshotID ("" the newest) and
 // answers which into res.
 func (w *box) restoreFrom(ctx workflow.Context, snapshotID string, res *activities.RestoreSnapshotResult) error {
+	return w.restoreAs(ctx, snapshotID, false, res)
+}
+
+// restoreAs is restoreFrom, giving the restored box an identity of its own when reseed is set
+// (a fork restored from its parent's disk).
+func (w *box) restoreAs(ctx workflow.Context, snapshotID string, reseed bool, res *activities.RestoreSnapshotResult) error {
 	attempt := w.st.Attempt + 1
 	in := activities.RestoreSnapshotInput{
 		BoxID: w.in.BoxID, SnapshotID: snapshotID, Size: w.in.Size, Attempt: attempt, TTL: w.in.Policy.LeaseTTL,
 		Network: w.in.Policy.Network,
+	}
+	if reseed {
+		in.Reseed, in.Name = true, w.in.Name
 	}
 	if err := restoreOnNode(ctx, in, res); err != nil {
 		return err

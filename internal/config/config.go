@@ -154,6 +154,9 @@ type Dev struct {
 	EngineBoxDiskMB int `yaml:"engine_box_disk_mb" env:"COCOONBOX_ENGINE_BOX_DISK_MB"`
 	// EngineMemoryOvercommit is the local engine's memory_overcommit (Engine.MemoryOvercommit).
 	EngineMemoryOvercommit float64 `yaml:"engine_memory_overcommit" env:"COCOONBOX_ENGINE_MEMORY_OVERCOMMIT"`
+	// EngineMaxSandboxes is the local engine's max_sandboxes (Engine.MaxSandboxes); 0 derives
+	// it from host memory.
+	EngineMaxSandboxes int `yaml:"engine_max_sandboxes" env:"COCOONBOX_ENGINE_MAX_SANDBOXES"`
 	// EngineNoDiskExport runs the local engine without disk export, as upstream sandboxd has
 	// none: snapshots then go through the in-box agent's State service.
 	EngineNoDiskExport bool `yaml:"engine_no_disk_export" env:"COCOONBOX_ENGINE_NO_DISK_EXPORT"`
@@ -496,6 +499,9 @@ func (c *Dev) Validate() error {
 	}
 	if err := validatePreviewDomain(c.PreviewDomain, true); err != nil {
 		return err
+	}
+	if c.EngineMaxSandboxes < 0 {
+		return fmt.Errorf("config engine_max_sandboxes: must not be negative (0 derives it from host memory), got %d", c.EngineMaxSandboxes)
 	}
 	if err := validateOvercommit("engine_memory_overcommit", c.EngineMemoryOvercommit); err != nil {
 		return err

@@ -60,6 +60,7 @@ type engineChildConfig struct {
 	RootToken           string                `json:"root_token"`
 	BoxDiskMB           int                   `json:"box_disk_mb"`
 	MemoryOvercommit    float64               `json:"memory_overcommit"`
+	MaxSandboxes        int                   `json:"max_sandboxes"`
 	NoDiskExport        bool                  `json:"no_disk_export"`
 	LogLevel            slog.Level            `json:"log_level"`
 }
@@ -98,8 +99,8 @@ func (d *Dev) startEngine(ctx context.Context, ln net.Listener) error {
 	cfg := engineChildConfig{Dir: dir, Runtime: kind, InsecureNoIsolation: d.cfg.EngineInsecureNoIsolation,
 		Network:    runtime.NetworkConfig{Uplink: nc.Uplink, UplinkNetns: nc.UplinkNetns, Pool: nc.Pool, DNS: nc.DNS},
 		ImageCache: d.cfg.ImageCache, RootToken: token, BoxDiskMB: d.cfg.EngineBoxDiskMB,
-		MemoryOvercommit: d.cfg.EngineMemoryOvercommit,
-		NoDiskExport:     d.cfg.EngineNoDiskExport, LogLevel: lowestLevel(d.log)}
+		MemoryOvercommit: d.cfg.EngineMemoryOvercommit, MaxSandboxes: d.cfg.EngineMaxSandboxes,
+		NoDiskExport: d.cfg.EngineNoDiskExport, LogLevel: lowestLevel(d.log)}
 	le := &localEngine{ln: f, url: "http://" + ln.Addr().String(), token: token}
 	log := d.log.With("component", "engine")
 	le.Spec = subproc.Spec{Name: "engine", Arg: engineChildArg, Config: cfg, Files: []*os.File{f}, Log: log,
@@ -168,7 +169,7 @@ func runEngineChild(in io.Reader, out, errOut io.Writer, files []*os.File) int {
 	eng, err := engine.New(engine.Options{
 		Dir: cfg.Dir, Runtime: rt, Images: images.Resolver(cfg.ImageCache), RootToken: cfg.RootToken,
 		Logger: log, OwnerAddr: ln.Addr().String(), BoxDiskMB: cfg.BoxDiskMB, NoDiskExport: cfg.NoDiskExport,
-		MemoryOvercommit: cfg.MemoryOvercommit,
+		MemoryOvercommit: cfg.MemoryOvercommit, MaxSandboxes: cfg.MaxSandboxes,
 	})
 	if err != nil {
 		_ = enc.Encode(engineReply{Error: err.Error()})
