@@ -22,6 +22,9 @@ import (
 // where each connection cost one (about 40 ms of CPU). It returns when the engine ends the
 // session, which it does before any checkpoint: this process holds the engine's host socket.
 func relayMux() error {
+	if err := shedAdmin(); err != nil {
+		return relayFailed(err)
+	}
 	signal.Ignore(syscall.SIGPIPE)
 	if _, err := os.Stdout.Write([]byte{boxproto.RelayOK}); err != nil {
 		return fmt.Errorf("write status: %w", err)

@@ -21,6 +21,9 @@ const initDialTimeout = 10 * time.Second
 
 // relayInit pipes stdio to the init's socket: the engine's exec channel.
 func relayInit() error {
+	if err := shedAdmin(); err != nil {
+		return relayFailed(err)
+	}
 	c, err := dialInit()
 	if err != nil {
 		return relayFailed(err)
@@ -45,6 +48,9 @@ func dialInit() (net.Conn, error) {
 
 // relayTCP pipes stdio to 127.0.0.1:port: the ports relay.
 func relayTCP(port string) error {
+	if err := shedAdmin(); err != nil {
+		return relayFailed(err)
+	}
 	c, err := dialTCP(port)
 	if err != nil {
 		return relayFailed(err)

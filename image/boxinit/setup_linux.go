@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
@@ -141,3 +142,27 @@ func loopbackUp() error {
 
 // setHostname sets the kernel's hostname: the init's own capability, which nothing it starts has.
 func setHostname(h string) error { return unix.Sethostname([]byte(h)) }
+
+// shedAdmin takes CAP_SYS_ADMIN from this process for good (effective, permitted, inheritable
+// and bounding): a relay the engine starts with runsc exec gets the capabilities of the box's
+// spec, which give the init CAP_SYS_ADMIN, and a relay needs none of them.
+func shedAdmin() error {
+	if err := dropBounding(unix.CAP_SYS_ADMIN); err != nil {
+		return err
+	}
+	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
+	var data [2]unix.CapUserData
+	if err := unix.Capget(&hdr, &data[0]); err != nil {
+		return fmt.Errorf("read capabilities: %w", err)
+	}
+	admin := uint32(1) << unix.CAP_SYS_ADMIN // below 32: the first word
+	data[0].Effective &^= admin
+	data[0].Permitted &^= admin
+	data[0].Inheritable &^= admin
+	// Capabilities are per thread, and any Go thread may be the one that runs the relay.
+	_, _, errno := syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&data[0])), 0)
+	if errno != 0 {
+		return fmt.Errorf("drop CAP_SYS_ADMIN: %w", errno)
+	}
+	return nil
+}

@@ -71,6 +71,17 @@ func TestGVisorExec(t *testing.T) {
 	if got := e.sh(t, b.ID, "hostname other 2>/dev/null && echo renamed; hostname"); got != "box\n" {
 		t.Fatalf("root set the hostname: %q", got)
 	}
+	// Nor have the relays the engine starts with runsc exec (one carries these commands).
+	relays := e.sh(t, b.ID, `for p in /proc/[0-9]*; do if tr '\0' ' ' <$p/cmdline 2>/dev/null | grep -q '^/usr/local/sbin/cocoonbox-init relay'; then grep CapEff $p/status; fi; done`)
+	if relays == "" {
+		t.Fatal("no relay process in the box")
+	}
+	for line := range strings.Lines(relays) {
+		var relay uint64
+		if _, err := fmt.Sscanf(line, "CapEff:\t%x", &relay); err != nil || relay&(1<<unix.CAP_SYS_ADMIN) != 0 {
+			t.Fatalf("a relay's capabilities: %q, %v; want no CAP_SYS_ADMIN", line, err)
+		}
+	}
 	if _, errOut, code, err := e.exec(b.ID, boxproto.InitPath, "reseed", "renamed-box"); err != nil || code != 0 {
 		t.Fatalf("reseed: exit %d, %v: %s", code, err, errOut)
 	}
