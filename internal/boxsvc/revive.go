@@ -68,26 +68,27 @@ func (s *Service) revive(ctx context.Context, id cocoonbox.BoxID) (bool, error) 
 // revivedPolicy is the policy kept on the box's row, or its owner's defaults for a row without
 // one (a box from before schema 13).
 func (s *Service) revivedPolicy(ctx context.Context, owner string, id cocoonbox.BoxID) (workflows.Policy, error) {
+	p, ok, err := s.keptPolicy(ctx, id)
+	if err != nil || ok {
+		return p, err
+	}
+	return s.PolicyDefaults(ctx, owner)
+}
+
+// keptPolicy is the copy of the box's policy on its row; ok is false for a row without one.
+func (s *Service) keptPolicy(ctx context.Context, id cocoonbox.BoxID) (p workflows.Policy, ok bool, err error) {
 	kept, err := s.Store.BoxPolicy(ctx, id)
-	if err != nil {
-		return workflows.Policy{}, err
+	if err != nil || len(kept) <= 2 { // "{}"
+		return p, false, err
 	}
-	if len(kept) <= 2 { // "{}"
-		return s.PolicyDefaults(ctx, owner)
-	}
-	var p workflows.Policy
 	err = json.Unmarshal(kept, &p)
-	return p, err
+	return p, err == nil, err
 }
 
 // recordsRuns reports whether the box's policy, as its row keeps it, records every agent run.
 // A row that cannot be read records nothing more (logged): the run itself goes ahead.
 func (s *Service) recordsRuns(ctx context.Context, id cocoonbox.BoxID) bool {
-	kept, err := s.Store.BoxPolicy(ctx, id)
-	var p workflows.Policy
-	if err == nil && len(kept) > 2 {
-		err = json.Unmarshal(kept, &p)
-	}
+	p, _, err := s.keptPolicy(ctx, id)
 	if err != nil && s.Logger != nil {
 		s.Logger.Warn("read the box's policy for its run", "box", id, "err", err)
 	}
