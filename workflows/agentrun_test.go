@@ -485,5 +485,8 @@ func TestAgentRunRecords(t *testing.T) {
 	require.Equal(t, cocoonbox.AgentRunSucceeded, e.finalState(t).State)
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	require.Equal(t, []string{"record", "step", "step", "cancel recording"}, order)
+	// The recorder and the steps run at once (the test environment runs each activity on a
+	// goroutine of its own, and may cancel the recorder before its function was entered): what
+	// the run promises is the recorder started and cancelled after its last step.
+	require.Equal(t, []string{"step", "step", "cancel recording"}, slices.DeleteFunc(slices.Clone(order), func(s string) bool { return s == "record" }))
 }
