@@ -228,7 +228,7 @@ func (a *Snapshots) UploadSnapshot(ctx context.Context, in UploadSnapshotInput) 
 	}
 	// The checkpoint is made, exported and dropped on the engine that holds the box.
 	eng := nodeEngine{Client: engineAt(a.Client, ref.Addr), node: ref.Node, url: ref.Addr}
-	porter, incremental, err := porterOf(ctx, eng)
+	porter, caps, err := porterOf(ctx, eng)
 	if errors.Is(err, errNoDiskExport) {
 		// Upstream sandboxd: the box's agent reads its trees instead.
 		return a.uploadState(ctx, row, ref)
@@ -236,7 +236,7 @@ func (a *Snapshots) UploadSnapshot(ctx context.Context, in UploadSnapshotInput) 
 	if err != nil {
 		return UploadSnapshotResult{}, err
 	}
-	baseIndex, err := a.baseIndex(ctx, row, incremental)
+	baseIndex, err := a.baseIndex(ctx, row, caps.incremental)
 	if err != nil {
 		return UploadSnapshotResult{}, err
 	}
@@ -249,6 +249,20 @@ func (a *Snapshots) UploadSnapshot(ctx context.Context, in UploadSnapshotInput) 
 	}
 	t0 := time.Now()
 	ck, err := whileHeartbeating(ctx, func(ctx context.Context) (sandbox.Checkpoint, error) {
+		if baseIndex == nil || !caps.since {
+			return eng.Checkpoint(ctx, ref, in.SnapshotID)
+		}
+		// Only what changed since the base is copied, so the box pauses for that.
+		ck, err := porter.CheckpointSince(ctx, ref, in.SnapshotID, bytes.NewReader(baseIndex))
+		if !errors.Is(err, sandbox.ErrInvalid) {
+			return ck, err
+		}
+		// The engine refused the base index: this snapshot is taken full.
+		logger(ctx).Warn("snapshot taken full", "snapshot", in.SnapshotID, "base", row.BaseID, "reason", err.Error())
+		if ferr := a.Store.MakeSnapshotFull(ctx, row.ID); ferr != nil {
+			return sandbox.Checkpoint{}, ferr
+		}
+		baseIndex = nil
 		return eng.Checkpoint(ctx, ref, in.SnapshotID)
 	})
 	if errors.Is(err, sandbox.ErrNotFound) {
@@ -531,24 +545,30 @@ func (a *Snapshots) deleteObjects(ctx context.Context, boxID cocoonbox.BoxID, id
 	return nil
 }
 
-// porterOf is eng's disk export ability, which snapshots need, and whether it exports
-// incrementally. The client speaks it; the engine says in /v1/info whether it serves it
-// (upstream sandboxd has no capabilities there). An engine whose info cannot be read (a tenant
-// token) is given the benefit of the doubt for the export, whose call then fails, but not for
-// incremental exports.
-func porterOf(ctx context.Context, eng nodeEngine) (sandbox.DiskPorter, bool, error) {
+// porterOf is eng's disk export ability, which snapshots need, and what of it the engine
+// serves. The client speaks it; the engine says in /v1/info whether it serves it (upstream
+// sandboxd has no capabilities there). An engine whose info cannot be read (a tenant token) is
+// given the benefit of the doubt for the export, whose call then fails, but not for the rest.
+func porterOf(ctx context.Context, eng nodeEngine) (sandbox.DiskPorter, diskCaps, error) {
 	p, ok := eng.Client.(sandbox.DiskPorter)
-	incremental := false
+	var caps diskCaps
 	if ok {
 		if info, err := eng.Info(ctx); err == nil {
 			ok = info.Capabilities != nil && info.Capabilities.DiskExport
-			incremental = ok && info.Capabilities.IncrementalDisk
+			caps.incremental = ok && info.Capabilities.IncrementalDisk
+			caps.since = caps.incremental && info.Capabilities.CheckpointSince
 		}
 	}
 	if !ok {
-		return nil, false, newError(ErrTypeInvalidArgument, errNoDiskExport)
+		return nil, diskCaps{}, newError(ErrTypeInvalidArgument, errNoDiskExport)
 	}
-	return p, incremental, nil
+	return p, caps, nil
+}
+
+// diskCaps is what a DiskPorter's engine serves beyond a full export and import.
+type diskCaps struct {
+	incremental bool // an export against an earlier one's index
+	since       bool // a checkpoint of what changed since such an index
 }
 
 // errNoDiskExport is the porter's answer for an engine without disk export (upstream sandboxd),

@@ -41,13 +41,6 @@ func (e *Engine) handleCheckpoint(w http.ResponseWriter, r *http.Request, c call
 	if err := decode(w, r, &req, bodyRequired); err != nil {
 		return err
 	}
-	if req.Name != "" && !checkpointNameRe.MatchString(req.Name) {
-		return invalid("name: 1-63 letters, digits and . _ : / -, starting with a letter or digit; got %q", req.Name)
-	}
-	asOperator := req.Token == "" && c.root
-	if req.Token == "" && !asOperator {
-		return invalid("token: the sandbox's token is required")
-	}
 	var forker runtime.Forker
 	if req.Memory {
 		var ok bool
@@ -55,11 +48,11 @@ func (e *Engine) handleCheckpoint(w http.ResponseWriter, r *http.Request, c call
 			return invalid("memory: the %s runtime cannot checkpoint a sandbox's memory (Info's checkpoint_memory is false)", e.rt.Name())
 		}
 	}
-	b, err := e.boxByToken(r.PathValue("id"), req.Token, asOperator)
+	b, err := e.checkpointed(r.PathValue("id"), req.Name, req.Token, c)
 	if err != nil {
 		return err
 	}
-	ck, err := e.takeCheckpoint(r.Context(), b, c, req.Name, forker)
+	ck, err := e.takeCheckpoint(r.Context(), b, c, req.Name, forker, nil)
 	if err != nil {
 		return err
 	}
@@ -67,8 +60,22 @@ func (e *Engine) handleCheckpoint(w http.ResponseWriter, r *http.Request, c call
 	return nil
 }
 
-// takeCheckpoint saves b's disk, and its memory through forker when that is not nil.
-func (e *Engine) takeCheckpoint(ctx context.Context, b *box, c caller, name string, forker runtime.Forker) (*checkpoint, error) {
+// checkpointed checks a checkpoint's name and returns the sandbox id it is of, which token (the
+// sandbox's own) proves the caller holds; only the root token may omit it.
+func (e *Engine) checkpointed(id, name, token string, c caller) (*box, error) {
+	if name != "" && !checkpointNameRe.MatchString(name) {
+		return nil, invalid("name: 1-63 letters, digits and . _ : / -, starting with a letter or digit; got %q", name)
+	}
+	asOperator := token == "" && c.root
+	if token == "" && !asOperator {
+		return nil, invalid("token: the sandbox's token is required")
+	}
+	return e.boxByToken(id, token, asOperator)
+}
+
+// takeCheckpoint saves b's disk, and its memory through forker when that is not nil; with
+// since (an index stream) only what changed since that index, for an export against it.
+func (e *Engine) takeCheckpoint(ctx context.Context, b *box, c caller, name string, forker runtime.Forker, since []byte) (*checkpoint, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var done func()
@@ -92,10 +99,14 @@ func (e *Engine) takeCheckpoint(ctx context.Context, b *box, c caller, name stri
 	if !r.Hibernated {
 		defer b.freeze()() // the runtime pauses a running box for the copy
 	}
-	if forker != nil {
+	switch differ, _ := e.rt.(runtime.DiffSnapshotter); {
+	case forker != nil:
 		err = forker.SnapshotMemory(ctx, r.ID, dir)
 		e.metrics.observe("snapshot_memory", time.Since(t0), err)
-	} else {
+	case since != nil:
+		err = differ.SnapshotSince(ctx, r.ID, dir, since)
+		e.metrics.observe("snapshot_since", time.Since(t0), err)
+	default:
 		err = e.rt.Snapshot(ctx, r.ID, dir)
 		e.metrics.observe("snapshot", time.Since(t0), err)
 	}
@@ -109,6 +120,9 @@ func (e *Engine) takeCheckpoint(ctx context.Context, b *box, c caller, name stri
 	ck := &checkpoint{rec: checkpointRecord{
 		ID: id, Name: name, SandboxID: r.ID, Key: r.Key, Tenant: c.tenant, CreatedAt: e.now(), Memory: forker != nil,
 	}}
+	if since != nil {
+		ck.rec.Since = indexSum(since)
+	}
 	if err := writeJSONFile(e.checkpointMeta(id), ck.rec); err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, err
@@ -203,6 +217,9 @@ func (e *Engine) claimFromCheckpoint(ctx context.Context, c caller, ck *checkpoi
 	defer ck.mu.RUnlock()
 	if ck.gone {
 		return nil, errUnknownCheckpoint
+	}
+	if ck.rec.Since != "" {
+		return nil, newError(kindConflict, "checkpoint %s holds only what changed since an earlier export: it can be exported against that export's index, not claimed", ck.rec.ID)
 	}
 	rootfs, err := e.rootfs(ck.rec.Key.Template)
 	var ae *apiError

@@ -227,6 +227,7 @@ func (e *Engine) Handler() http.Handler {
 		mux.Handle("GET /v1/checkpoints/{id}/disk", e.node(e.handleExportCheckpoint))
 		mux.Handle("POST /v1/checkpoints/{id}/disk", e.node(e.handleExportCheckpoint))
 		mux.Handle("GET /v1/checkpoints/{id}/disk/index", e.node(e.handleCheckpointIndex))
+		mux.Handle("POST /v1/sandboxes/{id}/checkpoint/since", e.node(e.handleCheckpointSince))
 		mux.Handle("POST /v1/checkpoints/import", e.node(e.handleImportCheckpoint))
 	}
 	mux.Handle("DELETE /v1/checkpoints/{id}", e.node(e.handleDeleteCheckpoint))

@@ -2,12 +2,17 @@ package engine
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
+	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
 
+	"github.com/loomhand/cocoonbox/internal/engine/runtime"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/snapshot"
 )
@@ -21,22 +26,30 @@ const maxBaseIndex = 256 << 20
 // own copy, so the stream is coherent while the box keeps running. The stream's sha256, size and
 // file count arrive as trailers, since they are known only at the end; a client must check them.
 // A POST carries the index of an earlier export as its body and gets an incremental stream
-// against it. Either way the index of this disk is kept with the checkpoint, for GET
-// /v1/checkpoints/{id}/disk/index. A local-engine extension of the sandboxd API, announced in
-// /v1/info.
+// against it; a checkpoint of what changed since an index (handleCheckpointSince) is exported
+// against that index alone. Either way the index of this disk is kept with the checkpoint, for
+// GET /v1/checkpoints/{id}/disk/index. A local-engine extension of the sandboxd API, announced
+// in /v1/info.
 func (e *Engine) handleExportCheckpoint(w http.ResponseWriter, r *http.Request, c caller) error {
 	ck, err := e.checkpointFor(r.PathValue("id"), c)
 	if err != nil {
 		return err
 	}
 	var opts snapshot.ExportOptions
+	var baseSum string
 	if r.Method == http.MethodPost {
-		if opts.Base, err = snapshot.ReadIndex(http.MaxBytesReader(w, r.Body, maxBaseIndex), 0); err != nil {
-			var tooBig *http.MaxBytesError
-			if errors.As(err, &tooBig) || errors.Is(err, snapshot.ErrLimit) {
-				return newError(kindTooLarge, "base index: %s", err.Error())
-			}
-			return invalid("base index: %s", err.Error())
+		var data []byte
+		if data, opts.Base, err = readBaseIndex(w, r); err != nil {
+			return err
+		}
+		baseSum = indexSum(data)
+	}
+	if ck.rec.Since != "" {
+		if baseSum != ck.rec.Since {
+			return newError(kindConflict, "checkpoint %s holds only what changed since an earlier export: export it against that export's index", ck.rec.ID)
+		}
+		if opts.Taken, err = readIndexFile(e.checkpointIndex(ck.rec.ID)); err != nil {
+			return err
 		}
 	}
 	ck.mu.RLock() // a delete waits for the stream to end
@@ -63,6 +76,69 @@ func (e *Engine) handleExportCheckpoint(w http.ResponseWriter, r *http.Request, 
 	w.Header().Set(sandbox.TrailerFiles, strconv.FormatInt(m.Files, 10))
 	w.Header().Set(sandbox.TrailerDeleted, strconv.FormatInt(m.Deleted, 10))
 	return nil
+}
+
+// handleCheckpointSince saves, of a sandbox's disk, what changed since an earlier export whose
+// index is the body, as a checkpoint that an export against that same index reads (a claim
+// cannot): the checkpoint of an incremental snapshot pauses the sandbox for what changed, not
+// for a copy of its whole disk. Tokens as for a checkpoint, the sandbox's in the Sandbox-Token
+// header, the name in the query. A local-engine extension, announced in /v1/info.
+func (e *Engine) handleCheckpointSince(w http.ResponseWriter, r *http.Request, c caller) error {
+	if _, ok := e.rt.(runtime.DiffSnapshotter); !ok || e.noExport {
+		return invalid("the %s runtime cannot copy what changed of a disk (Info's checkpoint_since is false)", e.rt.Name())
+	}
+	name := r.URL.Query().Get("name")
+	b, err := e.checkpointed(r.PathValue("id"), name, r.Header.Get(sandbox.HeaderSandboxToken), c)
+	if err != nil {
+		return err
+	}
+	base, _, err := readBaseIndex(w, r)
+	if err != nil {
+		return err
+	}
+	ck, err := e.takeCheckpoint(r.Context(), b, c, name, nil, base)
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, sandbox.CheckpointResponse{Checkpoint: ck.body()})
+	return nil
+}
+
+// readBaseIndex reads the index of an earlier export from r's body, checking that it is one.
+func readBaseIndex(w http.ResponseWriter, r *http.Request) ([]byte, *snapshot.Index, error) {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxBaseIndex))
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, nil, newError(kindTooLarge, "base index: over %d bytes", maxBaseIndex)
+		}
+		return nil, nil, invalid("base index: %s", err.Error())
+	}
+	x, err := snapshot.ReadIndex(bytes.NewReader(data), 0)
+	if errors.Is(err, snapshot.ErrLimit) {
+		return nil, nil, newError(kindTooLarge, "base index: %s", err.Error())
+	}
+	if err != nil {
+		return nil, nil, invalid("base index: %s", err.Error())
+	}
+	return data, x, nil
+}
+
+// readIndexFile reads an index the engine wrote.
+func readIndexFile(path string) (*snapshot.Index, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, fmt.Errorf("read checkpoint index: %w", err)
+	}
+	defer func() { _ = f.Close() }()
+	return snapshot.ReadIndex(f, 0)
+}
+
+// indexSum names an index stream by its sha256, so an export can tell it is the one a
+// checkpoint of what changed was taken against.
+func indexSum(data []byte) string {
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])
 }
 
 // handleCheckpointIndex serves the index of a checkpoint's disk that its last export wrote: the

@@ -157,3 +157,89 @@ func TestIncrementalCheckpointDisk(t *testing.T) {
 		t.Errorf("/root/gone came back from the chain: %+v", res)
 	}
 }
+
+// TestCheckpointSince: a checkpoint of what changed since an earlier export's index holds only
+// that, its export against the index is the incremental stream, which imported over the earlier
+// export gives a box with the later disk; it cannot be claimed nor exported whole or against
+// another index, and a junk index or a missing or wrong sandbox token is refused.
+func TestCheckpointSince(t *testing.T) {
+	h := newHarness(t)
+	sb := h.claim(tenantA, sandbox.ClaimRequest{})
+	h.exec(sb, "write", "/root/kept", "the same")
+	h.exec(sb, "write", "/root/gone", "deleted later")
+	ctx := context.Background()
+	client := sandbox.NewHTTP(h.srv.URL, tenantA, h.srv.Client())
+	if !h.info().Capabilities.CheckpointSince {
+		t.Fatal("info does not announce checkpoints since an export")
+	}
+	first := decodeAs[sandbox.CheckpointResponse](t, h.must(200, "POST", "/v1/sandboxes/"+sb.ID+"/checkpoint", tenantA,
+		sandbox.CheckpointRequest{Token: sb.Token})).Checkpoint
+	var full, index bytes.Buffer
+	fullSum, err := client.ExportCheckpointDisk(ctx, first.ID, nil, &full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.CheckpointDiskIndex(ctx, first.ID, &index); err != nil {
+		t.Fatal(err)
+	}
+
+	h.exec(sb, "write", "/root/new", "added")
+	h.exec(sb, "rm", "/root/gone")
+	base := func() *bytes.Reader { return bytes.NewReader(index.Bytes()) }
+	if _, err := client.CheckpointSince(ctx, sandbox.SandboxRef{ID: sb.ID, Token: sb.Token}, "", bytes.NewReader([]byte("junk"))); sandbox.StatusCode(err) != 400 {
+		t.Errorf("a checkpoint since a junk index: %v, want 400", err)
+	}
+	if _, err := client.CheckpointSince(ctx, sandbox.SandboxRef{ID: sb.ID}, "", base()); sandbox.StatusCode(err) != 400 {
+		t.Errorf("a checkpoint since without the sandbox token: %v, want 400", err)
+	}
+	if _, err := client.CheckpointSince(ctx, sandbox.SandboxRef{ID: sb.ID, Token: "0123456789abcdef0123456789abcdef"}, "", base()); sandbox.StatusCode(err) != 404 {
+		t.Errorf("a checkpoint since with a wrong sandbox token: %v, want 404", err)
+	}
+	since, err := client.CheckpointSince(ctx, sandbox.SandboxRef{ID: sb.ID, Token: sb.Token}, "snap-2", base())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if since.Name != "snap-2" || since.SandboxID != sb.ID {
+		t.Errorf("checkpoint since: %+v", since)
+	}
+	if _, err := client.ExportCheckpointDisk(ctx, since.ID, nil, &bytes.Buffer{}); sandbox.StatusCode(err) != 409 {
+		t.Errorf("a whole export of a checkpoint since: %v, want 409", err)
+	}
+	var other bytes.Buffer
+	if err := snapshot.WriteIndex(&other, &snapshot.Index{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := client.ExportCheckpointDisk(ctx, since.ID, &other, &bytes.Buffer{}); sandbox.StatusCode(err) != 409 {
+		t.Errorf("an export of a checkpoint since against another index: %v, want 409", err)
+	}
+	if _, err := client.ClaimFromCheckpoint(ctx, since.ID, 0, ""); sandbox.StatusCode(err) != 409 {
+		t.Errorf("a claim from a checkpoint since: %v, want 409", err)
+	}
+	var delta bytes.Buffer
+	deltaSum, err := client.ExportCheckpointDisk(ctx, since.ID, base(), &delta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if deltaSum.Deleted != 1 || deltaSum.Files >= fullSum.Files {
+		t.Fatalf("export %+v of a checkpoint since a full one of %+v: want 1 deletion and fewer entries", deltaSum, fullSum)
+	}
+	key := sandbox.PoolKey{Template: "base", Net: "none", Size: "small"}
+	chain := append(bytes.Clone(full.Bytes()), delta.Bytes()...)
+	imported, err := client.ImportCheckpointDisk(ctx, bytes.NewReader(chain), []sandbox.DiskExport{fullSum, deltaSum}, key, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	branch, err := client.ClaimFromCheckpoint(ctx, imported.ID, 0, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{"/root/kept": "the same", "/root/new": "added"} {
+		res, err := client.Exec(ctx, branch.SandboxRef, sandbox.ExecRequest{Argv: []string{"cat", file}})
+		if err != nil || res.Stdout != want {
+			t.Errorf("%s in the box from the chain: %+v, %v; want %q", file, res, err, want)
+		}
+	}
+	if res, _ := client.Exec(ctx, branch.SandboxRef, sandbox.ExecRequest{Argv: []string{"cat", "/root/gone"}}); res.ExitCode == 0 {
+		t.Errorf("/root/gone came back from the chain: %+v", res)
+	}
+}

@@ -21,6 +21,7 @@ func (e *Engine) handleInfo(w http.ResponseWriter, _ *http.Request, _ caller) er
 func (e *Engine) info() sandbox.Info {
 	caps := e.rt.Capabilities()
 	_, forks := e.rt.(runtime.Forker)
+	_, differs := e.rt.(runtime.DiffSnapshotter)
 	out := sandbox.Info{
 		Pools:         e.poolInfos(),
 		AdvertiseAddr: e.ownerAddr,
@@ -31,8 +32,9 @@ func (e *Engine) info() sandbox.Info {
 			AgentRelay:       false, // /agent answers 501; cocoonbox reaches its agent through the ports relay
 			Lanes:            e.lanes(),
 			Isolation:        caps.Isolation,
-			DiskExport:       !e.noExport, // GET /v1/checkpoints/{id}/disk
-			IncrementalDisk:  !e.noExport, // POST /v1/checkpoints/{id}/disk with a base index
+			DiskExport:       !e.noExport,            // GET /v1/checkpoints/{id}/disk
+			IncrementalDisk:  !e.noExport,            // POST /v1/checkpoints/{id}/disk with a base index
+			CheckpointSince:  differs && !e.noExport, // POST /v1/sandboxes/{id}/checkpoint/since
 		},
 	}
 	for _, b := range e.claimed() {

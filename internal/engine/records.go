@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/loomhand/cocoonbox/internal/engine/runtime"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 )
 
@@ -72,6 +73,9 @@ type checkpointRecord struct {
 	Tenant    string          `json:"tenant,omitempty"`
 	CreatedAt time.Time       `json:"created_at"`
 	Memory    bool            `json:"memory,omitempty"` // the checkpoint holds a memory image beside the disk
+	// Since is the sha256 of the base index a checkpoint of what changed was taken against
+	// (handleCheckpointSince); its disk holds only that, so only an export against it reads it.
+	Since string `json:"since,omitempty"`
 }
 
 func (e *Engine) recordPath(id string) string {
@@ -84,7 +88,7 @@ func (e *Engine) checkpointDir(id string) string { return filepath.Join(e.dir, c
 
 // checkpointIndex is where the index of checkpoint id's disk is kept once it was exported.
 func (e *Engine) checkpointIndex(id string) string {
-	return filepath.Join(e.checkpointDir(id), "disk.index")
+	return filepath.Join(e.checkpointDir(id), runtime.DiskIndexFile) // where SnapshotSince writes it too
 }
 
 func (e *Engine) checkpointMeta(id string) string {

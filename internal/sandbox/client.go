@@ -85,6 +85,10 @@ type DiskPorter interface {
 	// and file count, verified against what was received. With base, the index of an earlier
 	// export, the stream holds only what changed since (Info's IncrementalDisk).
 	ExportCheckpointDisk(ctx context.Context, id string, base io.Reader, w io.Writer) (DiskExport, error)
+	// CheckpointSince is Checkpoint of only what changed in sb's disk since base, an earlier
+	// export's index (Info's CheckpointSince): the sandbox is paused for that, not for a copy
+	// of its whole disk. The checkpoint can be exported against base alone, and not claimed.
+	CheckpointSince(ctx context.Context, sb SandboxRef, name string, base io.Reader) (Checkpoint, error)
 	// CheckpointDiskIndex copies the index of checkpoint id's disk that its export wrote.
 	CheckpointDiskIndex(ctx context.Context, id string, w io.Writer) (int64, error)
 	// ImportCheckpointDisk makes a checkpoint from r, the streams of layers one after the

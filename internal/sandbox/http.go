@@ -415,6 +415,29 @@ func (c *HTTP) ExportCheckpointDisk(ctx context.Context, id string, base io.Read
 	return out, nil
 }
 
+// CheckpointSince implements DiskPorter. Not retried: base is consumed.
+func (c *HTTP) CheckpointSince(ctx context.Context, sb SandboxRef, name string, base io.Reader) (Checkpoint, error) {
+	op := "checkpoint " + sb.ID + " since an export"
+	q := ""
+	if name != "" {
+		q = "?" + url.Values{"name": {name}}.Encode()
+	}
+	hdr := http.Header{}
+	if sb.Token != "" {
+		hdr.Set(HeaderSandboxToken, sb.Token)
+	}
+	resp, err := c.streamAt(ctx, sb.Addr, op, http.MethodPost, sandboxPath(sb.ID, "checkpoint/since")+q, base, hdr)
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var out CheckpointResponse
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxResponseBody)).Decode(&out); err != nil {
+		return Checkpoint{}, fmt.Errorf("sandbox: %s: decode response: %w", op, err)
+	}
+	return out.Checkpoint, nil
+}
+
 // CheckpointDiskIndex copies the index the last export of checkpoint id wrote into w and
 // returns its size: the base of the next incremental export.
 func (c *HTTP) CheckpointDiskIndex(ctx context.Context, id string, w io.Writer) (int64, error) {
@@ -476,7 +499,12 @@ func (c *HTTP) ImportCheckpointDisk(ctx context.Context, r io.Reader, layers []D
 // stream sends one unretried node request whose body (nil for none) and answer are streams, and
 // returns the answer when it is 200; the caller closes its body.
 func (c *HTTP) stream(ctx context.Context, op, method, path string, body io.Reader, hdr http.Header) (*http.Response, error) {
-	u, err := c.nodeURL("")
+	return c.streamAt(ctx, "", op, method, path, body, hdr)
+}
+
+// streamAt is stream on the engine at addr (SandboxRef.Addr).
+func (c *HTTP) streamAt(ctx context.Context, addr, op, method, path string, body io.Reader, hdr http.Header) (*http.Response, error) {
+	u, err := c.nodeURL(addr)
 	if err != nil {
 		return nil, err
 	}

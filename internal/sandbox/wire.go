@@ -306,6 +306,9 @@ type Capabilities struct {
 	// /v1/checkpoints/{id}/disk/index) streams only what changed since, and an import takes a
 	// chain of such streams (HeaderLayers).
 	IncrementalDisk bool `json:"incremental_disk,omitempty"`
+	// CheckpointSince: POST /v1/sandboxes/{id}/checkpoint/since with an earlier export's index
+	// copies only what changed since, for an export against that index (not a claim).
+	CheckpointSince bool `json:"checkpoint_since,omitempty"`
 }
 
 // The checkpoint disk export's content type and trailers: the stream's sha256 (hex), its size
@@ -319,6 +322,9 @@ const (
 	TrailerFiles          = "X-Snapshot-Files"
 	TrailerDeleted        = "X-Snapshot-Deleted"
 	HeaderLayers          = "X-Snapshot-Layers"
+	// HeaderSandboxToken carries the sandbox's token on a checkpoint whose body is an index
+	// (POST /v1/sandboxes/{id}/checkpoint/since), as CheckpointRequest.Token does in JSON.
+	HeaderSandboxToken = "X-Sandbox-Token"
 )
 
 // DiskExport is what a finished disk export stream reported in its trailers.

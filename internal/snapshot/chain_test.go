@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -107,6 +108,7 @@ func TestIncrementalChain(t *testing.T) {
 	for i, r := range rounds {
 		r.change()
 		s, m, next := exportLayer(t, src, idx)
+		checkIndexer(t, src, idx, next)
 		t.Logf("%s: %d entries, %d deleted, %d bytes", r.name, m.Files, m.Deleted, m.Bytes)
 		if m.Bytes > r.most {
 			t.Errorf("%s: incremental stream is %d bytes, want at most %d", r.name, m.Bytes, r.most)
@@ -124,6 +126,44 @@ func TestIncrementalChain(t *testing.T) {
 	}
 	if ms[2].Files != 0 || ms[2].Deleted != 0 {
 		t.Errorf("an export with nothing changed holds %d entries and %d deletions", ms[2].Files, ms[2].Deleted)
+	}
+}
+
+// checkIndexer fails t unless an Indexer over src against base makes index, the export's, and
+// says changed of exactly the entries whose digest base lacks.
+func checkIndexer(t *testing.T, src string, base, index *Index) {
+	t.Helper()
+	ix := NewIndexer(base)
+	changed := 0
+	err := filepath.WalkDir(src, func(p string, _ fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, p)
+		if err != nil {
+			return err
+		}
+		c, err := ix.Add(p, filepath.ToSlash(rel))
+		if c {
+			changed++
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got, want bytes.Buffer
+	if err := WriteIndex(&got, ix.Index()); err != nil {
+		t.Fatal(err)
+	}
+	if err := WriteIndex(&want, index); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got.Bytes(), want.Bytes()) {
+		t.Error("the Indexer's index is not the export's")
+	}
+	if n := index.changedSince(base); changed != n {
+		t.Errorf("the Indexer says %d entries changed, the export's index %d", changed, n)
 	}
 }
 

@@ -66,11 +66,19 @@ type ExportOptions struct {
 	// Index, when set, receives the index of the whole tree (WriteIndex's format), the base of
 	// the next incremental export. It is written only when the export succeeds.
 	Index io.Writer
+	// Taken, with Base, is the index of the tree as a copy taken against Base saw it (an
+	// Indexer's): root then holds only the entries Taken says changed since Base, and every
+	// directory, so the entries written and the deletions are Taken's against Base, and Taken is
+	// the index written.
+	Taken *Index
 }
 
 // ExportWith is Export with options.
 func ExportWith(ctx context.Context, root string, w io.Writer, opts ExportOptions) (Manifest, error) {
 	m := Manifest{Version: FormatVersion, Created: time.Now().UTC()}
+	if opts.Taken != nil && opts.Base == nil {
+		return m, errors.New("export snapshot: a copy taken against a base is exported against that base")
+	}
 	st, err := os.Lstat(root)
 	if err != nil {
 		return m, fmt.Errorf("export snapshot: %w", err)
@@ -87,7 +95,10 @@ func ExportWith(ctx context.Context, root string, w io.Writer, opts ExportOption
 	cw := &countWriter{w: zw}
 	tw := tar.NewWriter(cw)
 	e := &exporter{ctx: ctx, tw: tw, links: map[devIno]string{}, buf: make([]byte, copyBufSize),
-		base: opts.Base, index: &Index{}}
+		base: opts.Base, index: &Index{}, taken: opts.Taken}
+	if e.taken != nil {
+		e.index = e.taken
+	}
 
 	walkErr := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -102,6 +113,11 @@ func ExportWith(ctx context.Context, root string, w io.Writer, opts ExportOption
 		}
 		return e.entry(p, filepath.ToSlash(rel), &m)
 	})
+	if walkErr == nil && e.taken != nil {
+		if want := e.taken.changedSince(e.base); e.written != want {
+			walkErr = fmt.Errorf("the copy holds %d of the %d entries its index says changed", e.written, want)
+		}
+	}
 	if walkErr == nil && opts.Base != nil {
 		walkErr = e.deletions(&m)
 	}
@@ -125,6 +141,36 @@ func ExportWith(ctx context.Context, root string, w io.Writer, opts ExportOption
 	return m, nil
 }
 
+// An Indexer digests the entries of a tree as Export does, without exporting them, so a copy
+// of a box's disk taken against a base can copy only what changed (ExportOptions.Taken). Entries
+// are added in Export's walk order: each directory before its entries, names in byte order.
+type Indexer struct {
+	e    exporter
+	base *Index
+}
+
+// NewIndexer returns an Indexer telling changes from base.
+func NewIndexer(base *Index) *Indexer {
+	return &Indexer{e: exporter{links: map[devIno]string{}, index: &Index{}}, base: base}
+}
+
+// Add digests the entry at p (whose last name is not followed), named rel in the tree ("." for
+// its root), and reports whether it differs from the base's. What Export leaves out (sockets,
+// real devices) is never changed.
+func (x *Indexer) Add(p, rel string) (changed bool, err error) {
+	hdr, _, err := x.e.header(p, rel)
+	if err != nil || hdr == nil {
+		return false, err
+	}
+	d := headerDigest(hdr)
+	x.e.index.add(rel, d)
+	was, ok := x.base.digests[rel]
+	return !ok || was != d, nil
+}
+
+// Index is the index of the entries added.
+func (x *Indexer) Index() *Index { return x.e.index }
+
 // deletions writes a deletion entry for each name of the base that the tree no longer has.
 func (e *exporter) deletions(m *Manifest) error {
 	for _, name := range e.index.gone(e.base) {
@@ -146,17 +192,62 @@ type exporter struct {
 	links map[devIno]string // first name of each multiply-linked file
 	buf   []byte
 	base  *Index // nil for a full export
-	index *Index // of the whole tree, as walked
+	index *Index // of the whole tree, as walked, or Taken
+	// taken is ExportOptions.Taken; written counts the entries written that it says changed.
+	taken   *Index
+	written int
 }
 
 func (e *exporter) entry(p, rel string, m *Manifest) error {
-	fi, err := os.Lstat(p)
+	hdr, sparse, err := e.header(p, rel)
 	if err != nil {
 		return err
 	}
+	if hdr == nil {
+		m.Skipped++
+		return nil
+	}
+	d := headerDigest(hdr)
+	if e.taken != nil {
+		// The copy's own digest may differ from the one taken (a sparse map the copy laid out
+		// anew): whether it changed is what the copy was taken on.
+		var ok bool
+		if d, ok = e.taken.digests[rel]; !ok {
+			return fmt.Errorf("%s is in the copy but not in its index", rel)
+		}
+	} else {
+		e.index.add(rel, d)
+	}
+	if e.base != nil {
+		if was, ok := e.base.digests[rel]; ok && was == d {
+			return nil // unchanged since the base: its layers hold it
+		}
+	}
+	if e.taken != nil {
+		e.written++
+	}
+	if err := e.tw.WriteHeader(hdr); err != nil {
+		return fmt.Errorf("write header %s: %w", rel, err)
+	}
+	if rel != "." {
+		m.Files++
+	}
+	if hdr.Typeflag != tar.TypeReg {
+		return nil
+	}
+	return e.copyFile(p, rel, hdr.Size, sparse)
+}
+
+// header is the tar header of the entry at p, named rel, with the data extents of a sparse
+// file; a nil header for what is not box data (sockets, real devices).
+func (e *exporter) header(p, rel string) (*tar.Header, []extent, error) {
+	fi, err := os.Lstat(p)
+	if err != nil {
+		return nil, nil, err
+	}
 	sys, ok := fi.Sys().(*syscall.Stat_t)
 	if !ok {
-		return fmt.Errorf("stat %s: no unix stat data", p)
+		return nil, nil, fmt.Errorf("stat %s: no unix stat data", p)
 	}
 	hdr := &tar.Header{
 		Name:    rel,
@@ -200,13 +291,13 @@ func (e *exporter) entry(p, rel string, m *Manifest) error {
 		if sys.Blocks*512 < fi.Size() {
 			sparse, err = dataExtents(p, fi.Size())
 			if err != nil {
-				return err
+				return nil, nil, err
 			}
 		}
 	case mode&fs.ModeSymlink != 0:
 		hdr.Typeflag = tar.TypeSymlink
 		if hdr.Linkname, err = os.Readlink(p); err != nil {
-			return err
+			return nil, nil, err
 		}
 	case mode&fs.ModeNamedPipe != 0:
 		hdr.Typeflag = tar.TypeFifo
@@ -216,13 +307,12 @@ func (e *exporter) entry(p, rel string, m *Manifest) error {
 		hdr.Typeflag = tar.TypeChar
 	default:
 		// Real devices and sockets are not box data.
-		m.Skipped++
-		return nil
+		return nil, nil, nil
 	}
 
 	if hdr.Typeflag != tar.TypeSymlink && hdr.Typeflag != tar.TypeLink {
 		if err := readXattrs(p, hdr); err != nil {
-			return err
+			return nil, nil, err
 		}
 	}
 	if sparse != nil {
@@ -250,23 +340,7 @@ func (e *exporter) entry(p, rel string, m *Manifest) error {
 		hdr.Size = data
 	}
 
-	d := headerDigest(hdr)
-	e.index.add(rel, d)
-	if e.base != nil {
-		if was, ok := e.base.digests[rel]; ok && was == d {
-			return nil // unchanged since the base: its layers hold it
-		}
-	}
-	if err := e.tw.WriteHeader(hdr); err != nil {
-		return fmt.Errorf("write header %s: %w", rel, err)
-	}
-	if rel != "." {
-		m.Files++
-	}
-	if hdr.Typeflag != tar.TypeReg {
-		return nil
-	}
-	return e.copyFile(p, rel, hdr.Size, sparse)
+	return hdr, sparse, nil
 }
 
 func (e *exporter) copyFile(p, rel string, size int64, sparse []extent) error {

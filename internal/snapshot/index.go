@@ -143,6 +143,17 @@ func ReadIndex(r io.Reader, maxEntries int) (*Index, error) {
 	return x, nil
 }
 
+// changedSince counts the entries of x whose digest base does not have.
+func (x *Index) changedSince(base *Index) int {
+	n := 0
+	for name, d := range x.digests {
+		if was, ok := base.digests[name]; !ok || was != d {
+			n++
+		}
+	}
+	return n
+}
+
 // gone returns the names of base that are not in x, leaving out any under a directory that is
 // itself gone: deleting the directory deletes them.
 func (x *Index) gone(base *Index) []string {

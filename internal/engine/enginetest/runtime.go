@@ -6,6 +6,7 @@
 package enginetest
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -18,11 +19,14 @@ import (
 	"time"
 
 	"github.com/loomhand/cocoonbox/internal/engine/runtime"
+	"github.com/loomhand/cocoonbox/internal/snapshot"
 )
 
 var (
 	_ runtime.Runtime = (*Runtime)(nil)
 	_ runtime.Forker  = (*Runtime)(nil)
+
+	_ runtime.DiffSnapshotter = (*Runtime)(nil)
 )
 
 // Op names a Runtime method for the fault knobs.
@@ -380,6 +384,34 @@ func (f *Runtime) Snapshot(ctx context.Context, id, dst string) error {
 	return copyDir(filepath.Join(b.spec.Dir, "disk"), filepath.Join(dst, "disk"))
 }
 
+// SnapshotSince implements runtime.DiffSnapshotter as the real runtimes do, on the fake's
+// plain disk: every directory, the files that changed since base, and the index of the whole
+// disk beside them.
+func (f *Runtime) SnapshotSince(ctx context.Context, id, dst string, base []byte) error {
+	if err := f.enter(ctx, OpSnapshot); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	b := f.boxes[id]
+	f.mu.Unlock()
+	if b == nil {
+		return runtime.ErrNotFound
+	}
+	x, err := snapshot.ReadIndex(bytes.NewReader(base), 0)
+	if err != nil {
+		return err
+	}
+	ix := snapshot.NewIndexer(x)
+	if err := copyDirWhere(filepath.Join(b.spec.Dir, "disk"), filepath.Join(dst, "disk"), ix.Add); err != nil {
+		return err
+	}
+	var index bytes.Buffer
+	if err := snapshot.WriteIndex(&index, ix.Index()); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dst, runtime.DiskIndexFile), index.Bytes(), 0o600)
+}
+
 // SnapshotMemory implements runtime.Forker: Snapshot, with the box's counter beside the disk.
 // Like runsc, it refuses a box holding connections.
 func (f *Runtime) SnapshotMemory(ctx context.Context, id, dst string) error {
@@ -504,6 +536,11 @@ func (f *Runtime) Stats(ctx context.Context, id string) (runtime.Stats, error) {
 // copyDir copies regular files and directories from src to dst, which is what the fake's disk
 // holds.
 func copyDir(src, dst string) error {
+	return copyDirWhere(src, dst, nil)
+}
+
+// copyDirWhere is copyDir of the directories and the files keep (nil: all) says to copy.
+func copyDirWhere(src, dst string, keep func(p, rel string) (bool, error)) error {
 	// Times are kept, as the real runtime's copy keeps them: an incremental export compares them.
 	type dirTime struct {
 		path  string
@@ -519,6 +556,11 @@ func copyDir(src, dst string) error {
 		fi, err := d.Info()
 		if err != nil {
 			return err
+		}
+		if keep != nil {
+			if ok, err := keep(p, filepath.ToSlash(rel)); err != nil || !ok && !d.IsDir() {
+				return err
+			}
 		}
 		if d.IsDir() {
 			dirs = append(dirs, dirTime{target, fi.ModTime()})

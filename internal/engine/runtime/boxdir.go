@@ -225,6 +225,12 @@ func fillDisk(ctx context.Context, spec Spec, from string) error {
 // such as cp -a. The caller makes sure the disk cannot change during the copy, and that it is
 // mounted (mountDisk).
 func copyDisk(ctx context.Context, dir, dst string) error {
+	return copyDiskSince(ctx, dir, dst, nil)
+}
+
+// copyDiskSince is copyDisk of what changed since base (an index stream; nil copies all), with
+// the index of the whole disk in dst/DiskIndexFile (see SnapshotSince).
+func copyDiskSince(ctx context.Context, dir, dst string, base []byte) error {
 	if err := os.MkdirAll(dst, 0o700); err != nil {
 		return fmt.Errorf("create snapshot dir: %w", err)
 	}
@@ -235,9 +241,27 @@ func copyDisk(ctx context.Context, dir, dst string) error {
 		}
 		return fmt.Errorf("create snapshot dir: %w", err)
 	}
-	if err := confinedCopy(ctx, diskPath(dir), target); err != nil {
+	if base == nil {
+		if err := confinedCopy(ctx, diskPath(dir), target); err != nil {
+			_ = os.RemoveAll(target)
+			return fmt.Errorf("copy disk: %w", err)
+		}
+		return nil
+	}
+	index := filepath.Join(dst, DiskIndexFile)
+	f, err := os.OpenFile(index, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
 		_ = os.RemoveAll(target)
 		return fmt.Errorf("copy disk: %w", err)
+	}
+	err = confinedCopySince(ctx, diskPath(dir), target, base, f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		_ = os.RemoveAll(target)
+		_ = os.Remove(index)
+		return fmt.Errorf("copy what changed of the disk: %w", err)
 	}
 	return nil
 }

@@ -1,9 +1,11 @@
 package runtime
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +13,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/loomhand/cocoonbox/internal/snapshot"
 )
 
 // A box disk is copied by a child process of the engine (its own executable, run again under
@@ -21,8 +25,12 @@ import (
 // A symlink the walker never follows would point at nothing there anyway.
 
 // copierArg0 is the argv[0] under which this package's init runs the copier instead of the
-// program; the arguments are the private root to build, the source and the destination.
+// program; the arguments are the private root to build, the source and the destination, and
+// copierSince for a copy of what changed since the base index on its standard input, which
+// writes the index of the whole source to its standard output (copyTreeSince).
 const copierArg0 = "cocoonbox-copy-disk"
+
+const copierSince = "since"
 
 // nobody is the unprivileged identity the copier runs as.
 const nobody = 65534
@@ -36,8 +44,8 @@ var copierCaps = []uintptr{
 }
 
 func init() {
-	if len(os.Args) == 4 && os.Args[0] == copierArg0 {
-		if err := copierMain(os.Args[1], os.Args[2], os.Args[3]); err != nil {
+	if (len(os.Args) == 4 || len(os.Args) == 5 && os.Args[4] == copierSince) && os.Args[0] == copierArg0 {
+		if err := copierMain(os.Args[1], os.Args[2], os.Args[3], len(os.Args) == 5); err != nil {
 			fmt.Fprintln(os.Stderr, err)
 			os.Exit(1)
 		}
@@ -48,6 +56,16 @@ func init() {
 // confinedCopy copies the directory src into the empty directory dst with the walker in a
 // confined child process (see copierArg0).
 func confinedCopy(ctx context.Context, src, dst string) error {
+	return confined(ctx, src, dst, nil, nil)
+}
+
+// confinedCopySince is confinedCopy of what changed since base (an index stream), writing the
+// index of the whole of src to index (see copyTreeSince).
+func confinedCopySince(ctx context.Context, src, dst string, base []byte, index io.Writer) error {
+	return confined(ctx, src, dst, base, index)
+}
+
+func confined(ctx context.Context, src, dst string, base []byte, index io.Writer) error {
 	root, err := os.MkdirTemp(filepath.Dir(dst), ".copy-")
 	if err != nil {
 		return err
@@ -55,6 +73,10 @@ func confinedCopy(ctx context.Context, src, dst string) error {
 	defer func() { _ = os.Remove(root) }()
 	var stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, "/proc/self/exe", root, src, dst)
+	if base != nil {
+		cmd.Args = append(cmd.Args, copierSince)
+		cmd.Stdin, cmd.Stdout = bytes.NewReader(base), index
+	}
 	cmd.Args[0] = copierArg0
 	cmd.Env = []string{}
 	cmd.Stderr = &stderr
@@ -75,7 +97,14 @@ func confinedCopy(ctx context.Context, src, dst string) error {
 
 // copierMain is the confined child: it builds its root from root, src and dst, forgets the
 // host's, and copies.
-func copierMain(root, src, dst string) error {
+func copierMain(root, src, dst string, since bool) error {
+	var base *snapshot.Index
+	if since {
+		var err error
+		if base, err = snapshot.ReadIndex(os.Stdin, 0); err != nil {
+			return fmt.Errorf("base index: %w", err)
+		}
+	}
 	if err := unix.Mount("", "/", "", unix.MS_REC|unix.MS_PRIVATE, ""); err != nil {
 		return fmt.Errorf("make mounts private: %w", err)
 	}
@@ -122,8 +151,17 @@ func copierMain(root, src, dst string) error {
 	if err != nil {
 		return fmt.Errorf("open destination: %w", err)
 	}
-	if _, err := copyTree(in, out); err != nil {
+	if !since {
+		_, err = copyTree(in, out)
 		return err
 	}
-	return nil
+	index, err := copyTreeSince(in, out, "/src", base)
+	if err != nil {
+		return err
+	}
+	w := bufio.NewWriter(os.Stdout)
+	if err := snapshot.WriteIndex(w, index); err != nil {
+		return err
+	}
+	return w.Flush()
 }

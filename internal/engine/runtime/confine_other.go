@@ -2,6 +2,11 @@
 
 package runtime
 
-import "context"
+import (
+	"context"
+	"io"
+)
 
 func confinedCopy(context.Context, string, string) error { return errLinuxOnly }
+
+func confinedCopySince(context.Context, string, string, []byte, io.Writer) error { return errLinuxOnly }

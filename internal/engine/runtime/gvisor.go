@@ -18,8 +18,9 @@ import (
 )
 
 var (
-	_ Runtime   = (*gvisor)(nil)
-	_ Networker = (*gvisor)(nil)
+	_ Runtime         = (*gvisor)(nil)
+	_ Networker       = (*gvisor)(nil)
+	_ DiffSnapshotter = (*gvisor)(nil)
 )
 
 // gvisor runs each box as a runsc sandbox (systrap platform, loopback-only network). The box's
@@ -417,6 +418,18 @@ func (g *gvisor) unrestore(dir string, err error) error {
 // memory-mapped files) and paused for the copy, then resumed; a hibernated or stopped box has no
 // process left to write.
 func (g *gvisor) Snapshot(ctx context.Context, id, dst string) error {
+	return g.snapshot(ctx, id, dst, nil)
+}
+
+// SnapshotSince implements DiffSnapshotter.
+func (g *gvisor) SnapshotSince(ctx context.Context, id, dst string, base []byte) error {
+	if base == nil {
+		return fmt.Errorf("snapshot box %s: no base index", id)
+	}
+	return g.snapshot(ctx, id, dst, base)
+}
+
+func (g *gvisor) snapshot(ctx context.Context, id, dst string, base []byte) error {
 	b, err := g.box(id)
 	if err != nil {
 		return fmt.Errorf("snapshot box %s: %w", id, err)
@@ -448,7 +461,7 @@ func (g *gvisor) Snapshot(ctx context.Context, id, dst string) error {
 			}
 		}()
 	}
-	if err := copyDisk(ctx, b.spec.Dir, dst); err != nil {
+	if err := copyDiskSince(ctx, b.spec.Dir, dst, base); err != nil {
 		return fmt.Errorf("snapshot box %s: %w", id, err)
 	}
 	return nil

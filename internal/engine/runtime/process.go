@@ -17,7 +17,10 @@ import (
 	"github.com/loomhand/cocoonbox/image/boxinit/boxproto"
 )
 
-var _ Runtime = (*process)(nil)
+var (
+	_ Runtime         = (*process)(nil)
+	_ DiffSnapshotter = (*process)(nil)
+)
 
 // process runs boxes on the host kernel, for hosts where runsc cannot run, and only when asked
 // for with the explicit no-isolation option: there is no sandbox kernel between a box and the
@@ -315,6 +318,18 @@ func (p *process) Wake(ctx context.Context, id string) error {
 
 // Snapshot implements Runtime.
 func (p *process) Snapshot(ctx context.Context, id, dst string) error {
+	return p.snapshot(ctx, id, dst, nil)
+}
+
+// SnapshotSince implements DiffSnapshotter.
+func (p *process) SnapshotSince(ctx context.Context, id, dst string, base []byte) error {
+	if base == nil {
+		return fmt.Errorf("snapshot box %s: no base index", id)
+	}
+	return p.snapshot(ctx, id, dst, base)
+}
+
+func (p *process) snapshot(ctx context.Context, id, dst string, base []byte) error {
 	spec, err := p.box(id)
 	if err != nil {
 		return fmt.Errorf("snapshot box %s: %w", id, err)
@@ -344,7 +359,7 @@ func (p *process) Snapshot(ctx context.Context, id, dst string) error {
 			}
 		}()
 	}
-	if err := copyDisk(ctx, spec.Dir, dst); err != nil {
+	if err := copyDiskSince(ctx, spec.Dir, dst, base); err != nil {
 		return fmt.Errorf("snapshot box %s: %w", id, err)
 	}
 	return nil

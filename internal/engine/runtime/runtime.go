@@ -129,6 +129,19 @@ type Forker interface {
 	Restore(ctx context.Context, spec Spec, src string) error
 }
 
+// A DiffSnapshotter copies of a box's disk only what changed since an earlier export of it, so
+// the checkpoint of an incremental snapshot pauses a box for that rather than for its whole disk.
+type DiffSnapshotter interface {
+	// SnapshotSince is Snapshot leaving out every file whose digest (snapshot.Index) equals
+	// base's, an index stream of an earlier export, and writing the index of the whole disk to
+	// dst/DiskIndexFile. The copy is for an export against base (snapshot.ExportOptions.Taken),
+	// not for Seed.
+	SnapshotSince(ctx context.Context, id, dst string, base []byte) error
+}
+
+// DiskIndexFile is where SnapshotSince writes the index of the whole disk, in its dst.
+const DiskIndexFile = "disk.index"
+
 // ExecRequest is one command run in a box.
 type ExecRequest struct {
 	Argv   []string

@@ -4,10 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/loomhand/cocoonbox/internal/snapshot"
 )
 
 // A box's disk is written by the box: any name in it may be a symlink, or become one while a
@@ -39,12 +42,38 @@ type treeCopier struct {
 	links   map[inode]linked
 	buf     []byte
 	skipped int // real device nodes left out
+	// since, when set, has the copy leave out what did not change since its base (see
+	// copyTreeSince); srcPath is the source's path, which it reads.
+	since   *snapshot.Indexer
+	srcPath string
 }
 
 // copyTree copies the contents and metadata of the directory src into the empty directory dst
 // (both open descriptors).
 func copyTree(src, dst int) (skipped int, err error) {
 	c := &treeCopier{dstRoot: dst, links: map[inode]linked{}, buf: make([]byte, 1<<20)}
+	return c.tree(src, dst)
+}
+
+// copyTreeSince is copyTree leaving out every entry whose snapshot digest equals base's, but
+// directories and files of several links, and returns the index of the whole source: a copy
+// for an incremental export (snapshot.ExportOptions.Taken), which pauses a box for what changed
+// rather than for its whole disk. srcPath is src's path; the digests read the entries by path
+// (as an export does), which is why the copier runs confined with the box paused: a path there
+// reaches only the source and the copy, and the digest decides only what is copied.
+func copyTreeSince(src, dst int, srcPath string, base *snapshot.Index) (*snapshot.Index, error) {
+	c := &treeCopier{dstRoot: dst, links: map[inode]linked{}, buf: make([]byte, 1<<20),
+		since: snapshot.NewIndexer(base), srcPath: srcPath}
+	if _, err := c.since.Add(srcPath, "."); err != nil {
+		return nil, fmt.Errorf("index the disk: %w", err)
+	}
+	if _, err := c.tree(src, dst); err != nil {
+		return nil, err
+	}
+	return c.since.Index(), nil
+}
+
+func (c *treeCopier) tree(src, dst int) (skipped int, err error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(src, &st); err != nil {
 		return 0, fmt.Errorf("stat source: %w", err)
@@ -81,6 +110,7 @@ func (c *treeCopier) dir(src, dst int, rel string, depth int) error {
 	if err != nil {
 		return fmt.Errorf("list %s: %w", rel, err)
 	}
+	slices.Sort(names) // an export's walk order, which the digests of hard links follow
 	for _, name := range names {
 		if err := c.entry(src, dst, rel, name, depth); err != nil {
 			return err
@@ -122,6 +152,17 @@ func (c *treeCopier) entry(src, dst int, rel, name string, depth int) error {
 		return fmt.Errorf("stat %s: %w", path, err)
 	}
 	kind := st.Mode & unix.S_IFMT
+	if c.since != nil {
+		changed, err := c.since.Add(c.srcPath+"/"+path, path)
+		if err != nil {
+			return fmt.Errorf("index %s: %w", path, err)
+		}
+		// Directories hold what changed; every link of a file is copied, so an export finds
+		// the first name a later one links to.
+		if !changed && kind != unix.S_IFDIR && st.Nlink <= 1 {
+			return nil
+		}
+	}
 	if kind != unix.S_IFDIR && st.Nlink > 1 {
 		key := inode{st.Dev, st.Ino}
 		if first, ok := c.links[key]; ok {
