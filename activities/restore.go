@@ -74,9 +74,9 @@ type RestoreSnapshotResult struct {
 	Node       string // the registered node that holds the sandbox; "" when none is named
 }
 
-// RestoreSnapshot streams a complete snapshot from object storage into the engine as a
-// checkpoint, checking its sha256 on the way, claims a sandbox from it and waits until it
-// answers. The box's current sandbox is not touched (the workflow releases it after the swap), so
+// RestoreSnapshot streams a complete snapshot from object storage into the engine, checking its
+// sha256 on the way, straight into a sandbox claimed for it where the engine can (Info's
+// ImportClaim), else as a checkpoint it claims a sandbox from, and waits until it answers. The box's current sandbox is not touched (the workflow releases it after the swap), so
 // a failed restore leaves the box as it was. A box with no snapshot is NotFound; a snapshot whose
 // bytes no longer match their checksum is SnapshotCorrupt, naming it.
 func (a *Snapshots) RestoreSnapshot(ctx context.Context, in RestoreSnapshotInput) (RestoreSnapshotResult, error) {
@@ -137,9 +137,17 @@ func (a *Snapshots) RestoreSnapshot(ctx context.Context, in RestoreSnapshotInput
 		if eng, err = a.placeRestore(registered, in.Node, nodes.Request{Template: key.Template, Size: size, Net: key.Net}); err != nil {
 			return RestoreSnapshotResult{}, err
 		}
-		porter, _, err := porterOf(ctx, eng)
+		porter, caps, err := porterOf(ctx, eng)
 		if err != nil {
 			return RestoreSnapshotResult{}, err
+		}
+		if caps.importClaim {
+			// Straight into the new sandbox's disk: no checkpoint for the claim to copy whole.
+			got, err := a.importClaim(ctx, porter, snap, key, in.TTL, ref)
+			if err != nil {
+				return RestoreSnapshotResult{}, err
+			}
+			return a.placed(ctx, eng, in, snap, "", got)
 		}
 		if ck, err = a.importSnapshot(ctx, porter, snap, key, name); err != nil {
 			return RestoreSnapshotResult{}, err
@@ -151,14 +159,20 @@ func (a *Snapshots) RestoreSnapshot(ctx context.Context, in RestoreSnapshotInput
 	if err != nil {
 		return RestoreSnapshotResult{}, classify(fmt.Errorf("claim from snapshot %s: %w", snap.ID, err))
 	}
-	notePlaced(ctx, a.Placed, eng.node, size)
+	return a.placed(ctx, eng, in, snap, ck.ID, got)
+}
+
+// placed counts the sandbox claimed on eng for in as placed there, gives it the box's egress
+// policy (released when that fails: a box never runs on a wider one) and settles it.
+func (a *Snapshots) placed(ctx context.Context, eng nodeEngine, in RestoreSnapshotInput, snap cocoonbox.Snapshot, ckID string, got sandbox.Claimed) (RestoreSnapshotResult, error) {
+	notePlaced(ctx, a.Placed, eng.node, orDefaultSize(in.Size))
 	if err := applyEgress(ctx, eng.Client, got.SandboxRef, in.Network); err != nil {
 		relCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		_ = eng.Release(relCtx, got.SandboxRef) // a box never runs on a wider policy than its own
 		return RestoreSnapshotResult{}, classify(fmt.Errorf("restore snapshot %s: %w", snap.ID, err))
 	}
-	return a.settle(ctx, eng, in, snap, ck.ID, got)
+	return a.settle(ctx, eng, in, snap, ckID, got)
 }
 
 // settle waits until the sandbox restored on eng answers (and is reseeded when in says so) and
@@ -221,28 +235,48 @@ func (a *Snapshots) restorable(ctx context.Context, boxID cocoonbox.BoxID, id st
 	return snap, nil
 }
 
-// importSnapshot streams the snapshot's chain (its full base, the incremental snapshots on it,
-// then its own object) into the engine as checkpoint name, hashing each object on the way so a
-// corrupted one is named as such.
+// importSnapshot streams the snapshot's chain into the engine as checkpoint name (sendChain).
 func (a *Snapshots) importSnapshot(ctx context.Context, porter sandbox.DiskPorter, snap cocoonbox.Snapshot, key sandbox.PoolKey, name string) (sandbox.Checkpoint, error) {
+	var ck sandbox.Checkpoint
+	err := a.sendChain(ctx, snap, func(ctx context.Context, r io.Reader, layers []sandbox.DiskExport) (err error) {
+		ck, err = porter.ImportCheckpointDisk(ctx, r, layers, key, name)
+		return err
+	})
+	return ck, err
+}
+
+// importClaim streams the snapshot's chain into a sandbox of key the engine claims for it under
+// ref, unpacked straight into its disk (sendChain, DiskPorter.ImportClaim).
+func (a *Snapshots) importClaim(ctx context.Context, porter sandbox.DiskPorter, snap cocoonbox.Snapshot, key sandbox.PoolKey, ttl time.Duration, ref string) (sandbox.Claimed, error) {
+	var got sandbox.Claimed
+	err := a.sendChain(ctx, snap, func(ctx context.Context, r io.Reader, layers []sandbox.DiskExport) (err error) {
+		got, err = porter.ImportClaim(ctx, r, layers, key, ttl, ref)
+		return err
+	})
+	return got, err
+}
+
+// sendChain streams the snapshot's chain (its full base, the incremental snapshots on it, then
+// its own object) to send, hashing each object on the way so a corrupted one is named as such.
+func (a *Snapshots) sendChain(ctx context.Context, snap cocoonbox.Snapshot, send func(context.Context, io.Reader, []sandbox.DiskExport) error) error {
 	chain := []cocoonbox.Snapshot{snap}
 	if snap.BaseID != "" {
 		var err error
 		if chain, err = a.Store.SnapshotChain(ctx, snap.ID); err != nil {
-			return sandbox.Checkpoint{}, classify(fmt.Errorf("restore snapshot %s: %w", snap.ID, err))
+			return classify(fmt.Errorf("restore snapshot %s: %w", snap.ID, err))
 		}
 	}
 	layers := make([]sandbox.DiskExport, len(chain))
 	for i, s := range chain {
 		if s.State != cocoonbox.SnapshotComplete {
-			return sandbox.Checkpoint{}, newError(ErrTypeConflict, fmt.Errorf("snapshot %s needs %s, which is %s", snap.ID, s.ID, s.State))
+			return newError(ErrTypeConflict, fmt.Errorf("snapshot %s needs %s, which is %s", snap.ID, s.ID, s.State))
 		}
 		info, err := a.Blobs.Stat(ctx, s.ObjectKey)
 		if err != nil {
-			return sandbox.Checkpoint{}, classify(fmt.Errorf("restore snapshot %s: %w", snap.ID, err))
+			return classify(fmt.Errorf("restore snapshot %s: %w", snap.ID, err))
 		}
 		if info.Size != s.Bytes {
-			return sandbox.Checkpoint{}, corruptLayer(snap, s, "its object %s holds %d bytes, %d were stored", s.ObjectKey, info.Size, s.Bytes)
+			return corruptLayer(snap, s, "its object %s holds %d bytes, %d were stored", s.ObjectKey, info.Size, s.Bytes)
 		}
 		layers[i] = sandbox.DiskExport{SHA256: s.SHA256, Bytes: s.Bytes}
 	}
@@ -250,32 +284,32 @@ func (a *Snapshots) importSnapshot(ctx context.Context, porter sandbox.DiskPorte
 	lr := &layerReader{ctx: ctx, blobs: a.Blobs, chain: chain, read: &read}
 	defer lr.close()
 	details := func() any { return uploadProgress{Phase: "import", Bytes: read.Load()} }
-	ck, err := withHeartbeats(ctx, details, func(ctx context.Context) (sandbox.Checkpoint, error) {
-		return porter.ImportCheckpointDisk(ctx, lr, layers, key, name)
+	_, err := withHeartbeats(ctx, details, func(ctx context.Context) (struct{}, error) {
+		return struct{}{}, send(ctx, lr, layers)
 	})
 	if err == nil {
-		return ck, nil
+		return nil
 	}
 	// Our own hashes decide for the objects read whole; the engine's refusal of a checksum
 	// otherwise (it reads each layer to its end before it checks).
 	for i, hr := range lr.hashes {
 		s := chain[i]
 		if errors.Is(hr.err, objstore.ErrCorrupt) {
-			return sandbox.Checkpoint{}, corruptLayer(snap, s, "its object %s fails the checksum stored with it", s.ObjectKey)
+			return corruptLayer(snap, s, "its object %s fails the checksum stored with it", s.ObjectKey)
 		}
 		if hr.eof {
 			if got := hex.EncodeToString(hr.h.Sum(nil)); got != s.SHA256 {
-				return sandbox.Checkpoint{}, corruptLayer(snap, s, "its object %s has sha256 %s, %s was stored", s.ObjectKey, got, s.SHA256)
+				return corruptLayer(snap, s, "its object %s has sha256 %s, %s was stored", s.ObjectKey, got, s.SHA256)
 			}
 		}
 	}
 	if lr.err != nil {
-		return sandbox.Checkpoint{}, classify(fmt.Errorf("restore snapshot %s: %w", snap.ID, lr.err))
+		return classify(fmt.Errorf("restore snapshot %s: %w", snap.ID, lr.err))
 	}
 	if errors.Is(err, sandbox.ErrInvalid) {
-		return sandbox.Checkpoint{}, corruptLayer(snap, snap, "the engine refused its stream: %v", err)
+		return corruptLayer(snap, snap, "the engine refused its stream: %v", err)
 	}
-	return sandbox.Checkpoint{}, classify(fmt.Errorf("restore snapshot %s: %w", snap.ID, err))
+	return classify(fmt.Errorf("restore snapshot %s: %w", snap.ID, err))
 }
 
 // corruptLayer is the SnapshotCorrupt error of snapshot snap whose layer (itself or a base under

@@ -557,6 +557,7 @@ func porterOf(ctx context.Context, eng nodeEngine) (sandbox.DiskPorter, diskCaps
 			ok = info.Capabilities != nil && info.Capabilities.DiskExport
 			caps.incremental = ok && info.Capabilities.IncrementalDisk
 			caps.since = caps.incremental && info.Capabilities.CheckpointSince
+			caps.importClaim = ok && info.Capabilities.ImportClaim
 		}
 	}
 	if !ok {
@@ -569,6 +570,7 @@ func porterOf(ctx context.Context, eng nodeEngine) (sandbox.DiskPorter, diskCaps
 type diskCaps struct {
 	incremental bool // an export against an earlier one's index
 	since       bool // a checkpoint of what changed since such an index
+	importClaim bool // a sandbox claimed with an imported disk, with no checkpoint between
 }
 
 // errNoDiskExport is the porter's answer for an engine without disk export (upstream sandboxd),

@@ -66,6 +66,7 @@ BEGIN {
 	what["Snapshot1GiB/RawS3Download"] = "raw: GET of the snapshot object from the S3 server into nothing (rate over the state size)"
 	what["Snapshot1GiB/RawEngineRestore"] = "raw: the snapshot object, from memory, imported by the engine as a checkpoint and a sandbox claimed from it, with the sandbox client"
 	what["Snapshot1GiB/RawEngineImport"] = "raw: the import alone, timed within RawEngineRestore (the rest of that is the claim, which copies the checkpoint disk into the sandbox)"
+	what["Snapshot1GiB/RawEngineImportClaim"] = "raw: the snapshot object, from memory, unpacked by the engine straight into a sandbox claimed for it (POST /v1/sandboxes/import), with the sandbox client: what a restore asks of the engine"
 	what["Snapshot1GiB/RawS3Upload"] = "raw: S3 multipart upload of an object of the snapshot size from memory (rate over the state size)"
 	what["Snapshot1GiB/RawTarZstd"] = "raw: tar \\| zstd -3 -T0 > /dev/null of the same tree on the host"
 	what["Snapshot1GiB/BoxAfter10MiB"] = "snapshot through its workflow of that box after 10 MiB of new files: incremental, the default retention (object-MiB: what it uploaded)"

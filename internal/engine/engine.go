@@ -229,6 +229,7 @@ func (e *Engine) Handler() http.Handler {
 		mux.Handle("GET /v1/checkpoints/{id}/disk/index", e.node(e.handleCheckpointIndex))
 		mux.Handle("POST /v1/sandboxes/{id}/checkpoint/since", e.node(e.handleCheckpointSince))
 		mux.Handle("POST /v1/checkpoints/import", e.node(e.handleImportCheckpoint))
+		mux.Handle("POST /v1/sandboxes/import", e.node(e.handleImportClaim))
 	}
 	mux.Handle("DELETE /v1/checkpoints/{id}", e.node(e.handleDeleteCheckpoint))
 	mux.Handle("PUT /v1/pools", e.operator(e.handlePutPools))

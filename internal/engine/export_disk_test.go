@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/snapshot"
@@ -241,5 +242,72 @@ func TestCheckpointSince(t *testing.T) {
 	}
 	if res, _ := client.Exec(ctx, branch.SandboxRef, sandbox.ExecRequest{Argv: []string{"cat", "/root/gone"}}); res.ExitCode == 0 {
 		t.Errorf("/root/gone came back from the chain: %+v", res)
+	}
+}
+
+// TestImportClaim: a disk chain imported with a claim is a running sandbox with that disk,
+// tagged with its claim_ref, and no checkpoint is left; a chain whose checksum is off, or a bad
+// lease, is refused and leaves no sandbox.
+func TestImportClaim(t *testing.T) {
+	h := newHarness(t)
+	sb := h.claim(tenantA, sandbox.ClaimRequest{})
+	h.exec(sb, "write", "/root/kept", "the same")
+	h.exec(sb, "write", "/root/gone", "deleted later")
+	ctx := context.Background()
+	client := sandbox.NewHTTP(h.srv.URL, tenantA, h.srv.Client())
+	root := sandbox.NewHTTP(h.srv.URL, rootToken, h.srv.Client()) // adopts: it reads tokens
+	if !h.info().Capabilities.ImportClaim {
+		t.Fatal("info does not announce claims from an imported disk")
+	}
+	checkpoint := func() sandbox.Checkpoint {
+		return decodeAs[sandbox.CheckpointResponse](t, h.must(200, "POST", "/v1/sandboxes/"+sb.ID+"/checkpoint", tenantA,
+			sandbox.CheckpointRequest{Token: sb.Token})).Checkpoint
+	}
+	var full, index, delta bytes.Buffer
+	fullSum, err := client.ExportCheckpointDisk(ctx, checkpoint().ID, nil, &full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, _ := client.ListCheckpoints(ctx)
+	if _, err := client.CheckpointDiskIndex(ctx, first[0].ID, &index); err != nil {
+		t.Fatal(err)
+	}
+	h.exec(sb, "write", "/root/new", "added")
+	h.exec(sb, "rm", "/root/gone")
+	deltaSum, err := client.ExportCheckpointDisk(ctx, checkpoint().ID, bytes.NewReader(index.Bytes()), &delta)
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, _ := client.ListCheckpoints(ctx)
+	key := sandbox.PoolKey{Template: "base", Net: "none", Size: "small"}
+	chain := func() *bytes.Reader { return bytes.NewReader(append(bytes.Clone(full.Bytes()), delta.Bytes()...)) }
+
+	bad := []sandbox.DiskExport{fullSum, {SHA256: strings.Repeat("0", 64), Bytes: deltaSum.Bytes}}
+	if _, err := client.ImportClaim(ctx, chain(), bad, key, 0, "restore-bad"); sandbox.StatusCode(err) != 400 {
+		t.Errorf("a claim from a chain whose checksum is off: %v, want 400", err)
+	}
+	if _, ok, err := root.Adopt(ctx, "", "restore-bad"); err != nil || ok {
+		t.Errorf("a refused import left a sandbox: %v, %v", ok, err)
+	}
+	h.must(400, "POST", "/v1/sandboxes/import?template=base&ttl_seconds=soon", tenantA, nil)
+
+	got, err := client.ImportClaim(ctx, chain(), []sandbox.DiskExport{fullSum, deltaSum}, key, time.Hour, "restore-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{"/root/kept": "the same", "/root/new": "added"} {
+		res, err := client.Exec(ctx, got.SandboxRef, sandbox.ExecRequest{Argv: []string{"cat", file}})
+		if err != nil || res.Stdout != want {
+			t.Errorf("%s in the box from the import: %+v, %v; want %q", file, res, err, want)
+		}
+	}
+	if res, _ := client.Exec(ctx, got.SandboxRef, sandbox.ExecRequest{Argv: []string{"cat", "/root/gone"}}); res.ExitCode == 0 {
+		t.Errorf("/root/gone came back from the import: %+v", res)
+	}
+	if adopted, ok, err := root.Adopt(ctx, "", "restore-1"); err != nil || !ok || adopted.ID != got.ID {
+		t.Errorf("the sandbox is not found by its claim_ref: %+v %v %v", adopted, ok, err)
+	}
+	if after, _ := client.ListCheckpoints(ctx); len(after) != len(before) {
+		t.Errorf("the import left %d checkpoints, %d before it", len(after), len(before))
 	}
 }

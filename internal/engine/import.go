@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,7 +10,9 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
+	"github.com/loomhand/cocoonbox/internal/engine/runtime"
 	"github.com/loomhand/cocoonbox/internal/sandbox"
 	"github.com/loomhand/cocoonbox/internal/snapshot"
 )
@@ -34,13 +37,9 @@ func (e *Engine) handleImportCheckpoint(w http.ResponseWriter, r *http.Request, 
 	if name != "" && !checkpointNameRe.MatchString(name) {
 		return invalid("name: 1-63 letters, digits and . _ : / -, starting with a letter or digit; got %q", name)
 	}
-	layers, err := importLayers(r)
+	unpack, err := importBody(r)
 	if err != nil {
 		return err
-	}
-	body := &exactBody{r: r.Body}
-	for i := range layers {
-		layers[i].R = body.next(layers[i].Want.Bytes, i == len(layers)-1)
 	}
 
 	id := newCheckpointID()
@@ -48,20 +47,9 @@ func (e *Engine) handleImportCheckpoint(w http.ResponseWriter, r *http.Request, 
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return fmt.Errorf("create checkpoint: %w", err)
 	}
-	// The default limits: the stream is a box's disk, as big as the box made it.
-	_, err = snapshot.ImportChain(r.Context(), layers, filepath.Join(dir, "disk"), snapshot.Limits{})
-	if err == nil {
-		err = body.end()
-	}
-	if err != nil {
+	if err := unpack(r.Context(), filepath.Join(dir, "disk")); err != nil {
 		_ = os.RemoveAll(dir)
-		if errors.Is(err, snapshot.ErrChecksumMismatch) || errors.Is(err, snapshot.ErrUnsafePath) || errors.Is(err, errBodyLength) {
-			return invalid("%s", err.Error())
-		}
-		if errors.Is(err, snapshot.ErrLimit) {
-			return newError(kindTooLarge, "%s", err.Error())
-		}
-		return fmt.Errorf("import checkpoint disk: %w", err)
+		return importError(err)
 	}
 	ck := &checkpoint{rec: checkpointRecord{ID: id, Name: name, Key: key, Tenant: c.tenant, CreatedAt: e.now()}}
 	if err := writeJSONFile(e.checkpointMeta(id), ck.rec); err != nil {
@@ -74,6 +62,105 @@ func (e *Engine) handleImportCheckpoint(w http.ResponseWriter, r *http.Request, 
 	e.metrics.count("checkpoints", "imported")
 	writeJSON(w, http.StatusOK, sandbox.CheckpointResponse{Checkpoint: ck.body()})
 	return nil
+}
+
+// handleImportClaim claims a new sandbox whose disk is a disk stream in the snapshot format, or
+// a chain of them, as an import takes them: unpacked straight into the disk the sandbox runs on,
+// so a restore does not make a checkpoint that its claim then copies whole. The query names the
+// key, the lease (ttl_seconds) and the claim_ref; every stream is checked before the sandbox
+// starts, and a failed one leaves nothing. A local-engine extension, announced as import_claim
+// in /v1/info.
+func (e *Engine) handleImportClaim(w http.ResponseWriter, r *http.Request, c caller) error {
+	filler, ok := e.rt.(runtime.DiskFiller)
+	if !ok || e.noExport {
+		return invalid("the %s runtime cannot unpack a disk into a new sandbox (Info's import_claim is false)", e.rt.Name())
+	}
+	q := r.URL.Query()
+	key, err := e.parseKey(q.Get("template"), q.Get("net"), q.Get("size"))
+	if err != nil {
+		return err
+	}
+	seconds := 0
+	if v := q.Get("ttl_seconds"); v != "" {
+		if seconds, err = strconv.Atoi(v); err != nil {
+			return invalid("ttl_seconds: not a number of seconds: %q", v)
+		}
+	}
+	ttl, err := leaseTTL(seconds)
+	if err != nil {
+		return err
+	}
+	claimRef := q.Get("claim_ref")
+	if len(claimRef) > maxClaimRef {
+		return invalid("claim_ref: longer than %d bytes", maxClaimRef)
+	}
+	rootfs, err := e.rootfs(key.Template)
+	if err != nil {
+		return err
+	}
+	unpack, err := importBody(r)
+	if err != nil {
+		return err
+	}
+	start := time.Now()
+	b, err := e.reserve(key)
+	if err != nil {
+		return err
+	}
+	rec, _ := b.snapshot()
+	spec := e.spec(rec, rootfs)
+	err = os.RemoveAll(spec.Dir)
+	if err == nil {
+		err = filler.Fill(r.Context(), spec, unpack)
+	}
+	if err != nil {
+		e.discard(r.Context(), b)
+		if errors.Is(err, runtime.ErrDiskFull) {
+			return &apiError{kind: kindTooLarge, msg: fmt.Sprintf("the snapshot's files do not fit in the sandbox's disk of %d MiB; claim a larger size", spec.DiskMB), err: err}
+		}
+		return importError(err)
+	}
+	if err := e.start(r.Context(), b, rootfs); err != nil {
+		return err
+	}
+	if err := e.finishClaim(b, c, ttl, claimRef, ""); err != nil {
+		e.discard(r.Context(), b)
+		return err
+	}
+	e.metrics.claimed("import", time.Since(start))
+	writeJSON(w, http.StatusOK, e.claimResponse(b))
+	return nil
+}
+
+// importBody reads what an import's streams must be from r's headers and returns the function
+// that unpacks its body into a directory, checking every stream and that nothing follows them.
+func importBody(r *http.Request) (func(ctx context.Context, dir string) error, error) {
+	layers, err := importLayers(r)
+	if err != nil {
+		return nil, err
+	}
+	body := &exactBody{r: r.Body}
+	for i := range layers {
+		layers[i].R = body.next(layers[i].Want.Bytes, i == len(layers)-1)
+	}
+	return func(ctx context.Context, dir string) error {
+		// The default limits: the stream is a box's disk, as big as the box made it.
+		if _, err := snapshot.ImportChain(ctx, layers, dir, snapshot.Limits{}); err != nil {
+			return err
+		}
+		return body.end()
+	}, nil
+}
+
+// importError is the answer to an import whose streams could not be unpacked.
+func importError(err error) error {
+	if errors.Is(err, snapshot.ErrChecksumMismatch) || errors.Is(err, snapshot.ErrUnsafePath) || errors.Is(err, errBodyLength) {
+		return invalid("%s", err.Error())
+	}
+	if errors.Is(err, snapshot.ErrLimit) {
+		return newError(kindTooLarge, "%s", err.Error())
+	}
+	return fmt.Errorf("import checkpoint disk: %w", err)
 }
 
 // maxLayers bounds the chain one import takes.

@@ -22,6 +22,7 @@ func (e *Engine) info() sandbox.Info {
 	caps := e.rt.Capabilities()
 	_, forks := e.rt.(runtime.Forker)
 	_, differs := e.rt.(runtime.DiffSnapshotter)
+	_, fills := e.rt.(runtime.DiskFiller)
 	out := sandbox.Info{
 		Pools:         e.poolInfos(),
 		AdvertiseAddr: e.ownerAddr,
@@ -35,6 +36,7 @@ func (e *Engine) info() sandbox.Info {
 			DiskExport:       !e.noExport,            // GET /v1/checkpoints/{id}/disk
 			IncrementalDisk:  !e.noExport,            // POST /v1/checkpoints/{id}/disk with a base index
 			CheckpointSince:  differs && !e.noExport, // POST /v1/sandboxes/{id}/checkpoint/since
+			ImportClaim:      fills && !e.noExport,   // POST /v1/sandboxes/import
 		},
 	}
 	for _, b := range e.claimed() {

@@ -94,6 +94,10 @@ type DiskPorter interface {
 	// ImportCheckpointDisk makes a checkpoint from r, the streams of layers one after the
 	// other (a full one, then incremental ones); boxes claimed from it get key.
 	ImportCheckpointDisk(ctx context.Context, r io.Reader, layers []DiskExport, key PoolKey, name string) (Checkpoint, error)
+	// ImportClaim claims a sandbox of key whose disk is what ImportCheckpointDisk would make of
+	// r and layers, unpacked straight into it (Info's ImportClaim): a restore without a
+	// checkpoint that a claim copies whole. Tagged with claimRef as a claim is; not retried.
+	ImportClaim(ctx context.Context, r io.Reader, layers []DiskExport, key PoolKey, ttl time.Duration, claimRef string) (Claimed, error)
 }
 
 // MemoryCheckpointer is an engine that can checkpoint a sandbox with its processes and memory

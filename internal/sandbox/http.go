@@ -433,7 +433,7 @@ func (c *HTTP) CheckpointSince(ctx context.Context, sb SandboxRef, name string, 
 	defer func() { _ = resp.Body.Close() }()
 	var out CheckpointResponse
 	if err := json.NewDecoder(io.LimitReader(resp.Body, maxResponseBody)).Decode(&out); err != nil {
-		return Checkpoint{}, fmt.Errorf("sandbox: %s: decode response: %w", op, err)
+		return Checkpoint{}, fmt.Errorf("sandbox: %s: decode answer: %w", op, err)
 	}
 	return out.Checkpoint, nil
 }
@@ -468,10 +468,55 @@ func (c *HTTP) ImportCheckpointDisk(ctx context.Context, r io.Reader, layers []D
 	if name != "" {
 		q.Set("name", name)
 	}
+	hdr, err := layersHeader(op, layers)
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	resp, err := c.stream(ctx, op, http.MethodPost, "/v1/checkpoints/import?"+q.Encode(), r, hdr)
+	if err != nil {
+		return Checkpoint{}, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var out CheckpointResponse
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxResponseBody)).Decode(&out); err != nil {
+		return Checkpoint{}, fmt.Errorf("sandbox: %s: decode answer: %w", op, err)
+	}
+	return out.Checkpoint, nil
+}
+
+// ImportClaim implements DiskPorter.
+func (c *HTTP) ImportClaim(ctx context.Context, r io.Reader, layers []DiskExport, key PoolKey, ttl time.Duration, claimRef string) (Claimed, error) {
+	op := "claim from an imported disk"
+	q := url.Values{"template": {key.Template}, "net": {key.Net}, "size": {key.Size}}
+	if s := ttlSeconds(ttl); s > 0 {
+		q.Set("ttl_seconds", strconv.Itoa(s))
+	}
+	if claimRef != "" {
+		q.Set("claim_ref", claimRef)
+	}
+	hdr, err := layersHeader(op, layers)
+	if err != nil {
+		return Claimed{}, err
+	}
+	resp, err := c.stream(ctx, op, http.MethodPost, "/v1/sandboxes/import?"+q.Encode(), r, hdr)
+	if err != nil {
+		return Claimed{}, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	var out ClaimResponse
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxResponseBody)).Decode(&out); err != nil {
+		return Claimed{}, fmt.Errorf("sandbox: %s: decode answer: %w", op, err)
+	}
+	return claimed(op, "", out)
+}
+
+// layersHeader names an import's streams: the one stream's sha256 (and size when known), or
+// each layer of a chain as "sha256:bytes".
+func layersHeader(op string, layers []DiskExport) (http.Header, error) {
 	hdr := http.Header{}
 	switch {
 	case len(layers) == 0:
-		return Checkpoint{}, fmt.Errorf("sandbox: %s: no layers", op)
+		return nil, fmt.Errorf("sandbox: %s: no layers", op)
 	case len(layers) == 1:
 		hdr.Set(TrailerSHA256, layers[0].SHA256)
 		if layers[0].Bytes > 0 {
@@ -484,16 +529,7 @@ func (c *HTTP) ImportCheckpointDisk(ctx context.Context, r io.Reader, layers []D
 		}
 		hdr.Set(HeaderLayers, strings.Join(parts, ","))
 	}
-	resp, err := c.stream(ctx, op, http.MethodPost, "/v1/checkpoints/import?"+q.Encode(), r, hdr)
-	if err != nil {
-		return Checkpoint{}, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	var out CheckpointResponse
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxResponseBody)).Decode(&out); err != nil {
-		return Checkpoint{}, fmt.Errorf("sandbox: %s: decode answer: %w", op, err)
-	}
-	return out.Checkpoint, nil
+	return hdr, nil
 }
 
 // stream sends one unretried node request whose body (nil for none) and answer are streams, and

@@ -309,6 +309,10 @@ type Capabilities struct {
 	// CheckpointSince: POST /v1/sandboxes/{id}/checkpoint/since with an earlier export's index
 	// copies only what changed since, for an export against that index (not a claim).
 	CheckpointSince bool `json:"checkpoint_since,omitempty"`
+	// ImportClaim: POST /v1/sandboxes/import?template=&net=&size=&ttl_seconds=&claim_ref= with an
+	// import's headers and body claims a sandbox whose disk is that stream or chain, unpacked
+	// straight into it.
+	ImportClaim bool `json:"import_claim,omitempty"`
 }
 
 // The checkpoint disk export's content type and trailers: the stream's sha256 (hex), its size

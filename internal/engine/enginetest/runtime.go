@@ -27,6 +27,7 @@ var (
 	_ runtime.Forker  = (*Runtime)(nil)
 
 	_ runtime.DiffSnapshotter = (*Runtime)(nil)
+	_ runtime.DiskFiller      = (*Runtime)(nil)
 )
 
 // Op names a Runtime method for the fault knobs.
@@ -459,17 +460,7 @@ func (f *Runtime) Seed(ctx context.Context, spec runtime.Spec, src string) error
 	if err := f.enter(ctx, OpSeed); err != nil {
 		return err
 	}
-	var size int64
-	err := filepath.WalkDir(filepath.Join(src, "disk"), func(_ string, d os.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			fi, ierr := d.Info()
-			if ierr != nil {
-				return ierr
-			}
-			size += fi.Size()
-		}
-		return err
-	})
+	size, err := diskBytes(filepath.Join(src, "disk"))
 	if err != nil {
 		return fmt.Errorf("seed disk: %w", err)
 	}
@@ -481,6 +472,47 @@ func (f *Runtime) Seed(ctx context.Context, spec runtime.Spec, src string) error
 		return fmt.Errorf("seed disk: %w", err)
 	}
 	return nil
+}
+
+// Fill implements runtime.DiskFiller: the fake's disk is the directory fill writes, which may
+// hold no more than the disk's size in files.
+func (f *Runtime) Fill(ctx context.Context, spec runtime.Spec, fill func(ctx context.Context, disk string) error) error {
+	if err := f.enter(ctx, OpSeed); err != nil {
+		return err
+	}
+	disk := filepath.Join(spec.Dir, "disk")
+	err := os.MkdirAll(disk, 0o755)
+	if err == nil {
+		err = fill(ctx, disk)
+	}
+	var size int64
+	if err == nil {
+		size, err = diskBytes(disk)
+	}
+	if err == nil && size > int64(spec.DiskMB)<<20 {
+		err = fmt.Errorf("%w: %d bytes of files, a disk of %d MiB", runtime.ErrDiskFull, size, spec.DiskMB)
+	}
+	if err != nil {
+		_ = os.RemoveAll(spec.Dir)
+		return fmt.Errorf("fill disk: %w", err)
+	}
+	return nil
+}
+
+// diskBytes is the size of the files under dir.
+func diskBytes(dir string) (int64, error) {
+	var size int64
+	err := filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			fi, ierr := d.Info()
+			if ierr != nil {
+				return ierr
+			}
+			size += fi.Size()
+		}
+		return err
+	})
+	return size, err
 }
 
 // Destroy implements runtime.Runtime.

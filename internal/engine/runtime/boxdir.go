@@ -192,10 +192,20 @@ func (x index) remove(id string) {
 // seedDisk is Runtime.Seed of both runtimes: it makes the Dir of spec, which must not hold a
 // box yet, with a disk of spec.DiskMB holding the files of from's disk. Nothing is left mounted.
 func seedDisk(ctx context.Context, spec Spec, from string) error {
+	return fillDisk(ctx, spec, func(ctx context.Context, disk string) error {
+		return confinedCopy(ctx, diskPath(from), disk)
+	})
+}
+
+// fillDisk is DiskFiller.Fill of both runtimes, and seedDisk with its copy as fill.
+func fillDisk(ctx context.Context, spec Spec, fill func(ctx context.Context, disk string) error) error {
 	if hasDisk(spec.Dir) {
 		return fmt.Errorf("seed disk: %s holds a box already", spec.Dir)
 	}
-	err := fillDisk(ctx, spec, from)
+	err := mountNewDisk(spec)
+	if err == nil {
+		err = fill(ctx, diskPath(spec.Dir))
+	}
 	if uerr := unmountOverlay(spec.Dir); err == nil {
 		err = uerr
 	}
@@ -209,14 +219,12 @@ func seedDisk(ctx context.Context, spec Spec, from string) error {
 	return nil
 }
 
-func fillDisk(ctx context.Context, spec Spec, from string) error {
+// mountNewDisk makes spec's Dir with an empty disk and mounts it.
+func mountNewDisk(spec Spec) error {
 	if err := makeDir(spec); err != nil {
 		return err
 	}
-	if err := mountDisk(spec.Dir); err != nil {
-		return err
-	}
-	return confinedCopy(ctx, diskPath(from), diskPath(spec.Dir))
+	return mountDisk(spec.Dir)
 }
 
 // copyDisk copies a box's disk into dst/disk, creating dst (0700) if needed. The disk is

@@ -21,6 +21,7 @@ var (
 	_ Runtime         = (*gvisor)(nil)
 	_ Networker       = (*gvisor)(nil)
 	_ DiffSnapshotter = (*gvisor)(nil)
+	_ DiskFiller      = (*gvisor)(nil)
 )
 
 // gvisor runs each box as a runsc sandbox (systrap platform, loopback-only network). The box's
@@ -470,6 +471,11 @@ func (g *gvisor) snapshot(ctx context.Context, id, dst string, base []byte) erro
 // Seed implements Runtime.
 func (g *gvisor) Seed(ctx context.Context, spec Spec, src string) error {
 	return seedDisk(ctx, spec, src)
+}
+
+// Fill implements DiskFiller.
+func (g *gvisor) Fill(ctx context.Context, spec Spec, fill func(ctx context.Context, disk string) error) error {
+	return fillDisk(ctx, spec, fill)
 }
 
 // Destroy implements Runtime.

@@ -20,6 +20,7 @@ import (
 var (
 	_ Runtime         = (*process)(nil)
 	_ DiffSnapshotter = (*process)(nil)
+	_ DiskFiller      = (*process)(nil)
 )
 
 // process runs boxes on the host kernel, for hosts where runsc cannot run, and only when asked
@@ -368,6 +369,11 @@ func (p *process) snapshot(ctx context.Context, id, dst string, base []byte) err
 // Seed implements Runtime.
 func (p *process) Seed(ctx context.Context, spec Spec, src string) error {
 	return seedDisk(ctx, spec, src)
+}
+
+// Fill implements DiskFiller.
+func (p *process) Fill(ctx context.Context, spec Spec, fill func(ctx context.Context, disk string) error) error {
+	return fillDisk(ctx, spec, fill)
 }
 
 // Destroy implements Runtime.

@@ -139,6 +139,15 @@ type DiffSnapshotter interface {
 	SnapshotSince(ctx context.Context, id, dst string, base []byte) error
 }
 
+// A DiskFiller makes a box's disk from what a function writes into it rather than from a
+// directory Snapshot wrote, so a restore unpacks a snapshot straight into the disk its box runs
+// on instead of into a checkpoint that a claim then copies whole.
+type DiskFiller interface {
+	// Fill is Seed with the files fill writes into disk, the box's empty disk directory
+	// (mounted while fill runs).
+	Fill(ctx context.Context, spec Spec, fill func(ctx context.Context, disk string) error) error
+}
+
 // DiskIndexFile is where SnapshotSince writes the index of the whole disk, in its dst.
 const DiskIndexFile = "disk.index"
 
