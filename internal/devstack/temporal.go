@@ -26,8 +26,8 @@ import (
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 
-	"github.com/loomhand/cocoonbox/internal/buildinfo"
 	"github.com/loomhand/cocoonbox/internal/config"
+	"github.com/loomhand/cocoonbox/internal/worker"
 )
 
 // Defaults for TemporalOptions.
@@ -105,10 +105,9 @@ func StartTemporal(ctx context.Context, opts TemporalOptions) (_ *Temporal, retE
 	if err != nil {
 		return nil, err
 	}
-	// The server's own workers (its scanners) name no build, so the SDK would read the whole
-	// executable to hash one: about half a second of CPU at every start of the server. Our
-	// workers name theirs (worker.Options.BuildID), which this does not change.
-	sdkworker.SetBinaryChecksum("cocoonbox@" + buildinfo.String())
+	// The server's own workers (its scanners) would have the SDK read the whole executable to
+	// hash a checksum: about half a second of CPU at every start of the server.
+	sdkworker.SetBinaryChecksum(worker.BuildName())
 	frontendBind, frontendDial, err := bindIP(opts.Host)
 	if err != nil {
 		return nil, err

@@ -273,9 +273,15 @@ func usageLedger(s *store.Store) activities.UsageLedger {
 }
 
 // workerOptions are the SDK options of every worker of the process. The build ID names the
-// binary in each workflow task's history event; without one the SDK reads the whole
-// executable to hash it (about half a second of CPU at every start of a 200 MB cocoonbox).
-// Worker versioning stays off, so it is only that name.
+// binary in each workflow task's history event. Without the process's binary checksum set as
+// well, the SDK reads the whole executable to hash one as a worker starts, build ID or not
+// (about half a second of CPU for a 200 MB cocoonbox); both are that name. Worker versioning
+// stays off, so it is only a name.
 func workerOptions(opts Options) worker.Options {
-	return worker.Options{Interceptors: opts.Interceptors, BuildID: "cocoonbox@" + buildinfo.String()}
+	worker.SetBinaryChecksum(BuildName())
+	return worker.Options{Interceptors: opts.Interceptors, BuildID: BuildName()}
 }
+
+// BuildName names this build to Temporal: in workflow task events, and as the checksum the SDK
+// would otherwise hash the executable for.
+func BuildName() string { return "cocoonbox@" + buildinfo.String() }
