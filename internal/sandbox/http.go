@@ -426,16 +426,9 @@ func (c *HTTP) CheckpointSince(ctx context.Context, sb SandboxRef, name string, 
 	if sb.Token != "" {
 		hdr.Set(HeaderSandboxToken, sb.Token)
 	}
-	resp, err := c.streamAt(ctx, sb.Addr, op, http.MethodPost, sandboxPath(sb.ID, "checkpoint/since")+q, base, hdr)
-	if err != nil {
-		return Checkpoint{}, err
-	}
-	defer func() { _ = resp.Body.Close() }()
 	var out CheckpointResponse
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxResponseBody)).Decode(&out); err != nil {
-		return Checkpoint{}, fmt.Errorf("sandbox: %s: decode answer: %w", op, err)
-	}
-	return out.Checkpoint, nil
+	err := c.postJSON(ctx, sb.Addr, op, sandboxPath(sb.ID, "checkpoint/since")+q, base, hdr, &out)
+	return out.Checkpoint, err
 }
 
 // CheckpointDiskIndex copies the index the last export of checkpoint id wrote into w and
@@ -472,16 +465,9 @@ func (c *HTTP) ImportCheckpointDisk(ctx context.Context, r io.Reader, layers []D
 	if err != nil {
 		return Checkpoint{}, err
 	}
-	resp, err := c.stream(ctx, op, http.MethodPost, "/v1/checkpoints/import?"+q.Encode(), r, hdr)
-	if err != nil {
-		return Checkpoint{}, err
-	}
-	defer func() { _ = resp.Body.Close() }()
 	var out CheckpointResponse
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxResponseBody)).Decode(&out); err != nil {
-		return Checkpoint{}, fmt.Errorf("sandbox: %s: decode answer: %w", op, err)
-	}
-	return out.Checkpoint, nil
+	err = c.postJSON(ctx, "", op, "/v1/checkpoints/import?"+q.Encode(), r, hdr, &out)
+	return out.Checkpoint, err
 }
 
 // ImportClaim implements DiskPorter.
@@ -498,16 +484,24 @@ func (c *HTTP) ImportClaim(ctx context.Context, r io.Reader, layers []DiskExport
 	if err != nil {
 		return Claimed{}, err
 	}
-	resp, err := c.stream(ctx, op, http.MethodPost, "/v1/sandboxes/import?"+q.Encode(), r, hdr)
-	if err != nil {
+	var out ClaimResponse
+	if err := c.postJSON(ctx, "", op, "/v1/sandboxes/import?"+q.Encode(), r, hdr, &out); err != nil {
 		return Claimed{}, err
 	}
-	defer func() { _ = resp.Body.Close() }()
-	var out ClaimResponse
-	if err := json.NewDecoder(io.LimitReader(resp.Body, maxResponseBody)).Decode(&out); err != nil {
-		return Claimed{}, fmt.Errorf("sandbox: %s: decode answer: %w", op, err)
-	}
 	return claimed(op, "", out)
+}
+
+// postJSON posts body as a stream to the engine at addr and decodes its JSON answer into out.
+func (c *HTTP) postJSON(ctx context.Context, addr, op, path string, body io.Reader, hdr http.Header, out any) error {
+	resp, err := c.streamAt(ctx, addr, op, http.MethodPost, path, body, hdr)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if err := json.NewDecoder(io.LimitReader(resp.Body, maxResponseBody)).Decode(out); err != nil {
+		return fmt.Errorf("sandbox: %s: decode answer: %w", op, err)
+	}
+	return nil
 }
 
 // layersHeader names an import's streams: the one stream's sha256 (and size when known), or
