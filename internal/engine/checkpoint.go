@@ -76,6 +76,10 @@ func (e *Engine) checkpointed(id, name, token string, c caller) (*box, error) {
 // takeCheckpoint saves b's disk, and its memory through forker when that is not nil; with
 // since (an index stream) only what changed since that index, for an export against it.
 func (e *Engine) takeCheckpoint(ctx context.Context, b *box, c caller, name string, forker runtime.Forker, since []byte) (*checkpoint, error) {
+	differ, _ := e.rt.(runtime.DiffSnapshotter)
+	if since != nil && differ == nil {
+		return nil, invalid("the %s runtime cannot copy what changed of a disk", e.rt.Name())
+	}
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	var done func()
@@ -99,7 +103,7 @@ func (e *Engine) takeCheckpoint(ctx context.Context, b *box, c caller, name stri
 	if !r.Hibernated {
 		defer b.freeze()() // the runtime pauses a running box for the copy
 	}
-	switch differ, _ := e.rt.(runtime.DiffSnapshotter); {
+	switch {
 	case forker != nil:
 		err = forker.SnapshotMemory(ctx, r.ID, dir)
 		e.metrics.observe("snapshot_memory", time.Since(t0), err)

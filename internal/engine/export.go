@@ -44,13 +44,8 @@ func (e *Engine) handleExportCheckpoint(w http.ResponseWriter, r *http.Request, 
 		}
 		baseSum = indexSum(data)
 	}
-	if ck.rec.Since != "" {
-		if baseSum != ck.rec.Since {
-			return newError(kindConflict, "checkpoint %s holds only what changed since an earlier export: export it against that export's index", ck.rec.ID)
-		}
-		if opts.Taken, err = readIndexFile(e.checkpointIndex(ck.rec.ID)); err != nil {
-			return err
-		}
+	if ck.rec.Since != "" && baseSum != ck.rec.Since {
+		return newError(kindConflict, "checkpoint %s holds only what changed since an earlier export: export it against that export's index", ck.rec.ID)
 	}
 	ck.mu.RLock() // a delete waits for the stream to end
 	defer ck.mu.RUnlock()
@@ -58,12 +53,19 @@ func (e *Engine) handleExportCheckpoint(w http.ResponseWriter, r *http.Request, 
 		return errUnknownCheckpoint
 	}
 	var index bytes.Buffer
-	opts.Index = &index
+	if ck.rec.Since != "" {
+		// The copier wrote this disk's whole index beside what it copied: it is the index.
+		if opts.Taken, err = readIndexFile(e.checkpointIndex(ck.rec.ID)); err != nil {
+			return err
+		}
+	} else {
+		opts.Index = &index
+	}
 	w.Header().Set("Content-Type", sandbox.DiskExportContentType)
 	w.Header().Set("Trailer", sandbox.TrailerSHA256+", "+sandbox.TrailerBytes+", "+sandbox.TrailerFiles+", "+sandbox.TrailerDeleted)
 	w.WriteHeader(http.StatusOK)
 	m, err := snapshot.ExportWith(r.Context(), filepath.Join(e.checkpointDir(ck.rec.ID), "disk"), w, opts)
-	if err == nil {
+	if err == nil && opts.Index != nil {
 		err = writeFileAtomic(e.checkpointIndex(ck.rec.ID), index.Bytes())
 	}
 	if err != nil {
