@@ -331,7 +331,10 @@ func shortTemp(t testing.TB) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		unmountLeft(t, dir)
+		_ = os.RemoveAll(dir)
+	})
 	return dir
 }
 
