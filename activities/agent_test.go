@@ -43,7 +43,7 @@ func TestAgentErrorMapping(t *testing.T) {
 		{status.Error(codes.Unimplemented, "x"), ErrTypeInvalidArgument, false},
 		{status.Error(codes.Unavailable, "connection refused"), ErrTypeUnavailable, true},
 		{status.Error(codes.Unauthenticated, "no credential yet"), ErrTypeUnavailable, true},
-		{status.Error(codes.ResourceExhausted, "429"), ErrTypeUnavailable, true},
+		{status.Error(codes.ResourceExhausted, `"/home/user/x": the box's disk is full`), ErrTypeResourceExhausted, false},
 		{status.Error(codes.Internal, "boom"), ErrTypeInternal, true},
 		{sandbox.ErrNotFound, ErrTypeUnavailable, true}, // the next try's wake brings a sandbox
 		{sandbox.ErrUnavailable, ErrTypeUnavailable, true},

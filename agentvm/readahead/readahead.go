@@ -1,9 +1,9 @@
 // Package readahead fills a few buffers from a stream on a goroutine of its own while the
 // caller writes out the ones before, so a copy's two legs run at once instead of in turn.
-// Both ends of an upload use it: the API reading a files-route body while it sends the box
-// the bytes before, and the agent reading a file link's frames while it writes the ones
-// before to disk. Read in turn, each leg stalled the other whenever it ran, since the
-// socket buffers between them hold far less than a chunk.
+// The API uses it to read a files-route body while it sends the box the bytes before. Read in
+// turn, each leg stalled the other whenever it ran, since the socket buffers between them hold
+// far less than a chunk. (The agent at the other end copies a file link's frames to disk by
+// splice, which needs no buffers of its own.)
 package readahead
 
 import (

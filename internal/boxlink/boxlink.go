@@ -309,7 +309,9 @@ func Error(ctx context.Context, err error) error {
 	case codes.Unauthenticated:
 		// The agent has not read the credential file yet, or it was replaced.
 		return domain(cocoonbox.EUnavailable, "the box's agent does not accept its credential yet; try again")
-	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.ResourceExhausted, codes.Canceled:
+	case codes.ResourceExhausted: // the box's disk is full, or a message over gRPC's limit
+		return domain(cocoonbox.EResourceExhausted, msg)
+	case codes.Unavailable, codes.DeadlineExceeded, codes.Aborted, codes.Canceled:
 		return domain(cocoonbox.EUnavailable, "the box's agent is not answering ("+st.Code().String()+": "+msg+"); try again")
 	}
 	return domain(cocoonbox.EInternal, "the box's agent: "+st.Code().String()+": "+msg)

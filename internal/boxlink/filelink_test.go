@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+	"golang.org/x/sys/unix"
 
 	"github.com/loomhand/cocoonbox"
 	"github.com/loomhand/cocoonbox/agentvm"
@@ -172,4 +173,31 @@ func TestUploadWithoutFileLink(t *testing.T) {
 	oldLink := &boxlink.Link{Sandbox: linkBox{addr: old.Addr().String()}}
 	_, err = oldLink.Upload(t.Context(), box, &agentvmv1.WriteFileRequest{Path: "/tmp/x", Size: 1}, never)
 	require.ErrorIs(t, err, boxlink.ErrNoFileLink)
+}
+
+// TestUploadOverFileLinkToAFullDisk: an upload that fills the disk it is written to says the
+// disk is full (resource_exhausted), not that the link broke, and leaves the old file and no
+// temporary one. The agent copies a link's frames to the file by splice, whose error does not
+// say which end failed.
+func TestUploadOverFileLinkToAFullDisk(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("mounting a small filesystem needs root (CI runs as root)")
+	}
+	link, box := startFileAgent(t)
+	dir := t.TempDir()
+	require.NoError(t, unix.Mount("tmpfs", dir, "tmpfs", 0, "size=1m"))
+	t.Cleanup(func() { _ = unix.Unmount(dir, unix.MNT_DETACH) })
+	p := filepath.Join(dir, "keep.txt")
+	require.NoError(t, os.WriteFile(p, []byte("the old one"), 0o644))
+	big := make([]byte, 4<<20)
+	_, err := link.Upload(t.Context(), box, &agentvmv1.WriteFileRequest{Path: p, Size: int64(len(big))}, chunks(big, 1<<20))
+	require.Equal(t, cocoonbox.EResourceExhausted, cocoonbox.ErrorCode(err), "%v", err)
+	require.Contains(t, cocoonbox.ErrorMessage(err), "the box's disk is full")
+	got, err := os.ReadFile(p)
+	require.NoError(t, err)
+	require.Equal(t, "the old one", string(got))
+	require.Eventually(t, func() bool {
+		entries, _ := os.ReadDir(dir)
+		return len(entries) == 1
+	}, 10*time.Second, 20*time.Millisecond, "no temporary file is left")
 }
