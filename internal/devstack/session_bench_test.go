@@ -9,6 +9,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -243,8 +244,13 @@ func copyRounds(b *testing.B, size int64, jobs []copyJob) {
 	rounds := sync.OnceValue(func() error {
 		for round := range copyBenchRuns {
 			for k := range jobs {
-				i := (k + round) % len(jobs) // each job leads a round in turn: what the job before leaves (dirty pages, a file to free) falls on every job alike
+				i := (k + round) % len(jobs) // each job leads a round in turn: what the job before leaves (a file to free) falls on every job alike
 				j := jobs[i]
+				// Each copy starts with the host's dirty pages written out. The box disks are
+				// files on a host disk that writes about 200 MB/s, so a copy that began while
+				// the one before was still being written out was throttled by the kernel for
+				// that one's bytes: which job that hit, not its path, set its figure.
+				syscall.Sync()
 				start := time.Now()
 				if err := j.run(); err != nil {
 					return fmt.Errorf("%s: %w", j.name, err)
