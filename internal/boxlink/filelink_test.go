@@ -132,14 +132,7 @@ func TestUploadOverFileLinkKeepsTheOldFile(t *testing.T) {
 		return big[:1<<20], nil
 	})
 	require.ErrorIs(t, err, failing)
-
-	got, err := os.ReadFile(p)
-	require.NoError(t, err)
-	require.Equal(t, "the old one", string(got))
-	require.Eventually(t, func() bool {
-		entries, _ := os.ReadDir(dir)
-		return len(entries) == 1
-	}, 10*time.Second, 20*time.Millisecond, "no temporary file is left")
+	requireKept(t, dir, p)
 }
 
 // TestUploadWithoutFileLink: an agent that refuses the file link (a wrong credential, or an
@@ -193,6 +186,13 @@ func TestUploadOverFileLinkToAFullDisk(t *testing.T) {
 	_, err := link.Upload(t.Context(), box, &agentvmv1.WriteFileRequest{Path: p, Size: int64(len(big))}, chunks(big, 1<<20))
 	require.Equal(t, cocoonbox.EResourceExhausted, cocoonbox.ErrorCode(err), "%v", err)
 	require.Contains(t, cocoonbox.ErrorMessage(err), "the box's disk is full")
+	requireKept(t, dir, p)
+}
+
+// requireKept checks that p, the one file in dir, still holds "the old one" and that no
+// temporary file of a failed upload is left beside it.
+func requireKept(t *testing.T, dir, p string) {
+	t.Helper()
 	got, err := os.ReadFile(p)
 	require.NoError(t, err)
 	require.Equal(t, "the old one", string(got))
