@@ -38,10 +38,9 @@ import (
 // BenchmarkDesktop: the first full frame of one desktop box through the edge, running and
 // hibernated, and the raw client's on the same box, in turn (interleaved). Each sample starts on
 // a settled box, as a person opening a desktop finds it: the connection before it closed, its
-// end reported to the box's workflow (waitViewers), the seal a hibernate started done, and a
-// pause for the relay to wind down. (The seal, a snapshot of the box's disk to S3, ran under
-// the sample after each hibernated one, and the rotation of interleaved puts the edge's
-// running sample there twice as often as the raw one.)
+// end reported to the box's workflow (waitViewers), the seal a hibernate started done (a
+// snapshot of the box's disk to S3, which otherwise ran under the sample after each hibernated
+// one), and a pause for the relay to wind down.
 func BenchmarkDesktop(b *testing.B) {
 	e := newDesktopBench(b)
 	ref, err := e.sandbox()
