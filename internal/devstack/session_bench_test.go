@@ -243,8 +243,10 @@ func copyRounds(b *testing.B, size int64, jobs []copyJob) {
 	samples := make([][]time.Duration, len(jobs))
 	rounds := sync.OnceValue(func() error {
 		for round := range copyBenchRuns {
-			for k := range jobs {
-				i := (k + round) % len(jobs) // each job leads a round in turn: what the job before leaves (a file to free) falls on every job alike
+			// In a Williams order each job runs right after each other job equally often, so
+			// what the job before leaves (a file to free, pages to write out) falls on every job
+			// alike; with four jobs, four rounds make the whole square.
+			for _, i := range roundOrder(len(jobs), round) {
 				j := jobs[i]
 				// Each copy starts with the host's dirty pages written out. The box disks are
 				// files on a host disk that writes about 200 MB/s, so a copy that began while
