@@ -41,6 +41,7 @@ type box struct {
 	// sleep; the seal is not over until it is.
 	rehibernating bool
 	deleted       bool
+	releasing     int // replaced sandboxes whose release is under way (releaseBehind)
 	// explains is whether this run says why the box sleeps and wakes (idle_warning, reasons):
 	// not in histories recorded before it (versionExplains).
 	explains bool
@@ -420,10 +421,12 @@ func (w *box) continueSuggested(ctx workflow.Context) bool {
 	return w.ops >= limit || workflow.GetInfo(ctx).GetContinueAsNewSuggested()
 }
 
-// drain waits for accepted updates and a running seal to finish, so none is cut off by
-// completion or continue-as-new.
+// drain waits for accepted updates, a running seal and the releases of replaced sandboxes to
+// finish, so none is cut off by completion or continue-as-new.
 func (w *box) drain(ctx workflow.Context) error {
-	return workflow.Await(ctx, func() bool { return workflow.AllHandlersFinished(ctx) && w.st.Seal.Running == "" })
+	return workflow.Await(ctx, func() bool {
+		return workflow.AllHandlersFinished(ctx) && w.st.Seal.Running == "" && w.releasing == 0
+	})
 }
 
 // continueAsNew hands the compact state to a fresh run, after applying signals not yet read.

@@ -152,6 +152,7 @@ type outcome struct {
 	err      error
 	rejected error
 	done     bool
+	at       time.Time      // the workflow's clock when the update answered
 	snapshot SnapshotResult // the snapshot update's answer
 	move     MoveResult     // the move update's answer
 }
@@ -163,7 +164,7 @@ func update(env *testsuite.TestWorkflowEnvironment, delay time.Duration, name st
 			OnReject: func(err error) { o.rejected, o.done = err, true },
 			OnAccept: func() {},
 			OnComplete: func(v any, err error) {
-				o.err, o.done = err, true
+				o.err, o.done, o.at = err, true, env.Now()
 				switch r := v.(type) {
 				case Status:
 					o.status = r

@@ -255,11 +255,7 @@ func (w *box) adopt(ctx workflow.Context, in AdoptInput) (Status, error) {
 		w.leased(workflow.Now(ctx), res.Deadline)
 		w.event(ctx, "adopted", "the state of "+string(in.From))
 		if old != "" && old != res.SandboxID {
-			err := workflow.ExecuteActivity(sandboxOptions(ctx, time.Minute), sandboxActs.Release,
-				activities.SandboxInput{BoxID: w.in.BoxID, SandboxID: old}).Get(ctx, nil)
-			if err != nil {
-				workflow.GetLogger(ctx).Warn("release the replaced sandbox", "sandbox", old, "error", err)
-			}
+			w.releaseReplaced(ctx, old)
 		}
 		w.st.LastError = ""
 		w.setState(ctx, cocoonbox.BoxStateRunning)

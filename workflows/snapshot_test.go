@@ -175,6 +175,35 @@ func TestRestoreSwapsSandbox(t *testing.T) {
 	require.Equal(t, []string{"sb-1", "sb-2"}, released, "the old sandbox goes after the swap, the new one at delete")
 }
 
+// TestRestoreAnswersBeforeTheOldSandboxIsReleased: releasing the sandbox a restore replaced is
+// cleanup, so the restore answers without waiting for it, and the box neither completes nor
+// continues as new while it is under way.
+func TestRestoreAnswersBeforeTheOldSandboxIsReleased(t *testing.T) {
+	env := newEnv(t)
+	claimOK(env, 1, "sb-1")
+	env.OnActivity(snap.RestoreSnapshot, mock.Anything, mock.Anything).
+		Return(activities.RestoreSnapshotResult{SnapshotID: "sn_00000000000000bb", SandboxID: "sb-2"}, nil).Once()
+	const slow = 10 * time.Minute
+	var oldGone time.Time
+	env.OnActivity(sb.Release, mock.Anything, activities.SandboxInput{BoxID: testBox, SandboxID: "sb-1"}).After(slow).
+		Return(func(context.Context, activities.SandboxInput) error { oldGone = env.Now(); return nil }).Once()
+	env.OnActivity(sb.Release, mock.Anything, activities.SandboxInput{BoxID: testBox, SandboxID: "sb-2"}).Return(nil).Once()
+	update(env, 0, UpdateCreate, CreateInput{})
+	restored := update(env, time.Second, UpdateRestore, RestoreInput{SnapshotID: "sn_00000000000000bb"})
+	deleted := update(env, 2*time.Second, UpdateDelete, DeleteInput{})
+
+	env.ExecuteWorkflow(BoxWorkflow, input())
+	require.NoError(t, env.GetWorkflowError())
+	require.NoError(t, restored.err)
+	require.Equal(t, cocoonbox.BoxStateRunning, restored.status.State)
+	require.Equal(t, "sb-2", restored.status.SandboxID)
+	require.False(t, oldGone.IsZero(), "the replaced sandbox is released")
+	require.True(t, restored.at.Before(oldGone), "the restore answered at %s, after the old sandbox's release ended at %s", restored.at, oldGone)
+	require.NoError(t, deleted.err)
+	require.False(t, env.Now().Before(oldGone), "the workflow ended at %s, before the release under way ended at %s", env.Now(), oldGone)
+	env.AssertExpectations(t)
+}
+
 func TestCorruptRestoreKeepsBox(t *testing.T) {
 	env := newEnv(t)
 	claimOK(env, 1, "sb-1")
