@@ -41,7 +41,7 @@ type box struct {
 	// sleep; the seal is not over until it is.
 	rehibernating bool
 	deleted       bool
-	releasing     int // replaced sandboxes whose release is under way (releaseBehind)
+	releasing     int // replaced sandboxes whose release is under way (releaseReplaced)
 	// explains is whether this run says why the box sleeps and wakes (idle_warning, reasons):
 	// not in histories recorded before it (versionExplains).
 	explains bool

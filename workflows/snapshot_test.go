@@ -176,8 +176,8 @@ func TestRestoreSwapsSandbox(t *testing.T) {
 }
 
 // TestRestoreAnswersBeforeTheOldSandboxIsReleased: releasing the sandbox a restore replaced is
-// cleanup, so the restore answers without waiting for it, and the box neither completes nor
-// continues as new while it is under way.
+// cleanup, so the restore answers without waiting for it, and the box does not complete while
+// the release is under way (drain, which continue-as-new waits on too).
 func TestRestoreAnswersBeforeTheOldSandboxIsReleased(t *testing.T) {
 	env := newEnv(t)
 	claimOK(env, 1, "sb-1")
