@@ -138,9 +138,13 @@ func TestChaosAPI(t *testing.T) {
 			before := sandboxes(t)
 			run(t, "RestoreSnapshot", "box", "restore", "chaos-api")
 			state(t, id, cocoonbox.BoxStateRunning)
-			if after := sandboxes(t); after != before {
-				t.Errorf("%d → %d sandboxes; a restore replaces the box's sandbox", before, after)
-			}
+			// The restore answers before the replaced sandbox's release ends.
+			saw := ""
+			testutil.Eventually(t, testutil.WaitShort, fmt.Sprintf("%d sandboxes again: a restore replaces the box's sandbox", before), func() bool {
+				after := sandboxes(t)
+				saw = fmt.Sprintf("%d sandboxes", after)
+				return after == before
+			}, &saw)
 		}},
 		{"box hibernate", "HibernateRecorded", func(t *testing.T) {
 			run(t, "HibernateRecorded", "box", "hibernate", "chaos-spare")

@@ -137,9 +137,13 @@ func TestChaos(t *testing.T) {
 		}
 	}
 	restored := func(ctx context.Context, t *testing.T, c *chaosBox) {
-		if sbs := c.sandboxes(ctx, t); sbs != 1 {
-			t.Errorf("engine holds %d sandboxes after the restore, want 1 (the restored one; the replaced one released, none left by a retried try)", sbs)
-		}
+		// The restore answers before the replaced sandbox's release ends (releaseReplaced).
+		var saw string
+		testutil.Eventually(t, testutil.WaitShort, "the engine to hold 1 sandbox after the restore (the restored one; the replaced one released, none left by a retried try)", func() bool {
+			sbs := c.sandboxes(ctx, t)
+			saw = fmt.Sprintf("%d sandboxes", sbs)
+			return sbs == 1
+		}, &saw)
 	}
 	// Groups of operations: a create and the delete of what it created go together.
 	groups := [][]chaosCell{

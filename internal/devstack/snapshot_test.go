@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -236,9 +237,13 @@ func TestSnapshotExternalS3AndCorruption(t *testing.T) {
 	if got := mustExec(ctx, t, eng, ref, "cat /root/notes"); got != "kept\n" {
 		t.Fatalf("after restore /root/notes = %q, want the snapshotted content", got)
 	}
-	if rows, err := eng.List(ctx, ""); err != nil || len(rows) != 1 {
-		t.Fatalf("engine sandboxes after restore: %+v, %v; want the replaced one released", rows, err)
-	}
+	// The restore answers before the replaced sandbox's release ends.
+	saw := ""
+	testutil.Eventually(t, testutil.WaitShort, "the replaced sandbox released after the restore", func() bool {
+		rows, err := eng.List(ctx, "")
+		saw = fmt.Sprintf("%+v, %v", rows, err)
+		return err == nil && len(rows) == 1
+	}, &saw)
 
 	mustExec(ctx, t, eng, ref, "echo current > /root/notes")
 	flipByte(t, object, snap.Bytes/2)
