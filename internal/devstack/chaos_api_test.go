@@ -139,12 +139,10 @@ func TestChaosAPI(t *testing.T) {
 			run(t, "RestoreSnapshot", "box", "restore", "chaos-api")
 			state(t, id, cocoonbox.BoxStateRunning)
 			// The restore answers before the replaced sandbox's release ends.
-			saw := ""
-			testutil.Eventually(t, testutil.WaitShort, fmt.Sprintf("%d sandboxes again: a restore replaces the box's sandbox", before), func() bool {
+			testutil.EventuallyReports(t, testutil.WaitShort, fmt.Sprintf("%d sandboxes again: a restore replaces the box's sandbox", before), func() (bool, string) {
 				after := sandboxes(t)
-				saw = fmt.Sprintf("%d sandboxes", after)
-				return after == before
-			}, &saw)
+				return after == before, fmt.Sprintf("%d sandboxes", after)
+			})
 		}},
 		{"box hibernate", "HibernateRecorded", func(t *testing.T) {
 			run(t, "HibernateRecorded", "box", "hibernate", "chaos-spare")

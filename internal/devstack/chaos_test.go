@@ -138,12 +138,10 @@ func TestChaos(t *testing.T) {
 	}
 	restored := func(ctx context.Context, t *testing.T, c *chaosBox) {
 		// The restore answers before the replaced sandbox's release ends (releaseReplaced).
-		var saw string
-		testutil.Eventually(t, testutil.WaitShort, "the engine to hold 1 sandbox after the restore (the restored one; the replaced one released, none left by a retried try)", func() bool {
+		testutil.EventuallyReports(t, testutil.WaitShort, "the engine to hold 1 sandbox after the restore (the restored one; the replaced one released, none left by a retried try)", func() (bool, string) {
 			sbs := c.sandboxes(ctx, t)
-			saw = fmt.Sprintf("%d sandboxes", sbs)
-			return sbs == 1
-		}, &saw)
+			return sbs == 1, fmt.Sprintf("%d sandboxes", sbs)
+		})
 	}
 	// Groups of operations: a create and the delete of what it created go together.
 	groups := [][]chaosCell{

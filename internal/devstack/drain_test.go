@@ -92,12 +92,10 @@ func TestDrainMovesBoxes(t *testing.T) {
 	onOther(sleeping, sleepSum)
 	// A move answers before the release of the sandbox it replaced ends (releaseReplaced).
 	for _, ref := range []sandbox.SandboxRef{runRef, sleepRef} {
-		saw := ""
-		testutil.Eventually(t, testutil.WaitShort, "the drained node to release sandbox "+ref.ID, func() bool {
+		testutil.EventuallyReports(t, testutil.WaitShort, "the drained node to release sandbox "+ref.ID, func() (bool, string) {
 			_, err := eng.Get(ctx, ref.ID)
-			saw = fmt.Sprint(err)
-			return errors.Is(err, sandbox.ErrNotFound)
-		}, &saw)
+			return errors.Is(err, sandbox.ErrNotFound), fmt.Sprint(err)
+		})
 	}
 }
 

@@ -238,12 +238,10 @@ func TestSnapshotExternalS3AndCorruption(t *testing.T) {
 		t.Fatalf("after restore /root/notes = %q, want the snapshotted content", got)
 	}
 	// The restore answers before the replaced sandbox's release ends.
-	saw := ""
-	testutil.Eventually(t, testutil.WaitShort, "the replaced sandbox released after the restore", func() bool {
+	testutil.EventuallyReports(t, testutil.WaitShort, "the replaced sandbox released after the restore", func() (bool, string) {
 		rows, err := eng.List(ctx, "")
-		saw = fmt.Sprintf("%+v, %v", rows, err)
-		return err == nil && len(rows) == 1
-	}, &saw)
+		return err == nil && len(rows) == 1, fmt.Sprintf("%+v, %v", rows, err)
+	})
 
 	mustExec(ctx, t, eng, ref, "echo current > /root/notes")
 	flipByte(t, object, snap.Bytes/2)
