@@ -113,7 +113,7 @@ func (l *Link) call(ctx context.Context, b Box, call func(context.Context, *grpc
 	case codes.Unauthenticated:
 		l.written.Delete(b.Ref.ID)
 	case codes.Unavailable:
-		l.conns.drop(b.Ref, c)
+		l.conns.dropIfDown(b.Ref, c)
 		if dialErr := c.lastDialErr(); dialErr != nil {
 			return fmt.Errorf("dial agent: %w", dialErr)
 		}

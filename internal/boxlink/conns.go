@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/loomhand/cocoonbox/agentvm/wire"
@@ -17,8 +18,8 @@ import (
 // A call's connection to a box's agent is kept for the next call: dialing it (the engine's
 // relay, then HTTP/2) costs about 40 ms, as much as the call itself, and an agent run calls the
 // same box's agent on every step. One connection per sandbox carries every call to it, each on
-// a stream of its own; it is dropped when a call on it finds the agent unreachable (the box
-// hibernated, or went), and closed once unused for connIdle.
+// a stream of its own; it is dropped when a call on it finds it down (the box hibernated, or
+// went), and closed once unused for connIdle.
 
 // connIdle is how long an unused connection to an agent is kept.
 const connIdle = 2 * time.Minute
@@ -81,9 +82,14 @@ func (p *conns) get(sb sandbox.Client, ref sandbox.SandboxRef) (*agentConn, erro
 	return c, nil
 }
 
-// drop closes c if it is still ref's kept connection, so the next call dials afresh rather than
-// wait out gRPC's reconnect backoff.
-func (p *conns) drop(ref sandbox.SandboxRef, c *agentConn) {
+// dropIfDown closes c if it is still ref's kept connection and is not up, so the next call
+// dials afresh rather than wait out gRPC's reconnect backoff. A connection that is up stays: the
+// UNAVAILABLE that led here was then not its own but the caller's (a client that hung up on a
+// shell while its output was being passed on), and closing it would end every other call on it.
+func (p *conns) dropIfDown(ref sandbox.SandboxRef, c *agentConn) {
+	if c.conn.GetState() == connectivity.Ready {
+		return
+	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.m[ref] == c {

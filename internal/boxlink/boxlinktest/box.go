@@ -25,9 +25,12 @@ type Box struct {
 	Ref   sandbox.SandboxRef
 	Agent *agentvmtest.Agent
 
-	mu    sync.Mutex
-	execs []sandbox.ExecRequest
-	dials int
+	mu      sync.Mutex
+	execs   []sandbox.ExecRequest
+	dials   int
+	conns   []net.Conn // every connection dialed, for Cut
+	refuse  int        // dials still to refuse
+	refused int
 }
 
 // New returns a box on ref whose agent is agent.
@@ -53,11 +56,22 @@ func (b *Box) DialPort(ctx context.Context, ref sandbox.SandboxRef, port int) (s
 	}
 	b.mu.Lock()
 	b.dials++
+	refuse := b.refuse > 0
+	if refuse {
+		b.refuse--
+		b.refused++
+	}
 	b.mu.Unlock()
+	if refuse {
+		return nil, &sandbox.Error{Op: "relay", Status: 502, Message: "nothing listens on the port in the sandbox", Kind: sandbox.ErrUnavailable}
+	}
 	c, err := b.Agent.Dial(ctx)
 	if err != nil {
 		return nil, &sandbox.Error{Op: "relay", Status: 502, Message: err.Error(), Kind: sandbox.ErrUnavailable}
 	}
+	b.mu.Lock()
+	b.conns = append(b.conns, c)
+	b.mu.Unlock()
 	return halfCloser{c}, nil
 }
 
@@ -88,6 +102,31 @@ func (b *Box) Dials() int {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.dials
+}
+
+// Cut closes every connection dialed so far, as the engine closes a sandbox's relays when it
+// hibernates it.
+func (b *Box) Cut() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, c := range b.conns {
+		_ = c.Close()
+	}
+	b.conns = nil
+}
+
+// RefuseNext makes the next n dials fail as the relay's 502 (nothing listens on the port yet).
+func (b *Box) RefuseNext(n int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.refuse = n
+}
+
+// Refused returns how many dials RefuseNext has refused.
+func (b *Box) Refused() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.refused
 }
 
 // halfCloser is an in-memory connection as a relay connection. Its CloseWrite closes it whole:
