@@ -109,6 +109,10 @@ func TestBoxSession(t *testing.T) {
 	ctx := e.ctx
 
 	t.Run("terminal", func(t *testing.T) {
+		// A terminal that stops answering fails this part alone, with what it showed, rather
+		// than use up the whole test's time.
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		defer cancel()
 		s := e.startShell(t, ctx, &cbv1.ShellStart{Tty: &cbv1.WindowSize{Rows: 33, Cols: 101}})
 		s.send(&cbv1.ShellRequest{Stdin: []byte("stty size; id -un; pwd; echo \"TERM=$TERM\"\n")})
 		s.until("TERM=xterm-256color")
@@ -117,6 +121,11 @@ func TestBoxSession(t *testing.T) {
 				t.Errorf("terminal output %q lacks %q", s.out.String(), want)
 			}
 		}
+		// Resize once bash is back at its prompt (readline turns bracketed paste on): under
+		// gVisor a resize that arrives while bash finishes a command is now and then lost
+		// (about 1 in 200 rounds with the machine loaded, each with the next line typed ahead
+		// of the prompt; none in 400 rounds waiting for it).
+		s.until("TERM=xterm-256color\r\n\x1b[?2004h")
 		s.send(&cbv1.ShellRequest{Resize: &cbv1.WindowSize{Rows: 40, Cols: 120}})
 		s.send(&cbv1.ShellRequest{Stdin: []byte("stty size\n")})
 		s.until("40 120")
