@@ -44,6 +44,11 @@ func toStatus(ctx context.Context, log *slog.Logger, method string, err error) e
 	if _, ok := status.FromError(err); ok && !isDomain(err) {
 		return err // already a status (e.g. from an interceptor)
 	}
+	if done := ctx.Err(); done != nil && errors.Is(err, done) {
+		// The caller hung up, or its deadline passed: nothing failed here, so nothing is
+		// logged as an error, and the code says which it was.
+		return status.FromContextError(done).Err()
+	}
 	code := cocoonbox.ErrorCode(err)
 	if code == cocoonbox.EInternal {
 		log.ErrorContext(ctx, "internal error", "method", method, "err", err)

@@ -1,10 +1,13 @@
 package api
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"testing"
+	"time"
 
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
@@ -52,5 +55,36 @@ func TestInvalidNamesTheField(t *testing.T) {
 	}
 	if field != "box" {
 		t.Fatalf("BadRequest field = %q, want box (details %v)", field, st.Details())
+	}
+}
+
+// TestACallerThatWentIsNotAnInternalError: a call whose caller hung up (a shell closed while its
+// output was on the way) or whose deadline passed ends with its context's error; that is
+// CANCELLED or DEADLINE_EXCEEDED, and no "internal error" is logged for it. A context error of
+// the server's own, with the caller still there, is still an internal error.
+func TestACallerThatWentIsNotAnInternalError(t *testing.T) {
+	var logged bytes.Buffer
+	log := slog.New(slog.NewTextHandler(&logged, nil))
+	hungUp, cancel := context.WithCancel(context.Background())
+	cancel()
+	late, cancelLate := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+	defer cancelLate()
+	for _, c := range []struct {
+		ctx  context.Context
+		err  error
+		want codes.Code
+	}{
+		{hungUp, fmt.Errorf("shell: %w", context.Canceled), codes.Canceled},
+		{late, fmt.Errorf("shell: %w", context.DeadlineExceeded), codes.DeadlineExceeded},
+	} {
+		if got := status.Code(toStatus(c.ctx, log, "/x", c.err)); got != c.want {
+			t.Errorf("%v with the caller's context done: %v, want %v", c.err, got, c.want)
+		}
+	}
+	if logged.Len() > 0 {
+		t.Errorf("logged for a caller that went: %s", logged.String())
+	}
+	if got := status.Code(toStatus(context.Background(), log, "/x", context.Canceled)); got != codes.Internal || logged.Len() == 0 {
+		t.Errorf("a context error of the server's own: %v, logged %q; want internal, logged", got, logged.String())
 	}
 }
