@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -226,6 +227,60 @@ func checkWindowSize(field string, w *agentvmv1.WindowSize) error {
 	return nil
 }
 
+// resizeHolds are when, after a resize, the terminal is set to it again if it no longer has it.
+// Each time readline starts reading a line it reads the terminal's size and writes the same size
+// back (rltty.c, set_winsize), so a resize that lands between the two is undone; under gVisor
+// that happened to about 1 resize in 200 sent while bash finished a line.
+var resizeHolds = []time.Duration{10 * time.Millisecond, 50 * time.Millisecond, 250 * time.Millisecond, time.Second}
+
+// resize sets the terminal to r and holds it there for a moment (resizeHolds), unless another
+// resize comes first. A program that sets the size itself within that moment is overruled: the
+// caller's window is the terminal's size.
+func (p *process) resize(r *agentvmv1.WindowSize) {
+	want := unix.Winsize{Row: uint16(r.GetRows()), Col: uint16(r.GetCols())}
+	p.mu.Lock()
+	p.resizes++
+	n := p.resizes
+	p.mu.Unlock()
+	_ = windowSize(p.tty, &want)
+	go func() {
+		start := time.Now()
+		for _, d := range resizeHolds {
+			time.Sleep(time.Until(start.Add(d)))
+			p.mu.Lock()
+			newer := p.resizes != n
+			p.mu.Unlock()
+			if newer || windowSize(p.tty, &want) != nil {
+				return // a later resize holds its own; or the command ended and closed its terminal
+			}
+		}
+	}()
+}
+
+// windowSize sets the terminal whose master is f to want if it has another size. The ioctls run
+// on f's descriptor held open for them (a terminal closed meanwhile is an error, never another
+// file that took its number), with the size's pointer inside the syscall.
+func windowSize(f *os.File, want *unix.Winsize) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ioErr error
+	if err := rc.Control(func(fd uintptr) {
+		got, err := unix.IoctlGetWinsize(int(fd), unix.TIOCGWINSZ)
+		if err != nil {
+			ioErr = err
+			return
+		}
+		if got.Row != want.Row || got.Col != want.Col {
+			ioErr = unix.IoctlSetWinsize(int(fd), unix.TIOCSWINSZ, want)
+		}
+	}); err != nil {
+		return err
+	}
+	return ioErr
+}
+
 // process is a running Process command: its input side and its output.
 type process struct {
 	cmd     *exec.Cmd
@@ -240,6 +295,7 @@ type process struct {
 
 	mu       sync.Mutex
 	inputErr error // the caller's message the command could not take; the call ends with it
+	resizes  int   // how many resizes the caller sent: a hold ends once a later one came
 }
 
 // failed is the caller's message that ended the call, if one did.
@@ -332,7 +388,7 @@ func (p *process) apply(msg *agentvmv1.ProcessInput) error {
 		if err := checkWindowSize("resize", r); err != nil {
 			return err
 		}
-		_ = pty.Setsize(p.tty, &pty.Winsize{Rows: uint16(r.GetRows()), Cols: uint16(r.GetCols())})
+		p.resize(r)
 	}
 	if name := msg.GetSignal(); name != "" {
 		sig, ok := processSignals[strings.TrimPrefix(strings.ToUpper(name), "SIG")]

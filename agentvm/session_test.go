@@ -124,6 +124,25 @@ func TestProcessOnATerminal(t *testing.T) {
 	require.EqualValues(t, 7, r.code)
 }
 
+// TestProcessHoldsAResize: a program that reads the terminal's size and writes the same size back
+// a moment later, as readline does each time it starts a line, undoes a resize that lands in
+// between; the agent sets the size again, so the terminal keeps the caller's window.
+func TestProcessHoldsAResize(t *testing.T) {
+	a := startAgent(t)
+	s := a.process(t, &agentvmv1.ProcessStart{Tty: &agentvmv1.WindowSize{Rows: 33, Cols: 101}, User: "root",
+		Argv: []string{"sh", "-c", `set -- $(stty size); echo read; sleep 0.2; stty rows $1 cols $2; sleep 1.5; echo "now $(stty size)"`}})
+	var out strings.Builder
+	for !strings.Contains(out.String(), "read") {
+		msg, err := s.Recv()
+		require.NoError(t, err)
+		out.Write(msg.GetStdout())
+	}
+	require.NoError(t, s.Send(&agentvmv1.ProcessInput{Resize: &agentvmv1.WindowSize{Rows: 40, Cols: 120}}))
+	r := collect(s)
+	require.NoError(t, r.err)
+	require.Contains(t, r.stdout, "now 40 120", "the size written back over the resize was set again")
+}
+
 // TestProcessRefusesBadInput: each bad message ends the call with an error naming its field.
 func TestProcessRefusesBadInput(t *testing.T) {
 	a := startAgent(t)

@@ -123,10 +123,10 @@ func TestBoxSession(t *testing.T) {
 		}
 		// Resize once bash is back at its prompt (readline turns bracketed paste on). Each time
 		// readline starts reading a line it reads the terminal's size and writes the same size
-		// back (rltty.c, set_winsize); a resize that lands between the two is undone. Under
-		// gVisor the window is wide enough that about 1 round in 200 with the machine loaded
-		// lost its resize this way (the agent read 43x120 back at once, 33x101 5 ms later);
-		// none in 400 rounds waiting for the prompt.
+		// back (rltty.c, set_winsize); a resize that lands between the two is undone until the
+		// agent sets it again (TestProcessHoldsAResize), and a line typed ahead runs in that
+		// moment with the old size. Under gVisor about 1 round in 200 with the machine loaded
+		// sent its resize there; none in 400 waiting for the prompt.
 		s.until("TERM=xterm-256color\r\n\x1b[?2004h")
 		s.send(&cbv1.ShellRequest{Resize: &cbv1.WindowSize{Rows: 40, Cols: 120}})
 		s.send(&cbv1.ShellRequest{Stdin: []byte("stty size\n")})
