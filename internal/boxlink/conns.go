@@ -84,8 +84,9 @@ func (p *conns) get(sb sandbox.Client, ref sandbox.SandboxRef) (*agentConn, erro
 
 // dropIfDown closes c if it is still ref's kept connection and is not up, so the next call
 // dials afresh rather than wait out gRPC's reconnect backoff. A connection that is up stays: the
-// UNAVAILABLE that led here was then not its own but the caller's (a client that hung up on a
-// shell while its output was being passed on), and closing it would end every other call on it.
+// UNAVAILABLE that led here was then not its own but the agent's answer or the caller's side (a
+// client that hung up on a shell while its output was being passed on), and closing it would
+// end every other call on it.
 func (p *conns) dropIfDown(ref sandbox.SandboxRef, c *agentConn) {
 	if c.conn.GetState() == connectivity.Ready {
 		return
