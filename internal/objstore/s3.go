@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -19,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/feature/s3/transfermanager"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
+	"github.com/aws/smithy-go/middleware"
 )
 
 var _ Store = (*S3)(nil)
@@ -85,13 +87,37 @@ func NewS3(ctx context.Context, cfg Config, httpClient *http.Client) (*S3, error
 	})
 	return &S3{
 		client:    client,
-		transfer:  transfermanager.New(client),
+		transfer:  transfermanager.New(unsignedParts(client)),
 		presign:   s3.NewPresignClient(client),
 		bucket:    cfg.Bucket,
 		region:    awsCfg.Region,
 		plainHTTP: isPlainHTTP(cfg.Endpoint),
 	}, nil
 }
+
+// unsignedParts is client sending its bodies as UNSIGNED-PAYLOAD, for Upload's parts. Over
+// https the SDK does so already (the CRC32 goes in a trailer); over plain http, as to the
+// embedded server, it hashed each part with sha256 to sign it, and the server hashed it again
+// to check: two passes over every byte of a snapshot on the cores that compress it. A part's
+// integrity rests on its CRC32 instead, in a header the server checks, and the object's on the
+// composite CRC32 Upload compares and on the manifest's sha256 a restore checks; the request
+// itself is still signed.
+func unsignedParts(client *s3.Client) *s3.Client {
+	return s3.New(client.Options(), func(o *s3.Options) {
+		o.APIOptions = append(slices.Clip(o.APIOptions), func(st *middleware.Stack) error {
+			// Set before the checksum middleware runs, which computes the sha256 beside the
+			// CRC32 only when no payload hash is set yet.
+			return st.Initialize.Add(middleware.InitializeMiddlewareFunc("cocoonboxUnsignedPayload",
+				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (
+					middleware.InitializeOutput, middleware.Metadata, error) {
+					return next.HandleInitialize(v4.SetPayloadHash(ctx, unsignedPayload), in)
+				}), middleware.Before)
+		})
+	})
+}
+
+// unsignedPayload is what a request's X-Amz-Content-Sha256 says when its body is not signed.
+const unsignedPayload = "UNSIGNED-PAYLOAD"
 
 // newHTTPClient bounds every phase that can hang on a dead peer and leaves the
 // body transfer to the caller's context.

@@ -90,10 +90,9 @@ func (o UploadOptions) resolve() (UploadOptions, error) {
 // Upload streams r to key without knowing its length: a tar | zstd pipe.
 //
 // It uses the SDK's transfermanager, which reads the stream into part-sized
-// buffers and sends each as an UploadPart from a bytes.Reader. Because every
-// part is seekable it is hashed and signed normally, so unlike Put it needs
-// no unsigned-payload workaround on plain http, and each part also carries a
-// CRC32 the server checks. A stream shorter than PartSize goes as one
+// buffers and sends each as an UploadPart from a bytes.Reader, its body
+// unsigned (see unsignedParts) and its CRC32, computed before it is sent,
+// in a header the server checks. A stream shorter than PartSize goes as one
 // PutObject from the same kind of buffer.
 //
 // On any failure, including ctx being cancelled, the multipart upload is

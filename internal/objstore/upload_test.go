@@ -8,9 +8,12 @@ import (
 	"io"
 	"math/rand/v2"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
 	"net/url"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -301,4 +304,51 @@ func TestPresignGet(t *testing.T) {
 			t.Errorf("presign with ttl %v: got nil error", ttl)
 		}
 	}
+}
+
+// TestUploadPartChangedOnTheWayIsRefused: parts go unsigned, so the CRC32 each carries is what
+// keeps a byte changed between the worker and the store out of a snapshot.
+func TestUploadPartChangedOnTheWayIsRefused(t *testing.T) {
+	_, srv := newBucketStore(t)
+	target, err := url.Parse(srv.Endpoint())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var flipped atomic.Int32
+	proxy := httputil.NewSingleHostReverseProxy(target)
+	forward := proxy.Director
+	proxy.Director = func(r *http.Request) {
+		forward(r)
+		if r.Method != http.MethodPut || !r.URL.Query().Has("partNumber") {
+			return
+		}
+		body, err := io.ReadAll(r.Body)
+		if err != nil || len(body) == 0 {
+			return
+		}
+		body[len(body)/2] ^= 0xff
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		flipped.Add(1)
+	}
+	front := httptest.NewServer(proxy)
+	t.Cleanup(front.Close)
+	st := newStore(t, front.URL)
+
+	pr, pw := io.Pipe()
+	streamSource(pw, 3*objstore.MinPartSize, 2)
+	_, err = st.Upload(testCtx(t), "boxes/b1/snap-2.tar.zst", pr, objstore.UploadOptions{PartSize: objstore.MinPartSize})
+	pr.CloseWithError(errors.New("test over"))
+	if err == nil {
+		t.Fatal("an upload whose parts were changed on the way succeeded")
+	}
+	if !strings.Contains(err.Error(), "BadDigest") {
+		t.Errorf("upload error: got %v, want the store's BadDigest for a part's CRC32", err)
+	}
+	if flipped.Load() == 0 {
+		t.Fatal("the proxy changed no part: the test proves nothing")
+	}
+	if _, err := st.Stat(testCtx(t), "boxes/b1/snap-2.tar.zst"); !errors.Is(err, objstore.ErrNotFound) {
+		t.Errorf("stat after the refused upload: got %v, want not found", err)
+	}
+	noIncomplete(t, st)
 }
