@@ -70,6 +70,9 @@ type ClaimInput struct {
 	Attempt int
 	TTL     time.Duration     // the lease; 0 is the engine's default
 	Network cocoonbox.Network // the box's egress policy; zero is none
+	// Record, when set, is the box row to create (RecordBox) while the engine claims: a create's
+	// first claim writes it in the same local activity, a hop through the worker fewer.
+	Record *RecordBoxInput `json:",omitempty"`
 }
 
 // ClaimResult names the claimed sandbox; its token went to the TokenStore.
@@ -140,9 +143,20 @@ func (a *Sandbox) Claim(ctx context.Context, in ClaimInput) (ClaimResult, error)
 		TTLSeconds: int(in.TTL / time.Second),
 		ClaimRef:   ClaimRef(in.BoxID, in.Attempt),
 	}
+	recorded := make(chan error, 1)
+	if in.Record != nil {
+		go func() { recorded <- a.record(ctx, *in.Record) }()
+	} else {
+		recorded <- nil
+	}
 	got, err := whileHeartbeating(ctx, func(ctx context.Context) (sandbox.Claimed, error) {
 		return a.claimPlaced(ctx, req)
 	})
+	// The row first: a claim that fails with it fails as the row's write (the next try adopts
+	// the sandbox by its claim_ref).
+	if rerr := <-recorded; rerr != nil {
+		return ClaimResult{}, rerr
+	}
 	if err != nil {
 		return ClaimResult{}, finalClaim(ctx, classify(fmt.Errorf("claim sandbox: %w", err)))
 	}

@@ -55,13 +55,18 @@ type box struct {
 	// and the BoxState search attribute skips hibernating, which no one could see between the
 	// two upserts of one workflow task: version 4 of versionExplains.
 	sleepsInOne bool
+	// current is whether this run started at version 5 of versionExplains, whose changes it has
+	// all without a marker of each (version), and whose create claims, records and readies the
+	// box in two local activities where it took four (createsInOne).
+	current bool
 }
 
 // versionExplains marks the box workflow's explaining itself: an idle_warning event before an
 // idle hibernate, and the reason of every wake and requested hibernate in its events; its
 // version 2 also settles (box.settles), its version 3 records the hibernating row with the
-// engine call (box.recordsSleep) and its version 4 the hibernated row too (box.sleepsInOne).
-// Asked once when a run starts, so it costs a wake no history.
+// engine call (box.recordsSleep), its version 4 the hibernated row too (box.sleepsInOne) and its
+// version 5 stands for every change before it (box.current). Asked once when a run starts, so it
+// costs a wake no history.
 const versionExplains = "explains"
 
 func newBox(ctx workflow.Context, in BoxWorkflowInput) *box {
@@ -88,8 +93,8 @@ func newBox(ctx workflow.Context, in BoxWorkflowInput) *box {
 
 // setup registers the query, the updates with their validators and the signals.
 func (w *box) setup(ctx workflow.Context) error {
-	v := workflow.GetVersion(ctx, versionExplains, workflow.DefaultVersion, 4)
-	w.explains, w.settles, w.recordsSleep, w.sleepsInOne = v >= 1, v >= 2, v >= 3, v >= 4
+	v := workflow.GetVersion(ctx, versionExplains, workflow.DefaultVersion, 5)
+	w.explains, w.settles, w.recordsSleep, w.sleepsInOne, w.current = v >= 1, v >= 2, v >= 3, v >= 4, v >= 5
 	if err := workflow.SetQueryHandler(ctx, QueryStatus, func() (Status, error) {
 		return w.status(), nil
 	}); err != nil {
@@ -274,7 +279,7 @@ const versionViewersBySource = "viewers-by-source"
 func (w *box) setViewers(ctx workflow.Context, s ViewersSignal) {
 	// Histories recorded before sources (by an older worker, whatever the API sent) replace the
 	// one count: replaying them must plan the same timers.
-	if workflow.GetVersion(ctx, versionViewersBySource, workflow.DefaultVersion, 1) == workflow.DefaultVersion ||
+	if w.version(ctx, versionViewersBySource, 1) == workflow.DefaultVersion ||
 		s.Source == "" {
 		w.st.Viewers = max(s.Count, 0)
 		return

@@ -119,37 +119,6 @@ func (w *box) operate(ctx workflow.Context, from origin, op func(workflow.Contex
 	return w.status(), err
 }
 
-// create claims the box's first sandbox and returns once it answers. A second create finds the
-// box past creating and answers its status.
-func (w *box) create(ctx workflow.Context, _ CreateInput) (Status, error) {
-	return w.operate(ctx, byUser, func(ctx workflow.Context) error {
-		if w.st.State != cocoonbox.BoxStateCreating {
-			return nil
-		}
-		err := w.quickly(storeOptions(ctx), storeActs.RecordBox, activities.RecordBoxInput{
-			BoxID: w.in.BoxID, Owner: w.in.Owner, Name: w.in.Name, Size: w.in.Size,
-		}, nil)
-		switch {
-		case err != nil:
-		case w.in.Fork != nil:
-			err = w.claimFork(ctx)
-		default:
-			err = w.claimNewWithin(ctx, cmp.Or(w.in.CreateWait, DefaultCreateWait))
-			if err == nil {
-				err = w.waitReady(ctx)
-			}
-		}
-		if err != nil {
-			w.fail(ctx, err)
-			return err
-		}
-		w.st.LastError = ""
-		w.st.Seal.Last = workflow.Now(ctx) // the first periodic seal counts from here
-		w.setState(ctx, cocoonbox.BoxStateRunning)
-		return nil
-	})
-}
-
 // wake brings the box back to running. A sandbox the engine lost is replaced by a new claim.
 func (w *box) wake(ctx workflow.Context, in WakeInput) (Status, error) {
 	return w.operate(ctx, byUser, func(ctx workflow.Context) error {
@@ -228,7 +197,7 @@ func (w *box) hibernateLocked(ctx workflow.Context, why hibernateReason) error {
 		return nil
 	}
 	durable := w.in.Policy.DurableHibernate && w.st.SandboxID != ""
-	background := durable && workflow.GetVersion(ctx, versionBackgroundSeal, workflow.DefaultVersion, 1) >= 1 &&
+	background := durable && w.version(ctx, versionBackgroundSeal, 1) >= 1 &&
 		!w.st.Seal.Awake
 	if durable && !background {
 		// The memory image stays on the engine's node; the snapshot is what survives its loss.
@@ -263,7 +232,7 @@ func (w *box) hibernateLocked(ctx workflow.Context, why hibernateReason) error {
 			activities.HibernateRecordedInput{SandboxInput: sb, Record: w.enter(ctx, cocoonbox.BoxStateHibernating, nil)}, nil)
 	} else {
 		if err := w.moveTo(ctx, cocoonbox.BoxStateHibernating); err != nil &&
-			workflow.GetVersion(ctx, versionRecordedSleep, workflow.DefaultVersion, 1) >= 1 {
+			w.version(ctx, versionRecordedSleep, 1) >= 1 {
 			// The API reaches the sandbox of a box whose row says it runs without asking this
 			// workflow, and an engine call wakes a sleeping sandbox: the box sleeps only once
 			// its row says so (the row write has had its minute of retries).
@@ -382,55 +351,6 @@ func (w *box) setNetwork(ctx workflow.Context, in SetNetworkInput) (Status, erro
 		w.event(ctx, "network", in.Network.Policy)
 		return nil
 	})
-}
-
-// claimNew claims the box's next sandbox under a new claim_ref attempt.
-func (w *box) claimNew(ctx workflow.Context) error {
-	return w.claim(sandboxOptions(ctx, 2*time.Minute), claimTry)
-}
-
-// claimNewWithin is claimNew retried for as long as wait while the engine cannot hand out a
-// sandbox (each try's failure is what a caller sees the box waiting for), then given up.
-func (w *box) claimNewWithin(ctx workflow.Context, wait time.Duration) error {
-	rp := retryPolicy()
-	rp.MaximumAttempts = 0 // bounded by the wait instead
-	return w.claim(workflow.WithActivityOptions(ctx, workflow.ActivityOptions{
-		StartToCloseTimeout:    2 * time.Minute,
-		ScheduleToCloseTimeout: wait,
-		HeartbeatTimeout:       sandboxHeartbeatTimeout,
-		RetryPolicy:            rp,
-	}), min(claimTry, wait))
-}
-
-// claim claims the box's next sandbox under a new claim_ref attempt, with ctx's activity options
-// after a local try of up to try.
-func (w *box) claim(ctx workflow.Context, try time.Duration) error {
-	attempt := w.st.Attempt + 1
-	var res activities.ClaimResult
-	err := w.quicklyWithin(ctx, try, sandboxActs.Claim, activities.ClaimInput{
-		BoxID: w.in.BoxID, Size: w.in.Size, Attempt: attempt, TTL: w.in.Policy.LeaseTTL, Network: w.in.Policy.Network,
-	}, &res)
-	if err != nil {
-		return err
-	}
-	// Counted only on success: a failed claim activity already retried under the same claim_ref,
-	// and the next try adopts whatever it may have left behind.
-	w.st.Attempt = attempt
-	w.st.SandboxID, w.st.Node = res.SandboxID, res.Node
-	w.st.MoveFrom = "" // a new sandbox is placed anew: no move is owed
-	w.st.Start = res.Start
-	w.leased(workflow.Now(ctx), res.Deadline)
-	return nil
-}
-
-func (w *box) waitReady(ctx workflow.Context) error {
-	opts := workflow.ActivityOptions{
-		StartToCloseTimeout: 5 * time.Minute,
-		HeartbeatTimeout:    30 * time.Second, // WaitReady heartbeats every probe
-		RetryPolicy:         retryPolicy(),
-	}
-	return w.quicklyOnNode(workflow.WithActivityOptions(ctx, opts), sandboxActs.WaitReady,
-		activities.SandboxInput{BoxID: w.in.BoxID, SandboxID: w.st.SandboxID}, nil)
 }
 
 // renewLocked extends the lease. A lost sandbox fails a running box (wake replaces it) and leaves

@@ -22,7 +22,7 @@ const versionLocalStoreWrites = "local-store-writes"
 // write runs one of the store's row writes (SetState, Event): a local activity, since it is a
 // short database call on the worker that runs the workflow, unless the history predates that.
 func (w *box) write(ctx workflow.Context, act, in any) error {
-	if workflow.GetVersion(ctx, versionLocalStoreWrites, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if w.version(ctx, versionLocalStoreWrites, 1) == workflow.DefaultVersion {
 		return workflow.ExecuteActivity(storeOptions(ctx), act, in).Get(ctx, nil)
 	}
 	return workflow.ExecuteLocalActivity(localStoreOptions(ctx), act, in).Get(ctx, nil)
@@ -106,7 +106,7 @@ func (w *box) quickly(actx workflow.Context, act, in, out any) error {
 
 // quicklyWithin is quickly with a local try of up to try.
 func (w *box) quicklyWithin(actx workflow.Context, try time.Duration, act, in, out any) error {
-	if workflow.GetVersion(actx, versionQuickCalls, workflow.DefaultVersion, 1) != workflow.DefaultVersion {
+	if w.version(actx, versionQuickCalls, 1) != workflow.DefaultVersion {
 		lctx := workflow.WithLocalActivityOptions(actx, workflow.LocalActivityOptions{
 			StartToCloseTimeout: try,
 			RetryPolicy:         &temporal.RetryPolicy{MaximumAttempts: 1},
@@ -132,7 +132,7 @@ const versionQuickOnNode = "quick-on-node"
 // within nodeQueueWait (the node has none, or it is down with its node), any worker does.
 func (w *box) quicklyOnNode(actx workflow.Context, act, in, out any) error {
 	node := w.st.Node
-	if node == "" || workflow.GetVersion(actx, versionQuickOnNode, workflow.DefaultVersion, 1) == workflow.DefaultVersion {
+	if node == "" || w.version(actx, versionQuickOnNode, 1) == workflow.DefaultVersion {
 		return w.quickly(actx, act, in, out)
 	}
 	lctx := workflow.WithLocalActivityOptions(actx, workflow.LocalActivityOptions{

@@ -15,11 +15,12 @@ import (
 	"github.com/loomhand/cocoonbox/activities"
 )
 
-// TestQuickCalls: a create runs its row, claim and ready probe as local activities; a try that
-// fails with an error worth retrying goes on as an activity (which the server retries and operators
-// see), and one that cannot succeed on another try fails the create without one.
+// TestQuickCalls: a create runs its claim (which writes the box row beside it) and its ready
+// probe (which writes the running row after it) as local activities; a try that fails with an
+// error worth retrying goes on as an activity (which the server retries and operators see), and
+// one that cannot succeed on another try fails the create without one.
 func TestQuickCalls(t *testing.T) {
-	run := func(t *testing.T, firstErr error) (ran []string, create *outcome) {
+	run := func(t *testing.T, firstErr error) (ran []string, create *outcome, records []*activities.RecordBoxInput) {
 		env := newEnv(t)
 		env.SetOnLocalActivityStartedListener(func(info *activity.Info, _ context.Context, _ []any) {
 			ran = append(ran, "local "+info.ActivityType.Name)
@@ -29,7 +30,8 @@ func TestQuickCalls(t *testing.T) {
 		})
 		tries := 0
 		env.OnActivity(sb.Claim, mock.Anything, mock.Anything).Return(
-			func(context.Context, activities.ClaimInput) (activities.ClaimResult, error) {
+			func(_ context.Context, in activities.ClaimInput) (activities.ClaimResult, error) {
+				records = append(records, in.Record)
 				if tries++; tries == 1 {
 					return activities.ClaimResult{}, firstErr
 				}
@@ -39,18 +41,20 @@ func TestQuickCalls(t *testing.T) {
 		deleteAt(env, time.Minute)
 		env.ExecuteWorkflow(BoxWorkflow, input())
 		require.True(t, env.IsWorkflowCompleted())
-		return ran, create
+		return ran, create, records
 	}
+	row := &activities.RecordBoxInput{BoxID: testBox, Owner: "u1", Name: "dev", Size: cocoonbox.SizeSmall}
 	t.Run("retryable", func(t *testing.T) {
-		ran, create := run(t, temporal.NewApplicationError("the engine is busy", activities.ErrTypeUnavailable))
+		ran, create, records := run(t, temporal.NewApplicationError("the engine is busy", activities.ErrTypeUnavailable))
 		require.NoError(t, create.err)
 		require.Equal(t, cocoonbox.BoxStateRunning, create.status.State)
-		require.Equal(t, []string{"local RecordBox", "local Claim", "activity Claim", "local WaitReady"}, calls(ran))
+		require.Equal(t, []string{"local Claim", "activity Claim", "local ReadyRecorded"}, calls(ran))
+		require.Equal(t, []*activities.RecordBoxInput{row, row}, records, "every try of the claim writes the box row")
 	})
 	t.Run("final", func(t *testing.T) {
-		ran, create := run(t, temporal.NewNonRetryableApplicationError("bad size", activities.ErrTypeInvalidArgument, nil))
+		ran, create, _ := run(t, temporal.NewNonRetryableApplicationError("bad size", activities.ErrTypeInvalidArgument, nil))
 		require.ErrorContains(t, create.err, "bad size")
-		require.Equal(t, []string{"local RecordBox", "local Claim"}, calls(ran))
+		require.Equal(t, []string{"local Claim"}, calls(ran))
 	})
 }
 
@@ -77,7 +81,7 @@ func TestSlowClaimStaysLocal(t *testing.T) {
 	env.ExecuteWorkflow(BoxWorkflow, input())
 	require.True(t, env.IsWorkflowCompleted())
 	require.NoError(t, create.err)
-	require.Equal(t, []string{"local RecordBox", "local Claim", "local WaitReady"}, calls(ran))
+	require.Equal(t, []string{"local Claim", "local ReadyRecorded"}, calls(ran))
 }
 
 // calls is ran without the row writes (SetState, Event) and the delete's release.
@@ -91,4 +95,28 @@ func calls(ran []string) []string {
 		out = append(out, r)
 	}
 	return out
+}
+
+// TestCreateRecordsRunning: the running row goes with the create's ready probe, or, when that
+// write fails, through the workflow's own write after it; the row says running once either way.
+func TestCreateRecordsRunning(t *testing.T) {
+	for _, probeWrites := range []bool{true, false} {
+		env, states := newEnvStates(t)
+		if !probeWrites {
+			readyRowFails(env)
+		}
+		claimOK(env, 1, "sb-1")
+		create := update(env, 0, UpdateCreate, CreateInput{})
+		deleteAt(env, time.Minute)
+		env.ExecuteWorkflow(BoxWorkflow, input())
+		require.NoError(t, env.GetWorkflowError())
+		require.NoError(t, create.err)
+		require.Equal(t, cocoonbox.BoxStateRunning, create.status.State)
+		require.Equal(t, 1, count(*states, cocoonbox.BoxStateRunning), "probe writes %v: states %v", probeWrites, *states)
+		if probeWrites {
+			env.AssertActivityNumberOfCalls(t, "SetState", 2) // deleting, deleted
+		} else {
+			env.AssertActivityNumberOfCalls(t, "SetState", 3) // running too
+		}
+	}
 }

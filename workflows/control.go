@@ -86,7 +86,7 @@ const versionLeaseIdle = "lease-idle"
 // leaseIdleCounts says whether this run releases idle leases; a history that predates that says
 // no where it asks.
 func (w *box) leaseIdleCounts(ctx workflow.Context) bool {
-	return workflow.GetVersion(ctx, versionLeaseIdle, workflow.DefaultVersion, 1) >= 1
+	return w.version(ctx, versionLeaseIdle, 1) >= 1
 }
 
 // leaseIdle is how long a lease without a control connection lasts.
@@ -158,7 +158,7 @@ const versionLeaseTellsRuns = "lease-tells-runs"
 // for this change. The update does not wait for the signals: a run that ended meanwhile is not an
 // error of the lease.
 func (w *box) tellRuns(ctx workflow.Context, legacy string) {
-	v := workflow.GetVersion(ctx, versionLeaseTellsRuns, workflow.DefaultVersion, 2)
+	v := w.version(ctx, versionLeaseTellsRuns, 2)
 	if v == workflow.DefaultVersion {
 		return // histories that predate it: replaying them must not add commands
 	}

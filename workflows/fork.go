@@ -159,7 +159,7 @@ func (w *box) claimFork(ctx workflow.Context) error {
 	from := w.in.Fork
 	attempt := w.st.Attempt + 1
 	retry := retryPolicy()
-	elsewhere := workflow.GetVersion(ctx, versionForkElsewhere, workflow.DefaultVersion, 1) >= 1
+	elsewhere := w.version(ctx, versionForkElsewhere, 1) >= 1
 	if elsewhere {
 		retry.NonRetryableErrorTypes = append(slices.Clone(retry.NonRetryableErrorTypes), activities.ErrTypeNoCapacity)
 	}

@@ -265,7 +265,7 @@ func (w *box) releaseReplaced(ctx workflow.Context, id string) {
 			workflow.GetLogger(ctx).Warn("release the replaced sandbox", "sandbox", id, "error", err)
 		}
 	}
-	if workflow.GetVersion(ctx, versionReleaseBehind, workflow.DefaultVersion, 1) < 1 {
+	if w.version(ctx, versionReleaseBehind, 1) < 1 {
 		logged(ctx)
 		return
 	}
@@ -285,7 +285,7 @@ const versionLostFails = "lost-fails"
 // and says so. With no snapshot there is nothing to rebuild it from: the box is lost (ErrLost),
 // and only its owner's recreate starts it again, empty.
 func (w *box) replaceSandbox(ctx workflow.Context) error {
-	says := workflow.GetVersion(ctx, versionLostFails, workflow.DefaultVersion, 1) >= 1
+	says := w.version(ctx, versionLostFails, 1) >= 1
 	var res activities.RestoreSnapshotResult
 	err := w.restoreFrom(ctx, "", &res)
 	if err == nil {
@@ -420,7 +420,7 @@ func (w *box) startSeal(ctx workflow.Context) {
 			// The box keeps its last good snapshot and tries again later, backing off. A seal
 			// through the agent may have woken the sandbox before it failed, and its retry is
 			// minutes away: the sandbox of a sleeping box goes back to sleep now.
-			if asleep && workflow.GetVersion(ctx, versionFailedSealSleeps, workflow.DefaultVersion, 1) >= 1 {
+			if asleep && w.version(ctx, versionFailedSealSleeps, 1) >= 1 {
 				w.rehibernate(ctx, wakes)
 			}
 			w.st.Seal.Failures++
