@@ -12,17 +12,27 @@ import (
 	"github.com/loomhand/cocoonbox/internal/sandbox/sandboxtest"
 )
 
+// rootToken is the fake engine's root token in the tests of the calls that write box rows.
+const rootToken = "root-token"
+
+// newRowsEnv is an activity environment whose Sandbox activities call a fake engine (root token
+// rootToken) and write box rows to rows.
+func newRowsEnv(t *testing.T) (*sandboxtest.Fake, *memBoxes, *Sandbox, *testsuite.TestActivityEnvironment) {
+	t.Helper()
+	f := sandboxtest.New(t, sandboxtest.Options{RootToken: rootToken})
+	rows := &memBoxes{}
+	a := &Sandbox{Client: f.Client(rootToken), Tokens: &memTokens{}, Template: "base", Rows: &Store{Boxes: rows}}
+	var s testsuite.WorkflowTestSuite
+	env := s.NewTestActivityEnvironment()
+	env.RegisterActivity(a)
+	return f, rows, a, env
+}
+
 // TestHibernateRecorded: the box's row says hibernating before the engine is asked, and a row
 // that cannot be written leaves the sandbox untouched (the API reaches a box whose row says it
 // runs without asking its workflow), failing with what could not be written.
 func TestHibernateRecorded(t *testing.T) {
-	const root = "root-token"
-	f := sandboxtest.New(t, sandboxtest.Options{RootToken: root})
-	rows := &memBoxes{}
-	a := &Sandbox{Client: f.Client(root), Tokens: &memTokens{}, Template: "base", Rows: &Store{Boxes: rows}}
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestActivityEnvironment()
-	env.RegisterActivity(a)
+	f, rows, a, env := newRowsEnv(t)
 	box := cocoonbox.BoxID("bx_0123456789abcdef")
 	if err := rows.CreateBox(t.Context(), cocoonbox.Box{ID: box, Owner: "us_1", Name: "b", Size: cocoonbox.SizeSmall}); err != nil {
 		t.Fatal(err)
@@ -61,7 +71,7 @@ func TestHibernateRecorded(t *testing.T) {
 	}
 
 	// The hibernated row, when handed over, is written once the engine is done.
-	if err := f.Client(root).Wake(t.Context(), sandbox.SandboxRef{ID: claimed.SandboxID}); err != nil {
+	if err := f.Client(rootToken).Wake(t.Context(), sandbox.SandboxRef{ID: claimed.SandboxID}); err != nil {
 		t.Fatalf("wake: %v", err)
 	}
 	then := SetStateInput{BoxID: box, State: cocoonbox.BoxStateHibernated, SandboxID: claimed.SandboxID,

@@ -8,7 +8,6 @@ import (
 	"go.temporal.io/sdk/testsuite"
 
 	"github.com/loomhand/cocoonbox"
-	"github.com/loomhand/cocoonbox/internal/sandbox/sandboxtest"
 )
 
 // TestCreateInTwoCalls: a create's claim writes the box row while the engine claims, and its
@@ -16,13 +15,7 @@ import (
 // the claim, whose next try adopts the sandbox the engine made, and leaves the running row to the
 // workflow.
 func TestCreateInTwoCalls(t *testing.T) {
-	const root = "root-token"
-	f := sandboxtest.New(t, sandboxtest.Options{RootToken: root})
-	rows := &memBoxes{}
-	a := &Sandbox{Client: f.Client(root), Tokens: &memTokens{}, Template: "base", Rows: &Store{Boxes: rows}}
-	var s testsuite.WorkflowTestSuite
-	env := s.NewTestActivityEnvironment()
-	env.RegisterActivity(a)
+	f, rows, a, env := newRowsEnv(t)
 	box := cocoonbox.BoxID("bx_0123456789abcdef")
 	claim := ClaimInput{BoxID: box, Size: cocoonbox.SizeSmall, Attempt: 1,
 		Record: &RecordBoxInput{BoxID: box, Owner: "us_1", Name: "b", Size: cocoonbox.SizeSmall}}
