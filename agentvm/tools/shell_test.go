@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -28,16 +27,6 @@ func TestShellReportsExitCodeAndOutput(t *testing.T) {
 	require.NoError(t, err)
 	require.False(t, res.IsError)
 	require.Equal(t, "exit code: 0\n--- stdout ---\n/tmp\n", res.Text)
-}
-
-func TestShellTimeoutKillsTheCommandAndItsChildren(t *testing.T) {
-	start := time.Now()
-	// The background sleep holds stdout open: only killing the group ends the call promptly.
-	res, err := call(t, tools.Shell{}, `{"command":"sleep 30 & sleep 30","timeout_seconds":1}`)
-	require.NoError(t, err)
-	require.True(t, res.IsError)
-	require.Contains(t, res.Text, "timed out after 1s")
-	require.Less(t, time.Since(start), 5*time.Second)
 }
 
 func TestShellTruncatesOutput(t *testing.T) {
