@@ -95,25 +95,29 @@ func NewS3(ctx context.Context, cfg Config, httpClient *http.Client) (*S3, error
 	}, nil
 }
 
-// unsignedParts is client sending its bodies as UNSIGNED-PAYLOAD, for Upload's parts. Over
+// unsignedParts is client sending its bodies unsigned (unsignedBody), for Upload's parts. Over
 // https the SDK does so already (the CRC32 goes in a trailer); over plain http, as to the
 // embedded server, it hashed each part with sha256 to sign it, and the server hashed it again
 // to check: two passes over every byte of a snapshot on the cores that compress it. A part's
 // integrity rests on its CRC32 instead, in a header the server checks, and the object's on the
-// composite CRC32 Upload compares and on the manifest's sha256 a restore checks; the request
-// itself is still signed.
+// composite CRC32 Upload compares and on the manifest's sha256 a restore checks.
 func unsignedParts(client *s3.Client) *s3.Client {
 	return s3.New(client.Options(), func(o *s3.Options) {
-		o.APIOptions = append(slices.Clip(o.APIOptions), func(st *middleware.Stack) error {
-			// Set before the checksum middleware runs, which computes the sha256 beside the
-			// CRC32 only when no payload hash is set yet.
-			return st.Initialize.Add(middleware.InitializeMiddlewareFunc("cocoonboxUnsignedPayload",
-				func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (
-					middleware.InitializeOutput, middleware.Metadata, error) {
-					return next.HandleInitialize(v4.SetPayloadHash(ctx, unsignedPayload), in)
-				}), middleware.Before)
-		})
+		o.APIOptions = append(slices.Clip(o.APIOptions), unsignedBody)
 	})
+}
+
+// unsignedBody has a request's body go as UNSIGNED-PAYLOAD; the request itself is still signed.
+// The payload hash is set as the request starts, before the checksum middleware, which computes
+// a sha256 beside the CRC32 whenever none is set yet, and before the middleware that would hash
+// the body to sign it (which the SDK's SwapComputePayloadSHA256ForUnsignedPayloadMiddleware
+// replaces, leaving the checksum middleware's sha256 in place).
+func unsignedBody(st *middleware.Stack) error {
+	return st.Initialize.Add(middleware.InitializeMiddlewareFunc("cocoonboxUnsignedPayload",
+		func(ctx context.Context, in middleware.InitializeInput, next middleware.InitializeHandler) (
+			middleware.InitializeOutput, middleware.Metadata, error) {
+			return next.HandleInitialize(v4.SetPayloadHash(ctx, unsignedPayload), in)
+		}), middleware.Before)
 }
 
 // unsignedPayload is what a request's X-Amz-Content-Sha256 says when its body is not signed.
@@ -145,7 +149,7 @@ func (s *S3) Put(ctx context.Context, key string, r io.Reader, size int64) error
 	var optFns []func(*s3.Options)
 	if _, seekable := r.(io.Seeker); !seekable && s.plainHTTP {
 		optFns = append(optFns,
-			s3.WithAPIOptions(v4.SwapComputePayloadSHA256ForUnsignedPayloadMiddleware),
+			s3.WithAPIOptions(unsignedBody),
 			func(o *s3.Options) { o.RequestChecksumCalculation = aws.RequestChecksumCalculationWhenRequired },
 		)
 	}
