@@ -70,8 +70,9 @@ type ClaimInput struct {
 	Attempt int
 	TTL     time.Duration     // the lease; 0 is the engine's default
 	Network cocoonbox.Network // the box's egress policy; zero is none
-	// Record, when set, is the box row to create (RecordBox) while the engine claims: a create's
-	// first claim writes it in the same local activity, a hop through the worker fewer.
+	// Record, when set, is the box row to create (RecordBox) while the engine claims: every try
+	// of a create's claim writes it, the first in the same local activity, a hop through the
+	// worker fewer.
 	Record *RecordBoxInput `json:",omitempty"`
 }
 

@@ -57,7 +57,7 @@ type box struct {
 	sleepsInOne bool
 	// current is whether this run started at version 5 of versionExplains, whose changes it has
 	// all without a marker of each (version), and whose create claims, records and readies the
-	// box in two local activities where it took four (createsInOne).
+	// box in two local activities where it took four (createInTwo).
 	current bool
 }
 

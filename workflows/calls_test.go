@@ -100,23 +100,25 @@ func calls(ran []string) []string {
 // TestCreateRecordsRunning: the running row goes with the create's ready probe, or, when that
 // write fails, through the workflow's own write after it; the row says running once either way.
 func TestCreateRecordsRunning(t *testing.T) {
-	for _, probeWrites := range []bool{true, false} {
-		env, states := newEnvStates(t)
-		if !probeWrites {
-			readyRowFails(env)
-		}
-		claimOK(env, 1, "sb-1")
-		create := update(env, 0, UpdateCreate, CreateInput{})
-		deleteAt(env, time.Minute)
-		env.ExecuteWorkflow(BoxWorkflow, input())
-		require.NoError(t, env.GetWorkflowError())
-		require.NoError(t, create.err)
-		require.Equal(t, cocoonbox.BoxStateRunning, create.status.State)
-		require.Equal(t, 1, count(*states, cocoonbox.BoxStateRunning), "probe writes %v: states %v", probeWrites, *states)
-		if probeWrites {
-			env.AssertActivityNumberOfCalls(t, "SetState", 2) // deleting, deleted
-		} else {
-			env.AssertActivityNumberOfCalls(t, "SetState", 3) // running too
-		}
+	for name, probeWrites := range map[string]bool{"by the probe": true, "by the workflow": false} {
+		t.Run(name, func(t *testing.T) {
+			env, states := newEnvStates(t)
+			if !probeWrites {
+				readyRowFails(env)
+			}
+			claimOK(env, 1, "sb-1")
+			create := update(env, 0, UpdateCreate, CreateInput{})
+			deleteAt(env, time.Minute)
+			env.ExecuteWorkflow(BoxWorkflow, input())
+			require.NoError(t, env.GetWorkflowError())
+			require.NoError(t, create.err)
+			require.Equal(t, cocoonbox.BoxStateRunning, create.status.State)
+			require.Equal(t, 1, count(*states, cocoonbox.BoxStateRunning), "states %v", *states)
+			if probeWrites {
+				env.AssertActivityNumberOfCalls(t, "SetState", 2) // deleting, deleted
+			} else {
+				env.AssertActivityNumberOfCalls(t, "SetState", 3) // running too
+			}
+		})
 	}
 }

@@ -5,7 +5,7 @@ import "go.temporal.io/sdk/workflow"
 // atExplains5 is the version of each change of the box workflow that a run started at version 5
 // of versionExplains has. Such a run asks for none of them: each workflow.GetVersion recorded a
 // marker and upserted the TemporalChangeVersion search attribute, two history events and a
-// visibility write each, three of them in the workflow task of every create and more at a run's
+// visibility write each, two of them in the workflow task of every create and more at a run's
 // first hibernate and wake. Never change a value here: a change that needs a newer version of
 // one of these asks workflow.GetVersion under a new change ID, or a newer versionExplains
 // freezes a new table.
