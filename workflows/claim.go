@@ -19,57 +19,51 @@ func (w *box) create(ctx workflow.Context, _ CreateInput) (Status, error) {
 		if w.st.State != cocoonbox.BoxStateCreating {
 			return nil
 		}
-		record := activities.RecordBoxInput{BoxID: w.in.BoxID, Owner: w.in.Owner, Name: w.in.Name, Size: w.in.Size}
-		if w.current && w.in.Fork == nil {
-			return w.createInTwo(ctx, record)
-		}
-		err := w.quickly(storeOptions(ctx), storeActs.RecordBox, record, nil)
-		switch {
-		case err != nil:
-		case w.in.Fork != nil:
-			err = w.claimFork(ctx)
-		default:
-			err = w.claimNewWithin(ctx, cmp.Or(w.in.CreateWait, DefaultCreateWait))
-			if err == nil {
-				err = w.waitReady(ctx)
-			}
-		}
+		settled, err := w.claimFirst(ctx)
 		if err != nil {
 			w.fail(ctx, err)
 			return err
 		}
 		w.st.LastError = ""
 		w.st.Seal.Last = workflow.Now(ctx) // the first periodic seal counts from here
-		w.setState(ctx, cocoonbox.BoxStateRunning)
+		if settled {
+			w.become(cocoonbox.BoxStateRunning, nil)
+			w.upsertState(ctx)
+		} else {
+			w.setState(ctx, cocoonbox.BoxStateRunning)
+		}
 		return nil
 	})
 }
 
-// createInTwo is a create that writes the box's row while the engine claims its sandbox, and
-// records the box running once the sandbox answers: two local activities where four were, each a
-// hop through the worker.
-func (w *box) createInTwo(ctx workflow.Context, record activities.RecordBoxInput) error {
-	err := w.claimWithin(ctx, cmp.Or(w.in.CreateWait, DefaultCreateWait), &record)
-	var res activities.ReadyRecordedResult
-	if err == nil {
-		err = w.quicklyOnNode(w.readyOptions(ctx), sandboxActs.ReadyRecorded, activities.ReadyRecordedInput{
+// claimFirst writes the box's row and claims its first sandbox, returning once the sandbox
+// answers; settled says the running row is written too. From version 5 of versionExplains the
+// row is written while the engine claims and the running row once the sandbox answers: two
+// local activities where four were, each a hop through the worker.
+func (w *box) claimFirst(ctx workflow.Context) (settled bool, err error) {
+	record := activities.RecordBoxInput{BoxID: w.in.BoxID, Owner: w.in.Owner, Name: w.in.Name, Size: w.in.Size}
+	wait := cmp.Or(w.in.CreateWait, DefaultCreateWait)
+	if w.current && w.in.Fork == nil {
+		if err := w.claimWithin(ctx, wait, &record); err != nil {
+			return false, err
+		}
+		var res activities.ReadyRecordedResult
+		err := w.quicklyOnNode(w.readyOptions(ctx), sandboxActs.ReadyRecorded, activities.ReadyRecordedInput{
 			SandboxInput: activities.SandboxInput{BoxID: w.in.BoxID, SandboxID: w.st.SandboxID},
 			Then:         w.row(cocoonbox.BoxStateRunning, nil),
 		}, &res)
+		return res.Settled, err
 	}
-	if err != nil {
-		w.fail(ctx, err)
-		return err
+	if err := w.quickly(storeOptions(ctx), storeActs.RecordBox, record, nil); err != nil {
+		return false, err
 	}
-	w.st.LastError = ""
-	w.st.Seal.Last = workflow.Now(ctx) // the first periodic seal counts from here
-	if res.Settled {
-		w.become(cocoonbox.BoxStateRunning, nil)
-		w.upsertState(ctx)
-	} else {
-		w.setState(ctx, cocoonbox.BoxStateRunning)
+	if w.in.Fork != nil {
+		return false, w.claimFork(ctx)
 	}
-	return nil
+	if err := w.claimNewWithin(ctx, wait); err != nil {
+		return false, err
+	}
+	return false, w.waitReady(ctx)
 }
 
 // claimNew claims the box's next sandbox under a new claim_ref attempt.
