@@ -100,7 +100,8 @@ func NewS3(ctx context.Context, cfg Config, httpClient *http.Client) (*S3, error
 // embedded server, it hashed each part with sha256 to sign it, and the server hashed it again
 // to check: two passes over every byte of a snapshot on the cores that compress it. A part's
 // integrity rests on its CRC32 instead, in a header the server checks, and the object's on the
-// composite CRC32 Upload compares and on the manifest's sha256 a restore checks.
+// composite CRC32 Upload compares and on the stream's sha256 a restore checks against the
+// snapshot's row.
 func unsignedParts(client *s3.Client) *s3.Client {
 	return s3.New(client.Options(), func(o *s3.Options) {
 		o.APIOptions = append(slices.Clip(o.APIOptions), unsignedBody)
